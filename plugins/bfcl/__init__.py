@@ -1,0 +1,1 @@
+"""bfcl plugin for seal-platform."""

@@ -1,0 +1,1 @@
+"""diagnosis_llm plugin for seal-platform."""

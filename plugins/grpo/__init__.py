@@ -1,0 +1,1 @@
+"""grpo plugin for seal-platform."""

@@ -1,0 +1,237 @@
+"""Recipes: YAML files validated by pydantic, with ``key.sub=value`` overrides from the command line.
+
+The core validates its own keys; every plugin validates its own section under ``settings:`` with the model it
+returns from ``register_settings``. Errors are collected, never raised one at a time, so that
+``seal-platform config validate`` can report all of them at once, each with where it is and how to fix it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PluginSelection(_Section):
+    allow: list[str] | None = Field(
+        default=None, description="Load only these plugins (entry-point names). Null: all installed."
+    )
+    block: list[str] = Field(default_factory=list, description="Never load these plugins.")
+
+
+class TrainingConfig(_Section):
+    steps: int | None = Field(default=None, ge=0, description="Training steps; null: epochs x steps per epoch.")
+    epochs: int = Field(default=6, ge=1)
+    tasks_per_step: int = Field(default=32, ge=1)
+    group_size: int = Field(default=8, ge=1, description="Rollouts per task (GRPO's G).")
+    checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints; 0: only at the end.")
+    max_train_tasks: int | None = Field(default=None, ge=1, description="Use only the first N training tasks.")
+
+
+class RolloutConfig(_Section):
+    engine: str = Field(default="hf", description="A registered rollout engine (see `seal-platform plugins`).")
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(default=512, ge=1)
+
+
+class EvaluationConfig(_Section):
+    split: str = "eval"
+    every: int = Field(default=10, ge=0, description="Evaluate every K training steps; 0: only before and after.")
+    before_training: bool = True
+    max_tasks: int | None = Field(default=None, ge=1, description="Evaluate on the first N tasks only.")
+    max_new_tokens: int | None = Field(default=None, ge=1)
+
+
+class DiagnosisConfig(_Section):
+    diagnosers: list[str] | None = Field(default=None, description="Enabled diagnosers; null: all registered.")
+    primary: str | None = Field(
+        default=None, description="Diagnoser whose labels drive the capability state and A-Patch."
+    )
+
+
+class StagesConfig(_Section):
+    """Which plugin owns each single-owner stage. Null switches the stage off."""
+
+    evolve_interface: str | None = None
+    reweight: str | None = None
+    optimize: str | None = None
+
+
+class RunConfig(_Section):
+    name: str = "run"
+    description: str = ""
+    seed: int = 0
+    environment: str = Field(description="A registered environment, e.g. `bfcl`.")
+    runs_dir: str = Field(default="runs", description="Where run directories and the default store live.")
+    store: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite under runs_dir.")
+    plugins: PluginSelection = Field(default_factory=PluginSelection)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    diagnosis: DiagnosisConfig = Field(default_factory=DiagnosisConfig)
+    stages: StagesConfig = Field(default_factory=StagesConfig)
+    settings: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Per-plugin sections, each validated by the plugin that owns it."
+    )
+
+    def named_plugins(self) -> set[str]:
+        """Plugin names the recipe depends on: if one of these fails to load the run cannot go on."""
+        names = {self.environment, *(v for v in self.stages.model_dump().values() if v)}
+        if self.diagnosis.primary:
+            names.add(self.diagnosis.primary)
+        names.update(self.diagnosis.diagnosers or ())
+        return names
+
+    def store_url(self) -> str:
+        if self.store:
+            return self.store
+        return f"sqlite:///{Path(self.runs_dir).resolve() / 'store.sqlite'}"
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def config_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+
+@dataclass
+class Issue:
+    """One problem in a recipe: where (a dotted path), what, and how to fix it."""
+
+    where: str
+    what: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.where}: {self.what}"
+        return f"{text} ({self.fix})" if self.fix else text
+
+
+# --- loading -------------------------------------------------------------------------------------------
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+DEFAULT_RECIPE = "seal-embedded"
+
+
+def resolve_recipe_path(recipe: str | Path | None) -> Path:
+    """A recipe path, or the name of a recipe in the shipped ``recipes/`` folder (with or without .yaml)."""
+    if recipe is None:
+        recipe = DEFAULT_RECIPE
+    path = Path(recipe)
+    if path.is_file():
+        return path
+    for candidate in (RECIPES_DIR / f"{recipe}.yaml", RECIPES_DIR / str(recipe)):
+        if candidate.is_file():
+            return candidate
+    shipped = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))) or "none"
+    raise ConfigError(f"recipe {str(recipe)!r} not found: give a path to a YAML file or one of the shipped recipes ({shipped}).")
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)}).") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read recipe {path}: {exc.strerror}.") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe is a YAML mapping of keys to values, not a {type(data).__name__}.")
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``training.steps=3`` -> (["training", "steps"], 3). The value is read as a YAML scalar or list."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
+        raise ConfigError(f"override {text!r} is not of the form key.sub=value (e.g. training.steps=2).")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {part!r} holds a value, not a section.")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def _pydantic_issues(exc: ValidationError, prefix: str = "") -> list[Issue]:
+    issues = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            issues.append(Issue(where or "(top level)", "unknown key", "remove it or check its spelling"))
+        elif kind == "missing":
+            issues.append(Issue(where, "required key is missing", "add it to the recipe"))
+        else:
+            got = err.get("input")
+            shown = f" (got {got!r})" if not isinstance(got, (dict, list)) else ""
+            issues.append(Issue(where, f"{err['msg']}{shown}", "change the value"))
+    return issues
+
+
+def validate_core(data: dict[str, Any]) -> tuple[RunConfig | None, list[Issue]]:
+    try:
+        return RunConfig.model_validate(data), []
+    except ValidationError as exc:
+        return None, _pydantic_issues(exc)
+
+
+def validate_settings(
+    config: RunConfig, models: dict[str, type[BaseModel]]
+) -> tuple[dict[str, BaseModel], list[Issue]]:
+    """Validate every plugin's section; absent sections take the model's defaults."""
+    issues: list[Issue] = []
+    settings: dict[str, BaseModel] = {}
+    for section, raw in config.settings.items():
+        if section not in models:
+            owners = ", ".join(sorted(models)) or "none"
+            issues.append(
+                Issue(f"settings.{section}", "no loaded plugin owns this section",
+                      f"sections owned by loaded plugins: {owners}; is the plugin installed and not blocked?")
+            )
+    for section, model in models.items():
+        raw = config.settings.get(section) or {}
+        if not isinstance(raw, dict):
+            issues.append(Issue(f"settings.{section}", "must be a mapping of keys to values"))
+            continue
+        try:
+            settings[section] = model.model_validate(raw)
+        except ValidationError as exc:
+            issues.extend(_pydantic_issues(exc, prefix=f"settings.{section}"))
+    return settings, issues
+
+
+def raise_for(issues: list[Issue], source: str) -> None:
+    if issues:
+        lines = "\n".join(f"  - {issue}" for issue in issues)
+        raise ConfigError(f"{source}: {len(issues)} problem(s) in the recipe:\n{lines}", issues=issues)
+

@@ -1,0 +1,59 @@
+"""The run context handed to every hook as ``ctx``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
+
+from .config import RunConfig
+from .errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store import RunStore
+
+M = TypeVar("M", bound=BaseModel)
+
+log = logging.getLogger("seal_platform")
+
+
+@dataclass
+class RunContext:
+    """What a hook needs to know about the run it serves.
+
+    ``shared`` is for plugins of one run to hand objects to each other (the policy model to its engine,
+    say); keys should be prefixed with the plugin's name.
+    """
+
+    config: RunConfig
+    run_id: str
+    run_dir: Path
+    settings: dict[str, BaseModel] = field(default_factory=dict)
+    store: RunStore | None = None
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    def settings_for(self, section: str, model: type[M] | None = None) -> M:
+        """The validated settings section ``section`` (the plugin's own, usually)."""
+        try:
+            value = self.settings[section]
+        except KeyError:
+            if model is not None:
+                value = self.settings[section] = model()
+                return value  # type: ignore[return-value]
+            raise ConfigError(f"no settings section {section!r}: is the plugin that owns it loaded?") from None
+        if model is not None and not isinstance(value, model):
+            raise ConfigError(f"settings section {section!r} is a {type(value).__name__}, not {model.__name__}")
+        return value  # type: ignore[return-value]
+
+    def event(self, kind: str, message: str, **data: Any) -> None:
+        """Record something worth knowing later (a retry, a skipped plugin, a recovered error)."""
+        log.info("%s: %s", kind, message)
+        if self.store is not None:
+            self.store.add_event(self.run_id, kind, message, data)

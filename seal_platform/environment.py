@@ -1,0 +1,35 @@
+"""The environment interface: what the core needs from a benchmark plugin."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from .types import Interface, Task
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A benchmark: its tasks and its pristine interface.
+
+    Episodes themselves are run by the owning plugin's ``collect`` and ``evaluate`` hooks, which see the
+    policy only through a :class:`seal_platform.engine.RolloutEngine`.
+    """
+
+    name: str
+
+    def tasks(self, split: str) -> list[Task]:
+        """The tasks of a split (``"train"``, ``"eval"``, ...), filtered as the plugin's settings say."""
+        ...
+
+    def pristine_interface(self) -> Interface:
+        """Revision 0: the interface evaluation always uses, byte for byte."""
+        ...
+
+
+@runtime_checkable
+class VerifyingEnvironment(Environment, Protocol):
+    """An environment that can score a transcript offline (``seal-platform verify``)."""
+
+    def verify_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Score one input record; return the output record. Raise ``ValueError`` for a malformed record."""
+        ...

@@ -1,0 +1,23 @@
+"""Errors a user can fix. The CLI prints their message as one paragraph, without a traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SealError(Exception):
+    """Base class: a problem the user can act on; ``str(exc)`` says what and how."""
+
+
+class ConfigError(SealError):
+    def __init__(self, message: str, issues: list[Any] | None = None):
+        super().__init__(message)
+        self.issues = issues or []
+
+
+class PluginError(SealError):
+    """A plugin the recipe depends on is missing, blocked or broken, or it broke a contract."""
+
+
+class StoreError(SealError):
+    """The run store cannot be opened or does not hold what was asked for."""

@@ -1,0 +1,341 @@
+"""Hook specifications of seal-platform (pluggy project ``seal_platform``).
+
+There are three kinds of hooks:
+
+* **setup hooks** (``register_*``), called when a run or a CLI command starts, through which a plugin tells the
+  core what it provides: its settings model, environments (benchmarks), diagnosers, rollout engines and CLI
+  commands. Every plugin's answer is collected.
+* **lifecycle hooks** (``start_run``, ``end_run``, ``save_checkpoint``, ``load_checkpoint``), called on every
+  enabled plugin that implements them.
+* **stage hooks**, called once per training step by the run loop (``seal_platform.loop``), always with keyword
+  arguments and always from that one place, in this order::
+
+      collect -> diagnose -> evolve_interface -> reweight -> optimize      (every step)
+      evaluate                                                             (before training, every K steps, at the end)
+
+  Stages that one plugin must own are called on that plugin only: ``collect`` and ``evaluate`` on the plugin
+  that registered the recipe's environment, ``evolve_interface``, ``reweight`` and ``optimize`` on the plugin
+  the recipe names for them. ``diagnose`` is called on every enabled plugin that registered a diagnoser the
+  recipe enables, and all their labels are kept.
+
+A hook implementation may accept any subset of the arguments listed below (pluggy passes only the ones it
+names), so new arguments can be added without breaking existing plugins.
+
+Every argument named ``ctx`` is the run's :class:`seal_platform.context.RunContext`: the resolved config,
+each plugin's validated settings section (``ctx.settings_for(name)``), the run directory, the seed, the
+run store and a ``shared`` dict through which cooperating plugins of one run hand objects to each other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
+    from pathlib import Path
+
+    import click
+    from pydantic import BaseModel
+
+    from .capability import CapabilityState
+    from .context import RunContext
+    from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+    from .types import (
+        EvalResult,
+        Interface,
+        ReweightResult,
+        StepMetrics,
+        Task,
+        Trajectory,
+        TurnLabel,
+    )
+    from .engine import RolloutEngine
+    from .environment import Environment
+
+PROJECT = "seal_platform"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --- setup hooks ---------------------------------------------------------------------------------------
+
+
+@hookspec
+def register_settings() -> dict[str, type[BaseModel]]:
+    """Declare the recipe sections this plugin owns and the pydantic models that validate them.
+
+    Called when a recipe is loaded or validated (``seal-platform run``, ``config validate``), before any
+    stage hook. No arguments.
+
+    :returns: a mapping from section name (a top-level key of the recipe's ``plugins:`` table, usually the
+        plugin's own name) to a pydantic model class. The model should forbid unknown keys
+        (``model_config = ConfigDict(extra="forbid")``) so typos in recipes are reported. A section that is
+        absent from the recipe is built from the model's defaults.
+
+    All results are collected; two plugins claiming the same section is an error.
+    """
+
+
+@hookspec
+def register_environments() -> list[EnvironmentSpec]:
+    """Declare the environments (benchmarks) this plugin provides.
+
+    Called when a run starts and by ``seal-platform plugins``, ``verify`` and ``config validate``.
+
+    :returns: a list of :class:`seal_platform.registry.EnvironmentSpec` (name, factory, description). The
+        factory is called as ``factory(ctx)`` and returns an object satisfying
+        :class:`seal_platform.environment.Environment`. The plugin that registers the environment named by
+        the recipe's ``environment`` key owns the ``collect`` and ``evaluate`` stages.
+
+    All results are collected; two plugins registering the same name is an error.
+    """
+
+
+@hookspec
+def register_diagnosers() -> list[DiagnoserSpec]:
+    """Declare the diagnosers this plugin provides.
+
+    Called when a run starts and by ``seal-platform plugins``. A plugin that registers at least one diagnoser
+    enabled by the recipe (``diagnosis.diagnosers``; all registered diagnosers by default) has its
+    ``diagnose`` implementation called every step.
+
+    :returns: a list of :class:`seal_platform.registry.DiagnoserSpec` (name, description).
+
+    All results are collected.
+    """
+
+
+@hookspec
+def register_rollout_engines() -> list[EngineSpec]:
+    """Declare the rollout engines (generation back ends) this plugin provides.
+
+    Called when a run starts. The engine named by the recipe's ``rollout.engine`` key is built once per run
+    as ``factory(ctx)``, after ``start_run``, and passed to ``collect``, ``evaluate`` and ``optimize``.
+
+    :returns: a list of :class:`seal_platform.registry.EngineSpec` (name, factory, description). The factory
+        returns an object satisfying :class:`seal_platform.engine.RolloutEngine`; it must import heavy
+        libraries (torch, vllm) inside the factory, never at module import time.
+
+    All results are collected; two plugins registering the same name is an error.
+    """
+
+
+@hookspec
+def register_commands(cli: click.Group) -> None:
+    """Add subcommands to the ``seal-platform`` command line.
+
+    Called once when the CLI starts, before arguments are parsed.
+
+    :param cli: the top-level :class:`click.Group`; use ``@cli.command()`` to add commands.
+
+    Return value ignored.
+    """
+
+
+# --- lifecycle hooks -----------------------------------------------------------------------------------
+
+
+@hookspec
+def start_run(ctx: RunContext, resumed: bool) -> None:
+    """A run is starting (or resuming): load models, open resources, fill ``ctx.shared``.
+
+    Called once on every enabled plugin, after the run's row is written to the store and before the rollout
+    engine is built.
+
+    :param ctx: the run context.
+    :param resumed: True when the run continues from a checkpoint; ``load_checkpoint`` follows.
+
+    Return value ignored. An exception stops the run, which is then marked ``failed``.
+    """
+
+
+@hookspec
+def end_run(ctx: RunContext, status: str) -> None:
+    """The run has ended: release resources (engines, worker pools, files).
+
+    Called once on every enabled plugin, also when the run failed or was interrupted.
+
+    :param ctx: the run context.
+    :param status: ``"completed"``, ``"failed"`` or ``"interrupted"``.
+
+    Return value ignored; exceptions are logged as events and do not hide the run's own error.
+    """
+
+
+@hookspec
+def save_checkpoint(ctx: RunContext, directory: Path, step: int) -> dict[str, Any] | None:
+    """Write this plugin's part of a checkpoint (model weights, optimizer state, RNG state...).
+
+    Called on every enabled plugin after a training step when a checkpoint is due. ``directory`` is a
+    temporary directory that the core renames into place (atomically) once every plugin has returned and
+    the files are flushed to disk; only then is the checkpoint recorded in the run store. Write only inside
+    ``directory`` (a sub-directory named after the plugin is a good habit).
+
+    :param ctx: the run context.
+    :param directory: where to write.
+    :param step: the last completed training step.
+    :returns: optional JSON-serialisable metadata to record with the checkpoint, or None.
+    """
+
+
+@hookspec
+def load_checkpoint(ctx: RunContext, directory: Path, step: int) -> None:
+    """Restore this plugin's state from a checkpoint written by ``save_checkpoint``.
+
+    Called on every enabled plugin when a run resumes, after ``start_run`` and after the rollout engine is
+    built (so new weights can be pushed into it).
+
+    :param ctx: the run context.
+    :param directory: the durable checkpoint directory.
+    :param step: the training step the checkpoint was taken after.
+
+    Return value ignored.
+    """
+
+
+# --- stage hooks ---------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def collect(
+    ctx: RunContext,
+    environment: Environment,
+    engine: RolloutEngine,
+    tasks: list[Task],
+    interface: Interface,
+    group_size: int,
+    step: int,
+) -> list[Trajectory]:
+    """Run on-policy rollouts of a batch of training tasks and verify them.
+
+    Called once per training step, first, on the plugin that registered the recipe's environment only.
+
+    :param ctx: the run context.
+    :param environment: the environment object built from that plugin's ``EnvironmentSpec``.
+    :param engine: the rollout engine; the only way an environment reaches the policy.
+    :param tasks: this step's batch of training tasks (chosen by the core: seeded, epoch by epoch).
+    :param interface: the current *training* interface revision to present to the agent.
+    :param group_size: rollouts per task (GRPO's G); rollouts of one task share ``Trajectory.group``.
+    :param step: the training step, from 0.
+    :returns: ``len(tasks) * group_size`` verified trajectories (reward and per-turn verdicts set).
+
+    First result wins (only one plugin is called).
+    """
+
+
+@hookspec
+def diagnose(ctx: RunContext, environment: Environment, trajectories: list[Trajectory], step: int) -> list[TurnLabel]:
+    """Label every ground-truth turn of every trajectory with a failure label (successes too).
+
+    Called once per training step, after ``collect``, on every plugin that registered an enabled diagnoser.
+
+    :param ctx: the run context.
+    :param environment: the run's environment (diagnosers specific to one benchmark should return an empty
+        list for others).
+    :param trajectories: this step's verified trajectories.
+    :param step: the training step.
+    :returns: a list of :class:`TurnLabel`, each naming its diagnoser in ``source``. The labels of the
+        recipe's primary diagnoser (``diagnosis.primary``) drive the capability state and A-Patch; every
+        diagnoser's labels are stored.
+
+    All results are collected and concatenated.
+    """
+
+
+@hookspec(firstresult=True)
+def evolve_interface(
+    ctx: RunContext,
+    environment: Environment,
+    interface: Interface,
+    state: CapabilityState,
+    step: int,
+) -> Interface | None:
+    """Propose the next training-interface revision from the capability state.
+
+    Called once per training step, after ``diagnose`` and the capability-state update, on the plugin named
+    by the recipe's ``stages.evolve_interface`` only (not called when that is ``null``).
+
+    :param ctx: the run context.
+    :param environment: the run's environment.
+    :param interface: the current training revision.
+    :param state: the capability state, already updated with this step's labels.
+    :param step: the training step.
+    :returns: a new :class:`Interface` with ``revision = interface.revision + 1``, ``parent`` set, and
+        ``changes``/``driven_by`` filled; or None to keep the current one. Evaluation never sees it.
+
+    First result wins (only one plugin is called).
+    """
+
+
+@hookspec(firstresult=True)
+def reweight(
+    ctx: RunContext,
+    trajectories: list[Trajectory],
+    labels: list[TurnLabel],
+    state: CapabilityState,
+    step: int,
+) -> ReweightResult:
+    """Turn the diagnoses into a scale for each trajectory's advantage (A-Patch).
+
+    Called once per training step, after ``evolve_interface``, on the plugin named by the recipe's
+    ``stages.reweight`` only. When that is ``null`` every trajectory gets weight 1.
+
+    :param ctx: the run context.
+    :param trajectories: this step's trajectories.
+    :param labels: the primary diagnoser's labels for them.
+    :param state: the capability state, already updated with this step's labels.
+    :param step: the training step.
+    :returns: a :class:`ReweightResult` with a weight for every trajectory id and the label weights used;
+        the core stores the label weights with the step.
+
+    First result wins (only one plugin is called).
+    """
+
+
+@hookspec(firstresult=True)
+def optimize(
+    ctx: RunContext,
+    engine: RolloutEngine,
+    trajectories: list[Trajectory],
+    weights: dict[str, float],
+    step: int,
+) -> dict[str, float]:
+    """Do one policy update on this step's trajectories and push the new weights into the engine.
+
+    Called once per training step, last, on the plugin named by the recipe's ``stages.optimize`` only.
+
+    :param ctx: the run context.
+    :param engine: the rollout engine, which must generate with the updated policy from the next step on.
+    :param trajectories: this step's trajectories (token ids, log-probs and loss masks on their messages).
+    :param weights: the advantage scale per trajectory id from ``reweight``.
+    :param step: the training step.
+    :returns: metrics (loss, KL, clip fraction, grad norm, tokens/s, ...) as a flat dict of floats.
+
+    First result wins (only one plugin is called).
+    """
+
+
+@hookspec(firstresult=True)
+def evaluate(
+    ctx: RunContext,
+    environment: Environment,
+    engine: RolloutEngine,
+    tasks: list[Task],
+    step: int,
+) -> EvalResult:
+    """Evaluate the policy on held-out tasks with the pristine interface and the unchanged verifier.
+
+    Called before training (``step = 0``), after every ``evaluation.every`` training steps and after the
+    last step, on the plugin that registered the recipe's environment only.
+
+    :param ctx: the run context.
+    :param environment: the run's environment.
+    :param engine: the rollout engine (greedy decoding is the convention).
+    :param tasks: the evaluation tasks.
+    :param step: the number of training steps done so far.
+    :returns: an :class:`EvalResult` with the pass rate per category.
+
+    First result wins (only one plugin is called).
+    """

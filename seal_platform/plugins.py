@@ -1,0 +1,232 @@
+"""The plugin manager factory and what the core asks of the loaded plugins.
+
+Plugins are found through the ``seal_platform`` entry-point group, ours and everybody else's alike, and
+loaded one by one so that one broken package cannot take the others down: its failure is recorded (name,
+distribution, version, error) and it is skipped, unless the recipe depends on it, in which case loading stops
+with that message. A new manager is made for every run or command; there is no import-time global.
+
+Environment variables (comma-separated entry-point names), applied on top of the recipe's ``plugins:``:
+
+* ``SEAL_PLATFORM_PLUGINS`` - load only these plugins;
+* ``SEAL_PLATFORM_BLOCK_PLUGINS`` - never load these plugins.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import ModuleType
+from typing import Any, Iterable
+
+import pluggy
+from pydantic import BaseModel
+
+from . import hookspecs
+from .errors import PluginError
+from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+
+ENTRY_POINT_GROUP = "seal_platform"
+ENV_ALLOW = "SEAL_PLATFORM_PLUGINS"
+ENV_BLOCK = "SEAL_PLATFORM_BLOCK_PLUGINS"
+
+STAGE_HOOKS = ("collect", "diagnose", "evolve_interface", "reweight", "optimize", "evaluate")
+
+
+@dataclass
+class PluginRecord:
+    """What happened to one plugin when the manager was built."""
+
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    status: str = "loaded"  # loaded | failed | blocked | not-allowed | duplicate
+    error: str | None = None
+    hooks: list[str] = field(default_factory=list)
+    value: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "status": self.status,
+            "error": self.error,
+            "hooks": self.hooks,
+        }
+
+
+def _env_names(var: str) -> set[str] | None:
+    raw = os.environ.get(var)
+    if raw is None:
+        return None
+    return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+def _describe(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+class PluginHost:
+    """A pluggy manager plus the load report and the questions the core asks of plugins."""
+
+    def __init__(self, pm: pluggy.PluginManager, records: list[PluginRecord]):
+        self.pm = pm
+        self.records = records
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    def loaded(self) -> list[PluginRecord]:
+        return [r for r in self.records if r.status == "loaded"]
+
+    def is_loaded(self, name: str) -> bool:
+        return self.pm.get_plugin(name) is not None
+
+    def implements(self, name: str, hook: str) -> bool:
+        plugin = self.pm.get_plugin(name)
+        return plugin is not None and any(
+            impl.plugin is plugin for impl in getattr(self.pm.hook, hook).get_hookimpls()
+        )
+
+    def _why_missing(self, name: str) -> str:
+        for record in self.records:
+            if record.name == name and record.status != "loaded":
+                detail = f": {record.error}" if record.error else ""
+                return f"plugin {name!r} is {record.status}{detail}"
+        known = ", ".join(sorted(r.name for r in self.loaded())) or "none"
+        return f"plugin {name!r} is not installed (loaded plugins: {known})"
+
+    def call_owned(self, hook: str, owner: str, **kwargs: Any) -> Any:
+        """Call ``hook`` on plugin ``owner`` only; an absent or non-implementing owner is an error."""
+        plugin = self.pm.get_plugin(owner)
+        if plugin is None:
+            raise PluginError(f"the recipe names {owner!r} for the {hook!r} stage, but {self._why_missing(owner)}.")
+        if not self.implements(owner, hook):
+            raise PluginError(f"the recipe names plugin {owner!r} for the {hook!r} stage, but it does not implement {hook!r}.")
+        others = [p for p in self.pm.get_plugins() if p is not plugin]
+        return self.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
+
+    def call_subset(self, hook: str, names: Iterable[str], **kwargs: Any) -> list[Any]:
+        """Call ``hook`` on the named plugins only; results of all of them, in pluggy's order."""
+        keep = {self.pm.get_plugin(n) for n in names} - {None}
+        others = [p for p in self.pm.get_plugins() if p not in keep]
+        return self.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
+
+    # --- what plugins register ---------------------------------------------------------------------
+
+    def _registered(self, hook: str) -> list[tuple[str, Any]]:
+        """(plugin name, item) for every item every plugin returned from a ``register_*`` hook."""
+        out = []
+        for impl in getattr(self.pm.hook, hook).get_hookimpls():
+            try:
+                items = impl.function() or []
+            except Exception as exc:
+                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook}: {_describe(exc)}") from exc
+            if isinstance(items, dict):
+                items = list(items.items())
+            out.extend((impl.plugin_name, item) for item in items)
+        return out
+
+    def _unique(self, hook: str, what: str) -> dict[str, tuple[str, Any]]:
+        found: dict[str, tuple[str, Any]] = {}
+        for plugin, spec in self._registered(hook):
+            name = spec[0] if isinstance(spec, tuple) else spec.name
+            if name in found:
+                raise PluginError(
+                    f"{what} {name!r} is registered by both {found[name][0]!r} and {plugin!r}; "
+                    f"block one of them (recipe plugins.block or {ENV_BLOCK})."
+                )
+            found[name] = (plugin, spec)
+        return found
+
+    def settings_models(self) -> dict[str, type[BaseModel]]:
+        return {name: spec[1] for name, (_, spec) in self._unique("register_settings", "settings section").items()}
+
+    def environments(self) -> dict[str, tuple[str, EnvironmentSpec]]:
+        return self._unique("register_environments", "environment")
+
+    def engines(self) -> dict[str, tuple[str, EngineSpec]]:
+        return self._unique("register_rollout_engines", "rollout engine")
+
+    def diagnosers(self) -> dict[str, tuple[str, DiagnoserSpec]]:
+        return self._unique("register_diagnosers", "diagnoser")
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def make_plugin_manager(
+    *,
+    allow: Iterable[str] | None = None,
+    block: Iterable[str] = (),
+    required: Iterable[str] = (),
+    entry_points: Iterable[metadata.EntryPoint] | None = None,
+    extra: Iterable[tuple[str, ModuleType | object]] = (),
+) -> PluginHost:
+    """Build a plugin manager with the hook specs and every allowed, loadable plugin registered.
+
+    :param allow: load only these entry-point names (None: all); intersected with ``$SEAL_PLATFORM_PLUGINS``.
+    :param block: never load these; ``$SEAL_PLATFORM_BLOCK_PLUGINS`` adds to them.
+    :param required: names the caller depends on; if one of them is blocked, broken or absent,
+        :class:`PluginError` is raised naming it and why.
+    :param entry_points: use these instead of the installed ``seal_platform`` group (tests).
+    :param extra: (name, plugin object) pairs registered directly, after the entry points.
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    allowed = set(allow) if allow is not None else None
+    env_allow = _env_names(ENV_ALLOW)
+    if env_allow is not None:
+        allowed = env_allow if allowed is None else allowed & env_allow
+    blocked = set(block) | (_env_names(ENV_BLOCK) or set())
+    required = set(required)
+
+    records: list[PluginRecord] = []
+    eps = list(entry_points) if entry_points is not None else _entry_points()
+    for ep in eps:
+        dist = getattr(ep, "dist", None)
+        record = PluginRecord(
+            name=ep.name,
+            distribution=dist.metadata["Name"] if dist is not None else None,
+            version=dist.version if dist is not None else None,
+            value=ep.value,
+        )
+        records.append(record)
+        if ep.name in blocked:
+            record.status = "blocked"
+        elif allowed is not None and ep.name not in allowed:
+            record.status = "not-allowed"
+        elif pm.get_plugin(ep.name) is not None:
+            record.status = "duplicate"
+            record.error = f"another plugin named {ep.name!r} is already loaded; this one ({ep.value}) was skipped"
+        else:
+            try:
+                plugin = ep.load()
+                pm.register(plugin, name=ep.name)
+            except Exception as exc:  # a broken third-party plugin must not take the others down
+                record.status = "failed"
+                record.error = _describe(exc)
+    for name, plugin in extra:
+        pm.register(plugin, name=name)
+        records.append(PluginRecord(name=name, value=repr(plugin)))
+
+    for record in records:
+        plugin = pm.get_plugin(record.name)
+        if plugin is not None and record.status == "loaded":
+            record.hooks = sorted(
+                caller.name for caller in pm.get_hookcallers(plugin) or [] if not caller.name.startswith("_")
+            )
+
+    host = PluginHost(pm, records)
+    # Names that are not entry points at all (an environment registered under another name, say) are
+    # checked later against what the loaded plugins register.
+    for record in records:
+        if record.name in required and record.status != "loaded" and not host.is_loaded(record.name):
+            raise PluginError(f"the recipe depends on {host._why_missing(record.name)}.")
+    return host

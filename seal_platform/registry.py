@@ -1,0 +1,39 @@
+"""What setup hooks return: named things a plugin provides, and the factories that build them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import RunContext
+    from .engine import RolloutEngine
+    from .environment import Environment
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """An environment (benchmark). ``factory(ctx)`` builds it; heavy imports belong inside the factory."""
+
+    name: str
+    factory: Callable[[RunContext], Environment]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DiagnoserSpec:
+    """A diagnoser; the plugin registering it implements the ``diagnose`` hook."""
+
+    name: str
+    description: str = ""
+    labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """A rollout engine. ``factory(ctx)`` builds it; heavy imports belong inside the factory."""
+
+    name: str
+    factory: Callable[[RunContext], RolloutEngine]
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)

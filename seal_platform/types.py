@@ -1,0 +1,201 @@
+"""Shared types: everything that crosses a hook or goes to the run store is one of these.
+
+They are plain pydantic models so plugins written by strangers can build, validate and serialise them
+without importing anything heavy. Token-level fields are optional: an environment that never trains (an
+evaluation-only benchmark) can leave them empty.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class Task(BaseModel):
+    """One benchmark task. ``payload`` is environment-defined (for BFCL: the raw task record)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    category: str
+    split: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class Message(BaseModel):
+    """One chat message of an episode.
+
+    Assistant messages produced by a rollout engine carry the exact sampled ``token_ids`` and their
+    ``logprobs``; trainers use those instead of re-tokenising ``content`` (re-tokenisation drifts).
+    ``trainable`` is the loss mask at message granularity: only model-generated messages are trained on.
+    """
+
+    role: Role
+    content: str
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    trainable: bool = False
+    name: str | None = None
+
+    def chat(self) -> dict[str, str]:
+        """The message as the plain ``{"role", "content"}`` dict chat templates expect."""
+        return {"role": self.role, "content": self.content}
+
+
+class ToolCall(BaseModel):
+    """A tool call the model made, as parsed and as executed."""
+
+    turn: int
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: str | None = None
+    error: str | None = None
+    # Why the call was rejected before execution (parse error, unknown tool, bad argument) if it was.
+    rejected: str | None = None
+
+
+class TurnVerdict(BaseModel):
+    """The verifier's finding for one ground-truth turn."""
+
+    turn: int
+    passed: bool
+    reached: bool = True
+    checks: dict[str, Any] = Field(default_factory=dict)
+
+
+class Trajectory(BaseModel):
+    """One rollout of one task under one interface revision."""
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    task_id: str
+    category: str
+    # Rollouts of the same task in the same step share a group (GRPO normalises within it).
+    group: str
+    sample: int = 0
+    interface_revision: int = 0
+    messages: list[Message] = Field(default_factory=list)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    reward: float = 0.0
+    turn_verdicts: list[TurnVerdict] = Field(default_factory=list)
+    # How the episode ended: "completed", "step_limit", "context_limit", "error", ...
+    finish: str = "completed"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        return self.reward > 0.5
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(m.token_ids or ()) for m in self.messages if m.trainable)
+
+
+class TurnLabel(BaseModel):
+    """A diagnosis of one ground-truth turn of one trajectory."""
+
+    trajectory_id: str
+    turn: int
+    label: str
+    source: str
+    rationale: str = ""
+    # For diagnosers with a finer taxonomy: the reference label this one maps to (for A-Patch base weights).
+    reference_label: str | None = None
+
+
+class Interface(BaseModel):
+    """A revision of the agent's training interface.
+
+    Revision 0 is the pristine interface that evaluation always uses. ``spec`` is environment-defined (for
+    BFCL: which schema affordances, recovery hints and guidelines are active, per category); the core only
+    stores, diffs and hands revisions around.
+    """
+
+    revision: int = 0
+    parent: int | None = None
+    step: int | None = None
+    system_text: str = ""
+    spec: dict[str, Any] = Field(default_factory=dict)
+    changes: list[str] = Field(default_factory=list)
+    driven_by: list[str] = Field(default_factory=list)
+
+    def content(self) -> dict[str, Any]:
+        """What the agent would see differently: the part that diffs compare."""
+        return {"system_text": self.system_text, "spec": self.spec}
+
+    def diff(self, parent: Interface | None) -> str:
+        """A unified diff of this revision's content against its parent's (or against nothing)."""
+        before = json.dumps(parent.content(), indent=2, sort_keys=True).splitlines() if parent else []
+        after = json.dumps(self.content(), indent=2, sort_keys=True).splitlines()
+        return "\n".join(
+            difflib.unified_diff(
+                before,
+                after,
+                fromfile=f"revision {parent.revision}" if parent else "nothing",
+                tofile=f"revision {self.revision}",
+                lineterm="",
+            )
+        )
+
+
+class ReweightResult(BaseModel):
+    """What the ``reweight`` stage returns: a scale per trajectory and the label weights behind them."""
+
+    trajectory_weights: dict[str, float]
+    label_weights: dict[str, float] = Field(default_factory=dict)
+
+
+class EvalResult(BaseModel):
+    """A held-out evaluation: pass rate per category and their plain average (in percent)."""
+
+    split: str
+    per_category: dict[str, float]
+    n_tasks: int
+    trajectories: list[Trajectory] = Field(default_factory=list, exclude=True)
+
+    @property
+    def average(self) -> float:
+        if not self.per_category:
+            return 0.0
+        return sum(self.per_category.values()) / len(self.per_category)
+
+
+class StepMetrics(BaseModel):
+    """Metrics of one training step; plugins add their own numbers under ``values``."""
+
+    step: int
+    epoch: int
+    mean_reward: float = 0.0
+    n_trajectories: int = 0
+    values: dict[str, float] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+# --- the rollout-engine interface --------------------------------------------------------------------
+
+
+class SamplingParams(BaseModel):
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    stop: list[str] = Field(default_factory=list)
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class Generation(BaseModel):
+    """One completion from a rollout engine."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    prompt_tokens: int = 0
+    finish_reason: str = "stop"
