@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from .config import RunConfig
 from .errors import ConfigError
+from .executor import Executor, LocalExecutor
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import RunStore
@@ -34,6 +35,9 @@ class RunContext:
     settings: dict[str, BaseModel] = field(default_factory=dict)
     store: RunStore | None = None
     shared: dict[str, Any] = field(default_factory=dict)
+    # Episodes are submitted here (``ctx.executor.map(run_episode, episodes)``), never to threads of
+    # a plugin's own, so a distributed executor can take over.
+    executor: Executor = field(default_factory=LocalExecutor)
 
     @property
     def seed(self) -> int:

@@ -1,0 +1,44 @@
+"""Where episodes run: an executor abstraction between environment workers and the rollout engine.
+
+Environment plugins submit one function per episode; each episode talks to the shared rollout engine, which
+batches concurrent requests. Keeping episodes and the engine apart is what lets a Ray executor (episodes as
+actors, the engine as another) replace the local one without touching either plugin.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, Protocol, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Executor(Protocol):
+    """Runs independent units of work (episodes) and returns their results in input order."""
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class LocalExecutor:
+    """Threads in this process. Episodes are I/O-bound on the engine and the tool workers, so threads are
+    enough; an exception in one episode propagates to the caller after the others have finished."""
+
+    def __init__(self, max_workers: int = 8):
+        self.max_workers = max(1, max_workers)
+        self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="episode")
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        futures = [self._pool.submit(fn, item) for item in items]
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
