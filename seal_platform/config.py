@@ -44,6 +44,7 @@ class RolloutConfig(_Section):
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(default=512, ge=1)
+    workers: int = Field(default=8, ge=1, description="Episodes run at once (the engine batches their requests).")
 
 
 class EvaluationConfig(_Section):

@@ -69,8 +69,8 @@ def register_settings() -> dict[str, type[BaseModel]]:
     Called when a recipe is loaded or validated (``seal-platform run``, ``config validate``), before any
     stage hook. No arguments.
 
-    :returns: a mapping from section name (a top-level key of the recipe's ``plugins:`` table, usually the
-        plugin's own name) to a pydantic model class. The model should forbid unknown keys
+    :returns: a mapping from section name (a key of the recipe's ``settings:`` table, usually the plugin's
+        own name) to a pydantic model class. The model should forbid unknown keys
         (``model_config = ConfigDict(extra="forbid")``) so typos in recipes are reported. A section that is
         absent from the recipe is built from the model's defaults.
 

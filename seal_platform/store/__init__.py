@@ -1,0 +1,357 @@
+"""The run store: one database (SQLite by default, any SQLAlchemy URL) for runs and everything they produce.
+
+The schema is owned by the Alembic migrations in ``migrations/versions``; opening a store brings it to the
+newest revision. Each training step is written in one transaction, so a killed process leaves either the
+whole step or none of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import zlib
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, delete, event, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..capability import CapabilityState
+from ..errors import StoreError
+from ..types import EvalResult, Interface, Trajectory, TurnLabel
+from . import models as m
+from .models import utcnow
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL: readers (`seal-platform runs` during a run) never block the writer, and a crash mid-write
+    # leaves the last committed step intact.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def alembic_config(connection: Any = None, url: str | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    if url:
+        cfg.set_main_option("sqlalchemy.url", url)
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def pack_trajectory(traj: Trajectory) -> bytes:
+    return zlib.compress(traj.model_dump_json().encode(), level=6)
+
+
+def unpack_trajectory(blob: bytes) -> Trajectory:
+    return Trajectory.model_validate_json(zlib.decompress(blob))
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunStore:
+    """Read and write runs. Safe to share between threads; each call opens its own session."""
+
+    def __init__(self, url: str, *, migrate: bool = True):
+        self.url = url
+        if url.startswith("sqlite:///"):
+            path = url.removeprefix("sqlite:///")
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine: Engine = create_engine(url)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open run store {url!r}: {exc}") from None
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        if migrate:
+            self.migrate()
+
+    # --- schema ----------------------------------------------------------------------------------------
+
+    def migrate(self, revision: str = "head") -> None:
+        try:
+            with self.engine.begin() as conn:
+                command.upgrade(alembic_config(conn), revision)
+        except OperationalError as exc:
+            raise StoreError(f"cannot migrate run store {self.url!r}: {exc.orig}") from None
+
+    def schema_revision(self) -> str | None:
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    @staticmethod
+    def head_revision() -> str | None:
+        return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- runs ------------------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        recipe: str,
+        config: dict[str, Any],
+        config_hash: str,
+        seed: int,
+        run_dir: str,
+        plugins: list[dict[str, Any]],
+    ) -> None:
+        with self.session() as s:
+            s.add(
+                m.Run(
+                    id=run_id, name=name, recipe=recipe, config=config, config_hash=config_hash, seed=seed,
+                    status="running", host=socket.gethostname(), pid=os.getpid(), run_dir=run_dir,
+                )
+            )
+            s.flush()
+            self._add_plugins(s, run_id, plugins)
+
+    def _add_plugins(self, s: Session, run_id: str, plugins: list[dict[str, Any]]) -> None:
+        s.execute(delete(m.RunPlugin).where(m.RunPlugin.run_id == run_id))
+        for p in plugins:
+            s.add(
+                m.RunPlugin(
+                    run_id=run_id, name=p["name"], distribution=p.get("distribution"), version=p.get("version"),
+                    status=p.get("status", "loaded"), hooks=p.get("hooks", []), error=p.get("error"),
+                )
+            )
+
+    def reopen_run(self, run_id: str, plugins: list[dict[str, Any]]) -> None:
+        """Mark a run as running again (resume), in this process, with the plugins loaded now."""
+        with self.session() as s:
+            run = self._get_run(s, run_id)
+            run.status, run.pid, run.host, run.ended_at, run.error = "running", os.getpid(), socket.gethostname(), None, None
+            self._add_plugins(s, run_id, plugins)
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
+        with self.session() as s:
+            run = self._get_run(s, run_id)
+            run.status, run.ended_at, run.error = status, utcnow(), error
+
+    def _get_run(self, s: Session, run_id: str) -> m.Run:
+        run = s.get(m.Run, run_id)
+        if run is None:
+            matches = s.scalars(select(m.Run).where(m.Run.id.startswith(run_id))).all()
+            if len(matches) == 1:
+                return matches[0]
+            if matches:
+                raise StoreError(f"run id {run_id!r} is ambiguous: {', '.join(r.id for r in matches)}.")
+            raise StoreError(f"no run {run_id!r} in {self.url} (see `seal-platform runs`).")
+        return run
+
+    def get_run(self, run_id: str) -> m.Run:
+        """A run by id or unique id prefix. Runs left ``running`` by a dead process on this host read as
+        ``crashed`` (and are marked so)."""
+        with self.session() as s:
+            run = self._get_run(s, run_id)
+            self._mark_if_crashed(run)
+            return run
+
+    def _mark_if_crashed(self, run: m.Run) -> None:
+        if run.status == "running" and run.host == socket.gethostname() and not _pid_alive(run.pid):
+            run.status = "crashed"
+
+    def list_runs(self) -> list[m.Run]:
+        with self.session() as s:
+            runs = list(s.scalars(select(m.Run).order_by(m.Run.started_at.desc())))
+            for run in runs:
+                self._mark_if_crashed(run)
+            return runs
+
+    def run_plugins(self, run_id: str) -> list[m.RunPlugin]:
+        with self.session() as s:
+            return list(s.scalars(select(m.RunPlugin).where(m.RunPlugin.run_id == run_id).order_by(m.RunPlugin.id)))
+
+    # --- per step --------------------------------------------------------------------------------------
+
+    def record_step(
+        self,
+        run_id: str,
+        *,
+        step: int,
+        epoch: int,
+        trajectories: list[Trajectory],
+        labels: list[TurnLabel],
+        label_weights: dict[str, float],
+        state: CapabilityState,
+        interface_revision: int,
+        metrics: dict[str, float],
+        timings: dict[str, float],
+    ) -> None:
+        """Everything a training step produced, in one transaction."""
+        mean_reward = sum(t.reward for t in trajectories) / len(trajectories) if trajectories else 0.0
+        with self.session() as s:
+            s.add(
+                m.Step(
+                    run_id=run_id, step=step, epoch=epoch, mean_reward=mean_reward,
+                    n_trajectories=len(trajectories), interface_revision=interface_revision,
+                    metrics=_jsonable(metrics), timings=_jsonable(timings),
+                    capability_state=state.model_dump(mode="json"),
+                )
+            )
+            self._add_trajectories(s, run_id, step, "train", trajectories)
+            s.add_all(
+                m.TurnLabelRow(
+                    run_id=run_id, step=step, trajectory_id=lab.trajectory_id, turn=lab.turn, label=lab.label,
+                    reference_label=lab.reference_label, source=lab.source, rationale=lab.rationale,
+                )
+                for lab in labels
+            )
+            s.add_all(
+                m.LabelWeight(run_id=run_id, step=step, label=label, weight=float(w))
+                for label, w in sorted(label_weights.items())
+            )
+            run = self._get_run(s, run_id)
+            run.last_step = step
+
+    def _add_trajectories(self, s: Session, run_id: str, step: int, phase: str, trajectories: list[Trajectory]) -> None:
+        s.add_all(
+            m.TrajectoryRow(
+                id=t.id, run_id=run_id, step=step, phase=phase, task_id=t.task_id, category=t.category,
+                group=t.group, sample=t.sample, reward=t.reward, interface_revision=t.interface_revision,
+                finish=t.finish, generated_tokens=t.generated_tokens, blob=pack_trajectory(t),
+            )
+            for t in trajectories
+        )
+
+    def steps(self, run_id: str) -> list[m.Step]:
+        with self.session() as s:
+            return list(s.scalars(select(m.Step).where(m.Step.run_id == run_id).order_by(m.Step.step)))
+
+    def step_row(self, run_id: str, step: int) -> m.Step | None:
+        with self.session() as s:
+            return s.scalars(select(m.Step).where(m.Step.run_id == run_id, m.Step.step == step)).first()
+
+    def trajectories(self, run_id: str, step: int | None = None, phase: str | None = None) -> list[Trajectory]:
+        with self.session() as s:
+            q = select(m.TrajectoryRow).where(m.TrajectoryRow.run_id == run_id)
+            if step is not None:
+                q = q.where(m.TrajectoryRow.step == step)
+            if phase is not None:
+                q = q.where(m.TrajectoryRow.phase == phase)
+            return [unpack_trajectory(r.blob) for r in s.scalars(q.order_by(m.TrajectoryRow.step))]
+
+    def labels(self, run_id: str, step: int | None = None) -> list[m.TurnLabelRow]:
+        with self.session() as s:
+            q = select(m.TurnLabelRow).where(m.TurnLabelRow.run_id == run_id)
+            if step is not None:
+                q = q.where(m.TurnLabelRow.step == step)
+            return list(s.scalars(q.order_by(m.TurnLabelRow.id)))
+
+    def label_weights(self, run_id: str) -> list[m.LabelWeight]:
+        with self.session() as s:
+            return list(s.scalars(select(m.LabelWeight).where(m.LabelWeight.run_id == run_id).order_by(m.LabelWeight.step, m.LabelWeight.label)))
+
+    def discard_after(self, run_id: str, step: int) -> int:
+        """Delete what steps after ``step`` wrote (a resume re-does them); returns how many steps went."""
+        with self.session() as s:
+            n = len(s.scalars(select(m.Step.id).where(m.Step.run_id == run_id, m.Step.step > step)).all())
+            for model in (m.Step, m.TrajectoryRow, m.TurnLabelRow, m.LabelWeight, m.Evaluation, m.Checkpoint):
+                s.execute(delete(model).where(model.run_id == run_id, model.step > step))
+            s.execute(
+                delete(m.InterfaceRevision).where(m.InterfaceRevision.run_id == run_id, m.InterfaceRevision.step > step)
+            )
+            run = self._get_run(s, run_id)
+            run.last_step = step if step >= 0 else None
+            return n
+
+    # --- interfaces, evaluations, checkpoints, events --------------------------------------------------
+
+    def add_interface(self, run_id: str, interface: Interface, parent: Interface | None) -> None:
+        with self.session() as s:
+            s.add(
+                m.InterfaceRevision(
+                    run_id=run_id, revision=interface.revision, parent=interface.parent, step=interface.step,
+                    content=interface.model_dump(mode="json"), changes=list(interface.changes),
+                    driven_by=list(interface.driven_by), diff=interface.diff(parent),
+                )
+            )
+
+    def interfaces(self, run_id: str) -> list[m.InterfaceRevision]:
+        with self.session() as s:
+            return list(
+                s.scalars(select(m.InterfaceRevision).where(m.InterfaceRevision.run_id == run_id).order_by(m.InterfaceRevision.revision))
+            )
+
+    def interface(self, run_id: str, revision: int) -> Interface:
+        for row in self.interfaces(run_id):
+            if row.revision == revision:
+                return Interface.model_validate(row.content)
+        raise StoreError(f"run {run_id} has no interface revision {revision}.")
+
+    def add_evaluation(self, run_id: str, step: int, result: EvalResult) -> None:
+        with self.session() as s:
+            s.add_all(
+                m.Evaluation(run_id=run_id, step=step, split=result.split, category=cat, pass_rate=rate, n_tasks=result.n_tasks)
+                for cat, rate in sorted(result.per_category.items())
+            )
+            self._add_trajectories(s, run_id, step, "eval", result.trajectories)
+
+    def evaluations(self, run_id: str) -> list[m.Evaluation]:
+        with self.session() as s:
+            return list(s.scalars(select(m.Evaluation).where(m.Evaluation.run_id == run_id).order_by(m.Evaluation.step, m.Evaluation.category)))
+
+    def add_checkpoint(self, run_id: str, step: int, path: str, meta: dict[str, Any]) -> None:
+        with self.session() as s:
+            s.add(m.Checkpoint(run_id=run_id, step=step, path=path, meta=_jsonable(meta)))
+
+    def checkpoints(self, run_id: str) -> list[m.Checkpoint]:
+        with self.session() as s:
+            return list(s.scalars(select(m.Checkpoint).where(m.Checkpoint.run_id == run_id).order_by(m.Checkpoint.step)))
+
+    def add_event(self, run_id: str | None, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
+        with self.session() as s:
+            s.add(m.Event(run_id=run_id, kind=kind, message=message, data=_jsonable(data or {})))
+
+    def events(self, run_id: str) -> list[m.Event]:
+        with self.session() as s:
+            return list(s.scalars(select(m.Event).where(m.Event.run_id == run_id).order_by(m.Event.id)))
+
+
+def _jsonable(value: Any) -> Any:
+    """Round-trip through JSON so that numpy/torch scalars and paths become plain values."""
+    return json.loads(json.dumps(value, default=_default))
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, (Path, datetime)):
+        return str(obj)
+    return repr(obj)

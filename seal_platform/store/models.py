@@ -1,0 +1,173 @@
+"""The run store's tables (SQLAlchemy 2 declarative). Change them only together with a new migration in
+``migrations/versions``; a test checks the two agree."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    recipe: Mapped[str] = mapped_column(Text, default="")
+    config: Mapped[dict] = mapped_column(JSON)
+    config_hash: Mapped[str] = mapped_column(String(64))
+    seed: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20), default="running")
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    host: Mapped[str] = mapped_column(String(200), default="")
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    run_dir: Mapped[str] = mapped_column(Text, default="")
+    last_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class RunPlugin(Base):
+    __tablename__ = "run_plugins"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    distribution: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    version: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    status: Mapped[str] = mapped_column(String(20))
+    hooks: Mapped[list] = mapped_column(JSON, default=list)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class Step(Base):
+    __tablename__ = "steps"
+    __table_args__ = (UniqueConstraint("run_id", "step", name="uq_steps_run_step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[int] = mapped_column(Integer)
+    mean_reward: Mapped[float] = mapped_column(Float)
+    n_trajectories: Mapped[int] = mapped_column(Integer)
+    interface_revision: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict] = mapped_column(JSON, default=dict)
+    timings: Mapped[dict] = mapped_column(JSON, default=dict)
+    capability_state: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class TrajectoryRow(Base):
+    __tablename__ = "trajectories"
+    __table_args__ = (Index("ix_trajectories_run_step", "run_id", "step"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    phase: Mapped[str] = mapped_column(String(10))  # train | eval
+    task_id: Mapped[str] = mapped_column(String(200))
+    category: Mapped[str] = mapped_column(String(100))
+    group: Mapped[str] = mapped_column(String(300))
+    sample: Mapped[int] = mapped_column(Integer)
+    reward: Mapped[float] = mapped_column(Float)
+    interface_revision: Mapped[int] = mapped_column(Integer)
+    finish: Mapped[str] = mapped_column(String(50))
+    generated_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The full trajectory (messages, token ids, calls, verdicts) as zlib-compressed JSON.
+    blob: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class TurnLabelRow(Base):
+    __tablename__ = "turn_labels"
+    __table_args__ = (Index("ix_turn_labels_run_step", "run_id", "step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    trajectory_id: Mapped[str] = mapped_column(String(64), index=True)
+    turn: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(100))
+    reference_label: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    source: Mapped[str] = mapped_column(String(100))
+    rationale: Mapped[str] = mapped_column(Text, default="")
+
+
+class InterfaceRevision(Base):
+    __tablename__ = "interface_revisions"
+    __table_args__ = (UniqueConstraint("run_id", "revision", name="uq_interface_run_revision"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    revision: Mapped[int] = mapped_column(Integer)
+    parent: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    content: Mapped[dict] = mapped_column(JSON)
+    changes: Mapped[list] = mapped_column(JSON, default=list)
+    driven_by: Mapped[list] = mapped_column(JSON, default=list)
+    diff: Mapped[str] = mapped_column(Text, default="")
+
+
+class LabelWeight(Base):
+    __tablename__ = "label_weights"
+    __table_args__ = (UniqueConstraint("run_id", "step", "label", name="uq_label_weights"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(100))
+    weight: Mapped[float] = mapped_column(Float)
+
+
+class Evaluation(Base):
+    __tablename__ = "evaluations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    split: Mapped[str] = mapped_column(String(50))
+    category: Mapped[str] = mapped_column(String(100))
+    pass_rate: Mapped[float] = mapped_column(Float)
+    n_tasks: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)
+    meta: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Event(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    kind: Mapped[str] = mapped_column(String(50))
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict] = mapped_column(JSON, default=dict)
