@@ -1,26 +1,299 @@
 """How an interface revision changes what the BFCL agent sees (training only).
 
-Revision 0 is the pristine interface: every function here returns its input unchanged for it, so evaluation
-prompts are byte-identical to the official presentation. (Initial stubs; issue 5 fills them in.)
+Revision 0 is the pristine interface (spec ``{}``): every function here returns its input unchanged for it
+(``render_tools`` returns the very list it was given, ``system_addendum`` returns "" and ``recovery_hint``
+None), so evaluation prompts are byte-identical to the official presentation. Which changes a revision
+activates, and why, is decided in :mod:`seal_platform_plugins.bfcl.evolution`; the spec it writes is::
+
+    {"version": 1, "scopes": {"<category or *>": {"changes": [...sorted names...],
+                                                  "guidelines": [{"label": ..., "text": ...}, ...]}}}
+
+Everything the renderers need is in the spec, so a stored revision renders the same way later, whatever
+the settings of the run that reads it.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import re
 from typing import Any
 
 from seal_platform.types import Interface
 
+ALL_SCOPES = "*"
+
+NO_INVENT_NOTE = (
+    "Only call the tools listed above, with their exact names and declared parameters. Never invent a tool "
+    "or a parameter; if no listed tool can do what is asked, say so instead of calling one."
+)
+GUIDELINES_HEADER = "Guidelines (from recent practice):"
+
+
+def scope_of(interface: Interface, category: str) -> dict[str, Any]:
+    """The part of ``interface``'s spec that applies to tasks of ``category`` ({} when none)."""
+    scopes = interface.spec.get("scopes") or {}
+    scope = scopes.get(category)
+    if scope is None:
+        scope = scopes.get(ALL_SCOPES)
+    return scope or {}
+
+
+def active_changes(interface: Interface, category: str) -> set[str]:
+    """Names of the changes ``interface`` activates for ``category``."""
+    return set(scope_of(interface, category).get("changes", ()))
+
+
+# --- tool docs ---------------------------------------------------------------------------------------------
+
+_ENUM_LIST = re.compile(r"\[Enum\]\s*:\s*\[([^\]]*)\]", re.IGNORECASE)
+_ENUM_PLAIN = re.compile(r"\[Enum\]\s*:\s*([^\[\]\n]+)", re.IGNORECASE)
+_OPTIONS = re.compile(r"(?:here are the options|options are|one of)\s*:\s*([^\n]+)", re.IGNORECASE)
+_QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
+
+
+def _split_values(text: str) -> list[str]:
+    text = text.strip().rstrip(".").strip()
+    return [v.strip().strip("\"'") for v in text.split(",") if v.strip().strip("\"'")]
+
+
+def enum_values(schema: dict[str, Any]) -> list[str]:
+    """The closed set of values a parameter accepts, from its ``enum`` field or its description.
+
+    BFCL mostly states enums in prose ("[Enum]: [\"on\", \"off\"]", "[Enum]: USD, RMB", "Options are: a,
+    b, c."); only a few docs use the JSON-schema ``enum`` field. Arrays take their items' values.
+    """
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return [str(v) for v in schema["enum"]]
+    items = schema.get("items")
+    if isinstance(items, dict) and isinstance(items.get("enum"), list) and items["enum"]:
+        return [str(v) for v in items["enum"]]
+    desc = schema.get("description") or ""
+    if not isinstance(desc, str):
+        return []
+    m = _ENUM_LIST.search(desc)
+    if m:
+        return [a or b for a, b in _QUOTED.findall(m.group(1))] or _split_values(m.group(1))
+    for pattern in (_ENUM_PLAIN, _OPTIONS):
+        m = pattern.search(desc)
+        if m:
+            return _split_values(m.group(1))
+    return []
+
+
+def type_text(schema: dict[str, Any]) -> str | None:
+    """A short readable type ("string", "array of float") or None when the schema has none."""
+    kind = schema.get("type")
+    if not isinstance(kind, str):
+        return None
+    items = schema.get("items")
+    if kind == "array" and isinstance(items, dict) and isinstance(items.get("type"), str):
+        return f"array of {items['type']}"
+    return kind
+
+
+def _append(desc: str, text: str) -> str:
+    desc = desc.rstrip()
+    if not desc:
+        return text
+    return f"{desc} {text}" if desc[-1] in ".!?:;" else f"{desc}. {text}"
+
+
+def _render_params(params: dict[str, Any], changes: set[str], top: bool) -> None:
+    """Rewrite a parameters object (``{"type", "properties", "required"}``) in place."""
+    props = params.get("properties")
+    if not isinstance(props, dict):
+        return
+    required = params.get("required")
+    required = set(required) if isinstance(required, list) else set()
+    if top and "hide_optional" in changes:
+        for name in [n for n in props if n not in required]:
+            del props[name]
+    for name, schema in props.items():
+        if not isinstance(schema, dict):
+            continue
+        desc = schema.get("description")
+        desc = desc if isinstance(desc, str) else ""
+        if "required_markers" in changes and name in required and not desc.startswith("[required]"):
+            desc = f"[required] {desc}".rstrip()
+        if "enum_values" in changes and "Allowed values:" not in desc:
+            values = enum_values(schema)
+            if values:
+                desc = _append(desc, "Allowed values: " + ", ".join(values) + ".")
+        if "type_hints" in changes:
+            kind = type_text(schema)
+            if kind:
+                desc = _append(desc, f"Type: {kind}.")
+        if desc != (schema.get("description") or ""):
+            schema["description"] = desc
+        # Nested objects (ticket updates, transaction lists) carry their own required lists.
+        _render_params(schema, changes, top=False)
+        items = schema.get("items")
+        if isinstance(items, dict):
+            _render_params(items, changes, top=False)
+
 
 def render_tools(tool_docs: list[dict[str, Any]], interface: Interface, category: str) -> list[dict[str, Any]]:
-    """The tool docs the agent sees under ``interface`` for a task of ``category``."""
-    return tool_docs
+    """The tool docs the agent sees under ``interface`` for a task of ``category``.
+
+    When no schema change is active (revision 0 in particular) the input list itself is returned, untouched;
+    otherwise a rewritten deep copy (the caller's docs are never modified).
+    """
+    changes = active_changes(interface, category) & {"required_markers", "enum_values", "type_hints", "hide_optional"}
+    if not changes:
+        return tool_docs
+    rendered = copy.deepcopy(tool_docs)
+    for doc in rendered:
+        params = doc.get("parameters") if isinstance(doc, dict) else None
+        if isinstance(params, dict):
+            _render_params(params, changes, top=True)
+    return rendered
+
+
+# --- system prompt -----------------------------------------------------------------------------------------
+
+
+def _scope_addendum(scope: dict[str, Any]) -> str:
+    parts: list[str] = []
+    if "no_invent_note" in scope.get("changes", ()):
+        parts.append(NO_INVENT_NOTE)
+    lines = [g["text"] for g in scope.get("guidelines", ()) if g.get("text")]
+    if lines:
+        parts.append("\n".join([GUIDELINES_HEADER, *(f"- {line}" for line in lines)]))
+    return "\n\n".join(parts)
 
 
 def system_addendum(interface: Interface, category: str) -> str:
-    """Extra system-prompt text under ``interface`` ("" for the pristine one)."""
-    return ""
+    """Extra system-prompt text under ``interface`` for ``category`` ("" for the pristine one)."""
+    return _scope_addendum(scope_of(interface, category))
+
+
+def describe_system(spec: dict[str, Any]) -> str:
+    """A readable rendering of every scope's system addendum (stored as ``Interface.system_text``)."""
+    blocks = []
+    for name, scope in sorted((spec.get("scopes") or {}).items()):
+        text = _scope_addendum(scope)
+        if text:
+            blocks.append(f"[{name}]\n{text}")
+    return "\n\n".join(blocks)
+
+
+# --- recovery feedback -------------------------------------------------------------------------------------
+
+_JSON_ERROR = re.compile(r"^\s*\{\s*[\"']error[\"']\s*:\s*(.*?)\s*\}\s*$", re.DOTALL)
+_EXEC_ERROR = re.compile(r"Error during execution:\s*(.*)", re.DOTALL)
+_PARSE = re.compile(
+    r"pars(e|ing) error|could not (be )?pars|malformed|invalid json|not valid json|could not decode|"
+    r"failed to parse|unparsable|unparseable",
+    re.IGNORECASE,
+)
+_UNKNOWN_TOOL = re.compile(
+    r"unknown (tool|function)|no (such )?(tool|function) (named|called)?|not an available (tool|function)|"
+    r"(tool|function) .{0,80}(is )?not (available|in the (current )?(tool|function) list)|"
+    r"object has no attribute|is not defined",
+    re.IGNORECASE,
+)
+_MISSING = re.compile(r"missing (?:\d+ )?required (?:positional |keyword-only )?arguments?:?\s*(.*)", re.IGNORECASE)
+_UNEXPECTED = re.compile(
+    r"unexpected keyword argument\s*'?([^'\s]*)'?|takes \d+ positional arguments? but \d+ (?:were|was) given",
+    re.IGNORECASE,
+)
+_NOT_AUTH = re.compile(
+    r"not authenticated|not logged in|no user is currently logged in|log ?in|authenticate|token expired|"
+    r"invalid access token|token not (initialized|found)",
+    re.IGNORECASE,
+)
+_PATH = re.compile(
+    r"no such (file|directory)|not a directory|not a file or directory|unsupported path|path not allowed|"
+    r"is a directory",
+    re.IGNORECASE,
+)
+_TYPE = re.compile(
+    r"must be (a )?(number|numbers|str|string|int|integer|float|list|dict|real number)|"
+    r"must be numbers|not supported between instances|unsupported operand type|can only concatenate|"
+    r"object is not (iterable|subscriptable|callable)|invalid literal for|could not convert|"
+    r"object cannot be interpreted as|expected .{0,40} got|typeerror",
+    re.IGNORECASE,
+)
+
+
+def classify_observation(observation: str) -> tuple[str, str] | None:
+    """What went wrong, as (kind, detail), when ``observation`` reports a failure; None otherwise.
+
+    Kinds: ``parse_error``, ``unknown_tool``, ``missing_argument``, ``unexpected_argument``,
+    ``not_authenticated``, ``unknown_path``, ``type_mismatch`` and ``tool_error`` (any other error).
+    Tool errors come as ``{"error": ...}`` results or as ``Error during execution: ...`` strings (the
+    reference only sees the first kind); the text is only matched, never evaluated.
+    """
+    if not isinstance(observation, str) or not observation.strip():
+        return None
+    message: str | None = None
+    m = _JSON_ERROR.match(observation)
+    if m:
+        message = m.group(1)
+        try:
+            decoded = json.loads(observation)
+            if isinstance(decoded, dict) and "error" in decoded:
+                message = str(decoded["error"])
+        except ValueError:
+            message = message.strip().strip("\"'")
+    else:
+        m = _EXEC_ERROR.search(observation)
+        if m:
+            message = m.group(1).strip()
+    if message is None:
+        if _PARSE.search(observation):
+            return "parse_error", observation.strip()
+        if _UNKNOWN_TOOL.search(observation):
+            return "unknown_tool", observation.strip()
+        return None
+    m = _MISSING.search(message)
+    if m:
+        return "missing_argument", m.group(1).strip() or message
+    m = _UNEXPECTED.search(message)
+    if m:
+        return "unexpected_argument", (m.group(1) or "").strip() or message
+    if _NOT_AUTH.search(message):
+        return "not_authenticated", message
+    if _PATH.search(message):
+        return "unknown_path", message
+    if _UNKNOWN_TOOL.search(message):
+        return "unknown_tool", message
+    if _TYPE.search(message):
+        return "type_mismatch", message
+    return "tool_error", message
+
+
+_HINTS = {
+    "parse_error": "Hint: your last message contained a tool call that could not be parsed, so none of its "
+    "calls ran. Write every call in exactly the documented format, with valid JSON arguments, and try again.",
+    "unknown_tool": "Hint: that tool is not in the current tool list. Call only listed tools, by their exact "
+    "names; if none can do it, tell the user.",
+    "missing_argument": "Hint: the call is missing a required argument ({detail}). Call the tool again with "
+    "every required parameter filled in.",
+    "unexpected_argument": "Hint: the call passed an argument the tool does not accept ({detail}). Use only the "
+    "parameter names from the tool's documentation.",
+    "not_authenticated": "Hint: you are not logged in to this service. Call its login or authentication tool "
+    "first, then repeat the call.",
+    "unknown_path": "Hint: that file or directory is not where the call looked. Check the current directory "
+    "(list its contents, move one folder level at a time) and use names relative to it.",
+    "type_mismatch": "Hint: an argument has the wrong type. Pass values of the declared types (numbers as "
+    "numbers, lists as lists) and call the tool again.",
+    "tool_error": "Hint: the call failed. Read the error, fix its cause and retry, or tell the user if it "
+    "cannot be done.",
+}
 
 
 def recovery_hint(interface: Interface, category: str, observation: str) -> str | None:
-    """A hint to append after a failed call's observation, or None."""
-    return None
+    """A hint to append after a failed call's observation, or None (always None for revision 0).
+
+    The hint names the problem (missing or unexpected argument, unknown path, not authenticated, unknown
+    tool, type mismatch, parse error) when the revision activates recovery feedback for ``category``.
+    """
+    if "recovery" not in active_changes(interface, category):
+        return None
+    found = classify_observation(observation)
+    if found is None:
+        return None
+    kind, detail = found
+    return _HINTS[kind].format(detail=detail[:200])

@@ -1,0 +1,341 @@
+"""Closed-loop evolution of the BFCL *training* interface from the capability state.
+
+Evaluation never sees any of this: it always runs on revision 0, whose spec is ``{}`` and which every
+function in :mod:`seal_platform_plugins.bfcl.interface` renders as the untouched official presentation.
+
+The changes
+-----------
+An interface spec activates named *changes*, per scope (a category name, or ``"*"`` for every category):
+
+==================  =========================================================================================
+change              what the agent sees differently (rendered by ``interface.py``)
+==================  =========================================================================================
+required_markers    ``[required]`` in front of the description of every required parameter
+enum_values         ``Allowed values: a, b, c.`` after the description of parameters with a closed value set
+                    (from the ``enum`` field or from the "[Enum]: ..." / "Options are: ..." descriptions)
+type_hints          ``Type: integer.`` after every parameter description (off unless enabled in settings)
+hide_optional       optional parameters removed from the docs (off unless enabled in settings)
+no_invent_note      a system note: call only the listed tools, never invent one
+recovery            after a parse error or a tool error (``{"error": ...}`` results and
+                    ``Error during execution: ...`` strings) a hint naming the problem is appended
+guidelines          a short system block, one line per high-pressure label (at most ``max_guidelines``)
+==================  =========================================================================================
+
+What drives them (label -> change)
+----------------------------------
+For each scope the *pressure* of a label is ``prevalence x (1 - mean reward)``, where prevalence is the
+label's share of the scope's labelled turns (``gt_error``/``checker_error`` excluded: they are not the
+agent's doing) and mean reward is the mean reward of the trajectories that contain the label. A label is
+*eligible* in a scope when it has at least ``min_count`` occurrences and a prevalence of at least
+``min_prevalence`` there. A change is switched on when one of its trigger labels is eligible with pressure
+of at least ``activate_pressure``:
+
+* required_markers <- argument_mismatch, invalid_tool_call, instance_mismatch, empty_turn_model_response
+* enum_values      <- argument_mismatch, state_mismatch
+* type_hints       <- argument_mismatch, instance_mismatch
+* hide_optional    <- argument_mismatch
+* no_invent_note   <- invalid_tool_call, spurious_tool_call
+* recovery         <- recovery_failure, instance_mismatch, invalid_tool_call
+* guidelines       <- every eligible label with a guideline text (``pass``, ``correct_abstention`` and the
+  excluded labels have none), the ``max_guidelines`` of highest pressure; ties broken by label name.
+
+Both the reference taxonomy (instance/state mismatch, spurious call, empty turn) and the finer one
+(invalid tool call, argument mismatch, recovery failure) drive changes, so a diagnoser that only emits the
+reference labels still closes the loop.
+
+Stability: a scope is only re-decided when its window holds at least ``min_evidence`` labelled turns, so the
+fresh window at the start of an epoch does not undo anything. Once on, a change stays on (the pressure it
+relieved would come back without it) unless ``release_pressure`` is set: then a change whose trigger
+labels' pressure have all fallen below it is switched off again. Guidelines are re-chosen each time a scope
+is re-decided. Everything is a pure function of (current spec, state, settings): the same inputs give the
+same revision, and specs list their entries in sorted order.
+
+Modes
+-----
+``closed_loop`` (SEAL, default): the above. ``reference``: the public release's behaviour, static schema
+affordances (required markers, enum values, the no-invent note) on for every category from the first call,
+never anything else. ``off`` (vanilla GRPO): never a new revision.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from seal_platform.capability import CapabilityState, CapabilityTables
+from seal_platform.types import Interface
+
+from .interface import describe_system
+
+ALL_SCOPES = "*"
+SPEC_VERSION = 1
+
+CHANGES = (
+    "required_markers",
+    "enum_values",
+    "type_hints",
+    "hide_optional",
+    "no_invent_note",
+    "recovery",
+)
+SCHEMA_CHANGES = ("required_markers", "enum_values", "type_hints", "hide_optional", "no_invent_note")
+REFERENCE_CHANGES = ("required_markers", "enum_values", "no_invent_note")
+
+TRIGGERS: dict[str, tuple[str, ...]] = {
+    "required_markers": (
+        "argument_mismatch",
+        "invalid_tool_call",
+        "instance_mismatch",
+        "empty_turn_model_response",
+    ),
+    "enum_values": ("argument_mismatch", "state_mismatch"),
+    "type_hints": ("argument_mismatch", "instance_mismatch"),
+    "hide_optional": ("argument_mismatch",),
+    "no_invent_note": ("invalid_tool_call", "spurious_tool_call"),
+    "recovery": ("recovery_failure", "instance_mismatch", "invalid_tool_call"),
+}
+
+# Not the agent's doing: left out of every prevalence denominator, as A-Patch does.
+EXCLUDED_LABELS = ("gt_error", "checker_error")
+
+GUIDELINES: dict[str, str] = {
+    "spurious_tool_call": "When a request needs no tool (it only asks for information you already have, or "
+    "cannot be served by the listed tools), answer in text without calling any tool.",
+    "empty_turn_model_response": "When the user asks for an action that a listed tool performs, call that "
+    "tool; do not just describe what you would do.",
+    "instance_mismatch": "Call tools only with the parameters they declare and values of the declared types; "
+    "a call that raises an error changes nothing.",
+    "state_mismatch": "Do exactly what the user asked, with the exact names and values from the request: "
+    "no extra actions, no skipped steps.",
+    "response_mismatch": "Make the calls that retrieve the information the user asked for, and base your "
+    "answer on their results.",
+    "invalid_tool_call": "Call only tools from the current list, using the exact tool-call format; if a "
+    "needed tool is missing, say so instead of inventing one.",
+    "argument_mismatch": "Fill every required parameter, use values exactly as given by the user or by "
+    "earlier results, and pick enum values from the allowed list.",
+    "missing_tool_call": "Complete every step of the request: make each needed call before you answer.",
+    "recovery_failure": "When a call returns an error, read it, fix the cause (argument, path, login) and "
+    "retry instead of giving up or repeating the same call.",
+    "unreached_turn": "Finish each user request in few steps and then answer, so the conversation can go on.",
+}
+
+
+class EvolutionSettings(BaseModel):
+    """How the training interface evolves (recipe section ``bfcl.evolution``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["closed_loop", "reference", "off"] = Field(
+        default="closed_loop",
+        description="closed_loop: the capability state decides the changes (SEAL); reference: static schema "
+        "affordances always on (the public release); off: the pristine interface throughout (vanilla GRPO).",
+    )
+    # Families and the optional schema changes.
+    schema_affordances: bool = Field(default=True, description="Allow required markers, enum values, no-invent note.")
+    type_hints: bool = Field(default=False, description="Allow 'Type: ...' hints on parameters.")
+    hide_optional: bool = Field(default=False, description="Allow hiding optional parameters.")
+    recovery_feedback: bool = Field(default=True, description="Allow hints after parse and tool errors.")
+    guidelines: bool = Field(default=True, description="Allow the capability-guideline system block.")
+    # Where decisions are taken.
+    per_category: bool = Field(
+        default=True, description="Decide per task category; false: pool all categories into one decision."
+    )
+    categories: list[str] | None = Field(
+        default=None, description="Categories whose interface may evolve; null: all of them."
+    )
+    table: Literal["window", "totals"] = Field(
+        default="window", description="Read the current epoch's window or the run's totals."
+    )
+    # Thresholds (reference: 8 occurrences, prevalence 0.10, 3 guideline lines).
+    min_count: int = Field(default=8, ge=1, description="Occurrences before a label can drive a change.")
+    min_prevalence: float = Field(default=0.10, ge=0.0, le=1.0, description="Share of labelled turns needed.")
+    activate_pressure: float = Field(
+        default=0.05, ge=0.0, le=1.0, description="prevalence x (1 - mean reward) that switches a change on."
+    )
+    release_pressure: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Switch a change off again when all its trigger labels fall below this pressure; null: never.",
+    )
+    min_evidence: int = Field(
+        default=16, ge=1, description="Labelled turns a scope needs in the table before it is re-decided."
+    )
+    max_guidelines: int = Field(default=3, ge=0, description="Most guideline lines per scope.")
+    guideline_texts: dict[str, str] = Field(
+        default_factory=dict, description="Extra or replacement guideline lines, by label."
+    )
+
+    def allowed(self, change: str) -> bool:
+        """Whether the settings let ``change`` be switched on at all."""
+        if change in ("required_markers", "enum_values", "no_invent_note"):
+            return self.schema_affordances
+        if change == "type_hints":
+            return self.schema_affordances and self.type_hints
+        if change == "hide_optional":
+            return self.schema_affordances and self.hide_optional
+        if change == "recovery":
+            return self.recovery_feedback
+        raise ValueError(f"unknown interface change {change!r}; known: {', '.join(CHANGES)}")
+
+    def guideline_text(self, label: str) -> str | None:
+        return self.guideline_texts.get(label) or GUIDELINES.get(label)
+
+
+class LabelPressure(BaseModel):
+    """A label's standing in one scope."""
+
+    label: str
+    count: int
+    prevalence: float
+    mean_reward: float
+
+    @property
+    def pressure(self) -> float:
+        return self.prevalence * (1.0 - self.mean_reward)
+
+    def describe(self) -> str:
+        return (
+            f"{self.label} n={self.count} prevalence={self.prevalence:.2f} "
+            f"mean_reward={self.mean_reward:.2f} pressure={self.pressure:.2f}"
+        )
+
+
+def label_pressures(tables: CapabilityTables, category: str | None) -> dict[str, LabelPressure]:
+    """Pressure of every label seen in ``tables`` for ``category`` (None: all categories pooled)."""
+    table = tables.by_label if category is None else tables.by_category_label.get(category, {})
+    out: dict[str, LabelPressure] = {}
+    for label in sorted(table):
+        if label in EXCLUDED_LABELS:
+            continue
+        out[label] = LabelPressure(
+            label=label,
+            count=tables.count(label, category),
+            prevalence=tables.prevalence(label, category, exclude=EXCLUDED_LABELS),
+            mean_reward=tables.mean_reward(label, category),
+        )
+    return out
+
+
+def evidence(tables: CapabilityTables, category: str | None) -> int:
+    """Labelled turns (excluded labels left out) in ``tables`` for ``category``."""
+    table = tables.by_label if category is None else tables.by_category_label.get(category, {})
+    return sum(t.count for name, t in table.items() if name not in EXCLUDED_LABELS)
+
+
+def _eligible(p: LabelPressure, settings: EvolutionSettings) -> bool:
+    return p.count >= settings.min_count and p.prevalence >= settings.min_prevalence
+
+
+def decide_scope(
+    current: dict, pressures: dict[str, LabelPressure], settings: EvolutionSettings
+) -> tuple[dict, list[str], set[str]]:
+    """The next spec of one scope: (scope spec, change descriptions, driving labels)."""
+    active = set(current.get("changes", []))
+    notes: list[str] = []
+    driven: set[str] = set()
+    for change in CHANGES:
+        if not settings.allowed(change):
+            if change in active:
+                active.discard(change)
+                notes.append(f"-{change} (disabled in settings)")
+            continue
+        triggers = [pressures[z] for z in TRIGGERS[change] if z in pressures]
+        firing = [p for p in triggers if _eligible(p, settings) and p.pressure >= settings.activate_pressure]
+        if change not in active and firing:
+            active.add(change)
+            driven.update(p.label for p in firing)
+            notes.append(f"+{change} (" + "; ".join(p.describe() for p in firing) + ")")
+        elif (
+            change in active
+            and settings.release_pressure is not None
+            and all(p.pressure < settings.release_pressure for p in triggers)
+        ):
+            active.discard(change)
+            driven.update(p.label for p in triggers)
+            notes.append(f"-{change} (trigger pressure below {settings.release_pressure:.2f})")
+
+    old_lines = [(g["label"], g["text"]) for g in current.get("guidelines", [])]
+    new_lines: list[tuple[str, str]] = []
+    if settings.guidelines and settings.max_guidelines > 0:
+        ranked = sorted(
+            (p for p in pressures.values() if _eligible(p, settings) and settings.guideline_text(p.label)),
+            key=lambda p: (-p.pressure, p.label),
+        )
+        ranked = [p for p in ranked if p.pressure > 0.0][: settings.max_guidelines]
+        new_lines = [(p.label, settings.guideline_text(p.label) or "") for p in ranked]
+        if new_lines != old_lines:
+            driven.update(p.label for p in ranked)
+            notes.append("guidelines " + (", ".join(p.describe() for p in ranked) or "cleared"))
+    elif old_lines:
+        notes.append("guidelines cleared (disabled in settings)")
+
+    scope: dict = {}
+    if active:
+        scope["changes"] = sorted(active)
+    if new_lines:
+        scope["guidelines"] = [{"label": lab, "text": text} for lab, text in new_lines]
+    return scope, notes, driven
+
+
+def evolve(
+    interface: Interface,
+    state: CapabilityState,
+    settings: EvolutionSettings,
+    categories: list[str],
+    step: int,
+) -> Interface | None:
+    """The next training-interface revision, or None when nothing changes.
+
+    :param interface: the current training revision.
+    :param state: the capability state, already updated with this step's labels.
+    :param settings: the evolution settings.
+    :param categories: the environment's task categories (the scopes that may be decided separately).
+    :param step: the training step (recorded in the new revision).
+    """
+    if settings.mode == "off":
+        return None
+    scopes: dict[str, dict] = dict(interface.spec.get("scopes", {}))
+    notes: list[str] = []
+    driven: set[str] = set()
+
+    if settings.mode == "reference":
+        wanted = {"changes": sorted(c for c in REFERENCE_CHANGES if settings.allowed(c))}
+        target = {ALL_SCOPES: wanted} if wanted["changes"] else {}
+        if target != scopes:
+            notes.append(f"{ALL_SCOPES}: static schema affordances " + ", ".join(wanted["changes"]))
+        scopes = target
+    else:
+        tables = state.window if settings.table == "window" else state.totals
+        if settings.per_category:
+            allowed = set(settings.categories) if settings.categories is not None else None
+            targets = sorted(c for c in set(categories) if allowed is None or c in allowed)
+            decide_on: list[tuple[str, str | None]] = [(c, c) for c in targets]
+        else:
+            decide_on = [(ALL_SCOPES, None)]
+        for scope_name, category in decide_on:
+            if evidence(tables, category) < settings.min_evidence:
+                continue
+            scope, scope_notes, scope_driven = decide_scope(
+                scopes.get(scope_name, {}), label_pressures(tables, category), settings
+            )
+            if scope:
+                scopes[scope_name] = scope
+            else:
+                scopes.pop(scope_name, None)
+            notes.extend(f"{scope_name}: {n}" for n in scope_notes)
+            driven.update(scope_driven)
+
+    spec = {"version": SPEC_VERSION, "scopes": dict(sorted(scopes.items()))} if scopes else {}
+    if spec == interface.spec:
+        return None
+    return Interface(
+        revision=interface.revision + 1,
+        parent=interface.revision,
+        step=step,
+        system_text=describe_system(spec),
+        spec=spec,
+        changes=notes or ["spec rewritten"],
+        driven_by=sorted(driven),
+    )
