@@ -1,0 +1,325 @@
+"""The ``seal-platform`` command line.
+
+User mistakes (a bad recipe, an unknown run, a missing plugin) end in one paragraph on stderr and exit
+status 2, never a traceback; ``SEAL_PLATFORM_DEBUG=1`` shows the traceback anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .config import (
+    Issue,
+    RunConfig,
+    apply_overrides,
+    load_yaml,
+    resolve_recipe_path,
+    validate_core,
+)
+from .errors import ConfigError, PluginError, SealError
+from .plugins import PluginHost, make_plugin_manager
+
+console = Console(stderr=False)
+errors = Console(stderr=True)
+
+ENV_STORE = "SEAL_PLATFORM_STORE"
+
+
+class SealGroup(click.Group):
+    """Turns the platform's own errors into a short message instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SealError as exc:
+            if os.environ.get("SEAL_PLATFORM_DEBUG"):
+                raise
+            errors.print(f"[bold red]Error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            ctx.exit(2)
+
+
+def _split_recipe_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    if args and "=" not in args[0]:
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
+def load_recipe(recipe: str | None, overrides: list[str]) -> tuple[RunConfig | None, list[Issue], Path]:
+    path = resolve_recipe_path(recipe)
+    data = apply_overrides(load_yaml(path), overrides)
+    config, issues = validate_core(data)
+    return config, issues, path
+
+
+def plugin_host_for(config: RunConfig | None) -> PluginHost:
+    if config is None:
+        return make_plugin_manager()
+    return make_plugin_manager(
+        allow=config.plugins.allow, block=config.plugins.block, required=config.named_plugins()
+    )
+
+
+def default_store_url() -> str:
+    return os.environ.get(ENV_STORE) or f"sqlite:///{Path('runs').resolve() / 'store.sqlite'}"
+
+
+def open_store(url: str | None) -> Any:
+    from .store import RunStore
+
+    url = url or default_store_url()
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise SealError(f"no run store at {url.removeprefix('sqlite:///')}: no run has been made here yet "
+                        f"(give --store or set {ENV_STORE}).")
+    return RunStore(url)
+
+
+store_option = click.option("--store", "store_url", default=None, help=f"Run store URL (default: ${ENV_STORE} or runs/store.sqlite).")
+
+
+@click.group(cls=SealGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="seal-platform")
+def cli() -> None:
+    """seal-platform: train tool-use LLM agents with reinforcement learning.
+
+    The stock recipe is SEAL: on-policy rollouts under an executable verifier, every rollout diagnosed turn
+    by turn, the diagnoses driving a training-only evolution of the agent's interface and a reweighting of
+    GRPO advantages. Everything that does real work is a plugin (`seal-platform plugins`).
+    """
+
+
+# --- run ---------------------------------------------------------------------------------------------
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1)
+@click.option("--resume", "resume", metavar="RUN", default=None, help="Continue a crashed or interrupted run.")
+@click.option("--store", "store_url", default=None, help="Run store URL (default: the recipe's, else runs/store.sqlite).")
+@click.option("--ray-address", default=None, help="Join an existing Ray cluster (recipes that use Ray).")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_address: str | None, quiet: bool) -> None:
+    """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
+
+    RECIPE is a YAML file or the name of a shipped recipe (default: seal-embedded, the CPU default of the
+    stock SEAL recipe). Overrides such as training.steps=2 or settings.grpo.lr=1e-5 change single keys.
+    """
+    from .loop import Runner, prepare
+    from .progress import RichProgress
+    from .store import RunStore
+
+    if ray_address:
+        os.environ["RAY_ADDRESS"] = ray_address
+    if resume:
+        store = RunStore(store_url or default_store_url())
+        row = store.get_run(resume)
+        if row.status == "completed":
+            raise SealError(f"run {row.id} already completed; nothing to resume.")
+        if row.status == "running":
+            raise SealError(f"run {row.id} is still running (pid {row.pid} on {row.host}); stop it before resuming.")
+        config = RunConfig.model_validate(row.config)
+        recipe_name = row.recipe
+        if args:
+            raise SealError("a resumed run keeps its recipe and overrides; drop the extra arguments.")
+    else:
+        recipe, overrides = _split_recipe_args(args)
+        config, issues, path = load_recipe(recipe, overrides)
+        if config is None:
+            raise ConfigError(f"{path}: {len(issues)} problem(s):\n" + "\n".join(f"  - {i}" for i in issues))
+        if store_url:
+            config = config.model_copy(update={"store": store_url})
+        recipe_name = str(path)
+        store = RunStore(config.store_url())
+    host = plugin_host_for(config)
+    plan = prepare(config, host, recipe_name)
+    progress = None if quiet else RichProgress(console)
+    runner = Runner(plan, host, store, recipe=recipe_name, resume_run_id=resume, progress=progress)
+    console.print(f"run [bold]{runner.run_id}[/] ({config.name}) in {runner.run_dir}", highlight=False)
+    try:
+        summary = runner.run()
+    except KeyboardInterrupt:
+        errors.print(f"interrupted; continue with: seal-platform run --resume {runner.run_id}")
+        sys.exit(130)
+    except SealError as exc:
+        raise SealError(f"{exc} The run {runner.run_id} is marked failed; after fixing the cause, "
+                        f"continue it with `seal-platform run --resume {runner.run_id}`.") from exc
+    _print_summary(summary, store)
+
+
+def _print_summary(summary: Any, store: Any) -> None:
+    table = Table(title=f"run {summary.run_id}: {summary.steps_done} step(s), interface revision {summary.interface_revision}")
+    steps = sorted(summary.evaluations)
+    cats = sorted({c for r in summary.evaluations.values() for c in r.per_category})
+    table.add_column("category")
+    for step in steps:
+        table.add_column(f"step {step}", justify="right")
+    for cat in cats:
+        table.add_row(cat, *(f"{summary.evaluations[s].per_category.get(cat, 0.0):.2f}" for s in steps))
+    if steps:
+        table.add_row("[bold]average[/]", *(f"{summary.evaluations[s].average:.2f}" for s in steps))
+    console.print(table)
+    console.print(f"details: seal-platform show {summary.run_id} --store {store.url}", highlight=False)
+
+
+# --- plugins -----------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plugins(as_json: bool) -> None:
+    """List installed plugins: name, version, hooks, load status."""
+    host = make_plugin_manager()
+    provides: dict[str, list[str]] = {}
+    for kind, found in (("environment", _safe(host.environments)), ("engine", _safe(host.engines)),
+                        ("diagnoser", _safe(host.diagnosers))):
+        for name, (plugin, _spec) in found.items():
+            provides.setdefault(plugin, []).append(f"{kind}:{name}")
+    rows = []
+    for record in host.records:
+        row = record.to_dict()
+        row["provides"] = provides.get(record.name, [])
+        rows.append(row)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="seal-platform plugins")
+    for col in ("name", "version", "distribution", "status", "hooks", "provides"):
+        table.add_column(col)
+    for row in rows:
+        status = row["status"] if row["status"] == "loaded" else f"[red]{row['status']}[/]"
+        if row["error"]:
+            status += f"\n{row['error']}"
+        table.add_row(row["name"], row["version"] or "", row["distribution"] or "", status,
+                      ", ".join(row["hooks"]), ", ".join(row["provides"]))
+    console.print(table)
+
+
+def _safe(fn: Any) -> dict[str, Any]:
+    try:
+        return fn()
+    except PluginError as exc:
+        errors.print(f"warning: {exc}")
+        return {}
+
+
+# --- config ------------------------------------------------------------------------------------------
+
+
+@cli.group()
+def config() -> None:
+    """Check and show recipes."""
+
+
+@config.command("validate")
+@click.argument("recipe")
+@click.argument("overrides", nargs=-1)
+def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
+    """Report every problem in RECIPE at once; exit 1 if there is any."""
+    from .loop import check_recipe
+
+    config_, issues, path = load_recipe(recipe, list(overrides))
+    if config_ is not None:
+        try:
+            host = plugin_host_for(config_)
+        except PluginError as exc:
+            issues.append(Issue("plugins", str(exc)))
+        else:
+            _plan, more = check_recipe(config_, host)
+            issues.extend(more)
+    if issues:
+        errors.print(f"{path}: {len(issues)} problem(s):", highlight=False)
+        for issue in issues:
+            errors.print(f"  - {issue}", highlight=False, markup=False)
+        sys.exit(1)
+    console.print(f"{path}: ok (config hash {config_.config_hash()})", highlight=False)
+
+
+@config.command("show")
+@click.argument("recipe", required=False)
+@click.argument("overrides", nargs=-1)
+def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
+    """Print the resolved recipe (defaults filled in) as YAML."""
+    import yaml
+
+    config_, issues, path = load_recipe(recipe, list(overrides))
+    if config_ is None:
+        raise ConfigError(f"{path}: {len(issues)} problem(s):\n" + "\n".join(f"  - {i}" for i in issues))
+    click.echo(yaml.safe_dump(config_.model_dump(mode="json"), sort_keys=False))
+
+
+# --- runs, show, report ------------------------------------------------------------------------------
+
+
+@cli.command()
+@store_option
+def runs(store_url: str | None) -> None:
+    """List runs in the store, newest first."""
+    store = open_store(store_url)
+    table = Table(title=f"runs in {store.url}")
+    for col in ("id", "name", "status", "steps", "started", "config hash"):
+        table.add_column(col)
+    for row in store.list_runs():
+        steps = "" if row.last_step is None else str(row.last_step + 1)
+        table.add_row(row.id, row.name, row.status, steps, f"{row.started_at:%Y-%m-%d %H:%M}", row.config_hash)
+    console.print(table)
+
+
+@cli.command()
+@click.argument("run_id", metavar="RUN")
+@store_option
+def show(run_id: str, store_url: str | None) -> None:
+    """Show one run: config, plugins, steps, evaluations, interface revisions, events."""
+    from .reporting import show_run
+
+    show_run(open_store(store_url), run_id, console)
+
+
+@cli.command()
+@click.argument("run_id", metavar="RUN")
+@store_option
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for the plots (default: the run's).")
+def report(run_id: str, store_url: str | None, out: str | None) -> None:
+    """Plot a run: pass rate per category, labels and weights over steps, interface revisions."""
+    from .reporting import write_report
+
+    for path in write_report(open_store(store_url), run_id, Path(out) if out else None):
+        console.print(f"wrote {path}", highlight=False)
+
+
+# --- verify --------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--benchmark", required=True, help="A registered environment that can verify (e.g. bfcl).")
+@click.argument("file", type=click.File("r"))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Settings of the benchmark's plugin, e.g. bfcl.categories=[multi_turn_base].")
+def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
+    """Score transcripts: one JSON object per input line, one result per output line, in order.
+
+    A line that cannot be scored gets {"error": ...} in its place and the rest go on.
+    """
+    from .verify import verify_lines
+
+    for line in verify_lines(benchmark, file, list(overrides)):
+        click.echo(line)
+
+
+def build_cli() -> click.Group:
+    """The CLI with plugin commands added (``register_commands``)."""
+    try:
+        host = make_plugin_manager()
+        host.hook.register_commands(cli=cli)
+    except Exception as exc:  # a broken plugin must not take the CLI down
+        errors.print(f"warning: plugin commands unavailable: {exc}")
+    return cli
+
+
+def main(argv: list[str] | None = None) -> None:
+    build_cli().main(args=argv, prog_name="seal-platform")

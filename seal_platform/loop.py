@@ -1,0 +1,446 @@
+"""The run loop: the one place that calls the stage hooks.
+
+    collect -> diagnose -> evolve_interface -> reweight -> optimize      (every step)
+    evaluate                                                             (before training, every K steps, at the end)
+
+It owns what no plugin should: choosing each step's tasks (seeded, epoch by epoch, so a resumed run picks the
+same batches), the capability state, the current interface revision, checkpoints (written atomically) and
+the run's rows in the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+import traceback
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from pydantic import BaseModel
+
+from .capability import CapabilityState
+from .config import Issue, RunConfig, raise_for, validate_settings
+from .context import RunContext
+from .environment import Environment
+from .errors import PluginError, SealError
+from .executor import LocalExecutor
+from .plugins import PluginHost
+from .store import RunStore
+from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
+
+CORE_CHECKPOINT_FILE = "core.json"
+
+
+@dataclass
+class Plan:
+    """What a validated recipe resolves to against the loaded plugins."""
+
+    config: RunConfig
+    settings: dict[str, BaseModel]
+    env_owner: str
+    diagnosers: list[str]  # plugin names whose `diagnose` is called
+    primary_diagnoser: str | None
+    engine_owner: str
+
+
+def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list[Issue]]:
+    """Everything that can be checked before a run starts, reported together."""
+    settings, issues = validate_settings(config, host.settings_models())
+    environments = host.environments()
+    if config.environment not in environments:
+        known = ", ".join(sorted(environments)) or "none"
+        issues.append(Issue("environment", f"no loaded plugin registers environment {config.environment!r}",
+                            f"registered environments: {known}; install or unblock the plugin that provides it"))
+        env_owner = ""
+    else:
+        env_owner = environments[config.environment][0]
+        for hook in ("collect", "evaluate"):
+            if not host.implements(env_owner, hook):
+                issues.append(Issue("environment", f"plugin {env_owner!r} registers {config.environment!r} but does not implement {hook!r}"))
+    engines = host.engines()
+    if config.rollout.engine not in engines:
+        known = ", ".join(sorted(engines)) or "none"
+        issues.append(Issue("rollout.engine", f"no loaded plugin registers rollout engine {config.rollout.engine!r}",
+                            f"registered engines: {known}"))
+        engine_owner = ""
+    else:
+        engine_owner = engines[config.rollout.engine][0]
+    for stage, owner in config.stages.model_dump().items():
+        if owner is None:
+            continue
+        if not host.is_loaded(owner):
+            issues.append(Issue(f"stages.{stage}", host._why_missing(owner), "name a loaded plugin (see `seal-platform plugins`) or null to switch the stage off"))
+        elif not host.implements(owner, stage):
+            issues.append(Issue(f"stages.{stage}", f"plugin {owner!r} does not implement {stage!r}", "name a plugin that does"))
+    registered = host.diagnosers()
+    enabled = config.diagnosis.diagnosers if config.diagnosis.diagnosers is not None else sorted(registered)
+    for name in enabled:
+        if name not in registered:
+            issues.append(Issue("diagnosis.diagnosers", f"no loaded plugin registers diagnoser {name!r}",
+                                f"registered diagnosers: {', '.join(sorted(registered)) or 'none'}"))
+    diagnoser_plugins = sorted({registered[n][0] for n in enabled if n in registered})
+    for plugin in diagnoser_plugins:
+        if not host.implements(plugin, "diagnose"):
+            issues.append(Issue("diagnosis.diagnosers", f"plugin {plugin!r} registers a diagnoser but does not implement 'diagnose'"))
+    primary = config.diagnosis.primary
+    if primary is None:
+        # The environment's own diagnoser knows its verifier trace best; otherwise the first enabled one.
+        primary = config.environment if config.environment in enabled else (enabled[0] if enabled else None)
+    elif primary not in enabled:
+        issues.append(Issue("diagnosis.primary", f"{primary!r} is not an enabled diagnoser", "add it to diagnosis.diagnosers"))
+    if issues:
+        return None, issues
+    return Plan(config, settings, env_owner, diagnoser_plugins, primary, engine_owner), []
+
+
+def _batches(tasks: list[Task], per_step: int, seed: int, epoch: int) -> list[list[Task]]:
+    order = list(tasks)
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return [order[i : i + per_step] for i in range(0, len(order), per_step)]
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = round(time.perf_counter() - start, 4)
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    status: str
+    steps_done: int
+    run_dir: Path
+    evaluations: dict[int, EvalResult] = field(default_factory=dict)
+    interface_revision: int = 0
+
+
+class Progress:
+    """What the loop reports while it works; the CLI passes a rich implementation, tests the silent one."""
+
+    def start(self, total_steps: int, first_step: int) -> None: ...
+    def stage(self, step: int, stage: str) -> None: ...
+    def step_done(self, step: int, mean_reward: float, metrics: dict[str, float]) -> None: ...
+    def evaluated(self, step: int, result: EvalResult) -> None: ...
+    def stop(self) -> None: ...
+
+
+def _wrap(stage: str, plugin: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except SealError:
+        raise
+    except Exception as exc:
+        raise PluginError(f"the {stage!r} stage failed in plugin {plugin!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def _expect_list_of(value: Any, kind: type, stage: str, plugin: str) -> list[Any]:
+    if value is None:
+        raise PluginError(f"plugin {plugin!r} returned nothing from {stage!r}; it must return a list of {kind.__name__}.")
+    try:
+        return [item if isinstance(item, kind) else kind.model_validate(item) for item in value]
+    except Exception as exc:
+        raise PluginError(f"plugin {plugin!r} returned something other than a list of {kind.__name__} from {stage!r}: {exc}") from exc
+
+
+class Runner:
+    """One run (new or resumed). ``run()`` drives it to the end and always leaves the store consistent."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        host: PluginHost,
+        store: RunStore,
+        *,
+        recipe: str = "",
+        resume_run_id: str | None = None,
+        progress: Progress | None = None,
+    ):
+        self.plan = plan
+        self.config = plan.config
+        self.host = host
+        self.store = store
+        self.progress = progress or Progress()
+        self.recipe = recipe
+        self.resumed = resume_run_id is not None
+        if resume_run_id is None:
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+            self.run_id = f"{stamp}-{uuid.uuid4().hex[:6]}"
+            self.run_dir = Path(self.config.runs_dir).resolve() / self.run_id
+        else:
+            row = store.get_run(resume_run_id)
+            self.run_id = row.id
+            self.run_dir = Path(row.run_dir)
+        self.ctx = RunContext(
+            config=self.config, run_id=self.run_id, run_dir=self.run_dir, settings=plan.settings, store=store,
+            executor=LocalExecutor(self.config.rollout.workers),
+        )
+        self.state = CapabilityState()
+        self.interface = Interface()
+        self.start_step = 0
+
+    # --- the loop --------------------------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        plugins = [r.to_dict() for r in self.host.records]
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.resumed:
+            self.store.reopen_run(self.run_id, plugins)
+        else:
+            self.store.create_run(
+                self.run_id, name=self.config.name, recipe=self.recipe, config=self.config.model_dump(mode="json"),
+                config_hash=self.config.config_hash(), seed=self.config.seed, run_dir=str(self.run_dir), plugins=plugins,
+            )
+            (self.run_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
+        for record in self.host.records:
+            if record.status == "failed":
+                self.store.add_event(self.run_id, "plugin_load_failed", f"{record.name}: {record.error}", record.to_dict())
+        status, error, summary = "failed", None, None
+        started = False
+        try:
+            self.host.hook.start_run(ctx=self.ctx, resumed=self.resumed)
+            started = True
+            engine = self._build_engine()
+            self.ctx.shared["engine"] = engine
+            environment = self._build_environment()
+            summary = self._train(environment, engine)
+            status = "completed"
+            return summary
+        except KeyboardInterrupt:
+            status, error = "interrupted", "interrupted by the user (KeyboardInterrupt)"
+            raise
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self.store.add_event(self.run_id, "crash", error, {"traceback": traceback.format_exc()})
+            raise
+        finally:
+            self.progress.stop()
+            if started:
+                try:
+                    self.host.hook.end_run(ctx=self.ctx, status=status)
+                except Exception as exc:  # must not hide the run's own error
+                    self.store.add_event(self.run_id, "end_run_failed", f"{type(exc).__name__}: {exc}")
+            self.ctx.executor.close()
+            self.store.finish_run(self.run_id, status, error)
+
+    def _build_engine(self) -> Any:
+        owner, spec = self.host.engines()[self.config.rollout.engine]
+        return _wrap("engine", owner, lambda: spec.factory(self.ctx))
+
+    def _build_environment(self) -> Environment:
+        owner, spec = self.host.environments()[self.config.environment]
+        return _wrap("environment", owner, lambda: spec.factory(self.ctx))
+
+    def _train(self, env: Environment, engine: Any) -> RunSummary:
+        cfg = self.config
+        owner = self.plan.env_owner
+        train_tasks = _wrap("tasks", owner, lambda: env.tasks("train"))
+        if cfg.training.max_train_tasks:
+            train_tasks = train_tasks[: cfg.training.max_train_tasks]
+        eval_tasks = _wrap("tasks", owner, lambda: env.tasks(cfg.evaluation.split))
+        if cfg.evaluation.max_tasks:
+            eval_tasks = eval_tasks[: cfg.evaluation.max_tasks]
+        if not train_tasks and (cfg.training.steps or 0) != 0:
+            raise SealError(f"environment {cfg.environment!r} has no training tasks with these settings.")
+        # Like the reference's data loader, an epoch drops its last partial batch (400 tasks / 32 = 12 steps).
+        steps_per_epoch = max(1, len(train_tasks) // cfg.training.tasks_per_step)
+        total = cfg.training.steps if cfg.training.steps is not None else cfg.training.epochs * steps_per_epoch
+
+        evaluations: dict[int, EvalResult] = {}
+        if self.resumed:
+            self._restore(engine)
+        else:
+            self.interface = _wrap("environment", owner, env.pristine_interface)
+            self.store.add_interface(self.run_id, self.interface, None)
+        if self.start_step == 0 and cfg.evaluation.before_training and eval_tasks:
+            evaluations[0] = self._evaluate(env, engine, eval_tasks, 0)
+
+        self.progress.start(total, self.start_step)
+        step = self.start_step - 1
+        for step in range(self.start_step, total):
+            epoch = step // steps_per_epoch
+            batch = _batches(train_tasks, cfg.training.tasks_per_step, cfg.seed, epoch)[step % steps_per_epoch]
+            self._step(env, engine, step, epoch, batch)
+            done = step + 1
+            if cfg.training.checkpoint_every and done % cfg.training.checkpoint_every == 0 and done < total:
+                self._checkpoint(step)
+            if cfg.evaluation.every and done % cfg.evaluation.every == 0 and done < total and eval_tasks:
+                evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
+        if total > self.start_step:
+            self._checkpoint(total - 1)
+            if eval_tasks:
+                evaluations[total] = self._evaluate(env, engine, eval_tasks, total)
+        return RunSummary(self.run_id, "completed", total, self.run_dir, evaluations, self.interface.revision)
+
+    def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task]) -> None:
+        cfg, plan, timer = self.config, self.plan, _Timer()
+        self.progress.stage(step, "collect")
+        with timer("collect"):
+            trajs = _wrap("collect", plan.env_owner, lambda: self.host.call_owned(
+                "collect", plan.env_owner, ctx=self.ctx, environment=env, engine=engine, tasks=batch,
+                interface=self.interface, group_size=cfg.training.group_size, step=step,
+            ))
+            trajs = _expect_list_of(trajs, Trajectory, "collect", plan.env_owner)
+
+        self.progress.stage(step, "diagnose")
+        with timer("diagnose"):
+            labels: list[TurnLabel] = []
+            if plan.diagnosers:
+                results = _wrap("diagnose", ",".join(plan.diagnosers), lambda: self.host.call_subset(
+                    "diagnose", plan.diagnosers, ctx=self.ctx, environment=env, trajectories=trajs, step=step,
+                ))
+                for result in results:
+                    labels.extend(_expect_list_of(result, TurnLabel, "diagnose", ",".join(plan.diagnosers)))
+            primary = [lab for lab in labels if lab.source == plan.primary_diagnoser]
+            self.state.update(step, epoch, trajs, primary)
+
+        evolver = cfg.stages.evolve_interface
+        if evolver:
+            self.progress.stage(step, "evolve_interface")
+            with timer("evolve_interface"):
+                new = _wrap("evolve_interface", evolver, lambda: self.host.call_owned(
+                    "evolve_interface", evolver, ctx=self.ctx, environment=env, interface=self.interface,
+                    state=self.state, step=step,
+                ))
+                if new is not None:
+                    self._adopt_interface(new, evolver, step)
+
+        weights = {t.id: 1.0 for t in trajs}
+        label_weights: dict[str, float] = {}
+        reweighter = cfg.stages.reweight
+        if reweighter:
+            self.progress.stage(step, "reweight")
+            with timer("reweight"):
+                result = _wrap("reweight", reweighter, lambda: self.host.call_owned(
+                    "reweight", reweighter, ctx=self.ctx, trajectories=trajs, labels=primary, state=self.state, step=step,
+                ))
+                if not isinstance(result, ReweightResult):
+                    raise PluginError(f"plugin {reweighter!r} must return a ReweightResult from 'reweight', not {type(result).__name__}.")
+                missing = [t.id for t in trajs if t.id not in result.trajectory_weights]
+                if missing:
+                    raise PluginError(f"plugin {reweighter!r} returned no weight for {len(missing)} trajectories.")
+                weights, label_weights = result.trajectory_weights, result.label_weights
+
+        metrics: dict[str, float] = {}
+        optimizer = cfg.stages.optimize
+        if optimizer:
+            self.progress.stage(step, "optimize")
+            with timer("optimize"):
+                metrics = _wrap("optimize", optimizer, lambda: self.host.call_owned(
+                    "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trajs, weights=weights, step=step,
+                )) or {}
+
+        self.store.record_step(
+            self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
+            state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
+        )
+        mean_reward = sum(t.reward for t in trajs) / len(trajs) if trajs else 0.0
+        self.progress.step_done(step, mean_reward, metrics)
+
+    def _adopt_interface(self, new: Any, owner: str, step: int) -> None:
+        if not isinstance(new, Interface):
+            raise PluginError(f"plugin {owner!r} must return an Interface or None from 'evolve_interface'.")
+        if new.revision != self.interface.revision + 1:
+            new = new.model_copy(update={"revision": self.interface.revision + 1})
+        new = new.model_copy(update={"parent": self.interface.revision, "step": step})
+        self.store.add_interface(self.run_id, new, self.interface)
+        self.interface = new
+
+    def _evaluate(self, env: Environment, engine: Any, tasks: list[Task], step: int) -> EvalResult:
+        self.progress.stage(step, "evaluate")
+        owner = self.plan.env_owner
+        result = _wrap("evaluate", owner, lambda: self.host.call_owned(
+            "evaluate", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks, step=step,
+        ))
+        if not isinstance(result, EvalResult):
+            raise PluginError(f"plugin {owner!r} must return an EvalResult from 'evaluate', not {type(result).__name__}.")
+        self.store.add_evaluation(self.run_id, step, result)
+        self.progress.evaluated(step, result)
+        return result
+
+    # --- checkpoints -----------------------------------------------------------------------------------
+
+    def _checkpoint(self, step: int) -> Path:
+        """Plugins write into a temporary directory that becomes the checkpoint by one rename, after its
+        files are on disk; only then does the store learn of it."""
+        root = self.run_dir / "checkpoints"
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / f"step-{step:06d}"
+        tmp = root / f".tmp-step-{step:06d}-{uuid.uuid4().hex[:6]}"
+        tmp.mkdir()
+        try:
+            metas = self.host.hook.save_checkpoint(ctx=self.ctx, directory=tmp, step=step)
+            core = {
+                "step": step,
+                "interface_revision": self.interface.revision,
+                "state": self.state.model_dump(mode="json"),
+            }
+            (tmp / CORE_CHECKPOINT_FILE).write_text(json.dumps(core))
+            _fsync_tree(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            _fsync_dir(root)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.store.add_checkpoint(self.run_id, step, str(final), {"plugins": [m for m in metas if m]})
+        return final
+
+    def _restore(self, engine: Any) -> None:
+        checkpoints = self.store.checkpoints(self.run_id)
+        durable = [c for c in checkpoints if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]
+        if not durable:
+            dropped = self.store.discard_after(self.run_id, -1)
+            self.store.add_event(self.run_id, "resume", f"no checkpoint: restarting from step 0 ({dropped} step(s) discarded)")
+            self.interface = self.store.interface(self.run_id, 0)
+            self.start_step = 0
+            return
+        last = durable[-1]
+        core = json.loads((Path(last.path) / CORE_CHECKPOINT_FILE).read_text())
+        dropped = self.store.discard_after(self.run_id, last.step)
+        self.state = CapabilityState.model_validate(core["state"])
+        self.interface = self.store.interface(self.run_id, core["interface_revision"])
+        self.host.hook.load_checkpoint(ctx=self.ctx, directory=Path(last.path), step=last.step)
+        self.start_step = last.step + 1
+        self.store.add_event(
+            self.run_id, "resume", f"resumed after step {last.step} from {last.path} ({dropped} later step(s) re-done)",
+        )
+
+
+def _fsync_tree(path: Path) -> None:
+    for file in path.rglob("*"):
+        if file.is_file():
+            with open(file, "rb") as fh:
+                os.fsync(fh.fileno())
+    for directory in [path, *(p for p in path.rglob("*") if p.is_dir())]:
+        _fsync_dir(directory)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def prepare(config: RunConfig, host: PluginHost, source: str) -> Plan:
+    plan, issues = check_recipe(config, host)
+    raise_for(issues, source)
+    assert plan is not None
+    return plan

@@ -1,0 +1,139 @@
+"""What ``seal-platform show`` prints and ``seal-platform report`` plots, read from the run store."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .store import RunStore
+
+
+def show_run(store: RunStore, run_id: str, console: Console) -> None:
+    run = store.get_run(run_id)
+    console.print(f"[bold]run {run.id}[/] ({run.name}) - {run.status}", highlight=False)
+    console.print(f"recipe {run.recipe or '-'}; config hash {run.config_hash}; seed {run.seed}", highlight=False)
+    console.print(f"started {run.started_at:%Y-%m-%d %H:%M:%S} on {run.host}; ended {run.ended_at or '-'}; dir {run.run_dir}", highlight=False)
+    if run.error:
+        console.print(f"[red]error:[/] {run.error}", highlight=False)
+
+    plugins = Table(title="plugins")
+    for col in ("name", "version", "status", "hooks"):
+        plugins.add_column(col)
+    for p in store.run_plugins(run.id):
+        plugins.add_row(p.name, p.version or "", p.status, ", ".join(p.hooks or []))
+    console.print(plugins)
+
+    steps = Table(title="steps")
+    for col in ("step", "epoch", "reward", "trajectories", "interface", "metrics", "seconds"):
+        steps.add_column(col)
+    for s in store.steps(run.id):
+        metrics = ", ".join(f"{k} {v:.4g}" for k, v in sorted(s.metrics.items())[:5] if isinstance(v, (int, float)))
+        steps.add_row(str(s.step), str(s.epoch), f"{s.mean_reward:.3f}", str(s.n_trajectories),
+                      str(s.interface_revision), metrics, f"{sum(s.timings.values()):.1f}")
+    console.print(steps)
+
+    by_step: dict[int, dict[str, float]] = defaultdict(dict)
+    for e in store.evaluations(run.id):
+        by_step[e.step][e.category] = e.pass_rate
+    if by_step:
+        evals = Table(title="evaluations (pass rate, %)")
+        cats = sorted({c for v in by_step.values() for c in v})
+        evals.add_column("after step")
+        for c in cats:
+            evals.add_column(c, justify="right")
+        evals.add_column("average", justify="right")
+        for step, rates in sorted(by_step.items()):
+            evals.add_row(str(step), *(f"{rates.get(c, 0.0):.2f}" for c in cats), f"{sum(rates.values()) / len(rates):.2f}")
+        console.print(evals)
+
+    labels = Counter(row.label for row in store.labels(run.id))
+    if labels:
+        console.print("labels: " + ", ".join(f"{k} {v}" for k, v in labels.most_common()), highlight=False)
+
+    revisions = store.interfaces(run.id)
+    console.print(f"[bold]interface revisions[/] ({len(revisions)})")
+    for rev in revisions:
+        parent = "-" if rev.parent is None else str(rev.parent)
+        step = "before training" if rev.step is None else f"step {rev.step}"
+        console.print(f"  revision {rev.revision} (parent {parent}, {step})", highlight=False)
+        if rev.changes:
+            console.print("    changes: " + "; ".join(rev.changes), highlight=False, markup=False)
+        if rev.driven_by:
+            console.print("    driven by: " + ", ".join(rev.driven_by), highlight=False, markup=False)
+        if rev.diff and rev.parent is not None:
+            for line in rev.diff.splitlines()[2:40]:
+                console.print(f"      {line}", highlight=False, markup=False)
+
+    ckpts = store.checkpoints(run.id)
+    if ckpts:
+        console.print("checkpoints: " + ", ".join(f"step {c.step}" for c in ckpts), highlight=False)
+    events = store.events(run.id)
+    if events:
+        console.print("[bold]events[/]")
+        for ev in events[-15:]:
+            console.print(f"  {ev.at:%H:%M:%S} {ev.kind}: {ev.message}", highlight=False, markup=False)
+
+
+def write_report(store: RunStore, run_id: str, out: Path | None = None) -> list[Path]:
+    """PNG plots of a run; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run = store.get_run(run_id)
+    out = out or Path(run.run_dir) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    ax = axes[0][0]
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for e in store.evaluations(run.id):
+        series[e.category].append((e.step, e.pass_rate))
+    for cat, points in sorted(series.items()):
+        ax.plot(*zip(*points), marker="o", label=cat)
+    ax.set(title="evaluation pass rate (%)", xlabel="training step")
+    if series:
+        ax.legend(fontsize=7)
+
+    ax = axes[0][1]
+    steps = store.steps(run.id)
+    if steps:
+        ax.plot([s.step for s in steps], [s.mean_reward for s in steps], marker=".")
+    ax.set(title="training reward", xlabel="step")
+
+    ax = axes[1][0]
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for row in store.labels(run.id):
+        counts[row.label][row.step] += 1
+    for label, per_step in sorted(counts.items()):
+        xs = sorted(per_step)
+        ax.plot(xs, [per_step[x] for x in xs], label=label)
+    ax.set(title="turn labels per step", xlabel="step")
+    if counts:
+        ax.legend(fontsize=6)
+
+    ax = axes[1][1]
+    weights: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for w in store.label_weights(run.id):
+        weights[w.label].append((w.step, w.weight))
+    for label, points in sorted(weights.items()):
+        ax.plot(*zip(*points), label=label)
+    for rev in store.interfaces(run.id):
+        if rev.step is not None:
+            ax.axvline(rev.step, color="grey", linestyle=":", linewidth=1)
+    ax.set(title="A-Patch label weights (dotted: interface revisions)", xlabel="step")
+    if weights:
+        ax.legend(fontsize=6)
+
+    fig.suptitle(f"run {run.id} ({run.name})")
+    fig.tight_layout()
+    path = out / "report.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written

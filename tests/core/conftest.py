@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+
+
+def make_dist(root: Path, name: str, version: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> Path:
+    """Write an installed-looking distribution (dist-info with entry points) plus its modules into ``root``,
+    the way pip would lay it out in site-packages, so importlib.metadata finds it on sys.path."""
+    root.mkdir(parents=True, exist_ok=True)
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = "\n".join(f"{k} = {v}" for k, v in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[seal_platform]\n{lines}\n")
+    for filename, source in (modules or {}).items():
+        (root / filename).write_text(textwrap.dedent(source))
+    importlib.invalidate_caches()
+    return root
+
+
+@pytest.fixture
+def toy_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A site directory with the toy plugin installed as distribution `seal-toy` 0.3.0."""
+    site = make_dist(tmp_path / "site", "seal-toy", "0.3.0", {"toy": "toy_plugin:plugin"})
+    (site / "toy_plugin.py").write_text((HERE / "toy_plugin.py").read_text())
+    monkeypatch.syspath_prepend(str(site))
+    # A fresh module (and so a fresh plugin object with an empty call log) for every test.
+    sys.modules.pop("toy_plugin", None)
+    return site
+
+
+@pytest.fixture
+def toy_recipe(tmp_path: Path) -> Path:
+    recipe = {
+        "name": "toy",
+        "seed": 7,
+        "environment": "toy",
+        "runs_dir": str(tmp_path / "runs"),
+        "plugins": {"allow": ["toy"]},
+        "training": {"steps": 3, "tasks_per_step": 4, "group_size": 2, "checkpoint_every": 2},
+        "rollout": {"engine": "toy-engine", "workers": 3},
+        "evaluation": {"every": 2, "max_tasks": 6},
+        "stages": {"evolve_interface": "toy", "reweight": "toy", "optimize": "toy"},
+        "settings": {"toy": {"n_tasks": 10}},
+    }
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path

@@ -1,0 +1,138 @@
+"""The run loop: call order, keyword arguments, single owners, store rows, failures and resume."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from seal_platform.cli import load_recipe
+from seal_platform.errors import PluginError
+from seal_platform.loop import Runner, prepare
+from seal_platform.plugins import make_plugin_manager
+from seal_platform.store import RunStore
+
+
+def _runner(recipe, overrides=(), resume=None):
+    config, issues, path = load_recipe(str(recipe), list(overrides))
+    assert not issues, issues
+    host = make_plugin_manager(allow=config.plugins.allow, block=config.plugins.block, required=config.named_plugins())
+    plan = prepare(config, host, str(path))
+    store = RunStore(config.store_url())
+    return Runner(plan, host, store, recipe=str(path), resume_run_id=resume), store
+
+
+def test_one_step_calls_every_stage_in_order_with_keywords(toy_site, toy_recipe):
+    runner, _ = _runner(toy_recipe, ["training.steps=1", "training.checkpoint_every=0"])
+    runner.run()
+    plugin = sys.modules["toy_plugin"].plugin
+    assert plugin.calls == [
+        "start_run",
+        "evaluate",  # before training
+        "collect", "diagnose", "evolve_interface", "reweight", "optimize",
+        "save_checkpoint",  # the final checkpoint
+        "evaluate",  # at the end
+        "end_run:completed",
+    ]
+    assert plugin.seen_kwargs["collect"] == {"ctx", "environment", "engine", "tasks", "interface", "group_size", "step"}
+    assert plugin.seen_kwargs["optimize"] == {"ctx", "engine", "trajectories", "weights", "step"}
+    assert plugin.seen_kwargs["reweight"] == {"ctx", "trajectories", "labels", "state", "step"}
+
+
+def test_evaluation_schedule_and_checkpoints(toy_site, toy_recipe):
+    runner, store = _runner(toy_recipe, ["training.steps=5", "evaluation.every=2", "training.checkpoint_every=2"])
+    summary = runner.run()
+    assert sorted(summary.evaluations) == [0, 2, 4, 5]
+    assert [c.step for c in store.checkpoints(runner.run_id)] == [1, 3, 4]
+    plugin = sys.modules["toy_plugin"].plugin
+    assert plugin.calls.count("optimize") == 5
+
+
+def test_run_writes_a_complete_run_to_the_store(toy_site, toy_recipe):
+    runner, store = _runner(toy_recipe)
+    summary = runner.run()
+    run = store.get_run(runner.run_id)
+    assert run.status == "completed" and run.last_step == 2 and run.seed == 7
+    assert run.config["environment"] == "toy" and len(run.config_hash) == 16
+    plugins = {p.name: p for p in store.run_plugins(run.id)}
+    assert plugins["toy"].version == "0.3.0" and plugins["toy"].distribution == "seal-toy"
+    assert {"collect", "optimize", "evaluate", "diagnose"} <= set(plugins["toy"].hooks)
+    steps = store.steps(run.id)
+    assert [s.step for s in steps] == [0, 1, 2]
+    assert all(s.n_trajectories == 8 for s in steps)  # 4 tasks x group of 2
+    assert steps[-1].metrics["skill"] == pytest.approx(0.5)
+    assert set(steps[0].timings) == {"collect", "diagnose", "evolve_interface", "reweight", "optimize"}
+    assert steps[-1].capability_state["totals"]["trajectories"] == 24
+    trajs = store.trajectories(run.id, phase="train")
+    assert len(trajs) == 24 and len({t.group for t in trajs}) == 12
+    assert len(store.labels(run.id)) == 24
+    weights = store.label_weights(run.id)
+    assert {(w.step, w.label) for w in weights} == {(s, l) for s in range(3) for l in ("pass", "wrong_sum")}
+    evals = store.evaluations(run.id)
+    assert {e.step for e in evals} == {0, 2, 3} and {e.category for e in evals} == {"big", "small"}
+    revisions = store.interfaces(run.id)
+    assert revisions[0].revision == 0 and revisions[0].parent is None
+    assert summary.interface_revision == len(revisions) - 1
+    for rev in revisions[1:]:
+        assert rev.parent == rev.revision - 1 and rev.driven_by == ["wrong_sum"] and "+" in rev.diff
+
+
+def test_a_failing_stage_names_the_plugin_and_marks_the_run_failed(toy_site, toy_recipe):
+    runner, store = _runner(toy_recipe, ["settings.toy.fail_in=reweight"])
+    with pytest.raises(PluginError, match="'reweight' stage failed in plugin 'toy'.*toy failure"):
+        runner.run()
+    run = store.get_run(runner.run_id)
+    assert run.status == "failed" and "toy failure in reweight" in run.error
+    assert [e.kind for e in store.events(run.id)] == ["crash"]
+    assert "end_run:failed" in sys.modules["toy_plugin"].plugin.calls
+
+
+def test_single_owner_stage_calls_only_the_named_plugin(toy_site, toy_recipe):
+    class Intruder:
+        from seal_platform.hookspecs import hookimpl
+
+        def __init__(self):
+            self.called = []
+
+        @hookimpl
+        def optimize(self, step):
+            self.called.append(step)
+            return {"intruder": 1.0}
+
+    intruder = Intruder()
+    config, _, path = load_recipe(str(toy_recipe), ["training.steps=1"])
+    host = make_plugin_manager(allow=["toy"], extra=[("intruder", intruder)])
+    runner = Runner(prepare(config, host, str(path)), host, RunStore(config.store_url()))
+    runner.run()
+    assert intruder.called == []
+    assert "intruder" not in runner.store.steps(runner.run_id)[0].metrics
+
+
+def test_resume_continues_after_the_last_checkpoint(toy_site, toy_recipe, tmp_path):
+    flag = tmp_path / "interrupt"
+    flag.touch()
+    overrides = ["training.steps=5", "training.checkpoint_every=2", "evaluation.every=0",
+                 f"settings.toy.interrupt_file={flag}", "settings.toy.interrupt_step=3"]
+    runner, store = _runner(toy_recipe, overrides)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    assert store.get_run(runner.run_id).status == "interrupted"
+    assert [s.step for s in store.steps(runner.run_id)] == [0, 1, 2]
+    assert [c.step for c in store.checkpoints(runner.run_id)] == [1]
+    skill_at_checkpoint = store.steps(runner.run_id)[1].metrics["skill"]
+
+    sys.modules.pop("toy_plugin", None)
+    resumed, store2 = _runner(toy_recipe, overrides, resume=runner.run_id)
+    summary = resumed.run()
+    assert summary.run_id == runner.run_id
+    assert store2.get_run(runner.run_id).status == "completed"
+    steps = store2.steps(runner.run_id)
+    assert [s.step for s in steps] == [0, 1, 2, 3, 4]
+    # Step 2 was re-done from the checkpoint taken after step 1: the skill continued from there.
+    assert steps[2].metrics["skill"] == pytest.approx(skill_at_checkpoint + 0.1)
+    new_calls = sys.modules["toy_plugin"].plugin.calls
+    assert new_calls[:2] == ["start_run", "load_checkpoint"]
+    assert new_calls.count("collect") == 3
+    assert "resume" in [e.kind for e in store2.events(runner.run_id)]
+    # The capability state was restored: totals count every trajectory of steps 0..4 exactly once.
+    assert steps[-1].capability_state["totals"]["trajectories"] == 5 * 8

@@ -1,0 +1,204 @@
+"""A complete toy plugin for the core's tests: an environment, an engine, a diagnoser and every stage.
+
+It answers additions; the engine's chance of a right answer grows with each `optimize`, so a run shows a
+learning curve without any model. Every hook call is appended to ``plugin.calls``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from seal_platform.hookspecs import hookimpl
+from seal_platform.registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+from seal_platform.types import (
+    EvalResult,
+    Generation,
+    Interface,
+    Message,
+    ReweightResult,
+    Task,
+    Trajectory,
+    TurnLabel,
+    TurnVerdict,
+)
+
+
+class ToySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n_tasks: int = 12
+    start_skill: float = 0.2
+    skill_step: float = 0.1
+    fail_in: str | None = None  # name of a stage that raises, for failure tests
+    # Simulates a one-off kill: if this file exists when `optimize` runs step `interrupt_step`, the file is
+    # removed and KeyboardInterrupt raised (a resumed run, whose recipe is the same, then goes through).
+    interrupt_file: str | None = None
+    interrupt_step: int = -1
+
+
+class ToyEnvironment:
+    name = "toy"
+
+    def __init__(self, settings: ToySettings):
+        self.settings = settings
+
+    def tasks(self, split: str) -> list[Task]:
+        offset = 0 if split == "train" else 1000
+        return [
+            Task(id=f"{split}-{i}", category="small" if i % 2 else "big", split=split,
+                 payload={"a": offset + i, "b": i * 3})
+            for i in range(self.settings.n_tasks)
+        ]
+
+    def pristine_interface(self) -> Interface:
+        return Interface(revision=0, system_text="Add the numbers.")
+
+    def verify_record(self, record: dict) -> dict:
+        if "task_id" not in record or "answer" not in record:
+            raise ValueError("need task_id and answer")
+        return {"task_id": record["task_id"], "success": record["answer"] == 42}
+
+
+class ToyEngine:
+    name = "toy-engine"
+
+    def __init__(self, skill: float, seed: int):
+        self.skill = skill
+        self.rng = random.Random(seed)
+
+    def generate(self, conversations, sampling):
+        out = []
+        for conv in conversations:
+            a, b = json.loads(conv[-1].content)
+            right = self.rng.random() < self.skill
+            text = str(a + b if right else a + b + 1)
+            out.append(Generation(text=text, token_ids=[len(text)], logprobs=[-0.5]))
+        return out
+
+    def count_tokens(self, conversation):
+        return sum(len(m.content) for m in conversation)
+
+    def close(self):
+        pass
+
+
+def _episode(engine: ToyEngine, task: Task, interface: Interface, group: str, sample: int, greedy: bool) -> Trajectory:
+    prompt = [Message(role="system", content=interface.system_text),
+              Message(role="user", content=json.dumps([task.payload["a"], task.payload["b"]]))]
+    gen = engine.generate([prompt], None)[0]
+    ok = gen.text == str(task.payload["a"] + task.payload["b"])
+    reply = Message(role="assistant", content=gen.text, token_ids=gen.token_ids, logprobs=gen.logprobs, trainable=True)
+    return Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
+                      interface_revision=interface.revision, messages=[*prompt, reply], reward=float(ok),
+                      turn_verdicts=[TurnVerdict(turn=0, passed=ok)])
+
+
+class ToyPlugin:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.seen_kwargs: dict[str, set[str]] = {}
+
+    def _note(self, name: str, ctx, **kwargs) -> ToySettings:
+        self.calls.append(name)
+        self.seen_kwargs[name] = set(kwargs) | {"ctx"}
+        settings = ctx.settings_for("toy", ToySettings)
+        if settings.fail_in == name:
+            raise RuntimeError(f"toy failure in {name}")
+        return settings
+
+    @hookimpl
+    def register_settings(self):
+        return {"toy": ToySettings}
+
+    @hookimpl
+    def register_environments(self):
+        return [EnvironmentSpec("toy", lambda ctx: ToyEnvironment(ctx.settings_for("toy", ToySettings)), "additions")]
+
+    @hookimpl
+    def register_rollout_engines(self):
+        def build(ctx):
+            return ToyEngine(ctx.shared["toy.skill"], ctx.seed)
+        return [EngineSpec("toy-engine", build, "a scripted engine whose skill grows")]
+
+    @hookimpl
+    def register_diagnosers(self):
+        return [DiagnoserSpec("toy", "right or wrong", ("pass", "wrong_sum"))]
+
+    @hookimpl
+    def start_run(self, ctx, resumed):
+        settings = self._note("start_run", ctx, resumed=resumed)
+        ctx.shared["toy.skill"] = settings.start_skill
+
+    @hookimpl
+    def end_run(self, ctx, status):
+        self.calls.append(f"end_run:{status}")
+
+    @hookimpl
+    def collect(self, ctx, environment, engine, tasks, interface, group_size, step):
+        self._note("collect", ctx, environment=environment, engine=engine, tasks=tasks, interface=interface,
+                   group_size=group_size, step=step)
+        return ctx.executor.map(
+            lambda job: _episode(engine, job[0], interface, f"{step}:{job[0].id}", job[1], False),
+            [(t, g) for t in tasks for g in range(group_size)],
+        )
+
+    @hookimpl
+    def diagnose(self, ctx, environment, trajectories, step):
+        self._note("diagnose", ctx, environment=environment, trajectories=trajectories, step=step)
+        return [TurnLabel(trajectory_id=t.id, turn=0, label="pass" if t.success else "wrong_sum", source="toy")
+                for t in trajectories]
+
+    @hookimpl
+    def evolve_interface(self, ctx, environment, interface, state, step):
+        self._note("evolve_interface", ctx, environment=environment, interface=interface, state=state, step=step)
+        if state.window.count("wrong_sum") >= 3 and interface.revision < 2:
+            return Interface(revision=interface.revision + 1, parent=interface.revision,
+                             system_text=interface.system_text + " Carry the ones.",
+                             changes=["added a hint about carrying"], driven_by=["wrong_sum"])
+        return None
+
+    @hookimpl
+    def reweight(self, ctx, trajectories, labels, state, step):
+        self._note("reweight", ctx, trajectories=trajectories, labels=labels, state=state, step=step)
+        wrong = {lab.trajectory_id for lab in labels if lab.label == "wrong_sum"}
+        return ReweightResult(trajectory_weights={t.id: 1.5 if t.id in wrong else 1.0 for t in trajectories},
+                              label_weights={"pass": 1.0, "wrong_sum": 1.5})
+
+    @hookimpl
+    def optimize(self, ctx, engine, trajectories, weights, step):
+        settings = self._note("optimize", ctx, engine=engine, trajectories=trajectories, weights=weights, step=step)
+        if settings.interrupt_file and step == settings.interrupt_step and Path(settings.interrupt_file).exists():
+            Path(settings.interrupt_file).unlink()
+            raise KeyboardInterrupt
+        engine.skill = min(1.0, engine.skill + settings.skill_step)
+        return {"loss": 1.0 - engine.skill, "skill": engine.skill}
+
+    @hookimpl
+    def evaluate(self, ctx, environment, engine, tasks, step):
+        self._note("evaluate", ctx, environment=environment, engine=engine, tasks=tasks, step=step)
+        trajs = [_episode(engine, t, environment.pristine_interface(), f"eval:{t.id}", 0, True) for t in tasks]
+        per_cat: dict[str, list[float]] = {}
+        for t in trajs:
+            per_cat.setdefault(t.category, []).append(t.reward)
+        return EvalResult(split="eval", per_category={c: 100 * sum(v) / len(v) for c, v in per_cat.items()},
+                          n_tasks=len(trajs), trajectories=trajs)
+
+    @hookimpl
+    def save_checkpoint(self, ctx, directory, step):
+        self.calls.append("save_checkpoint")
+        engine = ctx.shared["engine"]
+        (Path(directory) / "toy.json").write_text(json.dumps({"skill": engine.skill, "rng": engine.rng.getstate()[1][:5]}))
+        return {"toy": "skill"}
+
+    @hookimpl
+    def load_checkpoint(self, ctx, directory, step):
+        self.calls.append("load_checkpoint")
+        ctx.shared["engine"].skill = json.loads((Path(directory) / "toy.json").read_text())["skill"]
+
+
+plugin = ToyPlugin()
+
+# Entry points name a module or an object; `toy_plugin:plugin` registers the instance above.
