@@ -1,0 +1,194 @@
+"""The exact token sequence of a multi-turn episode.
+
+A multi-turn episode is trained as one sequence. Its assistant messages must appear as the token ids the
+engine sampled (re-tokenising their text can give other ids: "drift"), and every prompt the engine saw must be
+a prefix of the final sequence, so that the trainer's log-probs are of the very tokens that were sampled in
+the very context they were sampled in. Both engines build their prompts with :func:`prompt_ids` and the
+trainer builds its sequence with :func:`encode_episode`; both run the same splicing code below.
+
+Splicing rule
+-------------
+Chat templates render a whole conversation; we need it piece by piece. Let ``render(msgs, gen)`` be the
+template's text for ``msgs`` (``gen``: with the generation prompt, e.g. ``<|im_start|>assistant\\n``). Call an
+assistant message *sampled* when it carries ``token_ids``. Walking through the sampled messages ``k`` in order:
+
+1. ``prompt_k = render(msgs[:k], gen=True)``. The text not yet covered, ``prompt_k[len(covered):]``, is
+   tokenised (``add_special_tokens=False``) and appended with loss mask 0. (For the first sampled message
+   ``covered`` is empty, so this is the whole first prompt.)
+2. The sampled ``token_ids`` of message ``k`` are appended verbatim: loss mask 1, engine log-probs aligned.
+3. ``full_k = render(msgs[:k+1], gen=False)``. The template's closing of message ``k`` is what follows its
+   content in ``full_k[len(prompt_k):]`` (for ChatML: ``<|im_end|>\\n``). The part of it the model already
+   produced (trailing special tokens such as the EOS ``<|im_end|>``) is dropped; the rest (``\\n``; or all of
+   ``<|im_end|>\\n`` after a length cut or a stop string) is *pending*: it is prepended to the next text
+   segment, so it is context (mask 0) and tokenised together with what follows it. ``covered = full_k``.
+
+The final sequence of :func:`encode_episode` ends with the last sampled token (what comes after it carries no
+loss); :func:`prompt_ids` ends with the generation prompt for the next assistant message. The rule needs the
+template to be *append-only*: the rendering of a conversation's prefix is a prefix of the rendering of the
+whole conversation (true of ChatML templates such as SmolLM2's and Qwen2.5's). A template that rewrites
+earlier turns (e.g. drops earlier reasoning) raises :class:`TemplateNotIncrementalError` rather than training
+on a sequence the engine never saw.
+
+Assistant messages without ``token_ids`` (few-shot examples, a scripted reply) are ordinary context rendered
+by the template. A sampled message is trained on (mask 1) unless its ``trainable`` field was explicitly set to
+False.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from seal_platform.types import Message
+
+
+class TemplateNotIncrementalError(ValueError):
+    """The chat template re-renders earlier turns, so an episode cannot be one exact token sequence."""
+
+
+@dataclass
+class EpisodeTokens:
+    """One episode as the trainer sees it.
+
+    ``input_ids`` is the whole sequence; ``loss_mask[i]`` is 1 where ``input_ids[i]`` was sampled by the model
+    (and is trained on); ``engine_logprobs[i]`` is the engine's log-prob of that token (None for context tokens
+    and for sampled tokens whose message carried no log-probs). ``spans`` holds, per sampled message,
+    ``(message_index, start, end)``: its tokens are ``input_ids[start:end]``.
+    """
+
+    input_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    engine_logprobs: list[float | None] = field(default_factory=list)
+    spans: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def n_generated(self) -> int:
+        return sum(self.loss_mask)
+
+
+def render(tokenizer: Any, messages: Sequence[Message], add_generation_prompt: bool) -> str:
+    """The chat template's text for ``messages``."""
+    if not messages and not add_generation_prompt:
+        return ""
+    text = tokenizer.apply_chat_template(
+        [m.chat() for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
+    )
+    if not isinstance(text, str):  # some tokenizers return a list when given a batch-like input
+        raise TypeError(f"chat template returned {type(text).__name__}, expected text")
+    return text
+
+
+def _tokenize(tokenizer: Any, text: str) -> list[int]:
+    if not text:
+        return []
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _is_sampled(message: Message) -> bool:
+    return message.role == "assistant" and message.token_ids is not None
+
+
+def _is_trained(message: Message) -> bool:
+    # ``trainable`` defaults to False, so only an explicit False opts a sampled message out of the loss.
+    return message.trainable or "trainable" not in message.model_fields_set
+
+
+def _after(text: str, covered: str, where: str) -> str:
+    if not text.startswith(covered):
+        raise TemplateNotIncrementalError(
+            f"the chat template is not append-only ({where}): rendering a longer conversation changed the text "
+            "of its earlier turns, so the prompts the engine saw would not be a prefix of the trained sequence. "
+            "Use a model whose chat template only appends (ChatML-style), or a template override."
+        )
+    return text[len(covered):]
+
+
+def _pending_closing(tokenizer: Any, message: Message, prompt: str, full: str) -> str:
+    """The template text after message's content that its sampled tokens did not produce."""
+    part = _after(full, prompt, "closing an assistant message")
+    ids = list(message.token_ids or ())
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    closing = None
+    for candidate in (message.content, message.content.strip(), decoded, decoded.strip()):
+        if not candidate:
+            continue
+        pos = 0 if part.startswith(candidate) else part.find(candidate)
+        if pos >= 0:
+            closing = part[pos + len(candidate):]
+            break
+    if closing is None:
+        if message.content.strip() or decoded.strip():
+            raise TemplateNotIncrementalError(
+                "the chat template does not copy assistant content verbatim, so the end of a sampled message "
+                "cannot be located in its rendering."
+            )
+        closing = part  # empty content: everything the template wrote for the message is its closing
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    n = 0
+    while n < len(ids) and ids[len(ids) - 1 - n] in special:
+        n += 1
+    if n:
+        produced = tokenizer.decode(ids[len(ids) - n:], skip_special_tokens=False)
+        if closing.startswith(produced):
+            closing = closing[len(produced):]
+    return closing
+
+
+def _splice(tokenizer: Any, messages: Sequence[Message], for_prompt: bool) -> EpisodeTokens:
+    out = EpisodeTokens()
+    covered = ""
+    pending = ""
+    sampled = [i for i, m in enumerate(messages) if _is_sampled(m)]
+    for k in sampled:
+        prompt = render(tokenizer, messages[:k], add_generation_prompt=True)
+        context = _tokenize(tokenizer, pending + _after(prompt, covered, f"before message {k}"))
+        out.input_ids.extend(context)
+        out.loss_mask.extend([0] * len(context))
+        out.engine_logprobs.extend([None] * len(context))
+        message = messages[k]
+        ids = list(message.token_ids or ())
+        logprobs: list[float | None]
+        if message.logprobs is not None and len(message.logprobs) == len(ids):
+            logprobs = list(message.logprobs)
+        else:
+            logprobs = [None] * len(ids)
+        start = len(out.input_ids)
+        out.input_ids.extend(ids)
+        out.loss_mask.extend([1 if _is_trained(message) else 0] * len(ids))
+        out.engine_logprobs.extend(logprobs)
+        out.spans.append((k, start, len(out.input_ids)))
+        full = render(tokenizer, messages[: k + 1], add_generation_prompt=False)
+        pending = _pending_closing(tokenizer, message, prompt, full)
+        covered = full
+    if for_prompt:
+        tail = pending + _after(render(tokenizer, messages, add_generation_prompt=True), covered, "at the end")
+    elif not sampled:
+        tail = render(tokenizer, messages, add_generation_prompt=False)
+    else:
+        tail = ""
+    context = _tokenize(tokenizer, tail)
+    out.input_ids.extend(context)
+    out.loss_mask.extend([0] * len(context))
+    out.engine_logprobs.extend([None] * len(context))
+    return out
+
+
+def encode_episode(tokenizer: Any, messages: Sequence[Message]) -> EpisodeTokens:
+    """The episode's training sequence: context rendered by the template, sampled messages verbatim.
+
+    Ends with the last sampled token (context after it carries no loss). An episode with no sampled message
+    is its whole rendering with an all-zero mask.
+    """
+    return _splice(tokenizer, messages, for_prompt=False)
+
+
+def prompt_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
+    """The prompt for the next assistant message of ``messages``: what the engines feed the model.
+
+    Built by the same splicing as :func:`encode_episode`, so ``prompt_ids(tok, msgs[:k])`` is a prefix of
+    ``encode_episode(tok, msgs).input_ids`` for every sampled message ``k``.
+    """
+    return _splice(tokenizer, messages, for_prompt=True).input_ids
