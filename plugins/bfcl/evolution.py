@@ -24,8 +24,8 @@ guidelines          a short system block, one line per high-pressure label (at m
 What drives them (label -> change)
 ----------------------------------
 For each scope the *pressure* of a label is ``prevalence x (1 - mean reward)``, where prevalence is the
-label's share of the scope's labelled turns (``gt_error``/``checker_error`` excluded: they are not the
-agent's doing) and mean reward is the mean reward of the trajectories that contain the label. A label is
+label's share of the scope's labelled turns (``excluded_labels`` left out: by default ``gt_error`` and
+``checker_error``, not the agent's doing, and ``unreached_turn``, as A-Patch does) and mean reward is the mean reward of the trajectories that contain the label. A label is
 *eligible* in a scope when it has at least ``min_count`` occurrences and a prevalence of at least
 ``min_prevalence`` there. A change is switched on when one of its trigger labels is eligible with pressure
 of at least ``activate_pressure``:
@@ -96,8 +96,10 @@ TRIGGERS: dict[str, tuple[str, ...]] = {
     "recovery": ("recovery_failure", "instance_mismatch", "invalid_tool_call"),
 }
 
-# Not the agent's doing: left out of every prevalence denominator, as A-Patch does.
-EXCLUDED_LABELS = ("gt_error", "checker_error")
+# Left out of every prevalence denominator, as A-Patch does: verifier trouble is not the agent's doing, and
+# turns never reached say nothing about how the agent handles a turn (their cause is labelled on the turn
+# that used up the budget).
+EXCLUDED_LABELS = ("gt_error", "checker_error", "unreached_turn")
 
 GUIDELINES: dict[str, str] = {
     "spurious_tool_call": "When a request needs no tool (it only asks for information you already have, or "
@@ -159,6 +161,10 @@ class EvolutionSettings(BaseModel):
         le=1.0,
         description="Switch a change off again when all its trigger labels fall below this pressure; null: never.",
     )
+    excluded_labels: list[str] = Field(
+        default_factory=lambda: list(EXCLUDED_LABELS),
+        description="Labels that neither count towards prevalence nor drive changes.",
+    )
     min_evidence: int = Field(
         default=16, ge=1, description="Labelled turns a scope needs in the table before it is re-decided."
     )
@@ -202,26 +208,30 @@ class LabelPressure(BaseModel):
         )
 
 
-def label_pressures(tables: CapabilityTables, category: str | None) -> dict[str, LabelPressure]:
+def label_pressures(
+    tables: CapabilityTables, category: str | None, excluded: tuple[str, ...] | list[str] = EXCLUDED_LABELS
+) -> dict[str, LabelPressure]:
     """Pressure of every label seen in ``tables`` for ``category`` (None: all categories pooled)."""
     table = tables.by_label if category is None else tables.by_category_label.get(category, {})
     out: dict[str, LabelPressure] = {}
     for label in sorted(table):
-        if label in EXCLUDED_LABELS:
+        if label in excluded:
             continue
         out[label] = LabelPressure(
             label=label,
             count=tables.count(label, category),
-            prevalence=tables.prevalence(label, category, exclude=EXCLUDED_LABELS),
+            prevalence=tables.prevalence(label, category, exclude=excluded),
             mean_reward=tables.mean_reward(label, category),
         )
     return out
 
 
-def evidence(tables: CapabilityTables, category: str | None) -> int:
+def evidence(
+    tables: CapabilityTables, category: str | None, excluded: tuple[str, ...] | list[str] = EXCLUDED_LABELS
+) -> int:
     """Labelled turns (excluded labels left out) in ``tables`` for ``category``."""
     table = tables.by_label if category is None else tables.by_category_label.get(category, {})
-    return sum(t.count for name, t in table.items() if name not in EXCLUDED_LABELS)
+    return sum(t.count for name, t in table.items() if name not in excluded)
 
 
 def _eligible(p: LabelPressure, settings: EvolutionSettings) -> bool:
@@ -291,7 +301,8 @@ def evolve(
     :param interface: the current training revision.
     :param state: the capability state, already updated with this step's labels.
     :param settings: the evolution settings.
-    :param categories: the environment's task categories (the scopes that may be decided separately).
+    :param categories: the environment's task categories (the scopes that may be decided separately);
+        empty: the categories present in the state.
     :param step: the training step (recorded in the new revision).
     """
     if settings.mode == "off":
@@ -310,15 +321,16 @@ def evolve(
         tables = state.window if settings.table == "window" else state.totals
         if settings.per_category:
             allowed = set(settings.categories) if settings.categories is not None else None
-            targets = sorted(c for c in set(categories) if allowed is None or c in allowed)
+            known = set(categories) or set(tables.by_category_label)
+            targets = sorted(c for c in known if allowed is None or c in allowed)
             decide_on: list[tuple[str, str | None]] = [(c, c) for c in targets]
         else:
             decide_on = [(ALL_SCOPES, None)]
         for scope_name, category in decide_on:
-            if evidence(tables, category) < settings.min_evidence:
+            if evidence(tables, category, settings.excluded_labels) < settings.min_evidence:
                 continue
             scope, scope_notes, scope_driven = decide_scope(
-                scopes.get(scope_name, {}), label_pressures(tables, category), settings
+                scopes.get(scope_name, {}), label_pressures(tables, category, settings.excluded_labels), settings
             )
             if scope:
                 scopes[scope_name] = scope
