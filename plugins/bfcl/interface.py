@@ -181,10 +181,15 @@ def describe_system(spec: dict[str, Any]) -> str:
 # --- recovery feedback -------------------------------------------------------------------------------------
 
 _JSON_ERROR = re.compile(r"^\s*\{\s*[\"']error[\"']\s*:\s*(.*?)\s*\}\s*$", re.DOTALL)
+# Formats wrap observations (``<tool_response>...</tool_response>`` for Hermes); the hint reads the inside.
+_WRAPPER = re.compile(r"^\s*<tool_response>\s*(.*?)\s*</tool_response>\s*$", re.DOTALL)
 _EXEC_ERROR = re.compile(r"Error during execution:\s*(.*)", re.DOTALL)
+_PLAIN_ERROR = re.compile(r"^error\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
 _PARSE = re.compile(
     r"pars(e|ing) error|could not (be )?pars|malformed|invalid json|not valid json|could not decode|"
-    r"failed to parse|unparsable|unparseable",
+    r"failed to parse|unparsable|unparseable|block is not closed|tag has no opening|invalid call syntax|"
+    r"not a function call|arguments must be an object|argument names must be strings|"
+    r"tool name must be a non-empty string|called object must be a plain tool name",
     re.IGNORECASE,
 )
 _UNKNOWN_TOOL = re.compile(
@@ -227,6 +232,9 @@ def classify_observation(observation: str) -> tuple[str, str] | None:
     """
     if not isinstance(observation, str) or not observation.strip():
         return None
+    wrapped = _WRAPPER.match(observation)
+    if wrapped:
+        observation = wrapped.group(1)
     message: str | None = None
     m = _JSON_ERROR.match(observation)
     if m:
@@ -242,11 +250,16 @@ def classify_observation(observation: str) -> tuple[str, str] | None:
         if m:
             message = m.group(1).strip()
     if message is None:
-        if _PARSE.search(observation):
-            return "parse_error", observation.strip()
-        if _UNKNOWN_TOOL.search(observation):
-            return "unknown_tool", observation.strip()
-        return None
+        # The episode's own rejections: parse errors, unknown tools, or any other "Error: ..." it reports.
+        text = observation.strip()
+        if _PARSE.search(text):
+            return "parse_error", text
+        if _UNKNOWN_TOOL.search(text):
+            return "unknown_tool", text
+        m = _PLAIN_ERROR.match(text)
+        if not m:
+            return None
+        message = m.group(1).strip()
     m = _MISSING.search(message)
     if m:
         return "missing_argument", m.group(1).strip() or message

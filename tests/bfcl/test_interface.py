@@ -237,6 +237,15 @@ def test_system_addendum_note_and_guidelines() -> None:
         ("Error during execution: list index out of range", "tool_error", "index"),
         ("Parse error: the tool call is not valid JSON", "parse_error", "JSON"),
         ("Tool 'fly_to_moon' is not available; choose one of the listed tools.", "unknown_tool", "fly_to_moon"),
+        # As the Hermes format wraps observations and reports its own parse errors.
+        ('<tool_response>\n{"error": "Token expired"}\n</tool_response>', "not_authenticated", "Token"),
+        ("<tool_response>\nError: during execution: x\n</tool_response>", "tool_error", "x"),
+        ("<tool_response>\nError: A <tool_call> block is not closed with </tool_call>.\n</tool_response>",
+         "parse_error", "not closed"),
+        ("Error: Could not parse block 1 as JSON: Expecting value at position 0.", "parse_error", "JSON"),
+        ("Error: Could not parse the function calls: invalid call syntax: '(' was never closed",
+         "parse_error", "syntax"),
+        ("Error: name 'fly_to_moon' is not defined", "unknown_tool", "fly_to_moon"),
     ],
 )
 def test_classify_observation(observation: str, kind: str, named: str) -> None:
@@ -253,6 +262,7 @@ def test_classify_observation(observation: str, kind: str, named: str) -> None:
         "ok",
         "",
         '{"errors_found": 0}',
+        '<tool_response>\n{"balance": 10.5}\n</tool_response>',
     ],
 )
 def test_successful_observations_get_no_hint(observation: str) -> None:
