@@ -21,7 +21,7 @@ from .config import (
     Issue,
     RunConfig,
     apply_overrides,
-    load_yaml,
+    load_recipe_data,
     resolve_recipe_path,
     validate_core,
 )
@@ -55,7 +55,7 @@ def _split_recipe_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
 
 def load_recipe(recipe: str | None, overrides: list[str]) -> tuple[RunConfig | None, list[Issue], Path]:
     path = resolve_recipe_path(recipe)
-    data = apply_overrides(load_yaml(path), overrides)
+    data = apply_overrides(load_recipe_data(path), overrides)
     config, issues = validate_core(data)
     return config, issues, path
 

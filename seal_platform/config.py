@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,40 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+_SCIENTIFIC = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: mappings merge key by key, anything else (null too) replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_recipe_data(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A recipe's mapping with its ``extends:`` chain resolved (a path relative to the recipe, or the name
+    of a shipped recipe), so ablations state only what they change."""
+    path = path.resolve()
+    if path in _chain:
+        cycle = " -> ".join(p.name for p in (*_chain, path))
+        raise ConfigError(f"recipe {path}: `extends` goes round in a circle ({cycle}).")
+    data = load_yaml(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends: must be the name or path of one recipe.")
+    sibling = path.parent / parent
+    base_path = sibling if sibling.is_file() else (path.parent / f"{parent}.yaml")
+    if not base_path.is_file():
+        base_path = resolve_recipe_path(parent)
+    return deep_merge(load_recipe_data(base_path, (*_chain, path)), data)
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``training.steps=3`` -> (["training", "steps"], 3). The value is read as a YAML scalar or list."""
     key, sep, raw = text.partition("=")
@@ -165,6 +200,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
     return key.strip().split("."), value
 
 

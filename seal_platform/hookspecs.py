@@ -177,6 +177,8 @@ def save_checkpoint(ctx: RunContext, directory: Path, step: int) -> dict[str, An
     :param directory: where to write.
     :param step: the last completed training step.
     :returns: optional JSON-serialisable metadata to record with the checkpoint, or None.
+
+    All results are collected (each plugin writes its own part).
     """
 
 

@@ -1,0 +1,128 @@
+"""Recipes: validation of core keys and plugin sections, overrides, all errors at once."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from seal_platform.cli import load_recipe
+from seal_platform.config import RunConfig, apply_overrides, parse_override, resolve_recipe_path
+from seal_platform.errors import ConfigError
+from seal_platform.loop import check_recipe
+from seal_platform.plugins import make_plugin_manager
+
+
+def _write(tmp_path, data, name="r.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def test_overrides_are_parsed_as_yaml_values():
+    assert parse_override("training.steps=3") == (["training", "steps"], 3)
+    assert parse_override("settings.grpo.lr=1e-5") == (["settings", "grpo", "lr"], 1e-5)
+    assert parse_override("diagnosis.diagnosers=[bfcl, llm_judge]") == (["diagnosis", "diagnosers"], ["bfcl", "llm_judge"])
+    assert parse_override("stages.reweight=null") == (["stages", "reweight"], None)
+    data = apply_overrides({"training": {"steps": 1}}, ["training.steps=4", "settings.bfcl.categories=[a]"])
+    assert data == {"training": {"steps": 4}, "settings": {"bfcl": {"categories": ["a"]}}}
+    for bad in ("training.steps", "=3", "training..steps=1"):
+        with pytest.raises(ConfigError, match="key.sub=value"):
+            parse_override(bad)
+    with pytest.raises(ConfigError, match="holds a value, not a section"):
+        apply_overrides({"seed": 1}, ["seed.x=2"])
+
+
+def test_every_core_error_is_reported_with_its_place(tmp_path):
+    path = _write(tmp_path, {"environment": "toy", "seed": "abc", "training": {"stepz": 3, "group_size": 0},
+                             "rollout": {"temperature": -1}, "colour": "blue"})
+    config, issues, _ = load_recipe(str(path), [])
+    assert config is None
+    where = {i.where: i for i in issues}
+    assert set(where) == {"seed", "training.stepz", "training.group_size", "rollout.temperature", "colour"}
+    assert where["colour"].what == "unknown key" and "spelling" in where["colour"].fix
+    assert "got 'abc'" in where["seed"].what
+
+
+def test_missing_environment_is_reported():
+    _config, issues = RunConfig.model_validate, None
+    from seal_platform.config import validate_core
+
+    config, issues = validate_core({})
+    assert config is None and [i.where for i in issues] == ["environment"]
+
+
+def test_plugin_sections_and_names_are_checked_against_loaded_plugins(toy_site, tmp_path):
+    path = _write(tmp_path, {
+        "environment": "nope", "plugins": {"allow": ["toy"]},
+        "rollout": {"engine": "warp-drive"},
+        "stages": {"optimize": "grpo-missing", "reweight": "toy"},
+        "diagnosis": {"diagnosers": ["toy", "oracle"]},
+        "settings": {"toy": {"n_tasks": "many", "colour": 1}, "bfcl": {"x": 1}},
+    })
+    config, issues, _ = load_recipe(str(path), [])
+    assert not issues
+    host = make_plugin_manager(allow=config.plugins.allow)
+    plan, issues = check_recipe(config, host)
+    assert plan is None
+    where = sorted(i.where for i in issues)
+    assert where == ["diagnosis.diagnosers", "environment", "rollout.engine", "settings.bfcl",
+                     "settings.toy.colour", "settings.toy.n_tasks", "stages.optimize"]
+    text = "\n".join(map(str, issues))
+    assert "registered environments: toy" in text and "registered engines: toy-engine" in text
+    assert "plugin 'grpo-missing' is not installed" in text
+
+
+def test_valid_recipe_resolves_settings_with_defaults(toy_site, toy_recipe):
+    config, issues, _ = load_recipe(str(toy_recipe), ["settings.toy.start_skill=0.5"])
+    host = make_plugin_manager(allow=["toy"])
+    plan, issues = check_recipe(config, host)
+    assert not issues
+    assert plan.settings["toy"].start_skill == 0.5 and plan.settings["toy"].skill_step == 0.1
+    assert plan.primary_diagnoser == "toy" and plan.env_owner == "toy"
+
+
+def test_config_hash_changes_with_any_value(toy_recipe):
+    a, _, _ = load_recipe(str(toy_recipe), [])
+    b, _, _ = load_recipe(str(toy_recipe), ["seed=8"])
+    c, _, _ = load_recipe(str(toy_recipe), [])
+    assert a.config_hash() == c.config_hash() != b.config_hash()
+
+
+def test_bad_yaml_and_missing_recipe_are_clear(tmp_path):
+    path = _write(tmp_path, "training: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"r.yaml:\d+:\d+: not valid YAML"):
+        load_recipe(str(path), [])
+    with pytest.raises(ConfigError, match="not found: give a path to a YAML file or one of the shipped recipes"):
+        resolve_recipe_path("no-such-recipe")
+    path = _write(tmp_path, "- a\n- b\n", "list.yaml")
+    with pytest.raises(ConfigError, match="a recipe is a YAML mapping"):
+        load_recipe(str(path), [])
+
+
+def test_shipped_recipes_parse_and_ablations_differ_only_in_switches():
+    from seal_platform.config import RECIPES_DIR, load_recipe_data, validate_core
+
+    recipes = {p.stem: p for p in RECIPES_DIR.glob("*.yaml")}
+    assert {"seal", "seal-embedded", "vanilla-grpo", "seal-no-env-adaptation", "seal-no-reweighting",
+            "seal-static-weights"} <= set(recipes)
+    configs = {}
+    for name, path in recipes.items():
+        config, issues = validate_core(load_recipe_data(path))
+        assert not issues, (name, [str(i) for i in issues])
+        configs[name] = config
+    assert configs["vanilla-grpo"].stages.reweight is None and configs["vanilla-grpo"].stages.evolve_interface is None
+    assert configs["seal-no-env-adaptation"].stages.reweight == "grpo"
+    assert configs["seal-no-env-adaptation"].training == configs["seal"].training
+
+
+def test_extends_merges_and_detects_cycles(tmp_path):
+    from seal_platform.config import load_recipe_data
+
+    _write(tmp_path, {"environment": "toy", "training": {"steps": 3, "group_size": 4}}, "base.yaml")
+    child = _write(tmp_path, {"extends": "base", "training": {"steps": 1}, "stages": {"reweight": None}}, "child.yaml")
+    data = load_recipe_data(child)
+    assert data == {"environment": "toy", "training": {"steps": 1, "group_size": 4}, "stages": {"reweight": None}}
+    _write(tmp_path, {"extends": "b.yaml"}, "a.yaml")
+    _write(tmp_path, {"extends": "a.yaml"}, "b.yaml")
+    with pytest.raises(ConfigError, match="goes round in a circle"):
+        load_recipe_data(tmp_path / "a.yaml")
