@@ -1,0 +1,201 @@
+"""Safe parsing and rendering of BFCL's Python call syntax (``cd(folder='docs')``).
+
+BFCL writes tool calls as Python source and its official checker runs them with ``eval``. We parse them with
+:mod:`ast` instead and accept exactly one shape: a plain name called with literal arguments (numbers,
+strings, bytes, booleans, None and lists / tuples / dicts / sets of those). Anything else -- attribute access,
+subscripts, nested calls, names, operators, ``*``/``**`` unpacking, lambdas, comprehensions -- yields a
+:class:`ParsedCall` whose ``error`` says why; such a call is never executed and replaying it produces a tool
+error. Model text therefore never reaches ``eval``, ``exec`` or ``compile`` (``ast.parse`` only builds a
+syntax tree, and ``ast.literal_eval`` is applied to argument nodes, which evaluates no code).
+
+This module has no heavy imports; the environment, the executor worker and the verifier all use it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# A call text longer than this is rejected before parsing: the longest ground-truth call is a few hundred
+# characters, and ast.parse on megabytes of nested brackets costs memory and time for nothing.
+MAX_CALL_CHARS = 20_000
+# Literal nesting deeper than this is rejected (deeply nested literals can exhaust the C stack while
+# parsing, compiling or comparing).
+MAX_LITERAL_DEPTH = 32
+# The official checker refuses these names before eval; we keep its message so verdicts agree.
+OFFICIAL_BLOCKED_NAMES = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
+
+
+class CallSyntaxError(ValueError):
+    """A text that is not a BFCL call or list of calls at all."""
+
+
+@dataclass
+class ParsedCall:
+    """One tool call: a tool name with literal positional and keyword arguments.
+
+    ``error`` is set when the text could not be accepted (then ``name`` is the best guess or ``""`` and the
+    arguments are empty); executing such a call yields the tool error
+    ``"Error during execution: " + error`` and runs nothing. ``text`` is the source the call came from
+    (empty for calls built from structured JSON).
+    """
+
+    name: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    args: tuple[Any, ...] = ()
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def render(self) -> str:
+        """The call in BFCL Python call syntax (its source text when it has one)."""
+        if self.text:
+            return self.text
+        return render_call(self.name, self.kwargs, self.args)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able description (for traces and logs; values are rendered with ``repr`` where needed)."""
+        return {"name": self.name, "text": self.render(), "error": self.error}
+
+
+def _depth(node: ast.AST) -> int:
+    best = 0
+    stack = [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        best = max(best, depth)
+        if depth > MAX_LITERAL_DEPTH:
+            return depth
+        for child in ast.iter_child_nodes(current):
+            stack.append((child, depth + 1))
+    return best
+
+
+def _literal(node: ast.expr) -> Any:
+    """The value of a literal argument node; raises ValueError with a readable reason otherwise."""
+    if _depth(node) > MAX_LITERAL_DEPTH:
+        raise ValueError(f"argument nesting deeper than {MAX_LITERAL_DEPTH} levels")
+    if isinstance(node, ast.Name):
+        # Same wording as Python's NameError, which is what the official checker reports for e.g. `true`.
+        raise ValueError(f"name '{node.id}' is not defined")
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
+        kind = type(node).__name__
+        raise ValueError(f"argument is not a literal value ({kind} expression): {exc}") from None
+
+
+def parse_call(text: str) -> ParsedCall:
+    """Parse one call like ``mv(source='a.txt', destination='b')``. Never raises.
+
+    Positional arguments are kept in ``args`` (ground truth uses them, e.g. ``sort('final_report.pdf')``);
+    they are bound to parameter names by position when executed, as Python would.
+    """
+    if not isinstance(text, str):
+        return ParsedCall(name="", text=repr(text), error=f"a call must be a string, got {type(text).__name__}")
+    source = text.strip()
+    if len(source) > MAX_CALL_CHARS:
+        return ParsedCall(name="", text=source[:200] + "...", error=f"call text longer than {MAX_CALL_CHARS} characters")
+    try:
+        tree = ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        return ParsedCall(name="", text=source, error=f"invalid call syntax: {exc}")
+    return _from_node(tree.body, source)
+
+
+def _from_node(node: ast.expr, source: str) -> ParsedCall:
+    if not isinstance(node, ast.Call):
+        return ParsedCall(name="", text=source, error="not a function call")
+    if not isinstance(node.func, ast.Name):
+        # Attribute access (os.system, x.__class__), subscripts and calls of calls never name a tool.
+        return ParsedCall(name="", text=source, error="the called object must be a plain tool name")
+    name = node.func.id
+    if name.startswith("__"):
+        return ParsedCall(name=name, text=source, error=f"name '{name}' is not defined")
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    try:
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                raise ValueError("argument unpacking (*) is not allowed")
+            args.append(_literal(arg))
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                raise ValueError("keyword unpacking (**) is not allowed")
+            if keyword.arg in kwargs:
+                raise ValueError(f"keyword argument repeated: {keyword.arg}")
+            kwargs[keyword.arg] = _literal(keyword.value)
+    except ValueError as exc:
+        return ParsedCall(name=name, text=source, error=str(exc))
+    return ParsedCall(name=name, kwargs=kwargs, args=tuple(args), text=source)
+
+
+def parse_calls(text: str) -> list[ParsedCall]:
+    """Parse a BFCL call list ``[f(a=1), g(b='x')]`` (or a single call) into calls.
+
+    Individual calls that are not acceptable come back with ``error`` set; a text that is not a call or a
+    list at all raises :class:`CallSyntaxError`.
+    """
+    source = text.strip() if isinstance(text, str) else ""
+    if not source:
+        raise CallSyntaxError("empty text: expected a call like f(a=1) or a list [f(a=1), g()]")
+    if len(source) > MAX_CALL_CHARS * 10:
+        raise CallSyntaxError("call list text too long")
+    try:
+        tree = ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        raise CallSyntaxError(f"invalid call syntax: {exc}") from None
+    body = tree.body
+    if isinstance(body, (ast.List, ast.Tuple)):
+        return [_from_node(element, ast.get_source_segment(source, element) or "") for element in body.elts]
+    if isinstance(body, ast.Call):
+        return [_from_node(body, source)]
+    raise CallSyntaxError("expected a call like f(a=1) or a list of calls [f(a=1), g()]")
+
+
+def from_arguments(name: Any, arguments: Any) -> ParsedCall:
+    """A call from structured (JSON) form, e.g. a ``{"name": ..., "arguments": {...}}`` tool call."""
+    if not isinstance(name, str) or not name:
+        return ParsedCall(name="", error="the tool name must be a non-empty string")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return ParsedCall(name=name, error=f"arguments must be an object, got {type(arguments).__name__}")
+    bad = [key for key in arguments if not isinstance(key, str)]
+    if bad:
+        return ParsedCall(name=name, error="argument names must be strings")
+    if name.startswith("__"):
+        return ParsedCall(name=name, error=f"name '{name}' is not defined")
+    return ParsedCall(name=name, kwargs=dict(arguments))
+
+
+def _render_value(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        # repr gives inf/nan, which are not literals; float('inf') is not either, so keep a string form
+        # that at least parses and says what it was.
+        return json.dumps(str(value))
+    if isinstance(value, list):
+        return "[" + ", ".join(_render_value(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        inner = ", ".join(_render_value(v) for v in value)
+        return "(" + inner + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_render_value(k)}: {_render_value(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def render_call(name: str, kwargs: dict[str, Any] | None = None, args: tuple[Any, ...] | list[Any] = ()) -> str:
+    """Render a call in BFCL syntax: ``name(pos, key=value, ...)`` with Python literal values.
+
+    ``parse_call(render_call(n, kw))`` gives back ``n`` and ``kw`` for every literal value (finite numbers,
+    strings, bytes, booleans, None, lists, tuples, dicts, sets).
+    """
+    parts = [_render_value(v) for v in args]
+    parts += [f"{key}={_render_value(value)}" for key, value in (kwargs or {}).items()]
+    return f"{name}({', '.join(parts)})"

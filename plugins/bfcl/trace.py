@@ -1,0 +1,162 @@
+"""The verifier's trace: what it found per ground-truth turn, in a stable, JSON-able shape.
+
+:func:`seal_platform_plugins.bfcl.verifier.verify` returns a :class:`VerifyOutcome`; its ``turns`` hold one
+:class:`seal_platform.types.TurnVerdict` per ground-truth turn. ``TurnVerdict.passed`` is the official
+per-turn verdict, ``TurnVerdict.reached`` is False for turns the model never reached (fewer model turns than
+ground-truth turns; nothing is executed for them), and ``TurnVerdict.checks`` is a dict with these keys
+(diagnosers read them; they are part of the plugin's contract -- add keys, never rename or drop them):
+
+``gt_calls``        list[str]   the ground-truth calls of the turn, as written in the data
+``model_calls``     list[str]   the model's calls of the turn, in BFCL call syntax, in order
+``gt_results``      list[str]   what each ground-truth call returned (clipped to TRACE_RESULT_CHARS)
+``model_results``   list[str]   what each model call returned when replayed (clipped likewise)
+``gt_error``        str | None  the first ground-truth call of the turn that raised, as its error text
+``model_errors``    list[str]   the model calls' failures when replayed: raised/rejected
+                                (``"Error during execution: ..."``) or a returned ``{"error": ...}`` object
+``model_error_calls`` list[int] indices (into ``model_calls``) of those failures
+``rejected_calls``  list[int]   indices of model calls that were refused before running (not parseable,
+                                unknown tool, unexpected argument name, non-literal value)
+``empty_gt``        bool        the ground-truth turn has no call (the model should abstain)
+``empty_model``     bool        the model made no call in the turn
+``instance_ok``     bool        both instance sets could be built and hold the same classes
+``state_ok``        bool        every public attribute of every involved instance equals the GT's
+``state_diff``      dict[str, list[str]]  class -> the public attributes that differ
+``response_ok``     bool        every GT result of this turn is among the model's results so far (multiset)
+``missing_results`` list[str]   the GT results of this turn not found (clipped)
+``checker_error``   str | None  an exception raised while building instances or checking state
+``error_type``      str | None  the official error type when this turn fails
+                                (``multi_turn:empty_turn_model_response``, ``multi_turn:instance_state_mismatch``,
+                                ``multi_turn:execution_response_mismatch``, ``multi_turn:checker_error``,
+                                ``multi_turn:force_terminated`` for unreached turns)
+
+``state_ok``/``response_ok`` are computed for every reached turn, but as in the official checker they decide
+the verdict only for non-empty ground-truth turns (an empty GT turn passes whatever the model did; its state
+still carries into the next turns). Checks of turns after the first failing one are still computed, with the
+state each side actually reached, so diagnosers can label every turn; the task's success is the official one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from seal_platform.types import TurnVerdict
+
+# The prefix the official executor gives an exception's text; observations and replays use it too.
+ERROR_PREFIX = "Error during execution: "
+# Results kept in traces are clipped to this many characters (long-context listings are huge); the checks
+# themselves always compare full results.
+TRACE_RESULT_CHARS = 1000
+
+CHECK_KEYS: tuple[str, ...] = (
+    "gt_calls",
+    "model_calls",
+    "gt_results",
+    "model_results",
+    "gt_error",
+    "model_errors",
+    "model_error_calls",
+    "rejected_calls",
+    "empty_gt",
+    "empty_model",
+    "instance_ok",
+    "state_ok",
+    "state_diff",
+    "response_ok",
+    "missing_results",
+    "checker_error",
+    "error_type",
+)
+
+EMPTY_TURN = "multi_turn:empty_turn_model_response"
+STATE_MISMATCH = "multi_turn:instance_state_mismatch"
+RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
+FORCE_TERMINATED = "multi_turn:force_terminated"
+CHECKER_ERROR = "multi_turn:checker_error"
+
+
+def clip(text: str, limit: int = TRACE_RESULT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters with a note of how much was dropped."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... [{len(text) - limit} more characters]"
+
+
+def is_error_result(result: str) -> bool:
+    """Whether a call's result is a failure: a raised/rejected call or a returned ``{"error": ...}`` object."""
+    if result.startswith(ERROR_PREFIX):
+        return True
+    if result.startswith("{") and '"error"' in result[:200]:
+        try:
+            value = json.loads(result)
+        except ValueError:
+            return False
+        return isinstance(value, dict) and "error" in value
+    return False
+
+
+def empty_checks(gt_calls: list[str]) -> dict[str, Any]:
+    """The checks of a turn the model never reached."""
+    return {
+        "gt_calls": list(gt_calls),
+        "model_calls": [],
+        "gt_results": [],
+        "model_results": [],
+        "gt_error": None,
+        "model_errors": [],
+        "model_error_calls": [],
+        "rejected_calls": [],
+        "empty_gt": not gt_calls,
+        "empty_model": True,
+        "instance_ok": True,
+        "state_ok": True,
+        "state_diff": {},
+        "response_ok": True,
+        "missing_results": [],
+        "checker_error": None,
+        "error_type": FORCE_TERMINATED,
+    }
+
+
+@dataclass
+class VerifyOutcome:
+    """The verdict on one transcript.
+
+    ``success`` is the official binary verdict: as many model turns as ground-truth turns and every turn
+    passed. ``error_type``/``error_message`` describe the first failure as the official checker would
+    (``None`` on success). ``turns`` has one verdict per ground-truth turn (see the module doc for checks).
+    """
+
+    success: bool
+    turns: list[TurnVerdict] = field(default_factory=list)
+    error_type: str | None = None
+    error_message: str | None = None
+    n_gt_turns: int = 0
+    n_model_turns: int = 0
+
+    @property
+    def turn_count_ok(self) -> bool:
+        return self.n_gt_turns == self.n_model_turns
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (what worker processes send back)."""
+        return {
+            "success": self.success,
+            "turns": [t.model_dump() for t in self.turns],
+            "error_type": self.error_type,
+            "error_message": self.error_message,
+            "n_gt_turns": self.n_gt_turns,
+            "n_model_turns": self.n_model_turns,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "VerifyOutcome":
+        return cls(
+            success=bool(data["success"]),
+            turns=[TurnVerdict.model_validate(t) for t in data["turns"]],
+            error_type=data.get("error_type"),
+            error_message=data.get("error_message"),
+            n_gt_turns=int(data.get("n_gt_turns", 0)),
+            n_model_turns=int(data.get("n_model_turns", 0)),
+        )

@@ -1,0 +1,135 @@
+"""The BFCL multi-turn verifier: the official binary verdict, computed safely, with a per-turn trace.
+
+Semantics are those of ``bfcl_eval``'s ``multi_turn_checker`` (as run by its eval runner): the model must
+have as many turns as the ground truth; per turn the model's calls and the ground-truth calls run on two
+separate instance sets built from the task's ``initial_config`` (state carries across turns on each side);
+a non-empty GT turn with no model call fails; then every public attribute of every involved instance must
+be equal (state check) and every GT result of the turn must be among the model's results of all turns so
+far, as a multiset (response check). An empty GT turn passes whatever the model did. Success = every turn
+passes. ``tests/bfcl/test_agreement.py`` holds us to the official verdict on the 800 ground-truth answers and
+thousands of perturbations of them.
+
+Differences from the official code, all deliberate:
+- calls are parsed with ``ast`` into literal arguments and dispatched by name (see ``calls.py``); a call the
+  official ``eval`` would run but we refuse (nested calls, expressions, builtins, ``**`` unpacking) is a tool
+  error here. Its ``eval`` would also rewrite text inside string arguments that looks like a method call
+  (``"... mean (x)"``) with an instance name derived from the checker's model name -- a flaw we do not copy.
+- instances are fresh per check and private to it (the official code caches them in module globals by
+  name, so one name reused gives wrong verdicts).
+- turns after the first failure are still checked (for diagnosis); they do not change the verdict.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from seal_platform.types import Task, TurnVerdict
+
+from .calls import ParsedCall, parse_call
+from .trace import VerifyOutcome
+
+if TYPE_CHECKING:
+    from .executor import ToolExecutor
+
+# label_turns(task, outcome) -> one label per GT turn (B's diagnoser plugs in here).
+LabelFn = Callable[[Task, VerifyOutcome], Sequence[str]]
+
+
+def _as_calls(turn: Sequence[ParsedCall | str]) -> list[ParsedCall]:
+    return [call if isinstance(call, ParsedCall) else parse_call(call) for call in turn]
+
+
+def verify(
+    task: Task,
+    model_turns: Sequence[Sequence[ParsedCall | str]],
+    executor: "ToolExecutor | None" = None,
+) -> VerifyOutcome:
+    """Verify one transcript: per GT turn, the model's calls (``ParsedCall`` s or BFCL call strings).
+
+    With ``executor`` the replay runs in one of its worker processes under its time limit (use this for
+    model output during training: a call like ``power(base=10, exponent=10**12)`` written as a literal can
+    run for ages); without, it runs in this process (fast; for tests, benchmarks and trusted input).
+    """
+    turns = [_as_calls(turn) for turn in model_turns]
+    if executor is not None:
+        return executor.verify(task, turns)
+    from ._worker import verify_payload
+
+    return verify_payload(task.payload, turns)
+
+
+def reference_labels(outcome: VerifyOutcome) -> list[str]:
+    """The reference (SEAL release) label of each GT turn, derived from the trace; the fallback when no
+    diagnoser is given. Turns the model never reached get ``not_reached`` (the reference's
+    ``correct_abstention`` for them is a bug)."""
+    return [reference_label(verdict) for verdict in outcome.turns]
+
+
+def reference_label(verdict: TurnVerdict) -> str:
+    """First rule that fires, in the reference order (see seal-method.md, "Diagnosis")."""
+    checks = verdict.checks
+    if not verdict.reached:
+        return "not_reached"
+    if checks.get("gt_error"):
+        return "gt_error"
+    if checks.get("empty_gt"):
+        return "correct_abstention" if checks.get("empty_model") else "spurious_tool_call"
+    if checks.get("empty_model"):
+        return "empty_turn_model_response"
+    if not checks.get("instance_ok", True):
+        return "instance_mismatch"
+    if checks.get("checker_error"):
+        return "checker_error"
+    if not checks.get("state_ok", True):
+        return "state_mismatch"
+    if not checks.get("response_ok", True):
+        return "response_mismatch"
+    return "pass"
+
+
+def _load_task(task_id: str) -> Task:
+    from .data import DataError, get_task
+
+    try:
+        return get_task(task_id)
+    except DataError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def parse_record(record: Any) -> tuple[str, list[list[ParsedCall]]]:
+    """Validate one ``verify`` input record: ``{"task_id": str, "turns": [[call string, ...], ...]}``."""
+    if not isinstance(record, dict):
+        raise ValueError(f"each line must be a JSON object, got {type(record).__name__}")
+    task_id = record.get("task_id")
+    if not isinstance(task_id, str) or not task_id:
+        raise ValueError('missing "task_id": each line needs {"task_id": "...", "turns": [[...], ...]}')
+    turns = record.get("turns")
+    if not isinstance(turns, list) or not all(isinstance(turn, list) for turn in turns):
+        raise ValueError('"turns" must be a list with, per ground-truth turn, a list of call strings like "cd(folder=\'x\')"')
+    for index, turn in enumerate(turns):
+        for call in turn:
+            if not isinstance(call, str):
+                raise ValueError(f'turn {index}: calls must be strings in BFCL call syntax, got {type(call).__name__}')
+    # Unparseable call strings are the model's mistake, not a bad record: they replay as tool errors.
+    return task_id, [[parse_call(call) for call in turn] for turn in turns]
+
+
+def verify_record(
+    record: Any,
+    *,
+    executor: "ToolExecutor | None" = None,
+    label_turns: LabelFn | None = None,
+    task_lookup: Callable[[str], Task] | None = None,
+) -> dict[str, Any]:
+    """Score one ``seal-platform verify --benchmark bfcl`` input record.
+
+    Returns ``{"task_id": ..., "success": bool, "labels": [one label per GT turn]}``. Raises ValueError for a
+    malformed record or an unknown task id (the CLI prints an error line for it and goes on).
+    ``label_turns(task, outcome)`` supplies the labels (the environment passes its diagnoser); without it
+    the reference labels are derived from the trace. ``executor`` runs the replay in a worker process.
+    """
+    task_id, turns = parse_record(record)
+    task = (task_lookup or _load_task)(task_id)
+    outcome = verify(task, turns, executor=executor)
+    labels = list(label_turns(task, outcome)) if label_turns is not None else reference_labels(outcome)
+    return {"task_id": task_id, "success": outcome.success, "labels": labels}
