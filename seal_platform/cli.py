@@ -28,8 +28,8 @@ from .config import (
 from .errors import ConfigError, PluginError, SealError
 from .plugins import PluginHost, make_plugin_manager
 
-console = Console(stderr=False)
-errors = Console(stderr=True)
+console = Console(stderr=False, soft_wrap=True)
+errors = Console(stderr=True, soft_wrap=True)
 
 ENV_STORE = "SEAL_PLATFORM_STORE"
 
@@ -190,7 +190,9 @@ def plugins(as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="seal-platform plugins")
-    for col in ("name", "version", "distribution", "status", "hooks", "provides"):
+    table.add_column("name", no_wrap=True)
+    table.add_column("version", no_wrap=True)
+    for col in ("distribution", "status", "hooks", "provides"):
         table.add_column(col)
     for row in rows:
         status = row["status"] if row["status"] == "loaded" else f"[red]{row['status']}[/]"
@@ -263,7 +265,8 @@ def runs(store_url: str | None) -> None:
     """List runs in the store, newest first."""
     store = open_store(store_url)
     table = Table(title=f"runs in {store.url}")
-    for col in ("id", "name", "status", "steps", "started", "config hash"):
+    table.add_column("id", no_wrap=True)
+    for col in ("name", "status", "steps", "started", "config hash"):
         table.add_column(col)
     for row in store.list_runs():
         steps = "" if row.last_step is None else str(row.last_step + 1)

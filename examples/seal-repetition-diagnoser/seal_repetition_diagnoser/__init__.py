@@ -1,0 +1,1 @@
+"""Example seal-platform plugin: a repetition diagnoser."""

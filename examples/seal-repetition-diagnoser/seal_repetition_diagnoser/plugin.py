@@ -1,0 +1,16 @@
+"""The plugin module named by the entry point: thin hook implementations."""
+
+from seal_platform.hookspecs import hookimpl
+from seal_platform.registry import DiagnoserSpec
+
+from .repetition import label_repetitions
+
+
+@hookimpl
+def register_diagnosers():
+    return [DiagnoserSpec("repetition", "flags turns where the agent repeats an earlier message", ("repetition", "no_repetition"))]
+
+
+@hookimpl
+def diagnose(trajectories):
+    return [label for trajectory in trajectories for label in label_repetitions(trajectory)]

@@ -1,0 +1,149 @@
+"""The command line, as a user sees it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from seal_platform.cli import cli
+
+from .conftest import make_dist
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def test_help_lists_the_commands(runner):
+    result = runner.invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for command in ("run", "plugins", "config", "runs", "show", "report", "verify"):
+        assert f"  {command}" in result.output
+
+
+def test_plugins_lists_name_version_hooks_and_status(runner, toy_site, tmp_path, monkeypatch):
+    make_dist(tmp_path / "site", "seal-broken", "0.0.1", {"broken": "broken_mod"},
+              {"broken_mod.py": "raise RuntimeError('boom at import')\n"})
+    monkeypatch.setenv("SEAL_PLATFORM_PLUGINS", "toy,broken")
+    result = runner.invoke(cli, ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert rows["toy"]["version"] == "0.3.0" and rows["toy"]["status"] == "loaded"
+    assert "collect" in rows["toy"]["hooks"] and "environment:toy" in rows["toy"]["provides"]
+    assert rows["broken"]["status"] == "failed" and "boom at import" in rows["broken"]["error"]
+    table = runner.invoke(cli, ["plugins"], terminal_width=200)
+    assert "toy" in table.output and "0.3.0" in table.output and "failed" in table.output
+
+
+def test_config_validate_reports_all_problems_and_exits_1(runner, tmp_path, toy_site):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"environment": "toy", "plugins": {"allow": ["toy"]}, "seed": "x",
+                                   "training": {"group_size": -2}, "colour": "red"}))
+    result = runner.invoke(cli, ["config", "validate", str(bad)])
+    assert result.exit_code == 1
+    assert "3 problem(s)" in result.output
+    assert "seed:" in result.output and "training.group_size:" in result.output and "colour: unknown key" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_config_validate_accepts_a_good_recipe(runner, toy_recipe, toy_site):
+    result = runner.invoke(cli, ["config", "validate", str(toy_recipe), "training.steps=1"])
+    assert result.exit_code == 0, result.output
+    assert "ok (config hash" in result.output
+
+
+def test_run_runs_show_and_report(runner, toy_recipe, toy_site, tmp_path):
+    result = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=4", "--quiet"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    run_id = result.output.split("run ", 1)[1].split()[0]
+    store = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    assert "average" in result.output and "step 4" in result.output
+
+    listed = runner.invoke(cli, ["runs", "--store", store], terminal_width=200)
+    assert listed.exit_code == 0 and run_id in listed.output and "completed" in listed.output
+
+    shown = runner.invoke(cli, ["show", run_id[:12], "--store", store], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "interface revisions" in shown.output and "revision 1 (parent 0" in shown.output
+    assert "driven by: wrong_sum" in shown.output and "evaluations" in shown.output
+
+    reported = runner.invoke(cli, ["report", run_id, "--store", store, "--out", str(tmp_path / "rep")])
+    assert reported.exit_code == 0, reported.output
+    png = tmp_path / "rep" / "report.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_user_mistakes_give_one_paragraph_not_a_traceback(runner, tmp_path, toy_site):
+    (tmp_path / "runs").mkdir()
+    store = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    from seal_platform.store import RunStore
+
+    RunStore(store)
+    result = runner.invoke(cli, ["show", "nope", "--store", store])
+    assert result.exit_code == 2
+    assert "Error: no run 'nope'" in result.output and "Traceback" not in result.output
+    result = runner.invoke(cli, ["run", "no-such-recipe"])
+    assert result.exit_code == 2 and "not found" in result.output
+    result = runner.invoke(cli, ["runs", "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}"])
+    assert result.exit_code == 2 and "no run store" in result.output
+
+
+def test_verify_keeps_order_and_reports_bad_lines(runner, tmp_path, toy_site, monkeypatch):
+    monkeypatch.setenv("SEAL_PLATFORM_PLUGINS", "toy")
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"task_id": "a", "answer": 42}\nnot json\n{"task_id": "b"}\n[1]\n{"task_id": "c", "answer": 1}\n')
+    result = runner.invoke(cli, ["verify", "--benchmark", "toy", str(data)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(l) for l in result.output.strip().splitlines()]
+    assert lines[0] == {"task_id": "a", "success": True}
+    assert "line 2: not valid JSON" in lines[1]["error"]
+    assert "need task_id and answer" in lines[2]["error"]
+    assert "JSON object" in lines[3]["error"]
+    assert lines[4] == {"task_id": "c", "success": False}
+    result = runner.invoke(cli, ["verify", "--benchmark", "nothing", str(data)])
+    assert result.exit_code == 2 and "no loaded plugin registers benchmark 'nothing'" in result.output
+
+
+def _pip_install_example(target: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target",
+         str(target), str(REPO / "examples" / "seal-repetition-diagnoser")],
+        check=True, capture_output=True, text=True,
+    )
+
+
+def test_third_party_plugin_is_listed_and_called_after_pip_install(tmp_path, toy_site, toy_recipe):
+    target = tmp_path / "installed"
+    _pip_install_example(target)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(toy_site)])}
+    env.pop("SEAL_PLATFORM_PLUGINS", None)
+    listed = subprocess.run([sys.executable, "-m", "seal_platform", "plugins", "--json"], env=env,
+                            capture_output=True, text=True, check=True)
+    rows = {r["name"]: r for r in json.loads(listed.stdout)}
+    assert rows["repetition"]["distribution"] == "seal-repetition-diagnoser"
+    assert rows["repetition"]["version"] == "0.1.0" and rows["repetition"]["status"] == "loaded"
+    assert rows["repetition"]["hooks"] == ["diagnose", "register_diagnosers"]
+
+    done = subprocess.run(
+        [sys.executable, "-m", "seal_platform", "run", str(toy_recipe), "--quiet", "training.steps=1",
+         "plugins.allow=[toy, repetition]", "diagnosis.diagnosers=[toy, repetition]"],
+        env=env, capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    from seal_platform.store import RunStore
+
+    store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
+    (run,) = store.list_runs()
+    sources = {row.source for row in store.labels(run.id)}
+    assert sources == {"toy", "repetition"}
+    assert "repetition" in {p.name for p in store.run_plugins(run.id)}
