@@ -296,6 +296,36 @@ def report(run_id: str, store_url: str | None, out: str | None) -> None:
         console.print(f"wrote {path}", highlight=False)
 
 
+@cli.command("eval")
+@click.argument("run_id", metavar="RUN")
+@click.option("--step", type=int, default=None, help="The checkpoint's step (default: the last checkpoint).")
+@click.option("--split", default=None, help="Task split (default: the run's evaluation split).")
+@click.option("--max-tasks", type=int, default=None, help="Evaluate on the first N tasks only.")
+@store_option
+def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: int | None, store_url: str | None) -> None:
+    """Evaluate a run's checkpoint on a split (pristine interface, greedy) and record the result."""
+    from .loop import evaluate_checkpoint, prepare
+
+    store = open_store(store_url)
+    row = store.get_run(run_id)
+    data = row.config
+    if split:
+        data = {**data, "evaluation": {**data["evaluation"], "split": split}}
+    if max_tasks:
+        data = {**data, "evaluation": {**data["evaluation"], "max_tasks": max_tasks}}
+    config_ = RunConfig.model_validate(data)
+    host = plugin_host_for(config_)
+    plan = prepare(config_, host, row.recipe or row.id)
+    done, result = evaluate_checkpoint(store, host, plan, row.id, step)
+    table = Table(title=f"run {row.id}, checkpoint after {done} step(s), split {result.split} ({result.n_tasks} tasks)")
+    table.add_column("category")
+    table.add_column("pass rate (%)", justify="right")
+    for cat, rate in sorted(result.per_category.items()):
+        table.add_row(cat, f"{rate:.2f}")
+    table.add_row("[bold]average[/]", f"{result.average:.2f}")
+    console.print(table)
+
+
 # --- verify --------------------------------------------------------------------------------------------
 
 

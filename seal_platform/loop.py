@@ -444,3 +444,44 @@ def prepare(config: RunConfig, host: PluginHost, source: str) -> Plan:
     raise_for(issues, source)
     assert plan is not None
     return plan
+
+
+def evaluate_checkpoint(
+    store: RunStore, host: PluginHost, plan: Plan, run_id: str, step: int | None = None
+) -> tuple[int, EvalResult]:
+    """Evaluate a run's checkpoint (the last one by default) on ``plan.config.evaluation``'s split and
+    record the result with the run. The run itself is left as it was."""
+    config = plan.config
+    checkpoints = [c for c in store.checkpoints(run_id) if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]
+    if step is not None:
+        checkpoints = [c for c in checkpoints if c.step == step]
+    if not checkpoints:
+        which = f"at step {step}" if step is not None else "at all"
+        raise SealError(f"run {run_id} has no durable checkpoint {which} (see `seal-platform show {run_id}`).")
+    ckpt = checkpoints[-1]
+    ctx = RunContext(config=config, run_id=run_id, run_dir=Path(store.get_run(run_id).run_dir),
+                     settings=plan.settings, store=store, executor=LocalExecutor(config.rollout.workers))
+    status = "failed"
+    host.hook.start_run(ctx=ctx, resumed=True)
+    try:
+        engine_owner, engine_spec = host.engines()[config.rollout.engine]
+        engine = _wrap("engine", engine_owner, lambda: engine_spec.factory(ctx))
+        ctx.shared["engine"] = engine
+        host.hook.load_checkpoint(ctx=ctx, directory=Path(ckpt.path), step=ckpt.step)
+        env_owner, env_spec = host.environments()[config.environment]
+        env = _wrap("environment", env_owner, lambda: env_spec.factory(ctx))
+        tasks = _wrap("tasks", env_owner, lambda: env.tasks(config.evaluation.split))
+        if config.evaluation.max_tasks:
+            tasks = tasks[: config.evaluation.max_tasks]
+        done = ckpt.step + 1
+        result = _wrap("evaluate", env_owner, lambda: host.call_owned(
+            "evaluate", env_owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=done))
+        if not isinstance(result, EvalResult):
+            raise PluginError(f"plugin {env_owner!r} must return an EvalResult from 'evaluate'.")
+        store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}))
+        store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: {result.average:.2f}")
+        status = "completed"
+        return done, result
+    finally:
+        host.hook.end_run(ctx=ctx, status=status)
+        ctx.executor.close()

@@ -147,3 +147,19 @@ def test_third_party_plugin_is_listed_and_called_after_pip_install(tmp_path, toy
     sources = {row.source for row in store.labels(run.id)}
     assert sources == {"toy", "repetition"}
     assert "repetition" in {p.name for p in store.run_plugins(run.id)}
+
+
+def test_eval_a_checkpoint(runner, toy_recipe, toy_site, tmp_path):
+    result = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=2", "--quiet"])
+    assert result.exit_code == 0, result.output
+    run_id = result.output.split("run ", 1)[1].split()[0]
+    store = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    evaluated = runner.invoke(cli, ["eval", run_id, "--store", store, "--split", "test", "--max-tasks", "4"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "checkpoint after 2 step(s), split" in evaluated.output and "average" in evaluated.output
+    from seal_platform.store import RunStore
+
+    rows = RunStore(store).evaluations(run_id)
+    assert {(r.step, r.split) for r in rows} >= {(2, "eval")}
+    missing = runner.invoke(cli, ["eval", run_id, "--store", store, "--step", "99"])
+    assert missing.exit_code == 2 and "no durable checkpoint at step 99" in missing.output
