@@ -1,0 +1,265 @@
+"""The heuristic diagnoser: one failure label per ground-truth turn, from the verifier trace.
+
+Two labels are computed for every turn:
+
+* the **reference label**, by the reference's rules in its order (first rule that fires): ``gt_error``,
+  ``spurious_tool_call``, ``correct_abstention``, ``empty_turn_model_response``, ``instance_mismatch``,
+  ``checker_error``, ``state_mismatch``, ``response_mismatch``, ``pass``;
+* the **label** itself, which refines the reference label where the trace shows why the turn failed (the
+  paper's Table 5): ``invalid_tool_call`` (a parse error or a call to a tool not in the current list in this
+  turn), ``recovery_failure`` (a tool error the agent never recovered from), ``missing_tool_call`` (a
+  ground-truth function never called), ``argument_mismatch`` (the right functions with other arguments).
+
+``TurnLabel.reference_label`` always carries the reference label, so A-Patch's base weights apply to every
+label. Turns the agent never reached (the episode ended at a step or context limit first) are labelled
+``unreached_turn`` with the reference label ``unreached_turn`` too: the reference calls them
+``correct_abstention``, a bug that rewards running out of steps. Like ``gt_error`` and ``checker_error`` they
+say nothing about the agent's behaviour in that turn (the failure is labelled on the turn where it happened),
+so they belong to :data:`EXCLUDED_LABELS`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, Mapping, Sequence
+
+from seal_platform.types import ToolCall, Trajectory, TurnLabel, TurnVerdict
+
+SOURCE = "bfcl"
+
+REFERENCE_LABELS = (
+    "gt_error",
+    "spurious_tool_call",
+    "correct_abstention",
+    "empty_turn_model_response",
+    "instance_mismatch",
+    "checker_error",
+    "state_mismatch",
+    "response_mismatch",
+    "pass",
+)
+FINE_LABELS = ("invalid_tool_call", "argument_mismatch", "missing_tool_call", "recovery_failure")
+UNREACHED = "unreached_turn"
+ALL_LABELS = REFERENCE_LABELS + FINE_LABELS + (UNREACHED,)
+# Labels that describe the data, the checker or the episode's end rather than the agent's turn.
+EXCLUDED_LABELS = ("gt_error", "checker_error", UNREACHED)
+# Reference labels a finer label may replace (for documentation; the actual reference label of each
+# turn is computed and stored with it).
+REFINES: dict[str, tuple[str, ...]] = {
+    "invalid_tool_call": ("spurious_tool_call", "empty_turn_model_response", "state_mismatch", "response_mismatch"),
+    "recovery_failure": ("state_mismatch", "response_mismatch"),
+    "missing_tool_call": ("state_mismatch", "response_mismatch"),
+    "argument_mismatch": ("state_mismatch", "response_mismatch"),
+}
+
+
+def _get(verdict: TurnVerdict | Mapping[str, Any], key: str, default: Any = None) -> Any:
+    if isinstance(verdict, TurnVerdict):
+        if key in ("turn", "passed", "reached"):
+            return getattr(verdict, key)
+        return verdict.checks.get(key, default)
+    if key in ("turn", "passed", "reached"):
+        return verdict.get(key, default)
+    checks = verdict.get("checks")
+    if isinstance(checks, Mapping) and key in checks:
+        return checks[key]
+    return verdict.get(key, default)
+
+
+def _flat(calls: Any) -> list[Any]:
+    """Calls of a turn as one flat list (the trace may group them per step)."""
+    if calls is None:
+        return []
+    if isinstance(calls, (str, Mapping)):
+        return [calls]
+    out: list[Any] = []
+    for item in calls:
+        out.extend(_flat(item) if isinstance(item, (list, tuple)) else [item])
+    return out
+
+
+def _signature(call: Any) -> tuple[str, str] | None:
+    """(name, canonical arguments) of a call given as BFCL text, a mapping or a ToolCall; None if unreadable."""
+    from .calls import parse_call  # the safe AST-literal parser; model text is never evaluated
+
+    if isinstance(call, ToolCall):
+        return call.name, _canon(call.arguments)
+    if isinstance(call, Mapping) and "name" in call:
+        args = call.get("arguments", call.get("kwargs", {}))
+        return str(call["name"]), _canon(args if isinstance(args, Mapping) else {})
+    if isinstance(call, str):
+        parsed = parse_call(call)
+        if not parsed.ok:
+            return None
+        # Positional arguments cannot be bound to names here; keep them as such.
+        args: dict[str, Any] = dict(parsed.kwargs)
+        if parsed.args:
+            args["*"] = list(parsed.args)
+        return parsed.name, _canon(args)
+    return None
+
+
+def _canon(arguments: Mapping[str, Any]) -> str:
+    return repr(sorted((str(k), repr(v)) for k, v in arguments.items()))
+
+
+def _truthy_errors(value: Any) -> bool:
+    if not value:
+        return False
+    if isinstance(value, Mapping):
+        return any(bool(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(bool(v) for v in value)
+    return bool(value)
+
+
+def reference_label(verdict: TurnVerdict | Mapping[str, Any], n_accepted_calls: int | None = None) -> str:
+    """The reference taxonomy's label of one verified turn (first rule that fires)."""
+    model_calls = _flat(_get(verdict, "model_calls"))
+    n_calls = len(model_calls) if n_accepted_calls is None else n_accepted_calls
+    if _get(verdict, "gt_error"):
+        return "gt_error"
+    empty_gt = _get(verdict, "empty_gt")
+    if empty_gt is None:
+        empty_gt = not _flat(_get(verdict, "gt_calls"))
+    if empty_gt:
+        return "spurious_tool_call" if n_calls else "correct_abstention"
+    if not n_calls:
+        return "empty_turn_model_response"
+    if _get(verdict, "instance_ok") is False:
+        return "instance_mismatch"
+    if _get(verdict, "checker_error"):
+        return "checker_error"
+    if _get(verdict, "state_ok") is False:
+        return "state_mismatch"
+    if _get(verdict, "response_ok") is False:
+        return "response_mismatch"
+    if _get(verdict, "passed") is False:
+        # A failure the trace does not explain (a newer verifier check): the closest reference label.
+        return "state_mismatch"
+    return "pass"
+
+
+def _unrecovered_error(calls: Sequence[ToolCall]) -> bool:
+    """Whether some executed call failed and no later call of the same tool in the turn succeeded."""
+    for index, call in enumerate(calls):
+        if call.rejected or not call.error:
+            continue
+        later = calls[index + 1:]
+        if not any(c.name == call.name and not c.error and not c.rejected for c in later):
+            return True
+    return False
+
+
+def _refine(ref: str, verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[ToolCall]) -> str:
+    rejected = any(c.rejected for c in turn_calls)
+    if ref in ("spurious_tool_call", "correct_abstention"):
+        # A turn that needed no call, where the agent reached for a tool it did not have (the miss_func
+        # trap) or wrote a malformed call: the reference would call it an abstention when all were rejected.
+        return "invalid_tool_call" if rejected else ref
+    if ref == "empty_turn_model_response":
+        return "invalid_tool_call" if rejected else ref
+    if ref not in ("state_mismatch", "response_mismatch"):
+        return ref
+    if rejected:
+        return "invalid_tool_call"
+    executed = [c for c in turn_calls if not c.rejected]
+    if _unrecovered_error(executed) or (not turn_calls and _truthy_errors(_get(verdict, "model_errors"))):
+        return "recovery_failure"
+    gt = [s for s in (_signature(c) for c in _flat(_get(verdict, "gt_calls"))) if s is not None]
+    if turn_calls:
+        model = [(c.name, _canon(c.arguments)) for c in executed]
+    else:
+        model = [s for s in (_signature(c) for c in _flat(_get(verdict, "model_calls"))) if s is not None]
+    gt_names = Counter(name for name, _ in gt)
+    model_names = Counter(name for name, _ in model)
+    if any(model_names[name] < count for name, count in gt_names.items()):
+        return "missing_tool_call"
+    model_set = Counter(model)
+    if any(model_set[sig] < count for sig, count in Counter(gt).items()):
+        return "argument_mismatch"
+    return ref
+
+
+def label_turn(verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[ToolCall] = ()) -> tuple[str, str]:
+    """(label, reference label) of one ground-truth turn.
+
+    :param verdict: the verifier's finding for the turn (a :class:`TurnVerdict` or its dict form).
+    :param turn_calls: the trajectory's tool calls made in this turn, rejected ones included. When given,
+        they decide whether the agent called anything (rejected calls do not count as calls).
+    """
+    if _get(verdict, "reached", True) is False:
+        return UNREACHED, UNREACHED
+    n_accepted = sum(1 for c in turn_calls if not c.rejected) if turn_calls else None
+    ref = reference_label(verdict, n_accepted)
+    return _refine(ref, verdict, turn_calls), ref
+
+
+def label_turns(outcome_turns: Iterable[TurnVerdict | Mapping[str, Any]], tool_calls: Iterable[ToolCall] = ()) -> list[str]:
+    """One label per ground-truth turn of a verify outcome, in turn order (for ``seal-platform verify``).
+
+    :param outcome_turns: the per-turn verdicts of one transcript.
+    :param tool_calls: the transcript's tool calls, if known (each with its ``turn``).
+    """
+    by_turn: dict[int, list[ToolCall]] = {}
+    for call in tool_calls:
+        by_turn.setdefault(call.turn, []).append(call)
+    labels = []
+    for index, verdict in enumerate(outcome_turns):
+        turn = _get(verdict, "turn", index)
+        labels.append(label_turn(verdict, by_turn.get(turn, ()))[0])
+    return labels
+
+
+def diagnose_trajectory(trajectory: Trajectory, source: str = SOURCE) -> list[TurnLabel]:
+    """The labels of every ground-truth turn of one verified trajectory."""
+    by_turn: dict[int, list[ToolCall]] = {}
+    for call in trajectory.tool_calls:
+        by_turn.setdefault(call.turn, []).append(call)
+    out = []
+    for verdict in trajectory.turn_verdicts:
+        label, ref = label_turn(verdict, by_turn.get(verdict.turn, ()))
+        out.append(
+            TurnLabel(
+                trajectory_id=trajectory.id,
+                turn=verdict.turn,
+                label=label,
+                source=source,
+                rationale=_rationale(label, ref, verdict),
+                reference_label=ref,
+            )
+        )
+    return out
+
+
+def diagnose(trajectories: Iterable[Trajectory], source: str = SOURCE) -> list[TurnLabel]:
+    """Labels for every ground-truth turn of every trajectory (successes too)."""
+    labels: list[TurnLabel] = []
+    for trajectory in trajectories:
+        labels.extend(diagnose_trajectory(trajectory, source))
+    return labels
+
+
+_WHY = {
+    "gt_error": "executing the ground-truth calls raised",
+    "spurious_tool_call": "the turn needed no call but the agent called a tool",
+    "correct_abstention": "the turn needed no call and the agent made none",
+    "empty_turn_model_response": "the turn needed calls but the agent made none",
+    "instance_mismatch": "the agent's execution crashed or built other instances",
+    "checker_error": "a checker raised",
+    "state_mismatch": "the backend state differs from the ground truth's",
+    "response_mismatch": "a ground-truth result is missing from the agent's results",
+    "pass": "all checks passed",
+    "invalid_tool_call": "a message was rejected (parse error or a tool not in the current list)",
+    "argument_mismatch": "the right functions were called with other arguments",
+    "missing_tool_call": "a ground-truth function was never called",
+    "recovery_failure": "a tool error was never recovered from",
+    UNREACHED: "the episode ended before this turn",
+}
+
+
+def _rationale(label: str, ref: str, verdict: TurnVerdict) -> str:
+    text = _WHY.get(label, label)
+    if label != ref:
+        text += f" (reference: {ref})"
+    return text

@@ -1,0 +1,213 @@
+"""The BFCL multi-turn environment: tasks, the pristine interface, episodes, verification, collect/evaluate.
+
+Everything heavy (the worker processes that host the BFCL backends) is created on first use, so building
+the environment is cheap and ``seal-platform verify`` / ``config validate`` do not start processes they do
+not need.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Callable
+
+from seal_platform.engine import RolloutEngine
+from seal_platform.types import EvalResult, Interface, SamplingParams, Task, Trajectory
+
+from . import data
+from .diagnoser import label_turns
+from .episode import EpisodeLimits, EpisodeSetup, run_episode
+from .formats import ToolCallFormat, get_format
+from .settings import BfclSettings
+
+if TYPE_CHECKING:
+    from .executor import ToolExecutor
+    from .trace import VerifyOutcome
+
+Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
+
+
+class BfclEnvironment:
+    """BFCL v3 multi-turn (base, miss_func, miss_param, long_context) behind the core's Environment protocol."""
+
+    name = "bfcl"
+
+    def __init__(self, settings: BfclSettings | None = None):
+        self.settings = settings or BfclSettings()
+        self._executor: ToolExecutor | None = None
+        self._lock = threading.Lock()
+        self.format: ToolCallFormat = get_format(
+            self.settings.tool_call_format,
+            **({"include_response": self.settings.include_response_schema} if self.settings.tool_call_format == "hermes" else {}),
+        )
+
+    # --- the Environment protocol ---------------------------------------------------------------------
+
+    def tasks(self, split: str) -> list[Task]:
+        """The tasks of ``split``: ``train`` and ``eval`` map to the settings' split names; other names
+        (``eval_val``, ``eval_test``, ``all``) are used as given. Filtered by categories, ids and limit."""
+        name = {"train": self.settings.train_split, "eval": self.settings.eval_split}.get(split, split)
+        ids = self.settings.task_ids
+        if ids is not None:
+            # The id filter may name tasks of one split only; the other split is then empty, not an error.
+            known = {t.id for t in data.load_tasks(self.settings.categories, split="all")}
+            unknown = [i for i in ids if i not in known]
+            if unknown:
+                raise data.DataError(
+                    f"settings.bfcl.task_ids: {unknown[:10]} are not tasks of the categories {self.settings.categories}"
+                )
+            in_split = {t.id for t in data.load_tasks(self.settings.categories, split=name)}
+            ids = [i for i in ids if i in in_split]
+        return data.load_tasks(
+            self.settings.categories, split=name, ids=ids, limit_per_category=self.settings.limit_per_category
+        )
+
+    def pristine_interface(self) -> Interface:
+        """Revision 0: the official presentation (the interface renderers leave it untouched)."""
+        return Interface(revision=0)
+
+    def verify_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Score one ``seal-platform verify`` record; ValueError for a malformed one."""
+        from .verifier import verify_record
+
+        return verify_record(
+            record, executor=self.executor, label_turns=lambda task, outcome: label_turns(outcome.turns)
+        )
+
+    # --- resources --------------------------------------------------------------------------------------
+
+    @property
+    def executor(self) -> ToolExecutor:
+        """The tool-execution worker pool (started on first use)."""
+        with self._lock:
+            if self._executor is None:
+                from .executor import ToolExecutor
+
+                s = self.settings
+                self._executor = ToolExecutor(
+                    max_workers=s.executor_workers,
+                    call_timeout_s=s.call_timeout_s,
+                    episode_timeout_s=s.episode_timeout_s,
+                    # The worker clips before sending; the episode clips to tokens afterwards.
+                    max_result_chars=max(16_000, s.max_observation_tokens * 8),
+                )
+            return self._executor
+
+    def close(self) -> None:
+        """Stop the tool workers (a later episode starts them again)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.close()
+
+    # --- episodes ---------------------------------------------------------------------------------------
+
+    def episode_setup(self) -> EpisodeSetup:
+        s = self.settings
+        limits = EpisodeLimits(
+            max_steps=s.max_steps,
+            step_limit_scope=s.step_limit_scope,
+            max_context_tokens=s.max_context_tokens,
+            max_observation_tokens=s.max_observation_tokens,
+            max_new_tokens=s.max_new_tokens,
+        )
+        return EpisodeSetup(fmt=self.format, limits=limits, compact_tools=s.compact_tools, system_preamble=s.system_preamble)
+
+    def play(
+        self,
+        task: Task,
+        engine: RolloutEngine,
+        interface: Interface,
+        sampling: SamplingParams,
+        *,
+        group: str = "",
+        sample: int = 0,
+    ) -> Trajectory:
+        """One episode of ``task``, verified: reward 1/0 and one verdict per ground-truth turn."""
+        with self.executor.open_session(task) as session:
+            trajectory = run_episode(
+                task, engine, interface, sampling, self.episode_setup(), session, group=group, sample=sample
+            )
+        return self.verify_trajectory(task, trajectory)
+
+    def verify_trajectory(self, task: Task, trajectory: Trajectory) -> Trajectory:
+        """Set ``reward`` and ``turn_verdicts`` from the official verdict on the calls that ran."""
+        outcome = self.verify_calls(task, trajectory)
+        trajectory.reward = 1.0 if outcome.success else 0.0
+        trajectory.turn_verdicts = list(outcome.turns)
+        trajectory.metadata["error_type"] = outcome.error_type
+        return trajectory
+
+    def verify_calls(self, task: Task, trajectory: Trajectory) -> VerifyOutcome:
+        """Replay the trajectory's executed calls (rejected messages never ran) against the ground truth."""
+        from .calls import from_arguments
+        from .verifier import verify
+
+        n_turns = int(trajectory.metadata.get("turns_reached", 0))
+        turns: list[list[Any]] = [[] for _ in range(n_turns)]
+        for call in trajectory.tool_calls:
+            if call.rejected is None and call.turn < n_turns:
+                turns[call.turn].append(from_arguments(call.name, call.arguments))
+        return verify(task, turns, executor=self.executor)
+
+    # --- stages -----------------------------------------------------------------------------------------
+
+    def collect(
+        self,
+        engine: RolloutEngine,
+        tasks: list[Task],
+        interface: Interface,
+        group_size: int,
+        step: int,
+        sampling: SamplingParams,
+        mapper: Mapper,
+        seed: int = 0,
+    ) -> list[Trajectory]:
+        """``group_size`` verified rollouts per task under the training ``interface``, grouped per task."""
+        jobs = [(task, j) for task in tasks for j in range(group_size)]
+
+        def one(job: tuple[Task, int]) -> Trajectory:
+            task, j = job
+            # Distinct seeds per sample: G rollouts with one seed would be G copies of one rollout.
+            params = sampling.model_copy(update={"seed": _seed(seed, step, task.id, j)})
+            return self.play(task, engine, interface, params, group=f"{step}:{task.id}", sample=j)
+
+        return list(mapper(one, jobs))
+
+    def evaluate(
+        self,
+        engine: RolloutEngine,
+        tasks: list[Task],
+        step: int,
+        mapper: Mapper,
+        max_new_tokens: int,
+        split: str = "eval",
+    ) -> EvalResult:
+        """One greedy rollout per task on the pristine interface; pass rate per category, in percent."""
+        interface = self.pristine_interface()
+        sampling = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens)
+
+        def one(task: Task) -> Trajectory:
+            return self.play(task, engine, interface, sampling, group=f"eval{step}:{task.id}")
+
+        trajectories = list(mapper(one, list(tasks)))
+        return eval_result(trajectories, split)
+
+
+def eval_result(trajectories: list[Trajectory], split: str) -> EvalResult:
+    """Per-category pass rates (percent) of verified trajectories."""
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for trajectory in trajectories:
+        totals[trajectory.category][0] += int(trajectory.success)
+        totals[trajectory.category][1] += 1
+    order = {c: i for i, c in enumerate(data.CATEGORIES)}
+    per_category = {
+        category: 100.0 * passed / count
+        for category, (passed, count) in sorted(totals.items(), key=lambda kv: order.get(kv[0], len(order)))
+    }
+    return EvalResult(split=split, per_category=per_category, n_tasks=len(trajectories), trajectories=trajectories)
+
+
+def _seed(seed: int, step: int, task_id: str, sample: int) -> int:
+    return zlib.crc32(f"{seed}:{step}:{task_id}:{sample}".encode()) & 0x7FFFFFFF

@@ -1,0 +1,124 @@
+"""The bfcl plugin: BFCL v3 multi-turn as a seal-platform environment, with its heuristic diagnoser and the
+training-interface evolution. Thin hook implementations; the work is done in the sibling modules, which are
+imported inside the hooks so that loading this module stays cheap."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from seal_platform.hookspecs import hookimpl
+from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seal_platform.capability import CapabilityState
+    from seal_platform.context import RunContext
+    from seal_platform.engine import RolloutEngine
+    from seal_platform.types import EvalResult, Interface, Task, Trajectory, TurnLabel
+
+    from .environment import BfclEnvironment
+
+SECTION = "bfcl"
+SHARED_KEY = "bfcl.environments"
+
+
+def _settings(ctx: RunContext) -> Any:
+    from .settings import BfclSettings
+
+    return ctx.settings_for(SECTION, BfclSettings)
+
+
+def build_environment(ctx: RunContext) -> BfclEnvironment:
+    """The environment factory: settings from the recipe's ``bfcl`` section; workers start on first use."""
+    from .environment import BfclEnvironment
+
+    environment = BfclEnvironment(_settings(ctx))
+    ctx.shared.setdefault(SHARED_KEY, []).append(environment)
+    return environment
+
+
+def _is_bfcl(environment: Any) -> bool:
+    from .environment import BfclEnvironment
+
+    return isinstance(environment, BfclEnvironment)
+
+
+@hookimpl
+def register_settings() -> dict[str, Any]:
+    from .settings import BfclSettings
+
+    return {SECTION: BfclSettings}
+
+
+@hookimpl
+def register_environments() -> list[EnvironmentSpec]:
+    return [
+        EnvironmentSpec(
+            "bfcl",
+            build_environment,
+            "BFCL v3 multi-turn (base, miss_func, miss_param, long_context) with the official binary verifier",
+        )
+    ]
+
+
+@hookimpl
+def register_diagnosers() -> list[DiagnoserSpec]:
+    from .diagnoser import ALL_LABELS
+
+    return [
+        DiagnoserSpec(
+            "bfcl",
+            "heuristic per-turn labels from the BFCL verifier trace (reference taxonomy plus finer labels)",
+            labels=ALL_LABELS,
+        )
+    ]
+
+
+@hookimpl
+def collect(
+    ctx: RunContext,
+    environment: BfclEnvironment,
+    engine: RolloutEngine,
+    tasks: list[Task],
+    interface: Interface,
+    group_size: int,
+    step: int,
+) -> list[Trajectory]:
+    from seal_platform.types import SamplingParams
+
+    rollout = ctx.config.rollout
+    sampling = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens)
+    return environment.collect(engine, tasks, interface, group_size, step, sampling, ctx.executor.map, seed=ctx.seed)
+
+
+@hookimpl
+def evaluate(
+    ctx: RunContext, environment: BfclEnvironment, engine: RolloutEngine, tasks: list[Task], step: int
+) -> EvalResult:
+    evaluation = ctx.config.evaluation
+    max_new = evaluation.max_new_tokens or ctx.config.rollout.max_new_tokens
+    return environment.evaluate(engine, tasks, step, ctx.executor.map, max_new, split=evaluation.split)
+
+
+@hookimpl
+def diagnose(ctx: RunContext, environment: Any, trajectories: list[Trajectory], step: int) -> list[TurnLabel]:
+    if not _is_bfcl(environment):
+        return []
+    from .diagnoser import diagnose as run
+
+    return run(trajectories)
+
+
+@hookimpl
+def evolve_interface(
+    ctx: RunContext, environment: Any, interface: Interface, state: CapabilityState, step: int
+) -> Interface | None:
+    from . import evolution
+
+    settings = _settings(ctx)
+    return evolution.evolve(interface, state, settings.evolution, list(settings.categories), step)
+
+
+@hookimpl
+def end_run(ctx: RunContext, status: str) -> None:
+    for environment in ctx.shared.pop(SHARED_KEY, []):
+        environment.close()

@@ -1,0 +1,76 @@
+"""The ``bfcl`` recipe section: which tasks, how the episode is run, and how the interface evolves."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .evolution import EvolutionSettings
+
+CATEGORY_NAMES = (
+    "multi_turn_base",
+    "multi_turn_miss_func",
+    "multi_turn_miss_param",
+    "multi_turn_long_context",
+)
+FORMAT_NAMES = ("hermes", "python")
+
+
+class BfclSettings(BaseModel):
+    """Settings of the BFCL multi-turn environment (recipe section ``settings.bfcl``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # --- tasks
+    categories: list[str] = Field(
+        default_factory=lambda: list(CATEGORY_NAMES),
+        description="BFCL multi-turn categories to use (train and eval).",
+    )
+    train_split: str = Field(default="train", description="Split that `tasks('train')` reads.")
+    eval_split: str = Field(default="eval", description="Split that `tasks('eval')` reads (eval, eval_val, eval_test).")
+    task_ids: list[str] | None = Field(default=None, description="Use only these task ids (within the split).")
+    limit_per_category: int | None = Field(default=None, ge=0, description="First N tasks per category.")
+
+    # --- episode protocol
+    tool_call_format: str = Field(default="hermes", description=f"Tool-call format: one of {', '.join(FORMAT_NAMES)}.")
+    compact_tools: bool = Field(
+        default=False,
+        description="Render tool docs as compact JSON (fewer prompt tokens: CPU prefill dominates rollout time).",
+    )
+    system_preamble: str = Field(default="", description="Text placed before the tool block of the system prompt.")
+    include_response_schema: bool = Field(default=False, description="Show each tool's response schema too.")
+    max_steps: int = Field(default=20, ge=1, description="Model generations allowed (reference: 20 per dialogue).")
+    step_limit_scope: Literal["dialogue", "turn"] = Field(
+        default="dialogue", description="Whether max_steps counts per dialogue (reference) or per user turn (official BFCL)."
+    )
+    max_context_tokens: int = Field(default=16384, ge=256, description="Episode ends when the prompt reaches this.")
+    max_observation_tokens: int = Field(default=4096, ge=16, description="Tool observations are clipped to this.")
+    max_new_tokens: int | None = Field(
+        default=None, ge=1, description="Cap on new tokens per generation (default: rollout.max_new_tokens)."
+    )
+
+    # --- tool execution (worker processes)
+    executor_workers: int = Field(default=2, ge=1, description="Tool-execution worker processes.")
+    call_timeout_s: float = Field(default=10.0, gt=0, description="Time limit of one tool call.")
+    episode_timeout_s: float = Field(default=600.0, gt=0, description="Time limit of one episode's tool execution.")
+
+    # --- interface evolution (training only)
+    evolution: EvolutionSettings = Field(default_factory=EvolutionSettings)
+
+    @field_validator("categories")
+    @classmethod
+    def _known_categories(cls, value: list[str]) -> list[str]:
+        unknown = [c for c in value if c not in CATEGORY_NAMES]
+        if unknown:
+            raise ValueError(f"unknown categories {unknown}; choose from {', '.join(CATEGORY_NAMES)}")
+        if not value:
+            raise ValueError(f"at least one category is needed; choose from {', '.join(CATEGORY_NAMES)}")
+        return value
+
+    @field_validator("tool_call_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value not in FORMAT_NAMES:
+            raise ValueError(f"unknown tool-call format {value!r}; choose from {', '.join(FORMAT_NAMES)}")
+        return value
