@@ -7,7 +7,7 @@ actors, the engine as another) replace the local one without touching either plu
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable, Iterable, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -26,14 +26,22 @@ class Executor(Protocol):
 
 class LocalExecutor:
     """Threads in this process. Episodes are I/O-bound on the engine and the tool workers, so threads are
-    enough; an exception in one episode propagates to the caller after the others have finished."""
+    enough; an exception in one episode propagates to the caller after the others have finished.
 
-    def __init__(self, max_workers: int = 8):
+    ``on_progress(done, total)``, if set, is called as units finish (the CLI's progress bar uses it)."""
+
+    def __init__(self, max_workers: int = 8, on_progress: Callable[[int, int], None] | None = None):
         self.max_workers = max(1, max_workers)
+        self.on_progress = on_progress
         self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="episode")
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         futures = [self._pool.submit(fn, item) for item in items]
+        if self.on_progress is not None:
+            total = len(futures)
+            self.on_progress(0, total)
+            for done, _ in enumerate(as_completed(futures), start=1):
+                self.on_progress(done, total)
         errors = [f.exception() for f in futures]
         for error in errors:
             if error is not None:

@@ -14,6 +14,7 @@ class RichProgress(Progress):
         self.console = console
         self.bar: RichBar | None = None
         self.task = None
+        self._stage = ""
 
     def start(self, total_steps: int, first_step: int) -> None:
         self.bar = RichBar(
@@ -24,10 +25,15 @@ class RichProgress(Progress):
         self.task = self.bar.add_task("training", total=total_steps, completed=first_step, info="")
 
     def stage(self, step: int, stage: str) -> None:
+        self._stage = f"step {step}: {stage}"
         if self.bar is not None:
-            self.bar.update(self.task, description=f"step {step}: {stage}")
+            self.bar.update(self.task, description=self._stage)
         else:
-            self.console.print(f"[dim]step {step}: {stage}[/]")
+            self.console.print(f"[dim]{self._stage}[/]")
+
+    def episodes(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, description=f"{self._stage} ({done}/{total} episodes)")
 
     def step_done(self, step: int, mean_reward: float, metrics: dict[str, float]) -> None:
         if self.bar is not None:
@@ -37,7 +43,7 @@ class RichProgress(Progress):
 
     def evaluated(self, step: int, result: EvalResult) -> None:
         cats = ", ".join(f"{c} {v:.1f}" for c, v in sorted(result.per_category.items()))
-        self.console.print(f"evaluation after {step} step(s) on {result.split} ({result.n_tasks} tasks): average {result.average:.2f} [{cats}]", highlight=False)
+        self.console.print(f"evaluation after {step} step(s) on {result.split} ({result.n_tasks} tasks): average {result.average:.2f} [{cats}]", highlight=False, markup=False)
 
     def stop(self) -> None:
         if self.bar is not None:
