@@ -1,0 +1,114 @@
+"""Our verifier agrees with bfcl_eval's multi_turn_checker: verdict and error type, on every case.
+
+Cases: the 800 ground-truth answers (4 categories x 200) and 2,400 deterministic perturbations of them
+(dropped, duplicated, swapped, moved, altered and spurious calls, emptied turns, keyword -> positional
+arguments, wrong turn counts). The official checker runs with a never-reused model name per check and its
+cached instances are deleted afterwards (see conftest.official_verdict).
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+
+import pytest
+
+from conftest import PERTURBATION_KINDS, agreement_cases, official_verdict
+from seal_platform_plugins.bfcl.verifier import verify
+
+PER_TASK = 3
+SEED = 20260323
+
+
+@pytest.fixture(scope="module")
+def cases(all_tasks):
+    return agreement_cases([task.payload for task in all_tasks], per_task=PER_TASK, seed=SEED)
+
+
+@pytest.fixture(scope="module")
+def official(cases):
+    official_verdict(cases[0][0], cases[0][1])  # takes the long-context snapshot before any check
+    return [official_verdict(entry, turns) for entry, turns, _ in cases]
+
+
+def _ours(task_by_id, entry, turns):
+    outcome = verify(task_by_id[entry["id"]], turns)
+    return outcome.success, outcome.error_type
+
+
+def test_case_set_is_systematic(cases):
+    kinds = collections.Counter(kind for _, _, kind in cases)
+    assert kinds["ground_truth"] == 800
+    assert sum(kinds.values()) - 800 >= 2000
+    assert all(kinds[kind] >= 200 for kind in PERTURBATION_KINDS)
+    # Deterministic: the same seed gives the same cases.
+    again = agreement_cases([entry for entry, _, kind in cases if kind == "ground_truth"], PER_TASK, SEED)
+    assert [turns for _, turns, _ in again] == [turns for _, turns, _ in cases]
+
+
+def test_ground_truth_passes_both(cases, official, task_by_id):
+    for (entry, turns, kind), theirs in zip(cases, official):
+        if kind == "ground_truth":
+            assert theirs == (True, None), entry["id"]
+            assert _ours(task_by_id, entry, turns) == (True, None), entry["id"]
+
+
+def test_full_agreement(cases, official, task_by_id):
+    mismatches = []
+    for (entry, turns, kind), theirs in zip(cases, official):
+        ours = _ours(task_by_id, entry, turns)
+        if ours != theirs:
+            mismatches.append((entry["id"], kind, ours, theirs))
+    assert not mismatches, mismatches[:10]
+    verdicts = collections.Counter(theirs for theirs in official)
+    # The perturbations exercise every failure mode, not just one.
+    for error_type in (
+        "multi_turn:empty_turn_model_response",
+        "multi_turn:instance_state_mismatch",
+        "multi_turn:execution_response_mismatch",
+        "multi_turn:force_terminated",
+    ):
+        assert verdicts[(False, error_type)] >= 50, verdicts
+    assert not any(str(kind).startswith("raised") for _, kind in verdicts)
+
+
+def test_any_order_gives_the_same_verdicts(cases, official, task_by_id):
+    order = list(range(len(cases)))
+    random.Random(7).shuffle(order)
+    for index in order:
+        entry, turns, _ = cases[index]
+        assert _ours(task_by_id, entry, turns) == official[index]
+    # The official checker too, once each check has a fresh namespace (a sample, in a new order).
+    for index in order[:300]:
+        entry, turns, _ = cases[index]
+        assert official_verdict(entry, turns) == official[index]
+
+
+def test_worker_process_path_agrees(cases, official, task_by_id, executor):
+    from seal_platform_plugins.bfcl.calls import parse_call
+
+    sample = random.Random(3).sample(range(len(cases)), 120)
+    for index in sample:
+        entry, turns, _ = cases[index]
+        outcome = executor.verify(task_by_id[entry["id"]], [[parse_call(c) for c in turn] for turn in turns])
+        assert (outcome.success, outcome.error_type) == official[index]
+
+
+def test_long_context_objects_shared_within_a_check_like_the_official(task_by_id):
+    # TravelAPI's long-context credit cards are module-level dicts both official instance sets share: an
+    # insurance bought on one by the model also shows in the ground truth's state, so this passes there.
+    task = task_by_id["multi_turn_long_context_150"]
+    token = task.payload["initial_config"]["TravelAPI"]["access_token"]
+    turns = [list(turn) for turn in task.payload["ground_truth"]]
+    turns[-1].append(
+        f"purchase_insurance(access_token='{token}', insurance_type='basic', booking_id='booking_902', "
+        "insurance_cost=10.0, card_id='1234567812345678')"
+    )
+    theirs = official_verdict(task.payload, turns)
+    assert _ours(task_by_id, task.payload, turns) == theirs
+    # ... and nothing leaks into the next check: the same transcript, checked again, gets the same verdict.
+    assert _ours(task_by_id, task.payload, turns) == theirs
+    # With the card bought on in a non-final turn but the GT turn left out, state still differs by the
+    # booking side only where the official says so.
+    turns[0].append(turns[-1].pop())
+    assert _ours(task_by_id, task.payload, turns) == official_verdict(task.payload, turns)
