@@ -200,7 +200,9 @@ _UNKNOWN_TOOL = re.compile(
 )
 _MISSING = re.compile(r"missing (?:\d+ )?required (?:positional |keyword-only )?arguments?:?\s*(.*)", re.IGNORECASE)
 _UNEXPECTED = re.compile(
-    r"unexpected keyword argument\s*'?([^'\s]*)'?|takes \d+ positional arguments? but \d+ (?:were|was) given",
+    r"unexpected keyword argument\s*'?([^'\s]*)'?|got multiple values for argument\s*'?([^'\s]*)'?|"
+    r"takes \d+ (?:positional )?arguments?(?:\(s\))? but \d+ (?:positional )?(?:arguments?(?:\(s\))? )?"
+    r"(?:were|was) given",
     re.IGNORECASE,
 )
 _NOT_AUTH = re.compile(
@@ -217,7 +219,7 @@ _TYPE = re.compile(
     r"must be (a )?(number|numbers|str|string|int|integer|float|list|dict|real number)|"
     r"must be numbers|not supported between instances|unsupported operand type|can only concatenate|"
     r"object is not (iterable|subscriptable|callable)|invalid literal for|could not convert|"
-    r"object cannot be interpreted as|expected .{0,40} got|typeerror",
+    r"object cannot be interpreted as|expected .{0,40} got|typeerror|must be json values",
     re.IGNORECASE,
 )
 
@@ -257,15 +259,15 @@ def classify_observation(observation: str) -> tuple[str, str] | None:
         if _UNKNOWN_TOOL.search(text):
             return "unknown_tool", text
         m = _PLAIN_ERROR.match(text)
-        if not m:
-            return None
-        message = m.group(1).strip()
-    m = _MISSING.search(message)
-    if m:
-        return "missing_argument", m.group(1).strip() or message
-    m = _UNEXPECTED.search(message)
-    if m:
-        return "unexpected_argument", (m.group(1) or "").strip() or message
+        if m:
+            message = m.group(1).strip()
+        else:
+            # Not error-shaped: only the unmistakable argument errors (the episode's own rejections of a
+            # call's arguments) count, so that an ordinary result mentioning "log in" gets no hint.
+            return _argument_problem(text)
+    found = _argument_problem(message)
+    if found:
+        return found
     if _NOT_AUTH.search(message):
         return "not_authenticated", message
     if _PATH.search(message):
@@ -275,6 +277,16 @@ def classify_observation(observation: str) -> tuple[str, str] | None:
     if _TYPE.search(message):
         return "type_mismatch", message
     return "tool_error", message
+
+
+def _argument_problem(message: str) -> tuple[str, str] | None:
+    m = _MISSING.search(message)
+    if m:
+        return "missing_argument", m.group(1).strip() or message
+    m = _UNEXPECTED.search(message)
+    if m:
+        return "unexpected_argument", (m.group(1) or m.group(2) or "").strip() or message
+    return None
 
 
 _HINTS = {

@@ -246,6 +246,14 @@ def test_system_addendum_note_and_guidelines() -> None:
         ("Error: Could not parse the function calls: invalid call syntax: '(' was never closed",
          "parse_error", "syntax"),
         ("Error: name 'fly_to_moon' is not defined", "unknown_tool", "fly_to_moon"),
+        # The episode's and the tool executor's own wording (plugins/bfcl/episode.py, _worker.py).
+        ("unknown tool 'fly': not in the current tool list. No call of this message was run; call only the "
+         "listed tools.", "unknown_tool", "fly"),
+        ("Error during execution: tool 'mv' is not available in the current tool list", "unknown_tool", "mv"),
+        ("Error during execution: GorillaFileSystem.cd() got multiple values for argument 'folder'",
+         "unexpected_argument", "folder"),
+        ("cd takes 1 argument(s) but 2 positional argument(s) were given.", "unexpected_argument", "takes 1"),
+        ("Error during execution: arguments must be JSON values: Object of type set", "type_mismatch", "JSON"),
     ],
 )
 def test_classify_observation(observation: str, kind: str, named: str) -> None:
@@ -263,6 +271,7 @@ def test_classify_observation(observation: str, kind: str, named: str) -> None:
         "",
         '{"errors_found": 0}',
         '<tool_response>\n{"balance": 10.5}\n</tool_response>',
+        "Please log in first, then ask again.",  # ordinary text that happens to mention logging in
     ],
 )
 def test_successful_observations_get_no_hint(observation: str) -> None:
