@@ -1,0 +1,128 @@
+"""The grpo plugin: GRPO with A-Patch (the ``reweight`` and ``optimize`` stages), the policy, and the
+``hf`` / ``vllm`` rollout engines that sample from it.
+
+Thin hook implementations: the work is in the sibling modules, and torch / transformers are imported only
+inside them, when a run starts, so loading this module (``seal-platform plugins``) stays fast.
+
+Settings sections: ``grpo`` (:class:`~.settings.GRPOSettings`), ``apatch``
+(:class:`~.settings.APatchSettings`), ``policy`` (:class:`~.policy.PolicySettings`) and ``engine``
+(:class:`~.engines.EngineSettings`). Run state lives in ``ctx.shared``: ``grpo.policy`` = (model,
+tokenizer), read by the engines; ``grpo.apatch``, the label weights; ``grpo.run``, the trainer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from seal_platform.hookspecs import hookimpl
+
+from .apatch import APatch
+from .engines import EngineSettings, engine_specs
+from .policy import PolicySettings
+from .settings import APatchSettings, GRPOSettings
+
+NAME = "grpo"
+POLICY = "grpo.policy"
+RUN = "grpo.run"
+APATCH = "grpo.apatch"
+
+
+def _apatch(ctx: Any) -> APatch:
+    apatch = ctx.shared.get(APATCH)
+    if apatch is None:
+        apatch = ctx.shared[APATCH] = APatch(ctx.settings_for("apatch", APatchSettings))
+    return apatch
+
+
+def _temperature(ctx: Any, settings: GRPOSettings) -> float:
+    if settings.temperature is not None:
+        return settings.temperature
+    rollout = ctx.config.rollout.temperature
+    return rollout if rollout > 0 else 1.0
+
+
+@hookimpl
+def register_settings() -> dict[str, type]:
+    return {"grpo": GRPOSettings, "apatch": APatchSettings, "policy": PolicySettings, "engine": EngineSettings}
+
+
+@hookimpl
+def register_rollout_engines() -> list:
+    return engine_specs()
+
+
+@hookimpl
+def start_run(ctx: Any, resumed: bool) -> None:
+    ours = {spec.name for spec in engine_specs()}
+    optimizes = ctx.config.stages.optimize == NAME
+    _apatch(ctx)
+    if not optimizes and ctx.config.rollout.engine not in ours:
+        return
+    import random
+
+    import numpy as np
+    import torch
+
+    from .policy import load_policy
+    from .trainer import GRPORun
+
+    if not resumed:  # a resumed run gets its RNG states back from the checkpoint
+        random.seed(ctx.seed)
+        np.random.seed(ctx.seed % 2**32)
+        torch.manual_seed(ctx.seed)
+    model, tokenizer = load_policy(ctx.settings_for("policy", PolicySettings))
+    ctx.shared[POLICY] = (model, tokenizer)
+    settings = ctx.settings_for("grpo", GRPOSettings)
+    ctx.shared[RUN] = GRPORun(
+        model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes
+    )
+
+
+@hookimpl
+def reweight(ctx: Any, trajectories: list, labels: list, state: Any, step: int) -> Any:
+    return _apatch(ctx).reweight(trajectories, labels, state, step)
+
+
+@hookimpl
+def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int) -> dict[str, float]:
+    run = ctx.shared.get(RUN)
+    if run is None:
+        raise RuntimeError("grpo's optimize was called before its start_run: the run loop must call start_run first")
+    return run.optimize(engine, trajectories, weights)
+
+
+@hookimpl
+def save_checkpoint(ctx: Any, directory: Path, step: int) -> dict[str, Any] | None:
+    from . import checkpoint
+
+    run = ctx.shared.get(RUN)
+    return checkpoint.save(
+        directory,
+        model=run.model if run else None,
+        trainer=run.trainer if run else None,
+        apatch=_apatch(ctx),
+        step=step,
+    )
+
+
+@hookimpl
+def load_checkpoint(ctx: Any, directory: Path, step: int) -> None:
+    from . import checkpoint
+
+    run = ctx.shared.get(RUN)
+    checkpoint.load(directory, model=run.model if run else None, trainer=run.trainer if run else None,
+                    apatch=_apatch(ctx))
+    engine = ctx.shared.get("engine")
+    if run is not None and run.trainer is not None and engine is not None and hasattr(engine, "update_weights"):
+        engine.update_weights(run.model)
+
+
+@hookimpl
+def end_run(ctx: Any, status: str) -> None:
+    engine = ctx.shared.get("engine")
+    ours = {spec.name for spec in engine_specs()}
+    if engine is not None and getattr(engine, "name", None) in ours and hasattr(engine, "close"):
+        engine.close()
+    for key in (RUN, POLICY):
+        ctx.shared.pop(key, None)

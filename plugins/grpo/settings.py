@@ -1,0 +1,152 @@
+"""Settings sections ``grpo`` (the objective and the optimizer) and ``apatch`` (advantage reweighting).
+
+Defaults are the reference GRPO recipe of the SEAL release (see docs/seal-method.md, "Optimization" and
+"A-Patch"). Only pydantic is imported here: the plugin module imports these models when it is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# The reference A-Patch base weight of each reference label (docs/seal-method.md, "Diagnosis").
+REFERENCE_BASE_WEIGHTS: dict[str, float] = {
+    "spurious_tool_call": 2.0,
+    "correct_abstention": 1.8,
+    "empty_turn_model_response": 1.5,
+    "instance_mismatch": 0.6,
+    "state_mismatch": 1.0,
+    "response_mismatch": 0.9,
+    "pass": 1.0,
+}
+# Labels that say the verifier, not the model, went wrong: never weighted, never counted.
+REFERENCE_EXCLUDED = ("gt_error", "checker_error")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GRPOSettings(_Section):
+    """Settings section ``grpo``: the clipped policy-gradient objective and how it is optimised."""
+
+    # --- advantages -------------------------------------------------------------------------------------
+    advantage_eps: float = Field(default=1e-6, gt=0.0, description="A = (R - mean R) / (std R + eps).")
+    normalize_std: bool = Field(
+        default=True, description="Divide by the group's (unbiased) reward std; false: mean-centring only (Dr. GRPO)."
+    )
+    # --- the objective -------------------------------------------------------------------------------------
+    clip_ratio_low: float = Field(default=0.2, ge=0.0, description="PPO clip: ratio >= 1 - clip_ratio_low.")
+    clip_ratio_high: float = Field(default=0.2, ge=0.0, description="PPO clip: ratio <= 1 + clip_ratio_high.")
+    dual_clip: float | None = Field(
+        default=10.0, gt=1.0, description="Dual clip c for negative advantages: loss <= -A * c. Null: off."
+    )
+    kl_coef: float = Field(default=0.001, ge=0.0, description="KL loss to the initial policy; 0: no reference model.")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        default="k3", description="KL estimator per token (k3: exp(ref - logp) - (ref - logp) - 1, low variance)."
+    )
+    entropy_coef: float = Field(default=0.0, ge=0.0, description="Entropy bonus (the reference uses none).")
+    loss_agg: Literal["seq-mean-token-mean", "token-mean"] = Field(
+        default="seq-mean-token-mean",
+        description="seq-mean-token-mean: token mean per trajectory, then mean over trajectories (reference); "
+        "token-mean: mean over all generated tokens of the mini-batch.",
+    )
+    temperature: float | None = Field(
+        default=None, gt=0.0,
+        description="Logits are divided by this when log-probs are recomputed; null: the recipe's "
+        "rollout.temperature (1.0 when that is 0, i.e. greedy).",
+    )
+    old_logprobs: Literal["recompute", "engine"] = Field(
+        default="recompute",
+        description="recompute: the policy's own log-probs before the step's first update (verl's way; exact "
+        "ratios even when the engine's numerics differ). engine: the log-probs the rollout engine reported "
+        "(saves one forward pass; tokens without them are recomputed).",
+    )
+    # --- the optimizer -----------------------------------------------------------------------------------
+    lr: float = Field(default=1e-6, gt=0.0, description="AdamW learning rate (constant after warm-up).")
+    lr_warmup_updates: int = Field(default=0, ge=0, description="Linear warm-up over this many optimizer updates.")
+    weight_decay: float = Field(default=0.01, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = Field(default=1e-8, gt=0.0)
+    grad_clip: float | None = Field(default=1.0, gt=0.0, description="Clip the global grad norm; null: off.")
+    # --- batching -----------------------------------------------------------------------------------------
+    mini_batch_tasks: int = Field(
+        default=8, ge=1,
+        description="Tasks (GRPO groups) per optimizer update: 32 tasks per step / 8 = 4 updates per step.",
+    )
+    epochs_per_step: int = Field(default=1, ge=1, description="Passes over the step's mini-batches.")
+    micro_batch_size: int = Field(
+        default=4, ge=1, description="Most sequences per forward/backward pass (gradient accumulation)."
+    )
+    max_tokens_per_micro_batch: int | None = Field(
+        default=8192, ge=1, description="Most padded tokens per forward/backward pass; null: no token limit."
+    )
+    shared_prefix: bool = Field(
+        default=True,
+        description="Run the prompt a group's rollouts share once per micro-batch and only the rest per "
+        "rollout (same loss and gradients up to float rounding; much faster when prompts are long).",
+    )
+    skip_zero_advantage: bool = Field(
+        default=True,
+        description="Skip the forward/backward of trajectories whose advantage is 0 when no KL or entropy term "
+        "is on (their loss and gradient are exactly 0; they still count in the mean).",
+    )
+    gradient_checkpointing: bool = Field(default=False, description="Trade compute for activation memory.")
+    autocast: Literal["auto", "off", "bfloat16", "float16"] = Field(
+        default="auto",
+        description="Mixed precision for forward/backward. auto: bfloat16 on CUDA when the parameters are "
+        "float32 (fp32 master weights; a 1e-6 update is lost in bf16 weights), off on CPU.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPOSettings:
+        if self.clip_ratio_low >= 1.0:
+            raise ValueError("clip_ratio_low must be below 1 (the ratio's lower bound is 1 - clip_ratio_low)")
+        return self
+
+
+class APatchSettings(_Section):
+    """Settings section ``apatch``: diagnosis-guided advantage reweighting (the ``reweight`` stage)."""
+
+    mode: Literal["dynamic", "static", "off"] = Field(
+        default="dynamic",
+        description="dynamic: EMA label weights from the capability state; static: label weights frozen at "
+        "their base values (ablation 'w/o closed-loop update'); off: every weight 1.",
+    )
+    base_weights: dict[str, float] = Field(
+        default_factory=lambda: dict(REFERENCE_BASE_WEIGHTS),
+        description="Base weight per reference label; a finer label uses its own entry if present, else its "
+        "reference label's.",
+    )
+    default_base_weight: float = Field(default=1.0, gt=0.0, description="Base weight of a label with no entry.")
+    excluded_labels: list[str] = Field(
+        default_factory=lambda: list(REFERENCE_EXCLUDED),
+        description="Labels that never weigh a trajectory nor count in N (verifier-side errors).",
+    )
+    fixed_labels: list[str] = Field(
+        default_factory=lambda: ["pass"], description="Labels whose weight stays at its base value."
+    )
+    alpha: float = Field(default=1.0, ge=0.0, description="Strength of the pressure term.")
+    beta: float = Field(default=0.25, ge=0.0, le=1.0, description="EMA rate: rho = (1 - beta) rho + beta target.")
+    count_saturation: int = Field(default=32, ge=1, description="C: confidence min(1, count / C).")
+    min_scale: float = Field(default=0.5, gt=0.0, description="Lower clip of a label's target weight.")
+    max_scale: float = Field(default=2.0, gt=0.0, description="Upper clip of a label's target weight.")
+    trajectory_min: float = Field(default=0.5, gt=0.0, description="Lower clip of a trajectory's scale.")
+    trajectory_max: float = Field(default=2.0, gt=0.0, description="Upper clip of a trajectory's scale.")
+    apply_to: Literal["all", "positive", "negative"] = Field(
+        default="all", description="Scale all advantages, or only positive, or only negative ones (others: 1)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> APatchSettings:
+        if self.min_scale > self.max_scale:
+            raise ValueError(f"min_scale ({self.min_scale}) must not exceed max_scale ({self.max_scale})")
+        if self.trajectory_min > self.trajectory_max:
+            raise ValueError(
+                f"trajectory_min ({self.trajectory_min}) must not exceed trajectory_max ({self.trajectory_max})"
+            )
+        bad = {k: v for k, v in self.base_weights.items() if v <= 0}
+        if bad:
+            raise ValueError(f"base weights must be positive (a weight never flips an advantage's sign): {bad}")
+        return self

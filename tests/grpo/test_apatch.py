@@ -1,0 +1,141 @@
+"""A-Patch's formulas on hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from seal_platform.capability import CapabilityState
+from seal_platform.types import Trajectory, TurnLabel
+from seal_platform_plugins.grpo.apatch import APatch
+from seal_platform_plugins.grpo.settings import APatchSettings
+
+
+def _traj(tid: str, reward: float, group: str = "g") -> Trajectory:
+    return Trajectory(id=tid, task_id=group, category="c", group=group, reward=reward)
+
+
+def _labels(tid: str, *names: str, ref: str | None = None) -> list[TurnLabel]:
+    return [TurnLabel(trajectory_id=tid, turn=i, label=n, source="test", reference_label=ref) for i, n in enumerate(names)]
+
+
+def _case():
+    trajs = [_traj("t1", 0.0), _traj("t2", 1.0), _traj("t3", 0.0), _traj("t4", 1.0)]
+    labels = (
+        _labels("t1", "state_mismatch", "state_mismatch")
+        + _labels("t2", "pass", "pass")
+        + _labels("t3", "spurious_tool_call", "gt_error")
+    )  # t4 has no label
+    state = CapabilityState()
+    state.update(0, 0, trajs, labels)
+    return trajs, labels, state
+
+
+def test_dynamic_weights_by_hand():
+    trajs, labels, state = _case()
+    apatch = APatch(APatchSettings())
+    result = apatch.reweight(trajs, labels, state, step=0)
+    # N = 5 (gt_error excluded). state_mismatch: count 2, rbar 0:
+    #   target = 1.0 * (1 + 1 * 2/5 * 1 * min(1, 2/32)) = 1.025; rho = .75 * 1 + .25 * 1.025
+    rho_sm = 0.75 + 0.25 * 1.025
+    # spurious_tool_call: target = 2 * (1 + 1/5 * 1/32) = 2.0125 -> clipped to 2.0; rho = 2.0
+    assert result.label_weights["state_mismatch"] == pytest.approx(rho_sm)
+    assert result.label_weights["spurious_tool_call"] == pytest.approx(2.0)
+    assert result.label_weights["pass"] == 1.0
+    assert result.label_weights["gt_error"] == 1.0
+    w = result.trajectory_weights
+    assert w["t1"] == pytest.approx(rho_sm)
+    assert w["t2"] == 1.0
+    assert w["t3"] == pytest.approx(2.0)  # gt_error left out of the mean
+    assert w["t4"] == 1.0  # no labels
+
+
+def test_ema_over_steps_and_repeat_call_is_idempotent():
+    trajs, labels, state = _case()
+    apatch = APatch(APatchSettings(count_saturation=2))
+    apatch.reweight(trajs, labels, state, step=0)
+    # target(state_mismatch) = 1 + 2/5 * 1 * min(1, 2/2) = 1.4
+    assert apatch.rho["state_mismatch"] == pytest.approx(0.75 * 1.0 + 0.25 * 1.4)
+    apatch.reweight(trajs, labels, state, step=0)  # same step again: no second EMA move
+    assert apatch.rho["state_mismatch"] == pytest.approx(1.1)
+    apatch.reweight(trajs, labels, state, step=1)
+    assert apatch.rho["state_mismatch"] == pytest.approx(0.75 * 1.1 + 0.25 * 1.4)
+    # A label absent from the window decays back towards its base.
+    empty = CapabilityState(epoch=1)
+    apatch.reweight([], [], empty, step=2)
+    assert apatch.rho["state_mismatch"] == pytest.approx(0.75 * (0.75 * 1.1 + 0.25 * 1.4) + 0.25 * 1.0)
+
+
+def test_mean_reward_lowers_pressure_and_clip_bounds():
+    # instance_mismatch (base 0.6): half the trajectories containing it succeed.
+    trajs = [_traj("a", 1.0), _traj("b", 0.0)]
+    labels = _labels("a", "instance_mismatch") + _labels("b", "instance_mismatch")
+    state = CapabilityState()
+    state.update(0, 0, trajs, labels)
+    apatch = APatch(APatchSettings(alpha=2.0, count_saturation=1, beta=1.0))
+    apatch.reweight(trajs, labels, state, step=0)
+    # N = 2, count 2, rbar 0.5: target = 0.6 * (1 + 2 * 1 * 0.5 * 1) = 1.2; beta 1 -> rho = target
+    assert apatch.rho["instance_mismatch"] == pytest.approx(1.2)
+    low = APatch(APatchSettings(alpha=0.0, min_scale=0.7, beta=1.0))
+    low.reweight(trajs, labels, state, step=0)
+    assert low.rho["instance_mismatch"] == pytest.approx(0.7)  # base 0.6 clipped up to min_scale
+
+
+def test_finer_labels_map_to_reference_base_weights():
+    trajs = [_traj("x", 0.0)]
+    labels = _labels("x", "invalid_tool_call", ref="empty_turn_model_response") + _labels(
+        "x", "argument_mismatch", ref="state_mismatch"
+    )
+    apatch = APatch(APatchSettings(mode="static"))
+    result = apatch.reweight(trajs, labels, CapabilityState(), step=0)
+    assert result.label_weights == {"invalid_tool_call": 1.5, "argument_mismatch": 1.0}
+    assert result.trajectory_weights["x"] == pytest.approx((1.5 + 1.0) / 2)
+    # A finer label with its own base entry uses it; an unknown label gets the default.
+    own = APatch(APatchSettings(mode="static", base_weights={"invalid_tool_call": 1.7}, default_base_weight=0.9))
+    own.learn_labels(labels)
+    assert own.weight("invalid_tool_call") == 1.7
+    assert own.weight("argument_mismatch") == 0.9
+    # A finer label mapped to an excluded reference label is excluded too.
+    excl = APatch()
+    excl.learn_labels(_labels("x", "backend_crash", ref="gt_error"))
+    assert excl.trajectory_scale(["backend_crash"]) == 1.0
+
+
+def test_static_and_off_modes():
+    trajs, labels, state = _case()
+    static = APatch(APatchSettings(mode="static"))
+    result = static.reweight(trajs, labels, state, step=0)
+    assert result.label_weights["state_mismatch"] == 1.0 and result.trajectory_weights["t3"] == 2.0
+    assert static.rho == {}  # frozen at base: nothing tracked
+    off = APatch(APatchSettings(mode="off")).reweight(trajs, labels, state, step=0)
+    assert set(off.trajectory_weights.values()) == {1.0}
+    assert set(off.label_weights.values()) == {1.0}
+
+
+def test_apply_to_positive_or_negative_only():
+    trajs = [_traj("win", 1.0), _traj("lose", 0.0)]
+    labels = _labels("win", "correct_abstention") + _labels("lose", "spurious_tool_call")
+    state = CapabilityState()
+    state.update(0, 0, trajs, labels)
+    pos = APatch(APatchSettings(mode="static", apply_to="positive")).reweight(trajs, labels, state, 0)
+    assert pos.trajectory_weights == {"win": 1.8, "lose": 1.0}
+    neg = APatch(APatchSettings(mode="static", apply_to="negative")).reweight(trajs, labels, state, 0)
+    assert neg.trajectory_weights == {"win": 1.0, "lose": 2.0}
+
+
+def test_trajectory_scale_clip_and_state_roundtrip():
+    apatch = APatch(APatchSettings(trajectory_min=0.8, trajectory_max=1.2))
+    apatch.rho = {"state_mismatch": 0.5}
+    assert apatch.trajectory_scale(["state_mismatch"]) == 0.8
+    assert apatch.trajectory_scale(["spurious_tool_call"]) == 1.2
+    apatch.reference = {"argument_mismatch": "state_mismatch"}
+    apatch.updated_step = 3
+    clone = APatch(apatch.settings)
+    clone.load_state_dict(apatch.state_dict())
+    assert clone.state_dict() == apatch.state_dict()
+
+
+def test_settings_reject_inverted_ranges():
+    with pytest.raises(ValueError):
+        APatchSettings(min_scale=2.0, max_scale=1.0)
+    with pytest.raises(ValueError):
+        APatchSettings(base_weights={"pass": 0.0})
