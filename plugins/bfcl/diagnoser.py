@@ -21,9 +21,10 @@ so they belong to :data:`EXCLUDED_LABELS`.
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
-from seal_platform.types import ToolCall, Trajectory, TurnLabel, TurnVerdict
+from seal_platform.types import Task, ToolCall, Trajectory, TurnLabel, TurnVerdict
 
 SOURCE = "bfcl"
 
@@ -91,32 +92,47 @@ def _signature(call: Any) -> tuple[str, str] | None:
         parsed = parse_call(call)
         if not parsed.ok:
             return None
-        # Positional arguments cannot be bound to names here; keep them as such.
         args: dict[str, Any] = dict(parsed.kwargs)
         if parsed.args:
-            args["*"] = list(parsed.args)
+            # Ground truth sometimes passes arguments by position (``sort('a.txt')``); name them as the
+            # backend would, by the tool doc's parameter order.
+            order = _param_order().get(parsed.name)
+            if order is None or len(order) < len(parsed.args):
+                args["*"] = list(parsed.args)
+            else:
+                args.update(zip(order, parsed.args))
         return parsed.name, _canon(args)
     return None
+
+
+@lru_cache(maxsize=1)
+def _param_order() -> dict[str, list[str]]:
+    """Tool name -> its parameter names in doc order, over every BFCL backend class."""
+    from . import data
+
+    out: dict[str, list[str]] = {}
+    for class_name in data.FUNC_DOC_FILES:
+        probe = Task(id="probe", category="multi_turn_base", split="all", payload={"involved_classes": [class_name]})
+        for doc in data.tool_docs(probe):
+            out[doc["name"]] = list((doc.get("parameters") or {}).get("properties") or {})
+    return out
 
 
 def _canon(arguments: Mapping[str, Any]) -> str:
     return repr(sorted((str(k), repr(v)) for k, v in arguments.items()))
 
 
-def _truthy_errors(value: Any) -> bool:
-    if not value:
-        return False
-    if isinstance(value, Mapping):
-        return any(bool(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(bool(v) for v in value)
-    return bool(value)
-
-
 def reference_label(verdict: TurnVerdict | Mapping[str, Any], n_accepted_calls: int | None = None) -> str:
-    """The reference taxonomy's label of one verified turn (first rule that fires)."""
-    model_calls = _flat(_get(verdict, "model_calls"))
-    n_calls = len(model_calls) if n_accepted_calls is None else n_accepted_calls
+    """The reference taxonomy's label of one verified turn (first rule that fires).
+
+    ``n_accepted_calls`` (calls of the turn that were not rejected) decides whether the agent called
+    anything; without it the trace's ``empty_model`` / ``model_calls`` do.
+    """
+    if n_accepted_calls is None:
+        empty_model = _get(verdict, "empty_model")
+        n_calls = (0 if empty_model else 1) if empty_model is not None else len(_flat(_get(verdict, "model_calls")))
+    else:
+        n_calls = n_accepted_calls
     if _get(verdict, "gt_error"):
         return "gt_error"
     empty_gt = _get(verdict, "empty_gt")
@@ -140,6 +156,27 @@ def reference_label(verdict: TurnVerdict | Mapping[str, Any], n_accepted_calls: 
     return "pass"
 
 
+def _trace_calls(verdict: TurnVerdict | Mapping[str, Any]) -> list[ToolCall]:
+    """The turn's calls rebuilt from the trace alone (for transcripts without tool-call records)."""
+    texts = _flat(_get(verdict, "model_calls"))
+    rejected = set(_get(verdict, "rejected_calls") or ())
+    failed = set(_get(verdict, "model_error_calls") or ())
+    results = list(_get(verdict, "model_results") or ())
+    out = []
+    for index, text in enumerate(texts):
+        sig = _signature(text)
+        name = sig[0] if sig else ""
+        out.append(
+            ToolCall(
+                turn=int(_get(verdict, "turn", 0) or 0),
+                name=name,
+                rejected="refused before running" if index in rejected else None,
+                error=(results[index] if index < len(results) else "error") if index in failed and index not in rejected else None,
+            )
+        )
+    return out
+
+
 def _unrecovered_error(calls: Sequence[ToolCall]) -> bool:
     """Whether some executed call failed and no later call of the same tool in the turn succeeded."""
     for index, call in enumerate(calls):
@@ -151,7 +188,9 @@ def _unrecovered_error(calls: Sequence[ToolCall]) -> bool:
     return False
 
 
-def _refine(ref: str, verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[ToolCall]) -> str:
+def _refine(
+    ref: str, verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[ToolCall], from_trace: bool = False
+) -> str:
     rejected = any(c.rejected for c in turn_calls)
     if ref in ("spurious_tool_call", "correct_abstention"):
         # A turn that needed no call, where the agent reached for a tool it did not have (the miss_func
@@ -164,13 +203,13 @@ def _refine(ref: str, verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequ
     if rejected:
         return "invalid_tool_call"
     executed = [c for c in turn_calls if not c.rejected]
-    if _unrecovered_error(executed) or (not turn_calls and _truthy_errors(_get(verdict, "model_errors"))):
+    if _unrecovered_error(executed):
         return "recovery_failure"
     gt = [s for s in (_signature(c) for c in _flat(_get(verdict, "gt_calls"))) if s is not None]
-    if turn_calls:
-        model = [(c.name, _canon(c.arguments)) for c in executed]
-    else:
+    if from_trace:
         model = [s for s in (_signature(c) for c in _flat(_get(verdict, "model_calls"))) if s is not None]
+    else:
+        model = [(c.name, _canon(c.arguments)) for c in executed]
     gt_names = Counter(name for name, _ in gt)
     model_names = Counter(name for name, _ in model)
     if any(model_names[name] < count for name, count in gt_names.items()):
@@ -181,33 +220,41 @@ def _refine(ref: str, verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequ
     return ref
 
 
-def label_turn(verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[ToolCall] = ()) -> tuple[str, str]:
+def label_turn(verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[ToolCall] | None = None) -> tuple[str, str]:
     """(label, reference label) of one ground-truth turn.
 
     :param verdict: the verifier's finding for the turn (a :class:`TurnVerdict` or its dict form).
-    :param turn_calls: the trajectory's tool calls made in this turn, rejected ones included. When given,
-        they decide whether the agent called anything (rejected calls do not count as calls).
+    :param turn_calls: the trajectory's tool calls made in this turn, rejected ones included; they decide
+        whether the agent called anything (rejected messages do not count as calls) and which finer label
+        applies. None: a transcript without call records; the trace's ``rejected_calls`` and
+        ``model_error_calls`` stand in for them.
     """
     if _get(verdict, "reached", True) is False:
         return UNREACHED, UNREACHED
-    n_accepted = sum(1 for c in turn_calls if not c.rejected) if turn_calls else None
-    ref = reference_label(verdict, n_accepted)
+    if turn_calls is None:
+        ref = reference_label(verdict)
+        return _refine(ref, verdict, _trace_calls(verdict), from_trace=True), ref
+    ref = reference_label(verdict, sum(1 for c in turn_calls if not c.rejected))
     return _refine(ref, verdict, turn_calls), ref
 
 
-def label_turns(outcome_turns: Iterable[TurnVerdict | Mapping[str, Any]], tool_calls: Iterable[ToolCall] = ()) -> list[str]:
+def label_turns(
+    outcome_turns: Iterable[TurnVerdict | Mapping[str, Any]], tool_calls: Iterable[ToolCall] | None = None
+) -> list[str]:
     """One label per ground-truth turn of a verify outcome, in turn order (for ``seal-platform verify``).
 
     :param outcome_turns: the per-turn verdicts of one transcript.
-    :param tool_calls: the transcript's tool calls, if known (each with its ``turn``).
+    :param tool_calls: the transcript's tool calls with their ``turn``, if recorded; otherwise (None or
+        empty) the labels come from the trace alone.
     """
+    calls = list(tool_calls or ())
     by_turn: dict[int, list[ToolCall]] = {}
-    for call in tool_calls:
+    for call in calls:
         by_turn.setdefault(call.turn, []).append(call)
     labels = []
     for index, verdict in enumerate(outcome_turns):
         turn = _get(verdict, "turn", index)
-        labels.append(label_turn(verdict, by_turn.get(turn, ()))[0])
+        labels.append(label_turn(verdict, by_turn.get(turn, []) if calls else None)[0])
     return labels
 
 
@@ -218,7 +265,7 @@ def diagnose_trajectory(trajectory: Trajectory, source: str = SOURCE) -> list[Tu
         by_turn.setdefault(call.turn, []).append(call)
     out = []
     for verdict in trajectory.turn_verdicts:
-        label, ref = label_turn(verdict, by_turn.get(verdict.turn, ()))
+        label, ref = label_turn(verdict, by_turn.get(verdict.turn, []))
         out.append(
             TurnLabel(
                 trajectory_id=trajectory.id,

@@ -117,15 +117,16 @@ def clip_observation(text: str, engine: RolloutEngine, max_tokens: int) -> str:
         return engine.count_tokens([Message(role="tool", content=candidate)])
 
     overhead = count("")
-    budget = max_tokens - overhead
     if count(text) - overhead <= max_tokens:
         return text
+    # The marker counts against the limit too.
+    target = max(0, max_tokens - (count(CLIP_MARKER.format(n=len(text))) - overhead))
     keep = len(text)
     for _ in range(8):
         n = count(text[:keep]) - overhead
-        if n <= budget - 16:  # room for the marker
+        if n <= target:
             break
-        keep = max(0, int(keep * (budget - 16) / max(n, 1) * 0.95))
+        keep = max(0, min(keep - 1, int(keep * target / max(n, 1) * 0.97)))
     return text[:keep] + CLIP_MARKER.format(n=len(text) - keep)
 
 
