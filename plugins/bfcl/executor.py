@@ -65,6 +65,12 @@ class ExecutorError(RuntimeError):
     """The executor itself failed (a worker cannot start, the executor is closed)."""
 
 
+# A call whose JSON form is longer than this is refused unsent (no BFCL tool needs more than a few KB).
+MAX_REQUEST_CHARS = 200_000
+# Time allowed for starting a worker and building a session's instances (or replaying its calls).
+_SETUP_TIMEOUT_S = 60.0
+
+
 class _WorkerTimeout(Exception):
     pass
 
@@ -183,15 +189,14 @@ class Session:
         """(Re)create this session's instances in the slot's current worker, replaying completed calls."""
         slot, executor = self._slot, self._executor
         slot._ensure()
-        reply = slot.request(
-            {"op": "open", "session": self.session_id, "payload": _payload_for_worker(self.task)},
-            executor.call_timeout_s,
-        )
+        # Starting a worker and building a long-context backend are not the model's doing: a generous limit.
+        limit = max(executor.call_timeout_s, _SETUP_TIMEOUT_S)
+        reply = slot.request({"op": "open", "session": self.session_id, "payload": _payload_for_worker(self.task)}, limit)
         if not reply.get("ok"):
             raise ExecutorError(f"cannot build the backend of task {self.task.id}: {reply.get('error')}")
         self.tools = reply.get("tools", [])
         for message in self._log:
-            reply = slot.request(message, executor.call_timeout_s)
+            reply = slot.request(message, limit)
             if not reply.get("ok"):
                 raise ExecutorError(f"replaying session {self.session_id} failed: {reply.get('error')}")
         self._generation = slot.generation
@@ -214,9 +219,13 @@ class Session:
             "max_chars": executor.max_result_chars,
         }
         try:
-            json.dumps(message)
-        except (TypeError, ValueError) as exc:
+            size = len(json.dumps(message))
+        except (TypeError, ValueError, RecursionError) as exc:
             return CallResult(None, ERROR_PREFIX + f"arguments must be JSON values: {exc}", rejected=True)
+        if size > MAX_REQUEST_CHARS:
+            return CallResult(
+                None, ERROR_PREFIX + f"the call's arguments are too large ({size} characters; at most {MAX_REQUEST_CHARS})", rejected=True
+            )
         with self._lock:
             if self._closed:
                 return CallResult(None, ERROR_PREFIX + "the episode's tool session is closed", rejected=True)
