@@ -86,10 +86,7 @@ def _script(task: Task) -> list[str]:
 
 @pytest.fixture(scope="module")
 def setup() -> Any:
-    settings = BfclSettings(
-        evolution=EvolutionSettings(type_hints=True, hide_optional=True, min_count=2, min_evidence=2),
-        max_steps=40,
-    )
+    settings = BfclSettings(max_steps=40)
     env = BfclEnvironment(settings)
     # One task per category; the categories are variants of the same dialogues, so pick ones whose first
     # user message differs (that is how the scripted engine knows which task it is playing).
@@ -167,6 +164,9 @@ def _pressure_state(tasks: list[Task]) -> CapabilityState:
 
 def test_evaluation_is_byte_identical_whatever_training_evolved(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     env, engine, tasks, ctx = setup
+    ctx.settings["bfcl"] = ctx.settings["bfcl"].model_copy(
+        update={"evolution": EvolutionSettings(type_hints=True, hide_optional=True, min_count=2, min_evidence=2)}
+    )
     verified = _record_verifier(monkeypatch)
 
     # Evaluation before any training.
@@ -234,3 +234,26 @@ def test_evaluation_is_byte_identical_whatever_training_evolved(setup: Any, monk
     verify_train0 = sorted(verified)
     assert verify_train0 == verify_train
     assert _verdicts(trained0) == _verdicts(trained)
+
+
+def test_the_diagnosers_labels_close_the_loop(setup: Any) -> None:
+    """collect -> diagnose -> capability state -> evolve on the real episode and diagnoser: the scripted
+    agent's unrecovered tool errors and invalid calls switch on recovery feedback and the no-invent note."""
+    env, engine, tasks, ctx = setup
+    ctx.settings["bfcl"] = ctx.settings["bfcl"].model_copy(
+        update={"evolution": EvolutionSettings(min_count=2, min_evidence=4)}
+    )
+    trajs = plugin.collect(ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=Interface(), group_size=2, step=0)
+    labels = plugin.diagnose(ctx=ctx, environment=env, trajectories=trajs, step=0)
+    seen = {lab.label for lab in labels}
+    assert {"recovery_failure", "invalid_tool_call"} <= seen
+    state = CapabilityState()
+    state.update(0, 0, trajs, labels)
+    rev = plugin.evolve_interface(ctx=ctx, environment=env, interface=Interface(), state=state, step=0)
+    assert rev is not None and rev.revision == 1
+    assert set(rev.driven_by) <= seen
+    for task in tasks:
+        assert {"recovery", "no_invent_note"} <= active_changes(rev, task.category)
+    again = plugin.collect(ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=rev, group_size=1, step=1)
+    tool_text = "".join(m.content for t in again for m in t.messages if m.role == "tool")
+    assert "Hint: the call is missing a required argument" in tool_text
