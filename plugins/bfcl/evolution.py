@@ -53,8 +53,10 @@ same revision, and specs list their entries in sorted order.
 Modes
 -----
 ``closed_loop`` (SEAL, default): the above. ``reference``: the public release's behaviour, static schema
-affordances (required markers, enum values, the no-invent note) on for every category from the first call,
-never anything else. ``off`` (vanilla GRPO): never a new revision.
+affordances (required markers, enum values, the no-invent note) on for every category (or those the
+``categories`` switch names) from the first call, whatever the state, and never anything else. The core
+first calls ``evolve_interface`` after step 0's rollouts, so step 0 itself still runs on revision 0.
+``off`` (vanilla GRPO): never a new revision.
 """
 
 from __future__ import annotations
@@ -79,7 +81,6 @@ CHANGES = (
     "no_invent_note",
     "recovery",
 )
-SCHEMA_CHANGES = ("required_markers", "enum_values", "type_hints", "hide_optional", "no_invent_note")
 REFERENCE_CHANGES = ("required_markers", "enum_values", "no_invent_note")
 
 TRIGGERS: dict[str, tuple[str, ...]] = {
@@ -124,7 +125,7 @@ GUIDELINES: dict[str, str] = {
 
 
 class EvolutionSettings(BaseModel):
-    """How the training interface evolves (recipe section ``bfcl.evolution``)."""
+    """How the training interface evolves (recipe section ``settings.bfcl.evolution``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -313,9 +314,10 @@ def evolve(
 
     if settings.mode == "reference":
         wanted = {"changes": sorted(c for c in REFERENCE_CHANGES if settings.allowed(c))}
-        target = {ALL_SCOPES: wanted} if wanted["changes"] else {}
+        names = sorted(settings.categories) if settings.categories is not None else [ALL_SCOPES]
+        target = {name: wanted for name in names} if wanted["changes"] else {}
         if target != scopes:
-            notes.append(f"{ALL_SCOPES}: static schema affordances " + ", ".join(wanted["changes"]))
+            notes.extend(f"{name}: static schema affordances " + ", ".join(wanted["changes"]) for name in target)
         scopes = target
     else:
         tables = state.window if settings.table == "window" else state.totals

@@ -88,6 +88,12 @@ def test_reference_mode_turns_static_affordances_on_for_every_category_at_once()
     # Static: whatever the labels say later, nothing else changes.
     heavy = state_of(rollouts(PARAM, ["recovery_failure"] * 4, 0.0, 20))
     assert evolve(rev, heavy, EvolutionSettings(mode="reference"), CATEGORIES, step=5) is None
+    assert rev.changes == ["*: static schema affordances enum_values, no_invent_note, required_markers"]
+    assert rev.driven_by == []
+    # The category switch applies to the reference behaviour too.
+    only = evolve(Interface(), CapabilityState(), EvolutionSettings(mode="reference", categories=[FUNC]), CATEGORIES, 0)
+    assert set(only.spec["scopes"]) == {FUNC}
+    assert active_changes(only, BASE) == set()
 
 
 # --- each change and its trigger -----------------------------------------------------------------------------
