@@ -60,7 +60,7 @@ def verify(
 
 def reference_labels(outcome: VerifyOutcome) -> list[str]:
     """The reference (SEAL release) label of each GT turn, derived from the trace; the fallback when no
-    diagnoser is given. Turns the model never reached get ``not_reached`` (the reference's
+    diagnoser is given. Turns the model never reached get ``unreached_turn`` (the reference's
     ``correct_abstention`` for them is a bug)."""
     return [reference_label(verdict) for verdict in outcome.turns]
 
@@ -69,7 +69,7 @@ def reference_label(verdict: TurnVerdict) -> str:
     """First rule that fires, in the reference order (see seal-method.md, "Diagnosis")."""
     checks = verdict.checks
     if not verdict.reached:
-        return "not_reached"
+        return "unreached_turn"
     if checks.get("gt_error"):
         return "gt_error"
     if checks.get("empty_gt"):
