@@ -37,10 +37,12 @@ class BfclEnvironment:
         self.settings = settings or BfclSettings()
         self._executor: ToolExecutor | None = None
         self._lock = threading.Lock()
-        self.format: ToolCallFormat = get_format(
-            self.settings.tool_call_format,
-            **({"include_response": self.settings.include_response_schema} if self.settings.tool_call_format == "hermes" else {}),
+        options = (
+            {"include_response": self.settings.include_response_schema, "wrap_results": self.settings.wrap_tool_responses}
+            if self.settings.tool_call_format == "hermes"
+            else {}
         )
+        self.format: ToolCallFormat = get_format(self.settings.tool_call_format, **options)
 
     # --- the Environment protocol ---------------------------------------------------------------------
 
@@ -51,14 +53,13 @@ class BfclEnvironment:
         ids = self.settings.task_ids
         if ids is not None:
             # The id filter may name tasks of one split only; the other split is then empty, not an error.
-            known = {t.id for t in data.load_tasks(self.settings.categories, split="all")}
-            unknown = [i for i in ids if i not in known]
-            if unknown:
-                raise data.DataError(
-                    f"settings.bfcl.task_ids: {unknown[:10]} are not tasks of the categories {self.settings.categories}"
-                )
-            in_split = {t.id for t in data.load_tasks(self.settings.categories, split=name)}
-            ids = [i for i in ids if i in in_split]
+            try:
+                data.load_tasks(self.settings.categories, split="all", ids=ids)
+            except data.DataError as exc:
+                raise data.DataError(f"settings.bfcl.task_ids: {exc}") from None
+            if name != "all":
+                in_split = set(data.split_ids()[name]) if name in data.split_ids() else set()
+                ids = [i for i in ids if i in in_split]
         return data.load_tasks(
             self.settings.categories, split=name, ids=ids, limit_per_category=self.settings.limit_per_category
         )

@@ -142,8 +142,11 @@ class HermesFormat:
 
     name = "hermes"
 
-    def __init__(self, include_response: bool = False):
+    def __init__(self, include_response: bool = False, wrap_results: bool = True):
         self.include_response = include_response
+        # Chat templates with tool support (Qwen2.5) wrap tool messages in <tool_response> themselves;
+        # plain ChatML templates (SmolLM2) do not, so by default the content carries the tags.
+        self.wrap_results = wrap_results
 
     def _tool_lines(self, tool_docs: list[dict[str, Any]], compact: bool) -> str:
         return "".join(
@@ -183,10 +186,10 @@ class HermesFormat:
         )
 
     def render_result(self, name: str, content: str) -> str:
-        return f"<tool_response>\n{content}\n</tool_response>"
+        return f"<tool_response>\n{content}\n</tool_response>" if self.wrap_results else content
 
     def render_error(self, error: str) -> str:
-        return f"<tool_response>\nError: {error}\n</tool_response>"
+        return self.render_result("", f"Error: {error}")
 
     def reveal_message(self, tool_docs: list[dict[str, Any]], *, compact: bool = False) -> str:
         return "<tools>" + self._tool_lines(tool_docs, compact) + "\n</tools>\n" + REVEAL_TEXT

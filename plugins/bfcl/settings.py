@@ -39,6 +39,11 @@ class BfclSettings(BaseModel):
         description="Render tool docs as compact JSON (fewer prompt tokens: CPU prefill dominates rollout time).",
     )
     system_preamble: str = Field(default="", description="Text placed before the tool block of the system prompt.")
+    wrap_tool_responses: bool = Field(
+        default=True,
+        description="hermes: put each tool result inside <tool_response> tags in the message content; turn off for "
+        "chat templates that wrap tool messages themselves (Qwen2.5's).",
+    )
     include_response_schema: bool = Field(default=False, description="Show each tool's response schema too.")
     max_steps: int = Field(default=20, ge=1, description="Model generations allowed (reference: 20 per dialogue).")
     step_limit_scope: Literal["dialogue", "turn"] = Field(

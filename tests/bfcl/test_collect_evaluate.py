@@ -182,7 +182,7 @@ def test_task_selection():
     some = sorted(train_ids)[:2]
     picked = BfclEnvironment(BfclSettings(task_ids=some + ["multi_turn_base_1"]))
     assert sorted(t.id for t in picked.tasks("train")) == some
-    with pytest.raises(ValueError, match="not tasks of the categories"):
+    with pytest.raises(ValueError, match="settings.bfcl.task_ids"):
         BfclEnvironment(BfclSettings(task_ids=["multi_turn_base_99999"])).tasks("train")
 
 

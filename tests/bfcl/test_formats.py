@@ -131,6 +131,8 @@ def test_hermes_observation_wrapping():
     fmt = HermesFormat()
     assert fmt.render_result("ls", '{"a": 1}') == '<tool_response>\n{"a": 1}\n</tool_response>'
     assert "Error: bad" in fmt.render_error("bad")
+    bare = HermesFormat(wrap_results=False)
+    assert bare.render_result("ls", '{"a": 1}') == '{"a": 1}' and bare.render_error("bad") == "Error: bad"
 
 
 # --- python parsing ---------------------------------------------------------------------------------------
