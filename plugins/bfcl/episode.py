@@ -156,8 +156,9 @@ def run_episode(
 ) -> Trajectory:
     """Play ``task`` to its end with ``engine`` under ``interface``; the trajectory is not verified yet.
 
-    ``Trajectory.metadata["model_turns"]`` holds, per user turn the agent reached, the calls that ran (in
-    BFCL call syntax), which is what the verifier replays.
+    ``Trajectory.metadata["model_turns"]`` holds, per user turn the agent reached (generated in), the calls
+    that ran, in BFCL call syntax: what the verifier replays (rejected messages never ran). A stop at a step
+    or context limit ends the episode; later turns are unreached.
     """
     started = time.perf_counter()
     fmt, limits = setup.fmt, setup.limits
@@ -242,6 +243,9 @@ def run_episode(
                 failed = err is not None or is_error_result(text)
                 _observe(state, setup, interface, task, engine, call.name, text, failed=failed)
         if state.finish != "completed":
+            if turn_steps == 0:
+                # Stopped before the agent said anything in this turn: it never reached it.
+                state.model_turns.pop()
             break
 
     return Trajectory(

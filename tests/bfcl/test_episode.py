@@ -125,6 +125,9 @@ def test_step_limit_per_dialogue_and_per_turn():
         assert trajectory.metadata["turns_reached"] == 1
         assert [v.reached for v in trajectory.turn_verdicts] == [True, False, False, False]
         assert trajectory.reward == 0.0
+        # A budget used up exactly at the end of a turn leaves the next turn unreached, not empty.
+        trajectory, engine = play(env3, "multi_turn_base_0", [tc("pwd"), tc("pwd"), "ok", tc("ls")])
+        assert engine.calls == 3 and trajectory.metadata["turns_reached"] == 1
     with _ctx(make_env(max_steps=2, step_limit_scope="turn")) as env_turn:
         # Two calls then an answer per turn fits a per-turn limit of 3 but would not fit 3 per dialogue.
         trajectory, engine = play(env_turn, "multi_turn_base_0", [tc("pwd"), "ok"] * 10)
@@ -149,9 +152,10 @@ def test_context_limit_ends_the_episode():
         assert trajectory.finish == "context_limit" and engine.calls < 20
     with _ctx(make_env(max_context_tokens=256)) as tiny:
         trajectory, engine = play(tiny, "multi_turn_base_0", ["ok"])
-        # The system prompt alone is over 256 tokens: no generation happens at all.
+        # The system prompt alone is over 256 tokens: no generation happens at all, no turn is reached.
         assert trajectory.finish == "context_limit" and engine.calls == 0
-        assert trajectory.metadata["turns_reached"] == 1
+        assert trajectory.metadata["turns_reached"] == 0
+        assert not any(v.reached for v in trajectory.turn_verdicts) and trajectory.reward == 0.0
 
 
 def test_max_new_tokens_is_capped_by_settings_and_context_room():
