@@ -21,7 +21,8 @@ def turn_position(turn: int, n_turns: int) -> str:
     """Early, middle or late third of a dialogue with ``n_turns`` ground-truth turns."""
     if n_turns <= 1:
         return "early"
-    third = turn * 3 // n_turns
+    # The third that holds the turn's midpoint: symmetric, so the last of two turns is "late".
+    third = (2 * turn + 1) * 3 // (2 * n_turns)
     return POSITIONS[min(third, 2)]
 
 
@@ -42,6 +43,9 @@ class Tally(BaseModel):
 class CapabilityTables(BaseModel):
     trajectories: int = 0
     labelled_turns: int = 0
+    # Trajectory-level tallies (each trajectory once), for success rates per task and per category.
+    by_task: dict[str, Tally] = Field(default_factory=dict)
+    by_category: dict[str, Tally] = Field(default_factory=dict)
     by_label: dict[str, Tally] = Field(default_factory=dict)
     by_category_label: dict[str, dict[str, Tally]] = Field(default_factory=dict)
     by_position_label: dict[str, dict[str, Tally]] = Field(default_factory=dict)
@@ -50,6 +54,12 @@ class CapabilityTables(BaseModel):
     def add(self, trajectory: Trajectory, labels: list[TurnLabel]) -> None:
         self.trajectories += 1
         self.labelled_turns += len(labels)
+        for table, key in ((self.by_task, trajectory.task_id), (self.by_category, trajectory.category)):
+            tally = table.setdefault(key, Tally())
+            tally.count += 1
+            tally.trajectories += 1
+            tally.successes += int(trajectory.success)
+            tally.reward_sum += trajectory.reward
         n_turns = max((lab.turn for lab in labels), default=-1) + 1
         n_turns = max(n_turns, len(trajectory.turn_verdicts))
         tables = {
@@ -61,7 +71,7 @@ class CapabilityTables(BaseModel):
             "by_task_label": lambda lab: self.by_task_label.setdefault(trajectory.task_id, {}),
         }
         # A trajectory counts once per cell however many of its turns carry the label.
-        seen: set[tuple[str, int]] = set()
+        seen: set[tuple[str, int, str]] = set()
         for lab in labels:
             for name, table_of in tables.items():
                 table = table_of(lab)

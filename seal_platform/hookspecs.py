@@ -257,7 +257,9 @@ def evolve_interface(
     """Propose the next training-interface revision from the capability state.
 
     Called once per training step, after ``diagnose`` and the capability-state update, on the plugin named
-    by the recipe's ``stages.evolve_interface`` only (not called when that is ``null``).
+    by the recipe's ``stages.evolve_interface`` only (not called when that is ``null``); and once more on a
+    fresh run, before the first ``collect``, with the empty state and ``step = 0``, so that changes that do
+    not depend on diagnoses are in place for the first rollouts.
 
     :param ctx: the run context.
     :param environment: the run's environment.

@@ -269,6 +269,10 @@ class Runner:
             self.store.add_interface(self.run_id, self.interface, None)
         if self.start_step == 0 and cfg.evaluation.before_training and eval_tasks:
             evaluations[0] = self._evaluate(env, engine, eval_tasks, 0)
+        if self.start_step == 0 and cfg.stages.evolve_interface:
+            # With the empty state: an interface whose changes do not wait for diagnoses (the reference's
+            # static affordances) is in place for the very first rollouts.
+            self._evolve(env, step=0)
 
         self.progress.start(total, self.start_step)
         step = self.start_step - 1
@@ -309,16 +313,10 @@ class Runner:
             primary = [lab for lab in labels if lab.source == plan.primary_diagnoser]
             self.state.update(step, epoch, trajs, primary)
 
-        evolver = cfg.stages.evolve_interface
-        if evolver:
+        if cfg.stages.evolve_interface:
             self.progress.stage(step, "evolve_interface")
             with timer("evolve_interface"):
-                new = _wrap("evolve_interface", evolver, lambda: self.host.call_owned(
-                    "evolve_interface", evolver, ctx=self.ctx, environment=env, interface=self.interface,
-                    state=self.state, step=step,
-                ))
-                if new is not None:
-                    self._adopt_interface(new, evolver, step)
+                self._evolve(env, step)
 
         weights = {t.id: 1.0 for t in trajs}
         label_weights: dict[str, float] = {}
@@ -351,6 +349,16 @@ class Runner:
         )
         mean_reward = sum(t.reward for t in trajs) / len(trajs) if trajs else 0.0
         self.progress.step_done(step, mean_reward, metrics)
+
+    def _evolve(self, env: Environment, step: int) -> None:
+        evolver = self.config.stages.evolve_interface
+        assert evolver is not None
+        new = _wrap("evolve_interface", evolver, lambda: self.host.call_owned(
+            "evolve_interface", evolver, ctx=self.ctx, environment=env, interface=self.interface,
+            state=self.state, step=step,
+        ))
+        if new is not None:
+            self._adopt_interface(new, evolver, step)
 
     def _adopt_interface(self, new: Any, owner: str, step: int) -> None:
         if not isinstance(new, Interface):

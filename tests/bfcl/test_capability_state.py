@@ -111,12 +111,6 @@ def test_turn_position_thirds(n_turns: int, expected: list[str]) -> None:
     assert [turn_position(t, n_turns) for t in range(n_turns)] == expected
 
 
-@pytest.mark.xfail(
-    reason="capability.turn_position uses turn*3//n, so the last turn of a 2-turn dialogue (86 BFCL tasks) is "
-    "'middle' and 4-turn dialogues get early,early,middle,late; fix proposed to the lead: "
-    "POSITIONS[min((2*turn+1)*3 // (2*n_turns), 2)] (the third containing the turn's midpoint)",
-    strict=True,
-)
 def test_last_turn_is_late_and_positions_are_symmetric() -> None:
     assert [turn_position(t, 2) for t in range(2)] == ["early", "late"]
     assert [turn_position(t, 4) for t in range(4)] == ["early", "middle", "middle", "late"]
@@ -191,3 +185,16 @@ def test_json_round_trip_restores_every_table() -> None:
     state.update(6, 1, more_t, more_l)
     restored.update(6, 1, more_t, more_l)
     assert restored == state
+
+
+def test_task_and_category_tallies_count_each_trajectory_once() -> None:
+    state = CapabilityState()
+    a = traj("a", "t1", "multi_turn_base", 1.0, 3)
+    b = traj("b", "t1", "multi_turn_base", 0.0, 3)
+    c = traj("c", "t2", "multi_turn_miss_func", 0.0, 2)
+    state.update(0, 0, [a, b, c], labels("a", ["pass"] * 3) + labels("b", ["pass", "state_mismatch", "pass"])
+                 + labels("c", ["pass", "pass"]))
+    assert state.window.by_task["t1"].trajectories == 2 and state.window.by_task["t1"].successes == 1
+    assert state.window.by_task["t1"].mean_reward == 0.5
+    assert state.window.by_category["multi_turn_miss_func"].successes == 0
+    assert state.totals.by_category["multi_turn_base"].reward_sum == 1.0

@@ -29,6 +29,7 @@ def test_one_step_calls_every_stage_in_order_with_keywords(toy_site, toy_recipe)
     assert plugin.calls == [
         "start_run",
         "evaluate",  # before training
+        "evolve_interface",  # with the empty state, before the first rollouts
         "collect", "diagnose", "evolve_interface", "reweight", "optimize",
         "save_checkpoint",  # the final checkpoint
         "evaluate",  # at the end
