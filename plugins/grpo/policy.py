@@ -188,7 +188,7 @@ def load_policy(settings: PolicySettings | None = None) -> tuple[Any, Any]:
 
     The model is a ``transformers`` causal LM on ``settings.resolved_device()`` in ``resolved_dtype()``, in
     eval mode (the trainer switches modes as it needs). ``model.name_or_path`` is the directory it was loaded
-    from, which the vLLM engine reads its architecture from. The tokenizer has a pad token (the EOS token if
+    from (empty for ``random_init``), which the vLLM engine reads its architecture and first weights from. The tokenizer has a pad token (the EOS token if
     the model defines none) and pads on the left, as batched generation needs.
     """
     import torch
@@ -207,8 +207,8 @@ def load_policy(settings: PolicySettings | None = None) -> tuple[Any, Any]:
     tokenizer.padding_side = "left"
     if settings.random_init:
         config = AutoConfig.from_pretrained(path)
+        # name_or_path stays empty: the weights are not the directory's (the vLLM engine then saves a copy).
         model = AutoModelForCausalLM.from_config(config, **kwargs)
-        model.name_or_path = str(path)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     model.to(device)

@@ -98,7 +98,11 @@ class VLLMEngineSettings(_Section):
     gpu_memory_utilization: float = Field(
         default=0.5, gt=0.0, le=1.0, description="Share of GPU memory vLLM may take (CUDA; the trainer needs the rest)."
     )
-    enforce_eager: bool = Field(default=False, description="Disable CUDA graphs / torch.compile (faster start).")
+    enforce_eager: bool | None = Field(
+        default=None,
+        description="Disable CUDA graphs / torch.compile. null: eager on CPU (compiling costs ~70-110 s at start "
+        "for ~15% faster decoding), compiled on CUDA.",
+    )
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="Further keyword arguments for vllm.LLM (engine arguments)."
     )

