@@ -165,3 +165,19 @@ def test_verify_record_with_an_executor(executor, task_by_id):
 def test_bad_records_raise_value_error(record, message):
     with pytest.raises(ValueError, match=message):
         verify_record(record)
+
+
+def test_replaying_the_same_parsed_calls_is_independent(task_by_id):
+    from seal_platform_plugins.bfcl._worker import Backend
+
+    task = task_by_id["multi_turn_base_4"]  # TwitterAPI, already authenticated
+    backend = Backend.for_payload(task.payload)
+    call = parse_call("post_tweet(content='hi', tags=['#a'], mentions=[])")
+    assert '"tags": ["#a"]' in backend.execute(call)[0]
+    call.kwargs["tags"].append("#changed")  # the caller's objects are not the backend's
+    tweets = backend.instances["TwitterAPI"].tweets
+    assert list(tweets.values())[-1]["tags"] == ["#a"]
+    # And verifying the same parsed transcript twice gives the same outcome.
+    turns = [[parse_call(c) for c in turn] for turn in _gt(task)]
+    turns[0].append(parse_call("post_tweet(content='x', tags=['#t'], mentions=['@m'])"))
+    assert verify(task, turns).to_json() == verify(task, turns).to_json()

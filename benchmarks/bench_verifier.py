@@ -1,0 +1,97 @@
+"""Time our BFCL verifier against bfcl_eval's official multi_turn_checker on the same cases.
+
+Cases are those of tests/bfcl/test_agreement.py: the 800 ground-truth answers plus deterministic
+perturbations. Both sides check every case once per round (the official one with a fresh model name per
+check and its cached instances deleted afterwards, as the agreement test does); verdicts must agree.
+Prints per-case times and the ratio official / ours. Run by hand:
+
+    .venv/bin/python benchmarks/bench_verifier.py [--per-task 3] [--rounds 3] [--executor]
+
+``--executor`` also times our verifier through the worker-process executor (what training uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_helpers():
+    spec = importlib.util.spec_from_file_location("bfcl_test_helpers", ROOT / "tests" / "bfcl" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-task", type=int, default=3, help="perturbations per task (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per side; the median is reported")
+    parser.add_argument("--seed", type=int, default=20260323)
+    parser.add_argument("--executor", action="store_true", help="also time verification in worker processes")
+    args = parser.parse_args()
+
+    from seal_platform_plugins.bfcl.calls import parse_call
+    from seal_platform_plugins.bfcl.data import load_tasks
+    from seal_platform_plugins.bfcl.verifier import verify
+
+    helpers = _load_helpers()
+    tasks = load_tasks(split="all")
+    by_id = {task.id: task for task in tasks}
+    cases = helpers.agreement_cases([task.payload for task in tasks], args.per_task, args.seed)
+    helpers.official_verdict(cases[0][0], cases[0][1])  # snapshot of the long-context module objects
+    parsed = [[[parse_call(c) for c in turn] for turn in turns] for _, turns, _ in cases]
+    print(f"{len(cases)} cases ({len(tasks)} ground truths + {len(cases) - len(tasks)} perturbations)")
+
+    def ours_round() -> tuple[float, list]:
+        started = time.perf_counter()
+        verdicts = []
+        for (entry, _, _), turns in zip(cases, parsed):
+            outcome = verify(by_id[entry["id"]], turns)
+            verdicts.append((outcome.success, outcome.error_type))
+        return time.perf_counter() - started, verdicts
+
+    def official_round() -> tuple[float, list]:
+        started = time.perf_counter()
+        verdicts = [helpers.official_verdict(entry, turns) for entry, turns, _ in cases]
+        return time.perf_counter() - started, verdicts
+
+    ours_times, official_times = [], []
+    for _ in range(args.rounds):
+        seconds, ours = ours_round()
+        ours_times.append(seconds)
+        seconds, theirs = official_round()
+        official_times.append(seconds)
+        disagreements = sum(a != b for a, b in zip(ours, theirs))
+        if disagreements:
+            print(f"DISAGREEMENT on {disagreements} cases", file=sys.stderr)
+            return 1
+    ours_s, official_s = statistics.median(ours_times), statistics.median(official_times)
+    n = len(cases)
+    print(f"ours (in-process):  {ours_s:7.2f} s  {1000 * ours_s / n:6.3f} ms/case")
+    print(f"official checker:   {official_s:7.2f} s  {1000 * official_s / n:6.3f} ms/case")
+    print(f"ratio official/ours: {official_s / ours_s:.1f}x  (verdicts agree on all {n} cases)")
+
+    if args.executor:
+        from seal_platform_plugins.bfcl.executor import ToolExecutor
+
+        with ToolExecutor(max_workers=2) as executor:
+            executor.verify(by_id[cases[0][0]["id"]], parsed[0])  # start the workers
+            started = time.perf_counter()
+            for (entry, _, _), turns in zip(cases, parsed):
+                executor.verify(by_id[entry["id"]], turns)
+            seconds = time.perf_counter() - started
+        print(f"ours (worker, 1 thread): {seconds:7.2f} s  {1000 * seconds / n:6.3f} ms/case  "
+              f"ratio official/ours {official_s / seconds:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
