@@ -1,0 +1,219 @@
+"""The GRPO trainer on a tiny random model: the loss and gradients it computes equal a plain per-sequence
+computation of the same formula, whatever the micro-batching, prefix sharing or skipping."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from seal_platform.types import Message, Trajectory  # noqa: E402
+from seal_platform_plugins.grpo.objective import group_advantages  # noqa: E402
+from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from seal_platform_plugins.grpo.tokens import encode_episode  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPORun, GRPOTrainer, build_samples  # noqa: E402
+
+
+def make_trajectories(tokenizer, rewards=((1.0, 0.0, 0.0), (0.0, 1.0, 1.0)), seed=0):
+    """Two groups of multi-turn episodes (two sampled messages each, a tool result between)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for t, group_rewards in enumerate(rewards):
+        for j, reward in enumerate(group_rewards):
+            first = torch.randint(200, 3000, (4 + j,), generator=gen).tolist()
+            second = torch.randint(200, 3000, (3,), generator=gen).tolist()
+            messages = [
+                Message(role="system", content="You are a careful calculator. Use the tool for arithmetic."),
+                Message(role="user", content=f"Task {t}: what is {t} plus two?"),
+                Message(role="assistant", content=tokenizer.decode(first), token_ids=first,
+                        logprobs=[-1.0] * len(first), trainable=True),
+                Message(role="tool", content=str(t + 2)),
+                Message(role="assistant", content=tokenizer.decode(second), token_ids=second,
+                        logprobs=[-2.0] * len(second), trainable=True),
+            ]
+            out.append(Trajectory(task_id=str(t), category="c", group=f"g{t}", sample=j, messages=messages,
+                                  reward=reward))
+    return out
+
+
+def capture_grads(trainer: GRPOTrainer) -> list[list[torch.Tensor]]:
+    """Replace the optimizer step with a recorder of the (clipped) gradients it would apply."""
+    seen: list[list[torch.Tensor]] = []
+    params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
+
+    def step(*args, **kwargs):
+        seen.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+
+    trainer.optimizer.step = step
+    return seen
+
+
+def reference_loss(model, tokenizer, trajectories, settings: GRPOSettings, temperature: float = 1.0):
+    """The loss of one mini-batch holding all trajectories, computed one sequence at a time, no padding."""
+    adv = group_advantages([t.reward for t in trajectories], [t.group for t in trajectories])
+    per_traj = []
+    for traj, a in zip(trajectories, adv):
+        ep = encode_episode(tokenizer, traj.messages)
+        ids = torch.tensor([ep.input_ids])
+        logits = model(input_ids=ids).logits[0].float() / temperature
+        logp_all = torch.log_softmax(logits[:-1], dim=-1)
+        pos = [i for i, m in enumerate(ep.loss_mask) if m and i > 0]
+        logp = logp_all[[p - 1 for p in pos], [ep.input_ids[p] for p in pos]]
+        ratio = torch.exp(logp - logp.detach())  # old = current before the first update
+        pg = torch.maximum(-a * ratio, -a * ratio.clamp(1 - settings.clip_ratio_low, 1 + settings.clip_ratio_high))
+        per_traj.append(pg.mean())
+    return torch.stack(per_traj).mean()
+
+
+@pytest.fixture
+def trajectories(tokenizer):
+    return make_trajectories(tokenizer)
+
+
+def test_build_samples_positions_and_scaled_advantages(tiny_policy, trajectories):
+    _, tokenizer = tiny_policy
+    weights = {trajectories[0].id: 2.0}
+    samples = build_samples(tokenizer, trajectories, weights)
+    first = samples[0]
+    sampled = trajectories[0].messages[2].token_ids + trajectories[0].messages[4].token_ids
+    assert [first.input_ids[p] for p in first.positions] == sampled
+    assert first.engine_logprobs == [-1.0] * 4 + [-2.0] * 3
+    adv = group_advantages([t.reward for t in trajectories], [t.group for t in trajectories])
+    assert first.advantage == pytest.approx(2.0 * adv[0])
+    assert samples[1].advantage == pytest.approx(adv[1])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_first_update_loss_and_gradient_match_plain_computation(tiny_policy, trajectories, temperature):
+    model, tokenizer = tiny_policy
+    settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, micro_batch_size=2, shared_prefix=True)
+    trainer = GRPOTrainer(model, settings, temperature=temperature, pad_id=tokenizer.pad_token_id)
+    grads = capture_grads(trainer)
+    metrics = trainer.step(build_samples(tokenizer, trajectories, settings=settings))
+
+    model.zero_grad()
+    want = reference_loss(model, tokenizer, trajectories, settings, temperature)
+    want.backward()
+    assert metrics["loss"] == pytest.approx(want.item(), abs=1e-6)
+    params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
+    total = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in params))
+    assert metrics["grad_norm"] == pytest.approx(total, rel=1e-4)
+    scale = min(1.0, settings.grad_clip / (total + 1e-6))
+    for got, p in zip(grads[0], params):
+        assert torch.allclose(got, p.grad * scale, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(micro_batch_size=1, shared_prefix=False),
+        dict(micro_batch_size=3, shared_prefix=True),
+        dict(micro_batch_size=6, shared_prefix=False, max_tokens_per_micro_batch=200),
+        dict(micro_batch_size=6, shared_prefix=True, skip_zero_advantage=False),
+    ],
+)
+def test_gradient_independent_of_micro_batching_and_prefix_sharing(tokenizer, trajectories, variant):
+    from conftest import make_tiny_model
+
+    def run(**kw):
+        model = make_tiny_model(tokenizer)
+        settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, **kw)
+        trainer = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id)
+        grads = capture_grads(trainer)
+        # Perturb the policy away from the reference so the KL term has a gradient.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+        metrics = trainer.step(build_samples(tokenizer, trajectories, settings=settings))
+        return metrics, grads
+
+    base_metrics, base = run(micro_batch_size=6, shared_prefix=False)
+    metrics, other = run(**variant)
+    assert len(base) == len(other) == 2  # one update per group
+    for key in ("loss", "pg_loss", "kl", "grad_norm"):
+        assert metrics[key] == pytest.approx(base_metrics[key], rel=1e-4, abs=1e-7)
+    for a_update, b_update in zip(base, other):
+        for a, b in zip(a_update, b_update):
+            assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
+
+
+def test_zero_advantage_groups_are_skipped_without_changing_the_update(tokenizer):
+    from conftest import make_tiny_model
+
+    trajs = make_trajectories(tokenizer, rewards=((1.0, 1.0, 1.0), (0.0, 1.0, 0.0)))
+
+    def run(skip: bool):
+        model = make_tiny_model(tokenizer)
+        settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, skip_zero_advantage=skip)
+        trainer = GRPOTrainer(model, settings, pad_id=tokenizer.pad_token_id)
+        grads = capture_grads(trainer)
+        return trainer.step(build_samples(tokenizer, trajs, settings=settings)), grads
+
+    skipped, g1 = run(True)
+    full, g2 = run(False)
+    assert skipped["trained_sequences"] == 3 and full["trained_sequences"] == 6
+    assert skipped["loss"] == pytest.approx(full["loss"], abs=1e-7)
+    for a, b in zip(g1[0], g2[0]):
+        assert torch.allclose(a, b, atol=1e-7)
+
+
+def test_engine_old_logprobs_setting(tiny_policy, trajectories):
+    model, tokenizer = tiny_policy
+    # Engine log-probs far below the policy's: every ratio is huge, so every positive-advantage token is clipped.
+    settings = GRPOSettings(kl_coef=0.0, old_logprobs="engine", dual_clip=None)
+    trainer = GRPOTrainer(model, settings, pad_id=tokenizer.pad_token_id)
+    samples = build_samples(tokenizer, trajectories, settings=settings)
+    for s in samples:
+        s.engine_logprobs = [-60.0] * s.n_tokens
+    metrics = trainer.step(samples)
+    positive = sum(s.n_tokens for s in samples if s.advantage > 0)
+    trained = sum(s.n_tokens for s in samples if s.advantage != 0)
+    assert metrics["clip_frac"] == pytest.approx(positive / trained)
+    with pytest.raises(ValueError, match="temperature"):
+        GRPOTrainer(model, settings, temperature=0.7)
+    # Recompute mode reports how far the engine's log-probs are from the policy's.
+    recompute = GRPOTrainer(model, GRPOSettings(kl_coef=0.0, mini_batch_tasks=1), pad_id=tokenizer.pad_token_id)
+    m = recompute.step(build_samples(tokenizer, trajectories))
+    assert m["engine_logprob_abs_diff"] > 0
+
+
+def test_updates_raise_the_likelihood_of_rewarded_sequences(tokenizer):
+    from conftest import make_tiny_model
+
+    trajs = make_trajectories(tokenizer, rewards=((1.0, 0.0, 0.0),))
+    model = make_tiny_model(tokenizer)
+    settings = GRPOSettings(lr=3e-3, kl_coef=0.001, mini_batch_tasks=1)
+    run = GRPORun(model, tokenizer, settings, apatch=None)
+
+    def seq_logp(traj):
+        sample = build_samples(tokenizer, [traj])[0]
+        run.trainer.fill_logprobs(model, [sample], "old_logp")
+        return float(sample.old_logp.sum())
+
+    before = [seq_logp(t) for t in trajs]
+
+    class Engine:
+        pushed = 0
+
+        def update_weights(self, m):
+            Engine.pushed += 1
+
+    for _ in range(3):
+        metrics = run.optimize(Engine(), trajs, {t.id: 1.0 for t in trajs})
+    after = [seq_logp(t) for t in trajs]
+    assert Engine.pushed == 3
+    assert after[0] > before[0] + 1.0  # the rewarded rollout
+    assert after[1] < before[1] and after[2] < before[2]
+    assert metrics["updates"] == 1 and metrics["kl"] > 0 and metrics["tokens_per_s"] > 0
+    assert run.trainer.updates == 3
+
+
+def test_settings_validation():
+    with pytest.raises(ValueError):
+        GRPOSettings(clip_ratio_low=1.0)
+    with pytest.raises(ValueError):
+        GRPOSettings(unknown_key=1)
+    with pytest.raises(ValueError, match="reference model"):
+        GRPOTrainer(torch.nn.Linear(2, 2), GRPOSettings(kl_coef=0.1))
