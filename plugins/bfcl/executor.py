@@ -271,8 +271,9 @@ class Session:
                 return
             self._closed = True
             slot = self._slot
-            with slot.lock:
+            with self._executor._lock:
                 slot.sessions -= 1
+            with slot.lock:
                 if slot.process is not None and self._generation == slot.generation:
                     try:
                         slot.request({"op": "close", "session": self.session_id}, self._executor.call_timeout_s)

@@ -180,3 +180,13 @@ def test_bad_settings_are_refused():
         ToolExecutor(max_workers=0)
     with pytest.raises(ValueError):
         ToolExecutor(call_timeout_s=0)
+
+
+def test_callable_names_are_the_official_ones():
+    # The official executor maps exactly the public bound methods of each instance; so must we.
+    import inspect
+
+    for name in _worker.BACKEND_MODULES:
+        cls = _worker.backend_class(name)
+        official = {m for m, _ in inspect.getmembers(cls(), predicate=inspect.ismethod) if not m.startswith("_")}
+        assert {m for m, _, _ in _worker._public_methods(cls)} == official, name
