@@ -209,6 +209,8 @@ def load_policy(settings: PolicySettings | None = None) -> tuple[Any, Any]:
         config = AutoConfig.from_pretrained(path)
         # name_or_path stays empty: the weights are not the directory's (the vLLM engine then saves a copy).
         model = AutoModelForCausalLM.from_config(config, **kwargs)
+        model.name_or_path = ""
+        model.config._name_or_path = ""
     else:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     model.to(device)

@@ -1,0 +1,117 @@
+"""The exact multi-turn token splicing: prompts are prefixes of the trained sequence, sampled ids verbatim."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from seal_platform.types import Message
+from seal_platform_plugins.grpo.tokens import TemplateNotIncrementalError, encode_episode, prompt_ids, render
+
+
+def sampled(tokenizer, text: str, eos: bool = True, ids: list[int] | None = None, **kw) -> Message:
+    token_ids = list(ids) if ids is not None else tokenizer(text, add_special_tokens=False)["input_ids"]
+    if eos:
+        token_ids = token_ids + [tokenizer.eos_token_id]
+    logprobs = [-0.5 - 0.01 * i for i in range(len(token_ids))]
+    return Message(role="assistant", content=text, token_ids=token_ids, logprobs=logprobs, trainable=True, **kw)
+
+
+def dialogue(tokenizer) -> list[Message]:
+    return [
+        Message(role="system", content="You are a tool-using agent."),
+        Message(role="user", content="List the files in /tmp."),
+        sampled(tokenizer, '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>'),
+        Message(role="tool", content='{"files": ["a.txt", "b.txt"]}'),
+        sampled(tokenizer, "There are two files: a.txt and b.txt."),
+        Message(role="user", content="Delete a.txt"),
+        sampled(tokenizer, "Done.", eos=False),  # cut by max_new_tokens: no EOS
+    ]
+
+
+def test_every_prompt_is_a_prefix_and_sampled_ids_are_verbatim(tokenizer):
+    messages = dialogue(tokenizer)
+    episode = encode_episode(tokenizer, messages)
+    assert len(episode.input_ids) == len(episode.loss_mask) == len(episode.engine_logprobs)
+    assert [k for k, _, _ in episode.spans] == [2, 4, 6]
+    for k, start, end in episode.spans:
+        prompt = prompt_ids(tokenizer, messages[:k])
+        assert episode.input_ids[: len(prompt)] == prompt, f"prompt of message {k} is not a prefix"
+        assert start == len(prompt)
+        assert episode.input_ids[start:end] == messages[k].token_ids
+        assert episode.engine_logprobs[start:end] == messages[k].logprobs
+    masked = [i for i, m in enumerate(episode.loss_mask) if m]
+    expected = [i for _, start, end in episode.spans for i in range(start, end)]
+    assert masked == expected
+    assert all(episode.engine_logprobs[i] is None for i in range(len(episode)) if not episode.loss_mask[i])
+    assert episode.input_ids[-1] == messages[-1].token_ids[-1]  # ends with the last sampled token
+
+
+def test_sequence_text_is_the_chat_template_rendering(tokenizer):
+    messages = dialogue(tokenizer)
+    episode = encode_episode(tokenizer, messages)
+    decoded = tokenizer.decode(episode.input_ids)
+    assert decoded == render(tokenizer, messages, add_generation_prompt=False).removesuffix("<|im_end|>\n")
+    # Without any sampled message, the prompt is exactly what the template tokenises to.
+    plain = [Message(role="system", content="sys"), Message(role="user", content="hi")]
+    reference = tokenizer.apply_chat_template([m.chat() for m in plain], add_generation_prompt=True, tokenize=True)
+    reference = reference["input_ids"] if hasattr(reference, "keys") else reference
+    assert prompt_ids(tokenizer, plain) == list(reference)
+
+
+def test_no_retokenisation_drift(tokenizer):
+    # " hello" spelled one character per token: re-tokenising the text would merge them.
+    chars = [tokenizer.convert_tokens_to_ids(c) for c in ["Ġ", "h", "e", "l", "l", "o"]]
+    assert tokenizer(" hello", add_special_tokens=False)["input_ids"] != chars
+    messages = [Message(role="user", content="say hello"), sampled(tokenizer, " hello", ids=chars)]
+    messages.append(Message(role="user", content="again"))
+    episode = encode_episode(tokenizer, messages)
+    _, start, end = episode.spans[0]
+    assert episode.input_ids[start:end] == chars + [tokenizer.eos_token_id]
+    assert prompt_ids(tokenizer, messages)[start:end] == chars + [tokenizer.eos_token_id]
+
+
+def test_closing_after_a_length_cut_is_context(tokenizer):
+    messages = [Message(role="user", content="count"), sampled(tokenizer, "1 2 3", eos=False)]
+    messages.append(Message(role="user", content="go on"))
+    ids = prompt_ids(tokenizer, messages)
+    _, _, end = encode_episode(tokenizer, messages).spans[0]
+    # The template's <|im_end|> that the model never produced follows the sampled tokens as context.
+    assert ids[end] == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert tokenizer.decode(ids[end:]).startswith("<|im_end|>\n<|im_start|>user\ngo on")
+
+
+def test_explicitly_untrainable_message_is_masked(tokenizer):
+    messages = dialogue(tokenizer)
+    messages[4] = messages[4].model_copy(update={"trainable": False})
+    episode = encode_episode(tokenizer, messages)
+    (_, s2, e2), (_, s4, e4) = episode.spans[0], episode.spans[1]
+    assert all(episode.loss_mask[s2:e2]) and not any(episode.loss_mask[s4:e4])
+    # A sampled message built without touching ``trainable`` is trained on.
+    bare = Message(role="assistant", content="ok", token_ids=[19, 2])
+    assert encode_episode(tokenizer, [Message(role="user", content="x"), bare]).n_generated == 2
+
+
+def test_unsampled_assistant_messages_are_template_context(tokenizer):
+    messages = [
+        Message(role="user", content="example"),
+        Message(role="assistant", content="scripted answer"),
+        Message(role="user", content="now you"),
+        sampled(tokenizer, "ok"),
+    ]
+    episode = encode_episode(tokenizer, messages)
+    assert episode.n_generated == len(messages[-1].token_ids)
+    assert "scripted answer<|im_end|>" in tokenizer.decode(episode.input_ids)
+
+
+def test_template_that_rewrites_history_is_refused(tokenizer):
+    rewriting = copy.deepcopy(tokenizer)
+    # Announces the number of messages up front, so every new message changes the beginning of the text.
+    rewriting.chat_template = (
+        "{{ messages|length }} messages\n{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+        "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    messages = [Message(role="user", content="a"), sampled(tokenizer, "b"), Message(role="user", content="c")]
+    with pytest.raises(TemplateNotIncrementalError, match="append-only"):
+        prompt_ids(rewriting, messages)
