@@ -177,13 +177,20 @@ def _trace_calls(verdict: TurnVerdict | Mapping[str, Any]) -> list[ToolCall]:
     return out
 
 
+def _failed(call: ToolCall) -> bool:
+    """A raised/refused call, or one whose result is the backend's own ``{"error": ...}`` reply."""
+    from .trace import is_error_result
+
+    return bool(call.error) or (call.result is not None and is_error_result(call.result))
+
+
 def _unrecovered_error(calls: Sequence[ToolCall]) -> bool:
     """Whether some executed call failed and no later call of the same tool in the turn succeeded."""
     for index, call in enumerate(calls):
-        if call.rejected or not call.error:
+        if call.rejected or not _failed(call):
             continue
         later = calls[index + 1:]
-        if not any(c.name == call.name and not c.error and not c.rejected for c in later):
+        if not any(c.name == call.name and not c.rejected and not _failed(c) for c in later):
             return True
     return False
 

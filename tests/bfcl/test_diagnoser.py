@@ -146,6 +146,13 @@ def test_recovery_failure():
     assert only_label(v, calls) == ("recovery_failure", "state_mismatch")
 
 
+def test_recovery_failure_from_an_error_reply():
+    # Some backends answer {"error": ...} instead of raising; that is a failed call too.
+    failed = ToolCall(turn=0, name="cd", arguments={"folder": "doc"}, result='{"error": "No such folder"}')
+    v = verdict(model_calls=["cd(folder='doc')", GOOD_TEXT[1]], state_ok=False)
+    assert only_label(v, [failed, GOOD[1]]) == ("recovery_failure", "state_mismatch")
+
+
 def test_a_recovered_error_is_not_a_recovery_failure():
     calls = [call("cd", error="Error during execution: no such folder", folder="doc"), *GOOD]
     v = verdict(model_calls=["cd(folder='doc')", *GOOD_TEXT], passed=True)
