@@ -36,10 +36,16 @@ False.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from seal_platform.types import Message
+
+
+# Episodes build prompts from many threads; a fast tokenizer raises "Already borrowed" if its Rust state is
+# touched from two threads at once (it is, when a call changes padding or truncation settings).
+_TOKENIZER_LOCK = threading.Lock()
 
 
 class TemplateNotIncrementalError(ValueError):
@@ -84,7 +90,8 @@ def render(tokenizer: Any, messages: Sequence[Message], add_generation_prompt: b
 def _tokenize(tokenizer: Any, text: str) -> list[int]:
     if not text:
         return []
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    with _TOKENIZER_LOCK:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _is_sampled(message: Message) -> bool:

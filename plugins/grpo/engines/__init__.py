@@ -57,7 +57,10 @@ class _Section(BaseModel):
 class HFEngineSettings(_Section):
     """The transformers engine: batched, left-padded ``model.generate``."""
 
-    max_batch_size: int = Field(default=32, ge=1, description="Most requests generated together in one batch.")
+    max_batch_size: int = Field(
+        default=16, ge=1,
+        description="Most requests generated together in one batch (memory: the KV cache of all of them at once).",
+    )
     batch_wait_ms: float = Field(
         default=20.0, ge=0.0,
         description="How long the batcher waits for more requests after the first one arrives.",

