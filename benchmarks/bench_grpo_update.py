@@ -1,0 +1,212 @@
+"""GRPO update throughput: our trainer against TRL's GRPOTrainer, same model, same fixed batch.
+
+Only the update is timed (no generation): a fixed batch of ``--tasks`` prompts x ``--group`` completions of
+``--completion-tokens`` random tokens with fixed 0/1 rewards, and the same recipe on both sides: reference
+log-probs (KL coef 0.001, k3), old log-probs, ``--updates`` AdamW updates per step (the batch split into
+that many mini-batches), micro-batches of ``--micro`` sequences with gradient accumulation, PPO clip 0.2,
+grad clip 1.0. tokens/s = (prompt + completion tokens of the batch) / wall seconds of one step, median of
+``--repeats`` steps after a warm-up step.
+
+TRL runs in its own virtual environment when its dependencies clash with ours (``--trl-python``); on this
+project's CPU machine it was set up without a second torch by pointing a .pth file at our venv::
+
+    python3 -m venv /tmp/trlvenv
+    echo /work/main/.venv/lib/python3.11/site-packages > /tmp/trlvenv/lib/python3.11/site-packages/zz.pth
+    /tmp/trlvenv/bin/pip install trl          # adds trl, datasets, pandas, pyarrow; reuses torch/transformers
+
+    .venv/bin/python benchmarks/bench_grpo_update.py --trl-python /tmp/trlvenv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def make_batch(tokenizer, tasks: int, group: int, completion_tokens: int, seed: int) -> dict:
+    """Prompts (chat-templated arithmetic questions), random completions and rewards, as token ids."""
+    import random
+
+    rng = random.Random(seed)
+    prompts, completions, rewards = [], [], []
+    for t in range(tasks):
+        chat = [
+            {"role": "system", "content": "You can use one tool, calculator. Call it as <tool_call>{\"name\": "
+             "\"calculator\", \"arguments\": {\"expression\": \"...\"}}</tool_call>. Always call it."},
+            {"role": "user", "content": f"What is {rng.randint(10, 99)} + {rng.randint(10, 99)}? Explain briefly."},
+        ]
+        ids = tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        for j in range(group):
+            prompts.append(ids)
+            completions.append([rng.randint(200, 20000) for _ in range(completion_tokens)])
+            rewards.append(float(j % 3 == 0) if t % 2 else float(j % 4 == 1))
+    return {"prompts": prompts, "completions": completions, "rewards": rewards, "group": group}
+
+
+def run_ours(model_dir: str, batch: dict, args, shared_prefix: bool) -> list[float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from seal_platform.types import Message, Trajectory
+    from seal_platform_plugins.grpo.settings import GRPOSettings
+    from seal_platform_plugins.grpo.trainer import GRPOTrainer, Sample
+    from seal_platform_plugins.grpo.apatch import group_advantages
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(args.device)
+    model.eval()
+    n = len(batch["prompts"])
+    tasks = n // batch["group"]
+    settings = GRPOSettings(
+        kl_coef=0.001, mini_batch_tasks=max(1, tasks // args.updates), micro_batch_size=args.micro,
+        max_tokens_per_micro_batch=None, shared_prefix=shared_prefix, lr=1e-6,
+    )
+    trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
+    groups = [str(i // batch["group"]) for i in range(n)]
+    adv = group_advantages(batch["rewards"], groups)
+
+    def samples() -> list[Sample]:
+        out = []
+        for i, (p, c) in enumerate(zip(batch["prompts"], batch["completions"])):
+            out.append(Sample(id=str(i), group=groups[i], input_ids=p + c,
+                              positions=list(range(len(p), len(p) + len(c))), advantage=adv[i]))
+        return out
+
+    tokens = sum(len(p) + len(c) for p, c in zip(batch["prompts"], batch["completions"]))
+    rates = []
+    for r in range(args.repeats + 1):
+        t0 = time.perf_counter()
+        metrics = trainer.step(samples())
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        assert metrics["updates"] == args.updates, metrics
+        if r:  # the first step warms up
+            rates.append(tokens / dt)
+    return rates
+
+
+TRL_WORKER = r'''
+import json, sys, time, statistics, tempfile
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+spec = json.load(open(sys.argv[1]))
+batch, a = spec["batch"], spec["args"]
+device = a["device"]
+model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)
+tok = AutoTokenizer.from_pretrained(spec["model_dir"])
+n = len(batch["prompts"])
+per_update = n // a["updates"]
+cfg = GRPOConfig(
+    output_dir=tempfile.mkdtemp(), per_device_train_batch_size=a["micro"],
+    gradient_accumulation_steps=per_update // a["micro"], num_generations=batch["group"],
+    steps_per_generation=a["updates"] * (per_update // a["micro"]), beta=0.001, epsilon=0.2,
+    learning_rate=1e-6, weight_decay=0.01, max_grad_norm=1.0, loss_type="grpo", use_cpu=device == "cpu",
+    report_to=[], max_completion_length=len(batch["completions"][0]), bf16=False, logging_steps=1000,
+)
+trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=cfg,
+                      train_dataset=Dataset.from_dict({"prompt": ["x"] * n}), processing_class=tok)
+model = trainer.model
+trainer.create_optimizer()
+opt = trainer.optimizer
+trainer.current_gradient_accumulation_steps = per_update // a["micro"]
+width = max(len(p) for p in batch["prompts"])
+prompt_ids = torch.full((n, width), tok.pad_token_id or 0, dtype=torch.long)
+prompt_mask = torch.zeros((n, width), dtype=torch.long)
+for i, p in enumerate(batch["prompts"]):
+    prompt_ids[i, width - len(p):] = torch.tensor(p)
+    prompt_mask[i, width - len(p):] = 1
+completion_ids = torch.tensor(batch["completions"])
+completion_mask = torch.ones_like(completion_ids)
+rewards = torch.tensor(batch["rewards"]).view(-1, batch["group"])
+adv = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)).view(-1)
+tokens = int(prompt_mask.sum() + completion_mask.sum())
+model.train()
+rates = []
+for r in range(a["repeats"] + 1):
+    t0 = time.perf_counter()
+    ids = torch.cat([prompt_ids, completion_ids], 1).to(device)
+    att = torch.cat([prompt_mask, completion_mask], 1).to(device)
+    k = completion_ids.size(1)
+    with torch.no_grad():
+        ref = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, att, k, batch_size=a["micro"])[0]
+        old = trainer._get_per_token_logps_and_entropies(model, ids, att, k, batch_size=a["micro"])[0]
+    for u in range(a["updates"]):
+        for m in range(u * per_update, (u + 1) * per_update, a["micro"]):
+            sl = slice(m, m + a["micro"])
+            inputs = {"prompt_ids": prompt_ids[sl].to(device), "prompt_mask": prompt_mask[sl].to(device),
+                      "completion_ids": completion_ids[sl].to(device), "completion_mask": completion_mask[sl].to(device),
+                      "advantages": adv[sl].to(device), "old_per_token_logps": old[sl], "ref_per_token_logps": ref[sl]}
+            loss = trainer.compute_loss(model, inputs)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    if r:
+        rates.append(tokens / (time.perf_counter() - t0))
+print(json.dumps({"rates": rates}))
+'''
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="HF model directory; default: the embedded SmolLM2-135M")
+    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--completion-tokens", type=int, default=64)
+    parser.add_argument("--updates", type=int, default=2)
+    parser.add_argument("--micro", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--trl-python", default="/tmp/trlvenv/bin/python", help="python with trl; '' to skip")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from seal_platform_plugins.grpo.policy import PolicySettings, model_dir
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    path = args.model or str(model_dir(PolicySettings()))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    batch = make_batch(tokenizer, args.tasks, args.group, args.completion_tokens, seed=0)
+    n_tokens = sum(len(p) + len(c) for p, c in zip(batch["prompts"], batch["completions"]))
+    print(f"batch: {len(batch['prompts'])} sequences, {n_tokens} tokens (prompt {len(batch['prompts'][0])}, "
+          f"completion {args.completion_tokens}); {args.updates} updates/step, micro-batch {args.micro}; {args.device}")
+    results: dict[str, float] = {}
+    for name, shared in (("ours", True), ("ours_no_shared_prefix", False)):
+        rates = run_ours(path, batch, args, shared)
+        results[name] = statistics.median(rates)
+        print(f"{name}: {results[name]:.0f} tokens/s  (steps: {[round(r) for r in rates]})", flush=True)
+    if args.trl_python:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+            json.dump({"batch": batch, "args": vars(args) | {"out": None}, "model_dir": path}, fh)
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
+            script.write(TRL_WORKER)
+        proc = subprocess.run([args.trl_python, script.name, fh.name], capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"TRL run failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
+        else:
+            rates = json.loads(proc.stdout.strip().splitlines()[-1])["rates"]
+            results["trl"] = statistics.median(rates)
+            print(f"trl: {results['trl']:.0f} tokens/s  (steps: {[round(r) for r in rates]})")
+            print(f"speed-up ours / trl: {results['ours'] / results['trl']:.2f}x "
+                  f"(without prefix sharing {results['ours_no_shared_prefix'] / results['trl']:.2f}x)")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

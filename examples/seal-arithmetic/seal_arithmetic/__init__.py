@@ -1,0 +1,1 @@
+"""seal-arithmetic: an example seal-platform environment plugin (calculator tool use)."""
