@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from seal_platform.engine import RolloutEngine
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory
