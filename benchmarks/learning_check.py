@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--kl-coef", type=float, default=0.0)
-    parser.add_argument("--mini-batch-tasks", type=int, default=4)
+    parser.add_argument("--mini-batch-tasks", type=int, default=8, help="8 = one on-policy update per step")
     parser.add_argument("--eval-questions", type=int, default=64)
     parser.add_argument("--eval-samples", type=int, default=4, help="sampled rollouts per held-out question")
     parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
