@@ -134,6 +134,32 @@ def test_hf_stop_string_ends_generation_and_is_kept(hf_engine):
     assert stop not in hf_engine.tokenizer.decode(cut.token_ids[:-1], skip_special_tokens=True)
 
 
+def test_hf_group_prefill_is_shared_and_exact(tiny_policy):
+    from seal_platform_plugins.grpo.engines.hf import HFEngine
+
+    model, tokenizer = tiny_policy
+    group = [Message(role="user", content="list the files in my home directory please")]
+    other = [Message(role="user", content="hi")]  # shorter: left padding inside the same batch
+    conversations = [group, other, group, group]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    results = {}
+    for share in (True, False):
+        engine = HFEngine(model, tokenizer, HFEngineSettings(share_prompt_prefill=share))
+        try:
+            results[share] = engine.generate(conversations, greedy)
+            sampled = engine.generate(conversations, SamplingParams(temperature=1.0, max_new_tokens=6, seed=5))
+            assert engine.stats.get("prefills_saved", 0) == (4 if share else 0)  # 2 of 3 duplicates, twice
+        finally:
+            engine.close()
+        for conversation, generation in zip(conversations, sampled):
+            messages = conversation + [Message(role="assistant", content=generation.text,
+                                               token_ids=generation.token_ids, logprobs=generation.logprobs)]
+            assert_logprobs_match(model, tokenizer, messages)
+    assert [g.token_ids for g in results[True]] == [g.token_ids for g in results[False]]
+    for shared, plain in zip(results[True], results[False]):
+        assert shared.logprobs == pytest.approx(plain.logprobs, abs=1e-4)
+
+
 def test_hf_prompt_longer_than_context_is_reported(tiny_policy):
     from seal_platform_plugins.grpo.engines.hf import HFEngine
 

@@ -73,6 +73,10 @@ class HFEngineSettings(_Section):
     max_model_len: int | None = Field(
         default=None, ge=1, description="Longest prompt + generation in tokens; null: the model's context length."
     )
+    share_prompt_prefill: bool = Field(
+        default=True,
+        description="Prefill identical prompts of a batch (a group's G rollouts) once and copy their KV cache.",
+    )
 
 
 class VLLMEngineSettings(_Section):

@@ -2,8 +2,9 @@
 
 By default it generates with the trainer's own model object, so new weights need no copying
 (``update_weights`` is free). Concurrent requests with the same sampling settings are generated in one
-``model.generate`` call (up to ``max_batch_size``), which is how a group's G rollouts share the work of their
-common prompt here (one batched prefill; there is no prefix cache across calls).
+``model.generate`` call (up to ``max_batch_size``); identical prompts in a batch (a group's G rollouts) are
+prefilled once and their KV cache copied to the duplicates. There is no prefix cache across calls: a
+dialogue's history is prefilled again at every turn (the ``vllm`` engine's prefix cache avoids that).
 
 Log-probs are recorded during generation by a logits processor placed before every sampling warper, so they
 are the raw ``log_softmax`` of the model's logits (temperature 1, no top-p) at the moment of sampling: no
@@ -135,6 +136,9 @@ class HFEngine(QueuedEngine):
                             done[i] = True
                 return done
 
+        extra: dict[str, Any] = {}
+        if self.settings.share_prompt_prefill and width > 1:
+            extra = self._shared_prefill(requests, input_ids, attention, device)
         recorder = RawLogprobs()
         config = GenerationConfig(
             max_new_tokens=max(budgets),
@@ -160,6 +164,7 @@ class HFEngine(QueuedEngine):
                     generation_config=config,
                     logits_processor=LogitsProcessorList([recorder]),
                     stopping_criteria=StoppingCriteriaList([StopAndBudget()]),
+                    **extra,
                 )
         finally:
             self.model.train(was_training)
@@ -176,6 +181,32 @@ class HFEngine(QueuedEngine):
                     end, reason = t + 1, "stop"
                     break
             self._finish(request, row[:end], logprobs[i, :end].tolist(), reason)
+
+    def _shared_prefill(self, requests: list[Request], input_ids: Any, attention: Any, device: Any) -> dict[str, Any]:
+        """Prefill each distinct prompt of the batch once and copy its KV cache to its duplicates.
+
+        A GRPO group is G identical prompts; plain batched ``generate`` would prefill each of them (G times the
+        work, and prefill dominates on long tool-laden prompts). The prompts minus their last token go through
+        one forward pass; ``generate`` then continues from the copied cache. Positions follow ``generate``'s
+        own rule for left padding, so the result equals a plain batched generation.
+        """
+        import torch
+
+        distinct: dict[tuple[int, ...], int] = {}
+        rows = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in requests]
+        if len(distinct) == len(requests):
+            return {}
+        first = [rows.index(i) for i in range(len(distinct))]
+        ids = input_ids[first, :-1].to(device)
+        mask = attention[first, :-1].to(device)
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        with torch.no_grad():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                             logits_to_keep=1)
+        cache = out.past_key_values
+        cache.reorder_cache(torch.tensor(rows, dtype=torch.long, device=device))
+        self.stats["prefills_saved"] = self.stats.get("prefills_saved", 0) + len(requests) - len(distinct)
+        return {"past_key_values": cache}
 
     def _release(self) -> None:
         self.model = None
