@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--mini-batch-tasks", type=int, default=8, help="8 = one on-policy update per step")
     parser.add_argument("--eval-questions", type=int, default=64)
     parser.add_argument("--eval-samples", type=int, default=4, help="sampled rollouts per held-out question")
+    parser.add_argument("--greedy", action="store_true", help="also measure greedy pass rates (one per question)")
     parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     parser.add_argument("--budget-min", type=float, default=17.0, help="stop training early to stay in budget")
     parser.add_argument("--seed", type=int, default=0)
@@ -76,7 +77,9 @@ def main() -> None:
         t0 = time.perf_counter()
         episodes = [(t, f"{tag}:{t.id}", j) for t in eval_tasks for j in range(args.eval_samples)]
         trajs = env.run_episodes(engine, episodes, env.pristine_interface(), sampled)
-        g = env.run_episodes(engine, [(t, f"{tag}g:{t.id}", 0) for t in eval_tasks], env.pristine_interface(), greedy)
+        g = []
+        if args.greedy:
+            g = env.run_episodes(engine, [(t, f"{tag}g:{t.id}", 0) for t in eval_tasks], env.pristine_interface(), greedy)
         res = {
             "sampled_pass": sum(t.success for t in trajs), "sampled_n": len(trajs),
             "greedy_pass": sum(t.success for t in g), "greedy_n": len(g), "seconds": time.perf_counter() - t0,
