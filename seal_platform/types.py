@@ -192,7 +192,12 @@ class SamplingParams(BaseModel):
 
 
 class Generation(BaseModel):
-    """One completion from a rollout engine."""
+    """One completion from a rollout engine.
+
+    ``logprobs`` are the raw log-probabilities of ``token_ids`` under the policy (temperature 1, before any
+    sampling transform). ``finish_reason`` is ``"stop"`` (end of sequence or a stop string), ``"length"``
+    (``max_new_tokens`` reached) or ``"prompt_too_long"`` (the prompt fills the context; nothing generated).
+    """
 
     text: str
     token_ids: list[int]
