@@ -142,7 +142,8 @@ def start_run(ctx: RunContext, resumed: bool) -> None:
     """A run is starting (or resuming): load models, open resources, fill ``ctx.shared``.
 
     Called once on every enabled plugin, after the run's row is written to the store and before the rollout
-    engine is built.
+    engine is built. Once built, the engine is available to every hook as ``ctx.shared["engine"]``; the
+    core closes it after ``end_run``.
 
     :param ctx: the run context.
     :param resumed: True when the run continues from a checkpoint; ``load_checkpoint`` follows.
@@ -186,8 +187,8 @@ def save_checkpoint(ctx: RunContext, directory: Path, step: int) -> dict[str, An
 def load_checkpoint(ctx: RunContext, directory: Path, step: int) -> None:
     """Restore this plugin's state from a checkpoint written by ``save_checkpoint``.
 
-    Called on every enabled plugin when a run resumes, after ``start_run`` and after the rollout engine is
-    built (so new weights can be pushed into it).
+    Called on every enabled plugin when a run resumes (and by ``seal-platform eval``), after ``start_run``
+    and after the rollout engine is built, so restored weights can be pushed into ``ctx.shared["engine"]``.
 
     :param ctx: the run context.
     :param directory: the durable checkpoint directory.

@@ -235,6 +235,7 @@ class Runner:
                     self.host.hook.end_run(ctx=self.ctx, status=status)
                 except Exception as exc:  # must not hide the run's own error
                     self.store.add_event(self.run_id, "end_run_failed", f"{type(exc).__name__}: {exc}")
+            _close_engine(self.ctx, self.store)
             self.ctx.executor.close()
             self.store.finish_run(self.run_id, status, error)
 
@@ -431,6 +432,17 @@ class Runner:
         )
 
 
+def _close_engine(ctx: RunContext, store: RunStore) -> None:
+    """The core built the engine, so the core closes it (after ``end_run``, which may still use it)."""
+    engine = ctx.shared.pop("engine", None)
+    if engine is None or not hasattr(engine, "close"):
+        return
+    try:
+        engine.close()
+    except Exception as exc:  # a failing close must not hide the run's own outcome
+        store.add_event(ctx.run_id, "engine_close_failed", f"{type(exc).__name__}: {exc}")
+
+
 def _fsync_tree(path: Path) -> None:
     for file in path.rglob("*"):
         if file.is_file():
@@ -493,4 +505,5 @@ def evaluate_checkpoint(
         return done, result
     finally:
         host.hook.end_run(ctx=ctx, status=status)
+        _close_engine(ctx, store)
         ctx.executor.close()

@@ -120,9 +120,6 @@ def load_checkpoint(ctx: Any, directory: Path, step: int) -> None:
 
 @hookimpl
 def end_run(ctx: Any, status: str) -> None:
-    engine = ctx.shared.get("engine")
-    ours = {spec.name for spec in engine_specs()}
-    if engine is not None and getattr(engine, "name", None) in ours and hasattr(engine, "close"):
-        engine.close()
+    # The engine is the core's to close (it built it); here only the policy and trainer are let go.
     for key in (RUN, POLICY):
         ctx.shared.pop(key, None)

@@ -20,8 +20,10 @@ REFERENCE_BASE_WEIGHTS: dict[str, float] = {
     "response_mismatch": 0.9,
     "pass": 1.0,
 }
-# Labels that say the verifier, not the model, went wrong: never weighted, never counted.
-REFERENCE_EXCLUDED = ("gt_error", "checker_error")
+# Labels that say nothing about the model's conduct in the turn, never weighted, never counted: the
+# verifier's own errors, and turns the episode never reached (the reference counted those as correct
+# abstentions, weight 1.8 - a bug we do not copy).
+REFERENCE_EXCLUDED = ("gt_error", "checker_error", "unreached_turn")
 
 
 class _Section(BaseModel):
@@ -122,7 +124,7 @@ class APatchSettings(_Section):
     default_base_weight: float = Field(default=1.0, gt=0.0, description="Base weight of a label with no entry.")
     excluded_labels: list[str] = Field(
         default_factory=lambda: list(REFERENCE_EXCLUDED),
-        description="Labels that never weigh a trajectory nor count in N (verifier-side errors).",
+        description="Labels that never weigh a trajectory nor count in N (verifier-side errors, unreached turns).",
     )
     fixed_labels: list[str] = Field(
         default_factory=lambda: ["pass"], description="Labels whose weight stays at its base value."

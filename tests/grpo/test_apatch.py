@@ -139,3 +139,15 @@ def test_settings_reject_inverted_ranges():
         APatchSettings(min_scale=2.0, max_scale=1.0)
     with pytest.raises(ValueError):
         APatchSettings(base_weights={"pass": 0.0})
+
+
+def test_unreached_turns_neither_weigh_nor_count():
+    trajs = [_traj("a", 0.0), _traj("b", 0.0)]
+    labels = _labels("a", "state_mismatch", "unreached_turn", "unreached_turn") + _labels("b", "unreached_turn")
+    state = CapabilityState()
+    state.update(0, 0, trajs, labels)
+    result = APatch(APatchSettings()).reweight(trajs, labels, state, step=0)
+    # N = 1 (only state_mismatch counts): target = 1 + 1 * 1/1 * 1 * min(1, 1/32)
+    assert result.label_weights["state_mismatch"] == pytest.approx(0.75 + 0.25 * (1 + 1 / 32))
+    assert result.trajectory_weights["a"] == pytest.approx(result.label_weights["state_mismatch"])
+    assert result.trajectory_weights["b"] == 1.0  # nothing but unreached turns: as if unlabelled
