@@ -22,10 +22,11 @@ from .config import (
     RunConfig,
     apply_overrides,
     load_recipe_data,
+    raise_for,
     resolve_recipe_path,
     validate_core,
 )
-from .errors import ConfigError, PluginError, SealError
+from .errors import PluginError, SealError
 from .plugins import PluginHost, make_plugin_manager
 
 console = Console(stderr=False, soft_wrap=True)
@@ -132,7 +133,7 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
         recipe, overrides = _split_recipe_args(args)
         config, issues, path = load_recipe(recipe, overrides)
         if config is None:
-            raise ConfigError(f"{path}: {len(issues)} problem(s):\n" + "\n".join(f"  - {i}" for i in issues))
+            raise_for(issues, str(path))
         if store_url:
             config = config.model_copy(update={"store": store_url})
         recipe_name = str(path)
@@ -252,7 +253,7 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
 
     config_, issues, path = load_recipe(recipe, list(overrides))
     if config_ is None:
-        raise ConfigError(f"{path}: {len(issues)} problem(s):\n" + "\n".join(f"  - {i}" for i in issues))
+        raise_for(issues, str(path))
     click.echo(yaml.safe_dump(config_.model_dump(mode="json"), sort_keys=False))
 
 

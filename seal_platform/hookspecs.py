@@ -45,7 +45,6 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
         EvalResult,
         Interface,
         ReweightResult,
-        StepMetrics,
         Task,
         Trajectory,
         TurnLabel,

@@ -215,9 +215,8 @@ class Runner:
         try:
             self.host.hook.start_run(ctx=self.ctx, resumed=self.resumed)
             started = True
-            engine = self._build_engine()
-            self.ctx.shared["engine"] = engine
-            environment = self._build_environment()
+            engine = _build_engine(self.host, self.ctx)
+            environment = _build_environment(self.host, self.ctx)
             summary = self._train(environment, engine)
             status = "completed"
             return summary
@@ -239,23 +238,13 @@ class Runner:
             self.ctx.executor.close()
             self.store.finish_run(self.run_id, status, error)
 
-    def _build_engine(self) -> Any:
-        owner, spec = self.host.engines()[self.config.rollout.engine]
-        return _wrap("engine", owner, lambda: spec.factory(self.ctx))
-
-    def _build_environment(self) -> Environment:
-        owner, spec = self.host.environments()[self.config.environment]
-        return _wrap("environment", owner, lambda: spec.factory(self.ctx))
-
     def _train(self, env: Environment, engine: Any) -> RunSummary:
         cfg = self.config
         owner = self.plan.env_owner
         train_tasks = _wrap("tasks", owner, lambda: env.tasks("train"))
         if cfg.training.max_train_tasks:
             train_tasks = train_tasks[: cfg.training.max_train_tasks]
-        eval_tasks = _wrap("tasks", owner, lambda: env.tasks(cfg.evaluation.split))
-        if cfg.evaluation.max_tasks:
-            eval_tasks = eval_tasks[: cfg.evaluation.max_tasks]
+        eval_tasks = _eval_tasks(env, owner, cfg)
         if not train_tasks and (cfg.training.steps or 0) != 0:
             raise SealError(f"environment {cfg.environment!r} has no training tasks with these settings.")
         # Like the reference's data loader, an epoch drops its last partial batch (400 tasks / 32 = 12 steps).
@@ -372,12 +361,7 @@ class Runner:
 
     def _evaluate(self, env: Environment, engine: Any, tasks: list[Task], step: int) -> EvalResult:
         self.progress.stage(step, "evaluate")
-        owner = self.plan.env_owner
-        result = _wrap("evaluate", owner, lambda: self.host.call_owned(
-            "evaluate", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks, step=step,
-        ))
-        if not isinstance(result, EvalResult):
-            raise PluginError(f"plugin {owner!r} must return an EvalResult from 'evaluate', not {type(result).__name__}.")
+        result = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step)
         self.store.add_evaluation(self.run_id, step, result)
         self.progress.evaluated(step, result)
         return result
@@ -412,8 +396,7 @@ class Runner:
         return final
 
     def _restore(self, engine: Any) -> None:
-        checkpoints = self.store.checkpoints(self.run_id)
-        durable = [c for c in checkpoints if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]
+        durable = _durable_checkpoints(self.store, self.run_id)
         if not durable:
             dropped = self.store.discard_after(self.run_id, -1)
             self.store.add_event(self.run_id, "resume", f"no checkpoint: restarting from step 0 ({dropped} step(s) discarded)")
@@ -430,6 +413,40 @@ class Runner:
         self.store.add_event(
             self.run_id, "resume", f"resumed after step {last.step} from {last.path} ({dropped} later step(s) re-done)",
         )
+
+
+def _build_engine(host: PluginHost, ctx: RunContext) -> Any:
+    """The recipe's rollout engine, also published as ``ctx.shared["engine"]`` for every hook."""
+    owner, spec = host.engines()[ctx.config.rollout.engine]
+    engine = _wrap("engine", owner, lambda: spec.factory(ctx))
+    ctx.shared["engine"] = engine
+    return engine
+
+
+def _build_environment(host: PluginHost, ctx: RunContext) -> Environment:
+    owner, spec = host.environments()[ctx.config.environment]
+    return _wrap("environment", owner, lambda: spec.factory(ctx))
+
+
+def _eval_tasks(env: Environment, owner: str, config: RunConfig) -> list[Task]:
+    tasks = _wrap("tasks", owner, lambda: env.tasks(config.evaluation.split))
+    return tasks[: config.evaluation.max_tasks] if config.evaluation.max_tasks else tasks
+
+
+def _call_evaluate(
+    host: PluginHost, owner: str, ctx: RunContext, env: Environment, engine: Any, tasks: list[Task], step: int
+) -> EvalResult:
+    result = _wrap("evaluate", owner, lambda: host.call_owned(
+        "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
+    ))
+    if not isinstance(result, EvalResult):
+        raise PluginError(f"plugin {owner!r} must return an EvalResult from 'evaluate', not {type(result).__name__}.")
+    return result
+
+
+def _durable_checkpoints(store: RunStore, run_id: str) -> list[Any]:
+    """Checkpoints whose files are complete (the core's file is written last, before the rename)."""
+    return [c for c in store.checkpoints(run_id) if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]
 
 
 def _close_engine(ctx: RunContext, store: RunStore) -> None:
@@ -473,7 +490,7 @@ def evaluate_checkpoint(
     """Evaluate a run's checkpoint (the last one by default) on ``plan.config.evaluation``'s split and
     record the result with the run. The run itself is left as it was."""
     config = plan.config
-    checkpoints = [c for c in store.checkpoints(run_id) if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]
+    checkpoints = _durable_checkpoints(store, run_id)
     if step is not None:
         checkpoints = [c for c in checkpoints if c.step == step]
     if not checkpoints:
@@ -485,20 +502,12 @@ def evaluate_checkpoint(
     status = "failed"
     host.hook.start_run(ctx=ctx, resumed=True)
     try:
-        engine_owner, engine_spec = host.engines()[config.rollout.engine]
-        engine = _wrap("engine", engine_owner, lambda: engine_spec.factory(ctx))
-        ctx.shared["engine"] = engine
+        engine = _build_engine(host, ctx)
         host.hook.load_checkpoint(ctx=ctx, directory=Path(ckpt.path), step=ckpt.step)
-        env_owner, env_spec = host.environments()[config.environment]
-        env = _wrap("environment", env_owner, lambda: env_spec.factory(ctx))
-        tasks = _wrap("tasks", env_owner, lambda: env.tasks(config.evaluation.split))
-        if config.evaluation.max_tasks:
-            tasks = tasks[: config.evaluation.max_tasks]
+        env = _build_environment(host, ctx)
+        tasks = _eval_tasks(env, plan.env_owner, config)
         done = ckpt.step + 1
-        result = _wrap("evaluate", env_owner, lambda: host.call_owned(
-            "evaluate", env_owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=done))
-        if not isinstance(result, EvalResult):
-            raise PluginError(f"plugin {env_owner!r} must return an EvalResult from 'evaluate'.")
+        result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done)
         store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}))
         store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: {result.average:.2f}")
         status = "completed"
