@@ -72,8 +72,12 @@ def start_run(ctx: Any, resumed: bool) -> None:
         np.random.seed(ctx.seed % 2**32)
         torch.manual_seed(ctx.seed)
     model, tokenizer = load_policy(ctx.settings_for("policy", PolicySettings))
-    ctx.shared[POLICY] = (model, tokenizer)
     settings = ctx.settings_for("grpo", GRPOSettings)
+    if settings.lora is not None:
+        from .lora import wrap
+
+        model = wrap(model, settings.lora, gradient_checkpointing=settings.gradient_checkpointing)
+    ctx.shared[POLICY] = (model, tokenizer)
     ctx.shared[RUN] = GRPORun(
         model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes
     )
