@@ -28,6 +28,11 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _FINGERPRINT_VALUES = 256
 
 
+def adapter_name(version: int) -> str:
+    """The name of an adapter version in the engines (and on :attr:`Generation.adapter`)."""
+    return f"lora-v{version}"
+
+
 def is_lora(model: Any) -> bool:
     """Whether ``model`` is a peft model (without importing peft when nothing imported it yet)."""
     if "peft" not in sys.modules:

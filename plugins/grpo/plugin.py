@@ -48,6 +48,13 @@ def register_settings() -> dict[str, type]:
 
 
 @hookimpl
+def register_commands(cli: Any) -> None:
+    from .export import add_commands  # click only; torch is imported when the command runs
+
+    add_commands(cli)
+
+
+@hookimpl
 def register_rollout_engines() -> list:
     return engine_specs()
 

@@ -145,6 +145,39 @@ def test_lora_run_checkpoints_adapters_only_and_resumes_exactly(tmp_path, tiny_m
     plugin.end_run(ctx=resumed, status="completed")
 
 
+def test_export_merged_folds_trained_adapters_into_a_plain_model(tmp_path, tiny_model_dir, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    from seal_platform_plugins.grpo.export import EXPORT_FILE, export_merged
+
+    ctx = make_ctx(tmp_path, tiny_model_dir)
+    plugin.start_run(ctx=ctx, resumed=False)
+    ctx.shared["engine"] = RecordingEngine()
+    state = CapabilityState()
+    do_step(ctx, tokenizer, 0, state)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    plugin.save_checkpoint(ctx=ctx, directory=ckpt, step=0)
+    policy = ctx.shared[plugin.RUN].model
+    run_config = {"settings": {"policy": {"model": str(tiny_model_dir)},
+                               "grpo": ctx.settings["grpo"].model_dump(mode="json")}}
+    out = tmp_path / "export" / "merged"
+    record = export_merged(run_config, ckpt, out)
+    assert record["lora"] and record["base"]["weights_fingerprint"] == lora.base_identity(policy)["weights_fingerprint"]
+    assert (out / EXPORT_FILE).is_file() and (out / "tokenizer_config.json").is_file()
+    merged = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert not any("lora" in name for name in merged.state_dict())
+    ids = torch.tensor([tokenizer.encode("What is 12 times 7?")])
+    with torch.no_grad():
+        want = policy(input_ids=ids).logits
+        with policy.disable_adapter():
+            base = policy(input_ids=ids).logits
+        got = merged(input_ids=ids).logits
+    assert torch.allclose(got, want, atol=1e-5)
+    assert (got - base).abs().max() > 1e-3  # the trained adapters are in the merged weights
+    plugin.end_run(ctx=ctx, status="completed")
+
+
 def test_lora_checkpoint_refuses_another_base_or_full_fine_tuning(tmp_path, tiny_model_dir, tokenizer):
     ctx = make_ctx(tmp_path, tiny_model_dir)
     plugin.start_run(ctx=ctx, resumed=False)
