@@ -200,3 +200,15 @@ def test_lora_checkpoint_refuses_another_base_or_full_fine_tuning(tmp_path, tiny
     with pytest.raises(ValueError, match="holds LoRA adapters but this run uses full fine-tuning"):
         plugin.load_checkpoint(ctx=full, directory=ckpt, step=0)
     plugin.end_run(ctx=full, status="completed")
+
+
+def test_gradient_checkpointing_reaches_the_first_layers_adapters(tiny_policy):
+    model, tokenizer = tiny_policy
+    settings = GRPOSettings(lr=1e-2, kl_coef=0.0, mini_batch_tasks=2, lora=LORA, gradient_checkpointing=True)
+    wrapped = lora.wrap(model, LORA, gradient_checkpointing=True)
+    trainer = GRPOTrainer.with_reference(wrapped, settings, pad_id=tokenizer.pad_token_id)
+    first = {k: v.clone() for k, v in lora.trainable_parameters(wrapped).items() if "layers.0." in k and "lora_B" in k}
+    trainer.step(build_samples(tokenizer, make_trajectories(tokenizer), settings=settings))
+    now = lora.trainable_parameters(wrapped)
+    # B starts at 0 and weight decay keeps a 0 at 0: only a gradient through the checkpointed blocks moves it.
+    assert first and all(not torch.equal(now[k], v) for k, v in first.items())
