@@ -143,7 +143,19 @@ class GRPOSettings(_Section):
     def _check(self) -> GRPOSettings:
         if self.clip_ratio_low >= 1.0:
             raise ValueError("clip_ratio_low must be below 1 (the ratio's lower bound is 1 - clip_ratio_low)")
+        _check_lora_composes(self)
         return self
+
+
+def _check_lora_composes(settings: GRPOSettings) -> None:
+    """LoRA trains in one process: sharded training (grpo.train_workers > 1, FSDP2) does not take adapters yet."""
+    workers = getattr(settings, "train_workers", 1) or 1
+    if settings.lora is not None and workers > 1:
+        raise ValueError(
+            f"grpo.lora cannot be combined with grpo.train_workers = {workers} yet: sharded (FSDP2) training "
+            "does not wrap the policy with adapters. Use grpo.train_workers: 1 with LoRA (a 7B base with rank-32 "
+            "adapters fits one 80 GB GPU, see docs/scaling.md), or full fine-tuning (grpo.lora: null) to shard."
+        )
 
 
 class APatchSettings(_Section):
