@@ -212,3 +212,11 @@ def test_gradient_checkpointing_reaches_the_first_layers_adapters(tiny_policy):
     now = lora.trainable_parameters(wrapped)
     # B starts at 0 and weight decay keeps a 0 at 0: only a gradient through the checkpointed blocks moves it.
     assert first and all(not torch.equal(now[k], v) for k, v in first.items())
+
+
+def test_lora_with_sharded_training_is_a_clear_config_error():
+    if "train_workers" not in GRPOSettings.model_fields:
+        pytest.skip("this version has no sharded training (grpo.train_workers)")
+    assert GRPOSettings.model_validate({"lora": {"rank": 8}, "train_workers": 1}).lora.rank == 8
+    with pytest.raises(ValidationError, match="grpo.lora cannot be combined with grpo.train_workers = 2"):
+        GRPOSettings.model_validate({"lora": {"rank": 8}, "train_workers": 2})
