@@ -69,6 +69,21 @@ def durable_checkpoints(store: RunStore, run_id: str) -> list[Any]:
     return [c for c in store.checkpoints(run_id) if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]
 
 
+def remove_partial_checkpoints(root: Path, recorded: list[Any]) -> list[Path]:
+    """Delete what a kill during a checkpoint write left under ``root``: ``.tmp-step-*`` directories and
+    ``step-*`` directories the store never recorded (renamed into place, then killed before the row)."""
+    if not root.is_dir():
+        return []
+    known = {Path(c.path).name for c in recorded}
+    removed = []
+    for path in sorted(root.iterdir()):
+        partial = path.name.startswith(".tmp-step-") or (path.name.startswith("step-") and path.name not in known)
+        if partial and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def read_core_state(directory: Path) -> CoreState:
     """The core's part of the checkpoint in ``directory``."""
     core = json.loads((Path(directory) / CORE_CHECKPOINT_FILE).read_text())

@@ -38,6 +38,7 @@ from .checkpoints import (
     durable_checkpoints,
     load_plugin_checkpoints,
     read_core_state,
+    remove_partial_checkpoints,
     write_checkpoint,
 )
 from .config import RunConfig
@@ -52,7 +53,7 @@ from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, Turn
 
 __all__ = [
     "CORE_CHECKPOINT_FILE", "Plan", "Progress", "RunSummary", "Runner", "check_recipe", "evaluate_checkpoint",
-    "plan_config", "plan_recipe", "prepare", "run_plan",
+    "plan_config", "plan_recipe", "prepare", "remove_partial_checkpoints", "run_plan",
 ]
 
 
@@ -210,6 +211,11 @@ class Runner:
         evaluations: dict[int, EvalResult] = {}
         if self.resumed:
             self._restore(engine)
+            # The checkpoint after step s is written before the evaluation at s + 1; a kill between them (or
+            # any later kill, since resuming drops what came after the checkpoint) must not lose it.
+            done = self.start_step
+            if done > 0 and eval_tasks and (done == total or self._eval_due(done, total)):
+                evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         else:
             self.interface = _wrap("environment", owner, env.pristine_interface)
             self.store.add_interface(self.run_id, self.interface, None)
@@ -229,13 +235,18 @@ class Runner:
             done = step + 1
             if cfg.training.checkpoint_every and done % cfg.training.checkpoint_every == 0 and done < total:
                 self._checkpoint(step)
-            if cfg.evaluation.every and done % cfg.evaluation.every == 0 and done < total and eval_tasks:
+            if self._eval_due(done, total) and eval_tasks:
                 evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         if total > self.start_step:
             self._checkpoint(total - 1)
             if eval_tasks:
                 evaluations[total] = self._evaluate(env, engine, eval_tasks, total)
         return RunSummary(self.run_id, "completed", total, self.run_dir, evaluations, self.interface.revision)
+
+    def _eval_due(self, done: int, total: int) -> bool:
+        """Whether the schedule evaluates after ``done`` steps (the end-of-run evaluation aside)."""
+        every = self.config.evaluation.every
+        return bool(every) and done % every == 0 and done < total
 
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task]) -> None:
         cfg, plan, timer = self.config, self.plan, _Timer()
@@ -328,6 +339,10 @@ class Runner:
         return write_checkpoint(self.host, self.ctx, CoreState(step, self.interface.revision, self.state))
 
     def _restore(self, engine: Any) -> None:
+        removed = remove_partial_checkpoints(self.run_dir / "checkpoints", self.store.checkpoints(self.run_id))
+        if removed:
+            self.store.add_event(self.run_id, "resume", f"removed {len(removed)} partial checkpoint director"
+                                 f"{'y' if len(removed) == 1 else 'ies'}: {', '.join(p.name for p in removed)}")
         durable = durable_checkpoints(self.store, self.run_id)
         if not durable:
             dropped = self.store.discard_after(self.run_id, -1)
