@@ -19,7 +19,12 @@ There are three kinds of hooks:
   recipe enables, and all their labels are kept.
 
 A hook implementation may accept any subset of the arguments listed below (pluggy passes only the ones it
-names), so new arguments can be added without breaking existing plugins.
+names), so new arguments can be added without breaking existing plugins. An implementation whose name or
+arguments match no spec here (a misspelt ``save_checkpoints``, an argument no spec has) fails its whole plugin:
+the plugin is left out and recorded as failed with the reason (``seal-platform plugins``, every run's console,
+and every recipe error about something it would have provided). Mark a deliberate extra hook of your own
+``@hookimpl(optionalhook=True)``. Write ``from seal_platform import hookimpl``. All hooks, the setup hooks
+included, are called through pluggy.
 
 Every argument named ``ctx`` is the run's :class:`seal_platform.context.RunContext`: the resolved config,
 each plugin's validated settings section (``ctx.settings_for(name)``), the run directory, the seed, the
