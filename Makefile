@@ -37,6 +37,8 @@ endif
 	-$(PIP) uninstall --yes pyarrow
 	# The example environment plugin (arithmetic with a calculator tool) used by the GRPO learning check.
 	$(PIP) install --no-deps -e examples/seal-arithmetic
+	# The example tracker plugin (the `track` hook -> TensorBoard event files; brings the tensorboard package).
+	$(PIP) install -e examples/seal-tensorboard
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from .capability import CapabilityState
     from .context import RunContext
     from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+    from .tracking import TrackEvent
     from .types import (
         EvalResult,
         Interface,
@@ -200,6 +201,30 @@ def load_checkpoint(ctx: RunContext, directory: Path, step: int) -> None:
     :param step: the training step the checkpoint was taken after.
 
     Return value ignored.
+    """
+
+
+@hookspec
+def track(ctx: RunContext, event: TrackEvent) -> None:
+    """Observe what the run records, as it is recorded (for trackers: TensorBoard, MLflow, ...).
+
+    Called by the run loop on every enabled plugin that implements it, right after the run store has
+    recorded the thing the event describes: ``event.kind`` is ``"interface"`` (a training-interface
+    revision: the pristine one when a new run starts, then each one ``evolve_interface`` produced;
+    ``event.interface``), ``"labels"`` (a training step's turn labels from every diagnoser;
+    ``event.labels``), ``"step"`` (a training step's metrics after ``optimize``:
+    ``reward/mean``, ``trajectories``, the optimizer's metrics, ``time/<stage>``; ``event.metrics``) or
+    ``"evaluation"`` (``event.evaluation``, an :class:`EvalResult` with per-category pass rates and the
+    trajectories). In one training step the order is ``interface`` (if ``evolve_interface`` made a new
+    revision), then ``labels`` and ``step`` (both recorded with the step).
+    See :mod:`seal_platform.tracking`.
+
+    :param ctx: the run context (``ctx.run_dir`` is a good place for a tracker's files).
+    :param event: a :class:`seal_platform.tracking.TrackEvent` (``kind``, ``run_id``, ``step`` and the
+        fields its kind sets).
+
+    Return value ignored. All implementations are called, each on its own: one that raises is recorded as a
+    ``tracker_failed`` event and the run goes on.
     """
 
 
