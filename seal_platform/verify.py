@@ -15,11 +15,13 @@ from .plugins import make_plugin_manager
 
 def verify_lines(benchmark: str, lines: IO[str], overrides: list[str]) -> Iterator[str]:
     """One output line (JSON) per input line, in input order; bad lines become ``{"error": ...}``."""
-    host = make_plugin_manager(required=[benchmark])
+    host = make_plugin_manager()  # a benchmark is an environment name, not a plugin name
     environments = host.environments()
     if benchmark not in environments:
         known = ", ".join(sorted(environments)) or "none"
-        raise SealError(f"no loaded plugin registers benchmark {benchmark!r} (registered: {known}).")
+        note = host.failure_note()
+        raise SealError(f"no loaded plugin registers benchmark {benchmark!r} (registered: {known})"
+                        + (f"; {note}." if note else "."))
     owner, spec = environments[benchmark]
     settings = apply_overrides({}, overrides)
     config = RunConfig(environment=benchmark, settings=settings)
