@@ -332,7 +332,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
 
 @cli.command()
 @click.option("--benchmark", required=True, help="A registered environment that can verify (e.g. bfcl).")
-@click.argument("file", type=click.File("r"))
+@click.argument("file", type=click.File("rb"))  # bytes: a non-UTF-8 line is one error record
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Settings of the benchmark's plugin, e.g. bfcl.categories=[multi_turn_base].")
 def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     """Score transcripts: one JSON object per input line, one result per output line, in order.
