@@ -24,6 +24,7 @@ from .config import (
     load_recipe_data,
     raise_for,
     resolve_recipe_path,
+    salvage_config,
     validate_core,
 )
 from .errors import PluginError, SealError
@@ -228,13 +229,16 @@ def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
     from .loop import check_recipe
 
     config_, issues, path = load_recipe(recipe, list(overrides))
-    if config_ is not None:
+    # Also with core errors: the rest of the recipe (plugin settings, stages) is checked with the bad keys
+    # left out, so every problem is reported at once.
+    checked = config_ or salvage_config(apply_overrides(load_recipe_data(path), list(overrides)))
+    if checked is not None:
         try:
-            host = plugin_host_for(config_)
+            host = plugin_host_for(checked)
         except PluginError as exc:
             issues.append(Issue("plugins", str(exc)))
         else:
-            _plan, more = check_recipe(config_, host)
+            _plan, more = check_recipe(checked, host)
             issues.extend(more)
     if issues:
         errors.print(f"{path}: {len(issues)} problem(s):", highlight=False)
