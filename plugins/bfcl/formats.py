@@ -257,6 +257,8 @@ def _hermes_call(item: Any, where: str) -> tuple[ParsedCall | None, str | None]:
 
 # --- python (BFCL prompting) ------------------------------------------------------------------------------
 
+# More opening parentheses than this in a call-list message is refused before parsing (see PythonFormat.parse).
+MAX_PYTHON_CALLS = 512
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
@@ -292,6 +294,10 @@ class PythonFormat:
         if not body or body == "[]":
             return ParseResult()
         looks_like_calls = body.startswith("[") or bool(re.match(r"^[A-Za-z_]\w*\s*\(", body))
+        if looks_like_calls and body.count("(") > MAX_PYTHON_CALLS:
+            # Bounded work per message: Python's parser costs ~20 us per call node, so thousands of tiny
+            # calls would take longer than a long message should; no turn needs that many.
+            return ParseResult(error=f"Too many function calls in one message (at most {MAX_PYTHON_CALLS}).")
         try:
             parsed = parse_calls(body)
         except CallSyntaxError as exc:

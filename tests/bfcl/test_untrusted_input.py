@@ -136,3 +136,12 @@ def test_verify_lines_bad_bytes_and_nesting_lose_no_other_line(bfcl_env):
     assert "UTF-8" in out[0]["error"] and "line 1" in out[0]["error"]
     assert "line 2" in out[1]["error"]
     assert out[2]["task_id"] == "multi_turn_base_0" and "success" in out[2]
+
+
+def test_thousands_of_calls_in_one_message_are_refused_up_front():
+    from seal_platform_plugins.bfcl.formats import MAX_PYTHON_CALLS
+
+    many = "[" + ", ".join(["f(a=1)"] * (MAX_PYTHON_CALLS + 1)) + "]"
+    result = PythonFormat().parse(many)
+    assert not result.ok and "Too many function calls" in result.error
+    assert len(PythonFormat().parse("[" + ", ".join(["f(a=1)"] * MAX_PYTHON_CALLS) + "]").calls) == MAX_PYTHON_CALLS
