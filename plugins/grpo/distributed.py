@@ -474,3 +474,69 @@ class LocalTrainerGroup:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+# --- what the grpo plugin holds -------------------------------------------------------------------------------
+
+
+class GroupTrainer:
+    """The trainer :class:`~.trainer.GRPORun` holds when ``grpo.train_workers > 1``: a
+    :class:`LocalTrainerGroup` doing the updates, and the driver's full copy of the policy (``model``: what the
+    rollout engine samples from and what ``model.safetensors`` checkpoints hold), overwritten with the
+    group's weights at start and after every step."""
+
+    def __init__(self, model: Any, settings: GRPOSettings, policy: PolicySettings | None, *, temperature: float = 1.0,
+                 pad_id: int = 0, seed: int = 0):
+        self.model = model
+        self.settings = settings
+        self.device = next(model.parameters()).device
+        self.updates = 0
+        options = WorkerOptions(grpo=settings, policy=policy or PolicySettings(), temperature=temperature,
+                                pad_id=pad_id, seed=seed)
+        self.group = LocalTrainerGroup(settings.train_workers, options)
+        self.sync()
+
+    @torch.no_grad()
+    def sync(self) -> None:
+        """Copy the group's weights into the driver's model (in place: the engine's references stay valid)."""
+        self.model.load_state_dict(self.group.full_state_dict(), strict=True)
+
+    def step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """One step's update on the group; the driver's model then holds the new weights."""
+        metrics = self.group.step(samples)
+        self.updates += int(metrics.get("updates", 0))
+        self.sync()
+        return metrics
+
+    def save_sharded(self, directory: Path) -> None:
+        """The group's DCP checkpoint in ``directory``."""
+        self.group.save(directory)
+
+    def load_sharded(self, directory: Path) -> None:
+        """Restore a DCP checkpoint (any worker count) into the group and the driver's model."""
+        self.updates = int(self.group.load(directory)["updates"])
+        self.sync()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"updates": self.updates}
+
+    def close(self) -> None:
+        self.group.close()
+
+
+def load_sharded_into(model: Any, trainer: Any, directory: Path) -> None:
+    """Restore a sharded checkpoint into ``trainer``: a :class:`GroupTrainer` loads it on its workers; a
+    single-process :class:`~.trainer.GRPOTrainer` reads it without a process group (DCP reshards N shards
+    into one whole model and optimizer)."""
+    if hasattr(trainer, "load_sharded"):
+        trainer.load_sharded(directory)
+        return
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    meta = read_state(directory)
+    model_state, optim_state = get_state_dict(model, trainer.optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=str(directory), no_dist=True)
+    set_state_dict(model, trainer.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    trainer.updates = int(meta["updates"])

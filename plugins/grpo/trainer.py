@@ -420,15 +420,20 @@ class GRPORun:
     """
 
     def __init__(self, model: Any, tokenizer: Any, settings: GRPOSettings, apatch: Any, temperature: float = 1.0,
-                 train: bool = True):
+                 train: bool = True, policy: Any = None, seed: int = 0):
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings
         self.apatch = apatch
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.trainer = (
-            GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
-        )
+        if train and settings.train_workers > 1:  # FSDP2 workers do the update; `model` is their synced copy
+            from .distributed import GroupTrainer
+
+            self.trainer = GroupTrainer(model, settings, policy, temperature=temperature, pad_id=pad or 0, seed=seed)
+        else:
+            self.trainer = (
+                GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
+            )
 
     def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float]) -> dict[str, float]:
         """Build samples, update the policy, push the new weights into ``engine``; return metrics."""

@@ -1,0 +1,105 @@
+"""Sharded training (torch FSDP2 over gloo on CPU): 2 workers give the 1-process update, and a 2-worker
+checkpoint resumes into 1 worker exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():  # pragma: no cover
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+from seal_platform_plugins.grpo.distributed import (  # noqa: E402
+    LocalTrainerGroup,
+    TrainerWorker,
+    WorkerOptions,
+    balanced_slices,
+    free_port,
+)
+from seal_platform_plugins.grpo.policy import PolicySettings, load_policy  # noqa: E402
+from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPOTrainer, Sample, build_samples  # noqa: E402
+
+# Metrics that must agree between the sharded and the 1-process update (timings differ, of course).
+COMPARED = ("loss", "pg_loss", "kl", "entropy", "grad_norm", "clip_frac", "dual_clip_frac", "approx_kl",
+            "ratio_max", "updates", "skipped_updates", "trained_sequences", "generated_tokens", "trained_tokens",
+            "lr", "engine_logprob_abs_diff")
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert set(a) == set(b)
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def assert_same_metrics(got: dict, want: dict) -> None:
+    for key in COMPARED:
+        assert got[key] == pytest.approx(want[key], abs=1e-4, rel=1e-5), key
+
+
+def test_balanced_slices_cover_every_sample_once_and_balance_tokens():
+    samples = [Sample(id=str(i), group="g", input_ids=[0] * n, positions=[], advantage=0.0)
+               for i, n in enumerate([50, 10, 40, 30, 20, 5])]
+    slices = balanced_slices(samples, 2)
+    assert sorted(s.id for part in slices for s in part) == sorted(s.id for s in samples)
+    loads = [sum(len(s.input_ids) for s in part) for part in slices]
+    assert abs(loads[0] - loads[1]) <= 5
+    for part in slices:  # original order kept
+        assert [int(s.id) for s in part] == sorted(int(s.id) for s in part)
+    assert balanced_slices(samples, 2) == slices  # deterministic
+    assert balanced_slices(samples[:1], 3)[1:] == [[], []]
+
+
+def test_two_workers_equal_one_process_and_resume_into_one_worker(tiny_model_dir, tokenizer, tmp_path):
+    from test_trainer import make_trajectories
+
+    # KL on (a sharded reference model); micro-batches of 1 so the ranks' slices (2 and 1 samples of a group)
+    # take different numbers of passes and the idle rank's padding passes are exercised.
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=1, lr=1e-3)
+    policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    first = make_trajectories(tokenizer, seed=0)
+    second = make_trajectories(tokenizer, rewards=((0.0, 1.0, 0.0), (1.0, 1.0, 0.0)), seed=1)
+
+    def batch(trajs):
+        return build_samples(tokenizer, trajs, settings=settings)
+
+    model, _ = load_policy(policy)
+    single = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id)
+    want = single.step(batch(first))
+    want_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    options = WorkerOptions(grpo=settings, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
+    ckpt = tmp_path / "ckpt"
+    with LocalTrainerGroup(2, options) as group:
+        got = group.step(batch(first))
+        weights = group.full_state_dict()
+        group.save(ckpt)
+        after_two = group.step(batch(second))
+        weights_two = group.full_state_dict()
+    assert want["updates"] == 2 and want["kl"] > 0
+    assert_same_metrics(got, want)
+    assert max_diff(weights, want_weights) <= 1e-4
+    # The update moved the weights far more than the tolerance: the comparison is not vacuous.
+    moved = max(float((want_weights[k] - load_policy(policy)[0].state_dict()[k]).abs().max()) for k in want_weights)
+    assert moved > 1e-3
+
+    # The 2-worker checkpoint (written after the first step) resumes into a single worker: its next step is
+    # the one the 2 workers took.
+    worker = TrainerWorker(0, 1, "127.0.0.1", free_port(), options)
+    try:
+        meta = worker.load(ckpt)
+        assert meta["world_size"] == 2 and worker.updates == 2
+        assert max_diff(worker.full_state_dict(), weights) == 0.0
+        after_one = worker.step(batch(second))
+        assert worker.updates == 4
+        assert_same_metrics(after_one, after_two)
+        assert max_diff(worker.full_state_dict(), weights_two) <= 1e-4
+    finally:
+        worker.close()
+    assert not dist.is_initialized()
+
+
+def test_worker_failure_is_reported_with_its_cause(tmp_path):
+    options = WorkerOptions(grpo=GRPOSettings(), policy=PolicySettings(model=str(tmp_path / "missing")), device="cpu")
+    with pytest.raises(RuntimeError, match="neither"):
+        LocalTrainerGroup(1, options, timeout_s=120)
