@@ -44,7 +44,7 @@ import socket
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -74,6 +74,9 @@ class WorkerOptions:
     as in :class:`~.trainer.GRPOTrainer`; ``pad_id`` pads micro-batches; ``seed`` seeds torch on every rank
     (a ``random_init`` policy is then the same on all ranks); ``backend``: ``None`` picks NCCL on CUDA, gloo
     on CPU; ``device``: ``None`` picks ``cuda:<local rank>`` when CUDA is available, else CPU.
+    ``build_model``: builds the policy instead of loading ``policy.model`` (random weights of a given shape, for
+    benchmarks); called with no argument after seeding, it must be picklable (a module-level function or a
+    ``functools.partial`` of one) when the workers are spawned processes.
     """
 
     grpo: GRPOSettings
@@ -83,6 +86,7 @@ class WorkerOptions:
     seed: int = 0
     backend: str | None = None
     device: str | None = None
+    build_model: Callable[[], Any] | None = None
 
 
 # --- the sharded trainer ------------------------------------------------------------------------------------
@@ -266,6 +270,10 @@ class TrainerWorker:
 
         policy = self.options.policy.model_copy(update={"device": str(self.device)})
         torch.manual_seed(self.options.seed)  # a random_init policy is the same on every rank
+        if self.options.build_model is not None:
+            model = self.options.build_model().to(self.device)
+            model.eval()
+            return model, None
         return load_policy(policy)
 
     @property

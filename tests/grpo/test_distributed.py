@@ -103,3 +103,48 @@ def test_worker_failure_is_reported_with_its_cause(tmp_path):
     options = WorkerOptions(grpo=GRPOSettings(), policy=PolicySettings(model=str(tmp_path / "missing")), device="cpu")
     with pytest.raises(RuntimeError, match="neither"):
         LocalTrainerGroup(1, options, timeout_s=120)
+
+
+def test_plugin_trains_with_two_workers_and_resumes_single_process(tmp_path, tiny_model_dir, tokenizer):
+    """``grpo.train_workers: 2`` through the plugin's hooks: the engine gets the workers' weights after each
+    step; the sharded checkpoint resumes into the single-process trainer (``train_workers: 1``) whose next
+    step equals the 2-worker run's."""
+    from test_checkpoint import RecordingEngine, do_step, make_ctx
+
+    from seal_platform.capability import CapabilityState
+    from seal_platform_plugins.grpo import plugin
+
+    def ctx_with(workers: int):
+        ctx = make_ctx(tmp_path, tiny_model_dir)
+        ctx.settings["grpo"] = ctx.settings["grpo"].model_copy(update={"train_workers": workers})
+        ctx.settings["policy"] = ctx.settings["policy"].model_copy(update={"device": "cpu"})
+        return ctx
+
+    ctx = ctx_with(2)
+    plugin.start_run(ctx=ctx, resumed=False)
+    engine = ctx.shared["engine"] = RecordingEngine()
+    state = CapabilityState()
+    run = ctx.shared[plugin.RUN]
+    before = {k: v.clone() for k, v in run.model.state_dict().items()}
+    first = do_step(ctx, tokenizer, 0, state)
+    assert engine.pushes == 1 and first["updates"] == 2
+    # The driver's copy (what the engine samples from) now holds the workers' new weights.
+    assert max(float((before[k] - v).abs().max()) for k, v in run.model.state_dict().items()) > 1e-3
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    meta = plugin.save_checkpoint(ctx=ctx, directory=ckpt, step=0)
+    assert meta["updates"] == 2 and (ckpt / "grpo" / "sharded" / "trainer_state.json").is_file()
+    saved_state = state.model_copy(deep=True)
+    expected = do_step(ctx, tokenizer, 1, state)
+    plugin.end_run(ctx=ctx, status="completed")
+    assert not run.trainer.group._procs  # worker processes stopped
+
+    resumed = ctx_with(1)
+    plugin.start_run(ctx=resumed, resumed=True)
+    resumed.shared["engine"] = RecordingEngine()
+    plugin.load_checkpoint(ctx=resumed, directory=ckpt, step=0)
+    assert resumed.shared[plugin.RUN].trainer.updates == 2
+    got = do_step(resumed, tokenizer, 1, saved_state)
+    plugin.end_run(ctx=resumed, status="completed")
+    for key in ("loss", "pg_loss", "kl", "grad_norm", "clip_frac"):
+        assert got[key] == pytest.approx(expected[key], abs=1e-4, rel=1e-5), key
