@@ -110,11 +110,8 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
             from .distributed import load_sharded_into
 
             load_sharded_into(model, trainer, src / SHARDED)
-        elif hasattr(trainer, "load_sharded"):
-            raise ValueError(
-                f"{src} was written by the single-process trainer: resume it with grpo.train_workers: 1 (a sharded "
-                "run's checkpoints resume with any worker count)."
-            )
+        elif hasattr(trainer, "load_single_process"):  # written by 1 process, resumed by N workers
+            trainer.load_single_process(src / "trainer.pt")
         else:
             trainer.load_state_dict(torch.load(src / "trainer.pt", map_location=trainer.device, weights_only=True))
     rng = torch.load(src / "rng.pt", weights_only=True)

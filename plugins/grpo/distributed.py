@@ -326,6 +326,16 @@ class TrainerWorker:
         self.trainer.updates = int(meta["updates"])
         return meta
 
+    def load_full(self, model_state: dict[str, torch.Tensor], optim_state: dict[str, Any], updates: int) -> None:
+        """Load whole (unsharded) policy and optimizer state dicts, keyed by parameter name (as
+        ``get_state_dict`` of a single-process model gives them); every rank keeps its shards. How a
+        checkpoint of the single-process trainer resumes on N workers."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        set_state_dict(self.model, self.trainer.optimizer, model_state_dict=model_state, optim_state_dict=optim_state,
+                       options=StateDictOptions(full_state_dict=True))
+        self.trainer.updates = int(updates)
+
     def close(self) -> None:
         """Leave the process group (when this worker created it). Not collective."""
         import torch.distributed as dist
@@ -448,6 +458,10 @@ class LocalTrainerGroup:
         """See :meth:`TrainerWorker.load`."""
         return self._call("load", str(directory))
 
+    def load_full(self, model_state: dict[str, torch.Tensor], optim_state: dict[str, Any], updates: int) -> None:
+        """See :meth:`TrainerWorker.load_full`."""
+        self._call("load_full", model_state, optim_state, updates)
+
     @property
     def updates(self) -> int:
         return self._call("__getattribute__", "updates")
@@ -523,6 +537,23 @@ class GroupTrainer:
     def load_sharded(self, directory: Path) -> None:
         """Restore a DCP checkpoint (any worker count) into the group and the driver's model."""
         self.updates = int(self.group.load(directory)["updates"])
+        self.sync()
+
+    def load_single_process(self, trainer_file: Path) -> None:
+        """Resume from a single-process trainer's checkpoint: the driver's model already holds its weights
+        (``model.safetensors``); ``trainer.pt`` holds the AdamW state keyed by parameter index. Both are named
+        by parameter (through a throw-away single-process optimizer) and loaded into the workers' shards."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        saved = torch.load(trainer_file, map_location="cpu", weights_only=True)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.settings.lr)
+        optimizer.load_state_dict(saved["optimizer"])
+        model_state, optim_state = get_state_dict(self.model, optimizer,
+                                                  options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        self.group.load_full(model_state, optim_state, int(saved.get("updates", 0)))
+        self.updates = int(saved.get("updates", 0))
+        del optimizer
         self.sync()
 
     def state_dict(self) -> dict[str, Any]:

@@ -105,46 +105,61 @@ def test_worker_failure_is_reported_with_its_cause(tmp_path):
         LocalTrainerGroup(1, options, timeout_s=120)
 
 
-def test_plugin_trains_with_two_workers_and_resumes_single_process(tmp_path, tiny_model_dir, tokenizer):
+
+@pytest.mark.slow  # three training groups start (about a minute on 2 cores)
+def test_plugin_trains_with_two_workers_and_resumes_across_worker_counts(tmp_path, tiny_model_dir, tokenizer):
     """``grpo.train_workers: 2`` through the plugin's hooks: the engine gets the workers' weights after each
-    step; the sharded checkpoint resumes into the single-process trainer (``train_workers: 1``) whose next
-    step equals the 2-worker run's."""
+    step; the sharded checkpoint resumes into the single-process trainer, whose checkpoint resumes into 2
+    workers again; each resumed step equals the uninterrupted run's."""
     from test_checkpoint import RecordingEngine, do_step, make_ctx
 
     from seal_platform.capability import CapabilityState
     from seal_platform_plugins.grpo import plugin
 
-    def ctx_with(workers: int):
+    def start(workers: int, ckpt=None, step: int = 0):
         ctx = make_ctx(tmp_path, tiny_model_dir)
         ctx.settings["grpo"] = ctx.settings["grpo"].model_copy(update={"train_workers": workers})
         ctx.settings["policy"] = ctx.settings["policy"].model_copy(update={"device": "cpu"})
+        plugin.start_run(ctx=ctx, resumed=ckpt is not None)
+        ctx.shared["engine"] = RecordingEngine()
+        if ckpt is not None:
+            plugin.load_checkpoint(ctx=ctx, directory=ckpt, step=step)
         return ctx
 
-    ctx = ctx_with(2)
-    plugin.start_run(ctx=ctx, resumed=False)
-    engine = ctx.shared["engine"] = RecordingEngine()
+    def save(ctx, name: str, step: int):
+        ckpt = tmp_path / name
+        ckpt.mkdir()
+        return ckpt, plugin.save_checkpoint(ctx=ctx, directory=ckpt, step=step)
+
+    def same(got, want):
+        for key in ("loss", "pg_loss", "kl", "grad_norm", "clip_frac"):
+            assert got[key] == pytest.approx(want[key], abs=1e-4, rel=1e-5), key
+
     state = CapabilityState()
-    run = ctx.shared[plugin.RUN]
+    two = start(2)
+    run = two.shared[plugin.RUN]
     before = {k: v.clone() for k, v in run.model.state_dict().items()}
-    first = do_step(ctx, tokenizer, 0, state)
-    assert engine.pushes == 1 and first["updates"] == 2
-    # The driver's copy (what the engine samples from) now holds the workers' new weights.
+    first = do_step(two, tokenizer, 0, state)
+    assert two.shared["engine"].pushes == 1 and first["updates"] == 2
+    # The driver's copy (what the engine samples from) holds the workers' new weights.
     assert max(float((before[k] - v).abs().max()) for k, v in run.model.state_dict().items()) > 1e-3
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    meta = plugin.save_checkpoint(ctx=ctx, directory=ckpt, step=0)
-    assert meta["updates"] == 2 and (ckpt / "grpo" / "sharded" / "trainer_state.json").is_file()
-    saved_state = state.model_copy(deep=True)
-    expected = do_step(ctx, tokenizer, 1, state)
-    plugin.end_run(ctx=ctx, status="completed")
+    sharded, meta = save(two, "sharded", 0)
+    assert meta["updates"] == 2 and (sharded / "grpo" / "sharded" / "trainer_state.json").is_file()
+    state_0 = state.model_copy(deep=True)
+    want_1 = do_step(two, tokenizer, 1, state)
+    plugin.end_run(ctx=two, status="completed")
     assert not run.trainer.group._procs  # worker processes stopped
 
-    resumed = ctx_with(1)
-    plugin.start_run(ctx=resumed, resumed=True)
-    resumed.shared["engine"] = RecordingEngine()
-    plugin.load_checkpoint(ctx=resumed, directory=ckpt, step=0)
-    assert resumed.shared[plugin.RUN].trainer.updates == 2
-    got = do_step(resumed, tokenizer, 1, saved_state)
-    plugin.end_run(ctx=resumed, status="completed")
-    for key in ("loss", "pg_loss", "kl", "grad_norm", "clip_frac"):
-        assert got[key] == pytest.approx(expected[key], abs=1e-4, rel=1e-5), key
+    one = start(1, sharded, 0)
+    assert one.shared[plugin.RUN].trainer.updates == 2
+    same(do_step(one, tokenizer, 1, state_0), want_1)
+    plain, _ = save(one, "plain", 1)
+    assert (plain / "grpo" / "trainer.pt").is_file()
+    state_1 = state_0.model_copy(deep=True)
+    want_2 = do_step(one, tokenizer, 2, state_0)
+    plugin.end_run(ctx=one, status="completed")
+
+    again = start(2, plain, 1)
+    assert again.shared[plugin.RUN].trainer.updates == 4
+    same(do_step(again, tokenizer, 2, state_1), want_2)
+    plugin.end_run(ctx=again, status="completed")
