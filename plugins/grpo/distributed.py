@@ -293,7 +293,11 @@ class TrainerWorker:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return state if self.rank == 0 else None
+        if self.rank != 0:
+            return None
+        if self.world_size == 1 and self.device.type == "cpu":  # those are the live parameters: a snapshot
+            state = {k: v.detach().clone() for k, v in state.items()}
+        return state
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write this group's sharded checkpoint into ``directory`` (DCP: policy and optimizer shards, every
@@ -325,16 +329,6 @@ class TrainerWorker:
                        optim_state_dict=state["optim"])
         self.trainer.updates = int(meta["updates"])
         return meta
-
-    def load_full(self, model_state: dict[str, torch.Tensor], optim_state: dict[str, Any], updates: int) -> None:
-        """Load whole (unsharded) policy and optimizer state dicts, keyed by parameter name (as
-        ``get_state_dict`` of a single-process model gives them); every rank keeps its shards. How a
-        checkpoint of the single-process trainer resumes on N workers."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-
-        set_state_dict(self.model, self.trainer.optimizer, model_state_dict=model_state, optim_state_dict=optim_state,
-                       options=StateDictOptions(full_state_dict=True))
-        self.trainer.updates = int(updates)
 
     def close(self) -> None:
         """Leave the process group (when this worker created it). Not collective."""
@@ -458,10 +452,6 @@ class LocalTrainerGroup:
         """See :meth:`TrainerWorker.load`."""
         return self._call("load", str(directory))
 
-    def load_full(self, model_state: dict[str, torch.Tensor], optim_state: dict[str, Any], updates: int) -> None:
-        """See :meth:`TrainerWorker.load_full`."""
-        self._call("load_full", model_state, optim_state, updates)
-
     @property
     def updates(self) -> int:
         return self._call("__getattribute__", "updates")
@@ -541,26 +531,36 @@ class GroupTrainer:
 
     def load_single_process(self, trainer_file: Path) -> None:
         """Resume from a single-process trainer's checkpoint: the driver's model already holds its weights
-        (``model.safetensors``); ``trainer.pt`` holds the AdamW state keyed by parameter index. Both are named
-        by parameter (through a throw-away single-process optimizer) and loaded into the workers' shards."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+        (``model.safetensors``); ``trainer.pt`` holds the AdamW state keyed by parameter index. The driver
+        writes both as a (one-shard) DCP checkpoint in a temporary directory, which the workers load like any
+        sharded checkpoint (DCP reshards it)."""
+        import tempfile
 
         saved = torch.load(trainer_file, map_location="cpu", weights_only=True)
         params = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.settings.lr)
         optimizer.load_state_dict(saved["optimizer"])
-        model_state, optim_state = get_state_dict(self.model, optimizer,
-                                                  options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        self.group.load_full(model_state, optim_state, int(saved.get("updates", 0)))
-        self.updates = int(saved.get("updates", 0))
-        del optimizer
-        self.sync()
+        with tempfile.TemporaryDirectory(prefix="seal-grpo-resume-", dir=Path(trainer_file).parent) as tmp:
+            save_single_process(Path(tmp), self.model, optimizer, int(saved.get("updates", 0)))
+            del optimizer
+            self.load_sharded(Path(tmp))
 
     def state_dict(self) -> dict[str, Any]:
         return {"updates": self.updates}
 
     def close(self) -> None:
         self.group.close()
+
+
+def save_single_process(directory: Path, model: Any, optimizer: Any, updates: int) -> None:
+    """Write a whole (unsharded) model and its optimizer as a sharded checkpoint (without a process group)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(directory), no_dist=True)
+    meta = {"format": FORMAT_VERSION, "updates": int(updates), "world_size": 1}
+    (Path(directory) / STATE_FILE).write_text(json.dumps(meta))
 
 
 def load_sharded_into(model: Any, trainer: Any, directory: Path) -> None:

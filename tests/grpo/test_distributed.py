@@ -50,12 +50,44 @@ def test_balanced_slices_cover_every_sample_once_and_balance_tokens():
     assert balanced_slices(samples[:1], 3)[1:] == [[], []]
 
 
+def test_one_sharded_worker_equals_the_single_process_trainer_and_reloads_its_checkpoint(tiny_model_dir, tokenizer,
+                                                                                        tmp_path):
+    """The FSDP2 code path in this process (world size 1, gloo): same update as GRPOTrainer; DCP save/load."""
+    from test_trainer import make_trajectories
+
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=2, lr=1e-3, adam_eps=1e-6)
+    policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    trajs = make_trajectories(tokenizer)
+    model, _ = load_policy(policy)
+    want = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id).step(
+        build_samples(tokenizer, trajs, settings=settings))
+    options = WorkerOptions(grpo=settings, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
+    worker = TrainerWorker(0, 1, "127.0.0.1", free_port(), options)
+    try:
+        got = worker.step(build_samples(tokenizer, trajs, settings=settings))
+        assert_same_metrics(got, want)
+        weights = worker.full_state_dict()
+        assert max_diff(weights, model.state_dict()) <= 1e-4
+        worker.save(tmp_path / "ck")
+        worker.step(build_samples(tokenizer, trajs, settings=settings))
+        assert max_diff(worker.full_state_dict(), weights) > 1e-4
+        assert worker.load(tmp_path / "ck")["updates"] == 2 and worker.updates == 2
+        assert max_diff(worker.full_state_dict(), weights) == 0.0
+    finally:
+        worker.close()
+    assert not dist.is_initialized()
+
+
+@pytest.mark.slow  # two worker processes start (about 40 s on 2 idle cores)
 def test_two_workers_equal_one_process_and_resume_into_one_worker(tiny_model_dir, tokenizer, tmp_path):
     from test_trainer import make_trajectories
 
     # KL on (a sharded reference model); micro-batches of 1 so the ranks' slices (2 and 1 samples of a group)
     # take different numbers of passes and the idle rank's padding passes are exercised.
-    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=1, lr=1e-3)
+    # AdamW's first steps are sign-like (g / (|g| + eps)): with the default eps 1e-8 a gradient entry that is
+    # float noise around 0 (a cancellation, ~1e-9) moves its weight by up to lr whichever way the rounding
+    # went, in any two orders of summation. eps 1e-6 keeps such entries still; real gradients are far larger.
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=1, lr=1e-3, adam_eps=1e-6)
     policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
     first = make_trajectories(tokenizer, seed=0)
     second = make_trajectories(tokenizer, rewards=((0.0, 1.0, 0.0), (1.0, 1.0, 0.0)), seed=1)
