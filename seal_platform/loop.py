@@ -48,6 +48,7 @@ from .errors import PluginError, SealError
 from .executor import LocalExecutor
 from .planning import Plan, check_recipe, plan_config, plan_recipe, prepare
 from .plugins import PluginHost
+from .stages import adopt_interface, collect_sampling, evaluate_sampling, score_evaluation
 from .store import RunStore
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
 
@@ -216,7 +217,7 @@ class Runner:
             done = self.start_step
             if done > 0 and eval_tasks and (done == total or self._eval_due(done, total)):
                 evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
-        else:
+        if not self.resumed or self.interface is None:
             self.interface = _wrap("environment", owner, env.pristine_interface)
             self.store.add_interface(self.run_id, self.interface, None)
         if self.start_step == 0 and cfg.evaluation.before_training and eval_tasks:
@@ -255,6 +256,7 @@ class Runner:
             trajs = _wrap("collect", plan.env_owner, lambda: self.host.call_owned(
                 "collect", plan.env_owner, ctx=self.ctx, environment=env, engine=engine, tasks=batch,
                 interface=self.interface, group_size=cfg.training.group_size, step=step,
+                sampling=collect_sampling(cfg),
             ))
             trajs = _expect_list_of(trajs, Trajectory, "collect", plan.env_owner)
 
@@ -318,11 +320,7 @@ class Runner:
             self._adopt_interface(new, evolver, step)
 
     def _adopt_interface(self, new: Any, owner: str, step: int) -> None:
-        if not isinstance(new, Interface):
-            raise PluginError(f"plugin {owner!r} must return an Interface or None from 'evolve_interface'.")
-        if new.revision != self.interface.revision + 1:
-            new = new.model_copy(update={"revision": self.interface.revision + 1})
-        new = new.model_copy(update={"parent": self.interface.revision, "step": step})
+        new = adopt_interface(new, self.interface, step, owner)
         self.store.add_interface(self.run_id, new, self.interface)
         self.interface = new
 
@@ -347,7 +345,9 @@ class Runner:
         if not durable:
             dropped = self.store.discard_after(self.run_id, -1)
             self.store.add_event(self.run_id, "resume", f"no checkpoint: restarting from step 0 ({dropped} step(s) discarded)")
-            self.interface = self.store.interface(self.run_id, 0)
+            # Killed before the pristine interface was stored: _train stores it as for a new run.
+            stored = any(r.revision == 0 for r in self.store.interfaces(self.run_id))
+            self.interface = self.store.interface(self.run_id, 0) if stored else None  # type: ignore[assignment]
             self.start_step = 0
             return
         last = durable[-1]
@@ -385,10 +385,9 @@ def _call_evaluate(
 ) -> EvalResult:
     result = _wrap("evaluate", owner, lambda: host.call_owned(
         "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
+        sampling=evaluate_sampling(ctx.config),
     ))
-    if not isinstance(result, EvalResult):
-        raise PluginError(f"plugin {owner!r} must return an EvalResult from 'evaluate', not {type(result).__name__}.")
-    return result
+    return score_evaluation(result, ctx.config.evaluation.split, owner)
 
 
 def _close_engine(ctx: RunContext, store: RunStore) -> None:
