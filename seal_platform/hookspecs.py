@@ -1,12 +1,14 @@
 """Hook specifications of seal-platform (pluggy project ``seal_platform``).
 
-There are three kinds of hooks:
+There are four kinds of hooks:
 
 * **setup hooks** (``register_*``), called when a run or a CLI command starts, through which a plugin tells the
   core what it provides: its settings model, environments (benchmarks), diagnosers, rollout engines and CLI
   commands. Every plugin's answer is collected.
 * **lifecycle hooks** (``start_run``, ``end_run``, ``save_checkpoint``, ``load_checkpoint``), called on every
   enabled plugin that implements them.
+* the **tracking hook** (``track``), called on every enabled plugin that implements it as the run records
+  step metrics, evaluations, interface revisions and labels (trackers: TensorBoard, MLflow...);
 * **stage hooks**, called once per training step by the run loop (``seal_platform.loop``), always with keyword
   arguments and always from that one place, in this order::
 
@@ -19,7 +21,12 @@ There are three kinds of hooks:
   recipe enables, and all their labels are kept.
 
 A hook implementation may accept any subset of the arguments listed below (pluggy passes only the ones it
-names), so new arguments can be added without breaking existing plugins.
+names), so new arguments can be added without breaking existing plugins. An implementation whose name or
+arguments match no spec here (a misspelt ``save_checkpoints``, an argument no spec has) fails its whole plugin:
+the plugin is left out and recorded as failed with the reason (``seal-platform plugins``, every run's console,
+and every recipe error about something it would have provided). Mark a deliberate extra hook of your own
+``@hookimpl(optionalhook=True)``. Write ``from seal_platform import hookimpl``. All hooks, the setup hooks
+included, are called through pluggy.
 
 Every argument named ``ctx`` is the run's :class:`seal_platform.context.RunContext`: the resolved config,
 each plugin's validated settings section (``ctx.settings_for(name)``), the run directory, the seed, the
@@ -41,10 +48,12 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from .capability import CapabilityState
     from .context import RunContext
     from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+    from .tracking import TrackEvent
     from .types import (
         EvalResult,
         Interface,
         ReweightResult,
+        SamplingParams,
         Task,
         Trajectory,
         TurnLabel,
@@ -197,6 +206,33 @@ def load_checkpoint(ctx: RunContext, directory: Path, step: int) -> None:
     """
 
 
+# --- tracking hooks ------------------------------------------------------------------------------------
+
+
+@hookspec
+def track(ctx: RunContext, event: TrackEvent) -> None:
+    """Observe what the run records, as it is recorded (for trackers: TensorBoard, MLflow, ...).
+
+    Called by the run loop on every enabled plugin that implements it, right after the run store has
+    recorded the thing the event describes: ``event.kind`` is ``"interface"`` (a training-interface
+    revision: the pristine one when a new run starts, then each one ``evolve_interface`` produced;
+    ``event.interface``), ``"labels"`` (a training step's turn labels from every diagnoser;
+    ``event.labels``), ``"step"`` (a training step's metrics after ``optimize``:
+    ``reward/mean``, ``trajectories``, the optimizer's metrics, ``time/<stage>``; ``event.metrics``) or
+    ``"evaluation"`` (``event.evaluation``, an :class:`EvalResult` with per-category pass rates and the
+    trajectories). In one training step the order is ``interface`` (if ``evolve_interface`` made a new
+    revision), then ``labels`` and ``step`` (both recorded with the step).
+    See :mod:`seal_platform.tracking`.
+
+    :param ctx: the run context (``ctx.run_dir`` is a good place for a tracker's files).
+    :param event: a :class:`seal_platform.tracking.TrackEvent` (``kind``, ``run_id``, ``step`` and the
+        fields its kind sets).
+
+    Return value ignored. All implementations are called, each on its own: one that raises is recorded as a
+    ``tracker_failed`` event and the run goes on.
+    """
+
+
 # --- stage hooks ---------------------------------------------------------------------------------------
 
 
@@ -209,6 +245,7 @@ def collect(
     interface: Interface,
     group_size: int,
     step: int,
+    sampling: SamplingParams,
 ) -> list[Trajectory]:
     """Run on-policy rollouts of a batch of training tasks and verify them.
 
@@ -221,6 +258,9 @@ def collect(
     :param interface: the current *training* interface revision to present to the agent.
     :param group_size: rollouts per task (GRPO's G); rollouts of one task share ``Trajectory.group``.
     :param step: the training step, from 0.
+    :param sampling: the sampling of training rollouts, filled in by the core from the recipe's ``rollout``
+        section (temperature, top-p, max new tokens). Add only what is the environment's own (stop strings,
+        a seed per rollout) with ``sampling.model_copy(update=...)``; do not rebuild it from the config.
     :returns: ``len(tasks) * group_size`` verified trajectories (reward and per-turn verdicts set).
 
     First result wins (only one plugin is called).
@@ -266,8 +306,10 @@ def evolve_interface(
     :param interface: the current training revision.
     :param state: the capability state, already updated with this step's labels.
     :param step: the training step.
-    :returns: a new :class:`Interface` with ``revision = interface.revision + 1``, ``parent`` set, and
-        ``changes``/``driven_by`` filled; or None to keep the current one. Evaluation never sees it.
+    :returns: a new :class:`Interface` with its content (``system_text``, ``spec``) and ``changes``/
+        ``driven_by`` filled; or None to keep the current one. The core sets ``revision`` (the current one
+        + 1), ``parent`` (the current one) and ``step`` on what you return, whatever they were. Evaluation
+        never sees it.
 
     First result wins (only one plugin is called).
     """
@@ -328,7 +370,8 @@ def evaluate(
     engine: RolloutEngine,
     tasks: list[Task],
     step: int,
-) -> EvalResult:
+    sampling: SamplingParams,
+) -> list[Trajectory] | EvalResult:
     """Evaluate the policy on held-out tasks with the pristine interface and the unchanged verifier.
 
     Called before training (``step = 0``), after every ``evaluation.every`` training steps and after the
@@ -336,10 +379,36 @@ def evaluate(
 
     :param ctx: the run context.
     :param environment: the run's environment.
-    :param engine: the rollout engine (greedy decoding is the convention).
+    :param engine: the rollout engine.
     :param tasks: the evaluation tasks.
     :param step: the number of training steps done so far.
-    :returns: an :class:`EvalResult` with the pass rate per category.
+    :param sampling: greedy decoding (temperature 0, top-p 1) with ``evaluation.max_new_tokens`` (default
+        ``rollout.max_new_tokens``), filled in by the core; add only stop strings of your own.
+    :returns: the verified trajectories, one per task; the core scores them (pass rate per category, a
+        trajectory passes when ``reward > 0.5``: :meth:`EvalResult.from_trajectories`) so every
+        environment is scored the same way. An environment with a scoring rule of its own may return an
+        :class:`EvalResult` instead, which the core records as it is.
 
     First result wins (only one plugin is called).
     """
+
+
+#: Which plugins each hook is called on (the "called on" column of the hook reference, docs/hooks.md).
+CALLED_ON: dict[str, str] = {
+    "register_settings": "every loaded plugin",
+    "register_environments": "every loaded plugin",
+    "register_diagnosers": "every loaded plugin",
+    "register_rollout_engines": "every loaded plugin",
+    "register_commands": "every loaded plugin",
+    "start_run": "every enabled plugin",
+    "end_run": "every enabled plugin",
+    "save_checkpoint": "every enabled plugin",
+    "load_checkpoint": "every enabled plugin",
+    "track": "every enabled plugin, one at a time",
+    "collect": "the plugin that registered the recipe's `environment`",
+    "diagnose": "every plugin that registered a diagnoser the recipe enables",
+    "evolve_interface": "the plugin named by `stages.evolve_interface`",
+    "reweight": "the plugin named by `stages.reweight`",
+    "optimize": "the plugin named by `stages.optimize`",
+    "evaluate": "the plugin that registered the recipe's `environment`",
+}

@@ -221,7 +221,10 @@ class Backend:
                 return ERROR_PREFIX + f"{method.__qualname__}() got an unexpected keyword argument '{key}'", True
         # Backends keep and mutate argument objects (a tweet's tag list); a call replayed from the same
         # ParsedCall must not see what an earlier replay did to them, just as eval builds fresh ones.
-        args, kwargs = copy.deepcopy(call.args), copy.deepcopy(call.kwargs)
+        try:
+            args, kwargs = copy.deepcopy(call.args), copy.deepcopy(call.kwargs)
+        except RecursionError:
+            return ERROR_PREFIX + "argument nesting too deep", True
         try:
             return stringify(method(*args, **kwargs)), False
         except Exception as exc:  # a backend failure is the call's result, as in the official executor
@@ -382,13 +385,6 @@ def _message(verdict: TurnVerdict) -> str:
 
 
 # --- the worker process ----------------------------------------------------------------------------------
-
-
-def preload() -> None:
-    """Import every backend module (done once in the fork server so workers start fast)."""
-    for class_name in BACKEND_MODULES:
-        backend_class(class_name)
-        _public_methods(backend_class(class_name))
 
 
 def _limit_resources(memory_bytes: int | None) -> None:

@@ -87,7 +87,8 @@ def start_run(ctx: Any, resumed: bool) -> None:
         model = wrap(model, settings.lora, gradient_checkpointing=settings.gradient_checkpointing)
     ctx.shared[POLICY] = (model, tokenizer)
     ctx.shared[RUN] = GRPORun(
-        model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes
+        model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes,
+        policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed,
     )
 
 
@@ -133,5 +134,9 @@ def load_checkpoint(ctx: Any, directory: Path, step: int) -> None:
 @hookimpl
 def end_run(ctx: Any, status: str) -> None:
     # The engine is the core's to close (it built it); here only the policy and trainer are let go.
+    run = ctx.shared.get(RUN)
+    close = getattr(getattr(run, "trainer", None), "close", None)
+    if callable(close):  # sharded training: stop the worker processes
+        close()
     for key in (RUN, POLICY):
         ctx.shared.pop(key, None)
