@@ -117,6 +117,8 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=None, help="JSON lines (default: RUNS_DIR/results.jsonl)")
     parser.add_argument("--no-base", action="store_true", help="skip the once-only evaluation before training")
     parser.add_argument("--max-runs", type=int, default=None, help="stop after this many new runs")
+    parser.add_argument("--budget-min", type=float, default=None,
+                        help="start no new run once this many minutes have passed (to hand the machine on)")
     parser.add_argument("--keep-checkpoints", action="store_true")
     parser.add_argument("--table-only", action="store_true")
     args = parser.parse_args()
@@ -130,11 +132,14 @@ def main() -> None:
             todo.append((BASE, None, ["training.steps=0", "evaluation.before_training=true"]))
         todo += [(r, s, [f"seed={s}", "evaluation.before_training=false"]) for s in args.seeds for r in args.recipes]
         done = {(r["recipe"], r["seed"]) for r in rows}
-        new = 0
+        new, started = 0, time.perf_counter()
         for recipe, seed, extra in todo:
             if (recipe, seed) in done:
                 continue
             if args.max_runs is not None and new >= args.max_runs:
+                break
+            if args.budget_min is not None and (time.perf_counter() - started) / 60 > args.budget_min:
+                print(f"budget of {args.budget_min} minutes used: stopping; run again to go on", flush=True)
                 break
             source = args.recipes[1] if recipe == BASE and len(args.recipes) > 1 else args.recipes[0]
             print(f"== {recipe} seed {seed}", flush=True)
