@@ -78,6 +78,18 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
             "interface_revision": summary.interface_revision, "evaluations": evals, "wall_s": round(wall, 1)}
 
 
+def _claim(runs_dir: Path, recipe: str, seed: int | None) -> bool:
+    """Take (recipe, seed) for this invocation, so that two invocations at once never run the same one
+    (a crashed one leaves its claim behind: delete RUNS_DIR/claims to retry)."""
+    claims = runs_dir / "claims"
+    claims.mkdir(parents=True, exist_ok=True)
+    try:
+        (claims / f"{recipe.replace(' ', '_')}.{seed}").open("x").close()
+        return True
+    except FileExistsError:
+        return False
+
+
 def load_results(path: Path) -> list[dict]:
     if not path.is_file():
         return []
@@ -141,6 +153,8 @@ def main() -> None:
             if args.budget_min is not None and (time.perf_counter() - started) / 60 > args.budget_min:
                 print(f"budget of {args.budget_min} minutes used: stopping; run again to go on", flush=True)
                 break
+            if not _claim(args.runs_dir, recipe, seed):
+                continue
             source = args.recipes[1] if recipe == BASE and len(args.recipes) > 1 else args.recipes[0]
             print(f"== {recipe} seed {seed}", flush=True)
             row = run_one(source if recipe == BASE else recipe, [*args.overrides, *extra], args.runs_dir,
