@@ -106,6 +106,8 @@ class TurnLabel(BaseModel):
     rationale: str = ""
     # For diagnosers with a finer taxonomy: the reference label this one maps to (for A-Patch base weights).
     reference_label: str | None = None
+    # How sure a diagnoser that can say so (an LLM judge) is of the label, in [0, 1]; None: not stated.
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class Interface(BaseModel):
