@@ -187,6 +187,9 @@ class SamplingParams(BaseModel):
     max_new_tokens: int = 512
     stop: list[str] = Field(default_factory=list)
     seed: int | None = None
+    # Constrain the output to JSON following this schema where the engine can (vLLM structured outputs);
+    # engines that cannot ignore it, so callers still validate what comes back.
+    json_schema: dict[str, Any] | None = None
 
     @property
     def greedy(self) -> bool:

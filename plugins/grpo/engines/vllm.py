@@ -187,6 +187,7 @@ class VLLMEngine(QueuedEngine):
             include_stop_str_in_output=True,
             seed=seed,
             logprobs=0,
+            structured_outputs=_structured(s.json_schema),
         )
 
     def _serve(self) -> None:
@@ -282,6 +283,15 @@ class VLLMEngine(QueuedEngine):
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+
+def _structured(schema: dict[str, Any] | None) -> Any:
+    """vLLM structured outputs constraining the generation to JSON of ``schema`` (None: unconstrained)."""
+    if schema is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    return StructuredOutputsParams(json=schema)
 
 
 def _final_only() -> Any:
