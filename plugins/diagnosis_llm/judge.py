@@ -286,9 +286,17 @@ class Judge:
             items = items[:cap]
         outcomes = [self._outcome(item) for item in items]
         self._from_cache(outcomes)
-        first = [o for o in outcomes if o.status == "pending"]
-        retry = self._ask(first, first_round=True)
+        asked: dict[str, Outcome] = {}  # identical turns (same prompt) of this step are asked once
+        for outcome in outcomes:
+            if outcome.status == "pending":
+                asked.setdefault(outcome.key, outcome)
+        retry = self._ask(list(asked.values()), first_round=True)
         self._ask(retry, first_round=False)
+        for outcome in outcomes:
+            first = asked.get(outcome.key)
+            if outcome.status == "pending" and first is not None and first is not outcome:
+                outcome.judgement, outcome.reason, outcome.answers = first.judgement, first.reason, list(first.answers)
+                outcome.status = "cached" if first.judgement is not None else "fallback"
         self._remember(outcomes)
         self._report(outcomes, step)
         return [label for o in outcomes if (label := self._turn_label(o)) is not None]
