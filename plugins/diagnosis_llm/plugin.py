@@ -47,7 +47,7 @@ def register_settings() -> dict[str, Any]:
 
 @hookimpl
 def register_diagnosers() -> list[DiagnoserSpec]:
-    from .judge import LABELS, SOURCE
+    from .judge import LABELS, REFERENCE_OF, SOURCE
 
     return [
         DiagnoserSpec(
@@ -55,6 +55,8 @@ def register_diagnosers() -> list[DiagnoserSpec]:
             "an LLM judge (the run's engine, a second local model or an OpenAI-compatible endpoint) labels failing "
             "turns from the transcript, with a rationale and a confidence; alone or refining the heuristic labels",
             labels=tuple(LABELS),
+            reference={label: (ref,) for label, ref in REFERENCE_OF.items()},
+            meanings=dict(LABELS),
         )
     ]
 
