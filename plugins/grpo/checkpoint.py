@@ -6,6 +6,8 @@ into place once every plugin has returned and the files are flushed, so a checkp
     grpo/model.safetensors   the policy's parameters (safetensors; tied weights stored once)
     grpo/config.json         the model's config (so the folder also names its architecture)
     grpo/trainer.pt          optimizer state and update counter (tensors only: loaded with weights_only)
+    grpo/sharded/            instead of trainer.pt when grpo.train_workers > 1: policy and optimizer shards
+                             (torch.distributed.checkpoint), loadable with any worker count
     grpo/rng.pt              torch CPU (and CUDA) generator states
     grpo/state.json          step, A-Patch label weights, python and numpy RNG states
 
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 SUBDIR = "grpo"
+SHARDED = "sharded"  # grpo/sharded/: the DCP checkpoint of a sharded (grpo.train_workers > 1) trainer
 FORMAT_VERSION = 1
 
 
@@ -59,7 +62,10 @@ def save(directory: Path, *, model: Any, trainer: Any, apatch: Any, step: int) -
         config = getattr(model, "config", None)
         if config is not None and hasattr(config, "to_json_string"):
             (out / "config.json").write_text(config.to_json_string())
-        torch.save(trainer.state_dict(), out / "trainer.pt")
+        if hasattr(trainer, "save_sharded"):  # grpo.train_workers > 1: policy and optimizer shards (DCP)
+            trainer.save_sharded(out / SHARDED)
+        else:
+            torch.save(trainer.state_dict(), out / "trainer.pt")
     rng: dict[str, Any] = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -100,7 +106,14 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
                 f"{weights} does not fit the policy (missing {sorted(missing)[:5]}, unexpected "
                 f"{sorted(unexpected)[:5]}): resume with the same policy.model as the run that wrote it."
             )
-        trainer.load_state_dict(torch.load(src / "trainer.pt", map_location=trainer.device, weights_only=True))
+        if (src / SHARDED).is_dir():  # written by N workers; DCP reshards into this trainer's worker count
+            from .distributed import load_sharded_into
+
+            load_sharded_into(model, trainer, src / SHARDED)
+        elif hasattr(trainer, "load_single_process"):  # written by 1 process, resumed by N workers
+            trainer.load_single_process(src / "trainer.pt")
+        else:
+            trainer.load_state_dict(torch.load(src / "trainer.pt", map_location=trainer.device, weights_only=True))
     rng = torch.load(src / "rng.pt", weights_only=True)
     torch.set_rng_state(rng["cpu"])
     if "cuda" in rng and torch.cuda.is_available():

@@ -76,7 +76,8 @@ def start_run(ctx: Any, resumed: bool) -> None:
     ctx.shared[POLICY] = (model, tokenizer)
     settings = ctx.settings_for("grpo", GRPOSettings)
     ctx.shared[RUN] = GRPORun(
-        model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes
+        model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes,
+        policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed,
     )
 
 
@@ -122,5 +123,9 @@ def load_checkpoint(ctx: Any, directory: Path, step: int) -> None:
 @hookimpl
 def end_run(ctx: Any, status: str) -> None:
     # The engine is the core's to close (it built it); here only the policy and trainer are let go.
+    run = ctx.shared.get(RUN)
+    close = getattr(getattr(run, "trainer", None), "close", None)
+    if callable(close):  # sharded training: stop the worker processes
+        close()
     for key in (RUN, POLICY):
         ctx.shared.pop(key, None)

@@ -95,6 +95,12 @@ class GRPOSettings(_Section):
         "is on (their loss and gradient are exactly 0; they still count in the mean).",
     )
     gradient_checkpointing: bool = Field(default=False, description="Trade compute for activation memory.")
+    train_workers: int = Field(
+        default=1, ge=1,
+        description="Worker processes sharing the policy update (torch FSDP2, one shard each; NCCL on CUDA, gloo "
+        "on CPU). 1: the single-process trainer. Checkpoints of N > 1 workers are sharded (DCP) and resume with "
+        "any worker count.",
+    )
     autocast: Literal["auto", "off", "bfloat16", "float16"] = Field(
         default="auto",
         description="Mixed precision for forward/backward. auto: bfloat16 on CUDA when the parameters are "
