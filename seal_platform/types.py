@@ -205,3 +205,8 @@ class Generation(BaseModel):
     logprobs: list[float]
     prompt_tokens: int = 0
     finish_reason: str = "stop"
+    adapter: str | None = Field(
+        default=None,
+        description="The adapter version (e.g. LoRA) that generated it, when the engine serves adapters on a "
+        "frozen base; None: the engine's full weights.",
+    )

@@ -104,8 +104,8 @@ class RunStore:
     def migrate(self, revision: str = "head") -> None:
         try:
             # One migrator at a time: processes creating the same new store must not both create tables.
-            with safety.migration_lock(self.url, self.engine):
-                with self.engine.begin() as conn:
+            with safety.migration_lock(self.url, self.engine), safety.migration_engine(self.engine) as engine:
+                with engine.begin() as conn:
                     command.upgrade(alembic_config(conn), revision)
         except StoreError:
             raise
