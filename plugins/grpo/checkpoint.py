@@ -11,6 +11,11 @@ into place once every plugin has returned and the files are flushed, so a checkp
     grpo/rng.pt              torch CPU (and CUDA) generator states
     grpo/state.json          step, A-Patch label weights, python and numpy RNG states
 
+With ``grpo.lora`` the weights are the adapters only, in peft's own layout, plus what identifies the base::
+
+    grpo/adapter/adapter_config.json, grpo/adapter/adapter_model.safetensors
+    grpo/base.json           the base model's directory, architecture, config digest, weights fingerprint
+
 No pickle of arbitrary objects is written or read: ``torch.load`` runs with ``weights_only=True``.
 """
 
@@ -57,7 +62,11 @@ def save(directory: Path, *, model: Any, trainer: Any, apatch: Any, step: int) -
 
     out = Path(directory) / SUBDIR
     out.mkdir(parents=True, exist_ok=True)
-    if trainer is not None:
+    lora = trainer is not None and _is_lora(model)
+    if lora:
+        _save_lora(out, model)
+        torch.save(trainer.state_dict(), out / "trainer.pt")
+    elif trainer is not None:
         save_model(model, str(out / "model.safetensors"))
         config = getattr(model, "config", None)
         if config is not None and hasattr(config, "to_json_string"):
@@ -76,9 +85,10 @@ def save(directory: Path, *, model: Any, trainer: Any, apatch: Any, step: int) -
         "updates": trainer.updates if trainer is not None else None,
         "apatch": apatch.state_dict() if apatch is not None else None,
         "rng": _rng_state(),
+        "lora": lora,
     }
     (out / "state.json").write_text(json.dumps(state))
-    return {"plugin": "grpo", "step": step, "updates": state["updates"], "path": str(out)}
+    return {"plugin": "grpo", "step": step, "updates": state["updates"], "path": str(out), "lora": lora}
 
 
 def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str, Any]:
@@ -96,7 +106,14 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
     state = json.loads(state_file.read_text())
     if state.get("format") != FORMAT_VERSION:
         raise ValueError(f"{state_file}: checkpoint format {state.get('format')!r}, this version reads {FORMAT_VERSION}")
-    if trainer is not None:
+    if trainer is not None and (bool(state.get("lora")) != _is_lora(model)):
+        saved, live = ("LoRA adapters" if state.get("lora") else "full weights"), (
+            "a LoRA policy" if _is_lora(model) else "full fine-tuning")
+        raise ValueError(f"{src} holds {saved} but this run uses {live}: set grpo.lora as the run that wrote it did.")
+    if trainer is not None and state.get("lora"):
+        _load_lora(src, model)
+        trainer.load_state_dict(torch.load(src / "trainer.pt", map_location=trainer.device, weights_only=True))
+    elif trainer is not None:
         weights = src / "model.safetensors"
         if not weights.is_file():
             raise FileNotFoundError(f"{weights} is missing: the checkpoint was written without a trainer.")
@@ -122,3 +139,30 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
     if apatch is not None and state.get("apatch"):
         apatch.load_state_dict(state["apatch"])
     return state
+
+
+ADAPTER_DIR = "adapter"
+BASE_FILE = "base.json"
+
+
+def _is_lora(model: Any) -> bool:
+    from .lora import is_lora
+
+    return is_lora(model)
+
+
+def _save_lora(out: Path, model: Any) -> None:
+    from .lora import base_identity, save_adapter
+
+    save_adapter(model, out / ADAPTER_DIR)
+    (out / BASE_FILE).write_text(json.dumps(base_identity(model), indent=2))
+
+
+def _load_lora(src: Path, model: Any) -> None:
+    from .lora import check_identity, load_adapter
+
+    base_file = src / BASE_FILE
+    if not base_file.is_file():
+        raise FileNotFoundError(f"{base_file} is missing: the LoRA checkpoint does not say which base it belongs to.")
+    check_identity(json.loads(base_file.read_text()), model, src)
+    load_adapter(model, src / ADAPTER_DIR)

@@ -113,6 +113,19 @@ def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
     return n
 
 
+def reference_policy(model: Any) -> Any:
+    """The KL reference: a frozen copy of ``model`` as it is now; for a LoRA policy, the same model called
+    with its adapters off (the base never trains, so that is exactly the initial policy, with no copy)."""
+    from .lora import AdaptersOff, is_lora
+
+    if is_lora(model):
+        return AdaptersOff(model)
+    ref = copy.deepcopy(model)
+    ref.requires_grad_(False)
+    ref.eval()
+    return ref
+
+
 class GRPOTrainer:
     """Holds the policy, its optimizer and the frozen reference policy; :meth:`step` does one update."""
 
@@ -153,9 +166,7 @@ class GRPOTrainer:
         settings = settings or GRPOSettings()
         ref = None
         if settings.kl_coef > 0:
-            ref = copy.deepcopy(model)
-            ref.requires_grad_(False)
-            ref.eval()
+            ref = reference_policy(model)
         return cls(model, settings, ref_model=ref, **kwargs)
 
     # --- forward passes ---------------------------------------------------------------------------------
