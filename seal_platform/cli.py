@@ -116,8 +116,6 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
     from .progress import RichProgress
     from .store import RunStore
 
-    if ray_address:
-        os.environ["RAY_ADDRESS"] = ray_address
     if resume:
         store = RunStore(store_url or default_store_url())
         row = store.get_run(resume)
@@ -138,6 +136,8 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
             config = config.model_copy(update={"store": store_url})
         recipe_name = str(path)
         store = RunStore(config.store_url())
+    if ray_address:  # join this cluster: the recipe's Ray parts run there (the store stays here)
+        config = config.model_copy(update={"ray": config.ray.model_copy(update={"enabled": True, "address": ray_address})})
     host = plugin_host_for(config)
     plan = prepare(config, host, recipe_name)
     progress = None if quiet else RichProgress(console)

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from . import hookspecs
 from .errors import PluginError
-from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
 
 ENTRY_POINT_GROUP = "seal_platform"
 ENV_ALLOW = "SEAL_PLATFORM_PLUGINS"
@@ -155,6 +155,9 @@ class PluginHost:
 
     def diagnosers(self) -> dict[str, tuple[str, DiagnoserSpec]]:
         return self._unique("register_diagnosers", "diagnoser")
+
+    def executors(self) -> dict[str, tuple[str, ExecutorSpec]]:
+        return self._unique("register_executors", "executor")
 
 
 def _entry_points() -> list[metadata.EntryPoint]:

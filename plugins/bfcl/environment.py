@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable
 
 from seal_platform.engine import RolloutEngine
+from seal_platform.infra import failed_trajectory
 from seal_platform.types import EvalResult, Interface, SamplingParams, Task, Trajectory
 
 from . import data
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
     from .executor import ToolExecutor
     from .trace import VerifyOutcome
 
-Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
+# ``ctx.executor.map``: (fn, items, on_infra_failure=...) -> results in order (seal_platform.executor.Executor).
+Mapper = Callable[..., list[Any]]
 
 
 class BfclEnvironment:
@@ -174,7 +176,11 @@ class BfclEnvironment:
             params = sampling.model_copy(update={"seed": _seed(seed, step, task.id, j)})
             return self.play(task, engine, interface, params, group=f"{step}:{task.id}", sample=j)
 
-        return list(mapper(one, jobs))
+        def lost(job: tuple[Task, int], reason: str) -> Trajectory:
+            task, j = job
+            return failed_trajectory(task, f"{step}:{task.id}", j, reason, interface.revision)
+
+        return list(mapper(one, jobs, on_infra_failure=lost))
 
     def evaluate(
         self,

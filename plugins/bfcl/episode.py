@@ -201,6 +201,7 @@ def run_episode(
                     token_ids=list(generation.token_ids),
                     logprobs=list(generation.logprobs),
                     trainable=True,
+                    policy_version=generation.policy_version,
                 )
             )
             parsed = fmt.parse(generation.text)

@@ -79,6 +79,11 @@ def start_run(ctx: Any, resumed: bool) -> None:
     )
 
 
+def _colocated(ctx: Any) -> bool:
+    """Engines share the trainer's GPUs (Ray, ``ray.colocate``): they sleep during the update."""
+    return bool(ctx.config.ray.enabled and ctx.config.ray.colocate)
+
+
 @hookimpl
 def reweight(ctx: Any, trajectories: list, labels: list, state: Any, step: int) -> Any:
     return _apatch(ctx).reweight(trajectories, labels, state, step)
@@ -89,7 +94,7 @@ def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int
     run = ctx.shared.get(RUN)
     if run is None:
         raise RuntimeError("grpo's optimize was called before its start_run: the run loop must call start_run first")
-    return run.optimize(engine, trajectories, weights)
+    return run.optimize(engine, trajectories, weights, rollout=ctx.config.rollout, sleep_engines=_colocated(ctx))
 
 
 @hookimpl
@@ -114,8 +119,10 @@ def load_checkpoint(ctx: Any, directory: Path, step: int) -> None:
     checkpoint.load(directory, model=run.model if run else None, trainer=run.trainer if run else None,
                     apatch=_apatch(ctx))
     engine = ctx.shared.get("engine")
-    if run is not None and run.trainer is not None and engine is not None and hasattr(engine, "update_weights"):
-        engine.update_weights(run.model)
+    if run is not None and run.trainer is not None and engine is not None:
+        from .staleness import push_weights
+
+        push_weights(engine, run.model, run.trainer.updates)
 
 
 @hookimpl

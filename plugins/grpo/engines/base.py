@@ -54,6 +54,10 @@ class QueuedEngine:
         self._worker = threading.Thread(target=self._run_worker, name=f"{self.name}-engine", daemon=True)
         self.stats = {"requests": 0, "generated_tokens": 0, "prompt_tokens": 0, "batches": 0}
         self._started = False
+        # The version of the weights generations are sampled with (the trainer's optimizer-update count at
+        # its last push); changed only on the worker thread, between batches, so every Generation carries
+        # the version it was sampled with.
+        self.policy_version = 0
 
     def _start(self) -> None:
         if not self._started:
@@ -210,6 +214,7 @@ class QueuedEngine:
                     logprobs=[float(x) for x in logprobs],
                     prompt_tokens=len(request.prompt),
                     finish_reason=finish_reason,
+                    policy_version=self.policy_version,
                 )
             )
 

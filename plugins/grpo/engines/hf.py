@@ -57,12 +57,34 @@ class HFEngine(QueuedEngine):
         self.eos_ids = sorted(eos)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
 
-    def update_weights(self, model: Any) -> None:
-        """Make the engine sample from ``model``'s weights. Free when the engine shares the trainer's model."""
+    def update_weights(self, model: Any, version: int | None = None) -> None:
+        """Make the engine sample from ``model``'s weights. Free when the engine shares the trainer's model.
+
+        ``version``: the policy version the new weights are (default: the current one plus 1)."""
         if model is self.model:
+            self.call_in_worker(lambda: self._set_version(version))
             return
         state = model.state_dict()
-        self.call_in_worker(lambda: self.model.load_state_dict(state))
+        self.call_in_worker(lambda: (self.model.load_state_dict(state), self._set_version(version)))
+
+    def load_weights(self, named: dict[str, Any], version: int | None = None) -> None:
+        """Copy some named tensors (state-dict names; a subset is fine) into the engine's model."""
+        import torch
+
+        def load() -> None:
+            params = self.model.state_dict()
+            unknown = sorted(set(named) - set(params))
+            if unknown:
+                raise KeyError(f"the engine's model has no tensors named {unknown[:5]}")
+            with torch.no_grad():
+                for name, tensor in named.items():
+                    params[name].copy_(tensor)
+            self._set_version(version)
+
+        self.call_in_worker(load)
+
+    def _set_version(self, version: int | None) -> None:
+        self.policy_version = self.policy_version + 1 if version is None else int(version)
 
     # --- worker -------------------------------------------------------------------------------------
 

@@ -148,20 +148,25 @@ class VLLMEngine(QueuedEngine):
 
     # --- weights ---------------------------------------------------------------------------------------
 
-    def update_weights(self, model: Any) -> None:
+    def update_weights(self, model: Any, version: int | None = None) -> None:
         """Load ``model``'s current weights into the running engine and drop KV computed with the old ones.
 
         Blocks until done; runs between engine steps. Tensors are copied from ``model.state_dict()``
-        (checkpoint-format names: vLLM maps and fuses them as at load time).
+        (checkpoint-format names: vLLM maps and fuses them as at load time). ``version``: the policy version
+        of the new weights (default: the current one plus 1).
         """
-        state = model.state_dict()
+        self.load_weights(model.state_dict(), version)
+
+    def load_weights(self, named: dict[str, Any], version: int | None = None) -> None:
+        """Load some named tensors (checkpoint-format names; a subset is fine) into the running engine."""
 
         def reload() -> None:
-            weights = ((name, tensor.detach()) for name, tensor in state.items())
+            weights = ((name, tensor.detach()) for name, tensor in named.items())
             self.llm.collective_rpc(
                 "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
             )
             self.llm.reset_prefix_cache()
+            self.policy_version = self.policy_version + 1 if version is None else int(version)
 
         self.call_in_worker(reload)
 
