@@ -179,7 +179,7 @@ def plugins(as_json: bool) -> None:
     host = make_plugin_manager()
     provides: dict[str, list[str]] = {}
     for kind, found in (("environment", _safe(host.environments)), ("engine", _safe(host.engines)),
-                        ("diagnoser", _safe(host.diagnosers))):
+                        ("diagnoser", _safe(host.diagnosers)), ("executor", _safe(host.executors))):
         for name, (plugin, _spec) in found.items():
             provides.setdefault(plugin, []).append(f"{kind}:{name}")
     rows = []

@@ -99,6 +99,8 @@ class RayConfig(_Section):
     )
     engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
     engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
+    episode_actors: int = Field(default=2, ge=1, description="Episode actors of the ray executor (they share "
+                                "rollout.workers concurrent episodes between them).")
     episode_cpus: float = Field(default=0.25, ge=0.0, description="CPUs reserved per episode actor.")
     num_cpus: int | None = Field(default=None, ge=1, description="CPUs of a local Ray (null: all).")
 

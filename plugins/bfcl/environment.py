@@ -46,6 +46,17 @@ class BfclEnvironment:
         )
         self.format: ToolCallFormat = get_format(self.settings.tool_call_format, **options)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to run episodes in another process, e.g. a Ray actor) without its tool workers: the copy
+        starts its own, with the same isolation and limits, on first use."""
+        state = dict(self.__dict__)
+        state.update(_executor=None, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     # --- the Environment protocol ---------------------------------------------------------------------
 
     def tasks(self, split: str) -> list[Task]:

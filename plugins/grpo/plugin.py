@@ -94,7 +94,23 @@ def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int
     run = ctx.shared.get(RUN)
     if run is None:
         raise RuntimeError("grpo's optimize was called before its start_run: the run loop must call start_run first")
-    return run.optimize(engine, trajectories, weights, rollout=ctx.config.rollout, sleep_engines=_colocated(ctx))
+    metrics = run.optimize(engine, trajectories, weights, rollout=ctx.config.rollout, sleep_engines=_colocated(ctx))
+    _report_lost_replicas(ctx, engine)
+    return metrics
+
+
+def _report_lost_replicas(ctx: Any, engine: Any) -> None:
+    """An event for each engine replica found dead since the last report (replicated engines on Ray)."""
+    live = getattr(engine, "live", None)
+    replicas = getattr(engine, "replicas", None)
+    if not callable(live) or replicas is None:
+        return
+    dead = set(range(len(replicas))) - set(live())
+    reported = ctx.shared.setdefault("grpo.lost_replicas", set())
+    for index in sorted(dead - reported):
+        ctx.event("engine_replica_lost", f"rollout engine replica {index} of {len(replicas)} died; its requests "
+                  "were retried on the others", replica=index, live=sorted(set(range(len(replicas))) - dead))
+    reported.update(dead)
 
 
 @hookimpl
