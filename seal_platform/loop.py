@@ -255,6 +255,11 @@ class Runner:
         evaluations: dict[int, EvalResult] = {}
         if self.resumed:
             self._restore(engine)
+            # The checkpoint after step s is written before the evaluation at s + 1; a kill between them (or
+            # any later kill, since resuming drops what came after the checkpoint) must not lose it.
+            done = self.start_step
+            if done > 0 and eval_tasks and (done == total or self._eval_due(done, total)):
+                evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         else:
             self.interface = _wrap("environment", owner, env.pristine_interface)
             self.store.add_interface(self.run_id, self.interface, None)
@@ -274,13 +279,18 @@ class Runner:
             done = step + 1
             if cfg.training.checkpoint_every and done % cfg.training.checkpoint_every == 0 and done < total:
                 self._checkpoint(step)
-            if cfg.evaluation.every and done % cfg.evaluation.every == 0 and done < total and eval_tasks:
+            if self._eval_due(done, total) and eval_tasks:
                 evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         if total > self.start_step:
             self._checkpoint(total - 1)
             if eval_tasks:
                 evaluations[total] = self._evaluate(env, engine, eval_tasks, total)
         return RunSummary(self.run_id, "completed", total, self.run_dir, evaluations, self.interface.revision)
+
+    def _eval_due(self, done: int, total: int) -> bool:
+        """Whether the schedule evaluates after ``done`` steps (the end-of-run evaluation aside)."""
+        every = self.config.evaluation.every
+        return bool(every) and done % every == 0 and done < total
 
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task]) -> None:
         cfg, plan, timer = self.config, self.plan, _Timer()
@@ -405,6 +415,10 @@ class Runner:
         return final
 
     def _restore(self, engine: Any) -> None:
+        removed = remove_partial_checkpoints(self.run_dir / "checkpoints", self.store.checkpoints(self.run_id))
+        if removed:
+            self.store.add_event(self.run_id, "resume", f"removed {len(removed)} partial checkpoint director"
+                                 f"{'y' if len(removed) == 1 else 'ies'}: {', '.join(p.name for p in removed)}")
         durable = _durable_checkpoints(self.store, self.run_id)
         if not durable:
             dropped = self.store.discard_after(self.run_id, -1)
@@ -451,6 +465,21 @@ def _call_evaluate(
     if not isinstance(result, EvalResult):
         raise PluginError(f"plugin {owner!r} must return an EvalResult from 'evaluate', not {type(result).__name__}.")
     return result
+
+
+def remove_partial_checkpoints(root: Path, recorded: list[Any]) -> list[Path]:
+    """Delete what a kill during a checkpoint write left under ``root``: ``.tmp-step-*`` directories and
+    ``step-*`` directories the store never recorded (renamed into place, then killed before the row)."""
+    if not root.is_dir():
+        return []
+    known = {Path(c.path).name for c in recorded}
+    removed = []
+    for path in sorted(root.iterdir()):
+        partial = path.name.startswith(".tmp-step-") or (path.name.startswith("step-") and path.name not in known)
+        if partial and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _durable_checkpoints(store: RunStore, run_id: str) -> list[Any]:

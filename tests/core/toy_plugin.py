@@ -38,6 +38,7 @@ class ToySettings(BaseModel):
     # removed and KeyboardInterrupt raised (a resumed run, whose recipe is the same, then goes through).
     interrupt_file: str | None = None
     interrupt_step: int = -1
+    interrupt_stage: str = "optimize"  # or "evaluate" (the evaluation after `interrupt_step` steps)
     # The first N episodes of every step fail as the infrastructure would (InfraError inside the episode).
     infra_fail_first: int = 0
 
@@ -121,6 +122,13 @@ class SerialExecutor:
 
     def close(self):
         self.closed = True
+
+
+def _maybe_interrupt(settings: ToySettings, stage: str, step: int) -> None:
+    if (settings.interrupt_file and settings.interrupt_stage == stage and step == settings.interrupt_step
+            and Path(settings.interrupt_file).exists()):
+        Path(settings.interrupt_file).unlink()
+        raise KeyboardInterrupt
 
 
 class ToyPlugin:
@@ -214,15 +222,14 @@ class ToyPlugin:
     @hookimpl
     def optimize(self, ctx, engine, trajectories, weights, step):
         settings = self._note("optimize", ctx, engine=engine, trajectories=trajectories, weights=weights, step=step)
-        if settings.interrupt_file and step == settings.interrupt_step and Path(settings.interrupt_file).exists():
-            Path(settings.interrupt_file).unlink()
-            raise KeyboardInterrupt
+        _maybe_interrupt(settings, "optimize", step)
         engine.skill = min(1.0, engine.skill + settings.skill_step)
         return {"loss": 1.0 - engine.skill, "skill": engine.skill}
 
     @hookimpl
     def evaluate(self, ctx, environment, engine, tasks, step):
-        self._note("evaluate", ctx, environment=environment, engine=engine, tasks=tasks, step=step)
+        settings = self._note("evaluate", ctx, environment=environment, engine=engine, tasks=tasks, step=step)
+        _maybe_interrupt(settings, "evaluate", step)
         trajs = [_episode(engine, t, environment.pristine_interface(), f"eval:{t.id}", 0, True) for t in tasks]
         per_cat: dict[str, list[float]] = {}
         for t in trajs:
