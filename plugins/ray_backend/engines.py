@@ -184,6 +184,7 @@ class RayEngineClient:
         self._lock = threading.Lock()
         self._routes: dict[str, int] = {}
         self.sync_stats: dict[str, float] = {}
+        self._asleep = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -263,6 +264,8 @@ class RayEngineClient:
         if not self._owner:
             raise RuntimeError("update_weights is called on the driver's engine, not on a copy in an episode")
         started = time.perf_counter()
+        if self._asleep:
+            self.wake_up()
         state = model.state_dict()
         changed = self._tracker.changed(state)
         version = self.policy_version + 1 if version is None else int(version)
@@ -283,11 +286,14 @@ class RayEngineClient:
         self._tracker.mark(model.state_dict())
 
     def sleep(self) -> None:
-        """Engines give their accelerator memory back during the update (colocated placement)."""
+        """Engines give their accelerator memory back during the update (colocated placement); the next
+        ``update_weights`` wakes them first."""
         self._broadcast("sleep")
+        self._asleep = True
 
     def wake_up(self) -> None:
         self._broadcast("wake_up")
+        self._asleep = False
 
     def _broadcast(self, method: str, *args: Any) -> list[Any]:
         infra = cluster.infra_errors()

@@ -99,3 +99,22 @@ def test_push_weights_passes_the_version_when_the_engine_takes_one():
     assert staleness.push_weights(a, "m", 4) and a.got == ("m", 4)
     assert staleness.push_weights(b, "m", 4) and b.got == "m"
     assert not staleness.push_weights(object(), "m", 4)
+
+
+def test_colocated_engines_sleep_during_the_update_and_get_the_new_version(tiny_policy):
+    model, tokenizer = tiny_policy
+    calls = []
+
+    class Engine:  # records what the trainer asks of a colocated engine
+        def sleep(self):
+            calls.append(("sleep", run.trainer.updates))
+
+        def update_weights(self, model, version=None):
+            calls.append(("update_weights", version))
+
+    run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4), apatch=None)
+    run.optimize(Engine(), make_trajectories(tokenizer), {}, rollout=RolloutConfig(), sleep_engines=True)
+    assert calls == [("sleep", 0), ("update_weights", run.trainer.updates)] and run.trainer.updates >= 1
+    calls.clear()
+    run.optimize(Engine(), make_trajectories(tokenizer), {}, rollout=RolloutConfig())
+    assert [c[0] for c in calls] == ["update_weights"]

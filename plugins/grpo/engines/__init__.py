@@ -110,6 +110,11 @@ class VLLMEngineSettings(_Section):
         description="Disable CUDA graphs / torch.compile. null: eager on CPU (compiling costs ~70-110 s at start "
         "for ~15% faster decoding), compiled on CUDA.",
     )
+    sleep_mode: bool = Field(
+        default=False,
+        description="CUDA: build vLLM with sleep mode so a colocated engine (ray.colocate) frees its GPU memory "
+        "(weights offloaded, KV cache dropped) while the trainer updates. No effect on CPU.",
+    )
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="Further keyword arguments for vllm.LLM (engine arguments)."
     )

@@ -125,6 +125,8 @@ class VLLMEngine(QueuedEngine):
             kwargs["max_num_batched_tokens"] = s.max_num_batched_tokens
         if on_cuda:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+            if s.sleep_mode:
+                kwargs["enable_sleep_mode"] = True
         kwargs.update(s.extra_args)
         return kwargs
 
@@ -169,6 +171,16 @@ class VLLMEngine(QueuedEngine):
             self.policy_version = self.policy_version + 1 if version is None else int(version)
 
         self.call_in_worker(reload)
+
+    def sleep(self) -> None:
+        """Free the GPU memory while a colocated trainer updates (``sleep_mode`` on CUDA; else nothing)."""
+        if self._on_cuda and self.settings.sleep_mode:
+            self.call_in_worker(lambda: self.llm.sleep(level=1))
+
+    def wake_up(self) -> None:
+        """Back from :meth:`sleep` (before new weights are loaded)."""
+        if self._on_cuda and self.settings.sleep_mode:
+            self.call_in_worker(lambda: self.llm.wake_up())
 
     # --- worker ----------------------------------------------------------------------------------------
 
