@@ -97,6 +97,8 @@ class RayConfig(_Section):
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
         default="PACK", description="Placement-group strategy of the engine (and trainer) bundles."
     )
+    trainer_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per trainer worker (FSDP rank).")
+    trainer_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated).")
     engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
     engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
     episode_actors: int = Field(default=2, ge=1, description="Episode actors of the ray executor (they share "

@@ -17,6 +17,7 @@ from typing import Any
 _lock = threading.Lock()
 _leases = 0
 _started_here = False
+_colocated: tuple[Any, list[Any]] | None = None  # (placement group, strategies) shared by trainers and engines
 
 
 def acquire(config: Any) -> None:
@@ -44,9 +45,11 @@ def release() -> None:
     global _leases
     import ray
 
+    global _colocated
     with _lock:
         _leases = max(0, _leases - 1)
         if _leases == 0 and ray.is_initialized():
+            _colocated = None
             ray.shutdown()
 
 
@@ -80,3 +83,18 @@ def placement(config: Any, bundles: list[dict[str, float]], name: str) -> tuple[
         ) from None
     return [PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=i)
             for i in range(len(cleaned))], group
+
+
+def colocated(config: Any, n: int) -> list[Any]:
+    """Scheduling strategies for ``n`` actors in the one placement group trainer workers and engine replicas
+    share (``ray.colocate``). The first caller creates it with ``n`` bundles of
+    ``trainer_cpus + engine_cpus`` CPUs and ``trainer_gpus + engine_gpus`` GPUs; a later caller asking for more
+    actors than bundles places them round robin (actor i in bundle i mod the bundle count)."""
+    global _colocated
+    with _lock:
+        if _colocated is None:
+            bundle = {"CPU": config.trainer_cpus + config.engine_cpus, "GPU": config.trainer_gpus + config.engine_gpus}
+            strategies, group = placement(config, [bundle] * n, name=f"seal-colocated-{os.getpid()}")
+            _colocated = (group, strategies)
+        strategies = _colocated[1]
+    return [strategies[i % len(strategies)] for i in range(n)]

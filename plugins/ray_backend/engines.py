@@ -337,8 +337,11 @@ def start_replicas(kind: str, config: Any, n: int, builder: Callable[[], Any],
     recipe's ``ray`` section), and the client that routes to them."""
     cluster.acquire(config)
     try:
-        bundles = [{"CPU": config.engine_cpus, "GPU": config.engine_gpus}] * n
-        strategies, group = cluster.placement(config, bundles, name=f"seal-engines-{os.getpid()}")
+        if config.colocate:  # the trainer workers' bundles, shared (engines sleep during the update)
+            strategies, group = cluster.colocated(config, n), None
+        else:
+            bundles = [{"CPU": config.engine_cpus, "GPU": config.engine_gpus}] * n
+            strategies, group = cluster.placement(config, bundles, name=f"seal-engines-{os.getpid()}")
         replicas = [
             EngineReplica.options(
                 num_cpus=config.engine_cpus, num_gpus=config.engine_gpus, max_concurrency=256,

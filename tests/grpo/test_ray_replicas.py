@@ -46,16 +46,10 @@ def _start(config, tokenizer):
 
 @pytest.fixture(scope="module")
 def replicated(local_ray, tokenizer):
-    """Two replicas shared by the tests that do not kill them (routing first: it counts requests)."""
+    """Two replicas shared by the module's tests, in file order: routing first (it counts requests), the
+    replica kills last (starting replicas costs seconds on a small machine)."""
     client, model, tokenizer = _start(local_ray, tokenizer)
     yield client, model, tokenizer
-    client.close()
-
-
-@pytest.fixture
-def doomed(local_ray, tokenizer):
-    client, model, tokenizer = _start(local_ray, tokenizer)
-    yield client
     client.close()
 
 
@@ -117,11 +111,13 @@ def test_only_changed_tensors_are_sent(replicated):
     assert client.sync_stats["tensors"] == 1 and client.sync_stats["params"] == model.model.norm.weight.numel()
 
 
-def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_error(doomed):
-    client = doomed
+def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_error(replicated):
+    client, _, _ = replicated
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
     before = client.generate([_conversation(20)], greedy)[0]
-    (index,) = ray.get(client.router.assignment.remote()).values()
+    from seal_platform_plugins.ray_backend.engines import routing_key
+
+    index = ray.get(client.router.assignment.remote())[routing_key(_conversation(20))]
     ray.kill(client.replicas[index], no_restart=True)
     after = client.generate([_conversation(20)], greedy)[0]
     assert after.token_ids == before.token_ids  # same weights, same greedy continuation, on the other replica
