@@ -12,22 +12,11 @@ ray = pytest.importorskip("ray")
 
 from conftest import make_tiny_model  # noqa: E402
 
-from seal_platform.config import RayConfig  # noqa: E402
 from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.engines import EngineSettings  # noqa: E402
 from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    from seal_platform_plugins.ray_backend import cluster
-
-    config = RayConfig(enabled=True, num_cpus=8, engine_cpus=1)
-    cluster.acquire(config)
-    yield config
-    cluster.release()
 
 
 def _start(config, tokenizer):

@@ -17,7 +17,7 @@ from seal_platform.infra import InfraError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def executor():
+def executor(local_ray):
     from seal_platform_plugins.ray_backend.executor import RayExecutor
 
     ex = RayExecutor(RayConfig(enabled=True, num_cpus=4, episode_actors=2, episode_cpus=0.25), workers=4,
