@@ -418,6 +418,7 @@ class GRPORun:
         self.tokenizer = tokenizer
         self.settings = settings
         self.apatch = apatch
+        self.temperature = temperature
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.trainer = (
             GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
@@ -439,7 +440,7 @@ class GRPORun:
             trajectories = screened.kept
         samples = build_samples(self.tokenizer, trajectories, weights, self.settings)
         if screened is not None and screened.corrected:
-            if self.trainer.temperature != 1.0:
+            if self.temperature != 1.0:
                 raise ValueError("rollout.stale_samples = importance_correct needs sampling at temperature 1 "
                                  "(engines report log-probs at temperature 1); use refuse")
             for sample in samples:
