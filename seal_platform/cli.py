@@ -118,6 +118,7 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
     if ray_address:  # join this cluster: the recipe's Ray parts run there (the store stays here)
         config = config.model_copy(update={"ray": config.ray.model_copy(update={"enabled": True, "address": ray_address})})
     plan = plan_config(config, recipe_name)
+    _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress)
     console.print(f"run [bold]{runner.run_id}[/] ({config.name}) in {runner.run_dir}", highlight=False)
@@ -130,6 +131,13 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
         raise SealError(f"{exc} The run {runner.run_id} is marked failed; after fixing the cause, "
                         f"continue it with `seal-platform run --resume {runner.run_id}`.") from exc
     _print_summary(summary, store)
+
+
+def _warn_failed_plugins(host: Any) -> None:
+    """Every run names the plugins that failed to load, with their errors (the run goes on without them)."""
+    for record in host.failed():
+        errors.print(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not loaded: "
+                     f"{record.error}", highlight=False, markup=False)
 
 
 def _print_summary(summary: Any, store: Any) -> None:
