@@ -189,17 +189,6 @@ class EvalResult(BaseModel):
         return sum(self.per_category.values()) / len(self.per_category)
 
 
-class StepMetrics(BaseModel):
-    """Metrics of one training step; plugins add their own numbers under ``values``."""
-
-    step: int
-    epoch: int
-    mean_reward: float = 0.0
-    n_trajectories: int = 0
-    values: dict[str, float] = Field(default_factory=dict)
-    timings: dict[str, float] = Field(default_factory=dict)
-
-
 # --- the rollout-engine interface --------------------------------------------------------------------
 
 

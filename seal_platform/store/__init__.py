@@ -268,10 +268,6 @@ class RunStore:
         with self.session() as s:
             return list(s.scalars(select(m.Step).where(m.Step.run_id == run_id).order_by(m.Step.step)))
 
-    def step_row(self, run_id: str, step: int) -> m.Step | None:
-        with self.session() as s:
-            return s.scalars(select(m.Step).where(m.Step.run_id == run_id, m.Step.step == step)).first()
-
     def trajectories(self, run_id: str, step: int | None = None, phase: str | None = None) -> list[Trajectory]:
         with self.session() as s:
             q = select(m.TrajectoryRow).where(m.TrajectoryRow.run_id == run_id)
