@@ -73,7 +73,7 @@ def test_lost_episodes_are_stored_but_not_diagnosed_or_trained(toy_site, toy_rec
     assert not mates & set(plugin.seen_trajectories["optimize"]) and len(plugin.seen_trajectories["optimize"]) == 6
     assert not mates & set(plugin.seen_trajectories["reweight"])
     assert all(lab.trajectory_id != lost[0].id for lab in store.labels(runner.run_id, step=0))
-    assert store.step_row(runner.run_id, 0).metrics["infra_masked_frac"] == pytest.approx(0.25)
+    assert store.steps(runner.run_id)[0].metrics["infra_masked_frac"] == pytest.approx(0.25)
     events = [e for e in store.events(runner.run_id) if e.kind == "infra_failure"]
     assert len(events) == 1 and "1 of 8" in events[0].message
     assert store.get_run(runner.run_id).status == "completed"

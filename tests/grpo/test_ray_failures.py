@@ -105,7 +105,7 @@ def test_killing_an_episode_actor_and_a_replica_mid_step(tiny_model_dir, tmp_pat
         assert [m.content for m in t.messages] == [m.content for m in ref.messages]
     kinds = [e.kind for e in store.events(runner.run_id)]
     assert "infra_failure" in kinds and "engine_replica_lost" in kinds
-    masked = store.step_row(runner.run_id, 0).metrics["infra_masked_frac"]
+    masked = store.steps(runner.run_id)[0].metrics["infra_masked_frac"]
     assert masked == pytest.approx(2 * len({t.group for t in lost}) / 8)
     labelled = {lab.trajectory_id for lab in store.labels(runner.run_id, step=0)}
     assert labelled and not labelled & {t.id for t in lost}

@@ -10,7 +10,19 @@ import pytest
 torch = pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
 
-from conftest import make_tiny_model  # noqa: E402
+
+def _grpo_fixtures():
+    """tests/grpo/conftest.py as a module (``import conftest`` may find another folder's conftest)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_grpo_conftest", Path(__file__).with_name("conftest.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+make_tiny_model = _grpo_fixtures().make_tiny_model
 
 from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402

@@ -69,15 +69,19 @@ def test_an_episode_past_its_time_limit_is_an_infra_failure(executor):
     assert time.perf_counter() - started < 20
 
 
-def test_a_killed_actor_loses_its_episodes_only_and_is_replaced(executor):
+def test_a_killed_actor_loses_its_episodes_only_and_is_replaced(executor, tmp_path):
     pids = executor.actor_pids()
 
-    def kill_soon():
-        time.sleep(1.0)
+    def kill_once_running():  # as soon as an episode runs in actor 0 (it leaves a marker file)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(tmp_path.glob(f"{pids[0]}-*")):
+            time.sleep(0.05)
         os.kill(pids[0], signal.SIGKILL)
 
-    threading.Thread(target=kill_soon, daemon=True).start()
-    out = executor.map(sleepy, list(range(8)), on_infra_failure=lambda item, why: f"lost: {why}")
+    killer = threading.Thread(target=kill_once_running, daemon=True)
+    killer.start()
+    out = executor.map(sleepy, [(i, str(tmp_path)) for i in range(8)], on_infra_failure=lambda item, why: f"lost: {why}")
+    killer.join()
     lost = [o for o in out if isinstance(o, str)]
     assert 1 <= len(lost) <= 4 and all("Actor" in o or "Worker" in o for o in lost), out
     assert [o for o in out if not isinstance(o, str)] == [i for i, o in enumerate(out) if not isinstance(o, str)]
@@ -85,6 +89,8 @@ def test_a_killed_actor_loses_its_episodes_only_and_is_replaced(executor):
     assert executor.actor_pids()[0] != pids[0]
 
 
-def sleepy(x):
+def sleepy(item):
+    x, marks = item
+    open(os.path.join(marks, f"{os.getpid()}-{x}"), "w").close()
     time.sleep(2.0)
     return x
