@@ -111,6 +111,12 @@ def _importance(micro: Sequence[Sample], device: Any) -> torch.Tensor:
     return torch.cat(parts)
 
 
+def _as_float(value: Any) -> float:
+    """A scalar tensor as a float (a DTensor from a sharded model is made whole first)."""
+    full = getattr(value, "full_tensor", None)
+    return float(full() if callable(full) else value)
+
+
 def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
     first = rows[0]
     n = min(len(r) for r in rows)
@@ -119,6 +125,19 @@ def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
         if any(r[i] != t for r in rows[1:]):
             return i
     return n
+
+
+def reference_policy(model: Any) -> Any:
+    """The KL reference: a frozen copy of ``model`` as it is now; for a LoRA policy, the same model called
+    with its adapters off (the base never trains, so that is exactly the initial policy, with no copy)."""
+    from .lora import AdaptersOff, is_lora
+
+    if is_lora(model):
+        return AdaptersOff(model)
+    ref = copy.deepcopy(model)
+    ref.requires_grad_(False)
+    ref.eval()
+    return ref
 
 
 class GRPOTrainer:
@@ -161,9 +180,7 @@ class GRPOTrainer:
         settings = settings or GRPOSettings()
         ref = None
         if settings.kl_coef > 0:
-            ref = copy.deepcopy(model)
-            ref.requires_grad_(False)
-            ref.eval()
+            ref = reference_policy(model)
         return cls(model, settings, ref_model=ref, **kwargs)
 
     # --- forward passes ---------------------------------------------------------------------------------
@@ -292,7 +309,8 @@ class GRPOTrainer:
                 if sample.n_tokens and all(lp is not None for lp in sample.engine_logprobs):
                     sample.old_logp = torch.tensor(sample.engine_logprobs, dtype=torch.float32, device=self.device)
         # Mini-batches after the first are trained on after an update: their old log-probs come first.
-        self.fill_logprobs(self.model, [x for b in batches[1:] for x in b if runs(x)], "old_logp")
+        self.fill_logprobs(self.model, [x for b in batches[1:] for x in self._local([y for y in b if runs(y)])],
+                           "old_logp")
         engine_diff = self._engine_diff(samples)
 
         totals: dict[str, float] = {k: 0.0 for k in ("loss", "pg_loss", "kl", "entropy", "grad_norm")}
@@ -308,9 +326,10 @@ class GRPOTrainer:
                 active = [x for x in batch if runs(x)]
                 if not active:
                     continue
+                active = self._local(active)
                 self.optimizer.zero_grad(set_to_none=True)
                 parts = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0}
-                for micro in self._micro_batches(active):
+                for micro in self._accumulation_batches(active):
                     if need_ref:
                         self.fill_logprobs(self.ref_model, micro, "ref_logp")
                     logp, ent = self._forward(self.model, micro, entropy=want_entropy)
@@ -345,7 +364,7 @@ class GRPOTrainer:
                     trained_tokens += sum(len(x.input_ids) for x in micro)
                 params = [p for g in self.optimizer.param_groups for p in g["params"]]
                 max_norm = s.grad_clip if s.grad_clip is not None else math.inf
-                norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+                norm = _as_float(torch.nn.utils.clip_grad_norm_(params, max_norm))
                 if math.isfinite(norm):
                     for group in self.optimizer.param_groups:
                         group["lr"] = self._lr()
@@ -359,6 +378,7 @@ class GRPOTrainer:
                     totals[key] += value
                 totals["grad_norm"] += norm if math.isfinite(norm) else 0.0
         self.model.train(was_training)
+        totals, counts, trained_tokens = self._reduce_stats(totals, counts, trained_tokens)
         elapsed = time.perf_counter() - started
         n_updates = counts["updates"] + counts["skipped"]
         tokens = max(counts["tokens"], 1)
@@ -380,6 +400,20 @@ class GRPOTrainer:
         if engine_diff is not None:
             metrics["engine_logprob_abs_diff"] = engine_diff
         return metrics
+
+    # Hooks for a sharded trainer (distributed.ShardedGRPOTrainer): one process trains everything here.
+
+    def _local(self, samples: Sequence[Sample]) -> list[Sample]:
+        """The samples of a mini-batch that this process trains."""
+        return list(samples)
+
+    def _accumulation_batches(self, samples: Sequence[Sample]) -> Iterable[list[Sample]]:
+        """The micro-batches whose gradients make one optimizer update."""
+        return self._micro_batches(samples)
+
+    def _reduce_stats(self, totals: dict[str, float], counts: dict[str, Any], trained_tokens: int) -> tuple:
+        """The step's loss parts and counts over all processes that trained it."""
+        return totals, counts, trained_tokens
 
     def _engine_diff(self, samples: Sequence[Sample]) -> float | None:
         """Mean |recomputed - engine| old log-prob, where both exist (a trainer/engine mismatch check)."""
@@ -413,16 +447,21 @@ class GRPORun:
     """
 
     def __init__(self, model: Any, tokenizer: Any, settings: GRPOSettings, apatch: Any, temperature: float = 1.0,
-                 train: bool = True):
+                 train: bool = True, policy: Any = None, seed: int = 0):
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings
         self.apatch = apatch
         self.temperature = temperature
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.trainer = (
-            GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
-        )
+        if train and settings.train_workers > 1:  # FSDP2 workers do the update; `model` is their synced copy
+            from .distributed import GroupTrainer
+
+            self.trainer = GroupTrainer(model, settings, policy, temperature=temperature, pad_id=pad or 0, seed=seed)
+        else:
+            self.trainer = (
+                GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
+            )
 
     def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float],
                  rollout: Any = None, sleep_engines: bool = False) -> dict[str, float]:

@@ -53,6 +53,9 @@ class QueuedEngine:
         self._closed = False
         self._worker = threading.Thread(target=self._run_worker, name=f"{self.name}-engine", daemon=True)
         self.stats = {"requests": 0, "generated_tokens": 0, "prompt_tokens": 0, "batches": 0}
+        # The adapter version generating now (LoRA policies); stamped on every Generation. Changed only on the
+        # worker thread between batches, so a generation carries the version that produced it.
+        self.adapter_version: str | None = None
         self._started = False
         # The version of the weights generations are sampled with (the trainer's optimizer-update count at
         # its last push); changed only on the worker thread, between batches, so every Generation carries
@@ -215,6 +218,7 @@ class QueuedEngine:
                     prompt_tokens=len(request.prompt),
                     finish_reason=finish_reason,
                     policy_version=self.policy_version,
+                    adapter=self.adapter_version,
                 )
             )
 
