@@ -326,10 +326,12 @@ class RunStore:
                 return Interface.model_validate(row.content)
         raise StoreError(f"run {run_id} has no interface revision {revision}.")
 
-    def add_evaluation(self, run_id: str, step: int, result: EvalResult) -> None:
+    def add_evaluation(self, run_id: str, step: int, result: EvalResult, benchmark: str = "") -> None:
+        """Record an evaluation; ``benchmark`` names the environment evaluated ("": the run's own)."""
         with self.session() as s:
             s.add_all(
-                m.Evaluation(run_id=run_id, step=step, split=result.split, category=cat, pass_rate=rate, n_tasks=result.n_tasks)
+                m.Evaluation(run_id=run_id, step=step, split=result.split, benchmark=benchmark, category=cat,
+                             pass_rate=rate, n_tasks=result.n_tasks)
                 for cat, rate in sorted(result.per_category.items())
             )
             self._add_trajectories(s, run_id, step, "eval", result.trajectories)

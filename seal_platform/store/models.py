@@ -146,6 +146,8 @@ class Evaluation(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     step: Mapped[int] = mapped_column(Integer)
     split: Mapped[str] = mapped_column(String(50))
+    # The environment evaluated: the run's own or one of evaluation.benchmarks ("" in rows older than 0004).
+    benchmark: Mapped[str] = mapped_column(String(100), default="", server_default="")
     category: Mapped[str] = mapped_column(String(100))
     pass_rate: Mapped[float] = mapped_column(Float)
     n_tasks: Mapped[int] = mapped_column(Integer)
