@@ -36,12 +36,13 @@ def train_adapters(model, tokenizer) -> None:
 
 def check_engine_follows_adapters(engine, model, tokenizer) -> None:
     first = run_dialogue(engine, SAMPLING, turns=2)
-    assert engine.generate([first[:2]], SAMPLING)[0].adapter == "lora-v1"
+    initial = engine.generate([first[:2]], SAMPLING)[0]
+    assert initial.adapter == "lora-v1" and initial.policy_version == 0
     assert_logprobs_match(model, tokenizer, first)
     train_adapters(model, tokenizer)
     engine.update_weights(model)
     generation = engine.generate([first[:2]], SAMPLING)[0]
-    assert generation.adapter == "lora-v2"
+    assert generation.adapter == "lora-v2" and generation.policy_version == 1
     fresh = run_dialogue(engine, SAMPLING, turns=2)
     assert_logprobs_match(model, tokenizer, fresh)  # the trainer's forward, adapters on
     episode = encode_episode(tokenizer, fresh)

@@ -108,7 +108,7 @@ class VLLMEngine(QueuedEngine):
         try:
             self.max_model_len = self._ready.result()
             if self._lora:
-                self.update_weights(model)  # the initial adapters, as the first LoRA request
+                self.update_weights(model, version=0)  # initial adapters: policy version 0
         except BaseException:
             self.close()
             raise
