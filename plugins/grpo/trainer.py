@@ -35,6 +35,7 @@ from seal_platform.types import Trajectory
 from .objective import entropy_from_logits, grpo_token_loss, token_logprobs, token_weights
 from .apatch import group_advantages
 from .settings import GRPOSettings
+from .skipping import SkipCounter, can_skip, predicted_runs
 
 # A shared prefix shorter than this is not worth a separate forward pass.
 _MIN_SHARED_PREFIX = 8
@@ -118,6 +119,7 @@ class GRPOTrainer:
         ref_model: Any | None = None,
         temperature: float = 1.0,
         pad_id: int = 0,
+        policy_is_reference: bool = False,
     ):
         self.settings = settings or GRPOSettings()
         s = self.settings
@@ -138,6 +140,9 @@ class GRPOTrainer:
             params, lr=s.lr, betas=tuple(s.betas), eps=s.adam_eps, weight_decay=s.weight_decay
         )
         self.updates = 0
+        # True while the policy's weights equal the reference's (no update since it was copied): zero-advantage
+        # trajectories then change nothing even with a KL term (see .skipping).
+        self.policy_is_reference = bool(policy_is_reference and ref_model is not None)
         if s.gradient_checkpointing:
             model.gradient_checkpointing_enable()
 
@@ -150,7 +155,7 @@ class GRPOTrainer:
             ref = copy.deepcopy(model)
             ref.requires_grad_(False)
             ref.eval()
-        return cls(model, settings, ref_model=ref, **kwargs)
+        return cls(model, settings, ref_model=ref, policy_is_reference=ref is not None, **kwargs)
 
     # --- forward passes ---------------------------------------------------------------------------------
 
@@ -267,10 +272,7 @@ class GRPOTrainer:
         self.model.train(s.gradient_checkpointing)
         need_ref = s.kl_coef > 0
         want_entropy = True
-        can_skip = s.skip_zero_advantage and not need_ref and s.entropy_coef == 0
-
-        def runs(sample: Sample) -> bool:
-            return sample.n_tokens > 0 and not (can_skip and sample.advantage == 0.0)
+        skips = SkipCounter()
 
         batches = self.mini_batches(samples)
         if s.old_logprobs == "engine":
@@ -278,12 +280,13 @@ class GRPOTrainer:
                 if sample.n_tokens and all(lp is not None for lp in sample.engine_logprobs):
                     sample.old_logp = torch.tensor(sample.engine_logprobs, dtype=torch.float32, device=self.device)
         # Mini-batches after the first are trained on after an update: their old log-probs come first.
-        self.fill_logprobs(self.model, [x for b in batches[1:] for x in b if runs(x)], "old_logp")
+        self.fill_logprobs(self.model, predicted_runs(batches, s, self.policy_is_reference), "old_logp")
         engine_diff = self._engine_diff(samples)
 
         totals: dict[str, float] = {k: 0.0 for k in ("loss", "pg_loss", "kl", "entropy", "grad_norm")}
         counts = {"tokens": 0, "clipped": 0, "dual": 0, "approx_kl": 0.0, "updates": 0, "skipped": 0, "ratio_max": 0.0}
         trained_tokens = 0
+        trained_ids: set[int] = set()
         for _ in range(s.epochs_per_step):
             for batch in batches:
                 weights = token_weights([x.n_tokens for x in batch], s.loss_agg)
@@ -291,15 +294,25 @@ class GRPOTrainer:
                 for x in batch:
                     offsets[id(x)] = pos
                     pos += x.n_tokens
-                active = [x for x in batch if runs(x)]
+                at_reference = self.policy_is_reference
+                active = [x for x in batch if not can_skip(x, s, at_reference)]
+                for x in batch:
+                    if x.n_tokens and can_skip(x, s, at_reference):
+                        skips.skip(x)
                 if not active:
+                    skips.mini_batches += 1
                     continue
+                trained_ids.update(id(x) for x in active)
                 self.optimizer.zero_grad(set_to_none=True)
                 parts = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0}
                 for micro in self._micro_batches(active):
-                    if need_ref:
+                    if need_ref and not at_reference:
                         self.fill_logprobs(self.ref_model, micro, "ref_logp")
                     logp, ent = self._forward(self.model, micro, entropy=want_entropy)
+                    if need_ref and at_reference:  # same weights: the reference's log-probs are these
+                        for x, part in zip(micro, torch.split(logp.detach(), [x.n_tokens for x in micro])):
+                            if x.ref_logp is None:
+                                x.ref_logp = part.clone()
                     split = torch.split(logp.detach(), [x.n_tokens for x in micro])
                     for x, part in zip(micro, split):
                         if x.old_logp is None:  # first mini-batch: the policy has not moved yet
@@ -335,6 +348,7 @@ class GRPOTrainer:
                         group["lr"] = self._lr()
                     self.optimizer.step()
                     self.updates += 1
+                    self.policy_is_reference = False
                     counts["updates"] += 1
                 else:  # a non-finite gradient would destroy the weights: skip this update
                     counts["skipped"] += 1
@@ -354,12 +368,13 @@ class GRPOTrainer:
             ratio_max=counts["ratio_max"],
             updates=float(counts["updates"]),
             skipped_updates=float(counts["skipped"]),
-            trained_sequences=float(sum(1 for x in samples if runs(x))),
+            trained_sequences=float(len(trained_ids)),
             generated_tokens=float(sum(x.n_tokens for x in samples)),
             trained_tokens=float(trained_tokens),
             tokens_per_s=trained_tokens / elapsed if elapsed > 0 else 0.0,
             update_s=elapsed,
             lr=self._lr(),
+            **skips.metrics(),
         )
         if engine_diff is not None:
             metrics["engine_logprob_abs_diff"] = engine_diff
@@ -388,6 +403,7 @@ class GRPOTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state.get("updates", 0))
+        self.policy_is_reference = self.policy_is_reference and self.updates == 0
 
 
 class GRPORun:

@@ -111,7 +111,7 @@ def test_first_update_loss_and_gradient_match_plain_computation(tiny_policy, tra
         dict(micro_batch_size=1, shared_prefix=False),
         dict(micro_batch_size=3, shared_prefix=True),
         dict(micro_batch_size=6, shared_prefix=False, max_tokens_per_micro_batch=200),
-        dict(micro_batch_size=6, shared_prefix=True, skip_zero_advantage=False),
+        dict(micro_batch_size=6, shared_prefix=True, zero_advantage="compute"),
     ],
 )
 def test_gradient_independent_of_micro_batching_and_prefix_sharing(tokenizer, trajectories, variant):
@@ -146,7 +146,7 @@ def test_zero_advantage_groups_are_skipped_without_changing_the_update(tokenizer
 
     def run(skip: bool):
         model = make_tiny_model(tokenizer)
-        settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, skip_zero_advantage=skip)
+        settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, zero_advantage="skip" if skip else "compute")
         trainer = GRPOTrainer(model, settings, pad_id=tokenizer.pad_token_id)
         grads = capture_grads(trainer)
         return trainer.step(build_samples(tokenizer, trajs, settings=settings)), grads
