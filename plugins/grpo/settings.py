@@ -96,6 +96,12 @@ class GRPOSettings(_Section):
         "groups all have equal rewards costs no update at the start of training). compute: run them anyway "
         "(the reference implementation's behaviour). Skipped work is counted in the step metrics.",
     )
+    logits_chunk_tokens: int | None = Field(
+        default=1024, ge=1,
+        description="Loss tokens whose full-vocabulary float32 logits exist at a time: the output layer, log-probs "
+        "and entropy run per chunk and are recomputed in backward (torch.utils.checkpoint) instead of kept. "
+        "null: all of a micro-batch's logits at once (through the model's own forward).",
+    )
     gradient_checkpointing: bool = Field(default=False, description="Trade compute for activation memory.")
     autocast: Literal["auto", "off", "bfloat16", "float16"] = Field(
         default="auto",

@@ -32,7 +32,7 @@ import torch
 
 from seal_platform.types import Trajectory
 
-from .objective import entropy_from_logits, grpo_token_loss, token_logprobs, token_weights
+from .objective import chunked_logprobs, entropy_from_logits, grpo_token_loss, token_logprobs, token_weights
 from .apatch import group_advantages
 from .settings import GRPOSettings
 from .skipping import SkipCounter, can_skip, predicted_runs
@@ -167,8 +167,9 @@ class GRPOTrainer:
         target = torch.float16 if mode == "float16" else torch.bfloat16
         return torch.autocast(device_type=self.device.type, dtype=target)
 
-    def _logits(self, model: Any, batch: Sequence[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits predicting every loss token of ``batch`` (rows in sample order) and those tokens."""
+    def _logits(self, model: Any, batch: Sequence[Sample], hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits predicting every loss token of ``batch`` (rows in sample order) and those tokens; with
+        ``hidden``, the final hidden states there instead (the output layer is then applied in chunks)."""
         rows = [s.input_ids for s in batch]
         n, width = len(rows), max(len(r) for r in rows)
         shared = 0
@@ -200,12 +201,25 @@ class GRPOTrainer:
             kwargs = {"past_key_values": cache, "position_ids": positions, "use_cache": True}
         else:
             kwargs = {"use_cache": False}
+        if hidden:
+            out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), logits_to_keep=1,
+                        output_hidden_states=True, **kwargs)
+            cols = keep_t[col_idx.to(dev)]
+            return out.hidden_states[-1][row_idx.to(dev), cols], targets.to(dev)
         out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), logits_to_keep=keep_t, **kwargs)
         logits = out.logits[row_idx.to(dev), col_idx.to(dev)]
         return logits, targets.to(dev)
 
     def _forward(self, model: Any, batch: Sequence[Sample], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs (and entropies) of ``batch``'s loss tokens, concatenated in sample order."""
+        chunk = self.settings.logits_chunk_tokens
+        if chunk:
+            with self._autocast():
+                states, targets = self._logits(model, batch, hidden=True)
+                return chunked_logprobs(
+                    states, model.get_output_embeddings(), targets, self.temperature, chunk=chunk,
+                    entropy=entropy, entropy_grad=self.settings.entropy_coef > 0,
+                )
         with self._autocast():
             logits, targets = self._logits(model, batch)
         logp = token_logprobs(logits, targets, self.temperature)
@@ -435,7 +449,7 @@ class GRPORun:
             metrics["zero_advantage_frac"] = sum(1 for a in advantages if a == 0.0) / len(advantages)
         started = time.perf_counter()
         update = getattr(engine, "update_weights", None)
-        if callable(update):
+        if callable(update) and metrics.get("updates", 1.0) > 0:  # unchanged weights need no push
             update(self.model)
         metrics["weight_push_s"] = time.perf_counter() - started
         return metrics
