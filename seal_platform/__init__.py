@@ -11,3 +11,7 @@ try:
     __version__ = version("seal-platform")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
+
+from .hookspecs import hookimpl  # noqa: E402  (plugins write `from seal_platform import hookimpl`)
+
+__all__ = ["__version__", "hookimpl"]

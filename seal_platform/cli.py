@@ -17,17 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .config import (
-    Issue,
-    RunConfig,
-    apply_overrides,
-    load_recipe_data,
-    raise_for,
-    resolve_recipe_path,
-    validate_core,
-)
+from .config import Issue, RunConfig, raise_for
 from .errors import PluginError, SealError
-from .plugins import PluginHost, make_plugin_manager
+from .planning import load_recipe, plugin_host_for
+from .plugins import make_plugin_manager
 
 console = Console(stderr=False, soft_wrap=True)
 errors = Console(stderr=True, soft_wrap=True)
@@ -52,21 +45,6 @@ def _split_recipe_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
     if args and "=" not in args[0]:
         return args[0], list(args[1:])
     return None, list(args)
-
-
-def load_recipe(recipe: str | None, overrides: list[str]) -> tuple[RunConfig | None, list[Issue], Path]:
-    path = resolve_recipe_path(recipe)
-    data = apply_overrides(load_recipe_data(path), overrides)
-    config, issues = validate_core(data)
-    return config, issues, path
-
-
-def plugin_host_for(config: RunConfig | None) -> PluginHost:
-    if config is None:
-        return make_plugin_manager()
-    return make_plugin_manager(
-        allow=config.plugins.allow, block=config.plugins.block, required=config.named_plugins()
-    )
 
 
 def default_store_url() -> str:
@@ -112,7 +90,8 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
     RECIPE is a YAML file or the name of a shipped recipe (default: seal-embedded, the CPU default of the
     stock SEAL recipe). Overrides such as training.steps=2 or settings.grpo.lr=1e-5 change single keys.
     """
-    from .loop import Runner, prepare
+    from .loop import Runner
+    from .planning import plan_config
     from .progress import RichProgress
     from .store import RunStore
 
@@ -138,10 +117,9 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
             config = config.model_copy(update={"store": store_url})
         recipe_name = str(path)
         store = RunStore(config.store_url())
-    host = plugin_host_for(config)
-    plan = prepare(config, host, recipe_name)
+    plan = plan_config(config, recipe_name)
     progress = None if quiet else RichProgress(console)
-    runner = Runner(plan, host, store, recipe=recipe_name, resume_run_id=resume, progress=progress)
+    runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress)
     console.print(f"run [bold]{runner.run_id}[/] ({config.name}) in {runner.run_dir}", highlight=False)
     try:
         summary = runner.run()
@@ -225,7 +203,7 @@ def config() -> None:
 @click.argument("overrides", nargs=-1)
 def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
     """Report every problem in RECIPE at once; exit 1 if there is any."""
-    from .loop import check_recipe
+    from .planning import check_recipe
 
     config_, issues, path = load_recipe(recipe, list(overrides))
     if config_ is not None:
@@ -305,7 +283,8 @@ def report(run_id: str, store_url: str | None, out: str | None) -> None:
 @store_option
 def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: int | None, store_url: str | None) -> None:
     """Evaluate a run's checkpoint on a split (pristine interface, greedy) and record the result."""
-    from .loop import evaluate_checkpoint, prepare
+    from .loop import evaluate_checkpoint
+    from .planning import plan_config
 
     store = open_store(store_url)
     row = store.get_run(run_id)
@@ -315,9 +294,8 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     if max_tasks:
         data = {**data, "evaluation": {**data["evaluation"], "max_tasks": max_tasks}}
     config_ = RunConfig.model_validate(data)
-    host = plugin_host_for(config_)
-    plan = prepare(config_, host, row.recipe or row.id)
-    done, result = evaluate_checkpoint(store, host, plan, row.id, step)
+    plan = plan_config(config_, row.recipe or row.id)
+    done, result = evaluate_checkpoint(store, plan.host, plan, row.id, step)
     table = Table(title=f"run {row.id}, checkpoint after {done} step(s), split {result.split} ({result.n_tasks} tasks)")
     table.add_column("category")
     table.add_column("pass rate (%)", justify="right")

@@ -4,16 +4,24 @@
     evaluate                                                             (before training, every K steps, at the end)
 
 It owns what no plugin should: choosing each step's tasks (seeded, epoch by epoch, so a resumed run picks the
-same batches), the capability state, the current interface revision, checkpoints (written atomically) and
-the run's rows in the store.
+same batches), the capability state, the current interface revision, when checkpoints are written and the
+run's rows in the store.
+
+The public path is recipe -> plan -> run::
+
+    from seal_platform.planning import plan_recipe
+    from seal_platform.loop import run_plan
+
+    summary = run_plan(plan_recipe("recipes/seal-embedded.yaml", ["training.steps=2"]))
+
+Planning (recipe -> :class:`Plan`) lives in :mod:`seal_platform.planning`, checkpoint files in
+:mod:`seal_platform.checkpoints`; both are re-exported here for existing imports.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import time
 import traceback
 import uuid
@@ -23,81 +31,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from pydantic import BaseModel
-
 from .capability import CapabilityState
-from .config import Issue, RunConfig, raise_for, validate_settings
+from .checkpoints import (
+    CORE_CHECKPOINT_FILE,
+    CoreState,
+    durable_checkpoints,
+    load_plugin_checkpoints,
+    read_core_state,
+    remove_partial_checkpoints,
+    write_checkpoint,
+)
+from .config import RunConfig
 from .context import RunContext
 from .environment import Environment
 from .errors import PluginError, SealError
 from .executor import LocalExecutor
+from .planning import Plan, check_recipe, plan_config, plan_recipe, prepare
 from .plugins import PluginHost
 from .store import RunStore
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
 
-CORE_CHECKPOINT_FILE = "core.json"
-
-
-@dataclass
-class Plan:
-    """What a validated recipe resolves to against the loaded plugins."""
-
-    config: RunConfig
-    settings: dict[str, BaseModel]
-    env_owner: str
-    diagnosers: list[str]  # plugin names whose `diagnose` is called
-    primary_diagnoser: str | None
-    engine_owner: str
-
-
-def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list[Issue]]:
-    """Everything that can be checked before a run starts, reported together."""
-    settings, issues = validate_settings(config, host.settings_models())
-    environments = host.environments()
-    if config.environment not in environments:
-        known = ", ".join(sorted(environments)) or "none"
-        issues.append(Issue("environment", f"no loaded plugin registers environment {config.environment!r}",
-                            f"registered environments: {known}; install or unblock the plugin that provides it"))
-        env_owner = ""
-    else:
-        env_owner = environments[config.environment][0]
-        for hook in ("collect", "evaluate"):
-            if not host.implements(env_owner, hook):
-                issues.append(Issue("environment", f"plugin {env_owner!r} registers {config.environment!r} but does not implement {hook!r}"))
-    engines = host.engines()
-    if config.rollout.engine not in engines:
-        known = ", ".join(sorted(engines)) or "none"
-        issues.append(Issue("rollout.engine", f"no loaded plugin registers rollout engine {config.rollout.engine!r}",
-                            f"registered engines: {known}"))
-        engine_owner = ""
-    else:
-        engine_owner = engines[config.rollout.engine][0]
-    for stage, owner in config.stages.model_dump().items():
-        if owner is None:
-            continue
-        if not host.is_loaded(owner):
-            issues.append(Issue(f"stages.{stage}", host._why_missing(owner), "name a loaded plugin (see `seal-platform plugins`) or null to switch the stage off"))
-        elif not host.implements(owner, stage):
-            issues.append(Issue(f"stages.{stage}", f"plugin {owner!r} does not implement {stage!r}", "name a plugin that does"))
-    registered = host.diagnosers()
-    enabled = config.diagnosis.diagnosers if config.diagnosis.diagnosers is not None else sorted(registered)
-    for name in enabled:
-        if name not in registered:
-            issues.append(Issue("diagnosis.diagnosers", f"no loaded plugin registers diagnoser {name!r}",
-                                f"registered diagnosers: {', '.join(sorted(registered)) or 'none'}"))
-    diagnoser_plugins = sorted({registered[n][0] for n in enabled if n in registered})
-    for plugin in diagnoser_plugins:
-        if not host.implements(plugin, "diagnose"):
-            issues.append(Issue("diagnosis.diagnosers", f"plugin {plugin!r} registers a diagnoser but does not implement 'diagnose'"))
-    primary = config.diagnosis.primary
-    if primary is None:
-        # The environment's own diagnoser knows its verifier trace best; otherwise the first enabled one.
-        primary = config.environment if config.environment in enabled else (enabled[0] if enabled else None)
-    elif primary not in enabled:
-        issues.append(Issue("diagnosis.primary", f"{primary!r} is not an enabled diagnoser", "add it to diagnosis.diagnosers"))
-    if issues:
-        return None, issues
-    return Plan(config, settings, env_owner, diagnoser_plugins, primary, engine_owner), []
+__all__ = [
+    "CORE_CHECKPOINT_FILE", "Plan", "Progress", "RunSummary", "Runner", "check_recipe", "evaluate_checkpoint",
+    "plan_config", "plan_recipe", "prepare", "remove_partial_checkpoints", "run_plan",
+]
 
 
 def _batches(tasks: list[Task], per_step: int, seed: int, epoch: int) -> list[list[Task]]:
@@ -254,6 +211,11 @@ class Runner:
         evaluations: dict[int, EvalResult] = {}
         if self.resumed:
             self._restore(engine)
+            # The checkpoint after step s is written before the evaluation at s + 1; a kill between them (or
+            # any later kill, since resuming drops what came after the checkpoint) must not lose it.
+            done = self.start_step
+            if done > 0 and eval_tasks and (done == total or self._eval_due(done, total)):
+                evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         else:
             self.interface = _wrap("environment", owner, env.pristine_interface)
             self.store.add_interface(self.run_id, self.interface, None)
@@ -273,13 +235,18 @@ class Runner:
             done = step + 1
             if cfg.training.checkpoint_every and done % cfg.training.checkpoint_every == 0 and done < total:
                 self._checkpoint(step)
-            if cfg.evaluation.every and done % cfg.evaluation.every == 0 and done < total and eval_tasks:
+            if self._eval_due(done, total) and eval_tasks:
                 evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         if total > self.start_step:
             self._checkpoint(total - 1)
             if eval_tasks:
                 evaluations[total] = self._evaluate(env, engine, eval_tasks, total)
         return RunSummary(self.run_id, "completed", total, self.run_dir, evaluations, self.interface.revision)
+
+    def _eval_due(self, done: int, total: int) -> bool:
+        """Whether the schedule evaluates after ``done`` steps (the end-of-run evaluation aside)."""
+        every = self.config.evaluation.every
+        return bool(every) and done % every == 0 and done < total
 
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task]) -> None:
         cfg, plan, timer = self.config, self.plan, _Timer()
@@ -369,34 +336,14 @@ class Runner:
     # --- checkpoints -----------------------------------------------------------------------------------
 
     def _checkpoint(self, step: int) -> Path:
-        """Plugins write into a temporary directory that becomes the checkpoint by one rename, after its
-        files are on disk; only then does the store learn of it."""
-        root = self.run_dir / "checkpoints"
-        root.mkdir(parents=True, exist_ok=True)
-        final = root / f"step-{step:06d}"
-        tmp = root / f".tmp-step-{step:06d}-{uuid.uuid4().hex[:6]}"
-        tmp.mkdir()
-        try:
-            metas = self.host.hook.save_checkpoint(ctx=self.ctx, directory=tmp, step=step)
-            core = {
-                "step": step,
-                "interface_revision": self.interface.revision,
-                "state": self.state.model_dump(mode="json"),
-            }
-            (tmp / CORE_CHECKPOINT_FILE).write_text(json.dumps(core))
-            _fsync_tree(tmp)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            _fsync_dir(root)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        self.store.add_checkpoint(self.run_id, step, str(final), {"plugins": [m for m in metas if m]})
-        return final
+        return write_checkpoint(self.host, self.ctx, CoreState(step, self.interface.revision, self.state))
 
     def _restore(self, engine: Any) -> None:
-        durable = _durable_checkpoints(self.store, self.run_id)
+        removed = remove_partial_checkpoints(self.run_dir / "checkpoints", self.store.checkpoints(self.run_id))
+        if removed:
+            self.store.add_event(self.run_id, "resume", f"removed {len(removed)} partial checkpoint director"
+                                 f"{'y' if len(removed) == 1 else 'ies'}: {', '.join(p.name for p in removed)}")
+        durable = durable_checkpoints(self.store, self.run_id)
         if not durable:
             dropped = self.store.discard_after(self.run_id, -1)
             self.store.add_event(self.run_id, "resume", f"no checkpoint: restarting from step 0 ({dropped} step(s) discarded)")
@@ -404,11 +351,11 @@ class Runner:
             self.start_step = 0
             return
         last = durable[-1]
-        core = json.loads((Path(last.path) / CORE_CHECKPOINT_FILE).read_text())
+        core = read_core_state(Path(last.path))
         dropped = self.store.discard_after(self.run_id, last.step)
-        self.state = CapabilityState.model_validate(core["state"])
-        self.interface = self.store.interface(self.run_id, core["interface_revision"])
-        self.host.hook.load_checkpoint(ctx=self.ctx, directory=Path(last.path), step=last.step)
+        self.state = core.state
+        self.interface = self.store.interface(self.run_id, core.interface_revision)
+        load_plugin_checkpoints(self.host, self.ctx, Path(last.path), last.step)
         self.start_step = last.step + 1
         self.store.add_event(
             self.run_id, "resume", f"resumed after step {last.step} from {last.path} ({dropped} later step(s) re-done)",
@@ -444,11 +391,6 @@ def _call_evaluate(
     return result
 
 
-def _durable_checkpoints(store: RunStore, run_id: str) -> list[Any]:
-    """Checkpoints whose files are complete (the core's file is written last, before the rename)."""
-    return [c for c in store.checkpoints(run_id) if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]
-
-
 def _close_engine(ctx: RunContext, store: RunStore) -> None:
     """The core built the engine, so the core closes it (after ``end_run``, which may still use it)."""
     engine = ctx.shared.pop("engine", None)
@@ -460,37 +402,13 @@ def _close_engine(ctx: RunContext, store: RunStore) -> None:
         store.add_event(ctx.run_id, "engine_close_failed", f"{type(exc).__name__}: {exc}")
 
 
-def _fsync_tree(path: Path) -> None:
-    for file in path.rglob("*"):
-        if file.is_file():
-            with open(file, "rb") as fh:
-                os.fsync(fh.fileno())
-    for directory in [path, *(p for p in path.rglob("*") if p.is_dir())]:
-        _fsync_dir(directory)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def prepare(config: RunConfig, host: PluginHost, source: str) -> Plan:
-    plan, issues = check_recipe(config, host)
-    raise_for(issues, source)
-    assert plan is not None
-    return plan
-
-
 def evaluate_checkpoint(
     store: RunStore, host: PluginHost, plan: Plan, run_id: str, step: int | None = None
 ) -> tuple[int, EvalResult]:
     """Evaluate a run's checkpoint (the last one by default) on ``plan.config.evaluation``'s split and
     record the result with the run. The run itself is left as it was."""
     config = plan.config
-    checkpoints = _durable_checkpoints(store, run_id)
+    checkpoints = durable_checkpoints(store, run_id)
     if step is not None:
         checkpoints = [c for c in checkpoints if c.step == step]
     if not checkpoints:
@@ -503,7 +421,7 @@ def evaluate_checkpoint(
     host.hook.start_run(ctx=ctx, resumed=True)
     try:
         engine = _build_engine(host, ctx)
-        host.hook.load_checkpoint(ctx=ctx, directory=Path(ckpt.path), step=ckpt.step)
+        load_plugin_checkpoints(host, ctx, Path(ckpt.path), ckpt.step)
         env = _build_environment(host, ctx)
         tasks = _eval_tasks(env, plan.env_owner, config)
         done = ckpt.step + 1
@@ -516,3 +434,18 @@ def evaluate_checkpoint(
         host.hook.end_run(ctx=ctx, status=status)
         _close_engine(ctx, store)
         ctx.executor.close()
+
+
+def run_plan(
+    plan: Plan,
+    store: RunStore | None = None,
+    *,
+    resume_run_id: str | None = None,
+    progress: Progress | None = None,
+) -> RunSummary:
+    """plan -> run: run a plan from :mod:`seal_platform.planning` to its end (or resume ``resume_run_id``),
+    recording it in ``store`` (default: the recipe's store)."""
+    if plan.host is None:
+        raise SealError("this plan has no plugin host; make it with seal_platform.planning.prepare or plan_recipe.")
+    store = store if store is not None else RunStore(plan.config.store_url())
+    return Runner(plan, plan.host, store, recipe=plan.source, resume_run_id=resume_run_id, progress=progress).run()

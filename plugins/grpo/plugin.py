@@ -67,10 +67,11 @@ def start_run(ctx: Any, resumed: bool) -> None:
     from .policy import load_policy
     from .trainer import GRPORun
 
-    if not resumed:  # a resumed run gets its RNG states back from the checkpoint
-        random.seed(ctx.seed)
-        np.random.seed(ctx.seed % 2**32)
-        torch.manual_seed(ctx.seed)
+    # Always seeded: a run resumed before its first checkpoint restarts from step 0 exactly as a new run;
+    # a resumed run with a checkpoint then gets its RNG states back from it (load_checkpoint).
+    random.seed(ctx.seed)
+    np.random.seed(ctx.seed % 2**32)
+    torch.manual_seed(ctx.seed)
     model, tokenizer = load_policy(ctx.settings_for("policy", PolicySettings))
     ctx.shared[POLICY] = (model, tokenizer)
     settings = ctx.settings_for("grpo", GRPOSettings)

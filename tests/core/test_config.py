@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from seal_platform.cli import load_recipe
+from seal_platform.planning import load_recipe
 from seal_platform.config import RunConfig, apply_overrides, parse_override, resolve_recipe_path
 from seal_platform.errors import ConfigError
-from seal_platform.loop import check_recipe
+from seal_platform.planning import check_recipe
 from seal_platform.plugins import make_plugin_manager
 
 

@@ -6,20 +6,26 @@ import sys
 
 import pytest
 
-from seal_platform.cli import load_recipe
 from seal_platform.errors import PluginError
-from seal_platform.loop import Runner, prepare
+from seal_platform.loop import Runner, prepare, run_plan
+from seal_platform.planning import load_recipe, plan_recipe
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.store import RunStore
 
 
 def _runner(recipe, overrides=(), resume=None):
-    config, issues, path = load_recipe(str(recipe), list(overrides))
-    assert not issues, issues
-    host = make_plugin_manager(allow=config.plugins.allow, block=config.plugins.block, required=config.named_plugins())
-    plan = prepare(config, host, str(path))
-    store = RunStore(config.store_url())
-    return Runner(plan, host, store, recipe=str(path), resume_run_id=resume), store
+    plan = plan_recipe(recipe, overrides)
+    store = RunStore(plan.config.store_url())
+    return Runner(plan, plan.host, store, recipe=plan.source, resume_run_id=resume), store
+
+
+def test_recipe_to_plan_to_run_in_two_calls(toy_site, toy_recipe):
+    plan = plan_recipe(toy_recipe, ["training.steps=2", "training.checkpoint_every=0"])
+    assert plan.env_owner == "toy" and plan.source == str(toy_recipe) and plan.host.is_loaded("toy")
+    summary = run_plan(plan)
+    assert summary.status == "completed" and summary.steps_done == 2
+    run = RunStore(plan.config.store_url()).get_run(summary.run_id)
+    assert run.status == "completed" and run.recipe == str(toy_recipe) and run.last_step == 1
 
 
 def test_one_step_calls_every_stage_in_order_with_keywords(toy_site, toy_recipe):

@@ -37,6 +37,7 @@ class ToySettings(BaseModel):
     # removed and KeyboardInterrupt raised (a resumed run, whose recipe is the same, then goes through).
     interrupt_file: str | None = None
     interrupt_step: int = -1
+    interrupt_stage: str = "optimize"  # or "evaluate" (the evaluation after `interrupt_step` steps)
 
 
 class ToyEnvironment:
@@ -94,6 +95,13 @@ def _episode(engine: ToyEngine, task: Task, interface: Interface, group: str, sa
     return Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
                       interface_revision=interface.revision, messages=[*prompt, reply], reward=float(ok),
                       turn_verdicts=[TurnVerdict(turn=0, passed=ok)])
+
+
+def _maybe_interrupt(settings: ToySettings, stage: str, step: int) -> None:
+    if (settings.interrupt_file and settings.interrupt_stage == stage and step == settings.interrupt_step
+            and Path(settings.interrupt_file).exists()):
+        Path(settings.interrupt_file).unlink()
+        raise KeyboardInterrupt
 
 
 class ToyPlugin:
@@ -170,15 +178,14 @@ class ToyPlugin:
     @hookimpl
     def optimize(self, ctx, engine, trajectories, weights, step):
         settings = self._note("optimize", ctx, engine=engine, trajectories=trajectories, weights=weights, step=step)
-        if settings.interrupt_file and step == settings.interrupt_step and Path(settings.interrupt_file).exists():
-            Path(settings.interrupt_file).unlink()
-            raise KeyboardInterrupt
+        _maybe_interrupt(settings, "optimize", step)
         engine.skill = min(1.0, engine.skill + settings.skill_step)
         return {"loss": 1.0 - engine.skill, "skill": engine.skill}
 
     @hookimpl
     def evaluate(self, ctx, environment, engine, tasks, step):
-        self._note("evaluate", ctx, environment=environment, engine=engine, tasks=tasks, step=step)
+        settings = self._note("evaluate", ctx, environment=environment, engine=engine, tasks=tasks, step=step)
+        _maybe_interrupt(settings, "evaluate", step)
         trajs = [_episode(engine, t, environment.pristine_interface(), f"eval:{t.id}", 0, True) for t in tasks]
         per_cat: dict[str, list[float]] = {}
         for t in trajs:

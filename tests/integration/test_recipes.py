@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from seal_platform.cli import load_recipe, plugin_host_for
+from seal_platform.planning import load_recipe, plugin_host_for
 from seal_platform.config import RECIPES_DIR
-from seal_platform.loop import check_recipe
+from seal_platform.planning import check_recipe
 
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 

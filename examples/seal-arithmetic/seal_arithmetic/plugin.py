@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seal_platform.hookspecs import hookimpl
+from seal_platform import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
 from seal_platform.types import EvalResult, SamplingParams
 

@@ -1,6 +1,6 @@
 """The plugin module named by the entry point: thin hook implementations."""
 
-from seal_platform.hookspecs import hookimpl
+from seal_platform import hookimpl
 from seal_platform.registry import DiagnoserSpec
 
 from .repetition import label_repetitions

@@ -1,0 +1,131 @@
+"""Planning: a recipe resolved against the loaded plugins, before anything runs.
+
+    recipe (YAML + key=value overrides) --load_recipe--> RunConfig --plugin_host_for--> PluginHost
+        --check_recipe / prepare--> Plan --(seal_platform.loop.Runner)--> a run
+
+Everything that can be checked before a run starts is checked here and reported together: the core recipe
+keys, each plugin's settings section, that the recipe's environment, rollout engine, stage owners and
+diagnosers are registered by loaded plugins that implement what they must. The CLI (``run``, ``config
+validate``, ``eval``) and the tests go through these functions and :func:`plan_recipe`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import BaseModel
+
+from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_for, resolve_recipe_path, validate_core, validate_settings
+from .plugins import PluginHost, make_plugin_manager
+
+
+@dataclass
+class Plan:
+    """What a validated recipe resolves to against the loaded plugins."""
+
+    config: RunConfig
+    settings: dict[str, BaseModel]
+    env_owner: str
+    diagnosers: list[str]  # plugin names whose `diagnose` is called
+    primary_diagnoser: str | None
+    engine_owner: str
+    host: PluginHost | None = None  # set by prepare(): the plugins the plan was checked against
+    source: str = ""  # the recipe file (or run id) the plan came from, for messages and the store
+
+
+def load_recipe(recipe: str | Path | None, overrides: Sequence[str] = ()) -> tuple[RunConfig | None, list[Issue], Path]:
+    """Read a recipe (a YAML path, a shipped recipe's name, or None for the default), apply ``key=value``
+    overrides and check the core keys. Returns the config (None if the core keys are wrong), the problems
+    found and the resolved path."""
+    path = resolve_recipe_path(None if recipe is None else str(recipe))
+    data = apply_overrides(load_recipe_data(path), list(overrides))
+    config, issues = validate_core(data)
+    return config, issues, path
+
+
+def plugin_host_for(config: RunConfig | None) -> PluginHost:
+    """The plugin manager for a recipe: its ``plugins.allow``/``block`` applied, the plugins it names required."""
+    if config is None:
+        return make_plugin_manager()
+    return make_plugin_manager(
+        allow=config.plugins.allow, block=config.plugins.block, required=config.named_plugins()
+    )
+
+
+def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list[Issue]]:
+    """Everything that can be checked before a run starts, reported together."""
+    settings, issues = validate_settings(config, host.settings_models())
+    environments = host.environments()
+    if config.environment not in environments:
+        known = ", ".join(sorted(environments)) or "none"
+        issues.append(Issue("environment", f"no loaded plugin registers environment {config.environment!r}",
+                            f"registered environments: {known}; install or unblock the plugin that provides it"))
+        env_owner = ""
+    else:
+        env_owner = environments[config.environment][0]
+        for hook in ("collect", "evaluate"):
+            if not host.implements(env_owner, hook):
+                issues.append(Issue("environment", f"plugin {env_owner!r} registers {config.environment!r} but does not implement {hook!r}"))
+    engines = host.engines()
+    if config.rollout.engine not in engines:
+        known = ", ".join(sorted(engines)) or "none"
+        issues.append(Issue("rollout.engine", f"no loaded plugin registers rollout engine {config.rollout.engine!r}",
+                            f"registered engines: {known}"))
+        engine_owner = ""
+    else:
+        engine_owner = engines[config.rollout.engine][0]
+    for stage, owner in config.stages.model_dump().items():
+        if owner is None:
+            continue
+        if not host.is_loaded(owner):
+            issues.append(Issue(f"stages.{stage}", host._why_missing(owner), "name a loaded plugin (see `seal-platform plugins`) or null to switch the stage off"))
+        elif not host.implements(owner, stage):
+            issues.append(Issue(f"stages.{stage}", f"plugin {owner!r} does not implement {stage!r}", "name a plugin that does"))
+    registered = host.diagnosers()
+    enabled = config.diagnosis.diagnosers if config.diagnosis.diagnosers is not None else sorted(registered)
+    for name in enabled:
+        if name not in registered:
+            issues.append(Issue("diagnosis.diagnosers", f"no loaded plugin registers diagnoser {name!r}",
+                                f"registered diagnosers: {', '.join(sorted(registered)) or 'none'}"))
+    diagnoser_plugins = sorted({registered[n][0] for n in enabled if n in registered})
+    for plugin in diagnoser_plugins:
+        if not host.implements(plugin, "diagnose"):
+            issues.append(Issue("diagnosis.diagnosers", f"plugin {plugin!r} registers a diagnoser but does not implement 'diagnose'"))
+    primary = config.diagnosis.primary
+    if primary is None:
+        # The environment's own diagnoser knows its verifier trace best; otherwise the first enabled one.
+        primary = config.environment if config.environment in enabled else (enabled[0] if enabled else None)
+    elif primary not in enabled:
+        issues.append(Issue("diagnosis.primary", f"{primary!r} is not an enabled diagnoser", "add it to diagnosis.diagnosers"))
+    if issues:
+        return None, issues
+    return Plan(config, settings, env_owner, diagnoser_plugins, primary, engine_owner), []
+
+
+def prepare(config: RunConfig, host: PluginHost, source: str) -> Plan:
+    """The plan for ``config`` against ``host``; every problem found raises one :class:`ConfigError`."""
+    plan, issues = check_recipe(config, host)
+    raise_for(issues, source)
+    assert plan is not None
+    plan.host = host
+    plan.source = source
+    return plan
+
+
+def plan_config(config: RunConfig, source: str) -> Plan:
+    """A checked config -> its plugins -> its plan (raises on any problem, naming ``source``)."""
+    return prepare(config, plugin_host_for(config), source)
+
+
+def plan_recipe(recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> Plan:
+    """recipe -> plan in one call: read the recipe, load its plugins, check everything; raise on any problem.
+
+    Run the plan with :func:`seal_platform.loop.run_plan` (or build a :class:`seal_platform.loop.Runner`).
+    """
+    config, issues, path = load_recipe(recipe, overrides)
+    if config is None:
+        raise_for(issues, str(path))
+    assert config is not None
+    return plan_config(config, str(path))

@@ -1,0 +1,35 @@
+"""What a plugin author and a script import from the core, and that importing it stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pluggy
+
+
+def test_hookimpl_is_importable_from_the_package_and_marks_for_the_project():
+    from seal_platform import hookimpl
+    from seal_platform.hookspecs import PROJECT
+
+    assert isinstance(hookimpl, pluggy.HookimplMarker) and hookimpl.project_name == PROJECT
+
+
+def test_the_public_modules_import_without_heavy_libraries():
+    code = (
+        "import sys\n"
+        "from seal_platform import hookimpl\n"
+        "from seal_platform.planning import plan_recipe, check_recipe, Plan\n"
+        "from seal_platform.loop import run_plan, Runner\n"
+        "from seal_platform.checkpoints import write_checkpoint\n"
+        "heavy = sorted(m for m in ('torch', 'vllm', 'ray', 'peft', 'openai', 'transformers') if m in sys.modules)\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_the_loop_module_still_offers_the_planning_names():
+    from seal_platform import loop, planning
+
+    assert loop.Plan is planning.Plan and loop.check_recipe is planning.check_recipe and loop.prepare is planning.prepare

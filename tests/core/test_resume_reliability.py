@@ -1,0 +1,68 @@
+"""Resume keeps everything an uninterrupted run has: evaluations after the resumed checkpoint, no partial
+checkpoint directories left behind."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.core.test_loop import _runner
+
+
+def _interrupted_then_resumed(toy_recipe, tmp_path, overrides):
+    flag = tmp_path / "interrupt"
+    flag.touch()
+    overrides = [*overrides, f"settings.toy.interrupt_file={flag}"]
+    runner, store = _runner(toy_recipe, overrides)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    sys.modules.pop("toy_plugin", None)
+    resumed, store2 = _runner(toy_recipe, overrides, resume=runner.run_id)
+    resumed.run()
+    return runner.run_id, store2
+
+
+def _evaluation_steps(store, run_id):
+    return sorted({e.step for e in store.evaluations(run_id)})
+
+
+def test_a_kill_after_a_checkpoint_loses_no_evaluation(toy_site, toy_recipe, tmp_path):
+    # Checkpoint after step 1, evaluation at 2, killed in step 3: resuming from the checkpoint re-does the
+    # evaluation at 2 (dropped with everything after the checkpoint) before step 2.
+    base = ["training.steps=5", "training.checkpoint_every=2", "evaluation.every=2"]
+    run_id, store = _interrupted_then_resumed(toy_recipe, tmp_path, [*base, "settings.toy.interrupt_step=3"])
+    assert store.get_run(run_id).status == "completed"
+    assert _evaluation_steps(store, run_id) == [0, 2, 4, 5]
+    assert [s.step for s in store.steps(run_id)] == [0, 1, 2, 3, 4]
+
+
+def test_a_kill_during_the_final_evaluation_is_resumed_into_it(toy_site, toy_recipe, tmp_path):
+    base = ["training.steps=3", "training.checkpoint_every=0", "evaluation.every=0",
+            "settings.toy.interrupt_stage=evaluate", "settings.toy.interrupt_step=3"]
+    run_id, store = _interrupted_then_resumed(toy_recipe, tmp_path, base)
+    assert store.get_run(run_id).status == "completed"
+    assert _evaluation_steps(store, run_id) == [0, 3]
+    assert len([e for e in store.evaluations(run_id) if e.step == 3]) == 2  # both categories, once each
+    assert sys.modules["toy_plugin"].plugin.calls.count("collect") == 0  # nothing re-trained
+
+
+def test_partial_checkpoint_directories_are_removed_at_resume(toy_site, toy_recipe, tmp_path):
+    flag = tmp_path / "interrupt"
+    flag.touch()
+    overrides = ["training.steps=5", "training.checkpoint_every=2", "evaluation.every=0",
+                 f"settings.toy.interrupt_file={flag}", "settings.toy.interrupt_step=3"]
+    runner, store = _runner(toy_recipe, overrides)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    root = runner.run_dir / "checkpoints"
+    (root / ".tmp-step-000003-abcdef").mkdir()
+    (root / ".tmp-step-000003-abcdef" / "model.bin").write_bytes(b"x" * 1000)
+    (root / "step-000003").mkdir()  # renamed into place, killed before the store row
+    sys.modules.pop("toy_plugin", None)
+    resumed, store2 = _runner(toy_recipe, overrides, resume=runner.run_id)
+    resumed.run()
+    names = sorted(p.name for p in root.iterdir())
+    assert names == ["step-000001", "step-000003", "step-000004"]
+    assert [c.step for c in store2.checkpoints(runner.run_id)] == [1, 3, 4]
+    assert any("partial checkpoint" in e.message for e in store2.events(runner.run_id))
