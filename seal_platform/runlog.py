@@ -41,8 +41,9 @@ def quiet_terminal(log_path: Path, verbose: bool = False) -> Iterator[IO[str]]:
     handler = _log_handler(log_file)
     root.addHandler(handler)
     root.setLevel(min(old_level or logging.WARNING, logging.INFO))
-    # vLLM attaches its own stdout handler unless told not to; its records then reach the root handler.
-    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    if not verbose:
+        # vLLM attaches its own stdout handler unless told not to; its records then reach the root handler.
+        os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     saved: list[int] = []
     terminal: IO[str] = sys.stdout
     try:
