@@ -241,13 +241,16 @@ def runs(store_url: str | None, as_json: bool) -> None:
             for r in store.list_runs()
         ], indent=2))
         return
-    table = Table(title=f"runs in {store.url}")
+    from rich import box
+
+    # Narrow enough for 80 columns (full values: --json).
+    table = Table(title=f"runs in {store.url}", box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("id", no_wrap=True)
-    for col in ("name", "status", "steps", "started", "config hash"):
-        table.add_column(col)
+    for col in ("name", "status", "steps", "started", "config"):
+        table.add_column(col, overflow="fold")
     for row in store.list_runs():
         steps = "" if row.last_step is None else str(row.last_step + 1)
-        table.add_row(row.id, row.name, row.status, steps, f"{row.started_at:%Y-%m-%d %H:%M}", row.config_hash)
+        table.add_row(row.id, row.name, row.status, steps, f"{row.started_at:%m-%d %H:%M}", row.config_hash[:8])
     console.print(table)
 
 
