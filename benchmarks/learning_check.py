@@ -42,6 +42,7 @@ def main() -> None:
     from seal_platform.capability import CapabilityState
     from seal_platform.config import RunConfig
     from seal_platform.context import RunContext
+    from seal_platform.stages import collect_with
     from seal_platform.types import SamplingParams
     from seal_platform_plugins.grpo import plugin as grpo
     from seal_platform_plugins.grpo.policy import PolicySettings
@@ -100,8 +101,8 @@ def main() -> None:
         t0 = time.perf_counter()
         lo = (step * args.tasks_per_step) % len(train_tasks)
         batch = train_tasks[lo : lo + args.tasks_per_step]
-        trajs = arith.collect(ctx=ctx, environment=env, engine=engine, tasks=batch, interface=interface,
-                              group_size=args.group_size, step=step)
+        trajs = collect_with(arith.collect, ctx=ctx, environment=env, engine=engine, tasks=batch,
+                             interface=interface, group_size=args.group_size, step=step)
         t_collect = time.perf_counter() - t0
         labels = arith.diagnose(ctx=ctx, environment=env, trajectories=trajs, step=step)
         state.update(step, 0, trajs, labels)

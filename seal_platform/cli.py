@@ -121,6 +121,7 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
         recipe_name = str(path)
         store = RunStore(config.store_url())
     plan = plan_config(config, recipe_name)
+    _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress)
     from .run_display import run_with_display
@@ -134,6 +135,13 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
         raise SealError(f"{exc} The run {runner.run_id} is marked failed; after fixing the cause, "
                         f"continue it with `seal-platform run --resume {runner.run_id}`.") from exc
     console.print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
+
+
+def _warn_failed_plugins(host: Any) -> None:
+    """Every run names the plugins that failed to load, with their errors (the run goes on without them)."""
+    for record in host.failed():
+        errors.print(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not loaded: "
+                     f"{record.error}", highlight=False, markup=False)
 
 
 # --- plugins -----------------------------------------------------------------------------------------

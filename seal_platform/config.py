@@ -89,12 +89,10 @@ class RunConfig(_Section):
     )
 
     def named_plugins(self) -> set[str]:
-        """Plugin names the recipe depends on: if one of these fails to load the run cannot go on."""
-        names = {self.environment, *(v for v in self.stages.model_dump().values() if v)}
-        if self.diagnosis.primary:
-            names.add(self.diagnosis.primary)
-        names.update(self.diagnosis.diagnosers or ())
-        return names
+        """Plugin names the recipe depends on (the owners under ``stages:``): if one of these fails to load
+        the run cannot go on. ``environment``, ``rollout.engine`` and ``diagnosis.*`` name what plugins
+        *register*, not plugins; they are checked against the registrations (seal_platform.planning)."""
+        return {v for v in self.stages.model_dump().values() if v}
 
     def store_url(self) -> str:
         if self.store:

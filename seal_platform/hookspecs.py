@@ -19,7 +19,12 @@ There are three kinds of hooks:
   recipe enables, and all their labels are kept.
 
 A hook implementation may accept any subset of the arguments listed below (pluggy passes only the ones it
-names), so new arguments can be added without breaking existing plugins.
+names), so new arguments can be added without breaking existing plugins. An implementation whose name or
+arguments match no spec here (a misspelt ``save_checkpoints``, an argument no spec has) fails its whole plugin:
+the plugin is left out and recorded as failed with the reason (``seal-platform plugins``, every run's console,
+and every recipe error about something it would have provided). Mark a deliberate extra hook of your own
+``@hookimpl(optionalhook=True)``. Write ``from seal_platform import hookimpl``. All hooks, the setup hooks
+included, are called through pluggy.
 
 Every argument named ``ctx`` is the run's :class:`seal_platform.context.RunContext`: the resolved config,
 each plugin's validated settings section (``ctx.settings_for(name)``), the run directory, the seed, the
@@ -45,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
         EvalResult,
         Interface,
         ReweightResult,
+        SamplingParams,
         Task,
         Trajectory,
         TurnLabel,
@@ -209,6 +215,7 @@ def collect(
     interface: Interface,
     group_size: int,
     step: int,
+    sampling: SamplingParams,
 ) -> list[Trajectory]:
     """Run on-policy rollouts of a batch of training tasks and verify them.
 
@@ -221,6 +228,9 @@ def collect(
     :param interface: the current *training* interface revision to present to the agent.
     :param group_size: rollouts per task (GRPO's G); rollouts of one task share ``Trajectory.group``.
     :param step: the training step, from 0.
+    :param sampling: the sampling of training rollouts, filled in by the core from the recipe's ``rollout``
+        section (temperature, top-p, max new tokens). Add only what is the environment's own (stop strings,
+        a seed per rollout) with ``sampling.model_copy(update=...)``; do not rebuild it from the config.
     :returns: ``len(tasks) * group_size`` verified trajectories (reward and per-turn verdicts set).
 
     First result wins (only one plugin is called).
@@ -266,8 +276,10 @@ def evolve_interface(
     :param interface: the current training revision.
     :param state: the capability state, already updated with this step's labels.
     :param step: the training step.
-    :returns: a new :class:`Interface` with ``revision = interface.revision + 1``, ``parent`` set, and
-        ``changes``/``driven_by`` filled; or None to keep the current one. Evaluation never sees it.
+    :returns: a new :class:`Interface` with its content (``system_text``, ``spec``) and ``changes``/
+        ``driven_by`` filled; or None to keep the current one. The core sets ``revision`` (the current one
+        + 1), ``parent`` (the current one) and ``step`` on what you return, whatever they were. Evaluation
+        never sees it.
 
     First result wins (only one plugin is called).
     """
@@ -328,7 +340,8 @@ def evaluate(
     engine: RolloutEngine,
     tasks: list[Task],
     step: int,
-) -> EvalResult:
+    sampling: SamplingParams,
+) -> list[Trajectory] | EvalResult:
     """Evaluate the policy on held-out tasks with the pristine interface and the unchanged verifier.
 
     Called before training (``step = 0``), after every ``evaluation.every`` training steps and after the
@@ -336,10 +349,15 @@ def evaluate(
 
     :param ctx: the run context.
     :param environment: the run's environment.
-    :param engine: the rollout engine (greedy decoding is the convention).
+    :param engine: the rollout engine.
     :param tasks: the evaluation tasks.
     :param step: the number of training steps done so far.
-    :returns: an :class:`EvalResult` with the pass rate per category.
+    :param sampling: greedy decoding (temperature 0, top-p 1) with ``evaluation.max_new_tokens`` (default
+        ``rollout.max_new_tokens``), filled in by the core; add only stop strings of your own.
+    :returns: the verified trajectories, one per task; the core scores them (pass rate per category, a
+        trajectory passes when ``reward > 0.5``: :meth:`EvalResult.from_trajectories`) so every
+        environment is scored the same way. An environment with a scoring rule of its own may return an
+        :class:`EvalResult` instead, which the core records as it is.
 
     First result wins (only one plugin is called).
     """

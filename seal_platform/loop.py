@@ -48,6 +48,7 @@ from .errors import PluginError, SealError
 from .executor import LocalExecutor
 from .planning import Plan, check_recipe, plan_config, plan_recipe, prepare
 from .plugins import PluginHost
+from .stages import adopt_interface, collect_sampling, evaluate_sampling, score_evaluation
 from .store import RunStore
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
 
@@ -255,6 +256,7 @@ class Runner:
             trajs = _wrap("collect", plan.env_owner, lambda: self.host.call_owned(
                 "collect", plan.env_owner, ctx=self.ctx, environment=env, engine=engine, tasks=batch,
                 interface=self.interface, group_size=cfg.training.group_size, step=step,
+                sampling=collect_sampling(cfg),
             ))
             trajs = _expect_list_of(trajs, Trajectory, "collect", plan.env_owner)
 
@@ -318,11 +320,7 @@ class Runner:
             self._adopt_interface(new, evolver, step)
 
     def _adopt_interface(self, new: Any, owner: str, step: int) -> None:
-        if not isinstance(new, Interface):
-            raise PluginError(f"plugin {owner!r} must return an Interface or None from 'evolve_interface'.")
-        if new.revision != self.interface.revision + 1:
-            new = new.model_copy(update={"revision": self.interface.revision + 1})
-        new = new.model_copy(update={"parent": self.interface.revision, "step": step})
+        new = adopt_interface(new, self.interface, step, owner)
         self.store.add_interface(self.run_id, new, self.interface)
         self.interface = new
 
@@ -385,10 +383,9 @@ def _call_evaluate(
 ) -> EvalResult:
     result = _wrap("evaluate", owner, lambda: host.call_owned(
         "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
+        sampling=evaluate_sampling(ctx.config),
     ))
-    if not isinstance(result, EvalResult):
-        raise PluginError(f"plugin {owner!r} must return an EvalResult from 'evaluate', not {type(result).__name__}.")
-    return result
+    return score_evaluation(result, ctx.config.evaluation.split, owner)
 
 
 def _close_engine(ctx: RunContext, store: RunStore) -> None:

@@ -57,11 +57,14 @@ def plugin_host_for(config: RunConfig | None) -> PluginHost:
 def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list[Issue]]:
     """Everything that can be checked before a run starts, reported together."""
     settings, issues = validate_settings(config, host.settings_models())
+    for issue in issues:
+        if issue.what == "no loaded plugin owns this section":
+            issue.fix = _with_failures(issue.fix, host)
     environments = host.environments()
     if config.environment not in environments:
         known = ", ".join(sorted(environments)) or "none"
         issues.append(Issue("environment", f"no loaded plugin registers environment {config.environment!r}",
-                            f"registered environments: {known}; install or unblock the plugin that provides it"))
+                            _with_failures(f"registered environments: {known}; install or unblock the plugin that provides it", host)))
         env_owner = ""
     else:
         env_owner = environments[config.environment][0]
@@ -72,7 +75,7 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
     if config.rollout.engine not in engines:
         known = ", ".join(sorted(engines)) or "none"
         issues.append(Issue("rollout.engine", f"no loaded plugin registers rollout engine {config.rollout.engine!r}",
-                            f"registered engines: {known}"))
+                            _with_failures(f"registered engines: {known}", host)))
         engine_owner = ""
     else:
         engine_owner = engines[config.rollout.engine][0]
@@ -80,7 +83,7 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         if owner is None:
             continue
         if not host.is_loaded(owner):
-            issues.append(Issue(f"stages.{stage}", host._why_missing(owner), "name a loaded plugin (see `seal-platform plugins`) or null to switch the stage off"))
+            issues.append(Issue(f"stages.{stage}", host._why_missing(owner), "name a loaded plugin (see `seal-platform plugins`; stages name plugins, not environments or diagnosers) or null to switch the stage off"))
         elif not host.implements(owner, stage):
             issues.append(Issue(f"stages.{stage}", f"plugin {owner!r} does not implement {stage!r}", "name a plugin that does"))
     registered = host.diagnosers()
@@ -88,20 +91,29 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
     for name in enabled:
         if name not in registered:
             issues.append(Issue("diagnosis.diagnosers", f"no loaded plugin registers diagnoser {name!r}",
-                                f"registered diagnosers: {', '.join(sorted(registered)) or 'none'}"))
+                                _with_failures(f"registered diagnosers: {', '.join(sorted(registered)) or 'none'}", host)))
     diagnoser_plugins = sorted({registered[n][0] for n in enabled if n in registered})
     for plugin in diagnoser_plugins:
         if not host.implements(plugin, "diagnose"):
             issues.append(Issue("diagnosis.diagnosers", f"plugin {plugin!r} registers a diagnoser but does not implement 'diagnose'"))
     primary = config.diagnosis.primary
     if primary is None:
-        # The environment's own diagnoser knows its verifier trace best; otherwise the first enabled one.
-        primary = config.environment if config.environment in enabled else (enabled[0] if enabled else None)
+        # A diagnoser of the environment's own plugin knows its verifier trace best; else the first enabled one.
+        own = [n for n in enabled if n in registered and registered[n][0] == env_owner]
+        primary = own[0] if own else (enabled[0] if enabled else None)
     elif primary not in enabled:
-        issues.append(Issue("diagnosis.primary", f"{primary!r} is not an enabled diagnoser", "add it to diagnosis.diagnosers"))
+        issues.append(Issue("diagnosis.primary", f"diagnoser {primary!r} is not enabled",
+                            _with_failures("add it to diagnosis.diagnosers (diagnoser names, as `seal-platform plugins` lists them)", host)
+                            if primary not in registered else "add it to diagnosis.diagnosers"))
     if issues:
         return None, issues
     return Plan(config, settings, env_owner, diagnoser_plugins, primary, engine_owner), []
+
+
+def _with_failures(hint: str, host: PluginHost) -> str:
+    """``hint`` plus the plugins that failed to load, with their errors: one of them may be the provider."""
+    note = host.failure_note()
+    return f"{hint}; {note}" if note else hint
 
 
 def prepare(config: RunConfig, host: PluginHost, source: str) -> Plan:

@@ -13,6 +13,7 @@ Environment variables (comma-separated entry-point names), applied on top of the
 
 from __future__ import annotations
 
+import difflib
 import os
 import traceback
 from dataclasses import dataclass, field
@@ -84,6 +85,20 @@ class PluginHost:
     def loaded(self) -> list[PluginRecord]:
         return [r for r in self.records if r.status == "loaded"]
 
+    def failed(self) -> list[PluginRecord]:
+        """Plugins that were allowed but could not be loaded (import error, hooks that match no spec...)."""
+        return [r for r in self.records if r.status in ("failed", "duplicate")]
+
+    def failure_note(self) -> str:
+        """One sentence naming every plugin that failed to load, with its error ("" if none did). Added to
+        every message about something a recipe names but no loaded plugin provides: the failed plugin may be
+        the one that would have provided it."""
+        failed = [r for r in self.records if r.status == "failed"]
+        if not failed:
+            return ""
+        listed = "; ".join(f"{r.name!r} ({r.distribution or 'no distribution'}): {r.error}" for r in failed)
+        return f"plugin(s) that failed to load and may provide it: {listed}"
+
     def is_loaded(self, name: str) -> bool:
         return self.pm.get_plugin(name) is not None
 
@@ -123,10 +138,13 @@ class PluginHost:
         """(plugin name, item) for every item every plugin returned from a ``register_*`` hook."""
         out = []
         for impl in getattr(self.pm.hook, hook).get_hookimpls():
+            # Through pluggy (argument matching, tracing), one plugin at a time so each item keeps its owner.
+            others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
             try:
-                items = impl.function() or []
+                results = self.pm.subset_hook_caller(hook, remove_plugins=others)()
             except Exception as exc:
                 raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook}: {_describe(exc)}") from exc
+            items = (results[0] if results else None) or []
             if isinstance(items, dict):
                 items = list(items.items())
             out.extend((impl.plugin_name, item) for item in items)
@@ -155,6 +173,46 @@ class PluginHost:
 
     def diagnosers(self) -> dict[str, tuple[str, DiagnoserSpec]]:
         return self._unique("register_diagnosers", "diagnoser")
+
+
+def _spec_names(pm: pluggy.PluginManager) -> list[str]:
+    return sorted(name for name, caller in vars(pm.hook).items() if not name.startswith("_") and caller.has_spec())
+
+
+def _unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
+    """The plugin's hook implementations whose names match no hook spec (``check_pending``, for one plugin)."""
+    problems = []
+    for caller in pm.get_hookcallers(plugin) or []:
+        if caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin and not impl.optionalhook:
+                close = difflib.get_close_matches(caller.name, _spec_names(pm), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                problems.append(f"hook implementation {caller.name!r} matches no hook spec{hint}")
+    return problems
+
+
+def _register(pm: pluggy.PluginManager, plugin: object, record: PluginRecord) -> None:
+    """Register one plugin; if any of its hook implementations matches no spec (by name or arguments) it is
+    left out and recorded as failed with the reason, so a misspelt hook cannot be silently ignored."""
+    try:
+        pm.register(plugin, name=record.name)
+    except pluggy.PluginValidationError as exc:
+        record.status = "failed"
+        record.error = "a hook implementation does not match its spec: " + " ".join(str(exc).split()) + \
+            " (the hook specs: seal_platform/hookspecs.py)"
+        return
+    except Exception as exc:
+        record.status = "failed"
+        record.error = _describe(exc)
+        return
+    problems = _unknown_hooks(pm, plugin)
+    if problems:
+        pm.unregister(plugin)
+        record.status = "failed"
+        record.error = "; ".join(problems) + " (the hook specs: seal_platform/hookspecs.py; mark an intentional " \
+            "extra with @hookimpl(optionalhook=True))"
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
@@ -208,13 +266,16 @@ def make_plugin_manager(
         else:
             try:
                 plugin = ep.load()
-                pm.register(plugin, name=ep.name)
             except Exception as exc:  # a broken third-party plugin must not take the others down
                 record.status = "failed"
                 record.error = _describe(exc)
+            else:
+                _register(pm, plugin, record)
     for name, plugin in extra:
-        pm.register(plugin, name=name)
-        records.append(PluginRecord(name=name, value=repr(plugin)))
+        record = PluginRecord(name=name, value=repr(plugin))
+        records.append(record)
+        _register(pm, plugin, record)
+    pm.check_pending()  # every implementation left matches a spec (the per-plugin check above made sure)
 
     for record in records:
         plugin = pm.get_plugin(record.name)

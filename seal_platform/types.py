@@ -158,6 +158,18 @@ class EvalResult(BaseModel):
     n_tasks: int
     trajectories: list[Trajectory] = Field(default_factory=list, exclude=True)
 
+    @classmethod
+    def from_trajectories(cls, split: str, trajectories: list[Trajectory]) -> EvalResult:
+        """Pass rate (percent of trajectories with ``success``, i.e. reward > 0.5) per category, categories
+        in the order they first appear; the one scoring rule of every environment's evaluation."""
+        totals: dict[str, list[int]] = {}
+        for trajectory in trajectories:
+            passed_count = totals.setdefault(trajectory.category, [0, 0])
+            passed_count[0] += int(trajectory.success)
+            passed_count[1] += 1
+        per_category = {category: 100.0 * passed / count for category, (passed, count) in totals.items()}
+        return cls(split=split, per_category=per_category, n_tasks=len(trajectories), trajectories=trajectories)
+
     @property
     def average(self) -> float:
         if not self.per_category:

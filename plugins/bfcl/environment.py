@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable
 
 from seal_platform.engine import RolloutEngine
@@ -184,6 +183,17 @@ class BfclEnvironment:
 
         return list(mapper(one, jobs))
 
+    def evaluation_rollouts(
+        self, engine: RolloutEngine, tasks: list[Task], step: int, mapper: Mapper, sampling: SamplingParams
+    ) -> list[Trajectory]:
+        """One rollout per task on the pristine interface with the core's (greedy) ``sampling``, verified."""
+        interface = self.pristine_interface()
+
+        def one(task: Task) -> Trajectory:
+            return self.play(task, engine, interface, sampling, group=f"eval{step}:{task.id}")
+
+        return list(mapper(one, list(tasks)))
+
     def evaluate(
         self,
         engine: RolloutEngine,
@@ -193,29 +203,9 @@ class BfclEnvironment:
         max_new_tokens: int,
         split: str = "eval",
     ) -> EvalResult:
-        """One greedy rollout per task on the pristine interface; pass rate per category, in percent."""
-        interface = self.pristine_interface()
+        """Greedy rollouts scored as the core scores them (pass rate per category), outside a run."""
         sampling = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens)
-
-        def one(task: Task) -> Trajectory:
-            return self.play(task, engine, interface, sampling, group=f"eval{step}:{task.id}")
-
-        trajectories = list(mapper(one, list(tasks)))
-        return eval_result(trajectories, split)
-
-
-def eval_result(trajectories: list[Trajectory], split: str) -> EvalResult:
-    """Per-category pass rates (percent) of verified trajectories."""
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for trajectory in trajectories:
-        totals[trajectory.category][0] += int(trajectory.success)
-        totals[trajectory.category][1] += 1
-    order = {c: i for i, c in enumerate(data.CATEGORIES)}
-    per_category = {
-        category: 100.0 * passed / count
-        for category, (passed, count) in sorted(totals.items(), key=lambda kv: order.get(kv[0], len(order)))
-    }
-    return EvalResult(split=split, per_category=per_category, n_tasks=len(trajectories), trajectories=trajectories)
+        return EvalResult.from_trajectories(split, self.evaluation_rollouts(engine, tasks, step, mapper, sampling))
 
 
 def _seed(seed: int, step: int, task_id: str, sample: int) -> int:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from seal_platform.hookspecs import hookimpl
+from seal_platform import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from seal_platform.capability import CapabilityState
     from seal_platform.context import RunContext
     from seal_platform.engine import RolloutEngine
-    from seal_platform.types import EvalResult, Interface, Task, Trajectory, TurnLabel
+    from seal_platform.types import Interface, SamplingParams, Task, Trajectory, TurnLabel
 
     from .environment import BfclEnvironment
 
@@ -82,21 +82,18 @@ def collect(
     interface: Interface,
     group_size: int,
     step: int,
+    sampling: SamplingParams,
 ) -> list[Trajectory]:
-    from seal_platform.types import SamplingParams
-
-    rollout = ctx.config.rollout
-    sampling = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens)
     return environment.collect(engine, tasks, interface, group_size, step, sampling, ctx.executor.map, seed=ctx.seed)
 
 
 @hookimpl
 def evaluate(
-    ctx: RunContext, environment: BfclEnvironment, engine: RolloutEngine, tasks: list[Task], step: int
-) -> EvalResult:
-    evaluation = ctx.config.evaluation
-    max_new = evaluation.max_new_tokens or ctx.config.rollout.max_new_tokens
-    return environment.evaluate(engine, tasks, step, ctx.executor.map, max_new, split=evaluation.split)
+    ctx: RunContext, environment: BfclEnvironment, engine: RolloutEngine, tasks: list[Task], step: int,
+    sampling: SamplingParams,
+) -> list[Trajectory]:
+    """Greedy rollouts on the pristine interface, verified; the core scores them per category."""
+    return environment.evaluation_rollouts(engine, tasks, step, ctx.executor.map, sampling)
 
 
 @hookimpl

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from bfcl_scripted_engine import GroundTruthEngine, SilentEngine, task_mapper
+from seal_platform.stages import collect_with, evaluate_with
 from seal_platform.capability import CapabilityState
 from seal_platform.config import RunConfig
 from seal_platform.context import RunContext
@@ -57,7 +58,7 @@ def test_ground_truth_replay_passes_every_eval_task(shared_env, tmp_path):
     tasks = shared_env.tasks("eval")
     assert len(tasks) == 400
     engine = GroundTruthEngine(shared_env.format)
-    result = plugin.evaluate(ctx=ctx, environment=shared_env, engine=engine, tasks=tasks, step=0)
+    result = evaluate_with(plugin.evaluate, ctx=ctx, environment=shared_env, engine=engine, tasks=tasks, step=0)
     assert result.n_tasks == 400 and result.split == "eval"
     failed = [t.task_id for t in result.trajectories if not t.success]
     assert failed == [DEFECT]
@@ -80,7 +81,7 @@ def test_ground_truth_replay_passes_every_eval_task(shared_env, tmp_path):
 def test_an_agent_that_never_calls_a_tool_passes_nothing(shared_env, tmp_path):
     ctx = make_ctx(tmp_path)
     tasks = data.load_tasks(split="eval", limit_per_category=10)
-    result = plugin.evaluate(ctx=ctx, environment=shared_env, engine=SilentEngine(), tasks=tasks, step=4)
+    result = evaluate_with(plugin.evaluate, ctx=ctx, environment=shared_env, engine=SilentEngine(), tasks=tasks, step=4)
     assert result.per_category == {c: 0.0 for c in data.CATEGORIES}
     assert result.average == 0.0 and result.n_tasks == 40
     labels = plugin.diagnose(ctx=ctx, environment=shared_env, trajectories=result.trajectories, step=4)
@@ -96,7 +97,7 @@ def test_collect_runs_g_verified_rollouts_per_task_grouped(shared_env, tmp_path)
     tasks = data.load_tasks(split="train", limit_per_category=2)
     engine = GroundTruthEngine(shared_env.format)
     revision = Interface(revision=1, parent=0, spec={"version": 1, "scopes": {"*": {"changes": ["required_markers"]}}})
-    trajectories = plugin.collect(
+    trajectories = collect_with(plugin.collect,
         ctx=ctx, environment=shared_env, engine=engine, tasks=tasks, interface=revision, group_size=3, step=5
     )
     assert len(trajectories) == len(tasks) * 3
@@ -120,7 +121,7 @@ def test_collect_runs_g_verified_rollouts_per_task_grouped(shared_env, tmp_path)
 def test_collect_of_failing_rollouts_is_labelled(shared_env, tmp_path):
     ctx = make_ctx(tmp_path)
     tasks = data.load_tasks(["multi_turn_miss_param"], split="train", limit_per_category=2)
-    trajectories = plugin.collect(ctx=ctx, environment=shared_env, engine=SilentEngine(), tasks=tasks,
+    trajectories = collect_with(plugin.collect, ctx=ctx, environment=shared_env, engine=SilentEngine(), tasks=tasks,
                                   interface=Interface(), group_size=2, step=0)
     assert [t.reward for t in trajectories] == [0.0] * 4
     labels = plugin.diagnose(ctx=ctx, environment=shared_env, trajectories=trajectories, step=0)

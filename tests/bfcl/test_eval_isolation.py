@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from seal_platform.stages import collect_with, evaluate_with
 from seal_platform.capability import CapabilityState
 from seal_platform.config import RunConfig
 from seal_platform.context import RunContext
@@ -126,7 +127,7 @@ def _record_verifier(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, st
 
 def _evaluate(env: BfclEnvironment, engine: ScriptedEngine, tasks: list[Task], ctx: RunContext, step: int):
     engine.prompts = {}
-    result = plugin.evaluate(ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step)
+    result = evaluate_with(plugin.evaluate, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step)
     return dict(engine.prompts), result
 
 
@@ -198,7 +199,7 @@ def test_evaluation_is_byte_identical_whatever_training_evolved(setup: Any, monk
         assert active_changes(latest, task.category) >= {"required_markers", "recovery", "no_invent_note"}
 
     engine.prompts = {}
-    trained = plugin.collect(
+    trained = collect_with(plugin.collect,
         ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=latest, group_size=1, step=3
     )
     train_prompts = dict(engine.prompts)
@@ -228,7 +229,7 @@ def test_evaluation_is_byte_identical_whatever_training_evolved(setup: Any, monk
     # revision reach it as the same inputs and get the same verdicts.
     assert "interface" not in inspect.signature(verifier_module.verify).parameters
     engine.prompts = {}
-    trained0 = plugin.collect(
+    trained0 = collect_with(plugin.collect,
         ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=Interface(), group_size=1, step=3
     )
     verify_train0 = sorted(verified)
@@ -243,7 +244,7 @@ def test_the_diagnosers_labels_close_the_loop(setup: Any) -> None:
     ctx.settings["bfcl"] = ctx.settings["bfcl"].model_copy(
         update={"evolution": EvolutionSettings(min_count=2, min_evidence=4)}
     )
-    trajs = plugin.collect(ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=Interface(), group_size=2, step=0)
+    trajs = collect_with(plugin.collect, ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=Interface(), group_size=2, step=0)
     labels = plugin.diagnose(ctx=ctx, environment=env, trajectories=trajs, step=0)
     seen = {lab.label for lab in labels}
     assert {"recovery_failure", "invalid_tool_call"} <= seen
@@ -254,6 +255,6 @@ def test_the_diagnosers_labels_close_the_loop(setup: Any) -> None:
     assert set(rev.driven_by) <= seen
     for task in tasks:
         assert {"recovery", "no_invent_note"} <= active_changes(rev, task.category)
-    again = plugin.collect(ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=rev, group_size=1, step=1)
+    again = collect_with(plugin.collect, ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=rev, group_size=1, step=1)
     tool_text = "".join(m.content for t in again for m in t.messages if m.role == "tool")
     assert "Hint: the call is missing a required argument" in tool_text

@@ -6,7 +6,7 @@ from typing import Any
 
 from seal_platform import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.types import EvalResult, SamplingParams
+from seal_platform.types import SamplingParams
 
 from .env import REFERENCE_LABELS, ArithmeticEnvironment, ArithmeticSettings
 
@@ -17,14 +17,11 @@ def _env(ctx: Any) -> ArithmeticEnvironment:
     return ArithmeticEnvironment(ctx.settings_for(NAME, ArithmeticSettings))
 
 
-def _sampling(ctx: Any, env: ArithmeticEnvironment, greedy: bool, max_new_tokens: int | None = None) -> SamplingParams:
-    rollout = ctx.config.rollout
-    return SamplingParams(
-        temperature=0.0 if greedy else rollout.temperature,
-        top_p=1.0 if greedy else rollout.top_p,
-        max_new_tokens=max_new_tokens or env.settings.max_new_tokens or rollout.max_new_tokens,
-        stop=["</tool_call>"],
-    )
+def _own(sampling: SamplingParams, env: ArithmeticEnvironment) -> SamplingParams:
+    """The core's sampling (recipe's rollout, or greedy for evaluation) plus what is this environment's own:
+    the stop string of its call format and its cap on tokens per generation."""
+    cap = env.settings.max_new_tokens or sampling.max_new_tokens
+    return sampling.model_copy(update={"stop": ["</tool_call>"], "max_new_tokens": min(cap, sampling.max_new_tokens)})
 
 
 @hookimpl
@@ -44,11 +41,10 @@ def register_diagnosers() -> list[DiagnoserSpec]:
 
 
 @hookimpl
-def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list:
-    if not isinstance(environment, ArithmeticEnvironment):
-        return None
+def collect(environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int,
+            sampling: SamplingParams) -> list:
     episodes = [(task, f"{step}:{task.id}", j) for task in tasks for j in range(group_size)]
-    return environment.run_episodes(engine, episodes, interface, _sampling(ctx, environment, greedy=False))
+    return environment.run_episodes(engine, episodes, interface, _own(sampling, environment))
 
 
 @hookimpl
@@ -59,16 +55,8 @@ def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
 
 
 @hookimpl
-def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> EvalResult:
-    if not isinstance(environment, ArithmeticEnvironment):
-        return None
-    trajs = environment.run_episodes(
-        engine, [(t, f"eval:{t.id}", 0) for t in tasks], environment.pristine_interface(),
-        _sampling(ctx, environment, greedy=True, max_new_tokens=ctx.config.evaluation.max_new_tokens),
+def evaluate(environment: Any, engine: Any, tasks: list, sampling: SamplingParams) -> list:
+    """Verified greedy episodes on the pristine interface; the core scores them per category."""
+    return environment.run_episodes(
+        engine, [(t, f"eval:{t.id}", 0) for t in tasks], environment.pristine_interface(), _own(sampling, environment)
     )
-    per_cat: dict[str, list[float]] = {}
-    for t in trajs:
-        per_cat.setdefault(t.category, []).append(t.reward)
-    return EvalResult(split=tasks[0].split if tasks else "eval",
-                      per_category={c: 100.0 * sum(v) / len(v) for c, v in per_cat.items()},
-                      n_tasks=len(tasks), trajectories=trajs)

@@ -8,6 +8,7 @@ from seal_arithmetic import plugin
 from seal_arithmetic.env import ArithmeticEnvironment, ArithmeticSettings, calculate, parse_call
 from seal_platform.config import RunConfig
 from seal_platform.context import RunContext
+from seal_platform.stages import collect_with, evaluate_with
 from seal_platform.types import Generation
 
 
@@ -61,22 +62,24 @@ def test_collect_rewards_and_diagnose_labels():
         return "The answer is 12."  # no call
 
     engine = ScriptedEngine(reply)
-    trajs = plugin.collect(ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=env.pristine_interface(),
-                           group_size=2, step=0)
+    trajs = collect_with(plugin.collect, ctx=ctx, environment=env, engine=engine, tasks=tasks,
+                         interface=env.pristine_interface(), group_size=2, step=0)
     assert len(trajs) == 6 and [t.reward for t in trajs] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
     assert trajs[0].group == trajs[1].group != trajs[2].group
     assert trajs[0].messages[-1].role == "tool" and trajs[0].messages[-2].token_ids == [1, 1, 1]
     labels = plugin.diagnose(ctx=ctx, environment=env, trajectories=trajs, step=0)
     assert [lab.label for lab in labels[::2]] == ["pass", "argument_mismatch", "invalid_tool_call"]
     assert labels[4].reference_label == "empty_turn_model_response"
-    assert engine.calls[0].temperature == 1.0
+    # The core's rollout sampling, plus this environment's own stop string and token cap.
+    assert engine.calls[0].temperature == 1.0 and engine.calls[0].stop == ["</tool_call>"]
+    assert engine.calls[0].max_new_tokens == 48
 
 
 def test_unknown_tool_and_evaluate_greedy_per_category():
     ctx = _ctx(n_eval=6)
     env = plugin._env(ctx)
     engine = ScriptedEngine(lambda q: _call("1", name="search"))
-    result = plugin.evaluate(ctx=ctx, environment=env, engine=engine, tasks=env.tasks("eval"), step=0)
+    result = evaluate_with(plugin.evaluate, ctx=ctx, environment=env, engine=engine, tasks=env.tasks("eval"), step=0)
     assert result.per_category == {"add": 0.0, "sub": 0.0, "mul": 0.0} and result.n_tasks == 6
     assert engine.calls[0].greedy
     label = env.diagnose(result.trajectories[0], "arithmetic")

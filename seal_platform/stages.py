@@ -1,0 +1,83 @@
+"""What the core fills in around the stage hooks, said and provided once.
+
+* Sampling: ``collect`` gets the recipe's rollout sampling (``rollout.temperature``, ``top_p``,
+  ``max_new_tokens``); ``evaluate`` gets greedy decoding (temperature 0, top-p 1) with
+  ``evaluation.max_new_tokens`` (default: ``rollout.max_new_tokens``). Environments add only what is theirs
+  (stop strings, per-rollout seeds) with ``sampling.model_copy(update=...)``.
+* Scoring: ``evaluate`` returns the verified trajectories (one per task); the core turns them into the
+  pass rate per category (:meth:`seal_platform.types.EvalResult.from_trajectories`).
+* Interface revisions: the core sets ``revision``, ``parent`` and ``step`` of what ``evolve_interface`` returns.
+
+:func:`collect_with` and :func:`evaluate_with` call a hook implementation exactly as the run loop does
+(arguments it names, sampling filled in, result checked and scored), for a plugin's own tests.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from .config import RunConfig
+from .errors import PluginError
+from .types import EvalResult, Interface, SamplingParams, Trajectory
+
+
+def collect_sampling(config: RunConfig) -> SamplingParams:
+    """The sampling of training rollouts: the recipe's ``rollout`` section."""
+    rollout = config.rollout
+    return SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens)
+
+
+def evaluate_sampling(config: RunConfig) -> SamplingParams:
+    """The sampling of evaluation: greedy, ``evaluation.max_new_tokens`` (default ``rollout.max_new_tokens``)."""
+    return SamplingParams(
+        temperature=0.0, top_p=1.0,
+        max_new_tokens=config.evaluation.max_new_tokens or config.rollout.max_new_tokens,
+    )
+
+
+def score_evaluation(result: Any, split: str, plugin: str) -> EvalResult:
+    """What ``evaluate`` returned, as an :class:`EvalResult`: verified trajectories are scored here (pass
+    rate per category); an ``EvalResult`` (an environment with its own scoring) is taken as it is."""
+    if isinstance(result, EvalResult):
+        return result
+    if isinstance(result, list):
+        try:
+            trajectories = [t if isinstance(t, Trajectory) else Trajectory.model_validate(t) for t in result]
+        except Exception as exc:
+            raise PluginError(f"plugin {plugin!r} returned something other than trajectories from 'evaluate': {exc}") from exc
+        return EvalResult.from_trajectories(split, trajectories)
+    raise PluginError(f"plugin {plugin!r} must return a list of Trajectory (or an EvalResult) from 'evaluate', "
+                      f"not {type(result).__name__}.")
+
+
+def adopt_interface(new: Any, current: Interface, step: int, plugin: str) -> Interface:
+    """The revision ``evolve_interface`` proposed, numbered by the core: ``revision = current + 1``,
+    ``parent = current``, ``step``."""
+    if not isinstance(new, Interface):
+        raise PluginError(f"plugin {plugin!r} must return an Interface or None from 'evolve_interface'.")
+    return new.model_copy(update={"revision": current.revision + 1, "parent": current.revision, "step": step})
+
+
+def call_impl(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """Call a hook implementation with the arguments it names (as pluggy does), the rest left out."""
+    names = [
+        name for name, p in inspect.signature(fn).parameters.items()
+        if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    return fn(**{name: kwargs[name] for name in names if name in kwargs})
+
+
+def collect_with(fn: Callable[..., Any], *, ctx: Any, environment: Any, engine: Any, tasks: list[Any],
+                 interface: Interface, group_size: int, step: int) -> list[Trajectory]:
+    """``fn`` (a ``collect`` implementation) called as the run loop calls it."""
+    return call_impl(fn, ctx=ctx, environment=environment, engine=engine, tasks=tasks, interface=interface,
+                     group_size=group_size, step=step, sampling=collect_sampling(ctx.config))
+
+
+def evaluate_with(fn: Callable[..., Any], *, ctx: Any, environment: Any, engine: Any, tasks: list[Any],
+                  step: int, plugin: str = "test") -> EvalResult:
+    """``fn`` (an ``evaluate`` implementation) called and scored as the run loop does."""
+    result = call_impl(fn, ctx=ctx, environment=environment, engine=engine, tasks=tasks, step=step,
+                       sampling=evaluate_sampling(ctx.config))
+    return score_evaluation(result, ctx.config.evaluation.split, plugin)

@@ -1,0 +1,135 @@
+"""Plugin contracts the plugin manager enforces: implementations must match a spec (name and arguments), the
+setup hooks go through pluggy, and a plugin that failed to load is named wherever it matters."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from seal_platform import hookimpl
+from seal_platform.errors import ConfigError
+from seal_platform.planning import load_recipe, plan_config, plan_recipe
+from seal_platform.plugins import make_plugin_manager
+from seal_platform.registry import EnvironmentSpec
+
+from .conftest import make_dist
+
+
+class Misspelt:
+    @hookimpl
+    def save_checkpoints(self, ctx, directory, step):  # the spec is save_checkpoint
+        return {}
+
+    @hookimpl
+    def diagnose(self, trajectories):
+        return []
+
+
+class WrongArguments:
+    @hookimpl
+    def collect(self, ctx, batch):  # the spec has no `batch`
+        return []
+
+
+class Optional:
+    @hookimpl(optionalhook=True)
+    def my_own_extension_point(self):
+        return 1
+
+    @hookimpl
+    def diagnose(self, trajectories):
+        return []
+
+
+def _record(host, name):
+    return next(r for r in host.records if r.name == name)
+
+
+def test_a_misspelt_hook_fails_its_plugin_with_the_reason(monkeypatch):
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    host = make_plugin_manager(allow=[], extra=[("typo", Misspelt()), ("fine", Optional())])
+    typo = _record(host, "typo")
+    assert typo.status == "failed"
+    assert "'save_checkpoints' matches no hook spec (did you mean 'save_checkpoint'?)" in typo.error
+    # Left out whole: none of its hooks is called, so a run never half-uses it.
+    assert not host.is_loaded("typo") and not host.implements("typo", "diagnose")
+    assert host.is_loaded("fine") and host.implements("fine", "diagnose")
+    assert [r.name for r in host.failed()] == ["typo"]
+
+
+def test_arguments_that_match_no_spec_fail_the_plugin(monkeypatch):
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    host = make_plugin_manager(allow=[], extra=[("wrong", WrongArguments())])
+    wrong = _record(host, "wrong")
+    assert wrong.status == "failed" and not host.is_loaded("wrong")
+    assert "does not match its spec" in wrong.error and "batch" in wrong.error
+
+
+def test_setup_hooks_are_called_through_pluggy(monkeypatch):
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+
+    class Provider:
+        @hookimpl
+        def register_environments(self):
+            return [EnvironmentSpec("bench", lambda ctx: None)]
+
+    host = make_plugin_manager(allow=[], extra=[("provider", Provider())])
+    seen = []
+    host.pm.add_hookcall_monitoring(lambda name, impls, kwargs: seen.append((name, [i.plugin_name for i in impls])),
+                                    lambda outcome, name, impls, kwargs: None)
+    assert host.environments()["bench"][0] == "provider"
+    assert ("register_environments", ["provider"]) in seen
+
+
+def test_register_commands_adds_a_working_subcommand(monkeypatch):
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+
+    class Commands:
+        @hookimpl
+        def register_commands(self, cli):
+            @cli.command("hello")
+            @click.argument("who")
+            def hello(who):
+                click.echo(f"hello {who}")
+
+    host = make_plugin_manager(allow=[], extra=[("commands", Commands())])
+    group = click.Group("seal-platform")
+    host.hook.register_commands(cli=group)
+    result = CliRunner().invoke(group, ["hello", "world"])
+    assert result.exit_code == 0 and result.output == "hello world\n"
+
+
+@pytest.fixture
+def broken_site(toy_site, tmp_path, monkeypatch):
+    make_dist(toy_site, "seal-kv", "0.1.0", {"kv": "kv_plugin"},
+              {"kv_plugin.py": "raise ImportError('kv needs libkv, which is not installed')\n"})
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    return toy_site
+
+
+def test_a_recipe_naming_what_a_failed_plugin_provides_gets_its_error(broken_site, toy_recipe):
+    with pytest.raises(ConfigError) as info:
+        plan_recipe(toy_recipe, ["plugins.allow=[toy,kv]", "environment=kv", "settings.kv={}",
+                                 "diagnosis.diagnosers=[kv]"])
+    text = str(info.value)
+    for where in ("environment:", "settings.kv:", "diagnosis.diagnosers:"):
+        line = next(line for line in text.splitlines() if where in line)
+        assert "'kv' (seal-kv): ImportError: kv needs libkv" in line, line
+
+
+def test_environment_and_diagnoser_names_are_not_plugin_names(broken_site, toy_recipe):
+    config, issues, path = load_recipe(toy_recipe, ["plugins.allow=[toy,kv]"])
+    assert not issues
+    # The recipe names an environment, an engine and diagnosers, none of them a plugin it requires by name.
+    assert config.named_plugins() == {"toy"}
+    plan = plan_config(config, str(path))
+    assert plan.primary_diagnoser == "toy" and plan.diagnosers == ["toy"]
+
+
+def test_every_run_names_the_plugins_that_failed_to_load(broken_site, toy_recipe):
+    from seal_platform.cli import cli
+
+    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "training.steps=1", "plugins.allow=[toy,kv]", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "warning: plugin 'kv' (seal-kv) was not loaded: ImportError: kv needs libkv" in result.output
