@@ -16,7 +16,10 @@ actor does:
 
 Two exact speed-ups: the prompt a micro-batch's sequences share (a group's system prompt and task) is run
 once and its KV cache expanded to the rows (``shared_prefix``); trajectories with advantage 0 are not run
-at all when no KL or entropy term is on (their loss and gradient are exactly 0).
+at all when their loss and gradient are exactly 0: without KL and entropy terms, and with a k2/k3 KL term
+while the policy still equals the reference (``grpo.zero_advantage``, see :mod:`.skipping`; the skipped work
+is in the metrics). Log-probs come from the final hidden states through the output layer in chunks that are
+recomputed in backward (``grpo.logits_chunk_tokens``), so no sequence's full-vocabulary logits are kept.
 """
 
 from __future__ import annotations
