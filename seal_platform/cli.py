@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .config import Issue, RunConfig, raise_for
+from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_for, salvage_config
 from .errors import PluginError, SealError
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
@@ -203,13 +203,16 @@ def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
     from .planning import check_recipe
 
     config_, issues, path = load_recipe(recipe, list(overrides))
-    if config_ is not None:
+    # Also with core errors: the rest of the recipe (plugin settings, stages) is checked with the bad keys
+    # left out, so every problem is reported at once.
+    checked = config_ or salvage_config(apply_overrides(load_recipe_data(path), list(overrides)))
+    if checked is not None:
         try:
-            host = plugin_host_for(config_)
+            host = plugin_host_for(checked)
         except PluginError as exc:
             issues.append(Issue("plugins", str(exc)))
         else:
-            _plan, more = check_recipe(config_, host)
+            _plan, more = check_recipe(checked, host)
             issues.extend(more)
     if issues:
         errors.print(f"{path}: {len(issues)} problem(s):", highlight=False)
@@ -353,7 +356,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
 
 @cli.command()
 @click.option("--benchmark", required=True, help="A registered environment that can verify (e.g. bfcl).")
-@click.argument("file", type=click.File("r"))
+@click.argument("file", type=click.File("rb"))  # bytes: a non-UTF-8 line is one error record
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Settings of the benchmark's plugin, e.g. bfcl.categories=[multi_turn_base].")
 def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     """Score transcripts: one JSON object per input line, one result per output line, in order.

@@ -7,6 +7,8 @@ returns from ``register_settings``. Errors are collected, never raised one at a 
 
 from __future__ import annotations
 
+import copy
+
 import hashlib
 import json
 import re
@@ -159,6 +161,9 @@ def load_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)}).") from None
     except OSError as exc:
         raise ConfigError(f"cannot read recipe {path}: {exc.strerror}.") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start + 1} cannot be decoded): save the recipe "
+                          f"as UTF-8 (e.g. iconv -f latin1 -t utf-8).") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -250,6 +255,26 @@ def validate_core(data: dict[str, Any]) -> tuple[RunConfig | None, list[Issue]]:
         return RunConfig.model_validate(data), []
     except ValidationError as exc:
         return None, _pydantic_issues(exc)
+
+
+def salvage_config(data: dict[str, Any]) -> RunConfig | None:
+    """A config from ``data`` with the keys the core rejects left out (defaults in their place), so that
+    ``config validate`` can still check plugin settings and stages and report every problem at once."""
+    data = copy.deepcopy(data)
+    for _ in range(5):
+        try:
+            return RunConfig.model_validate(data)
+        except ValidationError as exc:
+            for err in exc.errors():
+                node: Any = data
+                *parents, last = err["loc"] or ("",)
+                for part in parents:
+                    node = node.get(part) if isinstance(node, dict) else None
+                if isinstance(node, dict):
+                    node.pop(last, None)
+        except Exception:
+            return None
+    return None
 
 
 def validate_settings(

@@ -217,7 +217,7 @@ class Runner:
             done = self.start_step
             if done > 0 and eval_tasks and (done == total or self._eval_due(done, total)):
                 evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
-        else:
+        if not self.resumed or self.interface is None:
             self.interface = _wrap("environment", owner, env.pristine_interface)
             self.store.add_interface(self.run_id, self.interface, None)
         if self.start_step == 0 and cfg.evaluation.before_training and eval_tasks:
@@ -345,7 +345,9 @@ class Runner:
         if not durable:
             dropped = self.store.discard_after(self.run_id, -1)
             self.store.add_event(self.run_id, "resume", f"no checkpoint: restarting from step 0 ({dropped} step(s) discarded)")
-            self.interface = self.store.interface(self.run_id, 0)
+            # Killed before the pristine interface was stored: _train stores it as for a new run.
+            stored = any(r.revision == 0 for r in self.store.interfaces(self.run_id))
+            self.interface = self.store.interface(self.run_id, 0) if stored else None  # type: ignore[assignment]
             self.start_step = 0
             return
         last = durable[-1]

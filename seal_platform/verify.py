@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import IO, Iterator
+from typing import Any, Iterable, Iterator
 
 from .config import RunConfig, apply_overrides, raise_for, validate_settings
 from .context import RunContext
@@ -13,8 +13,10 @@ from .errors import SealError
 from .plugins import make_plugin_manager
 
 
-def verify_lines(benchmark: str, lines: IO[str], overrides: list[str]) -> Iterator[str]:
-    """One output line (JSON) per input line, in input order; bad lines become ``{"error": ...}``."""
+def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[str]) -> Iterator[str]:
+    """One output line (JSON) per non-blank input line, in input order; bad lines become ``{"error": ...}``
+    and the lines after them are still scored. Lines may be bytes (a file opened in binary): one that is
+    not UTF-8 gets an error record instead of stopping the whole file."""
     host = make_plugin_manager(required=[benchmark])
     environments = host.environments()
     if benchmark not in environments:
@@ -32,21 +34,12 @@ def verify_lines(benchmark: str, lines: IO[str], overrides: list[str]) -> Iterat
     status = "completed"
     try:
         if isinstance(env, BatchVerifyingEnvironment):
-            yield from _verify_in_batches(env, lines)
+            yield from _verify_in_batches(env, lines, owner)
             return
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise ValueError("each line must be a JSON object")
-                result = env.verify_record(record)
-            except json.JSONDecodeError as exc:
-                result = {"error": f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})"}
-            except (ValueError, KeyError, TypeError) as exc:
-                result = {"error": f"line {number}: {exc}"}
-            yield json.dumps(result)
+            yield json.dumps(score_line(env, number, line, owner))
     except BaseException:
         status = "failed"
         raise
@@ -54,18 +47,73 @@ def verify_lines(benchmark: str, lines: IO[str], overrides: list[str]) -> Iterat
         host.hook.end_run(ctx=ctx, status=status)
 
 
+def parse_line(number: int, line: str | bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """``(record, None)`` for a line holding a JSON object, else ``(None, {"error": "line N: ..."})``."""
+    try:
+        text = line.decode("utf-8") if isinstance(line, bytes) else line
+    except UnicodeDecodeError as exc:
+        return None, {"error": f"line {number}: not UTF-8 text (byte {exc.start + 1}); save the file as UTF-8"}
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, {"error": f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})"}
+    except RecursionError:
+        return None, {"error": f"line {number}: JSON nested too deeply"}
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        return None, {"error": f"line {number}: not valid JSON ({exc})"}
+    if not isinstance(record, dict):
+        return None, {"error": f"line {number}: each line must be a JSON object"}
+    return record, None
+
+
+def score_line(env: VerifyingEnvironment, number: int, line: str | bytes, owner: str = "the environment") -> dict[str, Any]:
+    """The output record of one input line: the environment's verdict, or ``{"error": "line N: ..."}`` for
+    anything wrong with the line (encoding, JSON, nesting, shape, a plugin failure on it). Never raises
+    for the line's content, so one bad line costs only its own record."""
+    record, error = parse_line(number, line)
+    if record is None:
+        return error
+    return _score_record(env, number, record, owner)
+
+
+def _score_record(env: VerifyingEnvironment, number: int, record: dict[str, Any], owner: str) -> dict[str, Any]:
+    try:
+        result = env.verify_record(record)
+        json.dumps(result)
+        return result
+    except (ValueError, KeyError, TypeError) as exc:
+        return {"error": f"line {number}: {exc}"}
+    except RecursionError:
+        return {"error": f"line {number}: the record is nested too deeply"}
+    except Exception as exc:  # a plugin failing on one record must not lose the others
+        return {"error": f"line {number}: {owner} failed on this record: {type(exc).__name__}: {exc}"}
+
+
 _BATCH_LINES = 512
 
 
-def _verify_in_batches(env: BatchVerifyingEnvironment, lines: IO[str]) -> Iterator[str]:
-    """As the per-line loop, but ``_BATCH_LINES`` records at a time through ``env.verify_records``."""
+def _verify_in_batches(env: BatchVerifyingEnvironment, lines: Iterable[str | bytes], owner: str) -> Iterator[str]:
+    """As the per-line loop, but ``_BATCH_LINES`` records at a time through ``env.verify_records`` (if a
+    batch as a whole fails, its records are scored one by one, so one bad record still costs only itself)."""
 
     def flush(batch: list[tuple[int, dict | None, dict | None]]) -> Iterator[str]:
         records = [record for _, record, _ in batch if record is not None]
-        results = iter(env.verify_records(records) if records else [])
+        try:
+            results = env.verify_records(records) if records else []
+            json.dumps(results)
+            if len(results) != len(records):
+                raise ValueError(f"{len(results)} results for {len(records)} records")
+        except Exception:
+            results = [None] * len(records)
+        pending = iter(results)
         for number, record, error in batch:
-            result = error if record is None else next(results)
-            if record is not None and set(result) == {"error"}:
+            if record is None:
+                yield json.dumps(error)
+                continue
+            result = next(pending)
+            if result is None:
+                result = _score_record(env, number, record, owner)
+            elif set(result) == {"error"}:
                 result = {"error": f"line {number}: {result['error']}"}
             yield json.dumps(result)
 
@@ -73,15 +121,8 @@ def _verify_in_batches(env: BatchVerifyingEnvironment, lines: IO[str]) -> Iterat
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("each line must be a JSON object")
-            batch.append((number, record, None))
-        except json.JSONDecodeError as exc:
-            batch.append((number, None, {"error": f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})"}))
-        except ValueError as exc:
-            batch.append((number, None, {"error": f"line {number}: {exc}"}))
+        record, error = parse_line(number, line)
+        batch.append((number, record, error))
         if len(batch) >= _BATCH_LINES:
             yield from flush(batch)
             batch = []

@@ -222,7 +222,10 @@ class Backend:
                 return ERROR_PREFIX + f"{method.__qualname__}() got an unexpected keyword argument '{key}'", True
         # Backends keep and mutate argument objects (a tweet's tag list); a call replayed from the same
         # ParsedCall must not see what an earlier replay did to them, just as eval builds fresh ones.
-        args, kwargs = copy.deepcopy(call.args), copy.deepcopy(call.kwargs)
+        try:
+            args, kwargs = copy.deepcopy(call.args), copy.deepcopy(call.kwargs)
+        except RecursionError:
+            return ERROR_PREFIX + "argument nesting too deep", True
         try:
             return stringify(method(*args, **kwargs)), False
         except Exception as exc:  # a backend failure is the call's result, as in the official executor

@@ -153,10 +153,33 @@ def parse_calls(text: str) -> list[ParsedCall]:
         raise CallSyntaxError(f"invalid call syntax: {exc}") from None
     body = tree.body
     if isinstance(body, (ast.List, ast.Tuple)):
-        return [_from_node(element, ast.get_source_segment(source, element) or "") for element in body.elts]
+        # Not ast.get_source_segment: it re-splits the whole source for every element (quadratic).
+        segment = _segmenter(source)
+        return [_from_node(element, segment(element)) for element in body.elts]
     if isinstance(body, ast.Call):
         return [_from_node(body, source)]
     raise CallSyntaxError("expected a call like f(a=1) or a list of calls [f(a=1), g()]")
+
+
+def _segmenter(source: str):
+    """``segment(node)``: the source text of a node, in time linear in the node's length (ast positions are
+    UTF-8 byte offsets within lines; the line starts are computed once)."""
+    data = source.encode("utf-8")
+    starts = [0]
+    index = data.find(b"\n")
+    while index != -1:
+        starts.append(index + 1)
+        index = data.find(b"\n", index + 1)
+
+    def segment(node: ast.AST) -> str:
+        try:
+            begin = starts[node.lineno - 1] + node.col_offset  # type: ignore[attr-defined]
+            end = starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[attr-defined]
+        except (AttributeError, IndexError, TypeError):
+            return ""
+        return data[begin:end].decode("utf-8", errors="replace")
+
+    return segment
 
 
 def from_arguments(name: Any, arguments: Any) -> ParsedCall:

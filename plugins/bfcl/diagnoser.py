@@ -68,15 +68,35 @@ def _get(verdict: TurnVerdict | Mapping[str, Any], key: str, default: Any = None
 
 
 def _flat(calls: Any) -> list[Any]:
-    """Calls of a turn as one flat list (the trace may group them per step)."""
+    """Calls of a turn as one flat list (the trace may group them per step). Iterative, so a hostile trace
+    nested thousands deep cannot exhaust the stack; a scalar counts as one (unreadable) call."""
     if calls is None:
         return []
-    if isinstance(calls, (str, Mapping)):
-        return [calls]
     out: list[Any] = []
-    for item in calls:
-        out.extend(_flat(item) if isinstance(item, (list, tuple)) else [item])
+    stack = [calls]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        else:
+            out.append(item)
     return out
+
+
+def _indices(value: Any) -> set[int]:
+    """A trace's list of call indices (``rejected_calls``, ``model_error_calls``); anything else is none."""
+    if not isinstance(value, (list, tuple, set)):
+        return set()
+    return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _result_text(results: list[Any], index: int) -> str:
+    value = results[index] if index < len(results) else None
+    return value if isinstance(value, str) and value else "error"
+
+
+def _as_int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def _signature(call: Any) -> tuple[str, str] | None:
@@ -125,7 +145,10 @@ def _param_order() -> dict[str, list[str]]:
 
 
 def _canon(arguments: Mapping[str, Any]) -> str:
-    return repr(sorted((str(k), repr(v)) for k, v in arguments.items()))
+    try:
+        return repr(sorted((str(k), repr(v)) for k, v in arguments.items()))
+    except (RecursionError, ValueError):  # nested too deeply, or an int too long for repr
+        return "<unrepresentable arguments>"
 
 
 def reference_label(verdict: TurnVerdict | Mapping[str, Any], n_accepted_calls: int | None = None) -> str:
@@ -165,19 +188,19 @@ def reference_label(verdict: TurnVerdict | Mapping[str, Any], n_accepted_calls: 
 def _trace_calls(verdict: TurnVerdict | Mapping[str, Any]) -> list[ToolCall]:
     """The turn's calls rebuilt from the trace alone (for transcripts without tool-call records)."""
     texts = _flat(_get(verdict, "model_calls"))
-    rejected = set(_get(verdict, "rejected_calls") or ())
-    failed = set(_get(verdict, "model_error_calls") or ())
-    results = list(_get(verdict, "model_results") or ())
+    rejected = _indices(_get(verdict, "rejected_calls"))
+    failed = _indices(_get(verdict, "model_error_calls"))
+    results = _flat(_get(verdict, "model_results"))
     out = []
     for index, text in enumerate(texts):
         sig = _signature(text)
         name = sig[0] if sig else ""
         out.append(
             ToolCall(
-                turn=int(_get(verdict, "turn", 0) or 0),
+                turn=_as_int(_get(verdict, "turn", 0)),
                 name=name,
                 rejected="refused before running" if index in rejected else None,
-                error=(results[index] if index < len(results) else "error") if index in failed and index not in rejected else None,
+                error=_result_text(results, index) if index in failed and index not in rejected else None,
             )
         )
     return out
@@ -266,7 +289,7 @@ def label_turns(
         by_turn.setdefault(call.turn, []).append(call)
     labels = []
     for index, verdict in enumerate(outcome_turns):
-        turn = _get(verdict, "turn", index)
+        turn = _as_int(_get(verdict, "turn", index), index)
         labels.append(label_turn(verdict, by_turn.get(turn, []) if calls else None)[0])
     return labels
 

@@ -134,7 +134,42 @@ _HERMES_FOOTER = (
     "<tool_call></tool_call> XML tags:\n<tool_call>\n"
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
 )
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+# Arguments nested deeper than this are refused (the same bound as python-format literals): deeper values
+# only exhaust the stack of whatever compares, copies or serialises them later.
+MAX_JSON_DEPTH = 32
+
+
+def _hermes_blocks(text: str) -> tuple[list[str], str | None]:
+    """The bodies of the ``<tool_call>...</tool_call>`` blocks, in one left-to-right scan (linear time: a
+    lazy regex rescans to the end of the text from every unclosed opening tag)."""
+    blocks: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(_OPEN, pos)
+        orphan = text.find(_CLOSE, pos, start if start != -1 else len(text))
+        if orphan != -1:
+            return blocks, "A </tool_call> tag has no opening <tool_call>."
+        if start == -1:
+            return blocks, None
+        end = text.find(_CLOSE, start + len(_OPEN))
+        if end == -1:
+            return blocks, "A <tool_call> block is not closed with </tool_call>."
+        blocks.append(text[start + len(_OPEN) : end])
+        pos = end + len(_CLOSE)
+
+
+def _json_depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value (iterative; stops counting past the limit)."""
+    best, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)):
+            best = max(best, depth)
+            if best > MAX_JSON_DEPTH:
+                return best
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return best
 
 
 class HermesFormat:
@@ -157,12 +192,11 @@ class HermesFormat:
         return _HERMES_HEADER + self._tool_lines(tool_docs, compact) + _HERMES_FOOTER
 
     def parse(self, text: str) -> ParseResult:
-        blocks = _BLOCK.findall(text)
-        remainder = _BLOCK.sub("", text)
-        if "<tool_call>" in remainder:
-            return ParseResult(error="A <tool_call> block is not closed with </tool_call>.")
-        if "</tool_call>" in remainder:
-            return ParseResult(error="A </tool_call> tag has no opening <tool_call>.")
+        if not isinstance(text, str):
+            return ParseResult(error="The message is not text.")
+        blocks, error = _hermes_blocks(text)
+        if error:
+            return ParseResult(error=error)
         calls: list[ParsedCall] = []
         for index, block in enumerate(blocks, 1):
             where = f"tool call {index}" if len(blocks) > 1 else "the tool call"
@@ -171,6 +205,12 @@ class HermesFormat:
                 data = json.loads(body)
             except json.JSONDecodeError as exc:
                 return ParseResult(calls, error=f"Could not parse {where} as JSON: {exc.msg} at position {exc.pos}.")
+            except RecursionError:
+                return ParseResult(calls, error=f"Could not parse {where}: JSON nested too deeply.")
+            except ValueError as exc:  # e.g. an integer of more digits than Python converts
+                return ParseResult(calls, error=f"Could not parse {where} as JSON: {exc}.")
+            if _json_depth(data) > MAX_JSON_DEPTH:
+                return ParseResult(calls, error=f"{where[0].upper()}{where[1:]} nests deeper than {MAX_JSON_DEPTH} levels.")
             items = data if isinstance(data, list) else [data]
             for item in items:
                 call, error = _hermes_call(item, where)
@@ -217,6 +257,8 @@ def _hermes_call(item: Any, where: str) -> tuple[ParsedCall | None, str | None]:
 
 # --- python (BFCL prompting) ------------------------------------------------------------------------------
 
+# More opening parentheses than this in a call-list message is refused before parsing (see PythonFormat.parse).
+MAX_PYTHON_CALLS = 512
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
@@ -252,6 +294,10 @@ class PythonFormat:
         if not body or body == "[]":
             return ParseResult()
         looks_like_calls = body.startswith("[") or bool(re.match(r"^[A-Za-z_]\w*\s*\(", body))
+        if looks_like_calls and body.count("(") > MAX_PYTHON_CALLS:
+            # Bounded work per message: Python's parser costs ~20 us per call node, so thousands of tiny
+            # calls would take longer than a long message should; no turn needs that many.
+            return ParseResult(error=f"Too many function calls in one message (at most {MAX_PYTHON_CALLS}).")
         try:
             parsed = parse_calls(body)
         except CallSyntaxError as exc:

@@ -20,6 +20,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -29,6 +30,7 @@ from ..capability import CapabilityState
 from ..errors import StoreError
 from ..types import EvalResult, Interface, Trajectory, TurnLabel
 from . import models as m
+from . import safety
 from .models import utcnow
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -38,9 +40,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     # WAL: readers (`seal-platform runs` during a run) never block the writer, and a crash mid-write
     # leaves the last committed step intact.
+    # The busy timeout first: switching to WAL itself waits on another process's lock.
+    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=10000")
     cursor.close()
 
 
@@ -79,10 +82,13 @@ class RunStore:
 
     def __init__(self, url: str, *, migrate: bool = True):
         self.url = url
-        if url.startswith("sqlite:///"):
-            path = url.removeprefix("sqlite:///")
-            if path and path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
+        safety.check_file(url)
+        path = safety.sqlite_path(url)
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise safety.describe(url, exc, None) from None
         try:
             self.engine: Engine = create_engine(url)
         except SQLAlchemyError as exc:
@@ -97,10 +103,14 @@ class RunStore:
 
     def migrate(self, revision: str = "head") -> None:
         try:
-            with self.engine.begin() as conn:
-                command.upgrade(alembic_config(conn), revision)
-        except OperationalError as exc:
-            raise StoreError(f"cannot migrate run store {self.url!r}: {exc.orig}") from None
+            # One migrator at a time: processes creating the same new store must not both create tables.
+            with safety.migration_lock(self.url, self.engine):
+                with self.engine.begin() as conn:
+                    command.upgrade(alembic_config(conn), revision)
+        except StoreError:
+            raise
+        except (SQLAlchemyError, CommandError, OSError) as exc:
+            raise safety.translate(self.url, self.engine, self.head_revision(), exc) from None
 
     def schema_revision(self) -> str | None:
         with self.engine.connect() as conn:
@@ -112,8 +122,12 @@ class RunStore:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        with self._sessions.begin() as session:
-            yield session
+        try:
+            with self._sessions.begin() as session:
+                yield session
+        except OperationalError as exc:
+            # A store that became read-only, a full disk, a lock held past the busy timeout: one paragraph.
+            raise safety.describe(self.url, exc, None) from exc
 
     def close(self) -> None:
         self.engine.dispose()

@@ -51,7 +51,8 @@ def test_config_validate_reports_all_problems_and_exits_1(runner, tmp_path, toy_
                                    "training": {"group_size": -2}, "colour": "red"}))
     result = runner.invoke(cli, ["config", "validate", str(bad)])
     assert result.exit_code == 1
-    assert "3 problem(s)" in result.output
+    # The core's three, and (checked with the bad keys left out) the default engine no loaded plugin has.
+    assert "4 problem(s)" in result.output and "rollout.engine:" in result.output
     assert "seed:" in result.output and "training.group_size:" in result.output and "colour: unknown key" in result.output
     assert "Traceback" not in result.output
 

@@ -66,3 +66,18 @@ def test_partial_checkpoint_directories_are_removed_at_resume(toy_site, toy_reci
     assert names == ["step-000001", "step-000003", "step-000004"]
     assert [c.step for c in store2.checkpoints(runner.run_id)] == [1, 3, 4]
     assert any("partial checkpoint" in e.message for e in store2.events(runner.run_id))
+
+
+def test_resume_of_a_run_killed_before_its_first_interface(toy_site, toy_recipe):
+    # Found by benchmarks/kill_anywhere.py: a kill between the run row and the pristine interface row.
+    base = ["training.steps=2", "training.checkpoint_every=0"]
+    runner, store = _runner(toy_recipe, [*base, "settings.toy.fail_in=start_run"])
+    with pytest.raises(Exception):
+        runner.run()
+    assert store.interfaces(runner.run_id) == []
+    sys.modules.pop("toy_plugin", None)
+    resumed, store2 = _runner(toy_recipe, base, resume=runner.run_id)
+    resumed.run()
+    assert store2.get_run(runner.run_id).status == "completed"
+    assert [s.step for s in store2.steps(runner.run_id)] == [0, 1]
+    assert store2.interfaces(runner.run_id)[0].revision == 0

@@ -1,0 +1,123 @@
+"""Opening a run store safely: one migrator at a time, and errors a user can act on.
+
+* Many processes may create, migrate or open the same store at once (eight runs started together on one
+  SQLite file, or several hosts on one PostgreSQL database): the migration runs under an exclusive lock --
+  an ``fcntl`` lock on ``<file>.lock`` next to a SQLite file, a PostgreSQL advisory lock otherwise -- so the
+  second process finds the schema already at head instead of creating the same tables again.
+* A file that is not a database, a schema newer than this version knows, a read-only file or directory:
+  each becomes a :class:`StoreError` of one paragraph naming the store and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from ..errors import StoreError
+
+# Any constant works; it only has to be the same for every process migrating a seal-platform store.
+_PG_LOCK_KEY = 0x5EA1_0001
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url.removeprefix("sqlite:///").split("?", 1)[0]
+    if not path or path == ":memory:" or path.startswith("file:"):  # in memory, or an SQLite URI filename
+        return None
+    return Path(path)
+
+
+@contextmanager
+def migration_lock(url: str, engine: Engine) -> Iterator[None]:
+    """Hold the store's migration lock (blocking) for the duration of the block."""
+    path = sqlite_path(url)
+    if path is not None:
+        import fcntl
+
+        lock_file = path.with_name(path.name + ".lock")
+        try:
+            fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        except PermissionError:
+            # A read-only directory: nobody can be creating this store here; opening it read-only is fine.
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        return
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _PG_LOCK_KEY})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_LOCK_KEY})
+                conn.commit()
+        return
+    yield
+
+
+def check_file(url: str) -> None:
+    """Refuse, before SQLite touches it, a store path that is a directory or a file that is not SQLite."""
+    path = sqlite_path(url)
+    if path is None or not path.exists():
+        return
+    if path.is_dir():
+        raise StoreError(f"run store {path} is a directory, not a database file: give --store a file path "
+                         f"such as sqlite:///{path / 'store.sqlite'}.")
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(16)
+    except PermissionError:
+        raise StoreError(f"run store {path} cannot be read (permission denied): make it readable "
+                         f"(chmod u+r {path}) or give another --store.") from None
+    if header and header != b"SQLite format 3\x00":
+        raise StoreError(f"run store {path} is not a seal-platform database (not an SQLite file): give --store "
+                         f"the store.sqlite file of a runs directory, or a new path to start a new store.")
+
+
+def describe(url: str, exc: BaseException, head: str | None, current: str | None = None) -> StoreError:
+    """One paragraph for a failure to open or migrate the store."""
+    where = sqlite_path(url) or url
+    message = str(getattr(exc, "orig", None) or exc)
+    lowered = message.lower()
+    if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered or isinstance(exc, PermissionError):
+        return StoreError(
+            f"run store {where} cannot be written ({message}): seal-platform writes to the store when it opens "
+            f"it (schema upgrades, crashed-run marks) and SQLite needs its directory writable for the journal; "
+            f"make the file and its directory writable, or copy the store somewhere writable and pass --store."
+        )
+    if "not a database" in lowered or "malformed" in lowered or "file is encrypted" in lowered:
+        return StoreError(f"run store {where} is not a usable SQLite database ({message}): give --store the "
+                          f"store.sqlite of a runs directory, or a new path to start a new store.")
+    if "can't locate revision" in lowered or "no such revision" in lowered:
+        return StoreError(
+            f"run store {where} has schema revision {current or '?'}, newer than this seal-platform knows "
+            f"(its newest is {head}): it was written by a newer version; upgrade seal-platform "
+            f"(pip install -U seal-platform) or use another --store."
+        )
+    return StoreError(f"cannot open run store {where}: {message}")
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The store's Alembic revision, read directly (works even when this version does not know it)."""
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except Exception:
+        return None
+
+
+def translate(url: str, engine: Engine, head: str | None, exc: BaseException) -> Any:
+    return describe(url, exc, head, current_revision(engine))

@@ -1,0 +1,147 @@
+"""Untrusted input never raises out of a stage (property tests; the long fuzz run is
+benchmarks/fuzz_untrusted.py). Every crash the fuzzer found is a regression case at the bottom."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seal_platform_plugins.bfcl.calls import ParsedCall
+from seal_platform_plugins.bfcl.formats import HermesFormat, PythonFormat
+
+import untrusted as u
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+
+
+@FAST
+@given(u.hermes_messages())
+def test_hermes_parse_never_raises(text):
+    u.check_format_parse(HermesFormat(), text)
+
+
+@FAST
+@given(u.python_messages())
+def test_python_parse_never_raises(text):
+    u.check_format_parse(PythonFormat(), text)
+
+
+@FAST
+@given(st.one_of(u.python_calls(), u.fragments, st.text()))
+def test_call_parser_never_raises(text):
+    u.check_parse_call(text)
+
+
+@pytest.fixture(scope="module")
+def backend(request):
+    from seal_platform_plugins.bfcl.data import load_tasks
+    from seal_platform_plugins.bfcl.executor import _payload_for_worker
+    from seal_platform_plugins.bfcl._worker import Backend
+
+    task = next(t for t in load_tasks(split="all") if "GorillaFileSystem" in t.payload["involved_classes"])
+    return Backend.for_payload(_payload_for_worker(task))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(data=st.data())
+def test_executor_argument_checks_never_raise(backend, data):
+    u.check_backend_execute(backend, data.draw(u.parsed_calls(sorted(backend.method_names))))
+
+
+@FAST
+@given(u.trajectories())
+def test_diagnoser_labels_any_trajectory(trajectory):
+    u.check_diagnose(trajectory)
+
+
+@FAST
+@given(st.lists(u.verdict_mappings, max_size=3))
+def test_diagnoser_labels_any_verify_trace(verdicts):
+    u.check_label_turns(verdicts)
+
+
+@pytest.fixture(scope="module")
+def bfcl_env():
+    from seal_platform_plugins.bfcl.environment import BfclEnvironment
+    from seal_platform_plugins.bfcl.settings import BfclSettings
+
+    env = BfclEnvironment(BfclSettings(executor_workers=1))
+    yield env
+    env.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(u.verify_lines_strategy)
+def test_verify_gives_one_record_per_line(bfcl_env, lines):
+    from seal_platform.verify import score_line
+
+    for number, line in enumerate(lines, 1):
+        record = score_line(bfcl_env, number, line)
+        assert isinstance(record, dict) and ("error" in record or "success" in record)
+        json.dumps(record)
+
+
+# --- regressions: crashes found by the fuzzer and the issue ----------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [
+    "<tool_call>" + "[" * 3000 + "]" * 3000 + "</tool_call>",  # RecursionError out of json.loads
+    '<tool_call>{"name":"cd","arguments":{"folder":' + "9" * 5000 + "}}</tool_call>",  # int digit limit
+    '<tool_call>{"name":"cd","arguments":{"a":' + "[" * 900 + "]" * 900 + "}}</tool_call>",  # deep but parseable
+])
+def test_hostile_hermes_messages_are_parse_errors(text):
+    result = HermesFormat().parse(text)
+    assert not result.ok and not result.calls
+
+
+@pytest.mark.parametrize("text", ["[f(a=" + "9" * 5000 + ")]", "[" * 5000, "[f(a=" + "[" * 3000 + "]" * 3000 + ")]"])
+def test_hostile_python_messages_are_parse_errors(text):
+    assert not PythonFormat().parse(text).ok
+
+
+def test_deep_arguments_do_not_break_the_diagnoser():
+    deep = u._deep_list(5000)
+    traj = u.Trajectory(task_id="t", category="c", group="g",
+                        turn_verdicts=[u.TurnVerdict(turn=0, passed=False, checks={"gt_calls": ["cd(folder='a')"], "state_ok": False,
+                                                                                   "model_calls": deep})],
+                        tool_calls=[u.ToolCall(turn=0, name="cd", arguments={"folder": deep})])
+    u.check_diagnose(traj)
+    u.check_label_turns([{"checks": {"gt_calls": ["cd(folder='a')"], "model_calls": deep, "state_ok": False}}])
+
+
+def test_backend_refuses_deep_arguments_without_raising(backend):
+    u.check_backend_execute(backend, ParsedCall(name="cd", kwargs={"folder": u._deep_list(20000)}))
+
+
+@pytest.mark.parametrize("checks", [
+    {"gt_calls": False},
+    {"model_results": True},
+    {"rejected_calls": [[]]},
+    {"model_error_calls": [[]]},
+    {"model_calls": ["cd()"], "model_error_calls": [0], "model_results": False, "gt_calls": []},
+])
+def test_malformed_traces_get_labels(checks):
+    u.check_label_turns([{"checks": checks}, {"turn": [1], "checks": checks}])
+
+
+def test_verify_lines_bad_bytes_and_nesting_lose_no_other_line(bfcl_env):
+    from seal_platform.verify import score_line
+
+    lines = [b'{"task_id": "multi_turn_base_0", "turns": [["cd(folder=\'\xff\')"]]}', b"[" * 5000 + b"]" * 5000,
+             b'{"task_id": "multi_turn_base_0", "turns": []}']
+    out = [score_line(bfcl_env, n, line) for n, line in enumerate(lines, 1)]
+    assert "UTF-8" in out[0]["error"] and "line 1" in out[0]["error"]
+    assert "line 2" in out[1]["error"]
+    assert out[2]["task_id"] == "multi_turn_base_0" and "success" in out[2]
+
+
+def test_thousands_of_calls_in_one_message_are_refused_up_front():
+    from seal_platform_plugins.bfcl.formats import MAX_PYTHON_CALLS
+
+    many = "[" + ", ".join(["f(a=1)"] * (MAX_PYTHON_CALLS + 1)) + "]"
+    result = PythonFormat().parse(many)
+    assert not result.ok and "Too many function calls" in result.error
+    assert len(PythonFormat().parse("[" + ", ".join(["f(a=1)"] * MAX_PYTHON_CALLS) + "]").calls) == MAX_PYTHON_CALLS
