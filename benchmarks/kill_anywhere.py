@@ -90,13 +90,46 @@ def write_recipe(root: Path, model: Path, seed: int) -> Path:
     return path
 
 
-def _child(argv: list[str]) -> None:
+def _instrument(fd: int) -> None:
+    """Report where the attempt is (for the kill log only; behaviour unchanged): each stage the loop
+    announces, store writes and checkpoint writes, each as one line on ``fd``."""
+    from seal_platform import loop
+    from seal_platform.store import RunStore
+
+    def mark(text: str) -> None:
+        os.write(fd, (text + "\n").encode())
+
+    def around(owner: Any, name: str, before: Any, after: Any = None) -> None:
+        original = getattr(owner, name)
+
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            mark(before(*args, **kwargs))
+            result = original(self, *args, **kwargs)
+            if after:
+                mark(after(*args, **kwargs))
+            return result
+
+        setattr(owner, name, wrapper)
+
+    around(loop.Progress, "stage", lambda step, stage: f"{stage} (step {step})")
+    around(loop.Runner, "_restore", lambda *a: "resume: restoring the checkpoint", lambda *a: "resume: restored")
+    around(loop.Runner, "_checkpoint", lambda step: f"checkpoint write (step {step})", lambda step: f"checkpoint {step} done")
+    around(RunStore, "record_step", lambda run_id, step, **k: f"store write (step {step})",
+           lambda run_id, step, **k: f"step {step} stored")
+    around(RunStore, "add_evaluation", lambda run_id, step, result: f"store write (evaluation {step})",
+           lambda run_id, step, result: f"evaluation {step} stored")
+    mark("startup done")
+
+
+def _child(argv: list[str], marks: int | None = None) -> None:
     """Body of a forked attempt: the CLI, then exit without running the parent's atexit handlers."""
     code = 1
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
+        if marks is not None:
+            _instrument(marks)
         from seal_platform.cli import main
 
         main(argv)
@@ -109,22 +142,48 @@ def _child(argv: list[str]) -> None:
         os._exit(code)
 
 
-def attempt(argv: list[str], kill_after: float | None) -> tuple[int | None, float]:
-    """Run one attempt; SIGKILL it after ``kill_after`` seconds unless it ended. (exit code or None, s)."""
+def attempt(argv: list[str], kill_after: float | None) -> tuple[int | None, float, str]:
+    """Run one attempt; SIGKILL it after ``kill_after`` seconds unless it ended.
+    Returns (exit code or None if killed, seconds, where it was when it ended)."""
     started = time.monotonic()
+    rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _child(argv)
+        os.close(rfd)
+        _child(argv, wfd)
+    os.close(wfd)
+    os.set_blocking(rfd, False)
     deadline = None if kill_after is None else started + kill_after
+    marks = b""
+
+    def drain() -> None:
+        nonlocal marks
+        try:
+            while chunk := os.read(rfd, 65536):
+                marks += chunk
+        except BlockingIOError:
+            pass
+
+    code: int | None = None
     while True:
+        drain()
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return os.waitstatus_to_exitcode(status), time.monotonic() - started
+            code = os.waitstatus_to_exitcode(status)
+            break
         if deadline is not None and time.monotonic() >= deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            return None, time.monotonic() - started
+            break
         time.sleep(0.002)
+    elapsed = time.monotonic() - started
+    drain()
+    os.close(rfd)
+    last = marks.decode(errors="replace").strip().splitlines()
+    where = last[-1] if last else "startup (imports, plugins, store, model)"
+    if where == "startup done":
+        where = "startup (store, model, engine)"
+    return code, elapsed, where
 
 
 def _rows(conn: sqlite3.Connection, sql: str, *args: Any) -> list[tuple]:
@@ -217,13 +276,13 @@ def run_killed(root: Path, recipe: Path, kills: int, horizon: float, rng: random
         argv = (["run", "--quiet", "--resume", run_id, "--store", f"sqlite:///{db}"] if run_id
                 else ["run", "--quiet", str(recipe)])
         kill_after = rng.uniform(0.05, horizon) if len(log) < kills else None
-        code, elapsed = attempt(argv, kill_after)
+        code, elapsed, where = attempt(argv, kill_after)
         if code is None:
             run_dir = _run_dir(db)
             log.append({"attempt": attempts, "killed_after_s": round(elapsed, 3), "resumed": bool(run_id),
-                        "store_after": _state_after_kill(db, run_dir)})
-            print(f"kill {first + len(log) - 1:3d}: after {elapsed:6.2f} s of {'a resume' if run_id else 'a new run'}; "
-                  f"{log[-1]['store_after']}", flush=True)
+                        "killed_in": where, "store_after": _state_after_kill(db, run_dir)})
+            print(f"kill {first + len(log) - 1:3d}: {elapsed:6.2f} s into {'a resume' if run_id else 'a new run'}, "
+                  f"in {where}; then {log[-1]['store_after']}", flush=True)
             continue
         if code != 0:
             raise SystemExit(f"attempt {attempts} ({' '.join(argv)}) exited {code}")
@@ -297,7 +356,7 @@ def main() -> int:
 
     ref_root = work / "reference"
     ref_root.mkdir(parents=True, exist_ok=True)
-    code, ref_time = attempt(["run", "--quiet", str(write_recipe(ref_root, model, args.seed))], None)
+    code, ref_time, _ = attempt(["run", "--quiet", str(write_recipe(ref_root, model, args.seed))], None)
     if code != 0:
         print(f"the uninterrupted run failed (exit {code})")
         return 1
