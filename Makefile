@@ -37,6 +37,10 @@ endif
 	-$(PIP) uninstall --yes pyarrow
 	# The example environment plugin (arithmetic with a calculator tool) used by the GRPO learning check.
 	$(PIP) install --no-deps -e examples/seal-arithmetic
+	# The example tracker plugin (the `track` hook -> TensorBoard event files; brings the tensorboard package).
+	$(PIP) install -e examples/seal-tensorboard
+	# The environment plugin of docs/write-an-environment-plugin.md (multi-turn key-value-store tools).
+	$(PIP) install --no-deps -e examples/seal-kvstore
 	touch $(STAMP)
 
 run: $(STAMP)

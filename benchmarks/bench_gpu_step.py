@@ -6,6 +6,12 @@ with random weights, and the batch is random tokens, so it measures the update's
 
     python benchmarks/bench_gpu_step.py                       # Qwen2.5-1.5B shape, 8 tasks x 8 rollouts
     python benchmarks/bench_gpu_step.py --shape tiny --device cpu --tasks 1 --group 2   # a CPU smoke run
+    python benchmarks/bench_gpu_step.py --fsdp                # the same step as a 1-process FSDP2 worker
+    python benchmarks/bench_gpu_step.py --fsdp --shape tiny --device cpu --tasks 1 --group 2 --steps 1
+
+With ``--fsdp`` the update runs in a :class:`~seal_platform_plugins.grpo.distributed.TrainerWorker` of world
+size 1 (``fully_shard`` per block and root; on CUDA ``MixedPrecisionPolicy(bf16 params, fp32 reduce)`` instead
+of autocast; NCCL on CUDA, gloo on CPU; prefix sharing off) - the code path of ``grpo.train_workers`` > 1.
 
 MFU = model FLOPs / (seconds x peak), model FLOPs = 6 N per token trained (forward + backward) + 2 N per
 token of each no-grad pass (old and reference log-probs), N = parameter count, attention FLOPs left out
@@ -15,6 +21,7 @@ token of each no-grad pass (old and reference log-probs), N = parameter count, a
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import time
 
@@ -28,6 +35,15 @@ SHAPES = {
 }
 # Dense bf16 peak TFLOP/s by device name fragment.
 PEAKS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "4090": 165.0}
+
+
+def build_model(shape: str, attn: str):
+    """A float32 model of ``shape`` with random weights (module level: a worker builds it from this)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    return AutoModelForCausalLM.from_config(Qwen2Config(**SHAPES[shape]), dtype=torch.float32,
+                                            attn_implementation=attn)
 
 
 def main() -> None:
@@ -45,10 +61,11 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--peak-tflops", type=float, default=None, help="override the device's bf16 peak")
     parser.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up step")
+    parser.add_argument("--fsdp", action="store_true", help="run the update as a 1-process FSDP2 worker")
     args = parser.parse_args()
 
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from transformers import Qwen2Config
 
     from seal_platform_plugins.grpo.apatch import group_advantages
     from seal_platform_plugins.grpo.settings import GRPOSettings
@@ -57,16 +74,27 @@ def main() -> None:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     attn = "flash_attention_2" if device == "cuda" and importlib.util.find_spec("flash_attn") else "sdpa"
     config = Qwen2Config(**SHAPES[args.shape])
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attn).to(device)
-    model.eval()
-    n_params = sum(p.numel() for p in model.parameters())
     settings = GRPOSettings(
         kl_coef=args.kl_coef, mini_batch_tasks=max(1, args.tasks // args.updates), micro_batch_size=args.micro,
-        max_tokens_per_micro_batch=None, shared_prefix=args.shared_prefix,
+        max_tokens_per_micro_batch=None, shared_prefix=args.shared_prefix and not args.fsdp,
         gradient_checkpointing=args.gradient_checkpointing,
     )
-    trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
+    if args.fsdp:
+        from seal_platform_plugins.grpo.distributed import TrainerWorker, WorkerOptions, free_port
+        from seal_platform_plugins.grpo.policy import PolicySettings
+
+        options = WorkerOptions(grpo=settings, policy=PolicySettings(), pad_id=0, device=device,
+                                build_model=functools.partial(build_model, args.shape, attn))
+        worker = TrainerWorker(0, 1, "127.0.0.1", free_port(), options)
+        trainer = worker.trainer
+        model = worker.model
+        attn += " (FSDP2, 1 process)"
+    else:
+        torch.manual_seed(0)
+        model = build_model(args.shape, attn).to(device)
+        model.eval()
+        trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
+    n_params = sum(p.numel() for p in model.parameters())
     gen = torch.Generator().manual_seed(0)
     rewards = [float(torch.rand((), generator=gen) < 0.5) for _ in range(args.tasks * args.group)]
     groups = [str(i // args.group) for i in range(len(rewards))]
@@ -112,6 +140,8 @@ def main() -> None:
         if device == "cuda":
             line += f", peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
         print(line, flush=True)
+    if args.fsdp:
+        worker.close()
 
 
 if __name__ == "__main__":

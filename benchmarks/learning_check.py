@@ -8,6 +8,7 @@ and greedy (one per question).
 
     .venv/bin/pip install -e examples/seal-arithmetic --no-deps
     .venv/bin/python benchmarks/learning_check.py            # about 15 minutes on a 2-core CPU
+    .venv/bin/python benchmarks/learning_check.py --lora-rank 16 --lr 2e-4   # LoRA (adapters only)
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def main() -> None:
     parser.add_argument("--greedy", action="store_true", help="also measure greedy pass rates (one per question)")
     parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     parser.add_argument("--budget-min", type=float, default=17.0, help="stop training early to stay in budget")
+    parser.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (0: full fine-tuning)")
+    parser.add_argument("--lora-alpha", type=float, default=None, help="LoRA alpha (default: 2 x rank)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
@@ -46,7 +49,7 @@ def main() -> None:
     from seal_platform.types import SamplingParams
     from seal_platform_plugins.grpo import plugin as grpo
     from seal_platform_plugins.grpo.policy import PolicySettings
-    from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings
+    from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings, LoRASettings
 
     started = time.perf_counter()
     config = RunConfig(
@@ -60,7 +63,9 @@ def main() -> None:
         "arithmetic": arith_settings,
         "policy": PolicySettings(),
         "grpo": GRPOSettings(lr=args.lr, kl_coef=args.kl_coef, mini_batch_tasks=args.mini_batch_tasks,
-                             micro_batch_size=8),
+                             micro_batch_size=8,
+                             lora=LoRASettings(rank=args.lora_rank, alpha=args.lora_alpha or 2.0 * args.lora_rank)
+                             if args.lora_rank else None),
         "apatch": APatchSettings(),
     }
     ctx = RunContext(config=config, run_id="learning-check", run_dir=Path(tempfile.mkdtemp()), settings=settings)

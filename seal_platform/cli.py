@@ -369,6 +369,21 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
         click.echo(line)
 
 
+@cli.command()
+@click.argument("environment", metavar="[ENV]", required=False)
+def labels(environment: str | None) -> None:
+    """List the failure labels of the registered diagnosers (those that label ENV when given), with the
+    reference label(s) each finer label maps to."""
+    from .labels import label_rows
+
+    table = Table(title="labels" + (f" for environment {environment}" if environment else ""))
+    for col in ("diagnoser", "label", "reference label", "meaning"):
+        table.add_column(col)
+    for row in label_rows(make_plugin_manager(), environment):
+        table.add_row(row.diagnoser, row.label, " | ".join(row.reference) or "(reference)", row.meaning)
+    console.print(table)
+
+
 def build_cli() -> click.Group:
     """The CLI with plugin commands added (``register_commands``)."""
     try:

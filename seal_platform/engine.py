@@ -31,12 +31,3 @@ class RolloutEngine(Protocol):
     def close(self) -> None:
         """Release processes and memory."""
         ...
-
-
-@runtime_checkable
-class TrainableEngine(RolloutEngine, Protocol):
-    """An engine whose weights a trainer can replace while it runs (the optimizer pushes each update)."""
-
-    def update_weights(self, model: object) -> None:
-        """Make the next generations use ``model``'s current weights, without restarting the engine."""
-        ...

@@ -1,12 +1,14 @@
 """Hook specifications of seal-platform (pluggy project ``seal_platform``).
 
-There are three kinds of hooks:
+There are four kinds of hooks:
 
 * **setup hooks** (``register_*``), called when a run or a CLI command starts, through which a plugin tells the
   core what it provides: its settings model, environments (benchmarks), diagnosers, rollout engines and CLI
   commands. Every plugin's answer is collected.
 * **lifecycle hooks** (``start_run``, ``end_run``, ``save_checkpoint``, ``load_checkpoint``), called on every
   enabled plugin that implements them.
+* the **tracking hook** (``track``), called on every enabled plugin that implements it as the run records
+  step metrics, evaluations, interface revisions and labels (trackers: TensorBoard, MLflow...);
 * **stage hooks**, called once per training step by the run loop (``seal_platform.loop``), always with keyword
   arguments and always from that one place, in this order::
 
@@ -46,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from .capability import CapabilityState
     from .context import RunContext
     from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+    from .tracking import TrackEvent
     from .types import (
         EvalResult,
         Interface,
@@ -200,6 +203,33 @@ def load_checkpoint(ctx: RunContext, directory: Path, step: int) -> None:
     :param step: the training step the checkpoint was taken after.
 
     Return value ignored.
+    """
+
+
+# --- tracking hooks ------------------------------------------------------------------------------------
+
+
+@hookspec
+def track(ctx: RunContext, event: TrackEvent) -> None:
+    """Observe what the run records, as it is recorded (for trackers: TensorBoard, MLflow, ...).
+
+    Called by the run loop on every enabled plugin that implements it, right after the run store has
+    recorded the thing the event describes: ``event.kind`` is ``"interface"`` (a training-interface
+    revision: the pristine one when a new run starts, then each one ``evolve_interface`` produced;
+    ``event.interface``), ``"labels"`` (a training step's turn labels from every diagnoser;
+    ``event.labels``), ``"step"`` (a training step's metrics after ``optimize``:
+    ``reward/mean``, ``trajectories``, the optimizer's metrics, ``time/<stage>``; ``event.metrics``) or
+    ``"evaluation"`` (``event.evaluation``, an :class:`EvalResult` with per-category pass rates and the
+    trajectories). In one training step the order is ``interface`` (if ``evolve_interface`` made a new
+    revision), then ``labels`` and ``step`` (both recorded with the step).
+    See :mod:`seal_platform.tracking`.
+
+    :param ctx: the run context (``ctx.run_dir`` is a good place for a tracker's files).
+    :param event: a :class:`seal_platform.tracking.TrackEvent` (``kind``, ``run_id``, ``step`` and the
+        fields its kind sets).
+
+    Return value ignored. All implementations are called, each on its own: one that raises is recorded as a
+    ``tracker_failed`` event and the run goes on.
     """
 
 
@@ -361,3 +391,24 @@ def evaluate(
 
     First result wins (only one plugin is called).
     """
+
+
+#: Which plugins each hook is called on (the "called on" column of the hook reference, docs/hooks.md).
+CALLED_ON: dict[str, str] = {
+    "register_settings": "every loaded plugin",
+    "register_environments": "every loaded plugin",
+    "register_diagnosers": "every loaded plugin",
+    "register_rollout_engines": "every loaded plugin",
+    "register_commands": "every loaded plugin",
+    "start_run": "every enabled plugin",
+    "end_run": "every enabled plugin",
+    "save_checkpoint": "every enabled plugin",
+    "load_checkpoint": "every enabled plugin",
+    "track": "every enabled plugin, one at a time",
+    "collect": "the plugin that registered the recipe's `environment`",
+    "diagnose": "every plugin that registered a diagnoser the recipe enables",
+    "evolve_interface": "the plugin named by `stages.evolve_interface`",
+    "reweight": "the plugin named by `stages.reweight`",
+    "optimize": "the plugin named by `stages.optimize`",
+    "evaluate": "the plugin that registered the recipe's `environment`",
+}

@@ -50,6 +50,7 @@ from .planning import Plan, check_recipe, plan_config, plan_recipe, prepare
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, score_evaluation
 from .store import RunStore
+from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
 
 __all__ = [
@@ -220,6 +221,7 @@ class Runner:
         if not self.resumed or self.interface is None:
             self.interface = _wrap("environment", owner, env.pristine_interface)
             self.store.add_interface(self.run_id, self.interface, None)
+            track(self.host, self.ctx, "interface", 0, interface=self.interface)
         if self.start_step == 0 and cfg.evaluation.before_training and eval_tasks:
             evaluations[0] = self._evaluate(env, engine, eval_tasks, 0)
         if self.start_step == 0 and cfg.stages.evolve_interface:
@@ -306,6 +308,8 @@ class Runner:
             self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
             state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
         )
+        track(self.host, self.ctx, "labels", step, labels=labels)
+        track(self.host, self.ctx, "step", step, metrics=step_metrics(trajs, metrics, timer.timings))
         mean_reward = sum(t.reward for t in trajs) / len(trajs) if trajs else 0.0
         self.progress.step_done(step, mean_reward, metrics)
 
@@ -322,12 +326,14 @@ class Runner:
     def _adopt_interface(self, new: Any, owner: str, step: int) -> None:
         new = adopt_interface(new, self.interface, step, owner)
         self.store.add_interface(self.run_id, new, self.interface)
+        track(self.host, self.ctx, "interface", step, interface=new)
         self.interface = new
 
     def _evaluate(self, env: Environment, engine: Any, tasks: list[Task], step: int) -> EvalResult:
         self.progress.stage(step, "evaluate")
         result = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step)
         self.store.add_evaluation(self.run_id, step, result)
+        track(self.host, self.ctx, "evaluation", step, evaluation=result)
         self.progress.evaluated(step, result)
         return result
 

@@ -30,7 +30,6 @@ class Plan:
     env_owner: str
     diagnosers: list[str]  # plugin names whose `diagnose` is called
     primary_diagnoser: str | None
-    engine_owner: str
     host: PluginHost | None = None  # set by prepare(): the plugins the plan was checked against
     source: str = ""  # the recipe file (or run id) the plan came from, for messages and the store
 
@@ -76,9 +75,6 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         known = ", ".join(sorted(engines)) or "none"
         issues.append(Issue("rollout.engine", f"no loaded plugin registers rollout engine {config.rollout.engine!r}",
                             _with_failures(f"registered engines: {known}", host)))
-        engine_owner = ""
-    else:
-        engine_owner = engines[config.rollout.engine][0]
     for stage, owner in config.stages.model_dump().items():
         if owner is None:
             continue
@@ -107,7 +103,7 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
                             if primary not in registered else "add it to diagnosis.diagnosers"))
     if issues:
         return None, issues
-    return Plan(config, settings, env_owner, diagnoser_plugins, primary, engine_owner), []
+    return Plan(config, settings, env_owner, diagnoser_plugins, primary), []
 
 
 def _with_failures(hint: str, host: PluginHost) -> str:

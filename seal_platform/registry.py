@@ -22,11 +22,20 @@ class EnvironmentSpec:
 
 @dataclass(frozen=True)
 class DiagnoserSpec:
-    """A diagnoser; the plugin registering it implements the ``diagnose`` hook."""
+    """A diagnoser; the plugin registering it implements the ``diagnose`` hook.
+
+    ``labels`` is its label set; ``reference`` maps each finer label to the reference label(s) it refines
+    (``TurnLabel.reference_label`` of a turn names the one that applies; A-Patch's base weights are per
+    reference label); ``meanings`` says what each label means; ``environments`` lists the environments it
+    labels (empty: any). ``seal-platform labels [ENV]`` shows all of it.
+    """
 
     name: str
     description: str = ""
     labels: tuple[str, ...] = ()
+    reference: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    meanings: dict[str, str] = field(default_factory=dict)
+    environments: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -177,17 +177,6 @@ class EvalResult(BaseModel):
         return sum(self.per_category.values()) / len(self.per_category)
 
 
-class StepMetrics(BaseModel):
-    """Metrics of one training step; plugins add their own numbers under ``values``."""
-
-    step: int
-    epoch: int
-    mean_reward: float = 0.0
-    n_trajectories: int = 0
-    values: dict[str, float] = Field(default_factory=dict)
-    timings: dict[str, float] = Field(default_factory=dict)
-
-
 # --- the rollout-engine interface --------------------------------------------------------------------
 
 
@@ -216,3 +205,8 @@ class Generation(BaseModel):
     logprobs: list[float]
     prompt_tokens: int = 0
     finish_reason: str = "stop"
+    adapter: str | None = Field(
+        default=None,
+        description="The adapter version (e.g. LoRA) that generated it, when the engine serves adapters on a "
+        "frozen base; None: the engine's full weights.",
+    )

@@ -17,11 +17,13 @@ def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[s
     """One output line (JSON) per non-blank input line, in input order; bad lines become ``{"error": ...}``
     and the lines after them are still scored. Lines may be bytes (a file opened in binary): one that is
     not UTF-8 gets an error record instead of stopping the whole file."""
-    host = make_plugin_manager(required=[benchmark])
+    host = make_plugin_manager()  # a benchmark is an environment name, not a plugin name
     environments = host.environments()
     if benchmark not in environments:
         known = ", ".join(sorted(environments)) or "none"
-        raise SealError(f"no loaded plugin registers benchmark {benchmark!r} (registered: {known}).")
+        note = host.failure_note()
+        raise SealError(f"no loaded plugin registers benchmark {benchmark!r} (registered: {known})"
+                        + (f"; {note}." if note else "."))
     owner, spec = environments[benchmark]
     settings = apply_overrides({}, overrides)
     config = RunConfig(environment=benchmark, settings=settings)

@@ -408,13 +408,6 @@ def _message(verdict: TurnVerdict) -> str:
 # --- the worker process ----------------------------------------------------------------------------------
 
 
-def preload() -> None:
-    """Import every backend module (done once in the fork server so workers start fast)."""
-    for class_name in BACKEND_MODULES:
-        backend_class(class_name)
-        _public_methods(backend_class(class_name))
-
-
 def _limit_resources(memory_bytes: int | None) -> None:
     if not memory_bytes:
         return

@@ -53,6 +53,25 @@ REFINES: dict[str, tuple[str, ...]] = {
     "argument_mismatch": ("state_mismatch", "response_mismatch"),
 }
 
+# What each label means (``seal-platform labels bfcl``, docs/labels.md). The first rule that fires wins, in
+# the order of REFERENCE_LABELS; a finer label replaces its reference label where the trace shows why.
+MEANINGS: dict[str, str] = {
+    "gt_error": "executing the ground-truth calls raised (a data problem; excluded from A-Patch)",
+    "spurious_tool_call": "the turn needed no tool call, but the agent called a tool",
+    "correct_abstention": "the turn needed no tool call and the agent made none",
+    "empty_turn_model_response": "the turn needed tool calls, but the agent made no (decodable) call",
+    "instance_mismatch": "the agent's execution crashed or the set of backend instances differs",
+    "checker_error": "a checker raised (excluded from A-Patch)",
+    "state_mismatch": "the state check failed: the backends ended in another state than required",
+    "response_mismatch": "the response check failed: a ground-truth result is missing from the agent's results",
+    "pass": "every check of the turn passed",
+    "invalid_tool_call": "a parse error or a call to a tool not in the current list in this turn",
+    "argument_mismatch": "the right functions, called with other arguments",
+    "missing_tool_call": "a ground-truth function was never called",
+    "recovery_failure": "a tool error the agent never recovered from",
+    UNREACHED: "the episode ended (step or context limit) before this turn (excluded from A-Patch)",
+}
+
 
 def _get(verdict: TurnVerdict | Mapping[str, Any], key: str, default: Any = None) -> Any:
     if isinstance(verdict, TurnVerdict):

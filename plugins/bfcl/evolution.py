@@ -68,10 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from seal_platform.capability import CapabilityState, CapabilityTables
 from seal_platform.types import Interface
 
-from .interface import describe_system
-
-ALL_SCOPES = "*"
-SPEC_VERSION = 1
+from .interface import ALL_SCOPES, BfclSpec, Guideline, ScopeSpec, describe_system
 
 CHANGES = (
     "required_markers",
@@ -240,10 +237,10 @@ def _eligible(p: LabelPressure, settings: EvolutionSettings) -> bool:
 
 
 def decide_scope(
-    current: dict, pressures: dict[str, LabelPressure], settings: EvolutionSettings
-) -> tuple[dict, list[str], set[str]]:
+    current: ScopeSpec, pressures: dict[str, LabelPressure], settings: EvolutionSettings
+) -> tuple[ScopeSpec, list[str], set[str]]:
     """The next spec of one scope: (scope spec, change descriptions, driving labels)."""
-    active = set(current.get("changes", []))
+    active = set(current.changes)
     notes: list[str] = []
     driven: set[str] = set()
     for change in CHANGES:
@@ -267,7 +264,7 @@ def decide_scope(
             driven.update(p.label for p in triggers)
             notes.append(f"-{change} (trigger pressure below {settings.release_pressure:.2f})")
 
-    old_lines = [(g["label"], g["text"]) for g in current.get("guidelines", [])]
+    old_lines = [(g.label, g.text) for g in current.guidelines]
     new_lines: list[tuple[str, str]] = []
     if settings.guidelines and settings.max_guidelines > 0:
         ranked = sorted(
@@ -282,11 +279,7 @@ def decide_scope(
     elif old_lines:
         notes.append("guidelines cleared (disabled in settings)")
 
-    scope: dict = {}
-    if active:
-        scope["changes"] = sorted(active)
-    if new_lines:
-        scope["guidelines"] = [{"label": lab, "text": text} for lab, text in new_lines]
+    scope = ScopeSpec(changes=sorted(active), guidelines=[Guideline(label=lab, text=text) for lab, text in new_lines])
     return scope, notes, driven
 
 
@@ -308,16 +301,16 @@ def evolve(
     """
     if settings.mode == "off":
         return None
-    scopes: dict[str, dict] = dict(interface.spec.get("scopes", {}))
+    scopes: dict[str, ScopeSpec] = dict(BfclSpec.of(interface).scopes)
     notes: list[str] = []
     driven: set[str] = set()
 
     if settings.mode == "reference":
-        wanted = {"changes": sorted(c for c in REFERENCE_CHANGES if settings.allowed(c))}
+        wanted = ScopeSpec(changes=sorted(c for c in REFERENCE_CHANGES if settings.allowed(c)))
         names = sorted(settings.categories) if settings.categories is not None else [ALL_SCOPES]
-        target = {name: wanted for name in names} if wanted["changes"] else {}
+        target = {name: wanted for name in names} if wanted.changes else {}
         if target != scopes:
-            notes.extend(f"{name}: static schema affordances " + ", ".join(wanted["changes"]) for name in target)
+            notes.extend(f"{name}: static schema affordances " + ", ".join(wanted.changes) for name in target)
         scopes = target
     else:
         tables = state.window if settings.table == "window" else state.totals
@@ -332,23 +325,24 @@ def evolve(
             if evidence(tables, category, settings.excluded_labels) < settings.min_evidence:
                 continue
             scope, scope_notes, scope_driven = decide_scope(
-                scopes.get(scope_name, {}), label_pressures(tables, category, settings.excluded_labels), settings
+                scopes.get(scope_name, ScopeSpec()), label_pressures(tables, category, settings.excluded_labels), settings
             )
-            if scope:
+            if scope.dump():
                 scopes[scope_name] = scope
             else:
                 scopes.pop(scope_name, None)
             notes.extend(f"{scope_name}: {n}" for n in scope_notes)
             driven.update(scope_driven)
 
-    spec = {"version": SPEC_VERSION, "scopes": dict(sorted(scopes.items()))} if scopes else {}
+    typed = BfclSpec(scopes=scopes)
+    spec = typed.dump()
     if spec == interface.spec:
         return None
-    return Interface(
+    return Interface(  # revision, parent and step are set again by the core
         revision=interface.revision + 1,
         parent=interface.revision,
         step=step,
-        system_text=describe_system(spec),
+        system_text=describe_system(typed),
         spec=spec,
         changes=notes or ["spec rewritten"],
         driven_by=sorted(driven),

@@ -477,19 +477,3 @@ def _failed_outcome(task: Task, model_turns: list[list[ParsedCall]], reason: str
         n_gt_turns=len(gt_turns),
         n_model_turns=len(model_turns),
     )
-
-
-_default: ToolExecutor | None = None
-_default_lock = threading.Lock()
-
-
-def default_executor() -> ToolExecutor:
-    """A process-wide executor with default limits, created on first use and stopped at exit."""
-    global _default
-    with _default_lock:
-        if _default is None or _default._closed:
-            import atexit
-
-            _default = ToolExecutor()
-            atexit.register(_default.close)
-        return _default

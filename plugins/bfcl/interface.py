@@ -3,7 +3,8 @@
 Revision 0 is the pristine interface (spec ``{}``): every function here returns its input unchanged for it
 (``render_tools`` returns the very list it was given, ``system_addendum`` returns "" and ``recovery_hint``
 None), so evaluation prompts are byte-identical to the official presentation. Which changes a revision
-activates, and why, is decided in :mod:`seal_platform_plugins.bfcl.evolution`; the spec it writes is::
+activates, and why, is decided in :mod:`seal_platform_plugins.bfcl.evolution`; the spec it writes is a
+:class:`BfclSpec`, stored as::
 
     {"version": 1, "scopes": {"<category or *>": {"changes": [...sorted names...],
                                                   "guidelines": [{"label": ..., "text": ...}, ...]}}}
@@ -19,9 +20,12 @@ import json
 import re
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from seal_platform.types import Interface
 
 ALL_SCOPES = "*"
+SPEC_VERSION = 1
 
 NO_INVENT_NOTE = (
     "Only call the tools listed above, with their exact names and declared parameters. Never invent a tool "
@@ -30,18 +34,65 @@ NO_INVENT_NOTE = (
 GUIDELINES_HEADER = "Guidelines (from recent practice):"
 
 
-def scope_of(interface: Interface, category: str) -> dict[str, Any]:
-    """The part of ``interface``'s spec that applies to tasks of ``category`` ({} when none)."""
-    scopes = interface.spec.get("scopes") or {}
-    scope = scopes.get(category)
-    if scope is None:
-        scope = scopes.get(ALL_SCOPES)
-    return scope or {}
+class Guideline(BaseModel):
+    """One line of the capability guidelines, and the label that put it there."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str
+    text: str
+
+
+class ScopeSpec(BaseModel):
+    """What a revision activates for one scope (a category, or ``*`` for every category)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    changes: list[str] = Field(default_factory=list)
+    guidelines: list[Guideline] = Field(default_factory=list)
+
+    def dump(self) -> dict[str, Any]:
+        """The stored form: only what is set, changes sorted."""
+        out: dict[str, Any] = {}
+        if self.changes:
+            out["changes"] = sorted(self.changes)
+        if self.guidelines:
+            out["guidelines"] = [g.model_dump() for g in self.guidelines]
+        return out
+
+
+class BfclSpec(BaseModel):
+    """The typed form of a BFCL ``Interface.spec``: every reader and writer goes through this model, so the
+    keys are spelled here only. The pristine interface's spec is ``{}`` (no scopes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = SPEC_VERSION
+    scopes: dict[str, ScopeSpec] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: dict[str, Any] | Interface) -> BfclSpec:
+        raw = spec.spec if isinstance(spec, Interface) else spec
+        return cls.model_validate(raw) if raw else cls()
+
+    def scope(self, category: str) -> ScopeSpec:
+        """The scope that applies to tasks of ``category``: its own, else ``*``, else an empty one."""
+        return self.scopes.get(category) or self.scopes.get(ALL_SCOPES) or ScopeSpec()
+
+    def dump(self) -> dict[str, Any]:
+        """The stored form (``{}`` when no scope is active; scopes sorted by name)."""
+        scopes = {name: self.scopes[name].dump() for name in sorted(self.scopes) if self.scopes[name].dump()}
+        return {"version": self.version, "scopes": scopes} if scopes else {}
+
+
+def scope_of(interface: Interface, category: str) -> ScopeSpec:
+    """The part of ``interface``'s spec that applies to tasks of ``category`` (empty when none)."""
+    return BfclSpec.of(interface).scope(category)
 
 
 def active_changes(interface: Interface, category: str) -> set[str]:
     """Names of the changes ``interface`` activates for ``category``."""
-    return set(scope_of(interface, category).get("changes", ()))
+    return set(scope_of(interface, category).changes)
 
 
 # --- tool docs ---------------------------------------------------------------------------------------------
@@ -153,11 +204,11 @@ def render_tools(tool_docs: list[dict[str, Any]], interface: Interface, category
 # --- system prompt -----------------------------------------------------------------------------------------
 
 
-def _scope_addendum(scope: dict[str, Any]) -> str:
+def _scope_addendum(scope: ScopeSpec) -> str:
     parts: list[str] = []
-    if "no_invent_note" in scope.get("changes", ()):
+    if "no_invent_note" in scope.changes:
         parts.append(NO_INVENT_NOTE)
-    lines = [g["text"] for g in scope.get("guidelines", ()) if g.get("text")]
+    lines = [g.text for g in scope.guidelines if g.text]
     if lines:
         parts.append("\n".join([GUIDELINES_HEADER, *(f"- {line}" for line in lines)]))
     return "\n\n".join(parts)
@@ -168,10 +219,11 @@ def system_addendum(interface: Interface, category: str) -> str:
     return _scope_addendum(scope_of(interface, category))
 
 
-def describe_system(spec: dict[str, Any]) -> str:
+def describe_system(spec: dict[str, Any] | BfclSpec) -> str:
     """A readable rendering of every scope's system addendum (stored as ``Interface.system_text``)."""
+    typed = spec if isinstance(spec, BfclSpec) else BfclSpec.of(spec)
     blocks = []
-    for name, scope in sorted((spec.get("scopes") or {}).items()):
+    for name, scope in sorted(typed.scopes.items()):
         text = _scope_addendum(scope)
         if text:
             blocks.append(f"[{name}]\n{text}")

@@ -62,13 +62,16 @@ def register_environments() -> list[EnvironmentSpec]:
 
 @hookimpl
 def register_diagnosers() -> list[DiagnoserSpec]:
-    from .diagnoser import ALL_LABELS
+    from .diagnoser import ALL_LABELS, MEANINGS, REFINES
 
     return [
         DiagnoserSpec(
             "bfcl",
             "heuristic per-turn labels from the BFCL verifier trace (reference taxonomy plus finer labels)",
             labels=ALL_LABELS,
+            reference=dict(REFINES),
+            meanings=dict(MEANINGS),
+            environments=("bfcl",),
         )
     ]
 

@@ -28,13 +28,15 @@ def register_settings() -> dict[str, Any]:
 
 @hookimpl
 def register_diagnosers() -> list[DiagnoserSpec]:
-    from .judge import LABELS
+    from .judge import LABELS, REFERENCE_OF
 
     return [
         DiagnoserSpec(
             "llm_judge",
             "an LLM judge labels the failing turns of failing trajectories from the transcript, with a rationale",
             labels=tuple(LABELS),
+            reference={label: (ref,) for label, ref in REFERENCE_OF.items()},
+            meanings=dict(LABELS),
         )
     ]
 

@@ -6,8 +6,15 @@ into place once every plugin has returned and the files are flushed, so a checkp
     grpo/model.safetensors   the policy's parameters (safetensors; tied weights stored once)
     grpo/config.json         the model's config (so the folder also names its architecture)
     grpo/trainer.pt          optimizer state and update counter (tensors only: loaded with weights_only)
+    grpo/sharded/            instead of trainer.pt when grpo.train_workers > 1: policy and optimizer shards
+                             (torch.distributed.checkpoint), loadable with any worker count
     grpo/rng.pt              torch CPU (and CUDA) generator states
     grpo/state.json          step, A-Patch label weights, python and numpy RNG states
+
+With ``grpo.lora`` the weights are the adapters only, in peft's own layout, plus what identifies the base::
+
+    grpo/adapter/adapter_config.json, grpo/adapter/adapter_model.safetensors
+    grpo/base.json           the base model's directory, architecture, config digest, weights fingerprint
 
 No pickle of arbitrary objects is written or read: ``torch.load`` runs with ``weights_only=True``.
 """
@@ -20,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 SUBDIR = "grpo"
+SHARDED = "sharded"  # grpo/sharded/: the DCP checkpoint of a sharded (grpo.train_workers > 1) trainer
 FORMAT_VERSION = 1
 
 
@@ -54,12 +62,19 @@ def save(directory: Path, *, model: Any, trainer: Any, apatch: Any, step: int) -
 
     out = Path(directory) / SUBDIR
     out.mkdir(parents=True, exist_ok=True)
-    if trainer is not None:
+    lora = trainer is not None and _is_lora(model)
+    if lora:
+        _save_lora(out, model)
+        torch.save(trainer.state_dict(), out / "trainer.pt")
+    elif trainer is not None:
         save_model(model, str(out / "model.safetensors"))
         config = getattr(model, "config", None)
         if config is not None and hasattr(config, "to_json_string"):
             (out / "config.json").write_text(config.to_json_string())
-        torch.save(trainer.state_dict(), out / "trainer.pt")
+        if hasattr(trainer, "save_sharded"):  # grpo.train_workers > 1: policy and optimizer shards (DCP)
+            trainer.save_sharded(out / SHARDED)
+        else:
+            torch.save(trainer.state_dict(), out / "trainer.pt")
     rng: dict[str, Any] = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -70,9 +85,10 @@ def save(directory: Path, *, model: Any, trainer: Any, apatch: Any, step: int) -
         "updates": trainer.updates if trainer is not None else None,
         "apatch": apatch.state_dict() if apatch is not None else None,
         "rng": _rng_state(),
+        "lora": lora,
     }
     (out / "state.json").write_text(json.dumps(state))
-    return {"plugin": "grpo", "step": step, "updates": state["updates"], "path": str(out)}
+    return {"plugin": "grpo", "step": step, "updates": state["updates"], "path": str(out), "lora": lora}
 
 
 def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str, Any]:
@@ -90,7 +106,14 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
     state = json.loads(state_file.read_text())
     if state.get("format") != FORMAT_VERSION:
         raise ValueError(f"{state_file}: checkpoint format {state.get('format')!r}, this version reads {FORMAT_VERSION}")
-    if trainer is not None:
+    if trainer is not None and (bool(state.get("lora")) != _is_lora(model)):
+        saved, live = ("LoRA adapters" if state.get("lora") else "full weights"), (
+            "a LoRA policy" if _is_lora(model) else "full fine-tuning")
+        raise ValueError(f"{src} holds {saved} but this run uses {live}: set grpo.lora as the run that wrote it did.")
+    if trainer is not None and state.get("lora"):
+        _load_lora(src, model)
+        trainer.load_state_dict(torch.load(src / "trainer.pt", map_location=trainer.device, weights_only=True))
+    elif trainer is not None:
         weights = src / "model.safetensors"
         if not weights.is_file():
             raise FileNotFoundError(f"{weights} is missing: the checkpoint was written without a trainer.")
@@ -100,7 +123,14 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
                 f"{weights} does not fit the policy (missing {sorted(missing)[:5]}, unexpected "
                 f"{sorted(unexpected)[:5]}): resume with the same policy.model as the run that wrote it."
             )
-        trainer.load_state_dict(torch.load(src / "trainer.pt", map_location=trainer.device, weights_only=True))
+        if (src / SHARDED).is_dir():  # written by N workers; DCP reshards into this trainer's worker count
+            from .distributed import load_sharded_into
+
+            load_sharded_into(model, trainer, src / SHARDED)
+        elif hasattr(trainer, "load_single_process"):  # written by 1 process, resumed by N workers
+            trainer.load_single_process(src / "trainer.pt")
+        else:
+            trainer.load_state_dict(torch.load(src / "trainer.pt", map_location=trainer.device, weights_only=True))
     rng = torch.load(src / "rng.pt", weights_only=True)
     torch.set_rng_state(rng["cpu"])
     if "cuda" in rng and torch.cuda.is_available():
@@ -109,3 +139,30 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
     if apatch is not None and state.get("apatch"):
         apatch.load_state_dict(state["apatch"])
     return state
+
+
+ADAPTER_DIR = "adapter"
+BASE_FILE = "base.json"
+
+
+def _is_lora(model: Any) -> bool:
+    from .lora import is_lora
+
+    return is_lora(model)
+
+
+def _save_lora(out: Path, model: Any) -> None:
+    from .lora import base_identity, save_adapter
+
+    save_adapter(model, out / ADAPTER_DIR)
+    (out / BASE_FILE).write_text(json.dumps(base_identity(model), indent=2))
+
+
+def _load_lora(src: Path, model: Any) -> None:
+    from .lora import check_identity, load_adapter
+
+    base_file = src / BASE_FILE
+    if not base_file.is_file():
+        raise FileNotFoundError(f"{base_file} is missing: the LoRA checkpoint does not say which base it belongs to.")
+    check_identity(json.loads(base_file.read_text()), model, src)
+    load_adapter(model, src / ADAPTER_DIR)

@@ -48,6 +48,13 @@ def register_settings() -> dict[str, type]:
 
 
 @hookimpl
+def register_commands(cli: Any) -> None:
+    from .export import add_commands  # click only; torch is imported when the command runs
+
+    add_commands(cli)
+
+
+@hookimpl
 def register_rollout_engines() -> list:
     return engine_specs()
 
@@ -73,10 +80,15 @@ def start_run(ctx: Any, resumed: bool) -> None:
     np.random.seed(ctx.seed % 2**32)
     torch.manual_seed(ctx.seed)
     model, tokenizer = load_policy(ctx.settings_for("policy", PolicySettings))
-    ctx.shared[POLICY] = (model, tokenizer)
     settings = ctx.settings_for("grpo", GRPOSettings)
+    if settings.lora is not None:
+        from .lora import wrap
+
+        model = wrap(model, settings.lora, gradient_checkpointing=settings.gradient_checkpointing)
+    ctx.shared[POLICY] = (model, tokenizer)
     ctx.shared[RUN] = GRPORun(
-        model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes
+        model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes,
+        policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed,
     )
 
 
@@ -122,5 +134,9 @@ def load_checkpoint(ctx: Any, directory: Path, step: int) -> None:
 @hookimpl
 def end_run(ctx: Any, status: str) -> None:
     # The engine is the core's to close (it built it); here only the policy and trainer are let go.
+    run = ctx.shared.get(RUN)
+    close = getattr(getattr(run, "trainer", None), "close", None)
+    if callable(close):  # sharded training: stop the worker processes
+        close()
     for key in (RUN, POLICY):
         ctx.shared.pop(key, None)

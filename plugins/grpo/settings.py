@@ -30,6 +30,38 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The linear layers of Llama / Qwen2 / Mistral-style decoders: attention and MLP projections (what vLLM
+# serves LoRA on; the embeddings and the LM head stay frozen and unadapted).
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoRASettings(_Section):
+    """``grpo.lora``: train low-rank adapters (peft) on a frozen base instead of every weight.
+
+    The reference policy of the KL term is the same model with its adapters switched off (no second copy);
+    checkpoints hold the adapters, the optimizer state and what identifies the base model.
+    """
+
+    rank: int = Field(default=16, ge=1, description="r: rank of each adapter's A (r x in) and B (out x r) matrices.")
+    alpha: float = Field(default=32.0, gt=0.0, description="lora_alpha: the adapter's output is scaled by alpha / r.")
+    dropout: float = Field(
+        default=0.0, ge=0.0, lt=1.0,
+        description="lora_dropout on the adapter's input. It acts only in train mode, which the trainer uses "
+        "only with gradient_checkpointing (otherwise old and new log-probs would not match): keep 0.",
+    )
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_LORA_TARGETS),
+        description="Names (suffixes) of the linear modules that get adapters, or ['all-linear'] (peft: every "
+        "linear layer but the output head).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> LoRASettings:
+        if not self.target_modules:
+            raise ValueError("grpo.lora.target_modules is empty: name the modules to adapt (e.g. q_proj, v_proj)")
+        return self
+
+
 class GRPOSettings(_Section):
     """Settings section ``grpo``: the clipped policy-gradient objective and how it is optimised."""
 
@@ -103,17 +135,41 @@ class GRPOSettings(_Section):
         "null: all of a micro-batch's logits at once (through the model's own forward).",
     )
     gradient_checkpointing: bool = Field(default=False, description="Trade compute for activation memory.")
+    train_workers: int = Field(
+        default=1, ge=1,
+        description="Worker processes sharing the policy update (torch FSDP2, one shard each; NCCL on CUDA, gloo "
+        "on CPU). 1: the single-process trainer. Checkpoints of N > 1 workers are sharded (DCP) and resume with "
+        "any worker count.",
+    )
     autocast: Literal["auto", "off", "bfloat16", "float16"] = Field(
         default="auto",
         description="Mixed precision for forward/backward. auto: bfloat16 on CUDA when the parameters are "
         "float32 (fp32 master weights; a 1e-6 update is lost in bf16 weights), off on CPU.",
     )
 
+    lora: LoRASettings | None = Field(
+        default=None,
+        description="LoRA adapters on a frozen base (rank, alpha, dropout, target_modules); null: full "
+        "fine-tuning. E.g. settings.grpo.lora.rank=16 turns it on with the other defaults.",
+    )
+
     @model_validator(mode="after")
     def _check(self) -> GRPOSettings:
         if self.clip_ratio_low >= 1.0:
             raise ValueError("clip_ratio_low must be below 1 (the ratio's lower bound is 1 - clip_ratio_low)")
+        _check_lora_composes(self)
         return self
+
+
+def _check_lora_composes(settings: GRPOSettings) -> None:
+    """LoRA trains in one process: sharded training (grpo.train_workers > 1, FSDP2) does not take adapters yet."""
+    workers = getattr(settings, "train_workers", 1) or 1
+    if settings.lora is not None and workers > 1:
+        raise ValueError(
+            f"grpo.lora cannot be combined with grpo.train_workers = {workers} yet: sharded (FSDP2) training "
+            "does not wrap the policy with adapters. Use grpo.train_workers: 1 with LoRA (a 7B base with rank-32 "
+            "adapters fits one 80 GB GPU, see docs/scaling.md), or full fine-tuning (grpo.lora: null) to shard."
+        )
 
 
 class APatchSettings(_Section):

@@ -101,6 +101,12 @@ def build_samples(
     return samples
 
 
+def _as_float(value: Any) -> float:
+    """A scalar tensor as a float (a DTensor from a sharded model is made whole first)."""
+    full = getattr(value, "full_tensor", None)
+    return float(full() if callable(full) else value)
+
+
 def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
     first = rows[0]
     n = min(len(r) for r in rows)
@@ -109,6 +115,19 @@ def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
         if any(r[i] != t for r in rows[1:]):
             return i
     return n
+
+
+def reference_policy(model: Any) -> Any:
+    """The KL reference: a frozen copy of ``model`` as it is now; for a LoRA policy, the same model called
+    with its adapters off (the base never trains, so that is exactly the initial policy, with no copy)."""
+    from .lora import AdaptersOff, is_lora
+
+    if is_lora(model):
+        return AdaptersOff(model)
+    ref = copy.deepcopy(model)
+    ref.requires_grad_(False)
+    ref.eval()
+    return ref
 
 
 class GRPOTrainer:
@@ -155,10 +174,13 @@ class GRPOTrainer:
         settings = settings or GRPOSettings()
         ref = None
         if settings.kl_coef > 0:
-            ref = copy.deepcopy(model)
-            ref.requires_grad_(False)
-            ref.eval()
-        return cls(model, settings, ref_model=ref, policy_is_reference=ref is not None, **kwargs)
+            ref = reference_policy(model)
+        # A frozen copy equals the policy until the first update; a LoRA policy's adapters-off reference is
+        # not assumed equal (adapters need not start at zero), so nothing is skipped on that account.
+        from .lora import is_lora
+
+        at_reference = ref is not None and not is_lora(model)
+        return cls(model, settings, ref_model=ref, policy_is_reference=at_reference, **kwargs)
 
     # --- forward passes ---------------------------------------------------------------------------------
 
@@ -297,7 +319,7 @@ class GRPOTrainer:
                 if sample.n_tokens and all(lp is not None for lp in sample.engine_logprobs):
                     sample.old_logp = torch.tensor(sample.engine_logprobs, dtype=torch.float32, device=self.device)
         # Mini-batches after the first are trained on after an update: their old log-probs come first.
-        self.fill_logprobs(self.model, predicted_runs(batches, s, self.policy_is_reference), "old_logp")
+        self.fill_logprobs(self.model, self._local(predicted_runs(batches, s, self.policy_is_reference)), "old_logp")
         engine_diff = self._engine_diff(samples)
 
         totals: dict[str, float] = {k: 0.0 for k in ("loss", "pg_loss", "kl", "entropy", "grad_norm")}
@@ -320,9 +342,10 @@ class GRPOTrainer:
                     skips.mini_batches += 1
                     continue
                 trained_ids.update(id(x) for x in active)
+                active = self._local(active)
                 self.optimizer.zero_grad(set_to_none=True)
                 parts = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0}
-                for micro in self._micro_batches(active):
+                for micro in self._accumulation_batches(active):
                     if need_ref and not at_reference:
                         self.fill_logprobs(self.ref_model, micro, "ref_logp")
                     logp, ent = self._forward(self.model, micro, entropy=want_entropy)
@@ -359,7 +382,7 @@ class GRPOTrainer:
                     trained_tokens += sum(len(x.input_ids) for x in micro)
                 params = [p for g in self.optimizer.param_groups for p in g["params"]]
                 max_norm = s.grad_clip if s.grad_clip is not None else math.inf
-                norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+                norm = _as_float(torch.nn.utils.clip_grad_norm_(params, max_norm))
                 if math.isfinite(norm):
                     for group in self.optimizer.param_groups:
                         group["lr"] = self._lr()
@@ -374,6 +397,7 @@ class GRPOTrainer:
                     totals[key] += value
                 totals["grad_norm"] += norm if math.isfinite(norm) else 0.0
         self.model.train(was_training)
+        totals, counts, trained_tokens = self._reduce_stats(totals, counts, trained_tokens)
         elapsed = time.perf_counter() - started
         n_updates = counts["updates"] + counts["skipped"]
         tokens = max(counts["tokens"], 1)
@@ -396,6 +420,20 @@ class GRPOTrainer:
         if engine_diff is not None:
             metrics["engine_logprob_abs_diff"] = engine_diff
         return metrics
+
+    # Hooks for a sharded trainer (distributed.ShardedGRPOTrainer): one process trains everything here.
+
+    def _local(self, samples: Sequence[Sample]) -> list[Sample]:
+        """The samples of a mini-batch that this process trains."""
+        return list(samples)
+
+    def _accumulation_batches(self, samples: Sequence[Sample]) -> Iterable[list[Sample]]:
+        """The micro-batches whose gradients make one optimizer update."""
+        return self._micro_batches(samples)
+
+    def _reduce_stats(self, totals: dict[str, float], counts: dict[str, Any], trained_tokens: int) -> tuple:
+        """The step's loss parts and counts over all processes that trained it."""
+        return totals, counts, trained_tokens
 
     def _engine_diff(self, samples: Sequence[Sample]) -> float | None:
         """Mean |recomputed - engine| old log-prob, where both exist (a trainer/engine mismatch check)."""
@@ -430,15 +468,20 @@ class GRPORun:
     """
 
     def __init__(self, model: Any, tokenizer: Any, settings: GRPOSettings, apatch: Any, temperature: float = 1.0,
-                 train: bool = True):
+                 train: bool = True, policy: Any = None, seed: int = 0):
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings
         self.apatch = apatch
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.trainer = (
-            GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
-        )
+        if train and settings.train_workers > 1:  # FSDP2 workers do the update; `model` is their synced copy
+            from .distributed import GroupTrainer
+
+            self.trainer = GroupTrainer(model, settings, policy, temperature=temperature, pad_id=pad or 0, seed=seed)
+        else:
+            self.trainer = (
+                GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
+            )
 
     def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float]) -> dict[str, float]:
         """Build samples, update the policy, push the new weights into ``engine``; return metrics."""

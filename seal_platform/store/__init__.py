@@ -104,8 +104,8 @@ class RunStore:
     def migrate(self, revision: str = "head") -> None:
         try:
             # One migrator at a time: processes creating the same new store must not both create tables.
-            with safety.migration_lock(self.url, self.engine):
-                with self.engine.begin() as conn:
+            with safety.migration_lock(self.url, self.engine), safety.migration_engine(self.engine) as engine:
+                with engine.begin() as conn:
                     command.upgrade(alembic_config(conn), revision)
         except StoreError:
             raise
@@ -267,10 +267,6 @@ class RunStore:
     def steps(self, run_id: str) -> list[m.Step]:
         with self.session() as s:
             return list(s.scalars(select(m.Step).where(m.Step.run_id == run_id).order_by(m.Step.step)))
-
-    def step_row(self, run_id: str, step: int) -> m.Step | None:
-        with self.session() as s:
-            return s.scalars(select(m.Step).where(m.Step.run_id == run_id, m.Step.step == step)).first()
 
     def trajectories(self, run_id: str, step: int | None = None, phase: str | None = None) -> list[Trajectory]:
         with self.session() as s:

@@ -68,6 +68,43 @@ def migration_lock(url: str, engine: Engine) -> Iterator[None]:
     yield
 
 
+@contextmanager
+def migration_engine(engine: Engine) -> Iterator[Engine]:
+    """The engine to migrate with. On SQLite, one whose transactions really are transactions: Python's
+    sqlite3 driver commits every CREATE TABLE on its own, so a kill in the middle of a migration left half
+    a schema (tables, no alembic_version) that no later open could migrate. Here the driver's implicit
+    transaction handling is off and the whole upgrade runs inside ``BEGIN IMMEDIATE`` .. ``COMMIT``."""
+    if engine.dialect.name != "sqlite":
+        yield engine
+        return
+    from sqlalchemy import create_engine, event
+
+    migrator = create_engine(engine.url, poolclass=_single_use_pool())
+
+    @event.listens_for(migrator, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # no implicit BEGIN/COMMIT by the driver
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.close()
+
+    @event.listens_for(migrator, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    try:
+        yield migrator
+    finally:
+        migrator.dispose()
+
+
+def _single_use_pool() -> Any:
+    from sqlalchemy.pool import NullPool
+
+    return NullPool
+
+
 def check_file(url: str) -> None:
     """Refuse, before SQLite touches it, a store path that is a directory or a file that is not SQLite."""
     path = sqlite_path(url)

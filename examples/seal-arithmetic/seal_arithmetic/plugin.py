@@ -37,7 +37,8 @@ def register_environments() -> list[EnvironmentSpec]:
 @hookimpl
 def register_diagnosers() -> list[DiagnoserSpec]:
     return [DiagnoserSpec(name=NAME, description="one label per question from the calculator call",
-                          labels=tuple(REFERENCE_LABELS))]
+                          labels=tuple(REFERENCE_LABELS), environments=(NAME,),
+                          reference={label: (ref,) for label, ref in REFERENCE_LABELS.items() if label != ref})]
 
 
 @hookimpl

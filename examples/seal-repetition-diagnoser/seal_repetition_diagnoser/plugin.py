@@ -8,7 +8,11 @@ from .repetition import label_repetitions
 
 @hookimpl
 def register_diagnosers():
-    return [DiagnoserSpec("repetition", "flags turns where the agent repeats an earlier message", ("repetition", "no_repetition"))]
+    return [DiagnoserSpec(
+        "repetition", "flags turns where the agent repeats an earlier message", ("repetition", "no_repetition"),
+        meanings={"repetition": "an assistant message in the turn repeats an earlier one verbatim",
+                  "no_repetition": "no assistant message in the turn repeats an earlier one"},
+    )]
 
 
 @hookimpl

@@ -53,6 +53,9 @@ class QueuedEngine:
         self._closed = False
         self._worker = threading.Thread(target=self._run_worker, name=f"{self.name}-engine", daemon=True)
         self.stats = {"requests": 0, "generated_tokens": 0, "prompt_tokens": 0, "batches": 0}
+        # The adapter version generating now (LoRA policies); stamped on every Generation. Changed only on the
+        # worker thread between batches, so a generation carries the version that produced it.
+        self.adapter_version: str | None = None
         self._started = False
 
     def _start(self) -> None:
@@ -210,6 +213,7 @@ class QueuedEngine:
                     logprobs=[float(x) for x in logprobs],
                     prompt_tokens=len(request.prompt),
                     finish_reason=finish_reason,
+                    adapter=self.adapter_version,
                 )
             )
 

@@ -37,6 +37,18 @@ def _settings(settings: Any):
     raise TypeError(f"HFEngine settings must be HFEngineSettings or EngineSettings, not {type(settings).__name__}")
 
 
+def _is_lora(model: Any) -> bool:
+    from ..lora import is_lora
+
+    return is_lora(model)
+
+
+def _adapter_name(version: int) -> str:
+    from ..lora import adapter_name
+
+    return adapter_name(version)
+
+
 class HFEngine(QueuedEngine):
     """Rollout engine over a ``transformers`` causal LM. Thread-safe; see :mod:`.base`."""
 
@@ -56,13 +68,38 @@ class HFEngine(QueuedEngine):
             eos.update(configured)
         self.eos_ids = sorted(eos)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self._adapter_pushes = 1  # the adapters it starts with are version 1 (as in the vllm engine)
+        if _is_lora(model):
+            self.adapter_version = _adapter_name(1)
 
     def update_weights(self, model: Any) -> None:
-        """Make the engine sample from ``model``'s weights. Free when the engine shares the trainer's model."""
-        if model is self.model:
+        """Make the engine sample from ``model``'s weights. Free when the engine shares the trainer's model.
+
+        A LoRA (peft) policy is generated from directly, adapters on; each call starts a new adapter version
+        (``Generation.adapter``). A private copy receives the adapters only (the base never changes).
+        """
+        lora = _is_lora(model)
+        if model is self.model and not lora:
             return
-        state = model.state_dict()
-        self.call_in_worker(lambda: self.model.load_state_dict(state))
+        if lora:
+            from ..lora import adapter_state_dict
+
+            state = None if model is self.model else adapter_state_dict(model)
+        else:
+            state = model.state_dict()
+
+        def apply() -> None:
+            if lora:
+                if state is not None:
+                    from peft import set_peft_model_state_dict
+
+                    set_peft_model_state_dict(self.model, state)
+                self._adapter_pushes += 1
+                self.adapter_version = _adapter_name(self._adapter_pushes)
+            else:
+                self.model.load_state_dict(state)
+
+        self.call_in_worker(apply)
 
     # --- worker -------------------------------------------------------------------------------------
 

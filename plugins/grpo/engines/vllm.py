@@ -13,6 +13,10 @@ worker's ``reload_weights`` (vLLM's in-place reload: checkpoint-format names, re
 processing such as CPU GEMM packing), then resets the prefix cache, whose KV blocks were computed with the
 old weights. Measured for SmolLM2-135M (float32, 2-core CPU): about 2-3.7 s per update.
 
+LoRA policies (``grpo.lora``): the engine is built with ``enable_lora`` on the base model, and every
+``update_weights`` loads the adapters (megabytes) as a new ``LoRARequest`` that all later requests name;
+the base weights are never reloaded, and each generation carries the adapter version (``Generation.adapter``).
+
 Log-probs: ``logprobs=0`` with vLLM's default ``logprobs_mode="raw_logprobs"``: the log-softmax of the raw
 logits before temperature / top-p, i.e. the same quantity the ``hf`` engine and the trainer compute.
 """
@@ -79,15 +83,20 @@ class VLLMEngine(QueuedEngine):
                 "on CUDA `pip install vllm`; or set rollout.engine=hf."
             )
         self._tmpdir: str | None = None
+        self._lora = _LoRAState.for_model(model)
         path = Path(model_path) if model_path else None
         if path is None:
-            source = Path(str(getattr(model, "name_or_path", "") or ""))
+            base = self._lora.base(model) if self._lora else model
+            source = Path(str(getattr(base, "name_or_path", "") or ""))
             if source.name and (source / "config.json").is_file() and any(source.glob("*.safetensors")):
                 path = source
             else:
                 self._tmpdir = tempfile.mkdtemp(prefix="seal-vllm-model-")
                 path = Path(self._tmpdir)
-                model.save_pretrained(path, safe_serialization=True)
+                if self._lora:
+                    self._lora.save_base(model, path)
+                else:
+                    model.save_pretrained(path, safe_serialization=True)
                 tokenizer.save_pretrained(path)
         self.model_path = path
         self.dtype = self.settings.dtype if self.settings.dtype != "auto" else _torch_dtype_name(model)
@@ -101,8 +110,10 @@ class VLLMEngine(QueuedEngine):
         self._start()
         try:
             self.max_model_len = self._ready.result()
+            if self._lora:
+                self.update_weights(model)  # the initial adapters, as the first LoRA request
         except BaseException:
-            self._cleanup_tmp()
+            self.close()
             raise
 
     # --- construction (on the worker thread) ----------------------------------------------------------
@@ -130,6 +141,8 @@ class VLLMEngine(QueuedEngine):
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
         else:
             kwargs["kv_cache_memory_bytes"] = self.cpu_kv_cache_bytes()
+        if self._lora:
+            kwargs.update(self._lora.engine_kwargs())
         kwargs.update(s.extra_args)
         return kwargs
 
@@ -172,7 +185,21 @@ class VLLMEngine(QueuedEngine):
 
         Blocks until done; runs between engine steps. Tensors are copied from ``model.state_dict()``
         (checkpoint-format names: vLLM maps and fuses them as at load time).
+
+        A LoRA (peft) policy: the base weights stay as loaded; the adapters (megabytes) are written to a new
+        directory and loaded as a new LoRA request, which every later request names (no full weight reload).
+        The previous adapter version is unloaded. Its prefix-cache blocks are not reused: vLLM keys cached
+        blocks by the adapter's name.
         """
+        if self._lora:
+            request = self._lora.write(model)
+
+            def swap() -> None:
+                self._lora.activate(self.llm.llm_engine, request)
+                self.adapter_version = request.lora_name
+
+            self.call_in_worker(swap)
+            return
         state = model.state_dict()
 
         def reload() -> None:
@@ -281,7 +308,9 @@ class VLLMEngine(QueuedEngine):
             params = self._sampling_params(request)
             request_id = f"seal-{next(self._ids)}"
             params.output_kind = _final_only()
-            self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": request.prompt}, params)
+            lora = self._lora.request if self._lora else None
+            self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": request.prompt}, params,
+                                            lora_request=lora)
             active[request_id] = request
         except Exception as exc:  # a bad request fails alone
             request.future.set_exception(exc)
@@ -301,6 +330,75 @@ class VLLMEngine(QueuedEngine):
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+        if self._lora:
+            self._lora.cleanup()
+
+
+# vLLM's allowed values of max_lora_rank (vllm.config.lora.MaxLoRARanks).
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class _LoRAState:
+    """The adapter versions a vLLM engine serves for a LoRA policy: each update is written to its own
+    directory (peft layout) and becomes a new ``LoRARequest`` (a new id and name); the previous one is
+    unloaded and its directory removed."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.root = Path(tempfile.mkdtemp(prefix="seal-vllm-lora-"))
+        self.version = 0
+        self.request: Any = None
+
+    @classmethod
+    def for_model(cls, model: Any) -> _LoRAState | None:
+        from ..lora import is_lora
+
+        if not is_lora(model):
+            return None
+        config = model.peft_config[model.active_adapter]
+        return cls(int(config.r))
+
+    @staticmethod
+    def base(model: Any) -> Any:
+        from ..lora import base_model
+
+        return base_model(model)
+
+    @staticmethod
+    def save_base(model: Any, path: Path) -> None:
+        """Save the base model without adapters (checkpoint names) for vLLM to load."""
+        from ..lora import base_model, base_state_dict
+
+        base_model(model).save_pretrained(path, state_dict=base_state_dict(model), safe_serialization=True)
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        fits = [r for r in _VLLM_LORA_RANKS if r >= self.rank]
+        if not fits:
+            raise ValueError(f"grpo.lora.rank {self.rank} exceeds vLLM's largest LoRA rank {_VLLM_LORA_RANKS[-1]}")
+        return {"enable_lora": True, "max_lora_rank": fits[0], "max_loras": 1, "max_cpu_loras": 1}
+
+    def write(self, model: Any) -> Any:
+        """Save ``model``'s adapters as the next version; return its (not yet loaded) ``LoRARequest``."""
+        from vllm.lora.request import LoRARequest
+
+        from ..lora import adapter_name, save_adapter
+
+        self.version += 1
+        path = save_adapter(model, self.root / f"v{self.version}")
+        return LoRARequest(lora_name=adapter_name(self.version), lora_int_id=self.version, lora_path=str(path))
+
+    def activate(self, engine: Any, request: Any) -> None:
+        """On the worker thread, between batches: unload the previous version, load ``request``."""
+        old, self.request = self.request, None
+        if old is not None:
+            engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        if not engine.add_lora(request):
+            raise RuntimeError(f"vLLM refused the adapter {request.lora_name} ({request.lora_path})")
+        self.request = request
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _final_only() -> Any:

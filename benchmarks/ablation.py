@@ -1,0 +1,173 @@
+"""Ablation table: runs a list of recipes x seeds on one environment through the real run loop and prints
+the held-out pass rate of each recipe (mean and spread over seeds) with its wall time.
+
+    flock /tmp/seal-heavy.lock .venv/bin/python benchmarks/ablation.py --seeds 0 1 2
+    .venv/bin/python benchmarks/ablation.py --table-only          # the table from the results file
+
+The default recipe list is the smarthome ablation set (CPU-sized, embedded SmolLM2-135M-Instruct): vanilla
+GRPO, SEAL, without environment adaptation, without reweighting, without the closed-loop update, random
+labels, fixed label. Any recipes sharing one environment work (``--recipes seal vanilla-grpo ...`` on a GPU
+machine). ``--set key=value`` applies the same override to every run.
+
+Every finished run is appended to the results file (JSON lines) at once, and runs already in it are skipped,
+so the work can be split over several invocations (``--max-runs``, or stop it any time) and the table
+rebuilt from whatever is there. The evaluation before training is the same for every run (greedy decoding,
+the same initial weights and held-out tasks), so it is done once (``base model`` row) and the training runs
+only evaluate after their last step. Checkpoints are deleted after each run unless ``--keep-checkpoints``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_RECIPES = [
+    "smarthome-vanilla-grpo",
+    "smarthome-seal",
+    "smarthome-no-env-adaptation",
+    "smarthome-no-reweighting",
+    "smarthome-static-weights",
+    "smarthome-random-labels",
+    "smarthome-fixed-label",
+]
+LABELS = {
+    "vanilla-grpo": "vanilla GRPO",
+    "seal": "SEAL",
+    "no-env-adaptation": "w/o environment adaptation",
+    "no-reweighting": "w/o reweighting",
+    "static-weights": "w/o closed-loop update",
+    "random-labels": "random labels (control)",
+    "fixed-label": "fixed label (control)",
+}
+BASE = "base model"
+
+
+def _label(recipe: str) -> str:
+    for suffix, text in LABELS.items():
+        if recipe == suffix or recipe.endswith("-" + suffix):
+            return text
+    return recipe
+
+
+def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints: bool) -> dict:
+    """One run through the core's loop; returns its evaluations and wall time."""
+    from seal_platform.cli import load_recipe, plugin_host_for
+    from seal_platform.config import raise_for
+    from seal_platform.loop import Runner, prepare
+    from seal_platform.store import RunStore
+
+    config, issues, path = load_recipe(recipe, [f"runs_dir={runs_dir}", *overrides])
+    if config is None:
+        raise_for(issues, str(path))
+    host = plugin_host_for(config)
+    plan = prepare(config, host, str(path))
+    store = RunStore(config.store_url())
+    started = time.perf_counter()
+    summary = Runner(plan, host, store, recipe=str(path)).run()
+    wall = time.perf_counter() - started
+    if not keep_checkpoints:
+        shutil.rmtree(summary.run_dir / "checkpoints", ignore_errors=True)
+    evals = {str(step): {"average": r.average, "per_category": r.per_category, "n_tasks": r.n_tasks}
+             for step, r in summary.evaluations.items()}
+    return {"run_id": summary.run_id, "environment": config.environment, "steps": summary.steps_done,
+            "interface_revision": summary.interface_revision, "evaluations": evals, "wall_s": round(wall, 1)}
+
+
+def _claim(runs_dir: Path, recipe: str, seed: int | None) -> bool:
+    """Take (recipe, seed) for this invocation, so that two invocations at once never run the same one
+    (a crashed one leaves its claim behind: delete RUNS_DIR/claims to retry)."""
+    claims = runs_dir / "claims"
+    claims.mkdir(parents=True, exist_ok=True)
+    try:
+        (claims / f"{recipe.replace(' ', '_')}.{seed}").open("x").close()
+        return True
+    except FileExistsError:
+        return False
+
+
+def load_results(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def table(rows: list[dict], recipes: list[str]) -> str:
+    """Markdown table: held-out pass rate after training, mean +- sample std over seeds, and wall time."""
+    out = ["| recipe | seeds | held-out pass rate % (mean ± std) | per seed | per category (mean) | wall time per run |",
+           "|---|---|---|---|---|---|"]
+    order = [BASE, *recipes] if any(r["recipe"] == BASE for r in rows) else recipes
+    for recipe in order:
+        mine = sorted((r for r in rows if r["recipe"] == recipe), key=lambda r: r["seed"])
+        if not mine:
+            continue
+        finals = [r["evaluations"][max(r["evaluations"], key=int)] for r in mine]
+        values = [f["average"] for f in finals]
+        mean = statistics.fmean(values)
+        std = statistics.stdev(values) if len(values) > 1 else 0.0
+        cats = sorted({c for f in finals for c in f["per_category"]})
+        per_cat = ", ".join(f"{c} {statistics.fmean(f['per_category'].get(c, 0.0) for f in finals):.1f}" for c in cats)
+        walls = [r["wall_s"] for r in mine]
+        seeds = "-" if recipe == BASE else ",".join(str(r["seed"]) for r in mine)
+        out.append(f"| {_label(recipe)} | {seeds} | {mean:.1f} ± {std:.1f} | "
+                   f"{' / '.join(f'{v:.1f}' for v in values)} | {per_cat} | "
+                   f"{statistics.fmean(walls):.0f} s (± {statistics.stdev(walls) if len(walls) > 1 else 0.0:.0f}) |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipes", nargs="+", default=DEFAULT_RECIPES)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override applied to every run (repeatable)")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/ablation"))
+    parser.add_argument("--results", type=Path, default=None, help="JSON lines (default: RUNS_DIR/results.jsonl)")
+    parser.add_argument("--no-base", action="store_true", help="skip the once-only evaluation before training")
+    parser.add_argument("--max-runs", type=int, default=None, help="stop after this many new runs")
+    parser.add_argument("--budget-min", type=float, default=None,
+                        help="start no new run once this many minutes have passed (to hand the machine on)")
+    parser.add_argument("--keep-checkpoints", action="store_true")
+    parser.add_argument("--table-only", action="store_true")
+    args = parser.parse_args()
+    results = args.results or args.runs_dir / "results.jsonl"
+    rows = load_results(results)
+    if not args.table_only:
+        args.runs_dir.mkdir(parents=True, exist_ok=True)
+        todo: list[tuple[str, int | None, list[str]]] = []
+        if not args.no_base:
+            # Before training, greedy: one evaluation stands for every recipe and seed.
+            todo.append((BASE, None, ["training.steps=0", "evaluation.before_training=true"]))
+        todo += [(r, s, [f"seed={s}", "evaluation.before_training=false"]) for s in args.seeds for r in args.recipes]
+        done = {(r["recipe"], r["seed"]) for r in rows}
+        new, started = 0, time.perf_counter()
+        for recipe, seed, extra in todo:
+            if (recipe, seed) in done:
+                continue
+            if args.max_runs is not None and new >= args.max_runs:
+                break
+            if args.budget_min is not None and (time.perf_counter() - started) / 60 > args.budget_min:
+                print(f"budget of {args.budget_min} minutes used: stopping; run again to go on", flush=True)
+                break
+            if not _claim(args.runs_dir, recipe, seed):
+                continue
+            source = args.recipes[1] if recipe == BASE and len(args.recipes) > 1 else args.recipes[0]
+            print(f"== {recipe} seed {seed}", flush=True)
+            row = run_one(source if recipe == BASE else recipe, [*args.overrides, *extra], args.runs_dir,
+                          args.keep_checkpoints)
+            row.update(recipe=recipe, seed=seed, overrides=args.overrides)
+            final = row["evaluations"][max(row["evaluations"], key=int)]
+            print(f"   held-out {final['average']:.1f}%  {final['per_category']}  wall {row['wall_s']:.0f}s", flush=True)
+            with results.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            rows.append(row)
+            new += 1
+    print(table(rows, args.recipes))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

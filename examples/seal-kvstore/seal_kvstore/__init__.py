@@ -1,0 +1,1 @@
+"""seal-kvstore: the example of docs/write-an-environment-plugin.md."""

@@ -1,0 +1,119 @@
+"""The bfcl_memory plugin: BFCL V4 Memory as a benchmark environment. It owns ``evaluate`` (and ``collect``,
+so a recipe can also train on it) for the environment ``bfcl_memory``, like the bfcl plugin does for
+multi-turn; a recipe can name it as its environment or as an extra evaluation benchmark.
+
+Web Search, the other BFCL V4 agentic category, needs a live search API (BFCL calls SerpAPI) and is not
+provided: a fixed replay of search results would not be BFCL's benchmark.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from seal_platform.hookspecs import hookimpl
+from seal_platform.registry import EnvironmentSpec
+from seal_platform.types import EvalResult, Interface, SamplingParams, Task
+
+NAME = "bfcl_memory"
+SCENARIOS = ("customer", "finance", "healthcare", "notetaker", "student")
+
+
+class MemorySettings(BaseModel):
+    """Recipe section ``settings.bfcl_memory``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backends: list[Literal["kv", "rec_sum"]] = Field(
+        default_factory=lambda: ["kv", "rec_sum"],
+        description="Memory backends (BFCL categories memory_kv, memory_rec_sum). The vector backend needs "
+        "faiss and a sentence-transformers model; it is not provided.",
+    )
+    scenarios: list[Literal["customer", "finance", "healthcare", "notetaker", "student"]] | None = Field(
+        default=None, description="Scenarios to use; null: all five."
+    )
+    limit: int | None = Field(default=None, ge=1, description="First N questions (per backend) of the split.")
+    tool_call_format: Literal["hermes", "python"] = "hermes"
+    compact_tools: bool = False
+    max_steps: int = Field(default=20, ge=1, description="Model generations per user turn (official BFCL: 20).")
+    max_new_tokens: int | None = Field(default=None, ge=1, description="Per generation; null: the recipe's.")
+
+
+class MemoryEnvironment:
+    name = NAME
+
+    def __init__(self, settings: MemorySettings):
+        self.settings = settings
+
+    def tasks(self, split: str) -> list[Task]:
+        from .data import make_tasks
+
+        s = self.settings
+        return make_tasks(split, list(s.backends), list(s.scenarios) if s.scenarios else None, s.limit)
+
+    def pristine_interface(self) -> Interface:
+        return Interface(revision=0)
+
+    def format(self) -> Any:
+        from seal_platform_plugins.bfcl.formats import get_format
+
+        return get_format(self.settings.tool_call_format)
+
+
+def _limits(env: MemoryEnvironment, max_new: int) -> Any:
+    from .episode import EpisodeLimits
+
+    return EpisodeLimits(max_steps=env.settings.max_steps, max_new_tokens=env.settings.max_new_tokens or max_new)
+
+
+def _play(ctx: Any, env: MemoryEnvironment, engine: Any, tasks: list[Task], sampling: SamplingParams,
+          group_size: int, group_of: Any) -> list:
+    """Fill the memory once per (backend, scenario) of ``tasks``, then ask every question ``group_size`` times."""
+    from .episode import ask, fill_memory
+
+    fmt, limits, compact = env.format(), _limits(env, sampling.max_new_tokens), env.settings.compact_tools
+    keys = sorted({(t.payload["backend"], t.payload["scenario"]) for t in tasks})
+    snapshots = dict(zip(keys, ctx.executor.map(
+        lambda key: fill_memory(engine, key[0], key[1], fmt, sampling, limits, compact), keys)))
+    jobs = [(t, j) for t in tasks for j in range(group_size)]
+    return ctx.executor.map(lambda job: ask(
+        engine, job[0], snapshots[(job[0].payload["backend"], job[0].payload["scenario"])], fmt, sampling, limits,
+        group_of(job[0]), job[1], compact), jobs)
+
+
+@hookimpl
+def register_settings() -> dict[str, type]:
+    return {NAME: MemorySettings}
+
+
+@hookimpl
+def register_environments() -> list[EnvironmentSpec]:
+    return [EnvironmentSpec(NAME, lambda ctx: MemoryEnvironment(ctx.settings_for(NAME, MemorySettings)),
+                            "BFCL V4 Memory (kv and rec_sum backends): prerequisite conversations fill the "
+                            "memory, then questions scored by BFCL's answer check")]
+
+
+@hookimpl
+def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list:
+    if not isinstance(environment, MemoryEnvironment):
+        return None
+    rollout = ctx.config.rollout
+    sampling = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
+                              max_new_tokens=environment.settings.max_new_tokens or rollout.max_new_tokens)
+    return _play(ctx, environment, engine, tasks, sampling, group_size, lambda t: f"{step}:{t.id}")
+
+
+@hookimpl
+def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> EvalResult:
+    if not isinstance(environment, MemoryEnvironment):
+        return None
+    max_new = environment.settings.max_new_tokens or ctx.config.evaluation.max_new_tokens or ctx.config.rollout.max_new_tokens
+    trajs = _play(ctx, environment, engine, tasks, SamplingParams(temperature=0.0, max_new_tokens=max_new), 1,
+                  lambda t: f"eval:{t.id}")
+    per_cat: dict[str, list[float]] = {}
+    for t in trajs:
+        per_cat.setdefault(t.category, []).append(t.reward)
+    return EvalResult(split=tasks[0].split if tasks else "all",
+                      per_category={c: 100.0 * sum(v) / len(v) for c, v in sorted(per_cat.items())},
+                      n_tasks=len(tasks), trajectories=trajs)

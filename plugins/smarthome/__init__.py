@@ -1,0 +1,1 @@
+"""smarthome: a CPU-sized multi-turn tool-use environment (a default seal-platform plugin)."""

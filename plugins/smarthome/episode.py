@@ -1,0 +1,198 @@
+"""Episodes and the verifier of the smart-home environment.
+
+Protocol: the agent sees a system prompt with the tool docs (rendered under the interface revision), an
+optional worked two-turn example, then the first user turn. In each user turn it gets up to
+``attempts_per_turn`` generations. A generation with tool calls has them executed in order; if they all
+succeed the turn ends, otherwise the error (plus a recovery hint when the revision enables one) comes back
+and the agent may try again. A generation without a call ends the turn. Then the next user turn comes.
+
+Verifier (binary, BFCL multi-turn semantics): after every user turn the home's state must equal the state
+the ground-truth calls produce from the same starting point, and a turn whose ground truth makes a call
+needs at least one executed call. Reward 1 when every turn passes. All episodes advance in lock step, so
+the engine batches each round's generations.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from seal_platform.engine import RolloutEngine
+from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
+
+from seal_platform_plugins.bfcl.interface import recovery_hint, render_tools, system_addendum
+
+from .tools import TOOL_DOCS, ToolError, execute, render_docs, run_calls
+
+SYSTEM = (
+    "You control a smart home with these tools:\n{tools}\n"
+    "Call a tool as <tool_call>{{\"name\": \"...\", \"arguments\": {{...}}}}</tool_call>. "
+    "Make one call for each request."
+)
+EXAMPLE = [
+    ("Turn off the bedroom light.", {"name": "set_light", "arguments": {"room": "bedroom", "state": "off"}},
+     '{"room": "bedroom", "light": "off"}'),
+    ("Lock the front door.", {"name": "lock_door", "arguments": {"door": "front", "action": "lock"}},
+     '{"door": "front", "status": "locked"}'),
+]
+_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+
+
+def parse_calls(text: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The ``<tool_call>`` blocks of a message as ``{"name", "arguments"}`` dicts, or an error. A block cut
+    at the stop string (no closing tag) still counts. JSON only: model text is never evaluated."""
+    calls = []
+    for body in _BLOCK.findall(text):
+        try:
+            data = json.loads(body.strip())
+        except json.JSONDecodeError as exc:
+            return [], f"Could not parse the tool call as JSON: {exc.msg}."
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            return [], "A tool call must be a JSON object with a \"name\" and \"arguments\"."
+        args = data.get("arguments", {})
+        if not isinstance(args, dict):
+            return [], "The tool call's arguments must be a JSON object."
+        calls.append({"name": data["name"], "arguments": args})
+    return calls, None
+
+
+def build_prompt(task: Task, interface: Interface, worked_example: bool) -> list[Message]:
+    docs = render_tools(TOOL_DOCS, interface, task.category)
+    system = SYSTEM.format(tools=render_docs(docs))
+    extra = system_addendum(interface, task.category)
+    if extra:
+        system = f"{system}\n\n{extra}"
+    messages = [Message(role="system", content=system)]
+    if worked_example:
+        for user, call, result in EXAMPLE:
+            messages += [Message(role="user", content=user),
+                         Message(role="assistant", content=f"<tool_call>{json.dumps(call)}</tool_call>"),
+                         Message(role="tool", content=result)]
+    return messages
+
+
+@dataclass
+class _Episode:
+    task: Task
+    traj: Trajectory
+    messages: list[Message]
+    state: dict[str, Any]
+    turn: int = 0
+    attempts: int = 0
+    executed: dict[int, int] = field(default_factory=dict)  # turn -> successful calls
+    done: bool = False
+
+
+def _start_turn(ep: _Episode) -> None:
+    ep.messages.append(Message(role="user", content=ep.task.payload["turns"][ep.turn]["user"]))
+    ep.attempts = 0
+
+
+def _end_turn(ep: _Episode) -> None:
+    ep.turn += 1
+    if ep.turn >= len(ep.task.payload["turns"]):
+        ep.done = True
+    else:
+        _start_turn(ep)
+
+
+def _react(ep: _Episode, text: str, interface: Interface, attempts_per_turn: int) -> None:
+    """Apply one generation to the episode: execute its calls, answer, and advance the turn when due."""
+    ep.attempts += 1
+    calls, error = parse_calls(text)
+    if error is not None:
+        ep.traj.tool_calls.append(ToolCall(turn=ep.turn, name="", rejected=error))
+        observations = [f"Error: {error}"]
+        failed = True
+    elif not calls:
+        _end_turn(ep)
+        return
+    else:
+        observations, failed = [], False
+        for call in calls:
+            record = ToolCall(turn=ep.turn, name=call["name"], arguments=call["arguments"])
+            try:
+                record.result = execute(ep.state, call["name"], call["arguments"])
+                ep.executed[ep.turn] = ep.executed.get(ep.turn, 0) + 1
+                observations.append(record.result)
+            except ToolError as exc:
+                if str(exc).startswith("unknown tool"):
+                    record.rejected = str(exc)
+                    observations.append(f"Error: {exc}")
+                else:
+                    record.error = f"Error during execution: {exc}"
+                    observations.append(record.error)
+                failed = True
+            ep.traj.tool_calls.append(record)
+    content = "\n".join(observations)
+    if failed:
+        hint = recovery_hint(interface, ep.task.category, content)
+        if hint:
+            content = f"{content}\n{hint}"
+    ep.messages.append(Message(role="tool", content=content))
+    if not failed or ep.attempts >= attempts_per_turn:
+        _end_turn(ep)
+
+
+def verify(task: Task, traj: Trajectory) -> list[TurnVerdict]:
+    """Replay the trajectory's executed calls and the ground truth turn by turn and compare states."""
+    gt_state = copy.deepcopy(task.payload["initial_state"])
+    model_state = copy.deepcopy(task.payload["initial_state"])
+    verdicts = []
+    for i, turn in enumerate(task.payload["turns"]):
+        gt_state = run_calls(gt_state, turn["calls"])
+        made = [c for c in traj.tool_calls if c.turn == i and c.result is not None]
+        for call in made:
+            execute(model_state, call.name, call.arguments)
+        state_ok = model_state == gt_state
+        called = bool(made) or not turn["calls"]
+        verdicts.append(TurnVerdict(turn=i, passed=state_ok and called, checks={
+            "gt_calls": turn["calls"],
+            "model_calls": [{"name": c.name, "arguments": c.arguments} for c in made],
+            "state_ok": state_ok, "called": called,
+        }))
+    return verdicts
+
+
+def run_episodes(
+    engine: RolloutEngine,
+    episodes: list[tuple[Task, str, int]],
+    interface: Interface,
+    sampling: SamplingParams,
+    attempts_per_turn: int,
+    worked_example: bool,
+) -> list[Trajectory]:
+    """Play ``(task, group, sample)`` episodes in lock step and verify them."""
+    eps = []
+    for task, group, sample in episodes:
+        traj = Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
+                          interface_revision=interface.revision)
+        ep = _Episode(task, traj, build_prompt(task, interface, worked_example),
+                      copy.deepcopy(task.payload["initial_state"]))
+        _start_turn(ep)
+        eps.append(ep)
+    while True:
+        active = [ep for ep in eps if not ep.done]
+        if not active:
+            break
+        gens = engine.generate([ep.messages for ep in active], sampling)
+        for ep, gen in zip(active, gens):
+            ep.messages.append(Message(role="assistant", content=gen.text, token_ids=gen.token_ids,
+                                       logprobs=gen.logprobs, trainable=True))
+            if gen.finish_reason == "prompt_too_long":
+                ep.traj.finish = "context_limit"
+                ep.done = True
+                continue
+            _react(ep, gen.text, interface, attempts_per_turn)
+    out = []
+    for ep in eps:
+        ep.traj.messages = ep.messages
+        ep.traj.turn_verdicts = verify(ep.task, ep.traj)
+        for v in ep.traj.turn_verdicts:
+            v.reached = v.turn <= ep.turn
+        ep.traj.reward = 1.0 if all(v.passed for v in ep.traj.turn_verdicts) else 0.0
+        out.append(ep.traj)
+    return out

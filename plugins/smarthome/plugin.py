@@ -1,0 +1,101 @@
+"""The smarthome plugin: a CPU-sized multi-turn tool environment, its diagnoser and its training-interface
+evolution (BFCL's changes: schema affordances, recovery feedback, guidelines, driven by the capability
+state through :func:`seal_platform_plugins.bfcl.evolution.evolve`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seal_platform.hookspecs import hookimpl
+from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
+from seal_platform.types import EvalResult, SamplingParams
+
+NAME = "smarthome"
+
+
+def _settings(ctx: Any) -> Any:
+    from .settings import SmartHomeSettings
+
+    return ctx.settings_for(NAME, SmartHomeSettings)
+
+
+def _is_ours(environment: Any) -> bool:
+    from .environment import SmartHomeEnvironment
+
+    return isinstance(environment, SmartHomeEnvironment)
+
+
+def _build(ctx: Any) -> Any:
+    from .environment import SmartHomeEnvironment
+
+    return SmartHomeEnvironment(_settings(ctx))
+
+
+def _sampling(ctx: Any, greedy: bool, max_new_tokens: int | None) -> SamplingParams:
+    rollout = ctx.config.rollout
+    return SamplingParams(temperature=0.0 if greedy else rollout.temperature, top_p=1.0 if greedy else rollout.top_p,
+                          max_new_tokens=max_new_tokens or rollout.max_new_tokens, stop=["</tool_call>"])
+
+
+@hookimpl
+def register_settings() -> dict[str, type]:
+    from .settings import SmartHomeSettings
+
+    return {NAME: SmartHomeSettings}
+
+
+@hookimpl
+def register_environments() -> list[EnvironmentSpec]:
+    return [EnvironmentSpec(NAME, _build, "smart-home tool use: 4 tools with enums, 2-3 user turns, seeded tasks "
+                                          "sized for a CPU and the embedded 135M model")]
+
+
+@hookimpl
+def register_diagnosers() -> list[DiagnoserSpec]:
+    from .diagnoser import LABELS
+
+    return [DiagnoserSpec(NAME, "per-turn labels from the smart-home verifier (BFCL taxonomy)", labels=LABELS)]
+
+
+@hookimpl
+def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list:
+    from .episode import run_episodes
+
+    s = environment.settings
+    episodes = [(task, f"{step}:{task.id}", j) for task in tasks for j in range(group_size)]
+    return run_episodes(engine, episodes, interface, _sampling(ctx, False, s.max_new_tokens),
+                        s.attempts_per_turn, s.worked_example)
+
+
+@hookimpl
+def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> EvalResult:
+    from .episode import run_episodes
+
+    s = environment.settings
+    max_new = ctx.config.evaluation.max_new_tokens or s.max_new_tokens
+    trajs = run_episodes(engine, [(t, f"eval:{t.id}", 0) for t in tasks], environment.pristine_interface(),
+                         _sampling(ctx, True, max_new), s.attempts_per_turn, s.worked_example)
+    per_cat: dict[str, list[float]] = {}
+    for t in trajs:
+        per_cat.setdefault(t.category, []).append(t.reward)
+    return EvalResult(split=tasks[0].split if tasks else ctx.config.evaluation.split,
+                      per_category={c: 100.0 * sum(v) / len(v) for c, v in sorted(per_cat.items())},
+                      n_tasks=len(tasks), trajectories=trajs)
+
+
+@hookimpl
+def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
+    if not _is_ours(environment):
+        return []
+    from .diagnoser import diagnose as run
+
+    return run(trajectories)
+
+
+@hookimpl
+def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
+    from seal_platform_plugins.bfcl.evolution import evolve
+
+    from .tasks import CATEGORIES
+
+    return evolve(interface, state, _settings(ctx).evolution, list(CATEGORIES), step)

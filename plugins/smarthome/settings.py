@@ -1,0 +1,35 @@
+"""The ``smarthome`` recipe section."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from seal_platform_plugins.bfcl.evolution import EvolutionSettings
+
+
+class SmartHomeSettings(BaseModel):
+    """Settings of the smart-home environment (recipe section ``settings.smarthome``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n_train: int = Field(default=256, ge=1, description="Training tasks generated.")
+    n_eval: int = Field(default=64, ge=1, description="Held-out evaluation tasks generated.")
+    seed: int = Field(default=1234, description="Seed of task generation (not the run's seed: tasks stay fixed).")
+    min_turns: int = Field(default=2, ge=1, le=4, description="Fewest user turns per task.")
+    max_turns: int = Field(default=3, ge=1, le=4, description="Most user turns per task.")
+    attempts_per_turn: int = Field(
+        default=2, ge=1, description="Model generations allowed per user turn (a failed call may be retried)."
+    )
+    worked_example: bool = Field(default=True, description="Show one two-turn worked dialogue before the task.")
+    max_new_tokens: int | None = Field(default=48, ge=1, description="Per generation; null: rollout.max_new_tokens.")
+    evolution: EvolutionSettings = Field(
+        default_factory=lambda: EvolutionSettings(min_count=4, min_evidence=8),
+        description="Training-interface evolution, the same changes as BFCL's (schema affordances, recovery "
+        "feedback, guidelines); thresholds sized for small CPU batches.",
+    )
+
+    @model_validator(mode="after")
+    def _turns(self) -> SmartHomeSettings:
+        if self.min_turns > self.max_turns:
+            raise ValueError(f"min_turns ({self.min_turns}) must not exceed max_turns ({self.max_turns})")
+        return self

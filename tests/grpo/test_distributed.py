@@ -1,0 +1,197 @@
+"""Sharded training (torch FSDP2 over gloo on CPU): 2 workers give the 1-process update, and a 2-worker
+checkpoint resumes into 1 worker exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():  # pragma: no cover
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+from seal_platform_plugins.grpo.distributed import (  # noqa: E402
+    LocalTrainerGroup,
+    TrainerWorker,
+    WorkerOptions,
+    balanced_slices,
+    free_port,
+)
+from seal_platform_plugins.grpo.policy import PolicySettings, load_policy  # noqa: E402
+from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPOTrainer, Sample, build_samples  # noqa: E402
+
+# Metrics that must agree between the sharded and the 1-process update (timings differ, of course).
+COMPARED = ("loss", "pg_loss", "kl", "entropy", "grad_norm", "clip_frac", "dual_clip_frac", "approx_kl",
+            "ratio_max", "updates", "skipped_updates", "trained_sequences", "generated_tokens", "trained_tokens",
+            "lr", "engine_logprob_abs_diff")
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert set(a) == set(b)
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def assert_same_metrics(got: dict, want: dict) -> None:
+    for key in COMPARED:
+        assert got[key] == pytest.approx(want[key], abs=1e-4, rel=1e-5), key
+
+
+def test_balanced_slices_cover_every_sample_once_and_balance_tokens():
+    samples = [Sample(id=str(i), group="g", input_ids=[0] * n, positions=[], advantage=0.0)
+               for i, n in enumerate([50, 10, 40, 30, 20, 5])]
+    slices = balanced_slices(samples, 2)
+    assert sorted(s.id for part in slices for s in part) == sorted(s.id for s in samples)
+    loads = [sum(len(s.input_ids) for s in part) for part in slices]
+    assert abs(loads[0] - loads[1]) <= 5
+    for part in slices:  # original order kept
+        assert [int(s.id) for s in part] == sorted(int(s.id) for s in part)
+    assert balanced_slices(samples, 2) == slices  # deterministic
+    assert balanced_slices(samples[:1], 3)[1:] == [[], []]
+
+
+def test_one_sharded_worker_equals_the_single_process_trainer_and_reloads_its_checkpoint(tiny_model_dir, tokenizer,
+                                                                                        tmp_path):
+    """The FSDP2 code path in this process (world size 1, gloo): same update as GRPOTrainer; DCP save/load."""
+    from test_trainer import make_trajectories
+
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=2, lr=1e-3, adam_eps=1e-6)
+    policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    trajs = make_trajectories(tokenizer)
+    model, _ = load_policy(policy)
+    want = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id).step(
+        build_samples(tokenizer, trajs, settings=settings))
+    options = WorkerOptions(grpo=settings, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
+    worker = TrainerWorker(0, 1, "127.0.0.1", free_port(), options)
+    try:
+        got = worker.step(build_samples(tokenizer, trajs, settings=settings))
+        assert_same_metrics(got, want)
+        weights = worker.full_state_dict()
+        assert max_diff(weights, model.state_dict()) <= 1e-4
+        worker.save(tmp_path / "ck")
+        worker.step(build_samples(tokenizer, trajs, settings=settings))
+        assert max_diff(worker.full_state_dict(), weights) > 1e-4
+        assert worker.load(tmp_path / "ck")["updates"] == 2 and worker.updates == 2
+        assert max_diff(worker.full_state_dict(), weights) == 0.0
+    finally:
+        worker.close()
+    assert not dist.is_initialized()
+
+
+@pytest.mark.slow  # two worker processes start (about 40 s on 2 idle cores)
+def test_two_workers_equal_one_process_and_resume_into_one_worker(tiny_model_dir, tokenizer, tmp_path):
+    from test_trainer import make_trajectories
+
+    # KL on (a sharded reference model); micro-batches of 1 so the ranks' slices (2 and 1 samples of a group)
+    # take different numbers of passes and the idle rank's padding passes are exercised.
+    # AdamW's first steps are sign-like (g / (|g| + eps)): with the default eps 1e-8 a gradient entry that is
+    # float noise around 0 (a cancellation, ~1e-9) moves its weight by up to lr whichever way the rounding
+    # went, in any two orders of summation. eps 1e-6 keeps such entries still; real gradients are far larger.
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=1, lr=1e-3, adam_eps=1e-6)
+    policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    first = make_trajectories(tokenizer, seed=0)
+    second = make_trajectories(tokenizer, rewards=((0.0, 1.0, 0.0), (1.0, 1.0, 0.0)), seed=1)
+
+    def batch(trajs):
+        return build_samples(tokenizer, trajs, settings=settings)
+
+    model, _ = load_policy(policy)
+    single = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id)
+    want = single.step(batch(first))
+    want_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    options = WorkerOptions(grpo=settings, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
+    ckpt = tmp_path / "ckpt"
+    with LocalTrainerGroup(2, options) as group:
+        got = group.step(batch(first))
+        weights = group.full_state_dict()
+        group.save(ckpt)
+        after_two = group.step(batch(second))
+        weights_two = group.full_state_dict()
+    assert want["updates"] == 2 and want["kl"] > 0
+    assert_same_metrics(got, want)
+    assert max_diff(weights, want_weights) <= 1e-4
+    # The update moved the weights far more than the tolerance: the comparison is not vacuous.
+    moved = max(float((want_weights[k] - load_policy(policy)[0].state_dict()[k]).abs().max()) for k in want_weights)
+    assert moved > 1e-3
+
+    # The 2-worker checkpoint (written after the first step) resumes into a single worker: its next step is
+    # the one the 2 workers took.
+    worker = TrainerWorker(0, 1, "127.0.0.1", free_port(), options)
+    try:
+        meta = worker.load(ckpt)
+        assert meta["world_size"] == 2 and worker.updates == 2
+        assert max_diff(worker.full_state_dict(), weights) == 0.0
+        after_one = worker.step(batch(second))
+        assert worker.updates == 4
+        assert_same_metrics(after_one, after_two)
+        assert max_diff(worker.full_state_dict(), weights_two) <= 1e-4
+    finally:
+        worker.close()
+    assert not dist.is_initialized()
+
+
+def test_worker_failure_is_reported_with_its_cause(tmp_path):
+    options = WorkerOptions(grpo=GRPOSettings(), policy=PolicySettings(model=str(tmp_path / "missing")), device="cpu")
+    with pytest.raises(RuntimeError, match="neither"):
+        LocalTrainerGroup(1, options, timeout_s=120)
+
+
+
+@pytest.mark.slow  # three training groups start (about a minute on 2 cores)
+def test_plugin_trains_with_two_workers_and_resumes_across_worker_counts(tmp_path, tiny_model_dir, tokenizer):
+    """``grpo.train_workers: 2`` through the plugin's hooks: the engine gets the workers' weights after each
+    step; the sharded checkpoint resumes into the single-process trainer, whose checkpoint resumes into 2
+    workers again; each resumed step equals the uninterrupted run's."""
+    from test_checkpoint import RecordingEngine, do_step, make_ctx
+
+    from seal_platform.capability import CapabilityState
+    from seal_platform_plugins.grpo import plugin
+
+    def start(workers: int, ckpt=None, step: int = 0):
+        ctx = make_ctx(tmp_path, tiny_model_dir)
+        ctx.settings["grpo"] = ctx.settings["grpo"].model_copy(update={"train_workers": workers})
+        ctx.settings["policy"] = ctx.settings["policy"].model_copy(update={"device": "cpu"})
+        plugin.start_run(ctx=ctx, resumed=ckpt is not None)
+        ctx.shared["engine"] = RecordingEngine()
+        if ckpt is not None:
+            plugin.load_checkpoint(ctx=ctx, directory=ckpt, step=step)
+        return ctx
+
+    def save(ctx, name: str, step: int):
+        ckpt = tmp_path / name
+        ckpt.mkdir()
+        return ckpt, plugin.save_checkpoint(ctx=ctx, directory=ckpt, step=step)
+
+    def same(got, want):
+        for key in ("loss", "pg_loss", "kl", "grad_norm", "clip_frac"):
+            assert got[key] == pytest.approx(want[key], abs=1e-4, rel=1e-5), key
+
+    state = CapabilityState()
+    two = start(2)
+    run = two.shared[plugin.RUN]
+    before = {k: v.clone() for k, v in run.model.state_dict().items()}
+    first = do_step(two, tokenizer, 0, state)
+    assert two.shared["engine"].pushes == 1 and first["updates"] == 2
+    # The driver's copy (what the engine samples from) holds the workers' new weights.
+    assert max(float((before[k] - v).abs().max()) for k, v in run.model.state_dict().items()) > 1e-3
+    sharded, meta = save(two, "sharded", 0)
+    assert meta["updates"] == 2 and (sharded / "grpo" / "sharded" / "trainer_state.json").is_file()
+    state_0 = state.model_copy(deep=True)
+    want_1 = do_step(two, tokenizer, 1, state)
+    plugin.end_run(ctx=two, status="completed")
+    assert not run.trainer.group._procs  # worker processes stopped
+
+    one = start(1, sharded, 0)
+    assert one.shared[plugin.RUN].trainer.updates == 2
+    same(do_step(one, tokenizer, 1, state_0), want_1)
+    plain, _ = save(one, "plain", 1)
+    assert (plain / "grpo" / "trainer.pt").is_file()
+    state_1 = state_0.model_copy(deep=True)
+    want_2 = do_step(one, tokenizer, 2, state_0)
+    plugin.end_run(ctx=one, status="completed")
+
+    again = start(2, plain, 1)
+    assert again.shared[plugin.RUN].trainer.updates == 4
+    same(do_step(again, tokenizer, 2, state_1), want_2)
+    plugin.end_run(ctx=again, status="completed")
