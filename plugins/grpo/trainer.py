@@ -237,7 +237,8 @@ class GRPOTrainer:
 
     def _forward(self, model: Any, batch: Sequence[Sample], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs (and entropies) of ``batch``'s loss tokens, concatenated in sample order."""
-        chunk = self.settings.logits_chunk_tokens
+        # A wrapper without its own output layer (the LoRA adapters-off reference) gets its logits whole.
+        chunk = self.settings.logits_chunk_tokens if hasattr(model, "get_output_embeddings") else None
         if chunk:
             with self._autocast():
                 states, targets = self._logits(model, batch, hidden=True)
