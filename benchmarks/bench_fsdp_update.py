@@ -1,7 +1,7 @@
 """GRPO update throughput with 1 vs N FSDP2 workers (``grpo.train_workers``) on this machine.
 
-A random-weight model of a chosen shape (built from its config: nothing is downloaded) is saved to a temporary
-directory; then, for each worker count, a :class:`~seal_platform_plugins.grpo.distributed.LocalTrainerGroup`
+A random-weight model of a chosen shape (built from its config: nothing is downloaded; every worker builds
+the same one from the same seed); for each worker count, a :class:`~seal_platform_plugins.grpo.distributed.LocalTrainerGroup`
 (gloo on CPU, NCCL on CUDA) runs one warm-up step and ``--steps`` timed steps on the same random batch, and
 the single-process :class:`~seal_platform_plugins.grpo.trainer.GRPOTrainer` runs it too as the baseline.
 Tokens/s = tokens of all sequences trained (prompt + completion) / the update's wall time, as the trainer's
@@ -16,8 +16,8 @@ Run it alone (``flock /tmp/seal-heavy.lock ...``) and state the load (``uptime``
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
-import tempfile
 import time
 
 SHAPES = {
@@ -28,6 +28,14 @@ SHAPES = {
     "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                  num_key_value_heads=1, vocab_size=49152, max_position_embeddings=4096, tie_word_embeddings=True),
 }
+
+
+def build_model(shape: str):
+    """A float32 Llama of ``shape`` with random weights (module level: spawned workers build it from this)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    return AutoModelForCausalLM.from_config(LlamaConfig(**SHAPES[shape]), dtype=torch.float32)
 
 
 def make_batch(args, vocab: int):
@@ -67,10 +75,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import LlamaConfig
 
     from seal_platform_plugins.grpo.distributed import LocalTrainerGroup, WorkerOptions
-    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_plugins.grpo.policy import PolicySettings
     from seal_platform_plugins.grpo.settings import GRPOSettings
     from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
@@ -78,42 +86,40 @@ def main() -> None:
     # Prefix sharing off everywhere: the sharded path has none, so the baseline computes the same tokens.
     settings = GRPOSettings(kl_coef=args.kl_coef, mini_batch_tasks=args.mini_batch_tasks, micro_batch_size=args.micro,
                             max_tokens_per_micro_batch=None, shared_prefix=False, lr=1e-6)
-    with tempfile.TemporaryDirectory(prefix="bench-fsdp-") as tmp:
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        model.save_pretrained(tmp)
-        n_params = sum(p.numel() for p in model.parameters())
-        del model
-        policy = PolicySettings(model=tmp, device="cpu", dtype="float32")
-        n_seq = args.tasks * args.group
-        print(f"{args.shape}: {n_params / 1e6:.1f} M parameters; {n_seq} sequences x "
-              f"{args.prompt_tokens + args.completion_tokens} tokens, {args.tasks // args.mini_batch_tasks} updates/step, "
-              f"micro-batch {args.micro}, kl_coef {args.kl_coef}; {torch.get_num_threads()} torch threads here",
-              flush=True)
-        results: dict[str, list[float]] = {}
+    torch.manual_seed(0)
+    model = build_model(args.shape)
+    n_params = sum(p.numel() for p in model.parameters())
+    n_seq = args.tasks * args.group
+    print(f"{args.shape}: {n_params / 1e6:.1f} M parameters; {n_seq} sequences x "
+          f"{args.prompt_tokens + args.completion_tokens} tokens, {args.tasks // args.mini_batch_tasks} updates/step, "
+          f"micro-batch {args.micro}, kl_coef {args.kl_coef}; {torch.get_num_threads()} torch threads here",
+          flush=True)
+    results: dict[str, list[float]] = {}
 
-        def report(name: str, step: int, metrics: dict) -> None:
-            tag = " (warm-up)" if step == 0 else ""
-            print(f"{name} step {step}{tag}: {metrics['update_s']:.2f} s, {metrics['tokens_per_s']:,.0f} tokens/s, "
-                  f"loss {metrics['loss']:.6f}, grad_norm {metrics['grad_norm']:.6f}", flush=True)
-            if step:
-                results.setdefault(name, []).append(metrics["tokens_per_s"])
+    def report(name: str, step: int, metrics: dict) -> None:
+        tag = " (warm-up)" if step == 0 else ""
+        print(f"{name} step {step}{tag}: {metrics['update_s']:.2f} s, {metrics['tokens_per_s']:,.0f} tokens/s, "
+              f"loss {metrics['loss']:.6f}, grad_norm {metrics['grad_norm']:.6f}", flush=True)
+        if step:
+            results.setdefault(name, []).append(metrics["tokens_per_s"])
 
-        if not args.no_baseline:
-            model, _ = load_policy(policy)
-            trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
+    if not args.no_baseline:
+        model.eval()
+        trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
+        for step in range(args.steps + 1):
+            report("single-process", step, trainer.step(make_batch(args, config.vocab_size)))
+    del model
+    for n in args.workers:
+        started = time.perf_counter()
+        options = WorkerOptions(grpo=settings, policy=PolicySettings(), pad_id=0, device="cpu",
+                                build_model=functools.partial(build_model, args.shape))
+        with LocalTrainerGroup(n, options) as group:
+            print(f"{n} FSDP worker(s) up in {time.perf_counter() - started:.1f} s", flush=True)
             for step in range(args.steps + 1):
-                report("single-process", step, trainer.step(make_batch(args, config.vocab_size)))
-            del model, trainer
-        for n in args.workers:
-            started = time.perf_counter()
-            with LocalTrainerGroup(n, WorkerOptions(grpo=settings, policy=policy, pad_id=0, device="cpu")) as group:
-                print(f"{n} FSDP worker(s) up in {time.perf_counter() - started:.1f} s", flush=True)
-                for step in range(args.steps + 1):
-                    report(f"fsdp x{n}", step, group.step(make_batch(args, config.vocab_size)))
-        print("summary (median of timed steps):")
-        for name, values in results.items():
-            print(f"  {name:>16}: {statistics.median(values):,.0f} tokens/s")
+                report(f"fsdp x{n}", step, group.step(make_batch(args, config.vocab_size)))
+    print("summary (median of timed steps):")
+    for name, values in results.items():
+        print(f"  {name:>16}: {statistics.median(values):,.0f} tokens/s")
 
 
 if __name__ == "__main__":

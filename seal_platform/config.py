@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
 
@@ -50,12 +50,35 @@ class RolloutConfig(_Section):
     workers: int = Field(default=8, ge=1, description="Episodes run at once (the engine batches their requests).")
 
 
+class BenchmarkEval(_Section):
+    """One more benchmark evaluated alongside the training environment (e.g. out of distribution)."""
+
+    environment: str = Field(description="A registered environment, e.g. `bfcl_memory`.")
+    split: str = Field(default="eval", description="Its task split.")
+    max_tasks: int | None = Field(default=None, ge=1, description="Evaluate on its first N tasks only.")
+    name: str | None = Field(default=None, description="Name its results are stored and shown under; default: the environment.")
+
+    @property
+    def key(self) -> str:
+        return self.name or self.environment
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"environment": value} if isinstance(value, str) else value
+
+
 class EvaluationConfig(_Section):
     split: str = "eval"
     every: int = Field(default=10, ge=0, description="Evaluate every K training steps; 0: only before and after.")
     before_training: bool = True
     max_tasks: int | None = Field(default=None, ge=1, description="Evaluate on the first N tasks only.")
     max_new_tokens: int | None = Field(default=None, ge=1)
+    benchmarks: list[BenchmarkEval] = Field(
+        default_factory=list,
+        description="More benchmarks evaluated at the same steps as the training environment (names, or "
+        "{environment, split, max_tasks}); each is stored and shown under its own name.",
+    )
 
 
 class DiagnosisConfig(_Section):

@@ -280,9 +280,12 @@ def diagnose(ctx: RunContext, environment: Environment, trajectories: list[Traje
     :param step: the training step.
     :returns: a list of :class:`TurnLabel`, each naming its diagnoser in ``source``. The labels of the
         recipe's primary diagnoser (``diagnosis.primary``) drive the capability state and A-Patch; every
-        diagnoser's labels are stored.
+        diagnoser's labels are stored. A label may carry a ``confidence`` (0..1) when the diagnoser states one.
 
-    All results are collected and concatenated.
+    All results are collected and concatenated. A diagnoser that builds on the others' labels (an LLM judge
+    refining the heuristic labels) may implement this hook as a pluggy wrapper
+    (``@hookimpl(wrapper=True)``): ``results = yield`` gives it the other called diagnosers' lists, and it
+    returns them with its own list appended.
     """
 
 

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .benchmarks import evaluate_benchmarks
 from .capability import CapabilityState
 from .checkpoints import (
     CORE_CHECKPOINT_FILE,
@@ -332,7 +333,8 @@ class Runner:
     def _evaluate(self, env: Environment, engine: Any, tasks: list[Task], step: int) -> EvalResult:
         self.progress.stage(step, "evaluate")
         result = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step)
-        self.store.add_evaluation(self.run_id, step, result)
+        self.store.add_evaluation(self.run_id, step, result, benchmark=self.config.environment)
+        evaluate_benchmarks(self.host, self.ctx, engine, step)
         track(self.host, self.ctx, "evaluation", step, evaluation=result)
         self.progress.evaluated(step, result)
         return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -35,11 +36,10 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
                       str(s.interface_revision), metrics, f"{sum(s.timings.values()):.1f}")
     console.print(steps)
 
-    by_step: dict[int, dict[str, float]] = defaultdict(dict)
-    for e in store.evaluations(run.id):
-        by_step[e.step][e.category] = e.pass_rate
-    if by_step:
-        evals = Table(title="evaluations (pass rate, %)")
+    by_bench = evaluations_by_benchmark(store, run)
+    for bench, by_step in by_bench.items():
+        title = "evaluations (pass rate, %)" if len(by_bench) == 1 else f"evaluations on {bench} (pass rate, %)"
+        evals = Table(title=title)
         cats = sorted({c for v in by_step.values() for c in v})
         evals.add_column("after step")
         for c in cats:
@@ -48,6 +48,15 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
         for step, rates in sorted(by_step.items()):
             evals.add_row(str(step), *(f"{rates.get(c, 0.0):.2f}" for c in cats), f"{sum(rates.values()) / len(rates):.2f}")
         console.print(evals)
+    if len(by_bench) > 1:
+        side = Table(title="benchmarks side by side (average pass rate, %)")
+        side.add_column("after step")
+        for bench in by_bench:
+            side.add_column(bench, justify="right")
+        for step in sorted({s for by_step in by_bench.values() for s in by_step}):
+            cells = [by_bench[b].get(step) for b in by_bench]
+            side.add_row(str(step), *("-" if c is None else f"{sum(c.values()) / len(c):.2f}" for c in cells))
+        console.print(side)
 
     labels = Counter(row.label for row in store.labels(run.id))
     if labels:
@@ -75,6 +84,16 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
         console.print("[bold]events[/]")
         for ev in events[-15:]:
             console.print(f"  {ev.at:%H:%M:%S} {ev.kind}: {ev.message}", highlight=False, markup=False)
+
+
+def evaluations_by_benchmark(store: RunStore, run: Any) -> dict[str, dict[int, dict[str, float]]]:
+    """Pass rate per category, per step, per benchmark (the run's environment first; rows stored before
+    benchmarks were recorded count as the run's environment)."""
+    own = run.config.get("environment", "") if isinstance(run.config, dict) else ""
+    out: dict[str, dict[int, dict[str, float]]] = {own: {}} if own else {}
+    for e in store.evaluations(run.id):
+        out.setdefault(e.benchmark or own, {}).setdefault(e.step, {})[e.category] = e.pass_rate
+    return {b: v for b, v in out.items() if v}
 
 
 def write_report(store: RunStore, run_id: str, out: Path | None = None) -> list[Path]:

@@ -106,6 +106,8 @@ class TurnLabel(BaseModel):
     rationale: str = ""
     # For diagnosers with a finer taxonomy: the reference label this one maps to (for A-Patch base weights).
     reference_label: str | None = None
+    # How sure a diagnoser that can say so (an LLM judge) is of the label, in [0, 1]; None: not stated.
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class Interface(BaseModel):
@@ -186,6 +188,9 @@ class SamplingParams(BaseModel):
     max_new_tokens: int = 512
     stop: list[str] = Field(default_factory=list)
     seed: int | None = None
+    # Constrain the output to JSON following this schema where the engine can (vLLM structured outputs);
+    # engines that cannot ignore it, so callers still validate what comes back.
+    json_schema: dict[str, Any] | None = None
 
     @property
     def greedy(self) -> bool:

@@ -161,93 +161,132 @@ def run_episode(
     or context limit ends the episode; later turns are unreached.
     """
     started = time.perf_counter()
-    fmt, limits = setup.fmt, setup.limits
     system_text, docs = system_prompt(task, interface, setup)
-    docs_by_name = {d["name"]: d for d in docs}
-    held = data.held_out_docs(task)
+    episode = _Episode(task, engine, interface, sampling, setup, session, {d["name"]: d for d in docs})
     state = _State(messages=[Message(role="system", content=system_text)])
-    questions: list[list[dict[str, Any]]] = task.payload["question"]
-    cap = min(x for x in (sampling.max_new_tokens, limits.max_new_tokens) if x is not None)
-
-    for turn, question in enumerate(questions):
-        if turn in held:
-            revealed = iface.render_tools(held[turn], interface, task.category)
-            docs_by_name.update({d["name"]: d for d in revealed})
-            user = [Message(role="user", content=fmt.reveal_message(revealed, compact=setup.compact_tools))]
-            if question:
-                user += _user_messages(question)
-        else:
-            user = _user_messages(question)
-        state.messages.extend(user)
+    held = data.held_out_docs(task)
+    for turn, question in enumerate(task.payload["question"]):
+        state.messages.extend(episode.user_messages(turn, question, held))
         state.model_turns.append([])
-        turn_steps = 0
-        while True:
-            if (state.steps if limits.step_limit_scope == "dialogue" else turn_steps) >= limits.max_steps:
-                state.finish = "step_limit"
-                break
-            prompt_tokens = engine.count_tokens(state.messages)
-            room = limits.max_context_tokens - prompt_tokens
-            if room <= 0:
-                state.finish = "context_limit"
-                break
-            params = sampling.model_copy(update={"max_new_tokens": max(1, min(cap, room))})
-            generation = engine.generate([state.messages], params)[0]
-            state.steps += 1
-            turn_steps += 1
-            state.messages.append(
-                Message(
-                    role="assistant",
-                    content=generation.text,
-                    token_ids=list(generation.token_ids),
-                    logprobs=list(generation.logprobs),
-                    trainable=True,
-                )
-            )
-            parsed = fmt.parse(generation.text)
-            error = parsed.error
-            if error is None:
-                for call in parsed.calls:
-                    error = _bind_positional(call, docs_by_name)
-                    if error:
-                        break
-            if error is None:
-                unknown = [c.name for c in parsed.calls if c.name not in docs_by_name]
-                if unknown:
-                    names = ", ".join(repr(n) for n in dict.fromkeys(unknown))
-                    error = (
-                        f"unknown tool {names}: not in the current tool list. No call of this message was run; "
-                        "call only the listed tools."
-                    )
-            if error is not None:
-                state.rejected_messages += 1
-                calls = parsed.calls or [ParsedCall(name="")]
-                state.tool_calls.extend(
-                    ToolCall(turn=turn, name=c.name, arguments=c.arguments, rejected=error) for c in calls
-                )
-                _observe(state, setup, interface, task, engine, "", error, failed=True, rejected=True)
-                continue
-            if not parsed.calls:
-                if generation.finish_reason == "length" and room <= cap:
-                    # The reply was cut by the context limit, not finished by the model.
-                    state.finish = "context_limit"
-                break
-            allowed = sorted(docs_by_name)
-            for call in parsed.calls:
-                outcome = session.call(call.name, call.arguments, allowed)
-                result, err = getattr(outcome, "result", None), getattr(outcome, "error", None)
-                state.tool_calls.append(
-                    ToolCall(turn=turn, name=call.name, arguments=call.arguments, result=result, error=err)
-                )
-                state.model_turns[-1].append(ParsedCall(call.name, dict(call.arguments)))
-                text = err if err is not None else (result if result is not None else "")
-                failed = err is not None or is_error_result(text)
-                _observe(state, setup, interface, task, engine, call.name, text, failed=failed)
+        turn_steps = episode.play_turn(state, turn)
         if state.finish != "completed":
             if turn_steps == 0:
                 # Stopped before the agent said anything in this turn: it never reached it.
                 state.model_turns.pop()
             break
+    return _trajectory(task, interface, state, setup, group, sample, time.perf_counter() - started)
 
+
+@dataclass
+class _Episode:
+    """What stays fixed during one episode; its methods are the named steps of a user turn."""
+
+    task: Task
+    engine: RolloutEngine
+    interface: Interface
+    sampling: SamplingParams
+    setup: EpisodeSetup
+    session: ToolSession
+    docs_by_name: dict[str, dict[str, Any]]
+
+    @property
+    def cap(self) -> int:
+        limits = self.setup.limits
+        return min(x for x in (self.sampling.max_new_tokens, limits.max_new_tokens) if x is not None)
+
+    def user_messages(self, turn: int, question: list[dict[str, Any]], held: dict[int, Any]) -> list[Message]:
+        """The turn's user message(s); at a miss_func reveal turn, the held-out tools first (now callable)."""
+        if turn not in held:
+            return _user_messages(question)
+        revealed = iface.render_tools(held[turn], self.interface, self.task.category)
+        self.docs_by_name.update({d["name"]: d for d in revealed})
+        user = [Message(role="user", content=self.setup.fmt.reveal_message(revealed, compact=self.setup.compact_tools))]
+        return user + (_user_messages(question) if question else [])
+
+    def play_turn(self, state: _State, turn: int) -> int:
+        """Generate, check and run the agent's messages until it answers without a call or a limit stops the
+        episode (``state.finish``); returns how many messages it generated in this turn."""
+        limits = self.setup.limits
+        turn_steps = 0
+        while True:
+            if (state.steps if limits.step_limit_scope == "dialogue" else turn_steps) >= limits.max_steps:
+                state.finish = "step_limit"
+                return turn_steps
+            room = limits.max_context_tokens - self.engine.count_tokens(state.messages)
+            if room <= 0:
+                state.finish = "context_limit"
+                return turn_steps
+            generation = self.generate(state, room)
+            turn_steps += 1
+            parsed = self.setup.fmt.parse(generation.text)
+            error = self.rejection(parsed)
+            if error is not None:
+                self.reject(state, turn, parsed, error)
+                continue
+            if not parsed.calls:
+                if generation.finish_reason == "length" and room <= self.cap:
+                    # The reply was cut by the context limit, not finished by the model.
+                    state.finish = "context_limit"
+                return turn_steps
+            self.run_calls(state, turn, parsed.calls)
+
+    def generate(self, state: _State, room: int) -> Any:
+        """One assistant message (its sampled tokens and log-probs kept for training)."""
+        params = self.sampling.model_copy(update={"max_new_tokens": max(1, min(self.cap, room))})
+        generation = self.engine.generate([state.messages], params)[0]
+        state.steps += 1
+        state.messages.append(
+            Message(
+                role="assistant",
+                content=generation.text,
+                token_ids=list(generation.token_ids),
+                logprobs=list(generation.logprobs),
+                trainable=True,
+            )
+        )
+        return generation
+
+    def rejection(self, parsed: Any) -> str | None:
+        """Why the whole message is rejected (a parse error, a bad positional binding, an unknown tool), or None."""
+        error = parsed.error
+        if error is None:
+            for call in parsed.calls:
+                error = _bind_positional(call, self.docs_by_name)
+                if error:
+                    return error
+        if error is None:
+            unknown = [c.name for c in parsed.calls if c.name not in self.docs_by_name]
+            if unknown:
+                names = ", ".join(repr(n) for n in dict.fromkeys(unknown))
+                error = (
+                    f"unknown tool {names}: not in the current tool list. No call of this message was run; "
+                    "call only the listed tools."
+                )
+        return error
+
+    def reject(self, state: _State, turn: int, parsed: Any, error: str) -> None:
+        """Record the rejected message's calls (none of them runs) and answer with the error."""
+        state.rejected_messages += 1
+        calls = parsed.calls or [ParsedCall(name="")]
+        state.tool_calls.extend(ToolCall(turn=turn, name=c.name, arguments=c.arguments, rejected=error) for c in calls)
+        _observe(state, self.setup, self.interface, self.task, self.engine, "", error, failed=True, rejected=True)
+
+    def run_calls(self, state: _State, turn: int, calls: list[Any]) -> None:
+        """Run the message's calls in order in the tool session; each result (or error) is observed."""
+        allowed = sorted(self.docs_by_name)
+        for call in calls:
+            outcome = self.session.call(call.name, call.arguments, allowed)
+            result, err = getattr(outcome, "result", None), getattr(outcome, "error", None)
+            state.tool_calls.append(ToolCall(turn=turn, name=call.name, arguments=call.arguments, result=result, error=err))
+            state.model_turns[-1].append(ParsedCall(call.name, dict(call.arguments)))
+            text = err if err is not None else (result if result is not None else "")
+            failed = err is not None or is_error_result(text)
+            _observe(state, self.setup, self.interface, self.task, self.engine, call.name, text, failed=failed)
+
+
+def _trajectory(
+    task: Task, interface: Interface, state: _State, setup: EpisodeSetup, group: str, sample: int, seconds: float
+) -> Trajectory:
     return Trajectory(
         task_id=task.id,
         category=task.category,
@@ -260,11 +299,11 @@ def run_episode(
         metadata={
             "steps": state.steps,
             "turns_reached": len(state.model_turns),
-            "n_turns": len(questions),
+            "n_turns": len(task.payload["question"]),
             "rejected_messages": state.rejected_messages,
             "model_turns": [[render_call(c.name, c.arguments) for c in turn] for turn in state.model_turns],
-            "format": fmt.name,
-            "episode_s": round(time.perf_counter() - started, 4),
+            "format": setup.fmt.name,
+            "episode_s": round(seconds, 4),
         },
     )
 

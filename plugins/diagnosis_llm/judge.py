@@ -1,27 +1,43 @@
-"""An LLM judge that labels the failing turns of failing trajectories from their transcripts.
+"""An LLM judge that labels failing turns from their transcripts, alone or refining a heuristic diagnoser.
 
-The judge sees, for one failing ground-truth turn, the dialogue up to and including that turn (user
-requests, the agent's messages, tool results) and the verifier's findings for the turn, and answers with a
-JSON object ``{"label": ..., "rationale": ...}`` naming one label of the SEAL taxonomy. Its answer is model
-output: it is only ever parsed as JSON (never evaluated), and an answer that is not such an object or names
-no known label is skipped (with an event), never turned into a made-up label.
+For each turn to judge, the judge sees the dialogue up to and including that turn (user requests, the
+agent's messages, tool results), the verifier's findings for the turn and, in ``refine`` mode, the heuristic
+label, and answers with ``{"label", "rationale", "confidence"}`` (:class:`.schema.Judgement`), the label
+chosen from the labels offered for that turn:
 
-The judge model is reached through the rollout-engine interface like any policy, so any engine works: by
-default the run's own (``ctx.shared["engine"]``).
+* ``judge`` mode: every failing, reached turn of a failing trajectory; every label of the taxonomy.
+* ``refine`` mode: only turns the heuristic diagnoser marks as failed; its label and the finer labels that
+  refine it (the paper's Table 5), so a coarse ``state_mismatch`` may become ``argument_mismatch``.
+
+Both labels are recorded: the heuristic's under its own source, the judge's under ``llm_judge``. An answer
+that does not validate is asked again once (with the reason); if it still does not, or the request failed,
+or the token budget is spent, the turn gets the heuristic label under ``llm_judge`` with no confidence, and
+an event records the fallback with the raw answers. Valid and invalid answers are kept in the run store's
+cache, keyed by the judge, the prompt and the labels offered, so no turn is judged twice, across resume too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
+import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Callable, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field
+from seal_platform.types import Message, Trajectory, TurnLabel, TurnVerdict
 
-from seal_platform.types import Message, SamplingParams, Trajectory, TurnLabel, TurnVerdict
+from .backends import Query, Reply
+from .schema import Judgement, answer_schema, read_judgement
+from .settings import DiagnosisLlmSettings
+
+log = logging.getLogger(__name__)
 
 SOURCE = "llm_judge"
+CACHE_NAMESPACE = "diagnosis_llm.judgements"
+USAGE_NAMESPACE = "diagnosis_llm.usage"
+# Part of every cache key: bump it when the prompt or the answer format changes meaning.
+PROMPT_VERSION = 2
+MAX_RAW_CHARS = 2000  # of a raw answer kept in an event
 
 # The label set, with what each means to the judge. The reference taxonomy first (its A-Patch weights
 # apply directly), then the finer labels of the paper's Table 5.
@@ -36,46 +52,43 @@ LABELS: dict[str, str] = {
     "missing_tool_call": "the agent skipped a required step (a needed call was never made)",
     "recovery_failure": "a call returned an error and the agent did not fix it",
 }
-# Finer labels -> the reference label whose A-Patch base weight applies to them.
+# Finer labels -> the reference label whose A-Patch base weight applies to them when judged alone.
 REFERENCE_OF: dict[str, str] = {
     "invalid_tool_call": "empty_turn_model_response",
     "argument_mismatch": "state_mismatch",
     "missing_tool_call": "state_mismatch",
     "recovery_failure": "state_mismatch",
 }
+# Finer labels -> the coarse labels each may replace in refine mode (the paper's Table 5).
+REFINES: dict[str, tuple[str, ...]] = {
+    "invalid_tool_call": ("spurious_tool_call", "empty_turn_model_response", "state_mismatch", "response_mismatch"),
+    "recovery_failure": ("state_mismatch", "response_mismatch"),
+    "missing_tool_call": ("state_mismatch", "response_mismatch"),
+    "argument_mismatch": ("state_mismatch", "response_mismatch"),
+}
 
 SYSTEM_PROMPT = (
     "You diagnose why a tool-using AI agent failed one turn of a conversation. You get the conversation up to "
     "that turn and the verifier's findings. Choose exactly one label:\n{labels}\n\n"
     'Answer with one JSON object and nothing else: {{"label": "<one label>", "rationale": "<one or two '
-    'sentences citing the transcript>"}}'
+    'sentences citing the transcript>", "confidence": <a number from 0 to 1: how sure you are>}}'
 )
 
-
-class DiagnosisLlmSettings(BaseModel):
-    """Settings of the LLM-judge diagnoser (recipe section ``settings.diagnosis_llm``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    engine: Literal["run", "none"] = Field(
-        default="run", description="Judge model: `run` uses the run's rollout engine; `none` turns the judge off."
-    )
-    max_turns_per_step: int = Field(
-        default=16, ge=0, description="Judge at most this many failing turns per step (0: no limit); judging costs generation time."
-    )
-    max_new_tokens: int = Field(default=256, ge=16)
-    temperature: float = Field(default=0.0, ge=0.0)
-    max_transcript_chars: int = Field(default=6000, ge=500, description="The transcript is cut (oldest first) to this.")
-    batch_size: int = Field(default=16, ge=1, description="Judge prompts sent to the engine in one request.")
+Event = Callable[..., None]
 
 
 @dataclass
 class Item:
-    """One failing turn to judge."""
+    """One turn to judge, the labels offered for it and the heuristic's label (fallback), if any."""
 
     trajectory: Trajectory
     verdict: TurnVerdict
+    labels: tuple[str, ...] = tuple(LABELS)
+    heuristic: TurnLabel | None = None
     conversation: list[Message] = field(default_factory=list)
+
+
+# --- transcripts and prompts -----------------------------------------------------------------------------
 
 
 def turn_spans(messages: list[Message]) -> list[tuple[int, int]]:
@@ -121,109 +134,285 @@ def _findings(verdict: TurnVerdict) -> str:
 
 
 def build_prompt(item: Item, settings: DiagnosisLlmSettings) -> list[Message]:
-    """The judge's conversation for one failing turn."""
-    labels = "\n".join(f"- {name}: {meaning}" for name, meaning in LABELS.items())
+    """The judge's conversation for one turn."""
+    labels = "\n".join(f"- {name}: {LABELS.get(name, 'a label of the heuristic diagnoser')}" for name in item.labels)
     transcript = render_transcript(item.trajectory.messages, item.verdict.turn, settings.max_transcript_chars)
+    heuristic = ""
+    if settings.mode == "refine" and item.heuristic is not None:
+        heuristic = (
+            f"A rule-based diagnoser labelled this turn {item.heuristic.label!r} ({item.heuristic.rationale[:300]}). "
+            "Keep that label or choose a finer one that explains the failure better.\n\n"
+        )
     user = (
         f"Task category: {item.trajectory.category}\n\nTranscript:\n{transcript}\n\n"
         f"Verifier findings for turn {item.verdict.turn} (ground truth vs. agent):\n{_findings(item.verdict)}\n\n"
-        "Which label explains the failure of this turn?"
+        f"{heuristic}Which label explains the failure of this turn?"
     )
     return [Message(role="system", content=SYSTEM_PROMPT.format(labels=labels)), Message(role="user", content=user)]
 
 
-def failing_items(trajectories: Iterable[Trajectory]) -> list[Item]:
-    """The reached, failing turns of failing trajectories (the only ones the judge labels)."""
-    out = []
+def retry_prompt(messages: list[Message], answer: str, reason: str) -> list[Message]:
+    """The conversation asked again after an invalid answer: the answer, why it is invalid, and the rule."""
+    return [
+        *messages,
+        Message(role="assistant", content=answer[:MAX_RAW_CHARS]),
+        Message(role="user", content=f"That answer is not valid ({reason[:300]}). Answer again with only the JSON "
+                "object, using exactly one of the labels listed, a short rationale and a confidence from 0 to 1."),
+    ]
+
+
+# --- which turns, with which labels ----------------------------------------------------------------------
+
+
+def offered_labels(heuristic: TurnLabel) -> tuple[str, ...]:
+    """Refine mode: the heuristic's label, its reference label and the finer labels that refine it."""
+    coarse = heuristic.reference_label or heuristic.label
+    if heuristic.label not in LABELS and coarse not in LABELS:
+        return tuple(LABELS)  # a heuristic with a taxonomy of its own: offer ours
+    names = [heuristic.label] if heuristic.label not in LABELS else []
+    names += [name for name in LABELS if name in (heuristic.label, coarse) or coarse in REFINES.get(name, ())]
+    return tuple(names)
+
+
+def _verdict(trajectory: Trajectory, turn: int) -> TurnVerdict:
+    for verdict in trajectory.turn_verdicts:
+        if verdict.turn == turn:
+            return verdict
+    return TurnVerdict(turn=turn, passed=False)
+
+
+def select_items(
+    trajectories: Iterable[Trajectory], heuristic_labels: Iterable[TurnLabel], settings: DiagnosisLlmSettings
+) -> tuple[list[Item], int]:
+    """The turns to judge, and how many trajectories refine mode judged without heuristic labels."""
+    by_turn: dict[tuple[str, int], TurnLabel] = {(lab.trajectory_id, lab.turn): lab for lab in heuristic_labels}
+    labelled = {trajectory_id for trajectory_id, _ in by_turn}
+    skip = set(settings.skip_labels)
+    items: list[Item] = []
+    unlabelled = 0
     for trajectory in trajectories:
+        if settings.mode == "refine" and trajectory.id in labelled:
+            for verdict_turn in sorted(t for tid, t in by_turn if tid == trajectory.id):
+                heuristic = by_turn[(trajectory.id, verdict_turn)]
+                if heuristic.label in skip or heuristic.label in settings.pass_labels:
+                    continue
+                items.append(Item(trajectory, _verdict(trajectory, verdict_turn), offered_labels(heuristic), heuristic))
+            continue
         if trajectory.success:
             continue
+        unlabelled += settings.mode == "refine"
         for verdict in trajectory.turn_verdicts:
-            if verdict.reached and not verdict.passed:
-                out.append(Item(trajectory, verdict))
-    return out
+            heuristic = by_turn.get((trajectory.id, verdict.turn))
+            if verdict.reached and not verdict.passed and not (heuristic and heuristic.label in skip):
+                items.append(Item(trajectory, verdict, tuple(LABELS), heuristic))
+    return items, unlabelled
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+# --- the judge -------------------------------------------------------------------------------------------
 
 
-def parse_judgement(text: str) -> tuple[str, str] | None:
-    """(label, rationale) from the judge's answer, or None when it holds no usable judgement.
+def cache_key(identity: str, messages: list[Message], labels: tuple[str, ...], settings: DiagnosisLlmSettings) -> str:
+    content = {
+        "version": PROMPT_VERSION, "judge": identity, "labels": list(labels),
+        "messages": [m.chat() for m in messages],
+        "temperature": settings.temperature, "max_new_tokens": settings.max_new_tokens,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
-    Accepts the JSON object alone, inside a code fence, or surrounded by prose; the first object with a
-    ``label`` field wins. Labels are matched case-insensitively with spaces or dashes for underscores.
-    """
-    if not isinstance(text, str):
-        return None
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        for start in (i for i, ch in enumerate(candidate) if ch == "{"):
+
+@dataclass
+class Outcome:
+    """What became of one item."""
+
+    item: Item
+    key: str
+    messages: list[Message]
+    judgement: Judgement | None = None
+    status: str = "pending"  # judged | cached | fallback
+    reason: str = ""
+    answers: list[str] = field(default_factory=list)
+    retries: list[str] = field(default_factory=list)
+    cacheable: bool = False
+
+
+class TokenBudget:
+    """The judge's tokens over the run (prompt + completion), kept in the store's cache across resume."""
+
+    def __init__(self, store: Any, run_id: str, limit: int):
+        self.store, self.run_id, self.limit = store, run_id, limit
+        saved = store.cache_get(USAGE_NAMESPACE, [run_id]).get(run_id) if store is not None else None
+        self.spent = int(saved.get("tokens", 0)) if isinstance(saved, dict) else 0
+
+    def reserve(self, estimate: int) -> bool:
+        """Count ``estimate`` tokens as spent if they fit the budget (settled when the reply comes)."""
+        if self.limit and self.spent + estimate > self.limit:
+            return False
+        self.spent += estimate
+        return True
+
+    def settle(self, estimate: int, actual: int) -> None:
+        """Replace a reservation by what the reply says it used (the estimate stays when it says nothing)."""
+        if actual > 0:
+            self.spent += actual - estimate
+
+    def save(self) -> None:
+        if self.store is not None:
+            self.store.cache_put(USAGE_NAMESPACE, self.run_id, {"tokens": self.spent}, run_id=self.run_id)
+
+
+class Judge:
+    """Judges one step's turns with ``backend`` (see :mod:`.backends`), caching in ``store``."""
+
+    def __init__(self, backend: Any, settings: DiagnosisLlmSettings, store: Any = None, run_id: str = "",
+                 event: Event | None = None):
+        self.backend = backend
+        self.settings = settings
+        self.store = store if settings.cache else None
+        self.run_id = run_id
+        self.event: Event = event or (lambda *a, **k: None)
+        self.budget = TokenBudget(store, run_id, settings.max_tokens_per_run)
+
+    def label(self, trajectories: list[Trajectory], heuristic_labels: list[TurnLabel], step: int) -> list[TurnLabel]:
+        """The judge's labels for this step's turns (fallbacks included)."""
+        items, unlabelled = select_items(trajectories, heuristic_labels, self.settings)
+        if unlabelled:
+            self.event("diagnosis_llm.no_heuristic",
+                       f"{unlabelled} failing trajectory(ies) had no heuristic labels to refine: judged with every label",
+                       step=step, trajectories=unlabelled)
+        cap = self.settings.max_turns_per_step
+        if cap and len(items) > cap:
+            self.event("diagnosis_llm.capped", f"judged {cap} of {len(items)} turns (max_turns_per_step)",
+                       step=step, judged=cap, failing=len(items))
+            items = items[:cap]
+        outcomes = [self._outcome(item) for item in items]
+        self._from_cache(outcomes)
+        asked: dict[str, Outcome] = {}  # identical turns (same prompt) of this step are asked once
+        for outcome in outcomes:
+            if outcome.status == "pending":
+                asked.setdefault(outcome.key, outcome)
+        retry = self._ask(list(asked.values()), first_round=True)
+        self._ask(retry, first_round=False)
+        for outcome in outcomes:
+            first = asked.get(outcome.key)
+            if outcome.status == "pending" and first is not None and first is not outcome:
+                outcome.judgement, outcome.reason, outcome.answers = first.judgement, first.reason, list(first.answers)
+                outcome.status = "cached" if first.judgement is not None else "fallback"
+        self._remember(outcomes)
+        self._report(outcomes, step)
+        return [label for o in outcomes if (label := self._turn_label(o)) is not None]
+
+    # --- steps of label() ------------------------------------------------------------------------------
+
+    def _outcome(self, item: Item) -> Outcome:
+        messages = build_prompt(item, self.settings)
+        return Outcome(item, cache_key(self.backend.identity, messages, item.labels, self.settings), messages)
+
+    def _from_cache(self, outcomes: list[Outcome]) -> None:
+        if self.store is None or not outcomes:
+            return
+        found = self.store.cache_get(CACHE_NAMESPACE, [o.key for o in outcomes])
+        for outcome in outcomes:
+            value = found.get(outcome.key)
+            if not isinstance(value, dict):
+                continue
+            outcome.answers = [str(a) for a in value.get("answers", [])][:2]
+            if value.get("status") == "judged":
+                judgement, reason = read_judgement(json.dumps(value.get("judgement")), outcome.item.labels)
+                if judgement is not None:
+                    outcome.judgement, outcome.status = judgement, "cached"
+                    continue
+            if value.get("status") == "invalid":
+                outcome.status, outcome.reason = "fallback", f"cached invalid answer: {value.get('reason', '')}"
+
+    def _ask(self, outcomes: list[Outcome], first_round: bool) -> list[Outcome]:
+        """Ask the backend for ``outcomes`` (within the budget); returns those to ask again."""
+        queries, asked = [], []
+        for outcome in outcomes:
+            messages = outcome.messages if first_round else retry_prompt(outcome.messages, outcome.answers[-1], outcome.reason)
+            estimate = sum(len(m.content) for m in messages) // 3 + self.settings.max_new_tokens
+            if not self.budget.reserve(estimate):  # reserved now, settled below: a batch cannot overshoot
+                outcome.status = "fallback"
+                outcome.reason = f"the judge's token budget is spent ({self.budget.spent} of {self.budget.limit})"
+                continue
+            queries.append(Query(messages, answer_schema(outcome.item.labels)))
+            asked.append((outcome, estimate))
+        if not queries:
+            return []
+        replies: list[Reply] = self.backend.ask(queries)
+        again = []
+        for (outcome, estimate), reply in zip(asked, replies):
+            self.budget.settle(estimate, reply.tokens)
+            outcome.retries += reply.retries
+            if reply.text is None:
+                outcome.status, outcome.reason = "fallback", f"the judge request failed: {reply.error}"
+                continue
+            outcome.answers.append(reply.text[:MAX_RAW_CHARS])
+            judgement, reason = read_judgement(reply.text, outcome.item.labels)
+            if judgement is not None:
+                outcome.judgement, outcome.status, outcome.cacheable = judgement, "judged", True
+            elif first_round:
+                outcome.reason = reason
+                again.append(outcome)
+            else:
+                outcome.status, outcome.reason, outcome.cacheable = "fallback", f"invalid answer twice: {reason}", True
+        self.budget.save()
+        return again
+
+    def _remember(self, outcomes: list[Outcome]) -> None:
+        if self.store is None:
+            return
+        for o in outcomes:
+            if not o.cacheable:
+                continue
+            if o.status == "judged" and o.judgement is not None:
+                value = {"status": "judged", "judgement": o.judgement.model_dump(), "answers": o.answers[-1:]}
+            else:
+                value = {"status": "invalid", "reason": o.reason, "answers": o.answers}
             try:
-                value, _ = decoder.raw_decode(candidate, start)
-            except ValueError:
-                continue
-            if not isinstance(value, dict) or "label" not in value:
-                continue
-            label = value.get("label")
-            if not isinstance(label, str):
-                return None
-            label = re.sub(r"[\s\-]+", "_", label.strip().lower())
-            if label not in LABELS:
-                return None
-            rationale = value.get("rationale", "")
-            rationale = rationale if isinstance(rationale, str) else json.dumps(rationale, default=str)
-            return label, rationale.strip()[:1000]
-    return None
+                self.store.cache_put(CACHE_NAMESPACE, o.key, value, run_id=self.run_id)
+            except Exception as exc:  # a cache that cannot be written costs a re-judgement later, nothing more
+                log.warning("could not cache a judgement: %s", exc)
 
+    def _turn_label(self, o: Outcome) -> TurnLabel | None:
+        item = o.item
+        heuristic = item.heuristic
+        if o.judgement is not None:
+            label = o.judgement.label
+            if self.settings.mode == "refine" and heuristic is not None:
+                reference = heuristic.reference_label or heuristic.label
+            else:
+                reference = heuristic.reference_label if heuristic and heuristic.label == label else REFERENCE_OF.get(label, label)
+            return TurnLabel(trajectory_id=item.trajectory.id, turn=item.verdict.turn, label=label, source=SOURCE,
+                             rationale=o.judgement.rationale, reference_label=reference,
+                             confidence=o.judgement.confidence)
+        if heuristic is None:
+            return None
+        return TurnLabel(trajectory_id=item.trajectory.id, turn=item.verdict.turn, label=heuristic.label, source=SOURCE,
+                         rationale=f"fallback to the {heuristic.source} label: {o.reason}"[:1000],
+                         reference_label=heuristic.reference_label, confidence=None)
 
-def judge(
-    trajectories: list[Trajectory],
-    engine: Any,
-    settings: DiagnosisLlmSettings,
-    event: Any = None,
-) -> list[TurnLabel]:
-    """Labels for the failing turns of the failing ``trajectories``, judged by ``engine``.
-
-    ``event(kind, message, **data)`` (the run context's) records skipped turns: over the per-step cap, or
-    answers that hold no usable judgement.
-    """
-    report = event or (lambda *a, **k: None)
-    items = failing_items(trajectories)
-    if settings.max_turns_per_step and len(items) > settings.max_turns_per_step:
-        report(
-            "diagnosis_llm.capped",
-            f"judged {settings.max_turns_per_step} of {len(items)} failing turns (max_turns_per_step)",
-            judged=settings.max_turns_per_step,
-            failing=len(items),
-        )
-        items = items[: settings.max_turns_per_step]
-    sampling = SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens)
-    labels: list[TurnLabel] = []
-    skipped: list[dict[str, Any]] = []
-    for offset in range(0, len(items), settings.batch_size):
-        batch = items[offset : offset + settings.batch_size]
-        generations = engine.generate([build_prompt(item, settings) for item in batch], sampling)
-        for item, generation in zip(batch, generations):
-            found = parse_judgement(generation.text)
-            if found is None:
-                skipped.append({"trajectory": item.trajectory.id, "turn": item.verdict.turn, "answer": generation.text[:200]})
+    def _report(self, outcomes: list[Outcome], step: int) -> None:
+        for o in outcomes:
+            if o.status != "fallback":
                 continue
-            label, rationale = found
-            labels.append(
-                TurnLabel(
-                    trajectory_id=item.trajectory.id,
-                    turn=item.verdict.turn,
-                    label=label,
-                    source=SOURCE,
-                    rationale=rationale,
-                    reference_label=REFERENCE_OF.get(label, label),
-                )
+            heuristic = o.item.heuristic
+            self.event(
+                "diagnosis_llm.fallback",
+                f"turn {o.item.verdict.turn} of {o.item.trajectory.id}: "
+                + (f"heuristic label {heuristic.label!r} kept" if heuristic else "left unlabelled (no heuristic label)")
+                + f" ({o.reason[:200]})",
+                step=step, trajectory=o.item.trajectory.id, turn=o.item.verdict.turn,
+                heuristic_label=heuristic.label if heuristic else None, reason=o.reason, answers=o.answers,
             )
-    if skipped:
-        report(
-            "diagnosis_llm.unparsed",
-            f"{len(skipped)} judge answer(s) held no JSON object with a known label; those turns are unlabelled",
-            skipped=skipped[:20],
-        )
-    return labels
+        retried = [(o.item.trajectory.id, o.item.verdict.turn, r) for o in outcomes for r in o.retries]
+        if retried:
+            self.event("diagnosis_llm.retried", f"{len(retried)} judge request(s) retried after transient errors",
+                       step=step, retries=[{"trajectory": t, "turn": n, "error": e} for t, n, e in retried[:20]])
+        for note in getattr(self.backend, "notes", [])[:]:
+            self.event("diagnosis_llm.backend", note, step=step)
+            self.backend.notes.remove(note)
+        counts = {s: sum(o.status == s for o in outcomes) for s in ("judged", "cached", "fallback")}
+        if outcomes:
+            self.event("diagnosis_llm.judged",
+                       f"{counts['judged']} judged, {counts['cached']} from the cache, {counts['fallback']} fallback(s)",
+                       step=step, **counts, tokens_spent=self.budget.spent)

@@ -1,8 +1,11 @@
-"""The diagnosis_llm plugin: an LLM judge that labels failing turns in the SEAL taxonomy, with a rationale.
+"""The diagnosis_llm plugin: an LLM judge that labels failing turns in the SEAL taxonomy, with a rationale and
+a confidence, alone (``mode: judge``) or refining the heuristic diagnoser's labels (``mode: refine``).
 
-Thin hook implementations; the judge lives in :mod:`.judge`. It needs a rollout engine: the run's own by
-default (the core puts the built engine in ``ctx.shared["engine"]``); without one it labels nothing and
-records an event saying so.
+Thin hook implementations; the judge lives in :mod:`.judge`, its backends in :mod:`.backends`, the
+agreement report in :mod:`.agreement`. ``diagnose`` is a pluggy *wrapper*: it receives the labels of the
+other enabled diagnosers (the heuristic one among them), judges, and returns their results with its own
+list appended. The judge is advisory: whatever goes wrong in it is recorded as an event and never stops a
+step (a misconfigured backend does stop the run at ``start_run``, with a message saying what to fix).
 """
 
 from __future__ import annotations
@@ -13,27 +16,44 @@ from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec
 
 if TYPE_CHECKING:  # pragma: no cover
+    import click
+
     from seal_platform.context import RunContext
     from seal_platform.types import Trajectory, TurnLabel
 
 SECTION = "diagnosis_llm"
+BACKEND_KEY = "diagnosis_llm.backend"
+
+
+def _settings(ctx: RunContext) -> Any:
+    from .settings import DiagnosisLlmSettings
+
+    return ctx.settings_for(SECTION, DiagnosisLlmSettings)
+
+
+def _enabled(ctx: RunContext) -> bool:
+    from .judge import SOURCE
+
+    diagnosers = ctx.config.diagnosis.diagnosers
+    return (diagnosers is None or SOURCE in diagnosers) and _settings(ctx).backend != "none"
 
 
 @hookimpl
 def register_settings() -> dict[str, Any]:
-    from .judge import DiagnosisLlmSettings
+    from .settings import DiagnosisLlmSettings
 
     return {SECTION: DiagnosisLlmSettings}
 
 
 @hookimpl
 def register_diagnosers() -> list[DiagnoserSpec]:
-    from .judge import LABELS, REFERENCE_OF
+    from .judge import LABELS, REFERENCE_OF, SOURCE
 
     return [
         DiagnoserSpec(
-            "llm_judge",
-            "an LLM judge labels the failing turns of failing trajectories from the transcript, with a rationale",
+            SOURCE,
+            "an LLM judge (the run's engine, a second local model or an OpenAI-compatible endpoint) labels failing "
+            "turns from the transcript, with a rationale and a confidence; alone or refining the heuristic labels",
             labels=tuple(LABELS),
             reference={label: (ref,) for label, ref in REFERENCE_OF.items()},
             meanings=dict(LABELS),
@@ -42,18 +62,88 @@ def register_diagnosers() -> list[DiagnoserSpec]:
 
 
 @hookimpl
-def diagnose(ctx: RunContext, environment: Any, trajectories: list[Trajectory], step: int) -> list[TurnLabel]:
-    from .judge import DiagnosisLlmSettings, judge
+def register_commands(cli: click.Group) -> None:
+    from .agreement import command
 
-    settings = ctx.settings_for(SECTION, DiagnosisLlmSettings)
-    if settings.engine == "none":
-        return []
-    engine = ctx.shared.get("engine")
-    if engine is None:
-        ctx.event("diagnosis_llm.no_engine", "no rollout engine in ctx.shared['engine']; the LLM judge labelled nothing", step=step)
-        return []
+    cli.add_command(command)
+
+
+@hookimpl
+def start_run(ctx: RunContext, resumed: bool) -> None:
+    """Check what can be checked before the first step: the endpoint's model and API key variable."""
+    settings = _settings(ctx)
+    if not _enabled(ctx) or settings.backend != "openai":
+        return
+    from seal_platform.errors import ConfigError
+
+    from .backends import api_key
+
+    if not settings.openai.model:
+        raise ConfigError("settings.diagnosis_llm.openai.model is empty: name the model the endpoint serves.")
+    api_key(settings.openai)  # raises, naming the variable, when it is not set
+
+
+def heuristic_source(config: Any, settings: Any) -> str | None:
+    """The diagnoser whose labels the judge refines and falls back to."""
+    from .judge import SOURCE
+
+    if settings.heuristic:
+        return settings.heuristic
+    primary = config.diagnosis.primary
+    if primary and primary != SOURCE:
+        return primary
+    return config.environment
+
+
+def _backend(ctx: RunContext, settings: Any) -> Any:
+    """The judge's backend, built on first use and kept for the run (closed at ``end_run``)."""
+    backend = ctx.shared.get(BACKEND_KEY)
+    if backend is not None:
+        return backend
+    from .backends import EngineBackend, OpenAIBackend, build_local_engine, local_identity
+
+    if settings.backend == "openai":
+        backend = OpenAIBackend(settings)
+    elif settings.backend == "local":
+        engine = build_local_engine(ctx, settings.local)
+        backend = EngineBackend(engine, settings, local_identity(settings.local), owned=True)
+    else:
+        engine = ctx.shared.get("engine")
+        if engine is None:
+            return None
+        backend = EngineBackend(engine, settings, f"run:{getattr(engine, 'name', type(engine).__name__)}")
+    ctx.shared[BACKEND_KEY] = backend
+    return backend
+
+
+@hookimpl(wrapper=True)
+def diagnose(ctx: RunContext, environment: Any, trajectories: list[Trajectory], step: int) -> Any:
+    results = yield  # the other enabled diagnosers' label lists
+    results = list(results or [])
+    if not _enabled(ctx):
+        return results
+    settings = _settings(ctx)
+    source = heuristic_source(ctx.config, settings)
+    heuristic = [lab for labels in results for lab in (labels or []) if getattr(lab, "source", None) == source]
+    return [*results, _judge(ctx, settings, trajectories, heuristic, step)]
+
+
+def _judge(ctx: RunContext, settings: Any, trajectories: list[Trajectory], heuristic: list[TurnLabel], step: int) -> list[TurnLabel]:
     try:
-        return judge(trajectories, engine, settings, ctx.event)
-    except Exception as exc:  # the judge is advisory: a failing judge model must not stop training
-        ctx.event("diagnosis_llm.failed", f"the LLM judge failed and labelled nothing: {type(exc).__name__}: {exc}", step=step)
+        from .judge import Judge
+
+        backend = _backend(ctx, settings)
+        if backend is None:
+            ctx.event("diagnosis_llm.no_engine", "no rollout engine in ctx.shared['engine']; the LLM judge labelled nothing", step=step)
+            return []
+        return Judge(backend, settings, ctx.store, ctx.run_id, ctx.event).label(trajectories, heuristic, step)
+    except Exception as exc:  # the judge is advisory: a failing judge must not stop training
+        ctx.event("diagnosis_llm.failed", f"the LLM judge failed and labelled nothing: {type(exc).__name__}: {exc}"[:1000], step=step)
         return []
+
+
+@hookimpl
+def end_run(ctx: RunContext, status: str) -> None:
+    backend = ctx.shared.pop(BACKEND_KEY, None)
+    if backend is not None:
+        backend.close()

@@ -23,7 +23,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..capability import CapabilityState
@@ -244,6 +244,7 @@ class RunStore:
                 m.TurnLabelRow(
                     run_id=run_id, step=step, trajectory_id=lab.trajectory_id, turn=lab.turn, label=lab.label,
                     reference_label=lab.reference_label, source=lab.source, rationale=lab.rationale,
+                    confidence=lab.confidence,
                 )
                 for lab in labels
             )
@@ -325,10 +326,12 @@ class RunStore:
                 return Interface.model_validate(row.content)
         raise StoreError(f"run {run_id} has no interface revision {revision}.")
 
-    def add_evaluation(self, run_id: str, step: int, result: EvalResult) -> None:
+    def add_evaluation(self, run_id: str, step: int, result: EvalResult, benchmark: str = "") -> None:
+        """Record an evaluation; ``benchmark`` names the environment evaluated ("": the run's own)."""
         with self.session() as s:
             s.add_all(
-                m.Evaluation(run_id=run_id, step=step, split=result.split, category=cat, pass_rate=rate, n_tasks=result.n_tasks)
+                m.Evaluation(run_id=run_id, step=step, split=result.split, benchmark=benchmark, category=cat,
+                             pass_rate=rate, n_tasks=result.n_tasks)
                 for cat, rate in sorted(result.per_category.items())
             )
             self._add_trajectories(s, run_id, step, "eval", result.trajectories)
@@ -352,6 +355,28 @@ class RunStore:
     def events(self, run_id: str) -> list[m.Event]:
         with self.session() as s:
             return list(s.scalars(select(m.Event).where(m.Event.run_id == run_id).order_by(m.Event.id)))
+
+    # --- a generic content-keyed cache for plugins -----------------------------------------------------
+
+    def cache_get(self, namespace: str, keys: list[str]) -> dict[str, Any]:
+        """The cached values of those ``keys`` in ``namespace`` that are present (key -> value)."""
+        found: dict[str, Any] = {}
+        with self.session() as s:
+            for start in range(0, len(keys), 500):  # keep the IN list within SQLite's variable limit
+                chunk = keys[start : start + 500]
+                q = select(m.CacheEntry).where(m.CacheEntry.namespace == namespace, m.CacheEntry.key.in_(chunk))
+                found.update((row.key, row.value) for row in s.scalars(q))
+        return found
+
+    def cache_put(self, namespace: str, key: str, value: Any, run_id: str | None = None) -> None:
+        """Store (or replace) one JSON-serialisable value under ``namespace``/``key``."""
+        row = dict(namespace=namespace, key=key, value=_jsonable(value), run_id=run_id)
+        try:
+            with self.session() as s:
+                s.merge(m.CacheEntry(**row, created_at=utcnow()))
+        except IntegrityError:  # another writer inserted the key between our select and insert: update it
+            with self.session() as s:
+                s.merge(m.CacheEntry(**row, created_at=utcnow()))
 
 
 def _jsonable(value: Any) -> Any:

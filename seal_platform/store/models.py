@@ -110,6 +110,7 @@ class TurnLabelRow(Base):
     reference_label: Mapped[str | None] = mapped_column(String(100), nullable=True)
     source: Mapped[str] = mapped_column(String(100))
     rationale: Mapped[str] = mapped_column(Text, default="")
+    confidence: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class InterfaceRevision(Base):
@@ -145,6 +146,8 @@ class Evaluation(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     step: Mapped[int] = mapped_column(Integer)
     split: Mapped[str] = mapped_column(String(50))
+    # The environment evaluated: the run's own or one of evaluation.benchmarks ("" in rows older than 0004).
+    benchmark: Mapped[str] = mapped_column(String(100), default="", server_default="")
     category: Mapped[str] = mapped_column(String(100))
     pass_rate: Mapped[float] = mapped_column(Float)
     n_tasks: Mapped[int] = mapped_column(Integer)
@@ -171,3 +174,18 @@ class Event(Base):
     kind: Mapped[str] = mapped_column(String(50))
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
+class CacheEntry(Base):
+    """A small content-keyed cache for plugins (e.g. an LLM judge's answers), kept across runs and resumes.
+
+    ``namespace`` separates users (a plugin's name, say); ``key`` is usually a digest of the content the
+    value was computed from. ``run_id`` only says which run wrote the entry."""
+
+    __tablename__ = "cache_entries"
+
+    namespace: Mapped[str] = mapped_column(String(100), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[dict] = mapped_column(JSON)
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

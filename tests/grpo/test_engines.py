@@ -222,12 +222,20 @@ def test_closed_engine_refuses_work(tiny_policy):
         engine.generate([[Message(role="user", content="hi")]], SamplingParams(max_new_tokens=2))
 
 
-def test_engine_specs_build_from_run_context(tiny_policy, tmp_path: Path):
+def test_engine_specs_build_from_run_context(tiny_policy, tiny_model_dir, tmp_path: Path):
+    from seal_platform_plugins.grpo.policy import PolicySettings
+
     specs = {spec.name: spec for spec in engine_specs()}
     assert set(specs) == {"hf", "vllm"}
+    # A context without the run's policy (a second model's, e.g. an LLM judge's) loads what its policy names.
+    own = RunContext(config=RunConfig(environment="toy"), run_id="r", run_dir=tmp_path)
+    own.settings["policy"] = PolicySettings(model=str(tiny_model_dir))
+    engine = specs["hf"].factory(own)
+    try:
+        assert engine.model is own.shared[POLICY_KEY][0] and engine.model.config.num_hidden_layers == 2
+    finally:
+        engine.close()
     ctx = RunContext(config=RunConfig(environment="toy"), run_id="r", run_dir=tmp_path)
-    with pytest.raises(RuntimeError, match="grpo.policy"):
-        specs["hf"].factory(ctx)
     ctx.shared[POLICY_KEY] = tiny_policy
     ctx.settings["engine"] = EngineSettings.model_validate({"hf": {"max_batch_size": 4}})
     engine = specs["hf"].factory(ctx)

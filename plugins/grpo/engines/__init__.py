@@ -128,13 +128,14 @@ class EngineSettings(_Section):
 
 
 def _policy(ctx: RunContext) -> tuple[Any, Any]:
-    try:
-        model, tokenizer = ctx.shared[POLICY_KEY]
-    except KeyError:
-        raise RuntimeError(
-            f"the rollout engine needs the policy in ctx.shared[{POLICY_KEY!r}], which the grpo plugin's "
-            "start_run puts there: is the grpo plugin loaded (plugins.allow / plugins.block)?"
-        ) from None
+    """The model to serve: the run's policy (the grpo plugin's start_run puts it in ``ctx.shared``), or, in a
+    context of its own (a second model, e.g. an LLM judge's), the model its ``policy`` section names."""
+    found = ctx.shared.get(POLICY_KEY)
+    if found is None:
+        from ..policy import PolicySettings, load_policy
+
+        found = ctx.shared[POLICY_KEY] = load_policy(ctx.settings_for("policy", PolicySettings))
+    model, tokenizer = found
     return model, tokenizer
 
 

@@ -233,6 +233,7 @@ class VLLMEngine(QueuedEngine):
             include_stop_str_in_output=True,
             seed=seed,
             logprobs=0,
+            structured_outputs=_structured(s.json_schema),
         )
 
     def _serve(self) -> None:
@@ -399,6 +400,15 @@ class _LoRAState:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _structured(schema: dict[str, Any] | None) -> Any:
+    """vLLM structured outputs constraining the generation to JSON of ``schema`` (None: unconstrained)."""
+    if schema is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    return StructuredOutputsParams(json=schema)
 
 
 def _final_only() -> Any:

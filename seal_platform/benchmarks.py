@@ -1,0 +1,69 @@
+"""Evaluation on more than one benchmark in a run (``evaluation.benchmarks``).
+
+The training environment is evaluated as always; every benchmark the recipe lists next to it (an
+out-of-distribution one, say BFCL V4 Memory next to BFCL multi-turn) is evaluated at the same steps by the
+plugin that registered it, through the same ``evaluate`` hook, and stored under its own name, so
+``seal-platform show`` and ``compare`` can list them side by side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Issue, RunConfig
+from .context import RunContext
+from .errors import PluginError
+from .types import EvalResult
+
+_ENVIRONMENTS = "seal_platform.benchmarks"
+
+
+def check_benchmarks(config: RunConfig, host: Any) -> list[Issue]:
+    """Every listed benchmark is a registered environment whose plugin implements ``evaluate``."""
+    issues = []
+    environments = host.environments()
+    seen: set[str] = {config.environment}
+    for i, bench in enumerate(config.evaluation.benchmarks):
+        where = f"evaluation.benchmarks[{i}]"
+        if bench.key in seen:
+            issues.append(Issue(where, f"the name {bench.key!r} is taken (the training environment is always evaluated "
+                                       "under its own name)", "give this benchmark another `name`"))
+        seen.add(bench.key)
+        if bench.environment not in environments:
+            known = ", ".join(sorted(environments)) or "none"
+            issues.append(Issue(where, f"no loaded plugin registers environment {bench.environment!r}",
+                                f"registered environments: {known}"))
+        elif not host.implements(environments[bench.environment][0], "evaluate"):
+            issues.append(Issue(where, f"plugin {environments[bench.environment][0]!r} registers "
+                                       f"{bench.environment!r} but does not implement 'evaluate'"))
+    return issues
+
+
+def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> dict[str, EvalResult]:
+    """Evaluate every extra benchmark at ``step`` and record each result under the benchmark's name.
+
+    Environments are built once per run (kept in ``ctx.shared``), by their own plugin's factory.
+    """
+    from .loop import _wrap  # the same helpers as the training environment's evaluation
+    from .stages import evaluate_sampling, score_evaluation
+
+    built: dict[str, Any] = ctx.shared.setdefault(_ENVIRONMENTS, {})
+    results: dict[str, EvalResult] = {}
+    for bench in ctx.config.evaluation.benchmarks:
+        owner, spec = host.environments()[bench.environment]
+        if bench.environment not in built:
+            built[bench.environment] = _wrap("environment", owner, lambda: spec.factory(ctx))
+        env = built[bench.environment]
+        tasks = _wrap("tasks", owner, lambda: env.tasks(bench.split))
+        tasks = tasks[: bench.max_tasks] if bench.max_tasks else tasks
+        if not tasks:
+            raise PluginError(f"benchmark {bench.environment!r} has no tasks in split {bench.split!r}.")
+        raw = _wrap("evaluate", owner, lambda: host.call_owned(
+            "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
+            sampling=evaluate_sampling(ctx.config),
+        ))
+        result = score_evaluation(raw, bench.split, owner)
+        if ctx.store is not None:
+            ctx.store.add_evaluation(ctx.run_id, step, result, benchmark=bench.key)
+        results[bench.key] = result
+    return results

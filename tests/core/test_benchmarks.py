@@ -1,0 +1,46 @@
+"""evaluation.benchmarks: a run evaluates more than one benchmark at the same steps; rows are keyed by
+benchmark and `seal-platform show` lists them side by side."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from seal_platform.cli import cli, load_recipe
+from seal_platform.loop import Runner, check_recipe, prepare
+from seal_platform.plugins import make_plugin_manager
+from seal_platform.store import RunStore
+
+OOD = "evaluation.benchmarks=[{environment: toy, split: ood, name: toy-ood, max_tasks: 4}]"
+
+
+def _plan(recipe, overrides):
+    config, issues, path = load_recipe(str(recipe), overrides)
+    assert not issues, issues
+    host = make_plugin_manager(allow=config.plugins.allow, block=config.plugins.block, required=config.named_plugins())
+    return config, host, path
+
+
+def test_extra_benchmarks_are_evaluated_stored_and_shown_side_by_side(toy_site, toy_recipe):
+    config, host, path = _plan(toy_recipe, ["training.steps=2", "evaluation.every=1", OOD])
+    store = RunStore(config.store_url())
+    runner = Runner(prepare(config, host, str(path)), host, store, recipe=str(path))
+    runner.run()
+    rows = store.evaluations(runner.run_id)
+    by_bench = {}
+    for row in rows:
+        by_bench.setdefault(row.benchmark, set()).add(row.step)
+    assert by_bench == {"toy": {0, 1, 2}, "toy-ood": {0, 1, 2}}
+    assert {r.n_tasks for r in rows if r.benchmark == "toy-ood"} == {4}
+    assert {r.split for r in rows if r.benchmark == "toy-ood"} == {"eval"}  # what the toy plugin reports
+    shown = CliRunner().invoke(cli, ["show", runner.run_id, "--store", config.store_url()], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "evaluations on toy-ood" in shown.output and "benchmarks side by side" in shown.output
+
+
+def test_unknown_or_duplicate_benchmarks_are_recipe_errors(toy_site, toy_recipe):
+    config, host, _ = _plan(toy_recipe, ["evaluation.benchmarks=[nowhere, toy]"])
+    plan, issues = check_recipe(config, host)
+    assert plan is None
+    text = " ".join(str(i) for i in issues)
+    assert "evaluation.benchmarks[0]: no loaded plugin registers environment 'nowhere'" in text
+    assert "evaluation.benchmarks[1]: the name 'toy' is taken" in text
