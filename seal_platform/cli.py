@@ -98,8 +98,6 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
     from .progress import RichProgress
     from .store import RunStore
 
-    if ray_address:
-        os.environ["RAY_ADDRESS"] = ray_address
     if resume:
         store = RunStore(store_url or default_store_url())
         row = store.get_run(resume)
@@ -120,6 +118,8 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
             config = config.model_copy(update={"store": store_url})
         recipe_name = str(path)
         store = RunStore(config.store_url())
+    if ray_address:  # join this cluster: the recipe's Ray parts run there (the store stays here)
+        config = config.model_copy(update={"ray": config.ray.model_copy(update={"enabled": True, "address": ray_address})})
     plan = plan_config(config, recipe_name)
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
@@ -154,7 +154,7 @@ def plugins(as_json: bool) -> None:
     host = make_plugin_manager()
     provides: dict[str, list[str]] = {}
     for kind, found in (("environment", _safe(host.environments)), ("engine", _safe(host.engines)),
-                        ("diagnoser", _safe(host.diagnosers))):
+                        ("diagnoser", _safe(host.diagnosers)), ("executor", _safe(host.executors))):
         for name, (plugin, _spec) in found.items():
             provides.setdefault(plugin, []).append(f"{kind}:{name}")
     rows = []

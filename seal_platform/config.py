@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -48,6 +48,65 @@ class RolloutConfig(_Section):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(default=512, ge=1)
     workers: int = Field(default=8, ge=1, description="Episodes run at once (the engine batches their requests).")
+    executor: str = Field(
+        default="local",
+        description="Where episodes run: `local` (threads in this process) or a registered executor such as "
+        "`ray` (episodes as Ray actors; needs ray.enabled).",
+    )
+    replicas: int = Field(
+        default=1, ge=1,
+        description="Rollout engine replicas; more than one runs each as a Ray actor (needs ray.enabled). A "
+        "group's samples go to one replica, so its prompt prefix is cached once.",
+    )
+    episode_timeout_s: float | None = Field(
+        default=None, gt=0.0,
+        description="Wall-clock limit of one episode under a distributed executor; past it the episode is "
+        "an infrastructure failure. Null: no limit beyond the environment's own.",
+    )
+    max_infra_failure_frac: float = Field(
+        default=0.25, ge=0.0, le=1.0,
+        description="Abort the step when more than this share of its trajectories is masked out because of "
+        "infrastructure failures (dead actors, lost nodes, episode time limits).",
+    )
+    max_staleness: int = Field(
+        default=0, ge=0,
+        description="Samples may be this many policy versions (optimizer updates) older than the trainer's "
+        "policy; older ones are handled as stale_samples says.",
+    )
+    stale_samples: Literal["refuse", "importance_correct"] = Field(
+        default="refuse",
+        description="refuse: stale trajectories are dropped from the update; importance_correct: kept, with "
+        "per-token truncated importance weights min(cap, p_old / p_sampled).",
+    )
+    importance_cap: float = Field(default=2.0, gt=0.0, description="Truncation of the importance weights.")
+
+
+class RayConfig(_Section):
+    """Scale-out on Ray. Off by default: the single-machine run never starts Ray."""
+
+    enabled: bool = Field(default=False, description="Use Ray for the parts that ask for it (executor, replicas).")
+    address: str | None = Field(
+        default=None,
+        description="Join this cluster (`auto`, `HOST:6379`, `ray://HOST:10001`); null: start a local Ray "
+        "when enabled. `seal-platform run --ray-address ADDR` sets it.",
+    )
+    namespace: str = Field(default="seal-platform", description="Ray namespace of the run's actors.")
+    colocate: bool = Field(
+        default=False,
+        description="Trainer workers and engine replicas share GPUs (one placement group; engines sleep "
+        "during the update). False: separate bundles.",
+    )
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        default="PACK", description="Placement-group strategy of the engine (and trainer) bundles."
+    )
+    trainer_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per trainer worker (FSDP rank).")
+    trainer_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated).")
+    engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
+    engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
+    episode_actors: int = Field(default=2, ge=1, description="Episode actors of the ray executor (they share "
+                                "rollout.workers concurrent episodes between them).")
+    episode_cpus: float = Field(default=0.25, ge=0.0, description="CPUs reserved per episode actor.")
+    num_cpus: int | None = Field(default=None, ge=1, description="CPUs of a local Ray (null: all).")
 
 
 class BenchmarkEval(_Section):
@@ -109,6 +168,7 @@ class RunConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     diagnosis: DiagnosisConfig = Field(default_factory=DiagnosisConfig)
     stages: StagesConfig = Field(default_factory=StagesConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
     settings: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per-plugin sections, each validated by the plugin that owns it."
     )

@@ -17,7 +17,16 @@ R = TypeVar("R")
 class Executor(Protocol):
     """Runs independent units of work (episodes) and returns their results in input order."""
 
-    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    def map(
+        self, fn: Callable[[T], R], items: Iterable[T], *, on_infra_failure: Callable[[T, str], R] | None = None
+    ) -> list[R]:
+        """``fn(item)`` for every item, results in input order.
+
+        ``on_infra_failure(item, reason)``, when given, stands in for a unit lost to the infrastructure (its
+        worker or node died, it ran past the executor's time limit, or it raised
+        :class:`seal_platform.infra.InfraError`); without it such a loss raises. Any other exception of ``fn``
+        propagates after the other units have finished.
+        """
         ...
 
     def close(self) -> None:
@@ -35,18 +44,28 @@ class LocalExecutor:
         self.on_progress = on_progress
         self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="episode")
 
-    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    def map(
+        self, fn: Callable[[T], R], items: Iterable[T], *, on_infra_failure: Callable[[T, str], R] | None = None
+    ) -> list[R]:
+        items = list(items)
         futures = [self._pool.submit(fn, item) for item in items]
         if self.on_progress is not None:
             total = len(futures)
             self.on_progress(0, total)
             for done, _ in enumerate(as_completed(futures), start=1):
                 self.on_progress(done, total)
-        errors = [f.exception() for f in futures]
-        for error in errors:
-            if error is not None:
+        from .infra import InfraError
+
+        results: list[R] = []
+        for item, future in zip(items, futures):
+            error = future.exception()
+            if isinstance(error, InfraError) and on_infra_failure is not None:
+                results.append(on_infra_failure(item, f"{type(error).__name__}: {error}"))
+            elif error is not None:
                 raise error
-        return [f.result() for f in futures]
+            else:
+                results.append(future.result())
+        return results
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

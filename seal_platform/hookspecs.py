@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
 
     from .capability import CapabilityState
     from .context import RunContext
-    from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+    from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
     from .tracking import TrackEvent
     from .types import (
         EvalResult,
@@ -125,6 +125,27 @@ def register_rollout_engines() -> list[EngineSpec]:
     :returns: a list of :class:`seal_platform.registry.EngineSpec` (name, factory, description). The factory
         returns an object satisfying :class:`seal_platform.engine.RolloutEngine`; it must import heavy
         libraries (torch, vllm) inside the factory, never at module import time.
+
+    All results are collected; two plugins registering the same name is an error.
+    """
+
+
+@hookspec
+def register_executors() -> list[ExecutorSpec]:
+    """Declare the episode executors (where environment episodes run) this plugin provides.
+
+    Called when a run starts (and by ``config validate``). The executor named by the recipe's
+    ``rollout.executor`` key is built once per run as ``factory(ctx, on_progress)`` and handed to every hook
+    as ``ctx.executor``; environments submit their episodes to it with
+    ``ctx.executor.map(fn, items, on_infra_failure=...)``. The name ``local`` (threads in the driver
+    process) is built into the core and cannot be registered. The core closes the executor when the run ends.
+
+    :returns: a list of :class:`seal_platform.registry.ExecutorSpec` (name, factory, description). The
+        factory returns an object satisfying :class:`seal_platform.executor.Executor`; it must import heavy
+        libraries (ray) inside the factory and should start a cluster only on first use. ``fn`` and the
+        items may be shipped to other processes or machines (so they must pickle); a unit lost to the
+        infrastructure (a dead worker, a lost node, a time limit) is replaced by
+        ``on_infra_failure(item, reason)`` when that is given, never silently dropped.
 
     All results are collected; two plugins registering the same name is an error.
     """
@@ -402,6 +423,7 @@ CALLED_ON: dict[str, str] = {
     "register_environments": "every loaded plugin",
     "register_diagnosers": "every loaded plugin",
     "register_rollout_engines": "every loaded plugin",
+    "register_executors": "every loaded plugin",
     "register_commands": "every loaded plugin",
     "start_run": "every enabled plugin",
     "end_run": "every enabled plugin",

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from . import infra, scaleout
 from .benchmarks import evaluate_benchmarks
 from .capability import CapabilityState
 from .checkpoints import (
@@ -46,7 +47,6 @@ from .config import RunConfig
 from .context import RunContext
 from .environment import Environment
 from .errors import PluginError, SealError
-from .executor import LocalExecutor
 from .planning import Plan, check_recipe, plan_config, plan_recipe, prepare
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, score_evaluation
@@ -148,8 +148,8 @@ class Runner:
             self.run_dir = Path(row.run_dir)
         self.ctx = RunContext(
             config=self.config, run_id=self.run_id, run_dir=self.run_dir, settings=plan.settings, store=store,
-            executor=LocalExecutor(self.config.rollout.workers, on_progress=self.progress.episodes),
         )
+        self.ctx.executor = scaleout.build_executor(host, self.ctx, on_progress=self.progress.episodes)
         self.state = CapabilityState()
         self.interface = Interface()
         self.start_step = 0
@@ -262,48 +262,56 @@ class Runner:
                 sampling=collect_sampling(cfg),
             ))
             trajs = _expect_list_of(trajs, Trajectory, "collect", plan.env_owner)
+        # Episodes lost to the infrastructure are stored but never diagnosed nor trained on (see infra.py).
+        health = infra.triage(trajs)
+        if health.failed:
+            self.ctx.event("infra_failure", f"step {step}: {health.summary()}", step=step,
+                           trajectories={t.id: t.infra_failure for t in health.failed}, masked_groups=health.masked_groups)
+            infra.check(health, cfg.rollout.max_infra_failure_frac, step)
 
         self.progress.stage(step, "diagnose")
         with timer("diagnose"):
             labels: list[TurnLabel] = []
             if plan.diagnosers:
                 results = _wrap("diagnose", ",".join(plan.diagnosers), lambda: self.host.call_subset(
-                    "diagnose", plan.diagnosers, ctx=self.ctx, environment=env, trajectories=trajs, step=step,
+                    "diagnose", plan.diagnosers, ctx=self.ctx, environment=env, trajectories=health.usable, step=step,
                 ))
                 for result in results:
                     labels.extend(_expect_list_of(result, TurnLabel, "diagnose", ",".join(plan.diagnosers)))
             primary = [lab for lab in labels if lab.source == plan.primary_diagnoser]
-            self.state.update(step, epoch, trajs, primary)
+            self.state.update(step, epoch, health.usable, primary)
 
         if cfg.stages.evolve_interface:
             self.progress.stage(step, "evolve_interface")
             with timer("evolve_interface"):
                 self._evolve(env, step)
 
-        weights = {t.id: 1.0 for t in trajs}
+        trainable = health.trainable
+        weights = {t.id: 1.0 for t in trainable}
         label_weights: dict[str, float] = {}
         reweighter = cfg.stages.reweight
         if reweighter:
             self.progress.stage(step, "reweight")
             with timer("reweight"):
                 result = _wrap("reweight", reweighter, lambda: self.host.call_owned(
-                    "reweight", reweighter, ctx=self.ctx, trajectories=trajs, labels=primary, state=self.state, step=step,
+                    "reweight", reweighter, ctx=self.ctx, trajectories=trainable, labels=primary, state=self.state, step=step,
                 ))
                 if not isinstance(result, ReweightResult):
                     raise PluginError(f"plugin {reweighter!r} must return a ReweightResult from 'reweight', not {type(result).__name__}.")
-                missing = [t.id for t in trajs if t.id not in result.trajectory_weights]
+                missing = [t.id for t in trainable if t.id not in result.trajectory_weights]
                 if missing:
                     raise PluginError(f"plugin {reweighter!r} returned no weight for {len(missing)} trajectories.")
                 weights, label_weights = result.trajectory_weights, result.label_weights
 
         metrics: dict[str, float] = {}
         optimizer = cfg.stages.optimize
-        if optimizer:
+        if optimizer and trainable:
             self.progress.stage(step, "optimize")
             with timer("optimize"):
                 metrics = _wrap("optimize", optimizer, lambda: self.host.call_owned(
-                    "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trajs, weights=weights, step=step,
+                    "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
                 )) or {}
+        metrics = {**metrics, "infra_masked_frac": health.masked_frac}
 
         self.store.record_step(
             self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
@@ -311,7 +319,7 @@ class Runner:
         )
         track(self.host, self.ctx, "labels", step, labels=labels)
         track(self.host, self.ctx, "step", step, metrics=step_metrics(trajs, metrics, timer.timings))
-        mean_reward = sum(t.reward for t in trajs) / len(trajs) if trajs else 0.0
+        mean_reward = sum(t.reward for t in health.usable) / len(health.usable) if health.usable else 0.0
         self.progress.step_done(step, mean_reward, metrics)
 
     def _evolve(self, env: Environment, step: int) -> None:
@@ -423,7 +431,8 @@ def evaluate_checkpoint(
         raise SealError(f"run {run_id} has no durable checkpoint {which} (see `seal-platform show {run_id}`).")
     ckpt = checkpoints[-1]
     ctx = RunContext(config=config, run_id=run_id, run_dir=Path(store.get_run(run_id).run_dir),
-                     settings=plan.settings, store=store, executor=LocalExecutor(config.rollout.workers))
+                     settings=plan.settings, store=store)
+    ctx.executor = scaleout.build_executor(host, ctx)
     status = "failed"
     host.hook.start_run(ctx=ctx, resumed=True)
     try:

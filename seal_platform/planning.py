@@ -17,6 +17,7 @@ from typing import Sequence
 
 from pydantic import BaseModel
 
+from . import scaleout
 from .benchmarks import check_benchmarks
 from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_for, resolve_recipe_path, validate_core, validate_settings
 from .plugins import PluginHost, make_plugin_manager
@@ -102,6 +103,7 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         issues.append(Issue("diagnosis.primary", f"diagnoser {primary!r} is not enabled",
                             _with_failures("add it to diagnosis.diagnosers (diagnoser names, as `seal-platform plugins` lists them)", host)
                             if primary not in registered else "add it to diagnosis.diagnosers"))
+    issues.extend(scaleout.check(config, host))
     issues += check_benchmarks(config, host)
     if issues:
         return None, issues

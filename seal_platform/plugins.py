@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from . import hookspecs
 from .errors import PluginError
-from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
 
 ENTRY_POINT_GROUP = "seal_platform"
 ENV_ALLOW = "SEAL_PLATFORM_PLUGINS"
@@ -173,6 +173,9 @@ class PluginHost:
 
     def diagnosers(self) -> dict[str, tuple[str, DiagnoserSpec]]:
         return self._unique("register_diagnosers", "diagnoser")
+
+    def executors(self) -> dict[str, tuple[str, ExecutorSpec]]:
+        return self._unique("register_executors", "executor")
 
 
 def _spec_names(pm: pluggy.PluginManager) -> list[str]:

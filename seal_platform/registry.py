@@ -9,6 +9,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import RunContext
     from .engine import RolloutEngine
     from .environment import Environment
+    from .executor import Executor
 
 
 @dataclass(frozen=True)
@@ -46,3 +47,14 @@ class EngineSpec:
     factory: Callable[[RunContext], RolloutEngine]
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """Where episodes run (``rollout.executor``). ``factory(ctx, on_progress)`` builds an
+    :class:`~seal_platform.executor.Executor`; ``on_progress(done, total)`` may be None. Heavy imports (ray)
+    belong inside the factory; starting a cluster should wait for the first ``map``."""
+
+    name: str
+    factory: Callable[[RunContext, Callable[[int, int], None] | None], Executor]
+    description: str = ""

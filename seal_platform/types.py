@@ -42,6 +42,8 @@ class Message(BaseModel):
     logprobs: list[float] | None = None
     trainable: bool = False
     name: str | None = None
+    # The policy version (the trainer's optimizer-update count at the last weight push) that sampled it.
+    policy_version: int | None = None
 
     def chat(self) -> dict[str, str]:
         """The message as the plain ``{"role", "content"}`` dict chat templates expect."""
@@ -86,6 +88,10 @@ class Trajectory(BaseModel):
     # How the episode ended: "completed", "step_limit", "context_limit", "error", ...
     finish: str = "completed"
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Why the episode was lost to the infrastructure (a dead actor, a lost node, its time limit), if it was.
+    # Such a trajectory says nothing about the policy: it is never diagnosed, and its group is masked out of
+    # the update (see seal_platform.infra).
+    infra_failure: str | None = None
 
     @property
     def success(self) -> bool:
@@ -94,6 +100,12 @@ class Trajectory(BaseModel):
     @property
     def generated_tokens(self) -> int:
         return sum(len(m.token_ids or ()) for m in self.messages if m.trainable)
+
+    @property
+    def policy_version(self) -> int | None:
+        """The oldest policy version among its generated messages (None when no engine reported one)."""
+        versions = [m.policy_version for m in self.messages if m.trainable and m.policy_version is not None]
+        return min(versions) if versions else None
 
 
 class TurnLabel(BaseModel):
@@ -210,6 +222,8 @@ class Generation(BaseModel):
     logprobs: list[float]
     prompt_tokens: int = 0
     finish_reason: str = "stop"
+    # The policy version of the weights it was sampled with (engines that track versions set it).
+    policy_version: int | None = None
     adapter: str | None = Field(
         default=None,
         description="The adapter version (e.g. LoRA) that generated it, when the engine serves adapters on a "

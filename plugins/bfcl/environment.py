@@ -12,6 +12,7 @@ import zlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from seal_platform.engine import RolloutEngine
+from seal_platform.infra import failed_trajectory
 from seal_platform.types import EvalResult, Interface, SamplingParams, Task, Trajectory
 
 from . import data
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from .executor import ToolExecutor
     from .trace import VerifyOutcome
 
-Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
+# ``ctx.executor.map``: (fn, items, on_infra_failure=...) -> results in order (seal_platform.executor.Executor).
+Mapper = Callable[..., list[Any]]
 
 
 class BfclEnvironment:
@@ -42,6 +44,17 @@ class BfclEnvironment:
             else {}
         )
         self.format: ToolCallFormat = get_format(self.settings.tool_call_format, **options)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to run episodes in another process, e.g. a Ray actor) without its tool workers: the copy
+        starts its own, with the same isolation and limits, on first use."""
+        state = dict(self.__dict__)
+        state.update(_executor=None, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     # --- the Environment protocol ---------------------------------------------------------------------
 
@@ -181,7 +194,11 @@ class BfclEnvironment:
             params = sampling.model_copy(update={"seed": _seed(seed, step, task.id, j)})
             return self.play(task, engine, interface, params, group=f"{step}:{task.id}", sample=j)
 
-        return list(mapper(one, jobs))
+        def lost(job: tuple[Task, int], reason: str) -> Trajectory:
+            task, j = job
+            return failed_trajectory(task, f"{step}:{task.id}", j, reason, interface.revision)
+
+        return list(mapper(one, jobs, on_infra_failure=lost))
 
     def evaluation_rollouts(
         self, engine: RolloutEngine, tasks: list[Task], step: int, mapper: Mapper, sampling: SamplingParams

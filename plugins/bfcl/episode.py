@@ -242,6 +242,7 @@ class _Episode:
                 token_ids=list(generation.token_ids),
                 logprobs=list(generation.logprobs),
                 trainable=True,
+                policy_version=generation.policy_version,
             )
         )
         return generation

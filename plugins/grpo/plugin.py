@@ -92,6 +92,11 @@ def start_run(ctx: Any, resumed: bool) -> None:
     )
 
 
+def _colocated(ctx: Any) -> bool:
+    """Engines share the trainer's GPUs (Ray, ``ray.colocate``): they sleep during the update."""
+    return bool(ctx.config.ray.enabled and ctx.config.ray.colocate)
+
+
 @hookimpl
 def reweight(ctx: Any, trajectories: list, labels: list, state: Any, step: int) -> Any:
     return _apatch(ctx).reweight(trajectories, labels, state, step)
@@ -102,7 +107,23 @@ def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int
     run = ctx.shared.get(RUN)
     if run is None:
         raise RuntimeError("grpo's optimize was called before its start_run: the run loop must call start_run first")
-    return run.optimize(engine, trajectories, weights)
+    metrics = run.optimize(engine, trajectories, weights, rollout=ctx.config.rollout, sleep_engines=_colocated(ctx))
+    _report_lost_replicas(ctx, engine)
+    return metrics
+
+
+def _report_lost_replicas(ctx: Any, engine: Any) -> None:
+    """An event for each engine replica found dead since the last report (replicated engines on Ray)."""
+    live = getattr(engine, "live", None)
+    replicas = getattr(engine, "replicas", None)
+    if not callable(live) or replicas is None:
+        return
+    dead = set(range(len(replicas))) - set(live())
+    reported = ctx.shared.setdefault("grpo.lost_replicas", set())
+    for index in sorted(dead - reported):
+        ctx.event("engine_replica_lost", f"rollout engine replica {index} of {len(replicas)} died; its requests "
+                  "were retried on the others", replica=index, live=sorted(set(range(len(replicas))) - dead))
+    reported.update(dead)
 
 
 @hookimpl
@@ -127,8 +148,10 @@ def load_checkpoint(ctx: Any, directory: Path, step: int) -> None:
     checkpoint.load(directory, model=run.model if run else None, trainer=run.trainer if run else None,
                     apatch=_apatch(ctx))
     engine = ctx.shared.get("engine")
-    if run is not None and run.trainer is not None and engine is not None and hasattr(engine, "update_weights"):
-        engine.update_weights(run.model)
+    if run is not None and run.trainer is not None and engine is not None:
+        from .staleness import push_weights
+
+        push_weights(engine, run.model, run.trainer.updates)
 
 
 @hookimpl

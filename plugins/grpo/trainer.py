@@ -60,6 +60,8 @@ class Sample:
     engine_logprobs: list[float | None] = field(default_factory=list)
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
+    # Set for a stale sample kept with importance correction (see staleness.py): the weight's truncation.
+    importance_cap: float | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -99,6 +101,18 @@ def build_samples(
             )
         )
     return samples
+
+
+def _importance(micro: Sequence[Sample], device: Any) -> torch.Tensor:
+    """Per-token truncated importance weights of a micro-batch (1 for samples not corrected)."""
+    from .staleness import importance_weights
+
+    parts = [
+        importance_weights(x.old_logp.to(device), x.engine_logprobs, x.importance_cap) if x.importance_cap
+        else torch.ones(x.n_tokens, dtype=torch.float32, device=device)
+        for x in micro
+    ]
+    return torch.cat(parts)
 
 
 def _as_float(value: Any) -> float:
@@ -361,6 +375,8 @@ class GRPOTrainer:
                     dev = logp.device
                     old = torch.cat([x.old_logp.to(dev) for x in micro])
                     adv = torch.tensor([x.advantage for x in micro for _ in x.positions], dtype=torch.float32, device=dev)
+                    if any(x.importance_cap for x in micro):
+                        adv = adv * _importance(micro, dev)
                     w = torch.tensor(
                         [weights[offsets[id(x)] + j] for x in micro for j in range(x.n_tokens)],
                         dtype=torch.float32, device=dev,
@@ -474,6 +490,7 @@ class GRPORun:
         self.tokenizer = tokenizer
         self.settings = settings
         self.apatch = apatch
+        self.temperature = temperature
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if train and settings.train_workers > 1:  # FSDP2 workers do the update; `model` is their synced copy
             from .distributed import GroupTrainer
@@ -484,19 +501,40 @@ class GRPORun:
                 GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
             )
 
-    def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float]) -> dict[str, float]:
-        """Build samples, update the policy, push the new weights into ``engine``; return metrics."""
+    def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float],
+                 rollout: Any = None, sleep_engines: bool = False) -> dict[str, float]:
+        """Build samples, update the policy, push the new weights into ``engine``; return metrics.
+
+        ``rollout`` (the recipe's ``rollout`` section) brings the staleness rule (see :mod:`.staleness`) and
+        ``sleep_engines``: engines that share the trainer's GPUs sleep during the update (their ``sleep``)."""
+        from . import staleness
+
         if self.trainer is None:
             raise RuntimeError("the grpo plugin was started without a trainer (stages.optimize is not grpo)")
+        screened = None
+        if rollout is not None:
+            screened = staleness.screen(trajectories, self.trainer.updates, rollout.max_staleness, rollout.stale_samples)
+            trajectories = screened.kept
         samples = build_samples(self.tokenizer, trajectories, weights, self.settings)
+        if screened is not None and screened.corrected:
+            if self.temperature != 1.0:
+                raise ValueError("rollout.stale_samples = importance_correct needs sampling at temperature 1 "
+                                 "(engines report log-probs at temperature 1); use refuse")
+            for sample in samples:
+                if sample.id in screened.corrected:
+                    sample.importance_cap = rollout.importance_cap
+        sleeper = getattr(engine, "sleep", None) if sleep_engines else None
+        if callable(sleeper):
+            sleeper()  # colocated engines give the GPU memory to the update; the weight push wakes them
         metrics = self.trainer.step(samples)
+        if screened is not None:
+            metrics.update(screened.metrics)
         advantages = [x.advantage for x in samples]
         if advantages:
             metrics["advantage_abs_mean"] = sum(abs(a) for a in advantages) / len(advantages)
             metrics["zero_advantage_frac"] = sum(1 for a in advantages if a == 0.0) / len(advantages)
         started = time.perf_counter()
-        update = getattr(engine, "update_weights", None)
-        if callable(update) and metrics.get("updates", 1.0) > 0:  # unchanged weights need no push
-            update(self.model)
+        if metrics.get("updates", 1.0) > 0:  # unchanged weights (no update this step) need no push
+            staleness.push_weights(engine, self.model, self.trainer.updates)
         metrics["weight_push_s"] = time.perf_counter() - started
         return metrics

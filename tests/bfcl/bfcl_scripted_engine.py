@@ -32,7 +32,7 @@ def task_mapper(workers: int = 4) -> Callable[[Callable[[Any], Any], Iterable[An
     """An ``executor.map`` replacement that tells the scripted engine which task each episode plays."""
     pool = ThreadPoolExecutor(max_workers=workers)
 
-    def mapper(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    def mapper(fn: Callable[[Any], Any], items: Iterable[Any], on_infra_failure: Any = None) -> list[Any]:
         def run(item: Any) -> Any:
             _local.task = task_of(item)
             return fn(item)

@@ -13,7 +13,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from seal_platform.hookspecs import hookimpl
-from seal_platform.registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
+from seal_platform.infra import InfraError, failed_trajectory
+from seal_platform.registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
 from seal_platform.types import (
     EvalResult,
     Generation,
@@ -38,6 +39,8 @@ class ToySettings(BaseModel):
     interrupt_file: str | None = None
     interrupt_step: int = -1
     interrupt_stage: str = "optimize"  # or "evaluate" (the evaluation after `interrupt_step` steps)
+    # The first N episodes of every step fail as the infrastructure would (InfraError inside the episode).
+    infra_fail_first: int = 0
 
 
 class ToyEnvironment:
@@ -97,6 +100,30 @@ def _episode(engine: ToyEngine, task: Task, interface: Interface, group: str, sa
                       turn_verdicts=[TurnVerdict(turn=0, passed=ok)])
 
 
+class SerialExecutor:
+    """Episodes one after another in this thread (a registered executor, for the hook's tests)."""
+
+    def __init__(self, on_progress=None):
+        self.on_progress = on_progress
+        self.mapped = 0
+        self.closed = False
+
+    def map(self, fn, items, *, on_infra_failure=None):
+        out = []
+        for item in items:
+            try:
+                out.append(fn(item))
+            except InfraError as exc:
+                if on_infra_failure is None:
+                    raise
+                out.append(on_infra_failure(item, f"serial: {exc}"))
+            self.mapped += 1
+        return out
+
+    def close(self):
+        self.closed = True
+
+
 def _maybe_interrupt(settings: ToySettings, stage: str, step: int) -> None:
     if (settings.interrupt_file and settings.interrupt_stage == stage and step == settings.interrupt_step
             and Path(settings.interrupt_file).exists()):
@@ -108,10 +135,13 @@ class ToyPlugin:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.seen_kwargs: dict[str, set[str]] = {}
+        self.seen_trajectories: dict[str, list[str]] = {}
 
     def _note(self, name: str, ctx, **kwargs) -> ToySettings:
         self.calls.append(name)
         self.seen_kwargs[name] = set(kwargs) | {"ctx"}
+        if "trajectories" in kwargs:
+            self.seen_trajectories[name] = [t.id for t in kwargs["trajectories"]]
         settings = ctx.settings_for("toy", ToySettings)
         if settings.fail_in == name:
             raise RuntimeError(f"toy failure in {name}")
@@ -132,6 +162,10 @@ class ToyPlugin:
         return [EngineSpec("toy-engine", build, "a scripted engine whose skill grows")]
 
     @hookimpl
+    def register_executors(self):
+        return [ExecutorSpec("toy-serial", lambda ctx, on_progress: SerialExecutor(on_progress), "one at a time")]
+
+    @hookimpl
     def register_diagnosers(self):
         return [DiagnoserSpec("toy", "right or wrong", ("pass", "wrong_sum"))]
 
@@ -148,10 +182,20 @@ class ToyPlugin:
     def collect(self, ctx, environment, engine, tasks, interface, group_size, step):
         self._note("collect", ctx, environment=environment, engine=engine, tasks=tasks, interface=interface,
                    group_size=group_size, step=step)
-        return ctx.executor.map(
-            lambda job: _episode(engine, job[0], interface, f"{step}:{job[0].id}", job[1], False),
-            [(t, g) for t in tasks for g in range(group_size)],
-        )
+        settings = ctx.settings_for("toy", ToySettings)
+        jobs = [(i, t, g) for i, (t, g) in enumerate((t, g) for t in tasks for g in range(group_size))]
+
+        def one(job):
+            i, task, g = job
+            if i < settings.infra_fail_first:
+                raise InfraError("toy engine replica died")
+            return _episode(engine, task, interface, f"{step}:{task.id}", g, False)
+
+        def lost(job, reason):
+            _, task, g = job
+            return failed_trajectory(task, f"{step}:{task.id}", g, reason, interface.revision)
+
+        return ctx.executor.map(one, jobs, on_infra_failure=lost)
 
     @hookimpl
     def diagnose(self, ctx, environment, trajectories, step):

@@ -4,6 +4,8 @@ with a failure, `run --resume` continues it from the adapter checkpoint, `eval` 
 
 from __future__ import annotations
 
+import functools
+import inspect
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,6 @@ arith = pytest.importorskip("seal_arithmetic.plugin")
 from click.testing import CliRunner  # noqa: E402
 
 from seal_platform.cli import build_cli  # noqa: E402
-from seal_platform.hookspecs import hookimpl  # noqa: E402
 from seal_platform.store import RunStore  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,18 +35,19 @@ def test_lora_run_resumes_evaluates_and_exports_merged(tmp_path, tiny_model_dir,
         "settings.grpo.kl_coef=0.01", "settings.grpo.mini_batch_tasks=1",
     ]
     original = arith.collect
+    names = list(inspect.signature(original).parameters)
 
-    @hookimpl
-    def failing_collect(ctx, environment, engine, tasks, interface, group_size, step):
-        if step == 2:
+    @functools.wraps(original)  # same signature and hookimpl marker: pluggy passes the arguments by position
+    def failing_collect(*args):
+        if args[names.index("step")] == 2:
             raise RuntimeError("simulated crash at step 2")
-        return original(ctx=ctx, environment=environment, engine=engine, tasks=tasks, interface=interface,
-                        group_size=group_size, step=step)
+        return original(*args)
 
     monkeypatch.setattr(arith, "collect", failing_collect)
     runner = CliRunner()
     first = runner.invoke(build_cli(), ["run", str(RECIPE), *overrides, "--store", store_url, "--quiet"])
     assert first.exit_code != 0
+    assert "simulated crash at step 2" in first.output, first.output
     store = RunStore(store_url)
     (row,) = store.list_runs()
     assert row.status == "failed"

@@ -149,7 +149,8 @@ class ArithmeticEnvironment:
         follow_ups: list[int] = []
         for i, ((task, group, sample), gen) in enumerate(zip(episodes, first)):
             convs[i].append(Message(role="assistant", content=gen.text, token_ids=gen.token_ids,
-                                    logprobs=gen.logprobs, trainable=True))
+                                    logprobs=gen.logprobs, trainable=True,
+                                    policy_version=gen.policy_version))
             traj = Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
                               interface_revision=interface.revision, finish=gen.finish_reason)
             call, error = parse_call(gen.text)
@@ -179,7 +180,8 @@ class ArithmeticEnvironment:
             second = engine.generate([convs[i] for i in follow_ups], sampling)
             for i, gen in zip(follow_ups, second):
                 convs[i].append(Message(role="assistant", content=gen.text, token_ids=gen.token_ids,
-                                        logprobs=gen.logprobs, trainable=True))
+                                        logprobs=gen.logprobs, trainable=True,
+                                        policy_version=gen.policy_version))
                 said = str(episodes[i][0].payload["answer"]) in re.findall(r"-?\d+", gen.text)
                 trajs[i].turn_verdicts[0].checks["final_answer"] = said
                 if not said:

@@ -115,6 +115,11 @@ class VLLMEngineSettings(_Section):
         description="Disable CUDA graphs / torch.compile. null: eager on CPU (compiling costs ~70-110 s at start "
         "for ~15% faster decoding), compiled on CUDA.",
     )
+    sleep_mode: bool = Field(
+        default=False,
+        description="CUDA: build vLLM with sleep mode so a colocated engine (ray.colocate) frees its GPU memory "
+        "(weights offloaded, KV cache dropped) while the trainer updates. No effect on CPU.",
+    )
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="Further keyword arguments for vllm.LLM (engine arguments)."
     )
@@ -139,9 +144,22 @@ def _policy(ctx: RunContext) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
+    """With ``ray.enabled`` the engine runs as ``rollout.replicas`` Ray actors (see :mod:`.remote`)."""
+    if not ctx.config.ray.enabled:
+        return None
+    from .remote import start_replicated
+
+    model, tokenizer = _policy(ctx)
+    return start_replicated(kind, ctx, model, tokenizer, ctx.settings_for("engine", EngineSettings))
+
+
 def _hf_factory(ctx: RunContext) -> RolloutEngine:
     from .hf import HFEngine
 
+    remote = _on_ray(ctx, "hf")
+    if remote is not None:
+        return remote
     model, tokenizer = _policy(ctx)
     return HFEngine(model, tokenizer, ctx.settings_for("engine", EngineSettings).hf, seed=ctx.seed)
 
@@ -149,6 +167,9 @@ def _hf_factory(ctx: RunContext) -> RolloutEngine:
 def _vllm_factory(ctx: RunContext) -> RolloutEngine:
     from .vllm import VLLMEngine
 
+    remote = _on_ray(ctx, "vllm")
+    if remote is not None:
+        return remote
     model, tokenizer = _policy(ctx)
     return VLLMEngine(model, tokenizer, ctx.settings_for("engine", EngineSettings).vllm, seed=ctx.seed,
                       concurrency=ctx.config.rollout.workers)

@@ -57,6 +57,10 @@ class QueuedEngine:
         # worker thread between batches, so a generation carries the version that produced it.
         self.adapter_version: str | None = None
         self._started = False
+        # The version of the weights generations are sampled with (the trainer's optimizer-update count at
+        # its last push); changed only on the worker thread, between batches, so every Generation carries
+        # the version it was sampled with.
+        self.policy_version = 0
 
     def _start(self) -> None:
         if not self._started:
@@ -213,6 +217,7 @@ class QueuedEngine:
                     logprobs=[float(x) for x in logprobs],
                     prompt_tokens=len(request.prompt),
                     finish_reason=finish_reason,
+                    policy_version=self.policy_version,
                     adapter=self.adapter_version,
                 )
             )

@@ -72,14 +72,16 @@ class HFEngine(QueuedEngine):
         if _is_lora(model):
             self.adapter_version = _adapter_name(1)
 
-    def update_weights(self, model: Any) -> None:
+    def update_weights(self, model: Any, version: int | None = None) -> None:
         """Make the engine sample from ``model``'s weights. Free when the engine shares the trainer's model.
 
         A LoRA (peft) policy is generated from directly, adapters on; each call starts a new adapter version
         (``Generation.adapter``). A private copy receives the adapters only (the base never changes).
+        ``version``: the policy version the new weights are (default: the current one plus 1).
         """
         lora = _is_lora(model)
         if model is self.model and not lora:
+            self.call_in_worker(lambda: self._set_version(version))
             return
         if lora:
             from ..lora import adapter_state_dict
@@ -98,8 +100,28 @@ class HFEngine(QueuedEngine):
                 self.adapter_version = _adapter_name(self._adapter_pushes)
             else:
                 self.model.load_state_dict(state)
+            self._set_version(version)
 
         self.call_in_worker(apply)
+
+    def load_weights(self, named: dict[str, Any], version: int | None = None) -> None:
+        """Copy some named tensors (state-dict names; a subset is fine) into the engine's model."""
+        import torch
+
+        def load() -> None:
+            params = self.model.state_dict()
+            unknown = sorted(set(named) - set(params))
+            if unknown:
+                raise KeyError(f"the engine's model has no tensors named {unknown[:5]}")
+            with torch.no_grad():
+                for name, tensor in named.items():
+                    params[name].copy_(tensor)
+            self._set_version(version)
+
+        self.call_in_worker(load)
+
+    def _set_version(self, version: int | None) -> None:
+        self.policy_version = self.policy_version + 1 if version is None else int(version)
 
     # --- worker -------------------------------------------------------------------------------------
 

@@ -139,6 +139,8 @@ class VLLMEngine(QueuedEngine):
             kwargs["max_num_batched_tokens"] = s.max_num_batched_tokens
         if on_cuda:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+            if s.sleep_mode:
+                kwargs["enable_sleep_mode"] = True
         else:
             kwargs["kv_cache_memory_bytes"] = self.cpu_kv_cache_bytes()
         if self._lora:
@@ -180,11 +182,12 @@ class VLLMEngine(QueuedEngine):
 
     # --- weights ---------------------------------------------------------------------------------------
 
-    def update_weights(self, model: Any) -> None:
+    def update_weights(self, model: Any, version: int | None = None) -> None:
         """Load ``model``'s current weights into the running engine and drop KV computed with the old ones.
 
         Blocks until done; runs between engine steps. Tensors are copied from ``model.state_dict()``
-        (checkpoint-format names: vLLM maps and fuses them as at load time).
+        (checkpoint-format names: vLLM maps and fuses them as at load time). ``version``: the policy version
+        of the new weights (default: the current one plus 1).
 
         A LoRA (peft) policy: the base weights stay as loaded; the adapters (megabytes) are written to a new
         directory and loaded as a new LoRA request, which every later request names (no full weight reload).
@@ -197,19 +200,34 @@ class VLLMEngine(QueuedEngine):
             def swap() -> None:
                 self._lora.activate(self.llm.llm_engine, request)
                 self.adapter_version = request.lora_name
+                self.policy_version = self.policy_version + 1 if version is None else int(version)
 
             self.call_in_worker(swap)
             return
-        state = model.state_dict()
+        self.load_weights(model.state_dict(), version)
+
+    def load_weights(self, named: dict[str, Any], version: int | None = None) -> None:
+        """Load some named tensors (checkpoint-format names; a subset is fine) into the running engine."""
 
         def reload() -> None:
-            weights = ((name, tensor.detach()) for name, tensor in state.items())
+            weights = ((name, tensor.detach()) for name, tensor in named.items())
             self.llm.collective_rpc(
                 "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
             )
             self.llm.reset_prefix_cache()
+            self.policy_version = self.policy_version + 1 if version is None else int(version)
 
         self.call_in_worker(reload)
+
+    def sleep(self) -> None:
+        """Free the GPU memory while a colocated trainer updates (``sleep_mode`` on CUDA; else nothing)."""
+        if self._on_cuda and self.settings.sleep_mode:
+            self.call_in_worker(lambda: self.llm.sleep(level=1))
+
+    def wake_up(self) -> None:
+        """Back from :meth:`sleep` (before new weights are loaded)."""
+        if self._on_cuda and self.settings.sleep_mode:
+            self.call_in_worker(lambda: self.llm.wake_up())
 
     # --- worker ----------------------------------------------------------------------------------------
 

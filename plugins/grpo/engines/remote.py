@@ -1,0 +1,71 @@
+"""grpo's engines as Ray replicas (``ray.enabled``): what runs inside each replica actor, and the factory.
+
+The driver puts the policy's config and weights into the object store once; every replica rebuilds the model
+from them (no shared file system needed across nodes) and wraps it in the recipe's engine (``hf`` with its
+own copy of the weights, or ``vllm``). Routing, weight sync and failure handling are the ray_backend
+plugin's (:mod:`seal_platform_plugins.ray_backend.engines`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+
+def _model_blob(model: Any) -> dict[str, Any]:
+    from seal_platform_plugins.ray_backend.engines import pack
+
+    return {"config": model.config.to_dict(), "dtype": str(model.dtype).removeprefix("torch."),
+            "weights": pack(model.state_dict())}
+
+
+def build_engine(kind: str, settings: Any, blob_box: list[Any], tokenizer: Any, seed: int | None) -> Any:
+    """Inside a replica actor: the model from the shipped config and weights, in the ``kind`` engine."""
+    import ray
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from seal_platform_plugins.ray_backend.engines import unpack
+
+    blob = ray.get(blob_box[0])
+    config_dict = dict(blob["config"])
+    model_type = config_dict.pop("model_type")
+    config = AutoConfig.for_model(model_type, **config_dict)
+    dtype = getattr(torch, blob["dtype"])
+    with torch.device("cpu"):
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    missing, unexpected = model.load_state_dict(unpack(blob["weights"]), strict=False)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"replica weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    model.eval()
+    if kind == "hf":
+        from .hf import HFEngine
+
+        return HFEngine(model, tokenizer, settings.hf.model_copy(update={"share_model": True}), seed=seed)
+    from .vllm import VLLMEngine
+
+    return VLLMEngine(model, tokenizer, settings.vllm, seed=seed)
+
+
+def start_replicated(kind: str, ctx: Any, model: Any, tokenizer: Any, settings: Any) -> Any:
+    """K = ``rollout.replicas`` replicas of the ``kind`` engine on Ray, behind one routing client."""
+    import ray
+
+    from seal_platform_plugins.ray_backend import cluster
+    from seal_platform_plugins.ray_backend.engines import start_replicas
+
+    from ..tokens import prompt_ids
+
+    cluster.acquire(ctx.config.ray)
+    try:
+        box = [ray.put(_model_blob(model))]
+        builder = functools.partial(build_engine, kind, settings, box, tokenizer, ctx.seed)
+        client = start_replicas(kind, ctx.config.ray, ctx.config.rollout.replicas, builder,
+                                functools.partial(prompt_ids, tokenizer))
+    finally:
+        cluster.release()
+    client.mark_synced(model)
+    return client

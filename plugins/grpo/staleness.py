@@ -1,0 +1,81 @@
+"""Policy versions and stale samples.
+
+Every :class:`~seal_platform.types.Generation` carries the policy version its engine sampled it with (the
+trainer's optimizer-update count at the last weight push, :attr:`GRPOTrainer.updates`); the episode copies it
+onto the assistant message, and a trajectory's version is its oldest message's. At the start of an update the
+trainer's version is ``trainer.updates``; a trajectory ``updates - version`` behind is *stale* when that exceeds
+``rollout.max_staleness``. Stale trajectories are, by ``rollout.stale_samples``:
+
+* ``refuse`` (default): dropped from the update (the group's advantage is computed over the rest);
+* ``importance_correct``: kept, each generated token's advantage scaled by the truncated importance weight
+  ``min(cap, p_old(token) / p_sampled(token))`` (p_old: the trainer's pre-update policy, p_sampled: the
+  engine's log-prob at sampling time), which corrects the sampling distribution to the one PPO's ratio
+  starts from (truncated importance sampling, as in verl / "Your efficient RL framework secretly brings you
+  off-policy RL training").
+
+A trajectory with no version (an engine that does not track versions) counts as current.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from seal_platform.types import Trajectory
+
+
+@dataclass
+class Screened:
+    kept: list[Trajectory]
+    corrected: set[str] = field(default_factory=set)  # ids to importance-correct
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def staleness(trajectory: Trajectory, current: int) -> int:
+    version = trajectory.policy_version
+    return 0 if version is None else max(0, current - version)
+
+
+def screen(trajectories: Sequence[Trajectory], current: int, max_staleness: int, mode: str) -> Screened:
+    """Apply the staleness rule to a step's trajectories (see the module doc)."""
+    ages = [staleness(t, current) for t in trajectories]
+    stale = [t for t, age in zip(trajectories, ages) if age > max_staleness]
+    n = max(len(trajectories), 1)
+    metrics = {"policy_staleness_max": float(max(ages, default=0)), "stale_frac": len(stale) / n}
+    if mode == "refuse":
+        ids = {t.id for t in stale}
+        metrics["stale_refused_frac"] = len(stale) / n
+        return Screened([t for t in trajectories if t.id not in ids], set(), metrics)
+    if mode == "importance_correct":
+        metrics["stale_corrected_frac"] = len(stale) / n
+        return Screened(list(trajectories), {t.id for t in stale}, metrics)
+    raise ValueError(f"unknown rollout.stale_samples {mode!r}: use refuse or importance_correct")
+
+
+def importance_weights(old_logp, engine_logp: Sequence[float | None], cap: float):
+    """Per-token ``min(cap, exp(old - sampled))``; 1 where the engine reported no log-prob."""
+    import torch
+
+    sampled = torch.tensor([float("nan") if x is None else x for x in engine_logp], dtype=torch.float32,
+                           device=old_logp.device)
+    weight = torch.exp(torch.clamp(old_logp.float() - sampled, max=20.0)).clamp(max=cap)
+    return torch.where(torch.isnan(sampled), torch.ones_like(weight), weight)
+
+
+def push_weights(engine: object, model: object, version: int) -> bool:
+    """``engine.update_weights(model, version=version)`` (or without the version for an engine that does not
+    track versions); False when the engine takes no weights."""
+    import inspect
+
+    update = getattr(engine, "update_weights", None)
+    if not callable(update):
+        return False
+    try:
+        takes_version = "version" in inspect.signature(update).parameters
+    except (TypeError, ValueError):  # a builtin or a remote proxy without a signature
+        takes_version = False
+    if takes_version:
+        update(model, version=version)
+    else:
+        update(model)
+    return True

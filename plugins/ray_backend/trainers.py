@@ -1,0 +1,127 @@
+"""Trainer workers as Ray actors: a sharded training group placed with a placement group.
+
+:class:`RayTrainerGroup` drives N ranks of a worker class (grpo's FSDP2 ``TrainerWorker``: constructed as
+``worker_cls(rank, world_size, address, port, options)``, every method collective) exactly as the local
+process group does, with the same methods (``step``, ``full_state_dict``, ``save``, ``load``, ``updates``,
+``close``), so the trainer that holds it need not know where the ranks run. The ranks go into one placement
+group of ``ray.trainer_cpus`` / ``ray.trainer_gpus`` bundles (``ray.placement_strategy``); rank 0's node and a
+free port on it are the rendezvous. With ``ray.colocate`` the group is the one the engine replicas share
+(:func:`.cluster.colocated`), bundle by bundle, and the engines sleep during the update.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Sequence
+
+import ray
+
+from . import cluster
+
+
+@ray.remote(num_cpus=0)
+def _rendezvous() -> tuple[str, int]:
+    """Rank 0's address and a free port there (runs in rank 0's bundle)."""
+    address = ray.util.get_node_ip_address()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return address, int(s.getsockname()[1])
+
+
+def _actor_class(worker_cls: type) -> Any:
+    class RayTrainerWorker(worker_cls):  # type: ignore[misc, valid-type]
+        def get_updates(self) -> int:
+            return int(self.updates)
+
+        def ping(self) -> bool:
+            return True
+
+    RayTrainerWorker.__name__ = RayTrainerWorker.__qualname__ = f"Ray{worker_cls.__name__}"
+    return ray.remote(max_restarts=0)(RayTrainerWorker)
+
+
+class RayTrainerGroup:
+    """N training ranks as Ray actors; methods mirror the worker's and return rank 0's result."""
+
+    def __init__(self, worker_cls: type, world_size: int, options: Any, config: Any, timeout_s: float = 900.0):
+        self.world_size = world_size
+        self.config = config
+        self.timeout_s = timeout_s
+        self.actors: list[Any] = []
+        self._group = None
+        cluster.acquire(config)
+        try:
+            if config.colocate:
+                strategies = cluster.colocated(config, world_size)
+            else:
+                bundles = [{"CPU": config.trainer_cpus, "GPU": config.trainer_gpus}] * world_size
+                strategies, self._group = cluster.placement(config, bundles, name=f"seal-trainers-{id(self)}")
+            address, port = ray.get(_rendezvous.options(scheduling_strategy=strategies[0]).remote(), timeout=120)
+            cls = _actor_class(worker_cls)
+            gpus = config.trainer_gpus
+            self.actors = [
+                cls.options(num_cpus=config.trainer_cpus, num_gpus=gpus, scheduling_strategy=strategies[rank])
+                .remote(rank, world_size, address, port, options)
+                for rank in range(world_size)
+            ]
+            ray.get([a.ping.remote() for a in self.actors], timeout=timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _call(self, method: str, *args: Any) -> Any:
+        if not self.actors:
+            raise RuntimeError("the Ray training group is closed")
+        refs = [getattr(a, method).remote(*args) for a in self.actors]
+        try:
+            return ray.get(refs, timeout=self.timeout_s)[0]
+        except cluster.infra_errors() as exc:
+            raise RuntimeError(f"a training worker died ({type(exc).__name__}); the sharded group cannot go on "
+                               "without it: resume the run from its last checkpoint") from exc
+
+    def step(self, samples: Sequence[Any]) -> dict[str, float]:
+        box = ray.put(list(samples))  # one copy in the object store, read by every rank
+        return self._call("step", box)
+
+    def full_state_dict(self) -> dict[str, Any]:
+        return self._call("full_state_dict")
+
+    def save(self, directory: Any) -> None:
+        self._call("save", str(directory))
+
+    def load(self, directory: Any) -> dict[str, Any]:
+        return self._call("load", str(directory))
+
+    @property
+    def updates(self) -> int:
+        return self._call("get_updates")
+
+    def node_ids(self) -> list[str]:
+        """Where the ranks run (for operators and tests)."""
+        return ray.get([a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
+                        for a in self.actors])
+
+    def close(self) -> None:
+        actors, self.actors = self.actors, []
+        if actors:
+            try:
+                ray.get([a.close.remote() for a in actors], timeout=30)
+            except Exception:  # dead or stuck: killed below
+                pass
+            for actor in actors:
+                ray.kill(actor, no_restart=True)
+        if self._group is not None:
+            try:
+                ray.util.remove_placement_group(self._group)
+            except Exception:
+                pass
+            self._group = None
+        if self.config is not None:
+            self.config = None
+            cluster.release()
+
+    def __enter__(self) -> RayTrainerGroup:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

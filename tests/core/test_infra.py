@@ -1,0 +1,111 @@
+"""Infrastructure failures: never diagnosed, their groups masked out of the update, a metric, an event, and an
+abort only above the threshold. Also the executor contract behind them and the scale-out recipe checks."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from seal_platform.cli import load_recipe
+from seal_platform.executor import LocalExecutor
+from seal_platform.infra import InfraAbort, InfraError, failed_trajectory, triage
+from seal_platform.loop import Runner, check_recipe, prepare
+from seal_platform.plugins import make_plugin_manager
+from seal_platform.store import RunStore
+from seal_platform.types import Task, Trajectory
+
+
+def _runner(recipe, overrides=()):
+    config, issues, path = load_recipe(str(recipe), list(overrides))
+    assert not issues, issues
+    host = make_plugin_manager(allow=config.plugins.allow, block=config.plugins.block, required=config.named_plugins())
+    plan = prepare(config, host, str(path))
+    store = RunStore(config.store_url())
+    return Runner(plan, host, store, recipe=str(path)), store
+
+
+def test_triage_masks_whole_groups():
+    task = Task(id="t", category="c", split="train")
+    ok = [Trajectory(task_id="t", category="c", group=g, sample=i) for g in ("a", "b") for i in range(2)]
+    lost = failed_trajectory(task, "a", 2, "ActorDiedError: gone")
+    result = triage([*ok, lost])
+    assert lost.finish == "infra_failure" and lost.infra_failure == "ActorDiedError: gone"
+    assert result.failed == [lost] and result.masked_groups == ["a"]
+    assert result.usable == ok  # group-mates of a lost episode are still diagnosed
+    assert [t.group for t in result.trainable] == ["b", "b"]
+    assert result.masked_frac == pytest.approx(3 / 5)
+
+
+def test_local_executor_turns_infra_errors_into_placeholders_and_raises_others():
+    ex = LocalExecutor(2)
+    try:
+        def fn(x):
+            if x == 1:
+                raise InfraError("replica gone")
+            return x * 10
+
+        assert ex.map(fn, [0, 1, 2], on_infra_failure=lambda item, why: f"lost {item}: {why}") == [
+            0, "lost 1: InfraError: replica gone", 20]
+        with pytest.raises(InfraError):  # no stand-in given: the loss is not silently dropped
+            ex.map(fn, [0, 1])
+
+        def bad(x):
+            raise ValueError("a bug, not the infrastructure")
+
+        with pytest.raises(ValueError):
+            ex.map(bad, [0], on_infra_failure=lambda item, why: None)
+    finally:
+        ex.close()
+
+
+def test_lost_episodes_are_stored_but_not_diagnosed_or_trained(toy_site, toy_recipe):
+    # 4 tasks x 2 samples; the first episode (group of task 0) is lost: 2 of 8 masked = 0.25 <= 0.25.
+    runner, store = _runner(toy_recipe, ["training.steps=1", "settings.toy.infra_fail_first=1"])
+    runner.run()
+    plugin = sys.modules["toy_plugin"].plugin
+    stored = store.trajectories(runner.run_id, step=0, phase="train")
+    lost = [t for t in stored if t.infra_failure]
+    assert len(stored) == 8 and len(lost) == 1 and "replica died" in lost[0].infra_failure
+    assert lost[0].finish == "infra_failure"
+    mates = {t.id for t in stored if t.group == lost[0].group}
+    assert lost[0].id not in plugin.seen_trajectories["diagnose"] and len(plugin.seen_trajectories["diagnose"]) == 7
+    assert not mates & set(plugin.seen_trajectories["optimize"]) and len(plugin.seen_trajectories["optimize"]) == 6
+    assert not mates & set(plugin.seen_trajectories["reweight"])
+    assert all(lab.trajectory_id != lost[0].id for lab in store.labels(runner.run_id, step=0))
+    assert store.steps(runner.run_id)[0].metrics["infra_masked_frac"] == pytest.approx(0.25)
+    events = [e for e in store.events(runner.run_id) if e.kind == "infra_failure"]
+    assert len(events) == 1 and "1 of 8" in events[0].message
+    assert store.get_run(runner.run_id).status == "completed"
+
+
+def test_step_aborts_above_the_threshold(toy_site, toy_recipe):
+    runner, store = _runner(toy_recipe, ["training.steps=1", "settings.toy.infra_fail_first=3",
+                                         "rollout.max_infra_failure_frac=0.25"])
+    with pytest.raises(InfraAbort, match="max_infra_failure_frac"):
+        runner.run()
+    assert store.get_run(runner.run_id).status == "failed"
+    assert any(e.kind == "infra_failure" for e in store.events(runner.run_id))
+
+
+def test_scale_out_keys_are_checked(toy_site, toy_recipe):
+    config, issues, _ = load_recipe(str(toy_recipe), ["rollout.replicas=2", "rollout.executor=nowhere"])
+    assert not issues
+    host = make_plugin_manager(allow=config.plugins.allow)
+    _, problems = check_recipe(config, host)
+    where = {p.where: str(p) for p in problems}
+    assert "no loaded plugin registers executor 'nowhere'" in where["rollout.executor"]
+    assert "ray.enabled" in where["rollout.replicas"]
+    config, issues, _ = load_recipe(str(toy_recipe), [])
+    assert config.ray.enabled is False and config.rollout.executor == "local" and config.rollout.replicas == 1
+
+
+def test_a_registered_executor_runs_the_episodes(toy_site, toy_recipe):
+    runner, store = _runner(toy_recipe, ["training.steps=1", "rollout.executor=toy-serial",
+                                         "settings.toy.infra_fail_first=1"])
+    executor = runner.ctx.executor
+    assert type(executor).__name__ == "SerialExecutor"
+    runner.run()
+    assert executor.mapped == 8 and executor.closed  # the core closes what it built
+    lost = [t for t in store.trajectories(runner.run_id, step=0) if t.infra_failure]
+    assert [t.infra_failure for t in lost] == ["serial: toy engine replica died"]

