@@ -15,6 +15,12 @@ project's CPU machine it was set up without a second torch by pointing a .pth fi
     /tmp/trlvenv/bin/pip install trl          # adds trl, datasets, pandas, pyarrow; reuses torch/transformers
 
     .venv/bin/python benchmarks/bench_grpo_update.py --trl-python /tmp/trlvenv/bin/python
+
+Every step also reports its peak update memory (above what was in use before the step) per trained token.
+``--long`` times the long-episode update instead (one group of two ~4.4k-token multi-turn episodes, as the
+embedded BFCL recipe produces; ``--gradient-checkpointing`` as that recipe trains)::
+
+    .venv/bin/python benchmarks/bench_grpo_update.py --long --group 2 --repeats 1 --gradient-checkpointing
 """
 
 from __future__ import annotations
@@ -50,6 +56,100 @@ def make_batch(tokenizer, tasks: int, group: int, completion_tokens: int, seed: 
     return {"prompts": prompts, "completions": completions, "rewards": rewards, "group": group}
 
 
+def make_long_batch(tokenizer, episode_tokens: int, group: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """Multi-turn episodes of about ``episode_tokens`` tokens, as the embedded BFCL run makes them: a
+    ~1.5k-token prompt (system, tool docs, task), then turns of 64 generated tokens each followed by
+    ~300 tokens of tool output. Returns (input ids, loss positions) per rollout; one group."""
+    import random
+
+    rng = random.Random(seed)
+    prompt = [rng.randint(200, 20000) for _ in range(1500)]
+    out = []
+    for _ in range(group):
+        ids, positions = list(prompt), []
+        while len(ids) < episode_tokens:
+            start = len(ids)
+            ids += [rng.randint(200, 20000) for _ in range(64)]
+            positions += list(range(start, start + 64))
+            ids += [rng.randint(200, 20000) for _ in range(300)]
+        out.append((ids, positions))
+    return out
+
+
+class PeakMemory:
+    """Peak memory during a block above what was in use when it started: CUDA allocator peak on a GPU,
+    else the process's resident set size sampled every 5 ms (psutil)."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.peak_bytes = 0
+
+    def __enter__(self) -> "PeakMemory":
+        import threading
+
+        import psutil
+        import torch
+
+        if self.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+            self._base = torch.cuda.memory_allocated()
+            return self
+        process = psutil.Process()
+        self._base = process.memory_info().rss
+        self._peak = self._base
+        self._stop = threading.Event()
+
+        def sample() -> None:
+            while not self._stop.wait(0.005):
+                self._peak = max(self._peak, process.memory_info().rss)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        if self.device.startswith("cuda"):
+            self.peak_bytes = torch.cuda.max_memory_allocated() - self._base
+            return
+        self._stop.set()
+        self._thread.join()
+        self.peak_bytes = max(0, self._peak - self._base)
+
+
+def run_long(model_dir: str, tokenizer, args) -> dict[str, float]:
+    """Long-episode update: one group of ``--group`` rollouts of ``--episode-tokens`` tokens, advantages +-1,
+    the default recipe's objective (KL 0.001, k3); tokens/s and peak update memory per trained token."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from seal_platform_plugins.grpo.settings import GRPOSettings
+    from seal_platform_plugins.grpo.trainer import GRPOTrainer, Sample
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(args.device)
+    model.eval()
+    settings = GRPOSettings(kl_coef=0.001, lr=1e-6, gradient_checkpointing=args.gradient_checkpointing)
+    trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
+    episodes = make_long_batch(tokenizer, args.episode_tokens, args.group, seed=0)
+    rows = []
+    for r in range(args.repeats):
+        samples = [Sample(id=str(i), group="g", input_ids=ids, positions=pos, advantage=1.0 if i % 2 == 0 else -1.0)
+                   for i, (ids, pos) in enumerate(episodes)]
+        with PeakMemory(args.device) as memory:
+            t0 = time.perf_counter()
+            metrics = trainer.step(samples)
+            dt = time.perf_counter() - t0
+        rows.append({"tokens_per_s": metrics["trained_tokens"] / dt, "seconds": dt,
+                     "trained_tokens": metrics["trained_tokens"], "peak_bytes": memory.peak_bytes,
+                     "peak_bytes_per_token": memory.peak_bytes / metrics["trained_tokens"]})
+        print(f"long step {r}: {dt:.1f} s, {metrics['trained_tokens']:.0f} trained tokens, "
+              f"{rows[-1]['tokens_per_s']:.0f} tokens/s, peak update memory {memory.peak_bytes / 2**20:.0f} MiB "
+              f"({rows[-1]['peak_bytes_per_token'] / 1024:.1f} KiB per trained token)", flush=True)
+    return {"long_tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
+            "long_peak_bytes_per_token": statistics.median(r["peak_bytes_per_token"] for r in rows)}
+
+
 def run_ours(model_dir: str, batch: dict, args, shared_prefix: bool) -> list[float]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -81,14 +181,17 @@ def run_ours(model_dir: str, batch: dict, args, shared_prefix: bool) -> list[flo
     tokens = sum(len(p) + len(c) for p, c in zip(batch["prompts"], batch["completions"]))
     rates = []
     for r in range(args.repeats + 1):
-        t0 = time.perf_counter()
-        metrics = trainer.step(samples())
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
+        with PeakMemory(args.device) as memory:
+            t0 = time.perf_counter()
+            metrics = trainer.step(samples())
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
         assert metrics["updates"] == args.updates, metrics
         if r:  # the first step warms up
             rates.append(tokens / dt)
+            print(f"  peak update memory {memory.peak_bytes / 2**20:.0f} MiB, "
+                  f"{memory.peak_bytes / tokens / 1024:.1f} KiB per trained token", flush=True)
     return rates
 
 
@@ -171,6 +274,10 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--trl-python", default="/tmp/trlvenv/bin/python", help="python with trl; '' to skip")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--long", action="store_true",
+                        help="long-episode update only (one group of --group rollouts of --episode-tokens tokens)")
+    parser.add_argument("--episode-tokens", type=int, default=4400)
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="(--long) as the embedded recipe does")
     args = parser.parse_args()
 
     import torch
@@ -181,6 +288,12 @@ def main() -> None:
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     path = args.model or str(model_dir(PolicySettings()))
     tokenizer = AutoTokenizer.from_pretrained(path)
+    if args.long:
+        results = run_long(path, tokenizer, args)
+        print(json.dumps(results))
+        if args.out:
+            args.out.write_text(json.dumps(results, indent=2))
+        return
     batch = make_batch(tokenizer, args.tasks, args.group, args.completion_tokens, seed=0)
     n_tokens = sum(len(p) + len(c) for p, c in zip(batch["prompts"], batch["completions"]))
     print(f"batch: {len(batch['prompts'])} sequences, {n_tokens} tokens (prompt {len(batch['prompts'][0])}, "

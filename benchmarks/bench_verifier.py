@@ -8,6 +8,9 @@ Prints per-case times and the ratio official / ours. Run by hand:
     .venv/bin/python benchmarks/bench_verifier.py [--per-task 3] [--rounds 3] [--executor]
 
 ``--executor`` also times our verifier through the worker-process executor (what training uses).
+``--commands`` times whole commands on the same cases written to one JSONL file, as a user runs them:
+``seal-platform verify --benchmark bfcl FILE`` against ``benchmarks/official_bfcl_verify.py FILE`` (a thin
+command around bfcl_eval's checker), start-up and imports included; verdicts must agree line by line.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per side; the median is reported")
     parser.add_argument("--seed", type=int, default=20260323)
     parser.add_argument("--executor", action="store_true", help="also time verification in worker processes")
+    parser.add_argument("--commands", action="store_true", help="time whole commands (ours vs the official thin one)")
     args = parser.parse_args()
 
     from seal_platform_plugins.bfcl.calls import parse_call
@@ -49,6 +53,8 @@ def main() -> int:
     helpers.official_verdict(cases[0][0], cases[0][1])  # snapshot of the long-context module objects
     parsed = [[[parse_call(c) for c in turn] for turn in turns] for _, turns, _ in cases]
     print(f"{len(cases)} cases ({len(tasks)} ground truths + {len(cases) - len(tasks)} perturbations)")
+    if args.commands:
+        return time_commands(cases, args.rounds)
 
     def ours_round() -> tuple[float, list]:
         started = time.perf_counter()
@@ -90,6 +96,48 @@ def main() -> int:
             seconds = time.perf_counter() - started
         print(f"ours (worker, 1 thread): {seconds:7.2f} s  {1000 * seconds / n:6.3f} ms/case  "
               f"ratio official/ours {official_s / seconds:.1f}x")
+    return 0
+
+
+def time_commands(cases: list, rounds: int) -> int:
+    """Whole-command wall time of ours and the official thin command on one JSONL file of ``cases``."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
+        for entry, turns, _ in cases:
+            fh.write(json.dumps({"task_id": entry["id"], "turns": turns}) + "\n")
+    bindir = Path(sys.executable).parent
+    ours = [str(bindir / "seal-platform"), "verify", "--benchmark", "bfcl", fh.name]
+    official = [sys.executable, str(ROOT / "benchmarks" / "official_bfcl_verify.py"), fh.name]
+
+    def timed(command: list[str]) -> tuple[float, list[bool]]:
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.gettempdir())
+        seconds = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"{command[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        return seconds, [json.loads(line)["success"] for line in done.stdout.splitlines() if line.strip()]
+
+    try:
+        times: dict[str, list[float]] = {"ours": [], "official": []}
+        for _ in range(rounds):
+            t, ours_v = timed(ours)
+            times["ours"].append(t)
+            t, official_v = timed(official)
+            times["official"].append(t)
+            if len(ours_v) != len(cases) or ours_v != official_v:
+                bad = sum(a != b for a, b in zip(ours_v, official_v)) + abs(len(ours_v) - len(official_v))
+                print(f"DISAGREEMENT on {bad} of {len(cases)} cases", file=sys.stderr)
+                return 1
+    finally:
+        os.unlink(fh.name)
+    ours_s, official_s = statistics.median(times["ours"]), statistics.median(times["official"])
+    print(f"seal-platform verify (whole command): {ours_s:6.2f} s  (rounds: {[round(t, 2) for t in times['ours']]})")
+    print(f"official thin command:                {official_s:6.2f} s  (rounds: {[round(t, 2) for t in times['official']]})")
+    print(f"ratio official/ours: {official_s / ours_s:.2f}x  (verdicts agree on all {len(cases)} cases)")
     return 0
 
 

@@ -83,8 +83,11 @@ def cli() -> None:
 @click.option("--resume", "resume", metavar="RUN", default=None, help="Continue a crashed or interrupted run.")
 @click.option("--store", "store_url", default=None, help="Run store URL (default: the recipe's, else runs/store.sqlite).")
 @click.option("--ray-address", default=None, help="Join an existing Ray cluster (recipes that use Ray).")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
-def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_address: str | None, quiet: bool) -> None:
+@click.option("--quiet", is_flag=True, help="No live progress display.")
+@click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
+@click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
+def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_address: str | None, quiet: bool,
+        verbose: bool, no_report: bool) -> None:
     """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
 
     RECIPE is a YAML file or the name of a shipped recipe (default: seal-embedded, the CPU default of the
@@ -121,16 +124,17 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress)
-    console.print(f"run [bold]{runner.run_id}[/] ({config.name}) in {runner.run_dir}", highlight=False)
+    from .run_display import run_with_display
+
     try:
-        summary = runner.run()
+        run_with_display(runner, store, console, verbose=verbose, live=not quiet, report=not no_report)
     except KeyboardInterrupt:
         errors.print(f"interrupted; continue with: seal-platform run --resume {runner.run_id}")
         sys.exit(130)
     except SealError as exc:
         raise SealError(f"{exc} The run {runner.run_id} is marked failed; after fixing the cause, "
                         f"continue it with `seal-platform run --resume {runner.run_id}`.") from exc
-    _print_summary(summary, store)
+    console.print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
 
 
 def _warn_failed_plugins(host: Any) -> None:
@@ -138,21 +142,6 @@ def _warn_failed_plugins(host: Any) -> None:
     for record in host.failed():
         errors.print(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not loaded: "
                      f"{record.error}", highlight=False, markup=False)
-
-
-def _print_summary(summary: Any, store: Any) -> None:
-    table = Table(title=f"run {summary.run_id}: {summary.steps_done} step(s), interface revision {summary.interface_revision}")
-    steps = sorted(summary.evaluations)
-    cats = sorted({c for r in summary.evaluations.values() for c in r.per_category})
-    table.add_column("category")
-    for step in steps:
-        table.add_column(f"step {step}", justify="right")
-    for cat in cats:
-        table.add_row(cat, *(f"{summary.evaluations[s].per_category.get(cat, 0.0):.2f}" for s in steps))
-    if steps:
-        table.add_row("[bold]average[/]", *(f"{summary.evaluations[s].average:.2f}" for s in steps))
-    console.print(table)
-    console.print(f"details: seal-platform show {summary.run_id} --store {store.url}", highlight=False)
 
 
 # --- plugins -----------------------------------------------------------------------------------------
@@ -251,39 +240,85 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
 
 @cli.command()
 @store_option
-def runs(store_url: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def runs(store_url: str | None, as_json: bool) -> None:
     """List runs in the store, newest first."""
     store = open_store(store_url)
-    table = Table(title=f"runs in {store.url}")
+    if as_json:
+        click.echo(json.dumps([
+            {"id": r.id, "name": r.name, "status": r.status, "steps": None if r.last_step is None else r.last_step + 1,
+             "started_at": r.started_at.isoformat(), "ended_at": r.ended_at.isoformat() if r.ended_at else None,
+             "config_hash": r.config_hash, "run_dir": r.run_dir, "recipe": r.recipe}
+            for r in store.list_runs()
+        ], indent=2))
+        return
+    from rich import box
+
+    # Narrow enough for 80 columns (full values: --json).
+    table = Table(title=f"runs in {store.url}", box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("id", no_wrap=True)
-    for col in ("name", "status", "steps", "started", "config hash"):
-        table.add_column(col)
+    for col in ("name", "status", "steps", "started", "config"):
+        table.add_column(col, overflow="fold")
     for row in store.list_runs():
         steps = "" if row.last_step is None else str(row.last_step + 1)
-        table.add_row(row.id, row.name, row.status, steps, f"{row.started_at:%Y-%m-%d %H:%M}", row.config_hash)
+        table.add_row(row.id, row.name, row.status, steps, f"{row.started_at:%m-%d %H:%M}", row.config_hash[:8])
     console.print(table)
 
 
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @store_option
-def show(run_id: str, store_url: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the run's digest).")
+def show(run_id: str, store_url: str | None, as_json: bool) -> None:
     """Show one run: config, plugins, steps, evaluations, interface revisions, events."""
     from .reporting import show_run
 
+    if as_json:
+        from .digest import load_digest
+
+        click.echo(load_digest(open_store(store_url), run_id).model_dump_json(indent=2))
+        return
     show_run(open_store(store_url), run_id, console)
 
 
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @store_option
-@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for the plots (default: the run's).")
+@click.option("--out", type=click.Path(), default=None, help="The HTML file (or a folder for report.html); default: <run dir>/report.html.")
 def report(run_id: str, store_url: str | None, out: str | None) -> None:
-    """Plot a run: pass rate per category, labels and weights over steps, interface revisions."""
-    from .reporting import write_report
+    """Write one self-contained HTML page about a run: pass rate per category, labels and A-Patch weights
+    over steps, the interface revisions with their diffs, step timings."""
+    from .digest import load_digest
+    from .html_report import write_run_report
 
-    for path in write_report(open_store(store_url), run_id, Path(out) if out else None):
-        console.print(f"wrote {path}", highlight=False)
+    path = write_run_report(load_digest(open_store(store_url), run_id), Path(out) if out else None)
+    console.print(f"wrote {path}", highlight=False)
+
+
+@cli.command()
+@click.argument("run_ids", metavar="RUN RUN ...", nargs=-1, required=True)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None, help="Also write an HTML page here.")
+def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html_out: str | None) -> None:
+    """Final per-category pass rates and averages of several runs side by side (one column per run, one
+    block of rows per evaluation set)."""
+    from .digest import load_digest
+    from .summary import compare_runs, comparison_table
+
+    store = open_store(store_url)
+    digests = [load_digest(store, run_id) for run_id in run_ids]
+    comparison = compare_runs(digests)
+    if html_out:
+        from .html_report import comparison_html
+
+        Path(html_out).write_text(comparison_html(comparison, digests), encoding="utf-8")
+    if as_json:
+        click.echo(comparison.model_dump_json(indent=2))
+        return
+    console.print(comparison_table(comparison), highlight=False)
+    if html_out:
+        console.print(f"wrote {html_out}", highlight=False)
 
 
 @cli.command("eval")

@@ -206,7 +206,18 @@ class Issue:
 
 # --- loading -------------------------------------------------------------------------------------------
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+def _recipes_dir() -> Path:
+    """The shipped recipes: the ``recipes/`` folder, installed as the data package ``seal_platform_recipes``
+    (inside site-packages for a wheel install, the repository folder for an editable one)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("seal_platform_recipes")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(__file__).resolve().parent.parent / "recipes"  # a source tree that was never installed
+
+
+RECIPES_DIR = _recipes_dir()
 DEFAULT_RECIPE = "seal-embedded"
 
 

@@ -33,3 +33,13 @@ class VerifyingEnvironment(Environment, Protocol):
     def verify_record(self, record: dict[str, Any]) -> dict[str, Any]:
         """Score one input record; return the output record. Raise ``ValueError`` for a malformed record."""
         ...
+
+
+@runtime_checkable
+class BatchVerifyingEnvironment(VerifyingEnvironment, Protocol):
+    """A verifying environment that can also score many records in one call (much less overhead per
+    record when verification runs in worker processes); ``seal-platform verify`` uses it when present."""
+
+    def verify_records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One output record per input record, in order; a malformed record gets ``{"error": ...}``."""
+        ...

@@ -1,9 +1,17 @@
-"""Progress display for long runs (rich)."""
+"""The live progress display of ``seal-platform run`` (rich): one line that says what the run is doing.
+
+    step 1/2  collect  3/4 episodes  reward 0.000  41 tok/s  ━━━━━━━━━━━━  0:01:12  eta 0:01:10
+
+It also measures what the store does not time (set-up before the first stage, evaluations), for the
+end-of-run summary (:attr:`RichProgress.extra_seconds`).
+"""
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress as RichBar, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .loop import Progress
 from .types import EvalResult
@@ -14,38 +22,88 @@ class RichProgress(Progress):
         self.console = console
         self.bar: RichBar | None = None
         self.task = None
-        self._stage = ""
+        self.total = 0
+        self.step = 0
+        self.stage_name = "starting"
+        self.episodes_text = ""
+        self.info = ""
+        self.extra_seconds: dict[str, float] = {}
+        self._created = time.perf_counter()
+        self._stage_started: float | None = None
 
-    def start(self, total_steps: int, first_step: int) -> None:
+    # --- display ----------------------------------------------------------------------------------------
+
+    def _ensure(self) -> None:
+        if self.bar is not None:
+            return
         self.bar = RichBar(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=self.console, transient=False,
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=16), TimeElapsedColumn(),
+            TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False,
         )
         self.bar.start()
-        self.task = self.bar.add_task("training", total=total_steps, completed=first_step, info="")
+        self.task = self.bar.add_task("", total=None)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self.bar is None:
+            return
+        step = f"step {min(self.step + 1, self.total)}/{self.total}" if self.total else "before training"
+        parts = [step, self.stage_name, self.episodes_text, self.info]
+        self.bar.update(self.task, description="  ".join(p for p in parts if p))
+
+    def _close_stage(self) -> None:
+        """Account the stage that just ended, if it is one the store does not time."""
+        now = time.perf_counter()
+        if self._stage_started is None:
+            self.extra_seconds["setup"] = self.extra_seconds.get("setup", 0.0) + now - self._created
+        elif self.stage_name == "evaluate":
+            self.extra_seconds["evaluate"] = self.extra_seconds.get("evaluate", 0.0) + now - self._stage_started
+        self._stage_started = now
+
+    # --- Progress ---------------------------------------------------------------------------------------
+
+    def start(self, total_steps: int, first_step: int) -> None:
+        self._ensure()
+        self.total, self.step = total_steps, first_step
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, total=max(total_steps, 1), completed=first_step)
+        self._refresh()
 
     def stage(self, step: int, stage: str) -> None:
-        self._stage = f"step {step}: {stage}"
-        if self.bar is not None:
-            self.bar.update(self.task, description=self._stage)
-        else:
-            self.console.print(f"[dim]{self._stage}[/]")
+        self._ensure()
+        self._close_stage()
+        self.step, self.stage_name, self.episodes_text = step, stage, ""
+        self._refresh()
 
     def episodes(self, done: int, total: int) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, description=f"{self._stage} ({done}/{total} episodes)")
+        self.episodes_text = f"{done}/{total} episodes"
+        self._refresh()
 
     def step_done(self, step: int, mean_reward: float, metrics: dict[str, float]) -> None:
-        if self.bar is not None:
-            loss = metrics.get("loss")
-            info = f"reward {mean_reward:.3f}" + (f" loss {loss:.4f}" if loss is not None else "")
-            self.bar.update(self.task, advance=1, info=info)
+        info = f"reward {mean_reward:.3f}"
+        tps = metrics.get("tokens_per_s")
+        if tps and metrics.get("trained_tokens"):
+            info += f"  {tps:.0f} tok/s"
+        elif metrics and metrics.get("updates") == 0:
+            info += "  no update (advantages 0)"
+        self.info = info
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, completed=step + 1)
+        self._refresh()
 
     def evaluated(self, step: int, result: EvalResult) -> None:
-        cats = ", ".join(f"{c} {v:.1f}" for c, v in sorted(result.per_category.items()))
-        self.console.print(f"evaluation after {step} step(s) on {result.split} ({result.n_tasks} tasks): average {result.average:.2f} [{cats}]", highlight=False, markup=False)
+        self._close_stage()
+        self.stage_name = "evaluated"
+        self._stage_started = time.perf_counter()
+        text = f"evaluation after {step} step(s) on {result.split} ({result.n_tasks} tasks): average {result.average:.1f}%"
+        self.console.print(text, highlight=False, markup=False)
+        self._refresh()
 
     def stop(self) -> None:
         if self.bar is not None:
+            if self.stage_name == "evaluate":
+                self._close_stage()
+            self.stage_name = "done"
+            self._refresh()
             self.bar.stop()
             self.bar = None

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator
 
 from .config import RunConfig, apply_overrides, raise_for, validate_settings
 from .context import RunContext
-from .environment import VerifyingEnvironment
+from .environment import BatchVerifyingEnvironment, VerifyingEnvironment
 from .errors import SealError
 from .plugins import make_plugin_manager
 
@@ -35,6 +35,9 @@ def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[s
         raise SealError(f"benchmark {benchmark!r} (plugin {owner!r}) cannot verify transcripts offline.")
     status = "completed"
     try:
+        if isinstance(env, BatchVerifyingEnvironment):
+            yield from _verify_in_batches(env, lines, owner)
+            return
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -46,24 +49,36 @@ def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[s
         host.hook.end_run(ctx=ctx, status=status)
 
 
+def parse_line(number: int, line: str | bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """``(record, None)`` for a line holding a JSON object, else ``(None, {"error": "line N: ..."})``."""
+    try:
+        text = line.decode("utf-8") if isinstance(line, bytes) else line
+    except UnicodeDecodeError as exc:
+        return None, {"error": f"line {number}: not UTF-8 text (byte {exc.start + 1}); save the file as UTF-8"}
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, {"error": f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})"}
+    except RecursionError:
+        return None, {"error": f"line {number}: JSON nested too deeply"}
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        return None, {"error": f"line {number}: not valid JSON ({exc})"}
+    if not isinstance(record, dict):
+        return None, {"error": f"line {number}: each line must be a JSON object"}
+    return record, None
+
+
 def score_line(env: VerifyingEnvironment, number: int, line: str | bytes, owner: str = "the environment") -> dict[str, Any]:
     """The output record of one input line: the environment's verdict, or ``{"error": "line N: ..."}`` for
     anything wrong with the line (encoding, JSON, nesting, shape, a plugin failure on it). Never raises
     for the line's content, so one bad line costs only its own record."""
-    try:
-        text = line.decode("utf-8") if isinstance(line, bytes) else line
-    except UnicodeDecodeError as exc:
-        return {"error": f"line {number}: not UTF-8 text (byte {exc.start + 1}); save the file as UTF-8"}
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return {"error": f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})"}
-    except RecursionError:
-        return {"error": f"line {number}: JSON nested too deeply"}
-    except ValueError as exc:  # e.g. an integer with more digits than Python converts
-        return {"error": f"line {number}: not valid JSON ({exc})"}
-    if not isinstance(record, dict):
-        return {"error": f"line {number}: each line must be a JSON object"}
+    record, error = parse_line(number, line)
+    if record is None:
+        return error
+    return _score_record(env, number, record, owner)
+
+
+def _score_record(env: VerifyingEnvironment, number: int, record: dict[str, Any], owner: str) -> dict[str, Any]:
     try:
         result = env.verify_record(record)
         json.dumps(result)
@@ -74,3 +89,44 @@ def score_line(env: VerifyingEnvironment, number: int, line: str | bytes, owner:
         return {"error": f"line {number}: the record is nested too deeply"}
     except Exception as exc:  # a plugin failing on one record must not lose the others
         return {"error": f"line {number}: {owner} failed on this record: {type(exc).__name__}: {exc}"}
+
+
+_BATCH_LINES = 512
+
+
+def _verify_in_batches(env: BatchVerifyingEnvironment, lines: Iterable[str | bytes], owner: str) -> Iterator[str]:
+    """As the per-line loop, but ``_BATCH_LINES`` records at a time through ``env.verify_records`` (if a
+    batch as a whole fails, its records are scored one by one, so one bad record still costs only itself)."""
+
+    def flush(batch: list[tuple[int, dict | None, dict | None]]) -> Iterator[str]:
+        records = [record for _, record, _ in batch if record is not None]
+        try:
+            results = env.verify_records(records) if records else []
+            json.dumps(results)
+            if len(results) != len(records):
+                raise ValueError(f"{len(results)} results for {len(records)} records")
+        except Exception:
+            results = [None] * len(records)
+        pending = iter(results)
+        for number, record, error in batch:
+            if record is None:
+                yield json.dumps(error)
+                continue
+            result = next(pending)
+            if result is None:
+                result = _score_record(env, number, record, owner)
+            elif set(result) == {"error"}:
+                result = {"error": f"line {number}: {result['error']}"}
+            yield json.dumps(result)
+
+    batch: list[tuple[int, dict | None, dict | None]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        record, error = parse_line(number, line)
+        batch.append((number, record, error))
+        if len(batch) >= _BATCH_LINES:
+            yield from flush(batch)
+            batch = []
+    if batch:
+        yield from flush(batch)

@@ -18,6 +18,7 @@ import importlib
 import inspect
 import json
 import os
+import pickle
 import time
 from functools import lru_cache
 from typing import Any, Callable
@@ -168,7 +169,7 @@ class Backend:
             cls = backend_class(class_name)
             instance = cls()
             if class_name not in STATELESS_CLASSES:
-                instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context)
+                instance._load_scenario(_copy_data(initial_config.get(class_name, {})), long_context=long_context)
                 if long_context:
                     _privatise(instance, shared)
             self.instances[class_name] = instance
@@ -267,6 +268,26 @@ def _missing(expected: list[str], got: list[str]) -> list[str]:
     return missing
 
 
+@lru_cache(maxsize=16384)
+def _parsed_ground_truth(text: str) -> ParsedCall:
+    return parse_call(text)
+
+
+def _ground_truth_call(text: str) -> ParsedCall:
+    """A ground-truth call parsed once per text (they recur in every verification of a task); each use gets
+    its own copy of the arguments, which a backend method may modify."""
+    import dataclasses
+
+    call = _parsed_ground_truth(text)
+    return dataclasses.replace(call, kwargs=_copy_data(call.kwargs), args=_copy_data(call.args))
+
+
+def _copy_data(value: Any) -> Any:
+    """A deep copy of plain data (scenario configs, literal arguments); pickle is several times faster
+    than ``copy.deepcopy`` for it and keeps every type."""
+    return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]]) -> VerifyOutcome:
     """Score a transcript against a task's ground truth with the official multi-turn semantics.
 
@@ -301,7 +322,7 @@ def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]])
             model_results.append(result)
             if was_rejected:
                 rejected.append(position)
-        gt_results = [gt_backend.execute(parse_call(text))[0] for text in gt_calls]
+        gt_results = [gt_backend.execute(_ground_truth_call(text))[0] for text in gt_calls]
         all_model_results.extend(model_results)
         checks: dict[str, Any] = {
             "gt_calls": list(gt_calls),
@@ -404,17 +425,43 @@ def _clip_result(text: str, limit: int) -> str:
     return text
 
 
+def _verify_batch(conn: Any, request: dict[str, Any], payloads: dict[str, dict[str, Any]]) -> bool:
+    """``{"op": "verify_batch", "items": [{"task": id, "payload": {...} | null, "turns": [...]}, ...]}``:
+    one reply per item, in order, each sent as soon as it is done (the parent times each one). A payload is
+    sent once per task and kept. Returns False when the parent has gone away."""
+    for item in request.get("items") or []:
+        started = time.perf_counter()
+        try:
+            task = str(item["task"])
+            if item.get("payload") is not None:
+                payloads[task] = item["payload"]
+            turns = [[parse_call(text) for text in turn] for turn in item["turns"]]
+            reply: dict[str, Any] = {"ok": True, "outcome": verify_payload(payloads[task], turns).to_json()}
+        except MemoryError:
+            reply = {"ok": False, "error": "the verification ran out of memory"}
+        except Exception as exc:
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        reply["elapsed_s"] = time.perf_counter() - started
+        try:
+            conn.send_bytes(json.dumps(reply, default=str).encode("utf-8"))
+        except (OSError, ValueError):
+            return False
+    return True
+
+
 def worker_main(conn: Any, memory_bytes: int | None = None) -> None:
     """Serve requests on ``conn`` until told to exit or the parent goes away.
 
     Messages are JSON (never pickle): ``{"op": "open", "session": id, "payload": {...}}``, ``{"op": "call",
     "session": id, "name": ..., "arguments": {...}, "allowed": [...] | null, "max_chars": N}``,
     ``{"op": "close", "session": id}``, ``{"op": "verify", "payload": {...},
-    "turns": [[call text, ...], ...]}``, ``{"op": "ping"}``, ``{"op": "exit"}``. Every reply is
+    "turns": [[call text, ...], ...]}``, ``{"op": "verify_batch", ...}`` (see :func:`_verify_batch`; one
+    reply per item), ``{"op": "ping"}``, ``{"op": "exit"}``. Every reply is
     ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``.
     """
     _limit_resources(memory_bytes)
     sessions: dict[str, Backend] = {}
+    payloads: dict[str, dict[str, Any]] = {}
     while True:
         try:
             raw = conn.recv_bytes()
@@ -424,6 +471,10 @@ def worker_main(conn: Any, memory_bytes: int | None = None) -> None:
         try:
             request = json.loads(raw)
             op = request.get("op")
+            if op == "verify_batch":
+                if not _verify_batch(conn, request, payloads):
+                    return
+                continue
             if op == "exit":
                 conn.send_bytes(b'{"ok": true}')
                 return

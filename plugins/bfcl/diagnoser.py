@@ -120,28 +120,34 @@ def _as_int(value: Any, default: int = 0) -> int:
 
 def _signature(call: Any) -> tuple[str, str] | None:
     """(name, canonical arguments) of a call given as BFCL text, a mapping or a ToolCall; None if unreadable."""
-    from .calls import parse_call  # the safe AST-literal parser; model text is never evaluated
-
     if isinstance(call, ToolCall):
         return call.name, _canon(call.arguments)
     if isinstance(call, Mapping) and "name" in call:
         args = call.get("arguments", call.get("kwargs", {}))
         return str(call["name"]), _canon(args if isinstance(args, Mapping) else {})
     if isinstance(call, str):
-        parsed = parse_call(call)
-        if not parsed.ok:
-            return None
-        args: dict[str, Any] = dict(parsed.kwargs)
-        if parsed.args:
-            # Ground truth sometimes passes arguments by position (``sort('a.txt')``); name them as the
-            # backend would, by the tool doc's parameter order.
-            order = _param_order().get(parsed.name)
-            if order is None or len(order) < len(parsed.args):
-                args["*"] = list(parsed.args)
-            else:
-                args.update(zip(order, parsed.args))
-        return parsed.name, _canon(args)
+        return _text_signature(call)
     return None
+
+
+@lru_cache(maxsize=65536)
+def _text_signature(call: str) -> tuple[str, str] | None:
+    """:func:`_signature` of a call text (cached: ground-truth calls recur in every diagnosis of a task)."""
+    from .calls import parse_call  # the safe AST-literal parser; model text is never evaluated
+
+    parsed = parse_call(call)
+    if not parsed.ok:
+        return None
+    args: dict[str, Any] = dict(parsed.kwargs)
+    if parsed.args:
+        # Ground truth sometimes passes arguments by position (``sort('a.txt')``); name them as the
+        # backend would, by the tool doc's parameter order.
+        order = _param_order().get(parsed.name)
+        if order is None or len(order) < len(parsed.args):
+            args["*"] = list(parsed.args)
+        else:
+            args.update(zip(order, parsed.args))
+    return parsed.name, _canon(args)
 
 
 @lru_cache(maxsize=1)

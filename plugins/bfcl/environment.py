@@ -88,6 +88,14 @@ class BfclEnvironment:
             record, executor=self.executor, label_turns=lambda task, outcome: label_turns(outcome.turns)
         )
 
+    def verify_records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Score many ``seal-platform verify`` records with one worker stream (see
+        :meth:`ToolExecutor.verify_many`); a malformed record gets ``{"error": ...}`` in its place."""
+        from .verifier import verify_records
+
+        return verify_records(records, executor=lambda: self.executor, timeout_s=self.settings.episode_timeout_s,
+                              label_turns=lambda task, outcome: label_turns(outcome.turns))
+
     # --- resources --------------------------------------------------------------------------------------
 
     @property

@@ -102,6 +102,8 @@ class _Slot:
         self.conn: Any = None
         self.generation = 0
         self.sessions = 0
+        # Task ids whose payload a worker generation already holds (verify_many sends each once).
+        self.known_tasks: dict[int, set[str]] = {}
 
     def _ensure(self) -> None:
         if self.process is not None and self.process.is_alive():
@@ -129,9 +131,21 @@ class _Slot:
 
     def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send one request and wait for its reply; the caller holds ``self.lock``."""
+        self.send(message)
+        return self.receive(timeout)
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send a request (the worker started if needed); the caller holds ``self.lock``."""
         self._ensure()
         try:
             self.conn.send_bytes(json.dumps(message).encode("utf-8"))
+        except (OSError, ValueError) as exc:
+            self._discard()
+            raise _WorkerDied(str(exc)) from None
+
+    def receive(self, timeout: float) -> dict[str, Any]:
+        """The next reply, waiting at most ``timeout`` seconds (then the worker is killed)."""
+        try:
             ready = self.conn.poll(max(timeout, 0.001))
         except (OSError, ValueError) as exc:
             self._discard()
@@ -368,6 +382,51 @@ class ToolExecutor:
         if not reply.get("ok"):
             return _failed_outcome(task, model_turns, str(reply.get("error")))
         return VerifyOutcome.from_json(reply["outcome"])
+
+    def verify_many(self, items: list[tuple[Task, list[list[ParsedCall]]]], chunk: int = 256) -> list[VerifyOutcome]:
+        """Verify many transcripts in one worker as a stream: each transcript still gets its own fresh
+        instances and its own ``episode_timeout_s`` limit (the worker replies per transcript; one that
+        overruns gets the worker killed, counts as failed, and the rest go on in a new worker), but without a
+        round trip per transcript, and each task's payload is sent to a worker once."""
+        with self._lock:
+            if self._closed:
+                raise ExecutorError("the tool executor is closed")
+            slot = self._slots[next(self._round_robin) % len(self._slots)]
+        results: list[VerifyOutcome] = []
+        with slot.lock:
+            while len(results) < len(items):
+                start = len(results)
+                batch = items[start : start + chunk]
+                slot._ensure()
+                known = slot.known_tasks.setdefault(slot.generation, set())
+                message = {"op": "verify_batch", "items": []}
+                for task, turns in batch:
+                    message["items"].append({
+                        "task": task.id,
+                        "payload": None if task.id in known else _payload_for_worker(task),
+                        "turns": [[c.render() if c.error is None else _unrunnable(c) for c in turn] for turn in turns],
+                    })
+                    known.add(task.id)
+                try:
+                    slot.send(message)
+                except _WorkerDied as exc:
+                    task, turns = batch[0]
+                    results.append(_failed_outcome(task, turns, f"verification worker died: {exc}"))
+                    continue
+                for task, turns in batch:
+                    try:
+                        reply = slot.receive(self.episode_timeout_s)
+                    except _WorkerTimeout:
+                        results.append(_failed_outcome(task, turns, f"verification took longer than {self.episode_timeout_s:g} s"))
+                        break
+                    except _WorkerDied as exc:
+                        results.append(_failed_outcome(task, turns, f"verification worker died: {exc}"))
+                        break
+                    if not reply.get("ok"):
+                        results.append(_failed_outcome(task, turns, str(reply.get("error"))))
+                    else:
+                        results.append(VerifyOutcome.from_json(reply["outcome"]))
+        return results
 
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers (for tests and monitoring)."""

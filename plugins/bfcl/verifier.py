@@ -114,6 +114,49 @@ def parse_record(record: Any) -> tuple[str, list[list[ParsedCall]]]:
     return task_id, [[parse_call(call) for call in turn] for turn in turns]
 
 
+def verify_records(
+    records: list[Any],
+    *,
+    executor: "Callable[[], ToolExecutor]",
+    label_turns: LabelFn | None = None,
+    task_lookup: Callable[[str], Task] | None = None,
+    timeout_s: float = 600.0,
+    memory_bytes: int | None = 4096 * 1024 * 1024,
+) -> list[dict[str, Any]]:
+    """:func:`verify_record` for many records, each transcript with its own fresh instances and its own
+    ``timeout_s`` limit: in a child forked from this process when that is safe (:mod:`.fork_verify`), else
+    as one stream in the worker pool ``executor()``. A malformed record or unknown task id gets
+    ``{"error": ...}``."""
+    from .executor import _failed_outcome
+    from .fork_verify import can_fork, verify_forked
+
+    def output(task_id: str, task: Task, outcome: Any) -> dict[str, Any]:
+        labels = list(label_turns(task, outcome)) if label_turns is not None else reference_labels(outcome)
+        return {"task_id": task_id, "success": outcome.success, "labels": labels}
+
+    out: list[dict[str, Any] | None] = [None] * len(records)
+    todo: list[tuple[int, str, Task, list[list[ParsedCall]]]] = []
+    for index, record in enumerate(records):
+        try:
+            task_id, turns = parse_record(record)
+            todo.append((index, task_id, (task_lookup or _load_task)(task_id), turns))
+        except (ValueError, KeyError, TypeError) as exc:
+            out[index] = {"error": str(exc)}
+    items = [(task, turns) for _, _, task, turns in todo]
+    if can_fork():
+        results = verify_forked(
+            items,
+            lambda task, turns: output(task.id, task, verify(task, turns)),
+            lambda task, turns, reason: output(task.id, task, _failed_outcome(task, turns, reason)),
+            timeout_s=timeout_s, memory_bytes=memory_bytes,
+        )
+    else:
+        results = [output(task.id, task, outcome) for (task, _), outcome in zip(items, executor().verify_many(items))]
+    for (index, task_id, _, _), result in zip(todo, results):
+        out[index] = {**result, "task_id": task_id}
+    return [r if r is not None else {"error": "not verified"} for r in out]
+
+
 def verify_record(
     record: Any,
     *,

@@ -115,7 +115,9 @@ class ShardedGRPOTrainer(GRPOTrainer):
     def __init__(self, model: Any, settings: GRPOSettings, **kwargs: Any):
         import torch.distributed as dist
 
-        settings = settings.model_copy(update={"shared_prefix": False})
+        # The output layer runs inside the sharded model's own forward (not chunked outside it, where its
+        # parameters are not gathered), and every rank makes the same collective calls.
+        settings = settings.model_copy(update={"shared_prefix": False, "logits_chunk_tokens": None})
         super().__init__(model, settings, **kwargs)
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()

@@ -19,7 +19,7 @@ This is verl's ``compute_policy_loss`` / ``kl_penalty("low_var_kl")``, which the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -29,6 +29,7 @@ __all__ = [
     "group_advantages",
     "token_logprobs",
     "entropy_from_logits",
+    "chunked_logprobs",
     "kl_penalty",
     "policy_loss",
     "token_weights",
@@ -57,6 +58,50 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
         logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1)
     return -(logp.exp() * logp).sum(-1)
+
+
+def _chunk_stats(hidden: torch.Tensor, head: Any, targets: torch.Tensor, temperature: float, entropy: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = head(hidden)
+    logp = token_logprobs(logits, targets, temperature)
+    ent = entropy_from_logits(logits, temperature) if entropy else logp.new_zeros(logp.shape)
+    return logp, ent
+
+
+def chunked_logprobs(
+    hidden: torch.Tensor,
+    head: Any,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    chunk: int = 1024,
+    entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs (and entropies) of ``targets`` from final hidden states, ``chunk`` rows at a time.
+
+    ``head`` is the model's output layer (``model.get_output_embeddings()``). Only one chunk's
+    vocabulary-sized float32 logits exist at any moment: with gradients on, each chunk runs under
+    ``torch.utils.checkpoint``, so backward recomputes its logits instead of keeping them (memory
+    ``O(chunk x vocab)`` instead of ``O(tokens x vocab)``, for one extra output-layer matmul). The entropy
+    carries gradient only when ``entropy_grad``; otherwise it is returned detached (a metric).
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+    logps, ents = [], []
+    for start in range(0, hidden.shape[0], max(1, int(chunk))):
+        h, t = hidden[start : start + chunk], targets[start : start + chunk]
+        if grad:
+            lp, ent = checkpoint(_chunk_stats, h, head, t, temperature, entropy, use_reentrant=False)
+        else:
+            lp, ent = _chunk_stats(h, head, t, temperature, entropy)
+        logps.append(lp)
+        ents.append(ent if entropy_grad else ent.detach())
+    if not logps:
+        empty = hidden.new_zeros((0,), dtype=torch.float32)
+        return empty, (empty if entropy else None)
+    return torch.cat(logps), (torch.cat(ents) if entropy else None)
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3") -> torch.Tensor:

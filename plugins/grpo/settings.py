@@ -121,10 +121,18 @@ class GRPOSettings(_Section):
         description="Run the prompt a group's rollouts share once per micro-batch and only the rest per "
         "rollout (same loss and gradients up to float rounding; much faster when prompts are long).",
     )
-    skip_zero_advantage: bool = Field(
-        default=True,
-        description="Skip the forward/backward of trajectories whose advantage is 0 when no KL or entropy term "
-        "is on (their loss and gradient are exactly 0; they still count in the mean).",
+    zero_advantage: Literal["skip", "compute"] = Field(
+        default="skip",
+        description="skip: trajectories with advantage 0 are not run when that changes nothing: always without KL "
+        "and entropy terms, and while the policy still equals the reference with a k2/k3 KL term (so a step whose "
+        "groups all have equal rewards costs no update at the start of training). compute: run them anyway "
+        "(the reference implementation's behaviour). Skipped work is counted in the step metrics.",
+    )
+    logits_chunk_tokens: int | None = Field(
+        default=1024, ge=1,
+        description="Loss tokens whose full-vocabulary float32 logits exist at a time: the output layer, log-probs "
+        "and entropy run per chunk and are recomputed in backward (torch.utils.checkpoint) instead of kept. "
+        "null: all of a micro-batch's logits at once (through the model's own forward).",
     )
     gradient_checkpointing: bool = Field(default=False, description="Trade compute for activation memory.")
     train_workers: int = Field(

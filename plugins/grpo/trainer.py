@@ -16,7 +16,10 @@ actor does:
 
 Two exact speed-ups: the prompt a micro-batch's sequences share (a group's system prompt and task) is run
 once and its KV cache expanded to the rows (``shared_prefix``); trajectories with advantage 0 are not run
-at all when no KL or entropy term is on (their loss and gradient are exactly 0).
+at all when their loss and gradient are exactly 0: without KL and entropy terms, and with a k2/k3 KL term
+while the policy still equals the reference (``grpo.zero_advantage``, see :mod:`.skipping`; the skipped work
+is in the metrics). Log-probs come from the final hidden states through the output layer in chunks that are
+recomputed in backward (``grpo.logits_chunk_tokens``), so no sequence's full-vocabulary logits are kept.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ import torch
 
 from seal_platform.types import Trajectory
 
-from .objective import entropy_from_logits, grpo_token_loss, token_logprobs, token_weights
+from .objective import chunked_logprobs, entropy_from_logits, grpo_token_loss, token_logprobs, token_weights
 from .apatch import group_advantages
 from .settings import GRPOSettings
+from .skipping import SkipCounter, can_skip, predicted_runs
 
 # A shared prefix shorter than this is not worth a separate forward pass.
 _MIN_SHARED_PREFIX = 8
@@ -151,6 +155,7 @@ class GRPOTrainer:
         ref_model: Any | None = None,
         temperature: float = 1.0,
         pad_id: int = 0,
+        policy_is_reference: bool = False,
     ):
         self.settings = settings or GRPOSettings()
         s = self.settings
@@ -171,6 +176,9 @@ class GRPOTrainer:
             params, lr=s.lr, betas=tuple(s.betas), eps=s.adam_eps, weight_decay=s.weight_decay
         )
         self.updates = 0
+        # True while the policy's weights equal the reference's (no update since it was copied): zero-advantage
+        # trajectories then change nothing even with a KL term (see .skipping).
+        self.policy_is_reference = bool(policy_is_reference and ref_model is not None)
         if s.gradient_checkpointing:
             model.gradient_checkpointing_enable()
 
@@ -181,7 +189,12 @@ class GRPOTrainer:
         ref = None
         if settings.kl_coef > 0:
             ref = reference_policy(model)
-        return cls(model, settings, ref_model=ref, **kwargs)
+        # A frozen copy equals the policy until the first update; a LoRA policy's adapters-off reference is
+        # not assumed equal (adapters need not start at zero), so nothing is skipped on that account.
+        from .lora import is_lora
+
+        at_reference = ref is not None and not is_lora(model)
+        return cls(model, settings, ref_model=ref, policy_is_reference=at_reference, **kwargs)
 
     # --- forward passes ---------------------------------------------------------------------------------
 
@@ -193,8 +206,9 @@ class GRPOTrainer:
         target = torch.float16 if mode == "float16" else torch.bfloat16
         return torch.autocast(device_type=self.device.type, dtype=target)
 
-    def _logits(self, model: Any, batch: Sequence[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits predicting every loss token of ``batch`` (rows in sample order) and those tokens."""
+    def _logits(self, model: Any, batch: Sequence[Sample], hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits predicting every loss token of ``batch`` (rows in sample order) and those tokens; with
+        ``hidden``, the final hidden states there instead (the output layer is then applied in chunks)."""
         rows = [s.input_ids for s in batch]
         n, width = len(rows), max(len(r) for r in rows)
         shared = 0
@@ -226,12 +240,26 @@ class GRPOTrainer:
             kwargs = {"past_key_values": cache, "position_ids": positions, "use_cache": True}
         else:
             kwargs = {"use_cache": False}
+        if hidden:
+            out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), logits_to_keep=1,
+                        output_hidden_states=True, **kwargs)
+            cols = keep_t[col_idx.to(dev)]
+            return out.hidden_states[-1][row_idx.to(dev), cols], targets.to(dev)
         out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), logits_to_keep=keep_t, **kwargs)
         logits = out.logits[row_idx.to(dev), col_idx.to(dev)]
         return logits, targets.to(dev)
 
     def _forward(self, model: Any, batch: Sequence[Sample], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs (and entropies) of ``batch``'s loss tokens, concatenated in sample order."""
+        # A wrapper without its own output layer (the LoRA adapters-off reference) gets its logits whole.
+        chunk = self.settings.logits_chunk_tokens if hasattr(model, "get_output_embeddings") else None
+        if chunk:
+            with self._autocast():
+                states, targets = self._logits(model, batch, hidden=True)
+                return chunked_logprobs(
+                    states, model.get_output_embeddings(), targets, self.temperature, chunk=chunk,
+                    entropy=entropy, entropy_grad=self.settings.entropy_coef > 0,
+                )
         with self._autocast():
             logits, targets = self._logits(model, batch)
         logp = token_logprobs(logits, targets, self.temperature)
@@ -298,10 +326,7 @@ class GRPOTrainer:
         self.model.train(s.gradient_checkpointing)
         need_ref = s.kl_coef > 0
         want_entropy = True
-        can_skip = s.skip_zero_advantage and not need_ref and s.entropy_coef == 0
-
-        def runs(sample: Sample) -> bool:
-            return sample.n_tokens > 0 and not (can_skip and sample.advantage == 0.0)
+        skips = SkipCounter()
 
         batches = self.mini_batches(samples)
         if s.old_logprobs == "engine":
@@ -309,13 +334,13 @@ class GRPOTrainer:
                 if sample.n_tokens and all(lp is not None for lp in sample.engine_logprobs):
                     sample.old_logp = torch.tensor(sample.engine_logprobs, dtype=torch.float32, device=self.device)
         # Mini-batches after the first are trained on after an update: their old log-probs come first.
-        self.fill_logprobs(self.model, [x for b in batches[1:] for x in self._local([y for y in b if runs(y)])],
-                           "old_logp")
+        self.fill_logprobs(self.model, self._local(predicted_runs(batches, s, self.policy_is_reference)), "old_logp")
         engine_diff = self._engine_diff(samples)
 
         totals: dict[str, float] = {k: 0.0 for k in ("loss", "pg_loss", "kl", "entropy", "grad_norm")}
         counts = {"tokens": 0, "clipped": 0, "dual": 0, "approx_kl": 0.0, "updates": 0, "skipped": 0, "ratio_max": 0.0}
         trained_tokens = 0
+        trained_ids: set[int] = set()
         for _ in range(s.epochs_per_step):
             for batch in batches:
                 weights = token_weights([x.n_tokens for x in batch], s.loss_agg)
@@ -323,16 +348,26 @@ class GRPOTrainer:
                 for x in batch:
                     offsets[id(x)] = pos
                     pos += x.n_tokens
-                active = [x for x in batch if runs(x)]
+                at_reference = self.policy_is_reference
+                active = [x for x in batch if not can_skip(x, s, at_reference)]
+                for x in batch:
+                    if x.n_tokens and can_skip(x, s, at_reference):
+                        skips.skip(x)
                 if not active:
+                    skips.mini_batches += 1
                     continue
+                trained_ids.update(id(x) for x in active)
                 active = self._local(active)
                 self.optimizer.zero_grad(set_to_none=True)
                 parts = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0}
                 for micro in self._accumulation_batches(active):
-                    if need_ref:
+                    if need_ref and not at_reference:
                         self.fill_logprobs(self.ref_model, micro, "ref_logp")
                     logp, ent = self._forward(self.model, micro, entropy=want_entropy)
+                    if need_ref and at_reference:  # same weights: the reference's log-probs are these
+                        for x, part in zip(micro, torch.split(logp.detach(), [x.n_tokens for x in micro])):
+                            if x.ref_logp is None:
+                                x.ref_logp = part.clone()
                     split = torch.split(logp.detach(), [x.n_tokens for x in micro])
                     for x, part in zip(micro, split):
                         if x.old_logp is None:  # first mini-batch: the policy has not moved yet
@@ -370,6 +405,7 @@ class GRPOTrainer:
                         group["lr"] = self._lr()
                     self.optimizer.step()
                     self.updates += 1
+                    self.policy_is_reference = False
                     counts["updates"] += 1
                 else:  # a non-finite gradient would destroy the weights: skip this update
                     counts["skipped"] += 1
@@ -390,12 +426,13 @@ class GRPOTrainer:
             ratio_max=counts["ratio_max"],
             updates=float(counts["updates"]),
             skipped_updates=float(counts["skipped"]),
-            trained_sequences=float(sum(1 for x in samples if runs(x))),
+            trained_sequences=float(len(trained_ids)),
             generated_tokens=float(sum(x.n_tokens for x in samples)),
             trained_tokens=float(trained_tokens),
             tokens_per_s=trained_tokens / elapsed if elapsed > 0 else 0.0,
             update_s=elapsed,
             lr=self._lr(),
+            **skips.metrics(),
         )
         if engine_diff is not None:
             metrics["engine_logprob_abs_diff"] = engine_diff
@@ -438,6 +475,7 @@ class GRPOTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state.get("updates", 0))
+        self.policy_is_reference = self.policy_is_reference and self.updates == 0
 
 
 class GRPORun:
@@ -496,6 +534,7 @@ class GRPORun:
             metrics["advantage_abs_mean"] = sum(abs(a) for a in advantages) / len(advantages)
             metrics["zero_advantage_frac"] = sum(1 for a in advantages if a == 0.0) / len(advantages)
         started = time.perf_counter()
-        staleness.push_weights(engine, self.model, self.trainer.updates)
+        if metrics.get("updates", 1.0) > 0:  # unchanged weights (no update this step) need no push
+            staleness.push_weights(engine, self.model, self.trainer.updates)
         metrics["weight_push_s"] = time.perf_counter() - started
         return metrics

@@ -80,8 +80,22 @@ def test_run_runs_show_and_report(runner, toy_recipe, toy_site, tmp_path):
 
     reported = runner.invoke(cli, ["report", run_id, "--store", store, "--out", str(tmp_path / "rep")])
     assert reported.exit_code == 0, reported.output
-    png = tmp_path / "rep" / "report.png"
-    assert png.read_bytes()[:4] == b"\x89PNG"
+    page = (tmp_path / "rep" / "report.html").read_text()
+    # One self-contained page: plots embedded as PNG data, no external resources.
+    assert page.count("data:image/png;base64,") >= 4 and "src=\"http" not in page and "<link" not in page
+    for section in ("pass rate per category", "Turn labels over steps", "A-Patch label weights",
+                    "Interface revisions", "Step timings", "wrong_sum"):
+        assert section in page
+    # The run itself wrote its report at the end, next to its log.
+    run_dir = tmp_path / "runs" / run_id
+    assert (run_dir / "report.html").is_file() and (run_dir / "run.log").is_file()
+    assert "report: " in result.output and "time per stage" in result.output
+
+    as_json = runner.invoke(cli, ["runs", "--store", store, "--json"])
+    assert [r["id"] for r in json.loads(as_json.output)] == [run_id]
+    digest = json.loads(runner.invoke(cli, ["show", run_id, "--store", store, "--json"]).output)
+    assert digest["id"] == run_id and len(digest["steps"]) == 4
+    assert digest["revisions"][1]["driven_by"] == ["wrong_sum"]
 
 
 def test_user_mistakes_give_one_paragraph_not_a_traceback(runner, tmp_path, toy_site):
@@ -164,3 +178,54 @@ def test_eval_a_checkpoint(runner, toy_recipe, toy_site, tmp_path):
     assert {(r.step, r.split) for r in rows} >= {(2, "eval")}
     missing = runner.invoke(cli, ["eval", run_id, "--store", store, "--step", "99"])
     assert missing.exit_code == 2 and "no durable checkpoint at step 99" in missing.output
+
+
+def test_compare_lists_runs_side_by_side_and_fits_80_columns(runner, toy_recipe, toy_site, tmp_path):
+    ids = []
+    for steps in (1, 3):
+        result = runner.invoke(cli, ["run", str(toy_recipe), f"training.steps={steps}", "--quiet"], terminal_width=80)
+        assert result.exit_code == 0, result.output
+        table_lines = [line for line in result.output.splitlines() if "/" not in line]  # paths may be longer
+        assert max(len(line) for line in table_lines) <= 80, result.output
+        ids.append(result.output.split("run ", 1)[1].split()[0])
+    store = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    data = json.loads(runner.invoke(cli, ["compare", *ids, "--store", store, "--json"]).output)
+    assert [r["id"] for r in data["runs"]] == ids and [r["steps"] for r in data["runs"]] == [1, 3]
+    rows = {(r["eval_set"], r["category"]): r["values"] for r in data["rows"]}
+    averages = [key for key in rows if key[1] == "average"]
+    assert averages and all(len(v) == 2 and None not in v for v in rows.values())
+    from seal_platform.digest import load_digest
+    from seal_platform.store import RunStore
+
+    for i, run_id in enumerate(ids):  # each column is that run's final evaluation
+        final = load_digest(RunStore(store), run_id).final_scores()
+        for (eval_set, cat), values in rows.items():
+            assert values[i] == pytest.approx(final[eval_set][cat])
+    page = tmp_path / "cmp.html"
+    shown = runner.invoke(cli, ["compare", *ids, "--store", store, "--html", str(page)], terminal_width=80)
+    assert shown.exit_code == 0 and "average" in shown.output
+    assert max(len(line) for line in shown.output.splitlines()) <= 80
+    assert "data:image/png;base64," in page.read_text()
+
+
+def test_library_output_goes_to_the_run_log_not_the_terminal(tmp_path):
+    """Descriptor-level redirection catches logging, warnings and native writes to fd 2 alike."""
+    script = f"""
+import logging, os, sys, warnings
+from pathlib import Path
+from seal_platform.runlog import quiet_terminal
+with quiet_terminal(Path({str(tmp_path / 'run.log')!r})) as terminal:
+    logging.getLogger("vllm").info("engine INFO line")
+    warnings.warn("a library warning")
+    os.write(2, b"native stderr line\\n")
+    print("stdout from a library")
+    terminal.write("progress line\\n")
+print("after the run")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["progress line", "after the run"]
+    assert done.stderr == ""
+    log = (tmp_path / "run.log").read_text()
+    for text in ("engine INFO line", "a library warning", "native stderr line", "stdout from a library"):
+        assert text in log

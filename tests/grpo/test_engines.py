@@ -121,6 +121,19 @@ def test_hf_seed_reproduces_and_group_samples_differ(hf_engine):
     assert len({tuple(g.token_ids) for g in a}) > 1
 
 
+def test_hf_unseeded_calls_draw_fresh_randomness(hf_engine):
+    """Without a seed every call samples anew: two calls at temperature 1 do not repeat each other, and the
+    process's random stream moves on (a seeded call leaves it where it was)."""
+    conversation = [Message(role="user", content="tell me a story")]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12)
+    torch.manual_seed(123)
+    runs = [tuple(hf_engine.generate([conversation], sampling)[0].token_ids) for _ in range(3)]
+    assert len(set(runs)) > 1, "unseeded calls returned the same sample every time"
+    state = torch.random.get_rng_state()
+    hf_engine.generate([conversation], sampling.model_copy(update={"seed": 1}))
+    assert torch.equal(state, torch.random.get_rng_state())
+
+
 def test_hf_stop_string_ends_generation_and_is_kept(hf_engine):
     conversation = [Message(role="user", content="write")]
     free = hf_engine.generate([conversation], SamplingParams(temperature=0.0, max_new_tokens=16))[0]

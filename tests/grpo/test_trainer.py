@@ -111,7 +111,7 @@ def test_first_update_loss_and_gradient_match_plain_computation(tiny_policy, tra
         dict(micro_batch_size=1, shared_prefix=False),
         dict(micro_batch_size=3, shared_prefix=True),
         dict(micro_batch_size=6, shared_prefix=False, max_tokens_per_micro_batch=200),
-        dict(micro_batch_size=6, shared_prefix=True, skip_zero_advantage=False),
+        dict(micro_batch_size=6, shared_prefix=True, zero_advantage="compute"),
     ],
 )
 def test_gradient_independent_of_micro_batching_and_prefix_sharing(tokenizer, trajectories, variant):
@@ -146,7 +146,7 @@ def test_zero_advantage_groups_are_skipped_without_changing_the_update(tokenizer
 
     def run(skip: bool):
         model = make_tiny_model(tokenizer)
-        settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, skip_zero_advantage=skip)
+        settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, zero_advantage="skip" if skip else "compute")
         trainer = GRPOTrainer(model, settings, pad_id=tokenizer.pad_token_id)
         grads = capture_grads(trainer)
         return trainer.step(build_samples(tokenizer, trajs, settings=settings)), grads
@@ -217,3 +217,42 @@ def test_settings_validation():
         GRPOSettings(unknown_key=1)
     with pytest.raises(ValueError, match="reference model"):
         GRPOTrainer(torch.nn.Linear(2, 2), GRPOSettings(kl_coef=0.1))
+
+
+def test_zero_advantage_with_kl_is_skipped_only_while_the_policy_equals_the_reference(tokenizer):
+    """With a k3 KL term, equal-reward groups cost nothing before the first update (their loss and gradient
+    are exactly 0 there) and give the same update as computing them; after an update they are computed."""
+    from conftest import make_tiny_model
+
+    def trainer_for(mode: str) -> tuple[GRPOTrainer, list]:
+        settings = GRPOSettings(kl_coef=0.05, mini_batch_tasks=2, zero_advantage=mode)
+        trainer = GRPOTrainer.with_reference(make_tiny_model(tokenizer), settings, pad_id=tokenizer.pad_token_id)
+        return trainer, capture_grads(trainer)
+
+    all_equal = make_trajectories(tokenizer, rewards=((1.0, 1.0, 1.0), (0.0, 0.0, 0.0)))
+    trainer, grads = trainer_for("skip")
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics = trainer.step(build_samples(tokenizer, all_equal, settings=trainer.settings))
+    assert metrics["updates"] == 0 and metrics["trained_sequences"] == 0 and not grads
+    assert metrics["skipped_sequences"] == 6 and metrics["skipped_mini_batches"] == 1
+    assert metrics["skipped_tokens"] > 0
+    assert trainer.policy_is_reference
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+    mixed = make_trajectories(tokenizer, rewards=((1.0, 1.0, 1.0), (0.0, 1.0, 0.0)))
+    results = {}
+    for mode in ("skip", "compute"):
+        trainer, grads = trainer_for(mode)
+        results[mode] = (trainer.step(build_samples(tokenizer, mixed, settings=trainer.settings)), grads)
+    (skipped, g_skip), (full, g_full) = results["skip"], results["compute"]
+    assert skipped["trained_sequences"] == 3 and full["trained_sequences"] == 6
+    assert skipped["skipped_sequences"] == 3 and full["skipped_sequences"] == 0
+    for a, b in zip(g_skip[0], g_full[0]):
+        assert torch.allclose(a, b, atol=1e-7)
+
+    # The policy has moved: the KL term of zero-advantage trajectories now has a gradient; they are run.
+    trainer, _ = trainer_for("skip")
+    trainer.step(build_samples(tokenizer, mixed, settings=trainer.settings))
+    assert not trainer.policy_is_reference
+    after = trainer.step(build_samples(tokenizer, all_equal, settings=trainer.settings))
+    assert after["trained_sequences"] == 6 and after["updates"] == 1

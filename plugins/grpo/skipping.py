@@ -1,0 +1,71 @@
+"""Which trajectories of a step the GRPO update can leave out without changing it.
+
+A trajectory's loss is ``sum_t w_t (pg_t + kl_coef kl_t - entropy_coef H_t)``. With advantage 0 its policy
+term and that term's gradient are exactly 0, so what is left is the KL and entropy terms:
+
+* no KL and no entropy term: the trajectory contributes nothing, ever;
+* a k2 or k3 KL term while the policy still equals the reference (no optimizer update since the reference
+  was copied): ``logp == ref`` for every token, and the estimator's value *and* gradient vanish there
+  (k3' = 1 - exp(ref - logp) = 0, k2' = logp - ref = 0). The k1 estimator ``logp - ref`` has gradient
+  ``d logp`` even there, so it is never skipped;
+* an entropy term: the entropy has a gradient whatever the advantage, so nothing is skipped.
+
+A mini-batch whose trajectories are all skipped does no optimizer update, so the policy stays equal to the
+reference and the next mini-batch may skip as well: a GRPO group whose rewards are all equal (every advantage
+0) at the start of training costs no forward or backward pass at all. The setting ``grpo.zero_advantage``
+picks ``skip`` (this, the default) or ``compute`` (run everything, the reference implementation's behaviour).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .settings import GRPOSettings
+
+
+def can_skip(sample: Any, settings: GRPOSettings, at_reference: bool) -> bool:
+    """Whether ``sample`` (a :class:`~.trainer.Sample`) adds exactly nothing to the loss and its gradient."""
+    if sample.n_tokens == 0:
+        return True
+    if sample.advantage != 0.0 or settings.zero_advantage == "compute":
+        return False
+    if settings.entropy_coef > 0:
+        return False
+    if settings.kl_coef == 0:
+        return True
+    return at_reference and settings.kl_estimator != "k1"
+
+
+@dataclass
+class SkipCounter:
+    """Skipped work of one step, for its metrics."""
+
+    sequences: int = 0
+    tokens: int = 0
+    mini_batches: int = 0
+
+    def skip(self, sample: Any) -> None:
+        self.sequences += 1
+        self.tokens += len(sample.input_ids)
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "skipped_sequences": float(self.sequences),
+            "skipped_tokens": float(self.tokens),
+            "skipped_mini_batches": float(self.mini_batches),
+        }
+
+
+def predicted_runs(batches: Sequence[Sequence[Any]], settings: GRPOSettings, at_reference: bool) -> list[Any]:
+    """Samples of mini-batches after the first that will (or may) be run: those need old log-probs computed
+    before the first update. Assumes every mini-batch with something to run makes an update (if one does
+    not, a few more samples are skipped than predicted: never fewer)."""
+    out: list[Any] = []
+    for i, batch in enumerate(batches):
+        active = [x for x in batch if not can_skip(x, settings, at_reference)]
+        if i > 0:
+            out.extend(active)
+        if active:
+            at_reference = False
+    return out

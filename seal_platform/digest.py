@@ -1,0 +1,155 @@
+"""A run read back from the store as one typed object: what the end-of-run summary, ``show --json``,
+``report`` and ``compare`` print or plot.
+
+Evaluation results are keyed by *evaluation set* (``<environment>:<split>``), so a run evaluated on several
+benchmarks or splits carries several sets and ``compare`` shows each as its own block of rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+LOG_FILE = "run.log"
+REPORT_FILE = "report.html"
+STAGES = ("collect", "diagnose", "evolve_interface", "reweight", "optimize")
+
+
+class EvalPoint(BaseModel):
+    """One evaluation of one evaluation set after ``step`` training steps."""
+
+    step: int
+    per_category: dict[str, float]
+    n_tasks: int = 0
+
+    @property
+    def average(self) -> float:
+        return sum(self.per_category.values()) / len(self.per_category) if self.per_category else 0.0
+
+
+class Revision(BaseModel):
+    revision: int
+    parent: int | None = None
+    step: int | None = None
+    changes: list[str] = Field(default_factory=list)
+    driven_by: list[str] = Field(default_factory=list)
+    diff: str = ""
+
+
+class StepPoint(BaseModel):
+    step: int
+    mean_reward: float
+    interface_revision: int
+    metrics: dict[str, float] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class RunDigest(BaseModel):
+    """Everything the summary, report and comparison need from one run."""
+
+    id: str
+    name: str
+    status: str
+    recipe: str = ""
+    environment: str = ""
+    seed: int = 0
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    run_dir: str = ""
+    error: str | None = None
+    evaluations: dict[str, list[EvalPoint]] = Field(default_factory=dict, description="eval set -> points by step")
+    steps: list[StepPoint] = Field(default_factory=list)
+    labels: dict[str, dict[str, int]] = Field(default_factory=dict, description="diagnoser -> label -> turns")
+    labels_per_step: dict[str, dict[int, dict[str, int]]] = Field(
+        default_factory=dict, description="diagnoser -> step -> label -> turns"
+    )
+    label_weights: dict[int, dict[str, float]] = Field(default_factory=dict, description="step -> label -> weight")
+    revisions: list[Revision] = Field(default_factory=list)
+
+    # --- derived -------------------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.run_dir) / LOG_FILE
+
+    @property
+    def report_path(self) -> Path:
+        return Path(self.run_dir) / REPORT_FILE
+
+    def stage_seconds(self) -> dict[str, float]:
+        """Seconds spent per stage over all steps (in loop order, then any others)."""
+        totals: dict[str, float] = defaultdict(float)
+        for step in self.steps:
+            for stage, seconds in step.timings.items():
+                totals[stage] += float(seconds)
+        order = [s for s in STAGES if s in totals] + sorted(s for s in totals if s not in STAGES)
+        return {s: totals[s] for s in order}
+
+    def first_and_last(self, eval_set: str) -> tuple[EvalPoint | None, EvalPoint | None]:
+        points = self.evaluations.get(eval_set, [])
+        if not points:
+            return None, None
+        return points[0], points[-1]
+
+    def final_scores(self) -> dict[str, dict[str, float]]:
+        """eval set -> category -> pass rate of the last evaluation (plus ``average``)."""
+        out: dict[str, dict[str, float]] = {}
+        for eval_set, points in self.evaluations.items():
+            last = points[-1]
+            out[eval_set] = {**last.per_category, "average": last.average}
+        return out
+
+    def final_label_weights(self) -> dict[str, float]:
+        return self.label_weights[max(self.label_weights)] if self.label_weights else {}
+
+    def tokens_per_s(self) -> float | None:
+        """Mean update throughput over the steps that trained anything (trained tokens / update seconds)."""
+        tokens = sum(s.metrics.get("trained_tokens", 0.0) for s in self.steps)
+        seconds = sum(s.metrics.get("update_s", 0.0) for s in self.steps if s.metrics.get("trained_tokens"))
+        return tokens / seconds if seconds > 0 else None
+
+
+def _float_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def load_digest(store: Any, run_id: str) -> RunDigest:
+    """Read one run (``run_id`` may be a unique prefix, as the store accepts) into a :class:`RunDigest`."""
+    run = store.get_run(run_id)
+    environment = str((run.config or {}).get("environment", ""))
+    evaluations: dict[str, dict[int, EvalPoint]] = defaultdict(dict)
+    for row in store.evaluations(run.id):
+        eval_set = f"{environment}:{row.split}" if environment else row.split
+        point = evaluations[eval_set].setdefault(row.step, EvalPoint(step=row.step, per_category={}))
+        point.per_category[row.category] = float(row.pass_rate)
+        point.n_tasks += int(row.n_tasks)
+    labels: dict[str, Counter] = defaultdict(Counter)
+    per_step: dict[str, dict[int, Counter]] = defaultdict(lambda: defaultdict(Counter))
+    for row in store.labels(run.id):
+        labels[row.source][row.label] += 1
+        per_step[row.source][row.step][row.label] += 1
+    weights: dict[int, dict[str, float]] = defaultdict(dict)
+    for row in store.label_weights(run.id):
+        weights[row.step][row.label] = float(row.weight)
+    return RunDigest(
+        id=run.id, name=run.name, status=run.status, recipe=run.recipe or "", environment=environment,
+        seed=run.seed, started_at=run.started_at, ended_at=run.ended_at, run_dir=run.run_dir, error=run.error,
+        evaluations={k: [v[s] for s in sorted(v)] for k, v in sorted(evaluations.items())},
+        steps=[
+            StepPoint(step=s.step, mean_reward=s.mean_reward, interface_revision=s.interface_revision,
+                      metrics=_float_metrics(s.metrics), timings=_float_metrics(s.timings))
+            for s in store.steps(run.id)
+        ],
+        labels={src: dict(c.most_common()) for src, c in sorted(labels.items())},
+        labels_per_step={src: {step: dict(c) for step, c in sorted(steps.items())} for src, steps in sorted(per_step.items())},
+        label_weights=dict(sorted(weights.items())),
+        revisions=[
+            Revision(revision=r.revision, parent=r.parent, step=r.step, changes=list(r.changes or []),
+                     driven_by=list(r.driven_by or []), diff=r.diff or "")
+            for r in store.interfaces(run.id)
+        ],
+    )

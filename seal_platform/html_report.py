@@ -1,0 +1,215 @@
+"""``seal-platform report RUN`` and ``compare --html``: one self-contained HTML page (plots embedded as PNG
+data URIs, no external files, scripts or styles), written with matplotlib's Agg backend."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any, Callable
+
+from .digest import RunDigest
+from .summary import Comparison
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 0.5em 0; } td, th { padding: 2px 10px; text-align: right; }
+td:first-child, th:first-child { text-align: left; } tr:nth-child(even) { background: #f6f6f6; }
+pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; font-size: 0.85em; }
+.meta { color: #666; } .add { color: #070; } .del { color: #a00; } img { max-width: 100%; }
+"""
+
+
+def _figure_png(draw: Callable[[Any], None], size: tuple[float, float] = (9, 4)) -> str:
+    """Render ``draw(ax)`` into a PNG data URI."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size)
+    try:
+        draw(ax)
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=90)
+    finally:
+        plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _img(uri: str, alt: str) -> str:
+    return f'<img src="{uri}" alt="{html.escape(alt)}">'
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _diff_html(diff: str) -> str:
+    lines = []
+    for line in diff.splitlines():
+        cls = "add" if line.startswith("+") and not line.startswith("+++") else (
+            "del" if line.startswith("-") and not line.startswith("---") else "")
+        text = html.escape(line)
+        lines.append(f'<span class="{cls}">{text}</span>' if cls else text)
+    return "<pre>" + "\n".join(lines) + "</pre>"
+
+
+def _pass_rate_section(digest: RunDigest) -> str:
+    parts = ["<h2>Evaluation: pass rate per category</h2>"]
+    if not digest.evaluations:
+        return parts[0] + "<p>No evaluation was run.</p>"
+    for eval_set, points in digest.evaluations.items():
+        cats = sorted({c for p in points for c in p.per_category})
+
+        def draw(ax: Any, points=points, cats=cats, eval_set=eval_set) -> None:
+            for cat in cats:
+                xs = [p.step for p in points if cat in p.per_category]
+                ax.plot(xs, [p.per_category[cat] for p in points if cat in p.per_category], marker="o", label=cat)
+            ax.plot([p.step for p in points], [p.average for p in points], marker="s", color="black",
+                    linewidth=2, label="average")
+            ax.set(title=f"pass rate (%) on {eval_set}", xlabel="training steps done", ylabel="%")
+            ax.legend(fontsize=7)
+
+        parts.append(_img(_figure_png(draw), f"pass rate on {eval_set}"))
+        rows = [[c, *(_pct(p.per_category.get(c)) for p in points)] for c in cats]
+        rows.append(["average", *(_pct(p.average) for p in points)])
+        parts.append(_table(["category", *(f"after {p.step}" for p in points)], rows))
+    return "".join(parts)
+
+
+def _labels_section(digest: RunDigest) -> str:
+    parts = ["<h2>Turn labels over steps (per diagnoser)</h2>"]
+    if not digest.labels_per_step:
+        return parts[0] + "<p>No labels were recorded.</p>"
+    for source, per_step in digest.labels_per_step.items():
+        labels = sorted({lab for counts in per_step.values() for lab in counts})
+        steps = sorted(per_step)
+
+        def draw(ax: Any, per_step=per_step, labels=labels, steps=steps, source=source) -> None:
+            bottom = [0] * len(steps)
+            for label in labels:
+                values = [per_step[s].get(label, 0) for s in steps]
+                ax.bar(steps, values, bottom=bottom, label=label)
+                bottom = [b + v for b, v in zip(bottom, values)]
+            ax.set(title=f"labels from {source}", xlabel="step", ylabel="turns")
+            ax.legend(fontsize=7)
+
+        parts.append(_img(_figure_png(draw), f"labels from {source}"))
+        parts.append(_table(["label", "turns"], [[k, v] for k, v in digest.labels.get(source, {}).items()]))
+    return "".join(parts)
+
+
+def _weights_section(digest: RunDigest) -> str:
+    parts = ["<h2>A-Patch label weights over steps</h2>"]
+    if not digest.label_weights:
+        return parts[0] + "<p>No label weights were recorded (reweighting off?).</p>"
+    steps = sorted(digest.label_weights)
+    labels = sorted({lab for w in digest.label_weights.values() for lab in w})
+
+    def draw(ax: Any) -> None:
+        for label in labels:
+            xs = [s for s in steps if label in digest.label_weights[s]]
+            ax.plot(xs, [digest.label_weights[s][label] for s in xs], marker=".", label=label)
+        for rev in digest.revisions:
+            if rev.step is not None:
+                ax.axvline(rev.step, color="grey", linestyle=":", linewidth=1)
+        ax.set(title="label weights (dotted: interface revisions)", xlabel="step", ylabel="weight")
+        ax.legend(fontsize=7)
+
+    parts.append(_img(_figure_png(draw), "A-Patch weights"))
+    final = digest.final_label_weights()
+    parts.append(_table(["label", f"weight after step {steps[-1]}"], [[k, f"{v:.3f}"] for k, v in sorted(final.items())]))
+    return "".join(parts)
+
+
+def _revisions_section(digest: RunDigest) -> str:
+    parts = [f"<h2>Interface revisions ({len(digest.revisions)})</h2>"]
+    for rev in digest.revisions:
+        when = "before training" if rev.step is None else f"step {rev.step}"
+        parent = "" if rev.parent is None else f", from r{rev.parent}"
+        parts.append(f"<h3>r{rev.revision} ({when}{parent})</h3>")
+        if rev.changes:
+            parts.append("<ul>" + "".join(f"<li>{html.escape(c)}</li>" for c in rev.changes) + "</ul>")
+        if rev.driven_by:
+            parts.append(f"<p class=meta>driven by: {html.escape(', '.join(rev.driven_by))}</p>")
+        if rev.diff and rev.parent is not None:
+            parts.append(_diff_html(rev.diff))
+    return "".join(parts)
+
+
+def _timings_section(digest: RunDigest) -> str:
+    parts = ["<h2>Step timings</h2>"]
+    if not digest.steps:
+        return parts[0] + "<p>No training step was recorded.</p>"
+    stages = list(digest.stage_seconds())
+
+    def draw(ax: Any) -> None:
+        xs = [s.step for s in digest.steps]
+        bottom = [0.0] * len(xs)
+        for stage in stages:
+            values = [s.timings.get(stage, 0.0) for s in digest.steps]
+            ax.bar(xs, values, bottom=bottom, label=stage)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax.set(title="seconds per stage", xlabel="step", ylabel="s")
+        ax.legend(fontsize=7)
+
+    parts.append(_img(_figure_png(draw), "step timings"))
+    rows = [[s.step, f"{s.mean_reward:.3f}", s.interface_revision, *(f"{s.timings.get(st, 0.0):.1f}" for st in stages)]
+            for s in digest.steps]
+    parts.append(_table(["step", "reward", "interface", *stages], rows))
+    return "".join(parts)
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+
+
+def run_report_html(digest: RunDigest) -> str:
+    meta = (f"<p class=meta>{html.escape(digest.status)}; recipe {html.escape(digest.recipe or '-')}; seed "
+            f"{digest.seed}; started {digest.started_at}; ended {digest.ended_at or '-'}; {len(digest.steps)} "
+            f"step(s); directory {html.escape(digest.run_dir)}</p>")
+    error = f"<p><b>error:</b> {html.escape(digest.error)}</p>" if digest.error else ""
+    body = "".join([
+        f"<h1>run {html.escape(digest.id)} ({html.escape(digest.name)})</h1>", meta, error,
+        _pass_rate_section(digest), _labels_section(digest), _weights_section(digest),
+        _revisions_section(digest), _timings_section(digest),
+    ])
+    return _page(f"seal-platform run {digest.id}", body)
+
+
+def write_run_report(digest: RunDigest, out: Path | None = None) -> Path:
+    """Write the run's HTML report (default ``<run dir>/report.html``); returns its path."""
+    path = Path(out) if out else digest.report_path
+    if path.suffix.lower() != ".html":
+        path = path / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(run_report_html(digest), encoding="utf-8")
+    return path
+
+
+def comparison_html(comparison: Comparison, digests: list[RunDigest]) -> str:
+    header = ["set / category", *(f"{r.name} ({r.id})" for r in comparison.runs)]
+    rows = [[f"{row.eval_set} / {row.category}", *(_pct(v) for v in row.values)] for row in comparison.rows]
+    parts = ["<h1>Run comparison: final pass rate (%)</h1>", _table(header, rows)]
+    for eval_set in sorted({row.eval_set for row in comparison.rows}):
+        def draw(ax: Any, eval_set=eval_set) -> None:
+            for d in digests:
+                points = d.evaluations.get(eval_set, [])
+                if points:
+                    ax.plot([p.step for p in points], [p.average for p in points], marker="o", label=f"{d.name} {d.id[-6:]}")
+            ax.set(title=f"average pass rate (%) on {eval_set}", xlabel="training steps done", ylabel="%")
+            ax.legend(fontsize=7)
+
+        parts.append(_img(_figure_png(draw), f"average pass rate on {eval_set}"))
+    return _page("seal-platform comparison", "".join(parts))

@@ -1,0 +1,49 @@
+"""What ``seal-platform run`` shows: library logs to ``<run dir>/run.log``, one live progress line, then the
+end-of-run summary; the run's HTML report is written at the end (also after a failure, for what was done)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from .digest import LOG_FILE, load_digest
+from .summary import run_summary
+
+
+def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool = False, live: bool = True,
+                     report: bool = True) -> Any:
+    """Run ``runner`` (a :class:`~seal_platform.loop.Runner` built with ``runner.progress`` as the display, or
+    none) and print its summary on ``console``; returns the loop's RunSummary. Exceptions propagate after the
+    log is closed and the terminal restored."""
+    from .runlog import quiet_terminal
+
+    log_path = runner.run_dir / LOG_FILE
+    console.print(f"run [bold]{runner.run_id}[/] ({runner.config.name}) in {runner.run_dir}", highlight=False)
+    if not verbose:
+        console.print(f"library logs: {log_path} (-v shows them here)", highlight=False)
+    progress = runner.progress
+    with quiet_terminal(log_path, verbose=verbose) as terminal:
+        if hasattr(progress, "console") and terminal is not console.file:
+            # The display draws on the real terminal while descriptors 1 and 2 point at the log.
+            progress.console = Console(file=terminal, width=console.width if not console.is_terminal else None)
+        try:
+            result = runner.run()
+        finally:
+            report_path = _write_report(store, runner.run_id, console) if report else None
+    digest = load_digest(store, runner.run_id)
+    extra = getattr(progress, "extra_seconds", None) if live else None
+    console.print(run_summary(digest, stage_extra=extra, report=str(report_path) if report_path else None,
+                              log=str(log_path)), highlight=False)
+    return result
+
+
+def _write_report(store: Any, run_id: str, console: Console) -> Any:
+    from .html_report import write_run_report
+
+    try:
+        return write_run_report(load_digest(store, run_id))
+    except Exception as exc:  # a failed report must not hide the run's outcome
+        console.print(f"warning: the report could not be written: {type(exc).__name__}: {exc}", highlight=False,
+                      markup=False)
+        return None

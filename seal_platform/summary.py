@@ -1,0 +1,179 @@
+"""The end-of-run summary and the ``compare`` table, as rich renderables that stay readable at 80 columns
+and when piped (narrow tables, no wide free-text columns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from .digest import RunDigest
+
+
+def _table(title: str, *columns: str, right: tuple[int, ...] = ()) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="right" if i in right else "left", overflow="fold")
+    return table
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def pass_rate_tables(digest: RunDigest) -> list[Table]:
+    """Per evaluation set: each category's pass rate before and after training, and their average."""
+    out = []
+    for eval_set in digest.evaluations:
+        first, last = digest.first_and_last(eval_set)
+        assert first is not None and last is not None
+        single = first.step == last.step
+        cols = ("category", f"step {last.step}") if single else ("category", f"step {first.step}", f"step {last.step}", "change")
+        table = _table(f"pass rate (%) on {eval_set}", *cols, right=tuple(range(1, len(cols))))
+        cats = sorted(set(first.per_category) | set(last.per_category))
+        rows = [(c, first.per_category.get(c), last.per_category.get(c)) for c in cats]
+        rows.append(("average", first.average, last.average))
+        for cat, before, after in rows:
+            name = Text(cat, style="bold") if cat == "average" else cat
+            if single:
+                table.add_row(name, _pct(after))
+            else:
+                change = None if before is None or after is None else after - before
+                table.add_row(name, _pct(before), _pct(after), "-" if change is None else f"{change:+.1f}")
+        out.append(table)
+    return out
+
+
+def labels_table(digest: RunDigest) -> Table | None:
+    if not digest.labels:
+        return None
+    table = _table("turn labels seen (training rollouts)", "diagnoser", "label", "turns", right=(2,))
+    for source, counts in digest.labels.items():
+        for i, (label, n) in enumerate(counts.items()):
+            table.add_row(source if i == 0 else "", label, str(n))
+    return table
+
+
+def weights_table(digest: RunDigest) -> Table | None:
+    weights = digest.final_label_weights()
+    if not weights:
+        return None
+    step = max(digest.label_weights)
+    table = _table(f"A-Patch label weights after step {step}", "label", "weight", right=(1,))
+    for label, weight in sorted(weights.items()):
+        table.add_row(label, f"{weight:.3f}")
+    return table
+
+
+def revisions_lines(digest: RunDigest) -> Text:
+    text = Text()
+    text.append(f"interface revisions: {len(digest.revisions)}\n", style="bold")
+    for rev in digest.revisions:
+        when = "before training" if rev.step is None else f"step {rev.step}"
+        what = "; ".join(rev.changes) if rev.changes else ("pristine" if rev.parent is None else "no listed changes")
+        text.append(f"  r{rev.revision} ({when}): {what}\n")
+        if rev.driven_by:
+            text.append(f"      driven by: {', '.join(rev.driven_by)}\n")
+    return text
+
+
+def stage_table(digest: RunDigest, extra: dict[str, float] | None = None) -> Table:
+    """Seconds per stage over the whole run; ``extra`` adds stages the store does not time (set-up,
+    evaluation), as measured by the live display."""
+    seconds = dict(digest.stage_seconds())
+    for stage, value in (extra or {}).items():
+        seconds[stage] = seconds.get(stage, 0.0) + value
+    total = sum(seconds.values())
+    table = _table("time per stage", "stage", "seconds", "share", right=(1, 2))
+    for stage, value in seconds.items():
+        table.add_row(stage, f"{value:.1f}", f"{100 * value / total:.0f}%" if total else "-")
+    table.add_row(Text("total", style="bold"), f"{total:.1f}", "")
+    return table
+
+
+def run_summary(digest: RunDigest, *, stage_extra: dict[str, float] | None = None, report: str | None = None,
+                log: str | None = None) -> Group:
+    """Everything the terminal shows at the end of a run."""
+    parts: list[Any] = [Text(f"run {digest.id} ({digest.name}): {digest.status}, {len(digest.steps)} step(s)",
+                             style="bold")]
+    parts.extend(pass_rate_tables(digest) or [Text("no evaluation was run")])
+    for table in (labels_table(digest), weights_table(digest)):
+        if table is not None:
+            parts.append(table)
+    parts.append(revisions_lines(digest))
+    parts.append(stage_table(digest, stage_extra))
+    tps = digest.tokens_per_s()
+    trained = sum(s.metrics.get("trained_sequences", 0.0) for s in digest.steps)
+    skipped = sum(s.metrics.get("skipped_sequences", 0.0) for s in digest.steps)
+    if digest.steps and any("trained_tokens" in s.metrics for s in digest.steps):
+        line = f"policy updates: {int(sum(s.metrics.get('updates', 0.0) for s in digest.steps))}, " \
+               f"trajectories trained {int(trained)}, skipped {int(skipped)} (advantage 0, nothing to learn)"
+        if tps:
+            line += f", {tps:.0f} trained tokens/s"
+        parts.append(Text(line))
+    if report:
+        parts.append(Text(f"report: {report}"))
+    if log:
+        parts.append(Text(f"log:    {log}"))
+    return Group(*parts)
+
+
+# --- compare ---------------------------------------------------------------------------------------------
+
+
+class CompareRun(BaseModel):
+    id: str
+    name: str
+    status: str
+    steps: int
+
+
+class CompareRow(BaseModel):
+    """One category (or ``average``) of one evaluation set; ``values`` aligned with ``Comparison.runs``
+    (None where a run has no such result)."""
+
+    eval_set: str
+    category: str
+    values: list[float | None]
+
+
+class Comparison(BaseModel):
+    """Final pass rates of several runs side by side: one column per run, one block of rows per evaluation
+    set (benchmark and split), so runs evaluated on several benchmarks compare on each."""
+
+    runs: list[CompareRun]
+    rows: list[CompareRow] = Field(default_factory=list)
+
+
+def compare_runs(digests: list[RunDigest]) -> Comparison:
+    finals = [d.final_scores() for d in digests]
+    sets = sorted({s for f in finals for s in f})
+    rows = []
+    for eval_set in sets:
+        cats = sorted({c for f in finals for c in f.get(eval_set, {}) if c != "average"}) + ["average"]
+        for cat in cats:
+            rows.append(CompareRow(eval_set=eval_set, category=cat, values=[f.get(eval_set, {}).get(cat) for f in finals]))
+    return Comparison(
+        runs=[CompareRun(id=d.id, name=d.name, status=d.status, steps=len(d.steps)) for d in digests], rows=rows
+    )
+
+
+def comparison_table(comparison: Comparison) -> Table:
+    table = _table("final pass rate (%)", "set / category", *(f"{r.name}\n{r.id[-6:]}" for r in comparison.runs),
+                   right=tuple(range(1, len(comparison.runs) + 1)))
+    current = None
+    for row in comparison.rows:
+        if row.eval_set != current:
+            current = row.eval_set
+            table.add_row(Text(row.eval_set, style="bold"), *([""] * len(comparison.runs)))
+        name = Text(f"  {row.category}", style="bold" if row.category == "average" else "")
+        table.add_row(name, *(_pct(v) for v in row.values))
+    return table
+
+
+def print_renderable(console: Console, renderable: Any) -> None:
+    console.print(renderable, highlight=False)

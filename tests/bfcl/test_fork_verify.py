@@ -1,0 +1,39 @@
+"""``seal-platform verify``'s fast path (verification in forked children) gives the worker pool's verdicts
+and still holds every transcript to its own time limit."""
+
+from __future__ import annotations
+
+import time
+
+from seal_platform_plugins.bfcl.data import get_task, ground_truth
+from seal_platform_plugins.bfcl.executor import ToolExecutor
+from seal_platform_plugins.bfcl.fork_verify import can_fork
+from seal_platform_plugins.bfcl.verifier import parse_record, verify_records
+
+
+def test_forked_verification_matches_the_worker_pool_and_survives_a_runaway_call():
+    assert can_fork()  # pytest runs tests on the main thread only
+    good = "multi_turn_base_15"  # involves MathAPI
+    gt = ground_truth(get_task(good))
+    runaway = [list(turn) for turn in gt]
+    runaway[0] = ["power(base=10, exponent=300000000)", *runaway[0]]  # minutes of big-integer arithmetic
+    records = [
+        {"task_id": good, "turns": gt},
+        {"task_id": good, "turns": runaway},
+        {"task_id": "no_such_task", "turns": [[]]},
+        {"task_id": "multi_turn_miss_param_5", "turns": ground_truth(get_task("multi_turn_miss_param_5"))},
+        {"task_id": good, "turns": [[] for _ in gt]},
+    ]
+    started = time.monotonic()
+    forked = verify_records(records, executor=lambda: None, timeout_s=3.0)
+    assert time.monotonic() - started < 30
+    assert forked[0] == {"task_id": good, "success": True, "labels": ["pass"] * len(gt)}
+    assert forked[1]["task_id"] == good and forked[1]["success"] is False  # timed out: a checker error
+    assert set(forked[2]) == {"error"} and "no_such_task" in forked[2]["error"]
+    assert forked[3]["success"] is True and forked[4]["success"] is False
+    # The worker pool's stream (used where forking is unsafe) agrees, runaway included.
+    items = [(get_task(records[i]["task_id"]), parse_record(records[i])[1]) for i in (0, 1, 3, 4)]
+    with ToolExecutor(max_workers=1, episode_timeout_s=3.0) as pool:
+        outcomes = pool.verify_many(items, chunk=2)
+    assert [o.success for o in outcomes] == [forked[i]["success"] for i in (0, 1, 3, 4)]
+    assert outcomes[1].error_message.startswith("verification took longer")
