@@ -80,6 +80,9 @@ def test_judge_settings_sections_are_validated_by_their_owners(tmp_path):
         local_context(ctx, LocalJudgeSettings(settings={"polcy": {"model": "x"}}))
     with pytest.raises(ConfigError, match="local.settings.engine: hf.max_batch: Extra inputs are not permitted"):
         local_context(ctx, LocalJudgeSettings(settings={"engine": {"hf": {"max_batch": 2}}}))
+    run_kv_cache = ctx.settings["engine"].vllm.cpu_kv_cache_gib
+    assert run_kv_cache != 1
     child = local_context(ctx, LocalJudgeSettings(engine="vllm", settings={"engine": {"vllm": {"cpu_kv_cache_gib": 1}}}))
     assert child.config.rollout.engine == "vllm" and child.settings["engine"].vllm.cpu_kv_cache_gib == 1
-    assert ctx.settings["engine"].vllm.cpu_kv_cache_gib == 4 and child.shared == {}
+    # The judge's own engine settings never leak into the run's.
+    assert ctx.settings["engine"].vllm.cpu_kv_cache_gib == run_kv_cache and child.shared == {}
