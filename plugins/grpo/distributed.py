@@ -50,7 +50,7 @@ import torch
 
 from .policy import PolicySettings
 from .settings import GRPOSettings
-from .trainer import GRPOTrainer, Sample
+from .trainer import GRPOTrainer, Sample, _engine_diff_sums
 
 log = logging.getLogger(__name__)
 
@@ -186,14 +186,7 @@ class ShardedGRPOTrainer(GRPOTrainer):
 
         if self.settings.old_logprobs != "recompute" or self.temperature != 1.0:
             return None
-        total, n = 0.0, 0
-        for x in samples:
-            if x.old_logp is None:
-                continue
-            for lp, ours in zip(x.engine_logprobs, x.old_logp.tolist()):
-                if lp is not None:
-                    total += abs(lp - ours)
-                    n += 1
+        total, n = _engine_diff_sums(samples)
         t = torch.tensor([total, n], dtype=torch.float64, device=self._comm_device())
         dist.all_reduce(t)
         return float(t[0] / t[1]) if t[1] > 0 else None

@@ -456,14 +456,7 @@ class GRPOTrainer:
         """Mean |recomputed - engine| old log-prob, where both exist (a trainer/engine mismatch check)."""
         if self.settings.old_logprobs != "recompute" or self.temperature != 1.0:
             return None
-        total, n = 0.0, 0
-        for x in samples:
-            if x.old_logp is None:
-                continue
-            for lp, ours in zip(x.engine_logprobs, x.old_logp.tolist()):
-                if lp is not None:
-                    total += abs(lp - ours)
-                    n += 1
+        total, n = _engine_diff_sums(samples)
         return total / n if n else None
 
     # --- state --------------------------------------------------------------------------------------------
@@ -538,3 +531,16 @@ class GRPORun:
             staleness.push_weights(engine, self.model, self.trainer.updates)
         metrics["weight_push_s"] = time.perf_counter() - started
         return metrics
+
+
+def _engine_diff_sums(samples: Sequence[Sample]) -> tuple[float, int]:
+    """Sum of |recomputed - engine| old log-probs and how many tokens have both."""
+    total, n = 0.0, 0
+    for x in samples:
+        if x.old_logp is None:
+            continue
+        for lp, ours in zip(x.engine_logprobs, x.old_logp.tolist()):
+            if lp is not None:
+                total += abs(lp - ours)
+                n += 1
+    return total, n
