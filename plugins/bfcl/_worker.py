@@ -435,17 +435,28 @@ def _verify_batch(conn: Any, request: dict[str, Any], payloads: dict[str, dict[s
             task = str(item["task"])
             if item.get("payload") is not None:
                 payloads[task] = item["payload"]
-            turns = [[parse_call(text) for text in turn] for turn in item["turns"]]
-            reply: dict[str, Any] = {"ok": True, "outcome": verify_payload(payloads[task], turns).to_json()}
+            reply: dict[str, Any] = {"ok": True, "outcome": _verify(payloads[task], item["turns"])}
         except MemoryError:
             reply = {"ok": False, "error": "the verification ran out of memory"}
         except Exception as exc:
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        reply["elapsed_s"] = time.perf_counter() - started
-        try:
-            conn.send_bytes(json.dumps(reply, default=str).encode("utf-8"))
-        except (OSError, ValueError):
+        if not _send_reply(conn, reply, started):
             return False
+    return True
+
+
+def _verify(payload: Any, turns: list[list[str]]) -> dict[str, Any]:
+    """Parse each turn's call strings and verify them against the task's ground truth; the outcome as JSON."""
+    return verify_payload(payload, [[parse_call(text) for text in turn] for turn in turns]).to_json()
+
+
+def _send_reply(conn: Any, reply: dict[str, Any], started: float) -> bool:
+    """Stamp the reply's elapsed time and send it as JSON; False when the parent has gone."""
+    reply["elapsed_s"] = time.perf_counter() - started
+    try:
+        conn.send_bytes(json.dumps(reply, default=str).encode("utf-8"))
+    except (OSError, ValueError):
+        return False
     return True
 
 
@@ -500,16 +511,12 @@ def worker_main(conn: Any, memory_bytes: int | None = None) -> None:
                     text = _clip_result(text, int(request.get("max_chars") or 0))
                     reply = {"ok": True, "result": None if failed else text, "error": text if failed else None, "rejected": rejected}
             elif op == "verify":
-                turns = [[parse_call(text) for text in turn] for turn in request["turns"]]
-                reply = {"ok": True, "outcome": verify_payload(request["payload"], turns).to_json()}
+                reply = {"ok": True, "outcome": _verify(request["payload"], request["turns"])}
             else:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
         except MemoryError:
             reply = {"ok": False, "error": "the tool ran out of memory"}
         except Exception as exc:
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        reply["elapsed_s"] = time.perf_counter() - started
-        try:
-            conn.send_bytes(json.dumps(reply, default=str).encode("utf-8"))
-        except (OSError, ValueError):
+        if not _send_reply(conn, reply, started):
             return
