@@ -322,7 +322,7 @@ class TrainerWorker:
         dcp.load(state, checkpoint_id=str(directory))
         set_state_dict(self.model, self.trainer.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
-        self.trainer.updates = int(meta["updates"])
+        self.trainer.restored_updates(int(meta["updates"]))
         return meta
 
     def close(self) -> None:
@@ -573,4 +573,4 @@ def load_sharded_into(model: Any, trainer: Any, directory: Path) -> None:
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=str(directory), no_dist=True)
     set_state_dict(model, trainer.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    trainer.updates = int(meta["updates"])
+    trainer.restored_updates(int(meta["updates"]))

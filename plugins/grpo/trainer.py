@@ -467,8 +467,13 @@ class GRPOTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state.get("updates", 0))
-        self.policy_is_reference = self.policy_is_reference and self.updates == 0
+        self.restored_updates(int(state.get("updates", 0)))
+
+    def restored_updates(self, updates: int) -> None:
+        """Set the update counter restored from a checkpoint; after any update the policy no longer equals
+        its reference (the KL term and the zero-advantage skip rule must not assume it does)."""
+        self.updates = updates
+        self.policy_is_reference = self.policy_is_reference and updates == 0
 
 
 class GRPORun:
