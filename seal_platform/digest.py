@@ -1,8 +1,9 @@
 """A run read back from the store as one typed object: what the end-of-run summary, ``show --json``,
 ``report`` and ``compare`` print or plot.
 
-Evaluation results are keyed by *evaluation set* (``<environment>:<split>``), so a run evaluated on several
-benchmarks or splits carries several sets and ``compare`` shows each as its own block of rows.
+Evaluation results are keyed by *evaluation set* (``<benchmark>:<split>``, the benchmark being the run's own
+environment or one of ``evaluation.benchmarks``), so a run evaluated on several benchmarks or splits carries
+several sets and ``compare`` shows each as its own block of rows.
 """
 
 from __future__ import annotations
@@ -117,13 +118,20 @@ def _float_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def benchmark_of(row: Any, environment: str) -> str:
+    """The benchmark an evaluation row belongs to: its own name, or the run's environment for the run's own
+    evaluations (and for rows stored before benchmarks were recorded)."""
+    return row.benchmark or environment
+
+
 def load_digest(store: Any, run_id: str) -> RunDigest:
     """Read one run (``run_id`` may be a unique prefix, as the store accepts) into a :class:`RunDigest`."""
     run = store.get_run(run_id)
     environment = str((run.config or {}).get("environment", ""))
     evaluations: dict[str, dict[int, EvalPoint]] = defaultdict(dict)
     for row in store.evaluations(run.id):
-        eval_set = f"{environment}:{row.split}" if environment else row.split
+        bench = benchmark_of(row, environment)
+        eval_set = f"{bench}:{row.split}" if bench else row.split
         point = evaluations[eval_set].setdefault(row.step, EvalPoint(step=row.step, per_category={}))
         point.per_category[row.category] = float(row.pass_rate)
         point.n_tasks += int(row.n_tasks)

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .digest import benchmark_of
 from .store import RunStore
 
 
@@ -92,7 +93,7 @@ def evaluations_by_benchmark(store: RunStore, run: Any) -> dict[str, dict[int, d
     own = run.config.get("environment", "") if isinstance(run.config, dict) else ""
     out: dict[str, dict[int, dict[str, float]]] = {own: {}} if own else {}
     for e in store.evaluations(run.id):
-        out.setdefault(e.benchmark or own, {}).setdefault(e.step, {})[e.category] = e.pass_rate
+        out.setdefault(benchmark_of(e, own), {}).setdefault(e.step, {})[e.category] = e.pass_rate
     return {b: v for b, v in out.items() if v}
 
 

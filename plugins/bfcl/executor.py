@@ -5,7 +5,7 @@ the BFCL backends imported, so a restart costs milliseconds). Each :meth:`ToolEx
 an episode its own, freshly built backend instances inside one worker; sessions never share instances, and
 long-context module objects the backends would share are copied per session. Requests travel as JSON over
 a pipe (never pickle), and the worker only ever parses literals and dispatches by exact method name (see
-``_worker.py``), so model text is never evaluated.
+``backend.py``; the worker's loop is ``_worker.py``), so model text is never evaluated.
 
 Time limits: each call is bounded by ``call_timeout_s`` and a session's calls together by
 ``episode_timeout_s``. A call that overruns gets the worker process killed (nothing else can stop a
@@ -25,7 +25,7 @@ import multiprocessing
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from seal_platform.types import Task, TurnVerdict
@@ -82,7 +82,7 @@ class _WorkerDied(Exception):
 def _context() -> multiprocessing.context.BaseContext:
     if sys.platform.startswith("linux"):
         ctx = multiprocessing.get_context("forkserver")
-        from ._worker import BACKEND_MODULES
+        from .backend import BACKEND_MODULES
 
         # The fork server imports these once; every worker forked from it starts with them loaded.
         ctx.set_forkserver_preload([__name__.rsplit(".", 1)[0] + "._worker", *BACKEND_MODULES.values()])

@@ -53,7 +53,7 @@ def verify(
     turns = [_as_calls(turn) for turn in model_turns]
     if executor is not None:
         return executor.verify(task, turns)
-    from ._worker import verify_payload
+    from .checker import verify_payload
 
     return verify_payload(task.payload, turns)
 

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session, object_session, sessionmaker
 
 from ..capability import CapabilityState
 from ..errors import StoreError
+from ..infra import mean_reward as policy_mean_reward
 from ..types import EvalResult, Interface, Trajectory, TurnLabel
 from . import models as m
 from . import readonly, safety
@@ -272,7 +273,7 @@ class RunStore:
         timings: dict[str, float],
     ) -> None:
         """Everything a training step produced, in one transaction."""
-        mean_reward = sum(t.reward for t in trajectories) / len(trajectories) if trajectories else 0.0
+        mean_reward = policy_mean_reward(trajectories)
         with self.session() as s:
             s.add(
                 m.Step(

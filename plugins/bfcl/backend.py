@@ -1,0 +1,222 @@
+"""The BFCL backend classes and the safe execution of one parsed call on them.
+
+This is the only module that touches the BFCL backend classes. It imports them from a fixed table by class
+name (the task's ``involved_classes`` are checked against the table; model text never names a module or a
+class), builds fresh instances per episode / per verification, and executes :class:`ParsedCall` s -- a
+method looked up by exact name in a table of the instances' public methods, keyword names checked against
+the method's declared parameters, literal values only. No ``eval``, no ``getattr`` on model-supplied names.
+
+Used by the verification core (:mod:`.checker`) and by the tool-worker server (:mod:`._worker`) for the
+episodes' tool calls; it has no process or IPC code.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import json
+import pickle
+from functools import lru_cache
+from typing import Any, Callable
+
+from .calls import OFFICIAL_BLOCKED_NAMES, ParsedCall
+from .trace import ERROR_PREFIX
+
+_PREFIX = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
+# Class name -> module, as bfcl_eval.constants.executable_backend_config.CLASS_FILE_PATH_MAPPING (the
+# multi-turn classes only; test_executor checks the two agree).
+BACKEND_MODULES: dict[str, str] = {
+    "GorillaFileSystem": f"{_PREFIX}.gorilla_file_system",
+    "MathAPI": f"{_PREFIX}.math_api",
+    "MessageAPI": f"{_PREFIX}.message_api",
+    "TwitterAPI": f"{_PREFIX}.posting_api",
+    "TicketAPI": f"{_PREFIX}.ticket_api",
+    "TradingBot": f"{_PREFIX}.trading_bot",
+    "TravelAPI": f"{_PREFIX}.travel_booking",
+    "VehicleControlAPI": f"{_PREFIX}.vehicle_control",
+}
+STATELESS_CLASSES = frozenset({"MathAPI"})
+
+
+class BackendError(ValueError):
+    """The task's backend cannot be built (unknown class, bad initial config)."""
+
+
+@lru_cache(maxsize=None)
+def backend_class(class_name: str) -> type:
+    """The backend class for a name from :data:`BACKEND_MODULES` (import happens here, once)."""
+    module_name = BACKEND_MODULES.get(class_name)
+    if module_name is None:
+        raise BackendError(f"unknown BFCL backend class {class_name!r}; known: {', '.join(BACKEND_MODULES)}")
+    module = importlib.import_module(module_name)
+    cls = module.__dict__.get(class_name)
+    if not isinstance(cls, type):
+        raise BackendError(f"{module_name} has no class {class_name}")
+    return cls
+
+
+@lru_cache(maxsize=None)
+def _public_methods(cls: type) -> tuple[tuple[str, inspect.Signature, str], ...]:
+    """(name, bound signature, name of the self parameter) of the public methods of a backend class."""
+    out = []
+    for name, function in inspect.getmembers(cls, predicate=inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        signature = inspect.signature(function)
+        params = list(signature.parameters.values())
+        self_name = params[0].name if params else "self"
+        out.append((name, signature.replace(parameters=params[1:]), self_name))
+    return tuple(out)
+
+
+def stringify(result: Any) -> str:
+    """A call's return value as the official executor turns it into text."""
+    if type(result) == str:  # noqa: E721 - the official code tests exact types; subclasses go through str()
+        return result
+    if type(result) == dict:  # noqa: E721
+        try:
+            return json.dumps(result)
+        except Exception:
+            return str(result)
+    return str(result)
+
+
+@lru_cache(maxsize=1)
+def _long_context_objects() -> tuple[dict[int, tuple[Any, ...]], dict[str, Any]]:
+    """The mutable module-level objects of bfcl's ``long_context`` module: id -> path, and pristine copies.
+
+    Long-context backends put some of these objects into instance state without copying them (TravelAPI's
+    extra credit cards and bookings), so every instance in a process shares -- and mutates -- the same
+    dicts. Within one official check that sharing links the model's and the GT's instances; across checks
+    and episodes it leaks state. We reproduce the first (one private copy per check, shared by both sides)
+    and not the second.
+    """
+    module = importlib.import_module(f"{_PREFIX}.long_context")
+    paths: dict[int, tuple[Any, ...]] = {}
+    pristine: dict[str, Any] = {}
+    for name, value in vars(module).items():
+        if name.startswith("_") or not isinstance(value, (dict, list)):
+            continue
+        pristine[name] = copy.deepcopy(value)
+        paths[id(value)] = (name,)
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(item, (dict, list)):
+                paths[id(item)] = (name, key)
+    return paths, pristine
+
+
+def _privatise(instance: Any, shared: dict[tuple[Any, ...], Any]) -> None:
+    """Replace module-level long-context objects held by ``instance`` with the copies in ``shared``."""
+    paths, pristine = _long_context_objects()
+
+    def replacement(value: Any) -> Any:
+        path = paths.get(id(value))
+        if path is None:
+            return value
+        if path not in shared:
+            original = pristine[path[0]]
+            shared[path] = copy.deepcopy(original if len(path) == 1 else original[path[1]])
+        return shared[path]
+
+    for attr, value in list(vars(instance).items()):
+        new = replacement(value)
+        if new is not value:
+            setattr(instance, attr, new)
+            continue
+        if isinstance(value, dict):
+            for key, item in list(value.items()):
+                value[key] = replacement(item)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                value[index] = replacement(item)
+
+
+class Backend:
+    """The instances of one task's involved classes, with their public methods by name.
+
+    ``long_context`` loads the long-context scenario (as the official code does for that category).
+    """
+
+    def __init__(
+        self,
+        initial_config: dict[str, Any],
+        involved_classes: list[str],
+        long_context: bool = False,
+        shared: dict[tuple[Any, ...], Any] | None = None,
+    ):
+        self.instances: dict[str, Any] = {}
+        shared = {} if shared is None else shared
+        self._methods: dict[str, tuple[Callable[..., Any], inspect.Signature, str]] = {}
+        for class_name in involved_classes:
+            cls = backend_class(class_name)
+            instance = cls()
+            if class_name not in STATELESS_CLASSES:
+                instance._load_scenario(copy_data(initial_config.get(class_name, {})), long_context=long_context)
+                if long_context:
+                    _privatise(instance, shared)
+            self.instances[class_name] = instance
+            for name, signature, self_name in _public_methods(cls):
+                # A later class wins a name clash, as in the official mapping.
+                self._methods[name] = (getattr(instance, name), signature, self_name)
+
+    @classmethod
+    def for_payload(cls, payload: dict[str, Any], shared: dict[tuple[Any, ...], Any] | None = None) -> "Backend":
+        """The backend of a task entry; backends built with the same ``shared`` dict share long-context
+        module objects as the official checker's two instance sets do (see :func:`_long_context_objects`)."""
+        task_id = str(payload.get("id", ""))
+        category = task_id.rsplit("_", 1)[0]
+        return cls(
+            payload.get("initial_config") or {},
+            list(payload["involved_classes"]),
+            long_context="long_context" in category or "composite" in category,
+            shared=shared,
+        )
+
+    @property
+    def method_names(self) -> set[str]:
+        return set(self._methods)
+
+    def execute(self, call: ParsedCall, allowed: set[str] | None = None) -> tuple[str, bool]:
+        """Run one call; return (result text, rejected). Failures come back as ``"Error during execution: ..."``.
+
+        ``rejected`` is True when nothing ran (unparseable call, unknown or unavailable tool, bad argument
+        name). ``allowed`` restricts the callable tools (the episode's current tool list); None allows every
+        public method, as the official checker does.
+        """
+        if call.error is not None:
+            return ERROR_PREFIX + call.error, True
+        name = call.name
+        if name in OFFICIAL_BLOCKED_NAMES:
+            return ERROR_PREFIX + f"Function call {name} is not allowed.", True
+        entry = self._methods.get(name)
+        if entry is None:
+            return ERROR_PREFIX + f"name '{name}' is not defined", True
+        if allowed is not None and name not in allowed:
+            return ERROR_PREFIX + f"tool '{name}' is not available in the current tool list", True
+        method, signature, self_name = entry
+        params = list(signature.parameters)
+        for key in call.kwargs:
+            # CPython's own checks, in its order and with its wording, so replays agree with the official
+            # checker -- but done before the call so an undeclared name never reaches it.
+            if key == self_name or (key in params and params.index(key) < len(call.args)):
+                return ERROR_PREFIX + f"{method.__qualname__}() got multiple values for argument '{key}'", True
+            if key not in signature.parameters:
+                return ERROR_PREFIX + f"{method.__qualname__}() got an unexpected keyword argument '{key}'", True
+        # Backends keep and mutate argument objects (a tweet's tag list); a call replayed from the same
+        # ParsedCall must not see what an earlier replay did to them, just as eval builds fresh ones.
+        try:
+            args, kwargs = copy.deepcopy(call.args), copy.deepcopy(call.kwargs)
+        except RecursionError:
+            return ERROR_PREFIX + "argument nesting too deep", True
+        try:
+            return stringify(method(*args, **kwargs)), False
+        except Exception as exc:  # a backend failure is the call's result, as in the official executor
+            return ERROR_PREFIX + str(exc), False
+
+
+def copy_data(value: Any) -> Any:
+    """A deep copy of plain data (scenario configs, literal arguments); pickle is several times faster
+    than ``copy.deepcopy`` for it and keeps every type."""
+    return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
