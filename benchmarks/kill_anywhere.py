@@ -381,6 +381,7 @@ def run_killed(root: Path, recipe: Path, schedule: Schedule, first: int = 1) -> 
     db = root / "runs" / "store.sqlite"
     log: list[dict] = []
     attempts = 0
+    seen_partial: set[str] = set()  # a partial directory stays until the next resume gets that far
     while True:
         attempts += 1
         run_id = None
@@ -396,11 +397,12 @@ def run_killed(root: Path, recipe: Path, schedule: Schedule, first: int = 1) -> 
             assert plan is not None
             run_dir = _run_dir(db)
             landed = stage_of(result.marks[-1][1] if result.marks else None)
-            partial = _partial_dirs(run_dir)
-            schedule.record(landed, bool(partial))
+            new_partial = [name for name in _partial_dirs(run_dir) if name not in seen_partial]
+            seen_partial.update(new_partial)
+            schedule.record(landed, bool(new_partial))
             log.append({"attempt": attempts, "killed_after_s": round(result.seconds, 3), "resumed": bool(run_id),
                         "aimed_at": plan.stage, "landed_in": landed, "killed_in": result.where,
-                        "partial_checkpoint_dir": bool(partial), "store_after": _state_after_kill(db, run_dir)})
+                        "left_partial_checkpoint_dirs": new_partial, "store_after": _state_after_kill(db, run_dir)})
             print(f"kill {first + len(log) - 1:3d}: aimed at {plan.stage:16s} landed in {landed:16s} "
                   f"{result.seconds:6.2f} s into {'a resume' if run_id else 'a new run'} (last mark: {result.where}); "
                   f"then {log[-1]['store_after']}", flush=True)
@@ -466,7 +468,7 @@ def killed_runs(work: Path, model: Path, seed: int, schedule: Schedule, referenc
     return {"kills": len(log), "runs": runs, "attempts": attempts, "problems": problems,
             "max_abs_weight_diff": max_diff, "kills_per_stage": per_stage,
             "kills_aimed_per_stage": {s: sum(1 for e in log if e["aimed_at"] == s) for s in TARGETS},
-            "kills_leaving_partial_checkpoint_dir": sum(e["partial_checkpoint_dir"] for e in log),
+            "kills_leaving_partial_checkpoint_dir": sum(bool(e["left_partial_checkpoint_dirs"]) for e in log),
             "partial_checkpoint_dirs_removed_at_resume": removed, "log": log}
 
 
