@@ -66,25 +66,13 @@ def reference_labels(outcome: VerifyOutcome) -> list[str]:
 
 
 def reference_label(verdict: TurnVerdict) -> str:
-    """First rule that fires, in the reference order (see seal-method.md, "Diagnosis")."""
-    checks = verdict.checks
+    """First rule that fires, in the reference order (see seal-method.md, "Diagnosis"): the diagnoser's
+    :func:`~.diagnoser.reference_label`, with ``unreached_turn`` for a turn the model never reached."""
+    from .diagnoser import UNREACHED, reference_label as diagnoser_reference_label
+
     if not verdict.reached:
-        return "unreached_turn"
-    if checks.get("gt_error"):
-        return "gt_error"
-    if checks.get("empty_gt"):
-        return "correct_abstention" if checks.get("empty_model") else "spurious_tool_call"
-    if checks.get("empty_model"):
-        return "empty_turn_model_response"
-    if not checks.get("instance_ok", True):
-        return "instance_mismatch"
-    if checks.get("checker_error"):
-        return "checker_error"
-    if not checks.get("state_ok", True):
-        return "state_mismatch"
-    if not checks.get("response_ok", True):
-        return "response_mismatch"
-    return "pass"
+        return UNREACHED
+    return diagnoser_reference_label(verdict)
 
 
 def _load_task(task_id: str) -> Task:
