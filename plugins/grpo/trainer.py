@@ -467,8 +467,13 @@ class GRPOTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state.get("updates", 0))
-        self.policy_is_reference = self.policy_is_reference and self.updates == 0
+        self.restored_updates(int(state.get("updates", 0)))
+
+    def restored_updates(self, updates: int) -> None:
+        """Set the update counter restored from a checkpoint; after any update the policy no longer equals
+        its reference (the KL term and the zero-advantage skip rule must not assume it does)."""
+        self.updates = updates
+        self.policy_is_reference = self.policy_is_reference and updates == 0
 
 
 class GRPORun:
@@ -478,7 +483,7 @@ class GRPORun:
     """
 
     def __init__(self, model: Any, tokenizer: Any, settings: GRPOSettings, apatch: Any, temperature: float = 1.0,
-                 train: bool = True, policy: Any = None, seed: int = 0):
+                 train: bool = True, policy: Any = None, seed: int = 0, ray: Any = None):
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings
@@ -488,7 +493,8 @@ class GRPORun:
         if train and settings.train_workers > 1:  # FSDP2 workers do the update; `model` is their synced copy
             from .distributed import GroupTrainer
 
-            self.trainer = GroupTrainer(model, settings, policy, temperature=temperature, pad_id=pad or 0, seed=seed)
+            self.trainer = GroupTrainer(model, settings, policy, temperature=temperature, pad_id=pad or 0, seed=seed,
+                                        ray=ray)
         else:
             self.trainer = (
                 GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
