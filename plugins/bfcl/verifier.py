@@ -136,10 +136,13 @@ def verify_records(
 
     out: list[dict[str, Any] | None] = [None] * len(records)
     todo: list[tuple[int, str, Task, list[list[ParsedCall]]]] = []
+    tasks: dict[str, Task] = {}
     for index, record in enumerate(records):
         try:
             task_id, turns = parse_record(record)
-            todo.append((index, task_id, (task_lookup or _load_task)(task_id), turns))
+            if task_id not in tasks:  # records of one task share its (read-only) Task
+                tasks[task_id] = (task_lookup or _load_task)(task_id)
+            todo.append((index, task_id, tasks[task_id], turns))
         except (ValueError, KeyError, TypeError) as exc:
             out[index] = {"error": str(exc)}
     items = [(task, turns) for _, _, task, turns in todo]
