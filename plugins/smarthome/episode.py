@@ -180,8 +180,7 @@ def run_episodes(
             break
         gens = engine.generate([ep.messages for ep in active], sampling)
         for ep, gen in zip(active, gens):
-            ep.messages.append(Message(role="assistant", content=gen.text, token_ids=gen.token_ids,
-                                       logprobs=gen.logprobs, trainable=True))
+            ep.messages.append(Message.from_generation(gen))
             if gen.finish_reason == "prompt_too_long":
                 ep.traj.finish = "context_limit"
                 ep.done = True
