@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_helpers():
-    spec = importlib.util.spec_from_file_location("bfcl_test_helpers", ROOT / "tests" / "bfcl" / "conftest.py")
+    spec = importlib.util.spec_from_file_location("bfcl_test_helpers", ROOT / "tests" / "bfcl" / "official_cases.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(module)

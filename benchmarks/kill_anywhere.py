@@ -1,17 +1,25 @@
-"""Kill-anywhere: SIGKILL a tiny-model training run at random moments, resume it each time, and compare the
-finished store and final weights with an uninterrupted run of the same recipe and seed.
+"""Kill-anywhere: SIGKILL a tiny-model training run at moments spread over its stages, resume it each time,
+and compare the finished store and final weights with an uninterrupted run of the same recipe and seed.
 
 The run: the seal-arithmetic environment (rollouts, diagnosis, A-Patch reweighting, a GRPO update with an
 entropy bonus so every update moves the weights), the Hugging Face engine, a 2-layer random Llama with the
 SmolLM2 tokenizer, a checkpoint after every step and an evaluation every 2 steps. Each attempt is a forked
-child of this (pre-imported) process running ``seal-platform run`` / ``run --resume``, so an attempt starts
-in milliseconds and kills land all over the run: model loading, rollouts, updates, checkpoint writes, store
-writes, evaluations. One torch thread (OMP_NUM_THREADS=1), so the arithmetic is reproducible.
+child of this (pre-imported) process running ``seal-platform run`` / ``run --resume``; it writes a progress
+mark (with its CLOCK_MONOTONIC time) as it enters each stage. One torch thread (OMP_NUM_THREADS=1), so the
+arithmetic is reproducible.
 
-    .venv/bin/python benchmarks/kill_anywhere.py --kills 25 [--model DIR] [--seed 0] [--json out.json]
+Where the kills go (random times over the whole run put three quarters of them in start-up): the
+uninterrupted run's marks give each stage's length; each kill is aimed at the target stage (start-up,
+rollout, update, store write, checkpoint write, evaluation) with the fewest kills landed so far, at a random
+one of its next two occurrences in the attempt, a uniformly random time into it. A kill *lands* where the
+attempt's last mark says it was, which is what is counted (a short stage is sometimes over before the
+kill). It goes on until ``--kills`` kills have landed, at least ``--per-stage`` in every target stage, and at
+least one kill left a partial checkpoint directory (which the next resume must remove).
 
-Prints one line per kill (when, and what the store held afterwards) and the comparison; exits 1 on any
-difference. tests/grpo/test_kill_anywhere.py runs it (a few kills in make test, 20+ in the slow suite).
+    .venv/bin/python benchmarks/kill_anywhere.py --kills 24 --per-stage 3 [--model DIR] [--json out.json]
+
+Prints one line per kill (aimed at, landed in, what the store held afterwards), the per-stage counts and the
+comparison; exits 1 on any difference. tests/grpo/test_kill_anywhere.py runs it (slow).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import zlib  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -91,13 +100,14 @@ def write_recipe(root: Path, model: Path, seed: int) -> Path:
 
 
 def _instrument(fd: int) -> None:
-    """Report where the attempt is (for the kill log only; behaviour unchanged): each stage the loop
-    announces, store writes and checkpoint writes, each as one line on ``fd``."""
+    """Report where the attempt is (behaviour unchanged): each stage the loop announces, store writes and
+    checkpoint writes, each as one line ``<time.monotonic()> <what>`` on ``fd`` (CLOCK_MONOTONIC is the same
+    clock in the parent, so the parent can time a kill from the moment a stage began)."""
     from seal_platform import loop
     from seal_platform.store import RunStore
 
     def mark(text: str) -> None:
-        os.write(fd, (text + "\n").encode())
+        os.write(fd, f"{time.monotonic():.6f} {text}\n".encode())
 
     def around(owner: Any, name: str, before: Any, after: Any = None) -> None:
         original = getattr(owner, name)
@@ -116,9 +126,27 @@ def _instrument(fd: int) -> None:
     around(loop.Runner, "_checkpoint", lambda step: f"checkpoint write (step {step})", lambda step: f"checkpoint {step} done")
     around(RunStore, "record_step", lambda run_id, step, **k: f"store write (step {step})",
            lambda run_id, step, **k: f"step {step} stored")
-    around(RunStore, "add_evaluation", lambda run_id, step, result: f"store write (evaluation {step})",
-           lambda run_id, step, result: f"evaluation {step} stored")
+    around(RunStore, "add_evaluation", lambda run_id, step, result, **k: f"store write (evaluation {step})",
+           lambda run_id, step, result, **k: f"evaluation {step} stored")
     mark("startup done")
+
+
+# The stages a kill is aimed at (the issue's list, plus start-up), and the stage each progress mark opens.
+# A kill "lands" in the stage of the last mark the attempt wrote before it died.
+TARGETS = ("startup", "rollout", "update", "store write", "checkpoint write", "evaluation")
+
+
+def stage_of(mark: str | None) -> str:
+    if mark is None or mark == "startup done" or mark.startswith("resume:"):
+        return "startup"
+    for prefix, stage in (("collect", "rollout"), ("optimize", "update"), ("store write", "store write"),
+                          ("checkpoint write", "checkpoint write"), ("evaluate", "evaluation"),
+                          ("evaluation ", "evaluation"),  # "evaluation N stored": the rest of _evaluate
+                          ("diagnose", "diagnosis, A-Patch"), ("reweight", "diagnosis, A-Patch"),
+                          ("evolve_interface", "diagnosis, A-Patch")):
+        if mark.startswith(prefix):
+            return stage
+    return "between stages"  # "step N stored", "checkpoint N done": bookkeeping after a stage
 
 
 def _child(argv: list[str], marks: int | None = None) -> None:
@@ -142,9 +170,28 @@ def _child(argv: list[str], marks: int | None = None) -> None:
         os._exit(code)
 
 
-def attempt(argv: list[str], kill_after: float | None) -> tuple[int | None, float, str]:
-    """Run one attempt; SIGKILL it after ``kill_after`` seconds unless it ended.
-    Returns (exit code or None if killed, seconds, where it was when it ended)."""
+@dataclass
+class KillPlan:
+    """Kill the attempt ``delay`` seconds after its ``occurrence``-th mark of ``stage`` (for start-up:
+    ``delay`` seconds after the attempt began)."""
+
+    stage: str
+    occurrence: int
+    delay: float
+
+
+@dataclass
+class Attempt:
+    code: int | None  # exit code, None if killed
+    seconds: float
+    where: str  # the last mark before the end
+    marks: list[tuple[float, str]]  # (seconds since the attempt began, mark)
+
+
+def attempt(argv: list[str], plan: KillPlan | None) -> Attempt:
+    """Run one attempt; SIGKILL it as ``plan`` says unless it ended first."""
+    import select
+
     started = time.monotonic()
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -153,16 +200,27 @@ def attempt(argv: list[str], kill_after: float | None) -> tuple[int | None, floa
         _child(argv, wfd)
     os.close(wfd)
     os.set_blocking(rfd, False)
-    deadline = None if kill_after is None else started + kill_after
-    marks = b""
+    buffer = b""
+    marks: list[tuple[float, str]] = []
+    deadline = started + plan.delay if plan is not None and plan.stage == "startup" else None
+    seen = 0
 
     def drain() -> None:
-        nonlocal marks
+        nonlocal buffer, deadline, seen
         try:
             while chunk := os.read(rfd, 65536):
-                marks += chunk
+                buffer += chunk
         except BlockingIOError:
             pass
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            stamp, _, text = line.decode(errors="replace").partition(" ")
+            marks.append((float(stamp) - started, text))
+            if plan is not None and plan.stage != "startup" and deadline is None and stage_of(text) == plan.stage \
+                    and not text.startswith("evaluation "):
+                seen += 1
+                if seen == plan.occurrence:
+                    deadline = float(stamp) + plan.delay  # from when the stage began, not when we read it
 
     code: int | None = None
     while True:
@@ -171,19 +229,70 @@ def attempt(argv: list[str], kill_after: float | None) -> tuple[int | None, floa
         if done:
             code = os.waitstatus_to_exitcode(status)
             break
-        if deadline is not None and time.monotonic() >= deadline:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             break
-        time.sleep(0.002)
+        wait = 0.005 if deadline is None else max(0.0, min(0.005, deadline - now))
+        select.select([rfd], [], [], wait)
     elapsed = time.monotonic() - started
     drain()
     os.close(rfd)
-    last = marks.decode(errors="replace").strip().splitlines()
-    where = last[-1] if last else "startup (imports, plugins, store, model)"
-    if where == "startup done":
-        where = "startup (store, model, engine)"
-    return code, elapsed, where
+    return Attempt(code, elapsed, marks[-1][1] if marks else "startup (imports)", marks)
+
+
+def stage_durations(marks: list[tuple[float, str]], total: float) -> dict[str, list[float]]:
+    """How long each occurrence of each stage lasted in an attempt (until the next mark)."""
+    out: dict[str, list[float]] = {}
+    first = next((t for t, text in marks if stage_of(text) != "startup"), total)
+    out["startup"] = [first]
+    for (t, text), (t_next, _) in zip(marks, marks[1:] + [(total, "")]):
+        stage = stage_of(text)
+        if stage != "startup" and not text.startswith("evaluation "):  # entry marks only
+            out.setdefault(stage, []).append(t_next - t)
+    return out
+
+
+class Schedule:
+    """Where the next kill is aimed: at the target stage with the fewest kills landed so far, at a random
+    one of its next few occurrences, a random fraction of the way through it (the stage's length taken
+    from the uninterrupted run's timeline). Done when ``kills`` kills have landed, at least ``per_stage``
+    in every target stage and at least one of them left a partial checkpoint directory -- or after
+    ``max_attempts`` kills, whatever landed."""
+
+    def __init__(self, durations: dict[str, list[float]], kills: int, per_stage: int, rng: random.Random,
+                 max_attempts: int):
+        self.durations, self.kills, self.per_stage, self.rng = durations, kills, per_stage, rng
+        self.max_attempts = max_attempts
+        self.landed: dict[str, int] = {}
+        self.partial_dirs_left = 0
+        self.fired = 0
+
+    def done(self) -> bool:
+        if self.fired >= self.max_attempts:
+            return True
+        return (sum(self.landed.values()) >= self.kills and all(self.landed.get(s, 0) >= self.per_stage for s in TARGETS)
+                and self.partial_dirs_left >= 1)
+
+    def next(self) -> KillPlan | None:
+        if self.done():
+            return None
+        self.fired += 1
+        wanted = [s for s in TARGETS if self.landed.get(s, 0) < self.per_stage] or list(TARGETS)
+        if self.partial_dirs_left == 0 and self.landed.get("checkpoint write", 0) >= self.per_stage:
+            wanted = ["checkpoint write"]
+        fewest = min(self.landed.get(s, 0) for s in wanted)
+        stage = self.rng.choice([s for s in wanted if self.landed.get(s, 0) == fewest])
+        lengths = self.durations.get(stage) or [0.05]
+        length = sum(lengths) / len(lengths)
+        if stage == "startup":
+            return KillPlan(stage, 0, self.rng.uniform(0.05, max(0.1, length)))
+        return KillPlan(stage, self.rng.randint(1, 2), self.rng.uniform(0.0, length))
+
+    def record(self, landed_in: str, partial_dir: bool) -> None:
+        self.landed[landed_in] = self.landed.get(landed_in, 0) + 1
+        self.partial_dirs_left += partial_dir
 
 
 def _rows(conn: sqlite3.Connection, sql: str, *args: Any) -> list[tuple]:
@@ -261,11 +370,18 @@ def _run_dir(db: Path) -> Path | None:
     return Path(rows[0][0]) if rows else None
 
 
-def run_killed(root: Path, recipe: Path, kills: int, horizon: float, rng: random.Random,
-               first: int = 1) -> tuple[list[dict], int]:
+def _partial_dirs(run_dir: Path | None) -> list[str]:
+    if run_dir is None or not (run_dir / "checkpoints").is_dir():
+        return []
+    return sorted(p.name for p in (run_dir / "checkpoints").glob(".tmp-step-*"))
+
+
+def run_killed(root: Path, recipe: Path, schedule: Schedule, first: int = 1) -> tuple[list[dict], int]:
+    """One run, killed as the schedule says and resumed after each kill, until an attempt finishes."""
     db = root / "runs" / "store.sqlite"
     log: list[dict] = []
     attempts = 0
+    seen_partial: set[str] = set()  # a partial directory stays until the next resume gets that far
     while True:
         attempts += 1
         run_id = None
@@ -275,17 +391,24 @@ def run_killed(root: Path, recipe: Path, kills: int, horizon: float, rng: random
             run_id = ids[0][0] if ids else None
         argv = (["run", "--quiet", "--resume", run_id, "--store", f"sqlite:///{db}"] if run_id
                 else ["run", "--quiet", str(recipe)])
-        kill_after = rng.uniform(0.05, horizon) if len(log) < kills else None
-        code, elapsed, where = attempt(argv, kill_after)
-        if code is None:
+        plan = schedule.next()
+        result = attempt(argv, plan)
+        if result.code is None:
+            assert plan is not None
             run_dir = _run_dir(db)
-            log.append({"attempt": attempts, "killed_after_s": round(elapsed, 3), "resumed": bool(run_id),
-                        "killed_in": where, "store_after": _state_after_kill(db, run_dir)})
-            print(f"kill {first + len(log) - 1:3d}: {elapsed:6.2f} s into {'a resume' if run_id else 'a new run'}, "
-                  f"in {where}; then {log[-1]['store_after']}", flush=True)
+            landed = stage_of(result.marks[-1][1] if result.marks else None)
+            new_partial = [name for name in _partial_dirs(run_dir) if name not in seen_partial]
+            seen_partial.update(new_partial)
+            schedule.record(landed, bool(new_partial))
+            log.append({"attempt": attempts, "killed_after_s": round(result.seconds, 3), "resumed": bool(run_id),
+                        "aimed_at": plan.stage, "landed_in": landed, "killed_in": result.where,
+                        "left_partial_checkpoint_dirs": new_partial, "store_after": _state_after_kill(db, run_dir)})
+            print(f"kill {first + len(log) - 1:3d}: aimed at {plan.stage:16s} landed in {landed:16s} "
+                  f"{result.seconds:6.2f} s into {'a resume' if run_id else 'a new run'} (last mark: {result.where}); "
+                  f"then {log[-1]['store_after']}", flush=True)
             continue
-        if code != 0:
-            raise SystemExit(f"attempt {attempts} ({' '.join(argv)}) exited {code}")
+        if result.code != 0:
+            raise SystemExit(f"attempt {attempts} ({' '.join(argv)}) exited {result.code}")
         return log, attempts
 
 
@@ -298,28 +421,38 @@ def compare(reference: dict[str, Any], killed: dict[str, Any]) -> list[str]:
     return problems
 
 
-def killed_runs(work: Path, model: Path, seed: int, kills: int, horizon: float, rng: random.Random,
-                reference: dict[str, Any], ref_weights: dict[str, Any]) -> dict[str, Any]:
-    """Killed-and-resumed runs of the recipe, one after another, until ``kills`` kills have landed; each
-    finished run is compared with the uninterrupted one."""
+def _partial_dirs_removed(db: Path) -> int:
+    """How many partial checkpoint directories the resumes of a run removed (their 'resume' events)."""
+    with sqlite3.connect(db) as conn:
+        messages = [r[0] for r in _rows(conn, "SELECT message FROM events WHERE kind = 'resume'")]
+    return sum(int(m.split()[1]) for m in messages if m.startswith("removed ") and m.split()[1].isdigit())
+
+
+def killed_runs(work: Path, model: Path, seed: int, schedule: Schedule, reference: dict[str, Any],
+                ref_weights: dict[str, Any]) -> dict[str, Any]:
+    """Killed-and-resumed runs of the recipe, one after another, until the schedule is done; each finished
+    run is compared with the uninterrupted one."""
     import torch
 
     log: list[dict] = []
-    runs, attempts, problems, max_diff = 0, 0, [], 0.0
-    while len(log) < kills:
+    runs, attempts, problems, max_diff, removed = 0, 0, [], 0.0, 0
+    while not schedule.done():
         runs += 1
         root = work / f"killed-{runs}"
         root.mkdir(parents=True, exist_ok=True)
         recipe = write_recipe(root, model, seed)
-        run_log, run_attempts = run_killed(root, recipe, kills - len(log), horizon, rng, first=len(log) + 1)
+        run_log, run_attempts = run_killed(root, recipe, schedule, first=len(log) + 1)
         for entry in run_log:
             entry["run"] = runs
         log += run_log
         attempts += run_attempts
-        killed = snapshot(root / "runs" / "store.sqlite")
+        db = root / "runs" / "store.sqlite"
+        killed = snapshot(db)
+        removed += _partial_dirs_removed(db)
         run_dir = root / "runs" / killed["run_id"]
         weights = final_weights(run_dir)
-        leftovers = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".tmp"))
+        leftovers = sorted(p.name for p in (run_dir / "checkpoints").iterdir()
+                           if p.name.startswith(".tmp") or p.name not in {f"step-{s:06d}" for s in killed["checkpoints"]})
         found = [f"run {runs}: {p}" for p in compare(reference, killed)]
         if leftovers:
             found.append(f"run {runs}: partial checkpoint directories left: {leftovers}")
@@ -331,15 +464,21 @@ def killed_runs(work: Path, model: Path, seed: int, kills: int, horizon: float, 
         print(f"run {runs}: {len(run_log)} kill(s), {run_attempts} attempts; "
               f"{'identical to the uninterrupted run' if not found else '; '.join(found)}", flush=True)
         problems += found
+    per_stage = {stage: sum(1 for e in log if e["landed_in"] == stage) for stage in sorted({e["landed_in"] for e in log})}
     return {"kills": len(log), "runs": runs, "attempts": attempts, "problems": problems,
-            "max_abs_weight_diff": max_diff, "log": log}
+            "max_abs_weight_diff": max_diff, "kills_per_stage": per_stage,
+            "kills_aimed_per_stage": {s: sum(1 for e in log if e["aimed_at"] == s) for s in TARGETS},
+            "kills_leaving_partial_checkpoint_dir": sum(bool(e["left_partial_checkpoint_dirs"]) for e in log),
+            "partial_checkpoint_dirs_removed_at_resume": removed, "log": log}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kills", type=int, default=25)
+    parser.add_argument("--kills", type=int, default=24, help="at least this many kills in all")
+    parser.add_argument("--per-stage", type=int, default=3, help=f"at least this many kills landed in each of {', '.join(TARGETS)}")
+    parser.add_argument("--max-kills", type=int, default=None, help="give up aiming after this many kills (default: 4 x --kills)")
     parser.add_argument("--seed", type=int, default=0, help="the recipe's seed")
-    parser.add_argument("--kill-seed", type=int, default=1, help="seed of the kill times")
+    parser.add_argument("--kill-seed", type=int, default=1, help="seed of the kill schedule")
     parser.add_argument("--model", type=Path, default=None, help="a tiny HF model directory (made if absent)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
@@ -356,9 +495,9 @@ def main() -> int:
 
     ref_root = work / "reference"
     ref_root.mkdir(parents=True, exist_ok=True)
-    code, ref_time, _ = attempt(["run", "--quiet", str(write_recipe(ref_root, model, args.seed))], None)
-    if code != 0:
-        print(f"the uninterrupted run failed (exit {code})")
+    ref = attempt(["run", "--quiet", str(write_recipe(ref_root, model, args.seed))], None)
+    if ref.code != 0:
+        print(f"the uninterrupted run failed (exit {ref.code})")
         return 1
     reference = snapshot(ref_root / "runs" / "store.sqlite")
     ref_weights = final_weights(ref_root / "runs" / reference["run_id"])
@@ -366,18 +505,30 @@ def main() -> int:
 
     initial = load_file(str(next(Path(model).glob("*.safetensors"))))
     moved = any(k in initial and not torch.equal(v, initial[k]) for k, v in ref_weights.items())
-    print(f"uninterrupted run: {ref_time:.2f} s, {len(reference['steps'])} steps, evaluations at "
+    durations = stage_durations(ref.marks, ref.seconds)
+    print(f"uninterrupted run: {ref.seconds:.2f} s, {len(reference['steps'])} steps, evaluations at "
           f"{sorted({e[0] for e in reference['evaluations']})}, {len(reference['trajectories'])} trajectories", flush=True)
+    print("stage timeline of the uninterrupted run (mean length, occurrences): " + "; ".join(
+        f"{stage} {1000 * sum(d) / len(d):.0f} ms x{len(d)}" for stage, d in sorted(durations.items())), flush=True)
     started = time.monotonic()
-    summary = killed_runs(work, model, args.seed, args.kills, ref_time * 1.1, random.Random(args.kill_seed),
-                          reference, ref_weights)
-    summary.update(seconds=round(time.monotonic() - started, 1), reference_seconds=round(ref_time, 2),
+    schedule = Schedule(durations, args.kills, args.per_stage, random.Random(args.kill_seed),
+                        args.max_kills or 4 * args.kills)
+    summary = killed_runs(work, model, args.seed, schedule, reference, ref_weights)
+    short = [s for s in TARGETS if summary["kills_per_stage"].get(s, 0) < args.per_stage]
+    if short or summary["kills"] < args.kills:
+        summary["problems"].append(f"schedule not met after {summary['kills']} kills: fewer than {args.per_stage} "
+                                   f"landed in {', '.join(short) or '-'}")
+    summary.update(seconds=round(time.monotonic() - started, 1), reference_seconds=round(ref.seconds, 2),
                    steps=len(reference["steps"]), evaluations=sorted({e[0] for e in reference["evaluations"]}),
+                   reference_stage_ms={s: round(1000 * sum(d) / len(d), 1) for s, d in durations.items()},
                    weights_bitwise_equal=summary["max_abs_weight_diff"] == 0.0 and not any(
                        "weights" in p for p in summary["problems"]), weights_changed_by_training=moved)
     print(f"{summary['kills']} kills over {summary['runs']} killed runs ({summary['attempts']} attempts) in "
           f"{summary['seconds']} s: {'every store identical to the uninterrupted run and final weights bitwise equal' if not summary['problems'] else str(len(summary['problems'])) + ' problem(s)'}",
           flush=True)
+    print("kills landed per stage: " + ", ".join(f"{s} {n}" for s, n in summary["kills_per_stage"].items())
+          + f"; {summary['kills_leaving_partial_checkpoint_dir']} left a partial checkpoint directory, "
+          f"{summary['partial_checkpoint_dirs_removed_at_resume']} partial directories removed by the resumes", flush=True)
     for p in summary["problems"]:
         print("  PROBLEM:", p)
     if args.json:

@@ -7,7 +7,7 @@ line) and prints one ``{"task_id", "success"}`` per line. Entries and ground tru
 loaders; each transcript is checked by ``multi_turn_checker`` as bfcl_eval's runner calls it (a transcript
 with the wrong number of turns is force-terminated; one step per turn), under a model name never used before
 whose cached backend instances are deleted afterwards. ``--restore`` also puts bfcl's long-context module
-data back before every check (the official backends mutate it in place), as tests/bfcl/conftest.py's
+data back before every check (the official backends mutate it in place), as tests/bfcl/official_cases.py's
 official_verdict does; on the 3,200 benchmark cases the verdicts are the same without it, and it makes the
 official side about 4x slower, so the fair (fastest) comparison leaves it off. Imports nothing from this
 project.

@@ -51,14 +51,17 @@ def default_store_url() -> str:
     return os.environ.get(ENV_STORE) or f"sqlite:///{Path('runs').resolve() / 'store.sqlite'}"
 
 
-def open_store(url: str | None) -> Any:
+def open_store(url: str | None, *, write: bool = False) -> Any:
+    """An existing store for a command; one that only reads (``write=False``) opens a store whose file
+    cannot be written read-only instead of failing."""
     from .store import RunStore
+    from .store.readonly import not_writable
 
     url = url or default_store_url()
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise SealError(f"no run store at {url.removeprefix('sqlite:///')}: no run has been made here yet "
                         f"(give --store or set {ENV_STORE}).")
-    return RunStore(url)
+    return RunStore(url, read_only=not write and bool(not_writable(url)))
 
 
 store_option = click.option("--store", "store_url", default=None, help=f"Run store URL (default: ${ENV_STORE} or runs/store.sqlite).")
@@ -332,7 +335,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     from .loop import evaluate_checkpoint
     from .planning import plan_config
 
-    store = open_store(store_url)
+    store = open_store(store_url, write=True)
     row = store.get_run(run_id)
     data = row.config
     if split:

@@ -67,6 +67,13 @@ class Triage:
                 f"{len(self.masked_groups)} group(s) masked out of the update ({self.masked_frac:.0%} of the step)")
 
 
+def mean_reward(trajectories: list[Trajectory]) -> float:
+    """The step's mean reward over the episodes that ran to their end: an episode lost to the infrastructure
+    has no verdict, and counting it as reward 0 would report an infrastructure fault as a policy failure."""
+    rewards = [t.reward for t in trajectories if not t.infra_failure]
+    return sum(rewards) / len(rewards) if rewards else 0.0
+
+
 def triage(trajectories: list[Trajectory]) -> Triage:
     """Split a step's trajectories into usable, trainable and failed ones (see the module doc)."""
     result = Triage(all=list(trajectories))

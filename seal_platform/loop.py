@@ -319,8 +319,7 @@ class Runner:
         )
         track(self.host, self.ctx, "labels", step, labels=labels)
         track(self.host, self.ctx, "step", step, metrics=step_metrics(trajs, metrics, timer.timings))
-        mean_reward = sum(t.reward for t in health.usable) / len(health.usable) if health.usable else 0.0
-        self.progress.step_done(step, mean_reward, metrics)
+        self.progress.step_done(step, infra.mean_reward(trajs), metrics)
 
     def _evolve(self, env: Environment, step: int) -> None:
         evolver = self.config.stages.evolve_interface

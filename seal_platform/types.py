@@ -44,6 +44,19 @@ class Message(BaseModel):
     name: str | None = None
     # The policy version (the trainer's optimizer-update count at the last weight push) that sampled it.
     policy_version: int | None = None
+    # The adapter version (e.g. LoRA) that sampled it, when the engine serves adapters on a frozen base.
+    adapter: str | None = None
+
+    @classmethod
+    def from_generation(cls, generation: Generation) -> Message:
+        """The trainable assistant message of an engine's ``generation``: its text, the exact sampled tokens
+        and log-probs, and the policy (and adapter) version that sampled it. Environments build their
+        assistant messages with this, so what a trainer and the staleness rule read is copied in one place."""
+        return cls(
+            role="assistant", content=generation.text, token_ids=list(generation.token_ids),
+            logprobs=list(generation.logprobs), trainable=True, policy_version=generation.policy_version,
+            adapter=generation.adapter,
+        )
 
     def chat(self) -> dict[str, str]:
         """The message as the plain ``{"role", "content"}`` dict chat templates expect."""

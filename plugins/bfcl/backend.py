@@ -207,13 +207,24 @@ class Backend:
         # Backends keep and mutate argument objects (a tweet's tag list); a call replayed from the same
         # ParsedCall must not see what an earlier replay did to them, just as eval builds fresh ones.
         try:
-            args, kwargs = copy.deepcopy(call.args), copy.deepcopy(call.kwargs)
+            args, kwargs = _fresh(call.args), _fresh(call.kwargs)
         except RecursionError:
             return ERROR_PREFIX + "argument nesting too deep", True
         try:
             return stringify(method(*args, **kwargs)), False
         except Exception as exc:  # a backend failure is the call's result, as in the official executor
             return ERROR_PREFIX + str(exc), False
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _fresh(value: tuple | dict) -> Any:
+    """A call's arguments as new objects: immutable values are shared, anything else is deep-copied."""
+    values = value.values() if isinstance(value, dict) else value
+    if all(type(v) in _ATOMS for v in values):
+        return value if isinstance(value, tuple) else dict(value)
+    return copy.deepcopy(value)
 
 
 def copy_data(value: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,14 +66,30 @@ class ParsedCall:
 
 
 def _depth(node: ast.AST) -> int:
+    """The depth of an argument's syntax tree (as ast.iter_child_nodes counts it: a list's ``ctx`` is a
+    child). Containers are walked through their element lists directly: the generic walk cost more than
+    parsing on arguments nested just under the limit."""
     best = 0
     stack = [(node, 1)]
     while stack:
         current, depth = stack.pop()
-        best = max(best, depth)
-        if depth > MAX_LITERAL_DEPTH:
-            return depth
-        for child in ast.iter_child_nodes(current):
+        if depth > best:
+            best = depth
+            if depth > MAX_LITERAL_DEPTH:
+                return depth
+        kind = type(current)
+        if kind is ast.Constant:
+            continue
+        if kind is ast.List or kind is ast.Tuple:
+            children: Any = current.elts  # type: ignore[attr-defined]
+            best = max(best, depth + 1)  # its ctx (Load)
+        elif kind is ast.Set:
+            children = current.elts  # type: ignore[attr-defined]
+        elif kind is ast.Dict:
+            children = [k for k in current.keys if k is not None] + current.values  # type: ignore[attr-defined]
+        else:
+            children = list(ast.iter_child_nodes(current))
+        for child in children:
             stack.append((child, depth + 1))
     return best
 
@@ -180,6 +197,74 @@ def _segmenter(source: str):
         return data[begin:end].decode("utf-8", errors="replace")
 
     return segment
+
+
+# Syntax elements of a call list that the parser turns into nodes: words and numbers, openers, keyword
+# '=', unary signs (string literals are counted one each by the scan).
+_ATOM = re.compile(r"[\w.]+|[(\[{=+\-~]")
+_QUOTE = re.compile("['\"]")
+_SIMPLE_LITERAL = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+
+
+def code_counts(text: str, max_parens: int, max_elements: int) -> tuple[int, int]:
+    """``(parentheses, syntax elements)`` of ``text`` outside Python string literals, the elements counting
+    words, numbers, openers, ``=`` and signs in the code and one per string literal -- about one per node
+    ``ast.parse`` builds. The scan stops once either count is over its maximum. Linear: without escapes
+    and triple quotes one regular-expression substitution; otherwise one left-to-right pass that jumps
+    from quote to quote with ``str.find``. An unterminated string is a syntax error anyway: its rest counts
+    as code."""
+    if "\\" not in text and "'''" not in text and '"""' not in text:
+        # No escapes, no triple quotes: every string literal is a quote, characters other than it and a
+        # newline, and the same quote, so one C-speed substitution finds them all.
+        code = _SIMPLE_LITERAL.sub(" 0 ", text)
+        return code.count("("), len(_ATOM.findall(code))
+    parens = elements = i = 0
+    while parens <= max_parens and elements <= max_elements:
+        found = _QUOTE.search(text, i)
+        j = found.start() if found else len(text)
+        code = text[i:j]
+        parens += code.count("(")
+        elements += len(_ATOM.findall(code))
+        if found is None:
+            break
+        quote = text[j] * 3 if text.startswith(text[j] * 3, j) else text[j]
+        end = _string_end(text, j + len(quote), quote)
+        if end < 0:
+            rest = text[j:]
+            return parens + rest.count("("), elements + len(_ATOM.findall(rest))
+        elements += 1
+        i = end
+    return parens, elements
+
+
+def _string_end(text: str, start: int, quote: str) -> int:
+    """The index after the closing ``quote`` of a literal whose body starts at ``start`` (-1: none)."""
+    pos = start
+    while True:
+        k = text.find(quote, pos)
+        if k < 0:
+            return -1
+        if len(quote) == 1 and text.find("\n", pos, k) >= 0 and not _escaped_newlines_only(text, pos, k):
+            return -1  # a one-line string runs into a newline: a syntax error
+        slashes = 0
+        while k - slashes - 1 >= start and text[k - slashes - 1] == "\\":
+            slashes += 1
+        if slashes % 2 == 0:
+            return k + len(quote)
+        pos = k + 1
+
+
+def _escaped_newlines_only(text: str, start: int, end: int) -> bool:
+    """Whether every newline in text[start:end] is escaped (a backslash continuation inside a string)."""
+    k = text.find("\n", start, end)
+    while k >= 0:
+        slashes = 0
+        while k - slashes - 1 >= start and text[k - slashes - 1] == "\\":
+            slashes += 1
+        if slashes % 2 == 0:
+            return False
+        k = text.find("\n", k + 1, end)
+    return True
 
 
 def from_arguments(name: Any, arguments: Any) -> ParsedCall:

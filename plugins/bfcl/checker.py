@@ -24,9 +24,9 @@ from .trace import (
     FORCE_TERMINATED,
     RESPONSE_MISMATCH,
     STATE_MISMATCH,
+    TurnChecks,
     VerifyOutcome,
     clip,
-    empty_checks,
     is_error_result,
 )
 
@@ -84,80 +84,120 @@ def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]])
     time-limited).
     """
     gt_turns: list[list[str]] = payload["ground_truth"]
-    n_gt, n_model = len(gt_turns), len(model_turns)
-    outcome = VerifyOutcome(success=False, n_gt_turns=n_gt, n_model_turns=n_model)
-    build_error = None
+    n_model = len(model_turns)
+    backends, build_error = _build_backends(payload)
+    checked: list[tuple[TurnVerdict, TurnChecks]] = []
+    all_model_results: list[str] = []  # the model's results of every turn so far (the response check's pool)
+    for index, gt_calls in enumerate(gt_turns):
+        if build_error is not None:
+            checks = _unbuilt_turn(gt_calls, build_error)
+            verdict = TurnVerdict(turn=index, passed=False, reached=index < n_model)
+        elif index >= n_model:
+            checks = TurnChecks.unreached(gt_calls)
+            verdict = TurnVerdict(turn=index, passed=False, reached=False)
+        else:
+            checks = _check_turn(gt_calls, model_turns[index], *backends, all_model_results)
+            verdict = TurnVerdict(turn=index, passed=checks.error_type is None, reached=True)
+        verdict.checks = checks.model_dump()
+        checked.append((verdict, checks))
+    return _outcome(checked, len(gt_turns), n_model, build_error)
+
+
+def _build_backends(payload: dict[str, Any]) -> tuple[tuple[Backend, Backend] | tuple[()], str | None]:
+    """The model's and the ground truth's instance sets (sharing long-context objects as the official
+    checker's do), or the reason they cannot be built: a broken task, not the model's fault."""
     try:
         shared: dict[tuple[Any, ...], Any] = {}
-        model_backend = Backend.for_payload(payload, shared)
-        gt_backend = Backend.for_payload(payload, shared)
-    except Exception as exc:  # a broken task, not the model's fault
-        build_error = f"{type(exc).__name__}: {exc}"
-    all_model_results: list[str] = []
-    for index, gt_calls in enumerate(gt_turns):
-        if index >= n_model or build_error is not None:
-            checks = empty_checks(gt_calls)
-            if build_error is not None:
-                checks.update(instance_ok=False, checker_error=build_error, error_type=CHECKER_ERROR)
-            outcome.turns.append(TurnVerdict(turn=index, passed=False, reached=build_error is not None and index < n_model, checks=checks))
-            continue
-        calls = model_turns[index]
-        # Model calls first, then the ground truth: the official order (it matters only for process-wide
-        # state such as the decimal context, but costs nothing to keep).
-        model_results, rejected = [], []
-        for position, call in enumerate(calls):
-            result, was_rejected = model_backend.execute(call)
-            model_results.append(result)
-            if was_rejected:
-                rejected.append(position)
-        gt_results = [gt_backend.execute(_ground_truth_call(text))[0] for text in gt_calls]
-        all_model_results.extend(model_results)
-        checks: dict[str, Any] = {
-            "gt_calls": list(gt_calls),
-            "model_calls": [call.render() for call in calls],
-            "gt_results": [clip(r) for r in gt_results],
-            "model_results": [clip(r) for r in model_results],
-            "gt_error": next((clip(r) for r in gt_results if r.startswith(ERROR_PREFIX)), None),
-            "model_errors": [clip(r) for r in model_results if is_error_result(r)],
-            "model_error_calls": [i for i, r in enumerate(model_results) if is_error_result(r)],
-            "rejected_calls": rejected,
-            "empty_gt": not gt_calls,
-            "empty_model": not calls,
-            "instance_ok": set(model_backend.instances) == set(gt_backend.instances),
-            "state_ok": True,
-            "state_diff": {},
-            "response_ok": True,
-            "missing_results": [],
-            "checker_error": None,
-            "error_type": None,
-        }
-        try:
-            diff = _compare(model_backend.instances, gt_backend.instances)
-            checks["state_ok"] = not diff
-            checks["state_diff"] = diff
-        except Exception as exc:
-            checks["state_ok"] = False
-            checks["checker_error"] = f"{type(exc).__name__}: {exc}"
-        missing = _missing(gt_results, all_model_results)
-        checks["response_ok"] = not missing
-        checks["missing_results"] = [clip(m) for m in missing]
-        if not gt_calls:
-            passed = True
-        elif not calls:
-            checks["error_type"] = EMPTY_TURN
-            passed = False
-        elif checks["checker_error"] is not None:
-            checks["error_type"] = CHECKER_ERROR
-            passed = False
-        elif not checks["state_ok"]:
-            checks["error_type"] = STATE_MISMATCH
-            passed = False
-        elif not checks["response_ok"]:
-            checks["error_type"] = RESPONSE_MISMATCH
-            passed = False
-        else:
-            passed = True
-        outcome.turns.append(TurnVerdict(turn=index, passed=passed, reached=True, checks=checks))
+        return (Backend.for_payload(payload, shared), Backend.for_payload(payload, shared)), None
+    except Exception as exc:
+        return (), f"{type(exc).__name__}: {exc}"
+
+
+def _unbuilt_turn(gt_calls: list[str], build_error: str) -> TurnChecks:
+    """The checks of every turn of a task whose instances could not be built."""
+    checks = TurnChecks.unreached(gt_calls)
+    checks.instance_ok, checks.checker_error, checks.error_type = False, build_error, CHECKER_ERROR
+    return checks
+
+
+def _check_turn(
+    gt_calls: list[str], calls: list[ParsedCall], model_backend: Backend, gt_backend: Backend, all_model_results: list[str]
+) -> TurnChecks:
+    """Run one turn on both instance sets (state carries over from the turns before) and check it."""
+    model_results, rejected = _run_model_calls(model_backend, calls)
+    gt_results = [gt_backend.execute(_ground_truth_call(text))[0] for text in gt_calls]
+    all_model_results.extend(model_results)
+    checks = TurnChecks(
+        gt_calls=list(gt_calls),
+        model_calls=[call.render() for call in calls],
+        gt_results=[clip(r) for r in gt_results],
+        model_results=[clip(r) for r in model_results],
+        gt_error=next((clip(r) for r in gt_results if r.startswith(ERROR_PREFIX)), None),
+        model_errors=[clip(r) for r in model_results if is_error_result(r)],
+        model_error_calls=[i for i, r in enumerate(model_results) if is_error_result(r)],
+        rejected_calls=rejected,
+        empty_gt=not gt_calls,
+        empty_model=not calls,
+        instance_ok=set(model_backend.instances) == set(gt_backend.instances),
+    )
+    _check_state(checks, model_backend, gt_backend)
+    _check_response(checks, gt_results, all_model_results)
+    checks.error_type = _turn_error_type(checks)
+    return checks
+
+
+def _run_model_calls(backend: Backend, calls: list[ParsedCall]) -> tuple[list[str], list[int]]:
+    """The model's calls of a turn, run in order: their results and the positions of those refused.
+
+    They run before the ground truth's: the official order (it matters only for process-wide state such as
+    the decimal context, but costs nothing to keep)."""
+    results, rejected = [], []
+    for position, call in enumerate(calls):
+        result, was_rejected = backend.execute(call)
+        results.append(result)
+        if was_rejected:
+            rejected.append(position)
+    return results, rejected
+
+
+def _check_state(checks: TurnChecks, model_backend: Backend, gt_backend: Backend) -> None:
+    """The official state check: ``state_ok``, ``state_diff``, or the ``checker_error`` it raised."""
+    try:
+        diff = _compare(model_backend.instances, gt_backend.instances)
+        checks.state_ok, checks.state_diff = not diff, diff
+    except Exception as exc:
+        checks.state_ok, checks.checker_error = False, f"{type(exc).__name__}: {exc}"
+
+
+def _check_response(checks: TurnChecks, gt_results: list[str], all_model_results: list[str]) -> None:
+    """The official response check: every GT result of the turn among the model's results so far."""
+    missing = _missing(gt_results, all_model_results)
+    checks.response_ok, checks.missing_results = not missing, [clip(m) for m in missing]
+
+
+def _turn_error_type(checks: TurnChecks) -> str | None:
+    """The official error type of a checked turn (None: it passed). An empty GT turn passes whatever the
+    model did."""
+    if not checks.gt_calls:
+        return None
+    if not checks.model_calls:
+        return EMPTY_TURN
+    if checks.checker_error is not None:
+        return CHECKER_ERROR
+    if not checks.state_ok:
+        return STATE_MISMATCH
+    if not checks.response_ok:
+        return RESPONSE_MISMATCH
+    return None
+
+
+def _outcome(
+    checked: list[tuple[TurnVerdict, TurnChecks]], n_gt: int, n_model: int, build_error: str | None
+) -> VerifyOutcome:
+    """The transcript's verdict: the official error type and message of its first failure."""
+    outcome = VerifyOutcome(
+        success=False, turns=[verdict for verdict, _ in checked], n_gt_turns=n_gt, n_model_turns=n_model
+    )
     if n_model != n_gt:
         outcome.error_type = FORCE_TERMINATED
         outcome.error_message = (
@@ -168,29 +208,28 @@ def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]])
         outcome.error_type = CHECKER_ERROR
         outcome.error_message = f"could not build the task's backend instances: {build_error}"
     else:
-        for verdict in outcome.turns:
-            if not verdict.passed:
-                outcome.error_type = verdict.checks["error_type"]
-                outcome.error_message = _message(verdict)
-                break
+        failed = next(((verdict, checks) for verdict, checks in checked if not verdict.passed), None)
+        if failed is not None:
+            outcome.error_type = failed[1].error_type
+            outcome.error_message = _message(failed[0].turn, failed[1])
     outcome.success = outcome.error_type is None
     return outcome
 
 
-def _message(verdict: TurnVerdict) -> str:
-    checks, turn = verdict.checks, verdict.turn
-    kind = checks["error_type"]
+def _message(turn: int, checks: TurnChecks) -> str:
+    """The official checker's message for a failed turn."""
+    kind = checks.error_type
     if kind == EMPTY_TURN:
         return f"Model response list is empty for turn {turn}"
     if kind == STATE_MISMATCH:
-        classes = ", ".join(sorted(checks["state_diff"]))
+        classes = ", ".join(sorted(checks.state_diff))
         return f"Model instance for {classes} does not match the state with ground truth instance."
     if kind == RESPONSE_MISMATCH:
         return (
             f"Model response execution results so far does not contain all the ground truth response "
             f"execution results for turn {turn}."
         )
-    return f"checker error at turn {turn}: {checks['checker_error']}"
+    return f"checker error at turn {turn}: {checks.checker_error}"
 
 
 def verify_texts(payload: dict[str, Any], turns: list[list[str]]) -> dict[str, Any]:

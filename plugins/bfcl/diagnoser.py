@@ -26,6 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from seal_platform.types import Task, ToolCall, Trajectory, TurnLabel, TurnVerdict
 
+from .trace import TurnChecks
+
 SOURCE = "bfcl"
 
 REFERENCE_LABELS = (
@@ -73,17 +75,20 @@ MEANINGS: dict[str, str] = {
 }
 
 
-def _get(verdict: TurnVerdict | Mapping[str, Any], key: str, default: Any = None) -> Any:
+def _field(verdict: TurnVerdict | Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """``turn``, ``passed`` or ``reached`` of a verdict or of its dict form."""
     if isinstance(verdict, TurnVerdict):
-        if key in ("turn", "passed", "reached"):
-            return getattr(verdict, key)
-        return verdict.checks.get(key, default)
-    if key in ("turn", "passed", "reached"):
-        return verdict.get(key, default)
+        return getattr(verdict, name)
+    return verdict.get(name, default)
+
+
+def _checks(verdict: TurnVerdict | Mapping[str, Any]) -> TurnChecks:
+    """The turn's checks as an unvalidated view (a dict-form verdict may hold them under ``checks`` or at its
+    top level; ``checks`` wins): values may be anything, so every reader below stays defensive."""
+    if isinstance(verdict, TurnVerdict):
+        return TurnChecks.view(verdict.checks)
     checks = verdict.get("checks")
-    if isinstance(checks, Mapping) and key in checks:
-        return checks[key]
-    return verdict.get(key, default)
+    return TurnChecks.view({**verdict, **checks} if isinstance(checks, Mapping) else verdict)
 
 
 def _flat(calls: Any) -> list[Any]:
@@ -176,47 +181,51 @@ def reference_label(verdict: TurnVerdict | Mapping[str, Any], n_accepted_calls: 
     ``n_accepted_calls`` (calls of the turn that were not rejected) decides whether the agent called
     anything; without it the trace's ``empty_model`` / ``model_calls`` do.
     """
+    return _reference(_checks(verdict), _field(verdict, "passed"), n_accepted_calls)
+
+
+def _reference(checks: TurnChecks, passed: Any, n_accepted_calls: int | None) -> str:
     if n_accepted_calls is None:
-        empty_model = _get(verdict, "empty_model")
-        n_calls = (0 if empty_model else 1) if empty_model is not None else len(_flat(_get(verdict, "model_calls")))
+        empty_model = checks.empty_model
+        n_calls = (0 if empty_model else 1) if empty_model is not None else len(_flat(checks.model_calls))
     else:
         n_calls = n_accepted_calls
-    if _get(verdict, "gt_error"):
+    if checks.gt_error:
         return "gt_error"
-    empty_gt = _get(verdict, "empty_gt")
+    empty_gt = checks.empty_gt
     if empty_gt is None:
-        empty_gt = not _flat(_get(verdict, "gt_calls"))
+        empty_gt = not _flat(checks.gt_calls)
     if empty_gt:
         return "spurious_tool_call" if n_calls else "correct_abstention"
     if not n_calls:
         return "empty_turn_model_response"
-    if _get(verdict, "instance_ok") is False:
+    if checks.instance_ok is False:
         return "instance_mismatch"
-    if _get(verdict, "checker_error"):
+    if checks.checker_error:
         return "checker_error"
-    if _get(verdict, "state_ok") is False:
+    if checks.state_ok is False:
         return "state_mismatch"
-    if _get(verdict, "response_ok") is False:
+    if checks.response_ok is False:
         return "response_mismatch"
-    if _get(verdict, "passed") is False:
+    if passed is False:
         # A failure the trace does not explain (a newer verifier check): the closest reference label.
         return "state_mismatch"
     return "pass"
 
 
-def _trace_calls(verdict: TurnVerdict | Mapping[str, Any]) -> list[ToolCall]:
+def _trace_calls(checks: TurnChecks, turn: int) -> list[ToolCall]:
     """The turn's calls rebuilt from the trace alone (for transcripts without tool-call records)."""
-    texts = _flat(_get(verdict, "model_calls"))
-    rejected = _indices(_get(verdict, "rejected_calls"))
-    failed = _indices(_get(verdict, "model_error_calls"))
-    results = _flat(_get(verdict, "model_results"))
+    texts = _flat(checks.model_calls)
+    rejected = _indices(checks.rejected_calls)
+    failed = _indices(checks.model_error_calls)
+    results = _flat(checks.model_results)
     out = []
     for index, text in enumerate(texts):
         sig = _signature(text)
         name = sig[0] if sig else ""
         out.append(
             ToolCall(
-                turn=_as_int(_get(verdict, "turn", 0)),
+                turn=turn,
                 name=name,
                 rejected="refused before running" if index in rejected else None,
                 error=_result_text(results, index) if index in failed and index not in rejected else None,
@@ -243,9 +252,7 @@ def _unrecovered_error(calls: Sequence[ToolCall]) -> bool:
     return False
 
 
-def _refine(
-    ref: str, verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[ToolCall], from_trace: bool = False
-) -> str:
+def _refine(ref: str, checks: TurnChecks, turn_calls: Sequence[ToolCall], from_trace: bool = False) -> str:
     rejected = any(c.rejected for c in turn_calls)
     if ref in ("spurious_tool_call", "correct_abstention"):
         # A turn that needed no call, where the agent reached for a tool it did not have (the miss_func
@@ -260,9 +267,9 @@ def _refine(
     executed = [c for c in turn_calls if not c.rejected]
     if _unrecovered_error(executed):
         return "recovery_failure"
-    gt = [s for s in (_signature(c) for c in _flat(_get(verdict, "gt_calls"))) if s is not None]
+    gt = [s for s in (_signature(c) for c in _flat(checks.gt_calls)) if s is not None]
     if from_trace:
-        model = [s for s in (_signature(c) for c in _flat(_get(verdict, "model_calls"))) if s is not None]
+        model = [s for s in (_signature(c) for c in _flat(checks.model_calls)) if s is not None]
     else:
         model = [(c.name, _canon(c.arguments)) for c in executed]
     gt_names = Counter(name for name, _ in gt)
@@ -284,13 +291,15 @@ def label_turn(verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[To
         applies. None: a transcript without call records; the trace's ``rejected_calls`` and
         ``model_error_calls`` stand in for them.
     """
-    if _get(verdict, "reached", True) is False:
+    if _field(verdict, "reached", True) is False:
         return UNREACHED, UNREACHED
+    checks, passed = _checks(verdict), _field(verdict, "passed")
     if turn_calls is None:
-        ref = reference_label(verdict)
-        return _refine(ref, verdict, _trace_calls(verdict), from_trace=True), ref
-    ref = reference_label(verdict, sum(1 for c in turn_calls if not c.rejected))
-    return _refine(ref, verdict, turn_calls), ref
+        ref = _reference(checks, passed, None)
+        turn = _as_int(_field(verdict, "turn", 0))
+        return _refine(ref, checks, _trace_calls(checks, turn), from_trace=True), ref
+    ref = _reference(checks, passed, sum(1 for c in turn_calls if not c.rejected))
+    return _refine(ref, checks, turn_calls), ref
 
 
 def label_turns(
@@ -308,7 +317,7 @@ def label_turns(
         by_turn.setdefault(call.turn, []).append(call)
     labels = []
     for index, verdict in enumerate(outcome_turns):
-        turn = _as_int(_get(verdict, "turn", index), index)
+        turn = _as_int(_field(verdict, "turn", index), index)
         labels.append(label_turn(verdict, by_turn.get(turn, []) if calls else None)[0])
     return labels
 

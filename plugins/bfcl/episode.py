@@ -235,16 +235,7 @@ class _Episode:
         params = self.sampling.model_copy(update={"max_new_tokens": max(1, min(self.cap, room))})
         generation = self.engine.generate([state.messages], params)[0]
         state.steps += 1
-        state.messages.append(
-            Message(
-                role="assistant",
-                content=generation.text,
-                token_ids=list(generation.token_ids),
-                logprobs=list(generation.logprobs),
-                trainable=True,
-                policy_version=generation.policy_version,
-            )
-        )
+        state.messages.append(Message.from_generation(generation))
         return generation
 
     def rejection(self, parsed: Any) -> str | None:

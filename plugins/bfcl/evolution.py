@@ -288,16 +288,15 @@ def evolve(
     state: CapabilityState,
     settings: EvolutionSettings,
     categories: list[str],
-    step: int,
 ) -> Interface | None:
-    """The next training-interface revision, or None when nothing changes.
+    """The next training-interface revision's content, or None when nothing changes (the core numbers it:
+    ``revision``, ``parent`` and ``step``, see ``seal_platform.stages.adopt_interface``).
 
     :param interface: the current training revision.
     :param state: the capability state, already updated with this step's labels.
     :param settings: the evolution settings.
     :param categories: the environment's task categories (the scopes that may be decided separately);
         empty: the categories present in the state.
-    :param step: the training step (recorded in the new revision).
     """
     if settings.mode == "off":
         return None
@@ -338,10 +337,7 @@ def evolve(
     spec = typed.dump()
     if spec == interface.spec:
         return None
-    return Interface(  # revision, parent and step are set again by the core
-        revision=interface.revision + 1,
-        parent=interface.revision,
-        step=step,
+    return Interface(
         system_text=describe_system(typed),
         spec=spec,
         changes=notes or ["spec rewritten"],

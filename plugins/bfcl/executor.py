@@ -31,7 +31,7 @@ from typing import Any, Iterable
 from seal_platform.types import Task, TurnVerdict
 
 from .calls import ParsedCall
-from .trace import CHECKER_ERROR, ERROR_PREFIX, VerifyOutcome, empty_checks
+from .trace import CHECKER_ERROR, ERROR_PREFIX, TurnChecks, VerifyOutcome
 
 
 @dataclass
@@ -463,12 +463,12 @@ def _failed_outcome(task: Task, model_turns: list[list[ParsedCall]], reason: str
     gt_turns = task.payload.get("ground_truth", [])
     turns = []
     for index, gt_calls in enumerate(gt_turns):
-        checks = empty_checks(gt_calls)
-        checks.update(checker_error=reason, error_type=CHECKER_ERROR, instance_ok=False)
+        checks = TurnChecks.unreached(gt_calls)
+        checks.checker_error, checks.error_type, checks.instance_ok = reason, CHECKER_ERROR, False
         if index < len(model_turns):
-            checks["model_calls"] = [call.render() for call in model_turns[index]]
-            checks["empty_model"] = not model_turns[index]
-        turns.append(TurnVerdict(turn=index, passed=False, reached=index < len(model_turns), checks=checks))
+            checks.model_calls = [call.render() for call in model_turns[index]]
+            checks.empty_model = not model_turns[index]
+        turns.append(TurnVerdict(turn=index, passed=False, reached=index < len(model_turns), checks=checks.model_dump()))
     return VerifyOutcome(
         success=False,
         turns=turns,

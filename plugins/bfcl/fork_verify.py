@@ -4,12 +4,13 @@ fast path.
 The worker pool (:mod:`.executor`) starts workers from a fork server, a fresh interpreter that imports the
 BFCL backends, and sends each transcript and its task over a pipe: right for training, where the trainer
 process has many threads and cannot fork safely, but at the scale of one command that is most of its time.
-Here the parent has already parsed every record and loaded every task, so a plain ``fork()`` gives a child
-that has it all (copy-on-write): the child verifies the records one after another, exactly as in-process
-verification does (fresh backend instances per transcript), and writes one output line per record. The
-parent still holds each record to its own time limit: it waits at most ``timeout_s`` for each next line;
-a child that overruns (a huge ``power``, say) or dies is killed, that record fails with a checker error, and
-a new child goes on from the next record. The child's address space is capped like a worker's.
+Here the parent has already parsed every record and loaded every task, so a plain ``fork()`` gives children
+that have it all (copy-on-write): the records are cut into one contiguous slice per usable CPU, and each
+slice's child verifies its records one after another, exactly as in-process verification does (fresh
+backend instances per transcript), writing one output line per record. The parent still holds each record
+to its own time limit: it waits at most ``timeout_s`` for each slice's next line; a child that overruns (a
+huge ``power``, say) or dies is killed, that record fails with a checker error, and a new child goes on from
+the next record of that slice. Every child's address space is capped like a worker's.
 
 Only used where ``fork`` is available and this process runs a single thread (forking a threaded process can
 deadlock the child); otherwise the caller uses the worker pool.
@@ -32,31 +33,6 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and threading.active_count() == 1
 
 
-class _LineReader:
-    """Lines from a pipe's raw descriptor, each waited for at most a given time."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.buffer = bytearray()
-
-    def next_line(self, timeout_s: float) -> bytes | None:
-        """The next line, or None if the writer closed the pipe; TimeoutError if none came in time."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            cut = self.buffer.find(b"\n")
-            if cut >= 0:
-                line = bytes(self.buffer[:cut])
-                del self.buffer[: cut + 1]
-                return line
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                raise TimeoutError
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return None
-            self.buffer.extend(chunk)
-
-
 def _child(items: Sequence[Item], write_fd: int, score: Callable[[Any, Any], dict[str, Any]],
            memory_bytes: int | None) -> None:
     from ._worker import _limit_resources
@@ -74,6 +50,61 @@ def _child(items: Sequence[Item], write_fd: int, score: Callable[[Any, Any], dic
             out.flush()
 
 
+def default_lanes() -> int:
+    """How many children verify at once: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _Lane:
+    """One contiguous slice of the items, verified in order by one forked child at a time."""
+
+    def __init__(self, indices: range):
+        self.indices = indices
+        self.next = 0  # position in ``indices`` of the next result expected
+        self.pid: int | None = None
+        self.fd: int | None = None  # the read end of the child's output pipe
+        self.buffer = bytearray()
+        self.deadline = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.next >= len(self.indices)
+
+    def start(self, items: Sequence[Item], score: Callable[[Any, Any], dict[str, Any]],
+              memory_bytes: int | None, timeout_s: float) -> None:
+        """Fork a child that verifies this lane's items from ``next`` on."""
+        todo = [items[i] for i in self.indices[self.next:]]
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            status = 0
+            try:
+                os.close(read_fd)
+                _child(todo, write_fd, score, memory_bytes)
+            except BaseException:
+                status = 1
+            finally:
+                os._exit(status)
+        os.close(write_fd)
+        self.pid, self.fd, self.buffer = pid, read_fd, bytearray()
+        self.deadline = time.monotonic() + timeout_s
+
+    def stop(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self.pid, 0)
+            self.pid = None
+
+
 def verify_forked(
     items: Sequence[Item],
     score: Callable[[Any, Any], dict[str, Any]],
@@ -81,43 +112,70 @@ def verify_forked(
     *,
     timeout_s: float,
     memory_bytes: int | None = None,
+    lanes: int | None = None,
+    min_per_lane: int = 64,
 ) -> list[dict[str, Any]]:
     """``score(task, turns)`` for every item, computed in forked children, each item within ``timeout_s``;
-    an item that overruns, crashes its child or raises gets ``on_failure(task, turns, reason)``."""
-    results: list[dict[str, Any]] = []
-    while len(results) < len(items):
-        start = len(results)
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns into the caller's code
-            status = 0
-            try:
-                os.close(read_fd)
-                _child(items[start:], write_fd, score, memory_bytes)
-            except BaseException:
-                status = 1
-            finally:
-                os._exit(status)
-        os.close(write_fd)
-        reader = _LineReader(read_fd)
-        try:
-            for task, turns in items[start:]:
-                try:
-                    line = reader.next_line(timeout_s)
-                except TimeoutError:
-                    results.append(on_failure(task, turns, f"verification took longer than {timeout_s:g} s"))
-                    break
-                if line is None:
-                    results.append(on_failure(task, turns, "the verification process died"))
-                    break
-                value = json.loads(line)
-                failed = value.get("__failed__") if isinstance(value, dict) else None
-                results.append(on_failure(task, turns, failed) if failed else value)
-        finally:
-            os.close(read_fd)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            os.waitpid(pid, 0)
-    return results
+    an item that overruns, crashes its child or raises gets ``on_failure(task, turns, reason)``.
+
+    The items are cut into up to ``lanes`` contiguous slices (default: one per usable CPU, at least
+    ``min_per_lane`` items each) verified side by side, one child per slice; results come back in the
+    items' order. A child that overruns or dies is killed and a new one goes on from the next item of its
+    slice."""
+    n = len(items)
+    count = max(1, min(lanes or default_lanes(), n // max(1, min_per_lane)))
+    bounds = [round(k * n / count) for k in range(count + 1)]
+    all_lanes = [_Lane(range(bounds[k], bounds[k + 1])) for k in range(count)]
+    results: list[dict[str, Any] | None] = [None] * n
+
+    def fail(lane: _Lane, reason: str) -> None:
+        index = lane.indices[lane.next]
+        results[index] = on_failure(*items[index], reason)
+        lane.next += 1
+        lane.stop()
+
+    try:
+        for lane in all_lanes:
+            if not lane.done:
+                lane.start(items, score, memory_bytes, timeout_s)
+        while True:
+            active = [lane for lane in all_lanes if not lane.done]
+            if not active:
+                break
+            for lane in active:  # a lane whose child was stopped goes on from its next item
+                if lane.fd is None:
+                    lane.start(items, score, memory_bytes, timeout_s)
+            now = time.monotonic()
+            overdue = [lane for lane in active if lane.deadline <= now]
+            for lane in overdue:
+                fail(lane, f"verification took longer than {timeout_s:g} s")
+            if overdue:
+                continue
+            wait = min(lane.deadline for lane in active) - now
+            ready, _, _ = select.select([lane.fd for lane in active], [], [], wait)
+            for lane in active:
+                if lane.fd not in ready:
+                    continue
+                chunk = os.read(lane.fd, 1 << 16)
+                if not chunk:  # the child exited before answering for this item
+                    fail(lane, "the verification process died")
+                    continue
+                lane.buffer.extend(chunk)
+                while not lane.done:
+                    cut = lane.buffer.find(b"\n")
+                    if cut < 0:
+                        break
+                    line = bytes(lane.buffer[:cut])
+                    del lane.buffer[: cut + 1]
+                    index = lane.indices[lane.next]
+                    value = json.loads(line)
+                    failed = value.get("__failed__") if isinstance(value, dict) else None
+                    results[index] = on_failure(*items[index], failed) if failed else value
+                    lane.next += 1
+                    lane.deadline = time.monotonic() + timeout_s
+                if lane.done:
+                    lane.stop()
+    finally:
+        for lane in all_lanes:
+            lane.stop()
+    return results  # type: ignore[return-value]

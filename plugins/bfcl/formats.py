@@ -259,6 +259,8 @@ def _hermes_call(item: Any, where: str) -> tuple[ParsedCall | None, str | None]:
 
 # More opening parentheses than this in a call-list message is refused before parsing (see PythonFormat.parse).
 MAX_PYTHON_CALLS = 512
+# More syntax elements than this (outside string literals; see calls.code_counts) is refused likewise.
+MAX_PYTHON_ELEMENTS = 12_000
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
@@ -286,7 +288,7 @@ class PythonFormat:
         )
 
     def parse(self, text: str) -> ParseResult:
-        from .calls import CallSyntaxError, parse_calls  # the safe AST-literal parser
+        from .calls import CallSyntaxError, code_counts, parse_calls  # the safe AST-literal parser
 
         body = _FENCE.sub("", text.strip()).strip()
         if body.startswith("python\n"):
@@ -294,10 +296,17 @@ class PythonFormat:
         if not body or body == "[]":
             return ParseResult()
         looks_like_calls = body.startswith("[") or bool(re.match(r"^[A-Za-z_]\w*\s*\(", body))
-        if looks_like_calls and body.count("(") > MAX_PYTHON_CALLS:
-            # Bounded work per message: Python's parser costs ~20 us per call node, so thousands of tiny
-            # calls would take longer than a long message should; no turn needs that many.
-            return ParseResult(error=f"Too many function calls in one message (at most {MAX_PYTHON_CALLS}).")
+        if looks_like_calls and (body.count("(") > MAX_PYTHON_CALLS or len(body) > MAX_PYTHON_ELEMENTS):
+            # Bounded work per message: Python's parser costs ~20 us per call and ~3 us per other node, so
+            # thousands of tiny calls or tens of thousands of tiny literals would take longer than a long
+            # message should; no turn needs that many. What is inside string arguments (code, prose) does
+            # not count. (A body of at most MAX_PYTHON_ELEMENTS characters cannot have more elements.)
+            parens, elements = code_counts(body, MAX_PYTHON_CALLS, MAX_PYTHON_ELEMENTS)
+            if parens > MAX_PYTHON_CALLS:
+                return ParseResult(error=f"Too many function calls in one message (at most {MAX_PYTHON_CALLS}).")
+            if elements > MAX_PYTHON_ELEMENTS:
+                return ParseResult(error=f"Too many values in one message's calls (at most {MAX_PYTHON_ELEMENTS:,} "
+                                         f"names, numbers, strings and brackets).")
         try:
             parsed = parse_calls(body)
         except CallSyntaxError as exc:

@@ -115,7 +115,7 @@ def evolve_interface(
     from . import evolution
 
     settings = _settings(ctx)
-    return evolution.evolve(interface, state, settings.evolution, list(settings.categories), step)
+    return evolution.evolve(interface, state, settings.evolution, list(settings.categories))
 
 
 @hookimpl

@@ -3,31 +3,10 @@
 :func:`seal_platform_plugins.bfcl.verifier.verify` returns a :class:`VerifyOutcome`; its ``turns`` hold one
 :class:`seal_platform.types.TurnVerdict` per ground-truth turn. ``TurnVerdict.passed`` is the official
 per-turn verdict, ``TurnVerdict.reached`` is False for turns the model never reached (fewer model turns than
-ground-truth turns; nothing is executed for them), and ``TurnVerdict.checks`` is a dict with these keys
-(diagnosers read them; they are part of the plugin's contract -- add keys, never rename or drop them):
-
-``gt_calls``        list[str]   the ground-truth calls of the turn, as written in the data
-``model_calls``     list[str]   the model's calls of the turn, in BFCL call syntax, in order
-``gt_results``      list[str]   what each ground-truth call returned (clipped to TRACE_RESULT_CHARS)
-``model_results``   list[str]   what each model call returned when replayed (clipped likewise)
-``gt_error``        str | None  the first ground-truth call of the turn that raised, as its error text
-``model_errors``    list[str]   the model calls' failures when replayed: raised/rejected
-                                (``"Error during execution: ..."``) or a returned ``{"error": ...}`` object
-``model_error_calls`` list[int] indices (into ``model_calls``) of those failures
-``rejected_calls``  list[int]   indices of model calls that were refused before running (not parseable,
-                                unknown tool, unexpected argument name, non-literal value)
-``empty_gt``        bool        the ground-truth turn has no call (the model should abstain)
-``empty_model``     bool        the model made no call in the turn
-``instance_ok``     bool        both instance sets could be built and hold the same classes
-``state_ok``        bool        every public attribute of every involved instance equals the GT's
-``state_diff``      dict[str, list[str]]  class -> the public attributes that differ
-``response_ok``     bool        every GT result of this turn is among the model's results so far (multiset)
-``missing_results`` list[str]   the GT results of this turn not found (clipped)
-``checker_error``   str | None  an exception raised while building instances or checking state
-``error_type``      str | None  the official error type when this turn fails
-                                (``multi_turn:empty_turn_model_response``, ``multi_turn:instance_state_mismatch``,
-                                ``multi_turn:execution_response_mismatch``, ``multi_turn:checker_error``,
-                                ``multi_turn:force_terminated`` for unreached turns)
+ground-truth turns; nothing is executed for them), and ``TurnVerdict.checks`` is a
+:class:`TurnChecks` as a dict (``model_dump()``: the JSON shape stores and ``verify`` outputs keep). Its fields
+are part of the plugin's contract (diagnosers read them): add fields, never rename or drop them. Readers of a
+stored trace use :meth:`TurnChecks.view`, which takes any dict (a trace read back may hold anything).
 
 ``state_ok``/``response_ok`` are computed for every reached turn, but as in the official checker they decide
 the verdict only for non-empty ground-truth turns (an empty GT turn passes whatever the model did; its state
@@ -39,7 +18,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from seal_platform.types import TurnVerdict
 
@@ -48,26 +29,6 @@ ERROR_PREFIX = "Error during execution: "
 # Results kept in traces are clipped to this many characters (long-context listings are huge); the checks
 # themselves always compare full results.
 TRACE_RESULT_CHARS = 1000
-
-CHECK_KEYS: tuple[str, ...] = (
-    "gt_calls",
-    "model_calls",
-    "gt_results",
-    "model_results",
-    "gt_error",
-    "model_errors",
-    "model_error_calls",
-    "rejected_calls",
-    "empty_gt",
-    "empty_model",
-    "instance_ok",
-    "state_ok",
-    "state_diff",
-    "response_ok",
-    "missing_results",
-    "checker_error",
-    "error_type",
-)
 
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
 STATE_MISMATCH = "multi_turn:instance_state_mismatch"
@@ -96,27 +57,72 @@ def is_error_result(result: str) -> bool:
     return False
 
 
+class TurnChecks(BaseModel):
+    """What the verifier found in one ground-truth turn (``TurnVerdict.checks`` of the bfcl environment).
+
+    ``state_ok``/``response_ok`` are computed for every reached turn; the defaults are what a reader assumes
+    of a trace that lacks the field.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    gt_calls: list[str] = Field(default=[], description="the ground-truth calls of the turn, as written in the data")
+    model_calls: list[str] = Field(default=[], description="the model's calls of the turn, in BFCL call syntax, in order")
+    gt_results: list[str] = Field(default=[], description="what each ground-truth call returned (clipped to TRACE_RESULT_CHARS)")
+    model_results: list[str] = Field(default=[], description="what each model call returned when replayed (clipped likewise)")
+    gt_error: str | None = Field(default=None, description="the first ground-truth call of the turn that raised, as its error text")
+    model_errors: list[str] = Field(
+        default=[],
+        description='the model calls\' failures when replayed: raised/rejected ("Error during execution: ...") or a '
+        'returned {"error": ...} object',
+    )
+    model_error_calls: list[int] = Field(default=[], description="indices (into model_calls) of those failures")
+    rejected_calls: list[int] = Field(
+        default=[],
+        description="indices of model calls refused before running (not parseable, unknown tool, unexpected "
+        "argument name, non-literal value)",
+    )
+    empty_gt: bool | None = Field(
+        default=None, description="the ground-truth turn has no call (the model should abstain); None: not recorded"
+    )
+    empty_model: bool | None = Field(default=None, description="the model made no call in the turn; None: not recorded")
+    instance_ok: bool = Field(default=True, description="both instance sets could be built and hold the same classes")
+    state_ok: bool = Field(default=True, description="every public attribute of every involved instance equals the GT's")
+    state_diff: dict[str, list[str]] = Field(default={}, description="class -> the public attributes that differ")
+    response_ok: bool = Field(
+        default=True, description="every GT result of this turn is among the model's results so far (multiset)"
+    )
+    missing_results: list[str] = Field(default=[], description="the GT results of this turn not found (clipped)")
+    checker_error: str | None = Field(
+        default=None, description="an exception raised while building instances or checking state"
+    )
+    error_type: str | None = Field(
+        default=None,
+        description="the official error type when this turn fails (multi_turn:empty_turn_model_response, "
+        "multi_turn:instance_state_mismatch, multi_turn:execution_response_mismatch, multi_turn:checker_error, "
+        "multi_turn:force_terminated for unreached turns)",
+    )
+
+    @classmethod
+    def unreached(cls, gt_calls: list[str]) -> "TurnChecks":
+        """The checks of a turn the model never reached (nothing ran)."""
+        return cls(gt_calls=list(gt_calls), empty_gt=not gt_calls, empty_model=True, error_type=FORCE_TERMINATED)
+
+    @classmethod
+    def view(cls, checks: Mapping[str, Any]) -> "TurnChecks":
+        """An unvalidated view of a stored ``checks`` dict: a field it lacks has its default, any other value is
+        kept as it is (a trace read back from a store or a file may hold anything, so readers stay defensive
+        about types); unknown keys are ignored."""
+        return cls.model_construct(**{name: checks[name] for name in cls.model_fields if name in checks})
+
+
+# The checks' field names, in their stored order.
+CHECK_KEYS: tuple[str, ...] = tuple(TurnChecks.model_fields)
+
+
 def empty_checks(gt_calls: list[str]) -> dict[str, Any]:
-    """The checks of a turn the model never reached."""
-    return {
-        "gt_calls": list(gt_calls),
-        "model_calls": [],
-        "gt_results": [],
-        "model_results": [],
-        "gt_error": None,
-        "model_errors": [],
-        "model_error_calls": [],
-        "rejected_calls": [],
-        "empty_gt": not gt_calls,
-        "empty_model": True,
-        "instance_ok": True,
-        "state_ok": True,
-        "state_diff": {},
-        "response_ok": True,
-        "missing_results": [],
-        "checker_error": None,
-        "error_type": FORCE_TERMINATED,
-    }
+    """The checks of a turn the model never reached, as stored."""
+    return TurnChecks.unreached(gt_calls).model_dump()
 
 
 @dataclass

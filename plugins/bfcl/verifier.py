@@ -66,25 +66,13 @@ def reference_labels(outcome: VerifyOutcome) -> list[str]:
 
 
 def reference_label(verdict: TurnVerdict) -> str:
-    """First rule that fires, in the reference order (see seal-method.md, "Diagnosis")."""
-    checks = verdict.checks
+    """First rule that fires, in the reference order (see seal-method.md, "Diagnosis"): the diagnoser's
+    :func:`~.diagnoser.reference_label`, with ``unreached_turn`` for a turn the model never reached."""
+    from .diagnoser import UNREACHED, reference_label as diagnoser_reference_label
+
     if not verdict.reached:
-        return "unreached_turn"
-    if checks.get("gt_error"):
-        return "gt_error"
-    if checks.get("empty_gt"):
-        return "correct_abstention" if checks.get("empty_model") else "spurious_tool_call"
-    if checks.get("empty_model"):
-        return "empty_turn_model_response"
-    if not checks.get("instance_ok", True):
-        return "instance_mismatch"
-    if checks.get("checker_error"):
-        return "checker_error"
-    if not checks.get("state_ok", True):
-        return "state_mismatch"
-    if not checks.get("response_ok", True):
-        return "response_mismatch"
-    return "pass"
+        return UNREACHED
+    return diagnoser_reference_label(verdict)
 
 
 def _load_task(task_id: str) -> Task:
@@ -96,8 +84,9 @@ def _load_task(task_id: str) -> Task:
         raise ValueError(str(exc)) from None
 
 
-def parse_record(record: Any) -> tuple[str, list[list[ParsedCall]]]:
-    """Validate one ``verify`` input record: ``{"task_id": str, "turns": [[call string, ...], ...]}``."""
+def check_record(record: Any) -> tuple[str, list[list[str]]]:
+    """Validate one ``verify`` input record, ``{"task_id": str, "turns": [[call string, ...], ...]}``;
+    return its task id and call strings (ValueError naming what is wrong)."""
     if not isinstance(record, dict):
         raise ValueError(f"each line must be a JSON object, got {type(record).__name__}")
     task_id = record.get("task_id")
@@ -110,8 +99,19 @@ def parse_record(record: Any) -> tuple[str, list[list[ParsedCall]]]:
         for call in turn:
             if not isinstance(call, str):
                 raise ValueError(f'turn {index}: calls must be strings in BFCL call syntax, got {type(call).__name__}')
-    # Unparseable call strings are the model's mistake, not a bad record: they replay as tool errors.
-    return task_id, [[parse_call(call) for call in turn] for turn in turns]
+    return task_id, turns
+
+
+def parse_turns(turns: list[list[str]]) -> list[list[ParsedCall]]:
+    """The call strings of a checked record, parsed. Unparseable call strings are the model's mistake, not a
+    bad record: they replay as tool errors."""
+    return [[parse_call(call) for call in turn] for turn in turns]
+
+
+def parse_record(record: Any) -> tuple[str, list[list[ParsedCall]]]:
+    """Validate one ``verify`` input record and parse its calls (:func:`check_record`, :func:`parse_turns`)."""
+    task_id, turns = check_record(record)
+    return task_id, parse_turns(turns)
 
 
 def verify_records(
@@ -135,23 +135,27 @@ def verify_records(
         return {"task_id": task_id, "success": outcome.success, "labels": labels}
 
     out: list[dict[str, Any] | None] = [None] * len(records)
-    todo: list[tuple[int, str, Task, list[list[ParsedCall]]]] = []
+    todo: list[tuple[int, str, Task, list[list[str]]]] = []
+    tasks: dict[str, Task] = {}
     for index, record in enumerate(records):
         try:
-            task_id, turns = parse_record(record)
-            todo.append((index, task_id, (task_lookup or _load_task)(task_id), turns))
+            task_id, turns = check_record(record)
+            if task_id not in tasks:  # records of one task share its (read-only) Task
+                tasks[task_id] = (task_lookup or _load_task)(task_id)
+            todo.append((index, task_id, tasks[task_id], turns))
         except (ValueError, KeyError, TypeError) as exc:
             out[index] = {"error": str(exc)}
-    items = [(task, turns) for _, _, task, turns in todo]
+    items = [(task, turns) for _, _, task, turns in todo]  # call strings: parsed where they are verified
     if can_fork():
         results = verify_forked(
             items,
-            lambda task, turns: output(task.id, task, verify(task, turns)),
-            lambda task, turns, reason: output(task.id, task, _failed_outcome(task, turns, reason)),
+            lambda task, turns: output(task.id, task, verify(task, parse_turns(turns))),
+            lambda task, turns, reason: output(task.id, task, _failed_outcome(task, parse_turns(turns), reason)),
             timeout_s=timeout_s, memory_bytes=memory_bytes,
         )
     else:
-        results = [output(task.id, task, outcome) for (task, _), outcome in zip(items, executor().verify_many(items))]
+        parsed = [(task, parse_turns(turns)) for task, turns in items]
+        results = [output(task.id, task, outcome) for (task, _), outcome in zip(parsed, executor().verify_many(parsed))]
     for (index, task_id, _, _), result in zip(todo, results):
         out[index] = {**result, "task_id": task_id}
     return [r if r is not None else {"error": "not verified"} for r in out]

@@ -59,8 +59,7 @@ def play(
         messages += [Message(role=m["role"], content=m["content"]) for m in turn if m.get("role") in ("user", "system")]
         for _ in range(limits.max_steps):
             gen = engine.generate([messages], sampling)[0]
-            messages.append(Message(role="assistant", content=gen.text, token_ids=gen.token_ids,
-                                    logprobs=gen.logprobs, trainable=True))
+            messages.append(Message.from_generation(gen))
             if gen.finish_reason == "prompt_too_long":
                 return messages, calls, answer
             parsed = fmt.parse(gen.text)

@@ -487,20 +487,29 @@ class LocalTrainerGroup:
 
 
 class GroupTrainer:
-    """The trainer :class:`~.trainer.GRPORun` holds when ``grpo.train_workers > 1``: a
-    :class:`LocalTrainerGroup` doing the updates, and the driver's full copy of the policy (``model``: what the
-    rollout engine samples from and what ``model.safetensors`` checkpoints hold), overwritten with the
-    group's weights at start and after every step."""
+    """The trainer :class:`~.trainer.GRPORun` holds when ``grpo.train_workers > 1``: a training group doing the
+    updates, and the driver's full copy of the policy (``model``: what the rollout engine samples from and what
+    ``model.safetensors`` checkpoints hold), overwritten with the group's weights at start and after every step.
+
+    The group is a :class:`LocalTrainerGroup` (worker processes on the driver's machine) or, when the recipe
+    turns Ray on (``ray``: a :class:`~seal_platform.config.RayConfig` with ``enabled``), a
+    :class:`~seal_platform_plugins.ray_backend.trainers.RayTrainerGroup` (one actor per rank in a placement
+    group, possibly on other nodes); both run the same :class:`TrainerWorker`."""
 
     def __init__(self, model: Any, settings: GRPOSettings, policy: PolicySettings | None, *, temperature: float = 1.0,
-                 pad_id: int = 0, seed: int = 0):
+                 pad_id: int = 0, seed: int = 0, ray: Any = None):
         self.model = model
         self.settings = settings
         self.device = next(model.parameters()).device
         self.updates = 0
         options = WorkerOptions(grpo=settings, policy=policy or PolicySettings(), temperature=temperature,
                                 pad_id=pad_id, seed=seed)
-        self.group = LocalTrainerGroup(settings.train_workers, options)
+        if ray is not None and ray.enabled:
+            from seal_platform_plugins.ray_backend.trainers import RayTrainerGroup
+
+            self.group = RayTrainerGroup(TrainerWorker, settings.train_workers, options, ray)
+        else:
+            self.group = LocalTrainerGroup(settings.train_workers, options)
         self.sync()
 
     @torch.no_grad()

@@ -88,7 +88,7 @@ def start_run(ctx: Any, resumed: bool) -> None:
     ctx.shared[POLICY] = (model, tokenizer)
     ctx.shared[RUN] = GRPORun(
         model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes,
-        policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed,
+        policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed, ray=ctx.config.ray,
     )
 
 

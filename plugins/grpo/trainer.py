@@ -483,7 +483,7 @@ class GRPORun:
     """
 
     def __init__(self, model: Any, tokenizer: Any, settings: GRPOSettings, apatch: Any, temperature: float = 1.0,
-                 train: bool = True, policy: Any = None, seed: int = 0):
+                 train: bool = True, policy: Any = None, seed: int = 0, ray: Any = None):
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings
@@ -493,7 +493,8 @@ class GRPORun:
         if train and settings.train_workers > 1:  # FSDP2 workers do the update; `model` is their synced copy
             from .distributed import GroupTrainer
 
-            self.trainer = GroupTrainer(model, settings, policy, temperature=temperature, pad_id=pad or 0, seed=seed)
+            self.trainer = GroupTrainer(model, settings, policy, temperature=temperature, pad_id=pad or 0, seed=seed,
+                                        ray=ray)
         else:
             self.trainer = (
                 GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None

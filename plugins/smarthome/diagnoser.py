@@ -24,6 +24,8 @@ from typing import Iterable
 
 from seal_platform.types import ToolCall, Trajectory, TurnLabel, TurnVerdict
 
+from .episode import TurnChecks
+
 SOURCE = "smarthome"
 LABELS = ("pass", "unreached_turn", "invalid_tool_call", "recovery_failure", "empty_turn_model_response",
           "missing_tool_call", "argument_mismatch", "state_mismatch")
@@ -45,7 +47,7 @@ def label_turn(verdict: TurnVerdict, calls: list[ToolCall]) -> tuple[str, str, s
         return "empty_turn_model_response", "empty_turn_model_response", "the agent made no tool call"
     if failed and calls[-1].error:
         return "recovery_failure", "state_mismatch", "the last call failed: " + (calls[-1].error or "")
-    gt = verdict.checks.get("gt_calls", [])
+    gt = TurnChecks.model_validate(verdict.checks).gt_calls
     names = {c.name for c in ran}
     missing = [g["name"] for g in gt if g["name"] not in names]
     if missing:

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from seal_platform.engine import RolloutEngine
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
@@ -137,6 +139,15 @@ def _react(ep: _Episode, text: str, interface: Interface, attempts_per_turn: int
         _end_turn(ep)
 
 
+class TurnChecks(BaseModel):
+    """What the smart-home verifier found in one turn (``TurnVerdict.checks``, stored as ``model_dump()``)."""
+
+    gt_calls: list[dict[str, Any]] = []  # the ground truth's calls of the turn: {"name", "arguments"}
+    model_calls: list[dict[str, Any]] = []  # the agent's executed calls of the turn, in the same shape
+    state_ok: bool = True  # the home's state equals the ground truth's after the turn
+    called: bool = True  # the agent executed a call, or the ground truth makes none
+
+
 def verify(task: Task, traj: Trajectory) -> list[TurnVerdict]:
     """Replay the trajectory's executed calls and the ground truth turn by turn and compare states."""
     gt_state = copy.deepcopy(task.payload["initial_state"])
@@ -149,11 +160,9 @@ def verify(task: Task, traj: Trajectory) -> list[TurnVerdict]:
             execute(model_state, call.name, call.arguments)
         state_ok = model_state == gt_state
         called = bool(made) or not turn["calls"]
-        verdicts.append(TurnVerdict(turn=i, passed=state_ok and called, checks={
-            "gt_calls": turn["calls"],
-            "model_calls": [{"name": c.name, "arguments": c.arguments} for c in made],
-            "state_ok": state_ok, "called": called,
-        }))
+        checks = TurnChecks(gt_calls=turn["calls"], model_calls=[{"name": c.name, "arguments": c.arguments} for c in made],
+                            state_ok=state_ok, called=called)
+        verdicts.append(TurnVerdict(turn=i, passed=state_ok and called, checks=checks.model_dump()))
     return verdicts
 
 
@@ -180,8 +189,7 @@ def run_episodes(
             break
         gens = engine.generate([ep.messages for ep in active], sampling)
         for ep, gen in zip(active, gens):
-            ep.messages.append(Message(role="assistant", content=gen.text, token_ids=gen.token_ids,
-                                       logprobs=gen.logprobs, trainable=True))
+            ep.messages.append(Message.from_generation(gen))
             if gen.finish_reason == "prompt_too_long":
                 ep.traj.finish = "context_limit"
                 ep.done = True

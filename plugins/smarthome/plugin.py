@@ -98,4 +98,4 @@ def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, ste
 
     from .tasks import CATEGORIES
 
-    return evolve(interface, state, _settings(ctx).evolution, list(CATEGORIES), step)
+    return evolve(interface, state, _settings(ctx).evolution, list(CATEGORIES))

@@ -24,13 +24,14 @@ from alembic.util import CommandError
 from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, object_session, sessionmaker
 
 from ..capability import CapabilityState
 from ..errors import StoreError
+from ..infra import mean_reward as policy_mean_reward
 from ..types import EvalResult, Interface, Trajectory, TurnLabel
 from . import models as m
-from . import safety
+from . import readonly, safety
 from .models import utcnow
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -44,6 +45,13 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_read_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=30000")  # the journal mode is the file's: setting it would write
+    cursor.execute("PRAGMA query_only=ON")
     cursor.close()
 
 
@@ -80,11 +88,21 @@ def _pid_alive(pid: int | None) -> bool:
 class RunStore:
     """Read and write runs. Safe to share between threads; each call opens its own session."""
 
-    def __init__(self, url: str, *, migrate: bool = True):
+    def __init__(self, url: str, *, migrate: bool = True, read_only: bool = False):
+        """``read_only``: open an existing SQLite store without writing anything (no migration; a schema
+        other than this version's is a :class:`StoreError`); any write then fails with one. The read
+        commands pass it when the file cannot be written (:func:`readonly.not_writable`)."""
         self.url = url
+        self.read_only = read_only
         safety.check_file(url)
+        if read_only:
+            self._open_read_only(url)
+            return
         path = safety.sqlite_path(url)
         if path is not None:
+            reason = readonly.not_writable(url)
+            if reason:
+                raise safety.describe(url, PermissionError(reason), None)
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -98,6 +116,25 @@ class RunStore:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         if migrate:
             self.migrate()
+
+    def _open_read_only(self, url: str) -> None:
+        if safety.sqlite_path(url) is None:
+            raise StoreError(f"run store {url}: only an SQLite file can be opened read-only; open it normally.")
+        reason = readonly.not_writable(url) or "opened read-only"
+        error: BaseException | None = None
+        for ro_url in readonly.read_only_urls(url):
+            self.engine = create_engine(ro_url)
+            event.listen(self.engine, "connect", _sqlite_read_pragmas)
+            try:
+                readonly.check_schema(url, self.engine, self.head_revision(), reason)
+                break
+            except OperationalError as exc:  # mode=ro cannot create the WAL index: try immutable=1
+                self.engine.dispose()
+                error = exc
+        else:
+            raise readonly.unreadable(url, reason, error) from None  # type: ignore[arg-type]
+        # No autoflush, no commit: nothing is written unless a caller adds rows, which fails at the flush.
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
 
     # --- schema ----------------------------------------------------------------------------------------
 
@@ -123,6 +160,11 @@ class RunStore:
     @contextmanager
     def session(self) -> Iterator[Session]:
         try:
+            if self.read_only:
+                with self._sessions() as session:
+                    yield session
+                    session.flush()  # a write on a read-only store fails here ("cannot be written")
+                return
             with self._sessions.begin() as session:
                 yield session
         except OperationalError as exc:
@@ -199,6 +241,8 @@ class RunStore:
 
     def _mark_if_crashed(self, run: m.Run) -> None:
         if run.status == "running" and run.host == socket.gethostname() and not _pid_alive(run.pid):
+            if self.read_only:  # shown as crashed, not written
+                object_session(run).expunge(run)  # type: ignore[union-attr]
             run.status = "crashed"
 
     def list_runs(self) -> list[m.Run]:
@@ -229,7 +273,7 @@ class RunStore:
         timings: dict[str, float],
     ) -> None:
         """Everything a training step produced, in one transaction."""
-        mean_reward = sum(t.reward for t in trajectories) / len(trajectories) if trajectories else 0.0
+        mean_reward = policy_mean_reward(trajectories)
         with self.session() as s:
             s.add(
                 m.Step(

@@ -131,9 +131,10 @@ def describe(url: str, exc: BaseException, head: str | None, current: str | None
     lowered = message.lower()
     if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered or isinstance(exc, PermissionError):
         return StoreError(
-            f"run store {where} cannot be written ({message}): seal-platform writes to the store when it opens "
-            f"it (schema upgrades, crashed-run marks) and SQLite needs its directory writable for the journal; "
-            f"make the file and its directory writable, or copy the store somewhere writable and pass --store."
+            f"run store {where} cannot be written ({message}): `seal-platform run` and `eval` write to the store "
+            f"(runs, steps, schema upgrades) and SQLite needs its directory writable for the journal; make the "
+            f"file and its directory writable, or copy the store somewhere writable and pass --store (`runs`, "
+            f"`show`, `report` and `compare` can read a read-only store as it is)."
         )
     if "not a database" in lowered or "malformed" in lowered or "file is encrypted" in lowered:
         return StoreError(f"run store {where} is not a usable SQLite database ({message}): give --store the "

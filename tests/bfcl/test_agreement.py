@@ -3,7 +3,7 @@
 Cases: the 800 ground-truth answers (4 categories x 200) and 2,400 deterministic perturbations of them
 (dropped, duplicated, swapped, moved, altered and spurious calls, emptied turns, keyword -> positional
 arguments, wrong turn counts). The official checker runs with a never-reused model name per check and its
-cached instances are deleted afterwards (see conftest.official_verdict).
+cached instances are deleted afterwards (see official_cases.official_verdict).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from conftest import PERTURBATION_KINDS, agreement_cases, official_verdict
+from official_cases import PERTURBATION_KINDS, agreement_cases, official_verdict
 from seal_platform_plugins.bfcl.verifier import verify
 
 PER_TASK = 3

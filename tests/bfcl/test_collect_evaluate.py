@@ -154,7 +154,7 @@ def test_diagnose_ignores_other_environments(tmp_path):
 def test_evolve_interface_delegates_to_the_evolution_settings(tmp_path):
     ctx = make_ctx(tmp_path, evolution={"mode": "reference"})
     new = plugin.evolve_interface(ctx=ctx, environment=None, interface=Interface(), state=CapabilityState(), step=0)
-    assert new is not None and new.revision == 1 and "required_markers" in str(new.spec)
+    assert new is not None and "required_markers" in str(new.spec)  # the core numbers it (stages.adopt_interface)
     ctx = make_ctx(tmp_path, evolution={"mode": "off"})
     assert plugin.evolve_interface(ctx=ctx, environment=None, interface=Interface(), state=CapabilityState(), step=0) is None
 

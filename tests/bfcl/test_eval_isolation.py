@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from seal_platform.stages import collect_with, evaluate_with
+from seal_platform.stages import adopt_interface, collect_with, evaluate_with
 from seal_platform.capability import CapabilityState
 from seal_platform.config import RunConfig
 from seal_platform.context import RunContext
@@ -186,13 +186,16 @@ def test_evaluation_is_byte_identical_whatever_training_evolved(setup: Any, monk
     assert nothing is None  # closed loop: nothing without evidence
     new = plugin.evolve_interface(ctx=ctx, environment=env, interface=revisions[-1], state=state, step=1)
     assert new is not None
+    new = adopt_interface(new, revisions[-1], 1, "bfcl")  # numbered by the core, as the loop does
     revisions.append(new)
     # A second revision on top: the recipe switches to pooled decisions ("*" scope) mid-run.
     ctx.settings["bfcl"] = ctx.settings["bfcl"].model_copy(
         update={"evolution": ctx.settings["bfcl"].evolution.model_copy(update={"per_category": False})}
     )
     newer = plugin.evolve_interface(ctx=ctx, environment=env, interface=revisions[-1], state=state, step=2)
-    assert newer is not None and newer.parent == new.revision
+    assert newer is not None
+    newer = adopt_interface(newer, revisions[-1], 2, "bfcl")
+    assert newer.parent == new.revision
     revisions.append(newer)
     latest = revisions[-1]
     for task in tasks:
@@ -251,7 +254,9 @@ def test_the_diagnosers_labels_close_the_loop(setup: Any) -> None:
     state = CapabilityState()
     state.update(0, 0, trajs, labels)
     rev = plugin.evolve_interface(ctx=ctx, environment=env, interface=Interface(), state=state, step=0)
-    assert rev is not None and rev.revision == 1
+    assert rev is not None
+    rev = adopt_interface(rev, Interface(), 0, "bfcl")  # numbered by the core, as the loop does
+    assert rev.revision == 1
     assert set(rev.driven_by) <= seen
     for task in tasks:
         assert {"recovery", "no_invent_note"} <= active_changes(rev, task.category)

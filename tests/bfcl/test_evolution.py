@@ -11,10 +11,11 @@ from pydantic import ValidationError
 
 from seal_platform.capability import CapabilityState
 from seal_platform.types import Interface, Trajectory, TurnLabel, TurnVerdict
+from seal_platform.stages import adopt_interface
+from seal_platform_plugins.bfcl import evolution
 from seal_platform_plugins.bfcl.evolution import (
     GUIDELINES,
     EvolutionSettings,
-    evolve,
     label_pressures,
 )
 from seal_platform_plugins.bfcl.interface import active_changes, render_tools, system_addendum
@@ -25,6 +26,13 @@ FUNC = "multi_turn_miss_func"
 LONG = "multi_turn_long_context"
 CATEGORIES = [BASE, FUNC, PARAM, LONG]
 _ids = itertools.count()
+
+
+def evolve(interface: Interface, state: CapabilityState, settings: EvolutionSettings, categories: list[str],
+           step: int) -> Interface | None:
+    """:func:`evolution.evolve`, numbered as the core numbers what ``evolve_interface`` returns."""
+    new = evolution.evolve(interface, state, settings, categories)
+    return None if new is None else adopt_interface(new, interface, step, "bfcl")
 
 
 def rollouts(category: str, turns: list[str], reward: float, n: int) -> list[tuple[Trajectory, list[TurnLabel]]]:

@@ -37,3 +37,36 @@ def test_forked_verification_matches_the_worker_pool_and_survives_a_runaway_call
         outcomes = pool.verify_many(items, chunk=2)
     assert [o.success for o in outcomes] == [forked[i]["success"] for i in (0, 1, 3, 4)]
     assert outcomes[1].error_message.startswith("verification took longer")
+
+
+def _score(task, turns):
+    import os
+    import time
+
+    if turns == "hang":
+        time.sleep(60)
+    if turns == "die":
+        os._exit(3)
+    if turns == "raise":
+        raise ValueError("bad record")
+    return {"task": task, "pid": os.getpid()}
+
+
+def test_slices_are_verified_side_by_side_in_order_and_a_bad_item_costs_only_itself():
+    from seal_platform_plugins.bfcl.fork_verify import verify_forked
+
+    kinds = ["ok"] * 12
+    kinds[2], kinds[6], kinds[10] = "hang", "die", "raise"
+    items = [(i, kind) for i, kind in enumerate(kinds)]
+    started = time.monotonic()
+    out = verify_forked(items, _score, lambda task, turns, why: {"task": task, "failed": why},
+                        timeout_s=2.0, lanes=3, min_per_lane=1)
+    assert time.monotonic() - started < 20  # the hang cost its own time limit, not the whole minute
+    assert [r["task"] for r in out] == list(range(12))  # the items' order
+    assert out[2]["failed"].startswith("verification took longer than 2 s")
+    assert out[6]["failed"] == "the verification process died"
+    assert out[10]["failed"] == "ValueError: bad record"
+    ok = [r for r in out if "pid" in r]
+    assert len(ok) == 9
+    # Three slices of four, each in its own child (a new child after a failure): more than one process.
+    assert len({r["pid"] for r in ok[:2]}) == 1 and len({r["pid"] for r in ok}) >= 3

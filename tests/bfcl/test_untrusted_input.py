@@ -145,3 +145,72 @@ def test_thousands_of_calls_in_one_message_are_refused_up_front():
     result = PythonFormat().parse(many)
     assert not result.ok and "Too many function calls" in result.error
     assert len(PythonFormat().parse("[" + ", ".join(["f(a=1)"] * MAX_PYTHON_CALLS) + "]").calls) == MAX_PYTHON_CALLS
+
+
+def _tokenizer_counts(source: str) -> tuple[int, int]:
+    """Parentheses and string literals as Python's own tokenizer sees them."""
+    import io
+    import tokenize
+
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    return (sum(1 for t in tokens if t.type == tokenize.OP and t.string == "("),
+            sum(1 for t in tokens if t.type == tokenize.STRING))
+
+
+_text_values = st.text(alphabet=st.sampled_from(list("ab (')\"\\\n[]{}=,:#")), max_size=12)
+_values = st.recursive(st.one_of(_text_values, st.integers(), st.none(), st.booleans()),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text_values, inner, max_size=3),
+                       max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["f", "mv", "echo"]), _values, st.booleans()), min_size=1, max_size=6))
+def test_code_counts_see_parentheses_and_strings_as_python_does(calls):
+    from seal_platform_plugins.bfcl.calls import code_counts
+
+    # Strings with quotes, backslashes, newlines and brackets inside, in single and triple quotes.
+    parts = [f"{name}(a={value!r}, b='''{value}''')" if triple and "'" not in str(value) and "\\" not in str(value)
+             else f"{name}(a={value!r})" for name, value, triple in calls]
+    source = "[" + ", ".join(parts) + "]"
+    parens, elements = code_counts(source, 10**6, 10**6)
+    want_parens, strings = _tokenizer_counts(source)
+    assert parens == want_parens
+    assert elements >= strings + len(calls)  # every literal and every call name counts
+
+
+def test_parentheses_inside_string_arguments_are_not_calls():
+    # A legitimate call whose argument is code or prose with thousands of parentheses was refused as
+    # "too many function calls" when every '(' in the message counted.
+    code = "def area(r):\n    return math.pi * (r ** 2)  # (cm^2)\nprint(area(float(input('r? '))))\n" * 800
+    for text in (f"[write_file(path='area.py', content={code!r})]",
+                 "[write_file(path='a.py', content='''" + code.replace("\\", "") + "''')]"):
+        assert text.count("(") > 2000
+        result = PythonFormat().parse(text)
+        assert result.ok and len(result.calls) == 1 and result.calls[0].arguments["content"].count("(") > 2000
+
+
+def test_tens_of_thousands_of_values_in_one_message_are_refused_up_front():
+    from seal_platform_plugins.bfcl.formats import MAX_PYTHON_ELEMENTS
+
+    for text in ("[f(" + ", ".join(["'('"] * (MAX_PYTHON_ELEMENTS + 1)) + ")]",
+                 "[f(a=[" + ", ".join(["1"] * (MAX_PYTHON_ELEMENTS + 1)) + "])]",
+                 "[f(a=" + repr([{"k": [1, 2]}] * 3000) + ")]"):
+        result = PythonFormat().parse(text)
+        assert not result.ok and "Too many values" in result.error, text[:80]
+    fine = "[f(a=[" + ", ".join(["1"] * (MAX_PYTHON_ELEMENTS - 10)) + "])]"
+    assert PythonFormat().parse(fine).calls[0].arguments["a"] == [1] * (MAX_PYTHON_ELEMENTS - 10)
+
+
+def test_code_counts_of_hostile_quotes():
+    from seal_platform_plugins.bfcl.calls import code_counts
+
+    # Unterminated strings (a syntax error anyway) count their rest as code; a run of an even number of
+    # backslashes does not escape the quote after it, so every other '(' here is inside a string.
+    hostile = {
+        "'''" + "\\'''(" * 13_000: 13_000,
+        "'\\" * 32_000: 0,
+        '"' + "a(" * 32_000: 32_000,
+        ("\\" * 100 + "'(") * 630: 315,
+    }
+    for text, parens in hostile.items():
+        assert code_counts(text, 10**6, 10**6)[0] == parens

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from seal_platform_plugins.bfcl.calls import from_arguments, parse_call
-from seal_platform_plugins.bfcl.trace import CHECK_KEYS, ERROR_PREFIX, VerifyOutcome, is_error_result
+from seal_platform_plugins.bfcl.trace import CHECK_KEYS, ERROR_PREFIX, TurnChecks, VerifyOutcome, is_error_result
 from seal_platform_plugins.bfcl.verifier import reference_labels, verify, verify_record
 
 TASK = "multi_turn_miss_func_0"  # five turns; turn 2 has an empty ground truth
@@ -31,6 +31,21 @@ def test_ground_truth_passes_with_a_full_trace(task_by_id):
         json.dumps(verdict.checks)  # JSON-able
     assert outcome.turns[2].checks["empty_gt"] and outcome.turns[2].checks["empty_model"]
     assert reference_labels(outcome) == ["pass", "pass", "correct_abstention", "pass", "pass"]
+
+
+def test_checks_are_a_typed_model_stored_as_its_dict(task_by_id):
+    """Every turn's checks validate as TurnChecks and are stored as its dump, fields in CHECK_KEYS order; a
+    reader's view of a stored trace keeps what it holds, defaults what it lacks and drops unknown keys."""
+    task = task_by_id[TASK]
+    broken = _gt(task)
+    broken[1] = []  # an empty model turn, then unreached turns
+    for outcome in (verify(task, _gt(task)), verify(task, broken), verify(task, _gt(task)[:2])):
+        for verdict in outcome.turns:
+            assert tuple(verdict.checks) == CHECK_KEYS
+            assert TurnChecks.model_validate(verdict.checks).model_dump() == verdict.checks
+    view = TurnChecks.view({"state_ok": "not a bool", "surprise": 1})
+    assert view.state_ok == "not a bool" and view.gt_calls == [] and view.empty_gt is None
+    assert not hasattr(view, "surprise")
 
 
 def test_structured_and_string_calls_give_the_same_verdict(all_tasks):

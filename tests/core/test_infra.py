@@ -9,7 +9,7 @@ import pytest
 
 from seal_platform.cli import load_recipe
 from seal_platform.executor import LocalExecutor
-from seal_platform.infra import InfraAbort, InfraError, failed_trajectory, triage
+from seal_platform.infra import InfraAbort, InfraError, failed_trajectory, mean_reward, triage
 from seal_platform.loop import Runner, check_recipe, prepare
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.store import RunStore
@@ -35,6 +35,14 @@ def test_triage_masks_whole_groups():
     assert result.usable == ok  # group-mates of a lost episode are still diagnosed
     assert [t.group for t in result.trainable] == ["b", "b"]
     assert result.masked_frac == pytest.approx(3 / 5)
+
+
+def test_mean_reward_leaves_out_lost_episodes():
+    task = Task(id="t", category="c", split="train")
+    done = [Trajectory(task_id="t", category="c", group="a", sample=i, reward=r) for i, r in enumerate((1.0, 0.0))]
+    lost = failed_trajectory(task, "a", 2, "episode past its time limit")
+    assert mean_reward([*done, lost]) == pytest.approx(0.5)  # not 1/3: the lost episode has no verdict
+    assert mean_reward([lost]) == 0.0 and mean_reward([]) == 0.0
 
 
 def test_local_executor_turns_infra_errors_into_placeholders_and_raises_others():
@@ -74,6 +82,8 @@ def test_lost_episodes_are_stored_but_not_diagnosed_or_trained(toy_site, toy_rec
     assert not mates & set(plugin.seen_trajectories["reweight"])
     assert all(lab.trajectory_id != lost[0].id for lab in store.labels(runner.run_id, step=0))
     assert store.steps(runner.run_id)[0].metrics["infra_masked_frac"] == pytest.approx(0.25)
+    ran = [t.reward for t in stored if not t.infra_failure]
+    assert store.steps(runner.run_id)[0].mean_reward == pytest.approx(sum(ran) / len(ran))
     events = [e for e in store.events(runner.run_id) if e.kind == "infra_failure"]
     assert len(events) == 1 and "1 of 8" in events[0].message
     assert store.get_run(runner.run_id).status == "completed"

@@ -33,3 +33,14 @@ def test_the_loop_module_still_offers_the_planning_names():
     from seal_platform import loop, planning
 
     assert loop.Plan is planning.Plan and loop.check_recipe is planning.check_recipe and loop.prepare is planning.prepare
+
+
+def test_an_assistant_message_keeps_what_the_engine_sampled_it_with():
+    from seal_platform.types import Generation, Message
+
+    gen = Generation(text="hi", token_ids=[5, 6], logprobs=[-0.1, -0.2], policy_version=3, adapter="lora-v4")
+    msg = Message.from_generation(gen)
+    assert (msg.role, msg.content, msg.token_ids, msg.logprobs) == ("assistant", "hi", [5, 6], [-0.1, -0.2])
+    assert msg.trainable and msg.policy_version == 3 and msg.adapter == "lora-v4"
+    gen.token_ids.append(7)  # a copy: the engine's buffers are not shared with the stored message
+    assert msg.token_ids == [5, 6]

@@ -195,3 +195,35 @@ def test_plugin_trains_with_two_workers_and_resumes_across_worker_counts(tmp_pat
     assert again.shared[plugin.RUN].trainer.updates == 4
     same(do_step(again, tokenizer, 2, state_1), want_2)
     plugin.end_run(ctx=again, status="completed")
+
+
+# A local Ray (shared by the session) and two FSDP worker actors start: about 20 s on 2 cores.
+def test_group_trainer_on_ray_places_its_ranks_as_actors_and_equals_one_process(tiny_model_dir, tokenizer, local_ray):
+    """``ray.enabled`` with ``grpo.train_workers: 2``: the ranks are Ray actors (``RayTrainerGroup``), and the
+    step and the driver's synced weights are the 1-process update's."""
+    pytest.importorskip("ray")
+    from test_trainer import make_trajectories
+
+    from seal_platform_plugins.grpo.distributed import GroupTrainer
+    from seal_platform_plugins.ray_backend.trainers import RayTrainerGroup
+
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=1, lr=1e-3, adam_eps=1e-6,
+                            train_workers=2)
+    policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    samples = build_samples(tokenizer, make_trajectories(tokenizer, seed=0), settings=settings)
+
+    model, _ = load_policy(policy)
+    want = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id).step(samples)
+    want_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    driver, _ = load_policy(policy)
+    trainer = GroupTrainer(driver, settings, policy, pad_id=tokenizer.pad_token_id, ray=local_ray)
+    try:
+        assert isinstance(trainer.group, RayTrainerGroup) and len(trainer.group.actors) == 2
+        got = trainer.step(build_samples(tokenizer, make_trajectories(tokenizer, seed=0), settings=settings))
+        assert trainer.updates == want["updates"] == 2
+        assert_same_metrics(got, want)
+        assert max_diff(dict(driver.state_dict()), want_weights) <= 1e-4
+    finally:
+        trainer.close()
+    assert trainer.group.actors == []

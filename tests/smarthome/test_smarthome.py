@@ -165,7 +165,7 @@ def test_diagnoses_drive_training_interface_changes_and_evaluation_stays_pristin
     assert evolve_interface(ctx=ctx, environment=env, interface=pristine, state=CapabilityState(), step=0) is None
     new = evolve_interface(ctx=ctx, environment=env, interface=pristine,
                            state=_labelled_state(env, "argument_mismatch"), step=1)
-    assert new is not None and new.revision == 1 and "argument_mismatch" in new.driven_by
+    assert new is not None and "argument_mismatch" in new.driven_by  # the core numbers it (adopt_interface)
     trained = build_prompt(task, new, True)[0].content
     plain = build_prompt(task, pristine, True)[0].content
     assert "Allowed values: kitchen, bedroom, living_room, office." in trained

@@ -148,9 +148,7 @@ class ArithmeticEnvironment:
         trajs = []
         follow_ups: list[int] = []
         for i, ((task, group, sample), gen) in enumerate(zip(episodes, first)):
-            convs[i].append(Message(role="assistant", content=gen.text, token_ids=gen.token_ids,
-                                    logprobs=gen.logprobs, trainable=True,
-                                    policy_version=gen.policy_version))
+            convs[i].append(Message.from_generation(gen))
             traj = Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
                               interface_revision=interface.revision, finish=gen.finish_reason)
             call, error = parse_call(gen.text)
@@ -179,9 +177,7 @@ class ArithmeticEnvironment:
         if follow_ups:
             second = engine.generate([convs[i] for i in follow_ups], sampling)
             for i, gen in zip(follow_ups, second):
-                convs[i].append(Message(role="assistant", content=gen.text, token_ids=gen.token_ids,
-                                        logprobs=gen.logprobs, trainable=True,
-                                        policy_version=gen.policy_version))
+                convs[i].append(Message.from_generation(gen))
                 said = str(episodes[i][0].payload["answer"]) in re.findall(r"-?\d+", gen.text)
                 trajs[i].turn_verdicts[0].checks["final_answer"] = said
                 if not said:

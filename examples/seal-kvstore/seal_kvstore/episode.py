@@ -41,8 +41,7 @@ def run_episode(task: Task, engine: RolloutEngine, interface: Interface, samplin
         messages.append(Message(role="user", content=question))
         for _ in range(max_steps_per_turn):
             generation = engine.generate([messages], sampling)[0]
-            messages.append(Message(role="assistant", content=generation.text, token_ids=generation.token_ids,
-                                    logprobs=generation.logprobs, trainable=True))
+            messages.append(Message.from_generation(generation))
             call, error = parse_call(generation.text)
             if call is None and error is None:
                 break  # an answer without a call ends the user's turn

@@ -1,0 +1,88 @@
+"""Reading a store that cannot be written (a file or directory without write permission, an immutable file,
+a copy on read-only media): the read commands (`runs`, `show`, `report`, `compare`) open it read-only.
+
+A read-only open never writes: no migration, no ``journal_mode`` switch, no crashed-run marks (a dead run
+still *reads* as ``crashed``). SQLite opens the file with ``mode=ro``; where that fails because the WAL
+index (``<store>-shm``) cannot be created next to the file, with ``immutable=1`` as long as no write-ahead log
+holds data that would then be missed. A schema other than this version's head is one paragraph: newer
+(upgrade seal-platform), older (it needs a migration, which writes), or none (not a seal-platform store).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from ..errors import StoreError
+from .safety import current_revision, sqlite_path
+
+
+def not_writable(url: str) -> str | None:
+    """Why an existing SQLite store cannot be written (None if it can, or for other databases)."""
+    path = sqlite_path(url)
+    if path is None or not path.is_file():
+        return None
+    if not os.access(path, os.W_OK):
+        return "the file is not writable"
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return "its directory is not writable (SQLite writes its journal there)"
+    return None
+
+
+def read_only_urls(url: str) -> list[str]:
+    """The SQLAlchemy URLs to try, in order, for a read-only open of the SQLite store at ``url``."""
+    path = sqlite_path(url)
+    assert path is not None
+    uri = f"sqlite:///file:{path.resolve()}?uri=true&mode=ro"
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        return [uri]  # immutable=1 would ignore the log's committed rows
+    return [uri, uri + "&immutable=1"]
+
+
+def unreadable(url: str, reason: str, exc: BaseException) -> StoreError:
+    path = sqlite_path(url) or url
+    message = str(getattr(exc, "orig", None) or exc)
+    return StoreError(
+        f"run store {path} cannot be opened read-only ({reason}; SQLite: {message}): SQLite needs to create "
+        f"{path}-shm next to a store whose write-ahead log {path}-wal holds data; make the directory writable, "
+        f"or copy the store and its -wal file somewhere writable and pass --store."
+    )
+
+
+def check_schema(url: str, engine: Engine, head: str | None, reason: str) -> None:
+    """Refuse, in one paragraph, a read-only store whose schema is not this version's head."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    from . import alembic_config
+
+    path = sqlite_path(url) or url
+    current = current_revision(engine)
+    if current == head:
+        return
+    if current is None:
+        with engine.connect() as conn:
+            tables = conn.execute(text("SELECT count(*) FROM sqlite_master WHERE type = 'table'")).scalar()
+        what = "is empty" if not tables else "has tables but no seal-platform schema version"
+        raise StoreError(f"run store {path} {what} and cannot be written ({reason}), so it cannot be set up "
+                         f"either: give --store the store.sqlite of a runs directory.")
+    try:
+        known = ScriptDirectory.from_config(alembic_config()).get_revision(current) is not None
+    except CommandError:
+        known = False
+    if not known:
+        raise StoreError(
+            f"run store {path} has schema revision {current}, newer than this seal-platform knows (its newest "
+            f"is {head}): it was written by a newer version; upgrade seal-platform (pip install -U "
+            f"seal-platform) to read it."
+        )
+    raise StoreError(
+        f"run store {path} has schema revision {current}, older than this seal-platform's {head}, and cannot "
+        f"be written ({reason}), so it cannot be upgraded for reading: make it writable and run "
+        f"`seal-platform runs --store sqlite:///{path}` once (that upgrades it in place), or read it with the "
+        f"seal-platform version that wrote it."
+    )
