@@ -79,7 +79,18 @@ class ChangeTracker:
         return (tensor.data_ptr(), tensor._version)
 
     def changed(self, state: dict[str, Any]) -> dict[str, Any]:
-        return {n: t for n, t in state.items() if self._seen.get(n) != self._stamp(t)}
+        """The changed tensors, each storage once: a tensor tied to one listed before it (the input
+        embedding and the output layer of a model with ``tie_word_embeddings``) is left out, since the
+        replica, built from the same config, ties them too."""
+        out, listed = {}, set()
+        for name, tensor in state.items():
+            key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+            if key in listed:
+                continue
+            listed.add(key)
+            if self._seen.get(name) != self._stamp(tensor):
+                out[name] = tensor
+        return out
 
     def mark(self, state: dict[str, Any]) -> None:
         self._seen = {n: self._stamp(t) for n, t in state.items()}

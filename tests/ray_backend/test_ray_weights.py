@@ -33,3 +33,13 @@ def test_tracker_reports_only_tensors_changed_in_place():
     model(torch.ones(1, 4)).sum().backward()
     optimizer.step()
     assert set(tracker.changed(model.state_dict())) == set(state)  # an optimizer step moves every parameter
+
+
+def test_a_tied_tensor_is_sent_once():
+    embed = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = embed.weight  # tie_word_embeddings
+    model = torch.nn.ModuleDict({"embed": embed, "head": head, "norm": torch.nn.LayerNorm(4)})
+    state = model.state_dict()
+    assert "embed.weight" in state and "head.weight" in state
+    assert set(ChangeTracker().changed(state)) == {"embed.weight", "norm.weight", "norm.bias"}
