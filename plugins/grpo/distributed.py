@@ -50,7 +50,7 @@ import torch
 
 from .policy import PolicySettings
 from .settings import GRPOSettings
-from .trainer import GRPOTrainer, Sample, _engine_diff_sums
+from .trainer import GRPOTrainer, Sample, StepTally, _engine_diff_sums
 
 log = logging.getLogger(__name__)
 
@@ -163,28 +163,20 @@ class ShardedGRPOTrainer(GRPOTrainer):
                 self.fill_logprobs(self.ref_model, [], "ref_logp")
             (self._idle_logits(self.model).float().sum() * 0.0).backward()
 
-    def _reduce_stats(
-        self, totals: dict[str, float], counts: dict[str, float], trained_tokens: int
-    ) -> tuple[dict[str, float], dict[str, float], int]:
+    def _reduce_stats(self, tally: StepTally) -> None:
         import torch.distributed as dist
 
-        summed = [k for k in totals if k != "grad_norm"]  # the gradient norm is already the global one
-        keys = ["tokens", "clipped", "dual", "approx_kl"]
-        t = torch.tensor([totals[k] for k in summed] + [counts[k] for k in keys] + [trained_tokens],
-                         dtype=torch.float64, device=self._comm_device())
-        dist.all_reduce(t)
-        m = torch.tensor([counts["ratio_max"]], dtype=torch.float64, device=self._comm_device())
-        dist.all_reduce(m, op=dist.ReduceOp.MAX)
-        values = t.tolist()
-        totals = dict(totals, **dict(zip(summed, values)))
-        counts = dict(counts, **dict(zip(keys, values[len(summed):])), ratio_max=float(m.item()))
-        counts["tokens"] = int(counts["tokens"])
-        return totals, counts, int(values[-1])
+        summed = torch.tensor([getattr(tally, k) for k in tally.SUMMED], dtype=torch.float64, device=self._comm_device())
+        dist.all_reduce(summed)
+        maxed = torch.tensor([getattr(tally, k) for k in tally.MAXED], dtype=torch.float64, device=self._comm_device())
+        dist.all_reduce(maxed, op=dist.ReduceOp.MAX)
+        for key, value in [*zip(tally.SUMMED, summed.tolist()), *zip(tally.MAXED, maxed.tolist())]:
+            setattr(tally, key, type(getattr(tally, key))(value))  # counts stay ints (exact in float64)
 
     def _engine_diff(self, samples: Sequence[Sample]) -> float | None:
         import torch.distributed as dist
 
-        if self.settings.old_logprobs != "recompute" or self.temperature != 1.0:
+        if not self._checks_engine_logprobs():
             return None
         total, n = _engine_diff_sums(samples)
         t = torch.tensor([total, n], dtype=torch.float64, device=self._comm_device())

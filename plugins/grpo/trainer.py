@@ -29,13 +29,20 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, ClassVar, Iterable, Sequence
 
 import torch
 
 from seal_platform.types import Trajectory
 
-from .objective import chunked_logprobs, entropy_from_logits, grpo_token_loss, token_logprobs, token_weights
+from .objective import (
+    LossTerms,
+    chunked_logprobs,
+    entropy_from_logits,
+    grpo_token_loss,
+    token_logprobs,
+    token_weights,
+)
 from .apatch import group_advantages
 from .settings import GRPOSettings
 from .skipping import SkipCounter, can_skip, predicted_runs
@@ -66,6 +73,68 @@ class Sample:
     @property
     def n_tokens(self) -> int:
         return len(self.positions)
+
+
+# The loss terms a step reports (means over its optimizer updates), as named in objective.LossTerms.
+LOSS_PARTS = ("loss", "pg_loss", "kl", "entropy")
+
+
+@dataclass
+class StepTally:
+    """What one training step adds up. A sharded trainer makes the fields in :attr:`SUMMED` sums over its
+    ranks and :attr:`MAXED` maxima; the others are the same on every rank."""
+
+    SUMMED: ClassVar[tuple[str, ...]] = (*LOSS_PARTS, "tokens", "clipped", "dual", "approx_kl", "trained_tokens")
+    MAXED: ClassVar[tuple[str, ...]] = ("ratio_max",)
+
+    # Loss parts and gradient norms, summed over the optimizer updates.
+    loss: float = 0.0
+    pg_loss: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    grad_norm: float = 0.0  # the global norm already, on every rank
+    # Over the trained tokens: how many, how many clipped / dual-clipped, sum of 0.5 (logp - old)^2, max ratio.
+    tokens: int = 0
+    clipped: int = 0
+    dual: int = 0
+    approx_kl: float = 0.0
+    ratio_max: float = 0.0
+    updates: int = 0  # optimizer updates taken
+    skipped: int = 0  # updates skipped for a non-finite gradient
+    trained_tokens: int = 0  # sequence tokens run through the policy with a gradient
+    trained_ids: set[int] = field(default_factory=set)
+    skips: SkipCounter = field(default_factory=SkipCounter)
+
+    def count_micro_batch(self, terms: LossTerms, logp: torch.Tensor, old: torch.Tensor, micro: Sequence[Sample]) -> None:
+        delta = (logp - old).float()
+        self.tokens += int(logp.numel())
+        self.clipped += int(terms.clipped.sum())
+        self.dual += int(terms.dual_clipped.sum())
+        self.approx_kl += float((0.5 * delta**2).sum())
+        self.ratio_max = max(self.ratio_max, float(delta.max().exp()))
+        self.trained_tokens += sum(len(x.input_ids) for x in micro)
+
+
+def _weights_by_sample(batch: Sequence[Sample], loss_agg: str) -> dict[int, list[float]]:
+    """Each sample's (by ``id``) per-token aggregation weights, computed over the whole mini-batch."""
+    weights = token_weights([x.n_tokens for x in batch], loss_agg)
+    out, pos = {}, 0
+    for x in batch:
+        out[id(x)] = [weights[pos + j] for j in range(x.n_tokens)]
+        pos += x.n_tokens
+    return out
+
+
+def _keep_policy_logprobs(micro: Sequence[Sample], logp: torch.Tensor, as_reference: bool) -> None:
+    """Take the training pass's log-probs as old log-probs where none were computed (the first mini-batch:
+    the policy has not moved yet) and, ``as_reference`` (the policy still equals the reference), as
+    reference log-probs."""
+    parts = torch.split(logp.detach(), [x.n_tokens for x in micro])
+    for x, part in zip(micro, parts):
+        if as_reference and x.ref_logp is None:
+            x.ref_logp = part.clone()
+        if x.old_logp is None:
+            x.old_logp = part.clone()
 
 
 def build_samples(
@@ -318,121 +387,129 @@ class GRPOTrainer:
 
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One training step's update on ``samples``; returns metrics (means over the optimizer updates)."""
-        s = self.settings
         started = time.perf_counter()
         was_training = self.model.training
         # Dropout stays off (eval mode) so the recomputed old log-probs equal the training pass's; gradient
         # checkpointing in transformers only engages in train mode.
-        self.model.train(s.gradient_checkpointing)
-        need_ref = s.kl_coef > 0
-        want_entropy = True
-        skips = SkipCounter()
-
+        self.model.train(self.settings.gradient_checkpointing)
         batches = self.mini_batches(samples)
-        if s.old_logprobs == "engine":
+        self._prepare_old_logprobs(samples, batches)
+        engine_diff = self._engine_diff(samples)
+        tally = StepTally()
+        for _ in range(self.settings.epochs_per_step):
+            for batch in batches:
+                self._train_mini_batch(batch, tally)
+        self.model.train(was_training)
+        self._reduce_stats(tally)
+        return self._step_metrics(samples, tally, engine_diff, time.perf_counter() - started)
+
+    def _prepare_old_logprobs(self, samples: Sequence[Sample], batches: Sequence[Sequence[Sample]]) -> None:
+        """Old log-probs that must exist before the first update: the engine's (``old_logprobs: engine``, where
+        it reported every token's), then a recomputation for the mini-batches trained on after an update (the
+        first mini-batch's come from its own training pass)."""
+        if self.settings.old_logprobs == "engine":
             for sample in samples:
                 if sample.n_tokens and all(lp is not None for lp in sample.engine_logprobs):
                     sample.old_logp = torch.tensor(sample.engine_logprobs, dtype=torch.float32, device=self.device)
-        # Mini-batches after the first are trained on after an update: their old log-probs come first.
-        self.fill_logprobs(self.model, self._local(predicted_runs(batches, s, self.policy_is_reference)), "old_logp")
-        engine_diff = self._engine_diff(samples)
+        later = predicted_runs(batches, self.settings, self.policy_is_reference)
+        self.fill_logprobs(self.model, self._local(later), "old_logp")
 
-        totals: dict[str, float] = {k: 0.0 for k in ("loss", "pg_loss", "kl", "entropy", "grad_norm")}
-        counts = {"tokens": 0, "clipped": 0, "dual": 0, "approx_kl": 0.0, "updates": 0, "skipped": 0, "ratio_max": 0.0}
-        trained_tokens = 0
-        trained_ids: set[int] = set()
-        for _ in range(s.epochs_per_step):
-            for batch in batches:
-                weights = token_weights([x.n_tokens for x in batch], s.loss_agg)
-                offsets, pos = {}, 0
-                for x in batch:
-                    offsets[id(x)] = pos
-                    pos += x.n_tokens
-                at_reference = self.policy_is_reference
-                active = [x for x in batch if not can_skip(x, s, at_reference)]
-                for x in batch:
-                    if x.n_tokens and can_skip(x, s, at_reference):
-                        skips.skip(x)
-                if not active:
-                    skips.mini_batches += 1
-                    continue
-                trained_ids.update(id(x) for x in active)
-                active = self._local(active)
-                self.optimizer.zero_grad(set_to_none=True)
-                parts = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0}
-                for micro in self._accumulation_batches(active):
-                    if need_ref and not at_reference:
-                        self.fill_logprobs(self.ref_model, micro, "ref_logp")
-                    logp, ent = self._forward(self.model, micro, entropy=want_entropy)
-                    if need_ref and at_reference:  # same weights: the reference's log-probs are these
-                        for x, part in zip(micro, torch.split(logp.detach(), [x.n_tokens for x in micro])):
-                            if x.ref_logp is None:
-                                x.ref_logp = part.clone()
-                    split = torch.split(logp.detach(), [x.n_tokens for x in micro])
-                    for x, part in zip(micro, split):
-                        if x.old_logp is None:  # first mini-batch: the policy has not moved yet
-                            x.old_logp = part.clone()
-                    dev = logp.device
-                    old = torch.cat([x.old_logp.to(dev) for x in micro])
-                    adv = torch.tensor([x.advantage for x in micro for _ in x.positions], dtype=torch.float32, device=dev)
-                    if any(x.importance_cap for x in micro):
-                        adv = adv * _importance(micro, dev)
-                    w = torch.tensor(
-                        [weights[offsets[id(x)] + j] for x in micro for j in range(x.n_tokens)],
-                        dtype=torch.float32, device=dev,
-                    )
-                    ref = torch.cat([x.ref_logp.to(dev) for x in micro]) if need_ref else None
-                    terms = grpo_token_loss(
-                        logp, old, adv, w, ref_logp=ref, entropy=ent,
-                        clip_low=s.clip_ratio_low, clip_high=s.clip_ratio_high, dual_clip=s.dual_clip,
-                        kl_coef=s.kl_coef, kl_estimator=s.kl_estimator, entropy_coef=s.entropy_coef,
-                    )
-                    terms.loss.backward()
-                    for key in parts:
-                        parts[key] += float(getattr(terms, key).detach())
-                    delta = (logp.detach() - old).float()
-                    counts["tokens"] += int(logp.numel())
-                    counts["clipped"] += int(terms.clipped.sum())
-                    counts["dual"] += int(terms.dual_clipped.sum())
-                    counts["approx_kl"] += float((0.5 * delta**2).sum())
-                    counts["ratio_max"] = max(counts["ratio_max"], float(delta.max().exp()))
-                    trained_tokens += sum(len(x.input_ids) for x in micro)
-                params = [p for g in self.optimizer.param_groups for p in g["params"]]
-                max_norm = s.grad_clip if s.grad_clip is not None else math.inf
-                norm = _as_float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-                if math.isfinite(norm):
-                    for group in self.optimizer.param_groups:
-                        group["lr"] = self._lr()
-                    self.optimizer.step()
-                    self.updates += 1
-                    self.policy_is_reference = False
-                    counts["updates"] += 1
-                else:  # a non-finite gradient would destroy the weights: skip this update
-                    counts["skipped"] += 1
-                self.optimizer.zero_grad(set_to_none=True)
-                for key, value in parts.items():
-                    totals[key] += value
-                totals["grad_norm"] += norm if math.isfinite(norm) else 0.0
-        self.model.train(was_training)
-        totals, counts, trained_tokens = self._reduce_stats(totals, counts, trained_tokens)
-        elapsed = time.perf_counter() - started
-        n_updates = counts["updates"] + counts["skipped"]
-        tokens = max(counts["tokens"], 1)
-        metrics = {key: (value / n_updates if n_updates else 0.0) for key, value in totals.items()}
+    def _train_mini_batch(self, batch: Sequence[Sample], tally: StepTally) -> None:
+        """One optimizer update on a mini-batch: skip what cannot change it, accumulate the micro-batches'
+        gradients with the whole mini-batch's aggregation weights, then update."""
+        at_reference = self.policy_is_reference
+        active = self._active_samples(batch, at_reference, tally.skips)
+        if not active:
+            tally.skips.mini_batches += 1
+            return
+        tally.trained_ids.update(id(x) for x in active)
+        weights = _weights_by_sample(batch, self.settings.loss_agg)
+        self.optimizer.zero_grad(set_to_none=True)
+        parts = dict.fromkeys(LOSS_PARTS, 0.0)
+        for micro in self._accumulation_batches(self._local(active)):
+            terms = self._micro_batch_backward(micro, weights, at_reference, tally)
+            for key in parts:
+                parts[key] += float(getattr(terms, key).detach())
+        norm = self._apply_update(tally)
+        for key, value in parts.items():
+            setattr(tally, key, getattr(tally, key) + value)
+        tally.grad_norm += norm if math.isfinite(norm) else 0.0
+
+    def _active_samples(self, batch: Sequence[Sample], at_reference: bool, skips: SkipCounter) -> list[Sample]:
+        """The samples of ``batch`` whose loss or gradient can be non-zero; the others are counted as skipped."""
+        active = []
+        for x in batch:
+            if not can_skip(x, self.settings, at_reference):
+                active.append(x)
+            elif x.n_tokens:
+                skips.skip(x)
+        return active
+
+    def _micro_batch_backward(
+        self, micro: Sequence[Sample], weights: dict[int, list[float]], at_reference: bool, tally: StepTally
+    ) -> LossTerms:
+        """The GRPO loss of one micro-batch, back-propagated into the accumulated gradient; its terms."""
+        s = self.settings
+        need_ref = s.kl_coef > 0
+        if need_ref and not at_reference:
+            self.fill_logprobs(self.ref_model, micro, "ref_logp")
+        logp, ent = self._forward(self.model, micro, entropy=True)
+        _keep_policy_logprobs(micro, logp, as_reference=need_ref and at_reference)
+        dev = logp.device
+        old = torch.cat([x.old_logp.to(dev) for x in micro])
+        adv = torch.tensor([x.advantage for x in micro for _ in x.positions], dtype=torch.float32, device=dev)
+        if any(x.importance_cap for x in micro):
+            adv = adv * _importance(micro, dev)
+        w = torch.tensor([v for x in micro for v in weights[id(x)]], dtype=torch.float32, device=dev)
+        ref = torch.cat([x.ref_logp.to(dev) for x in micro]) if need_ref else None
+        terms = grpo_token_loss(
+            logp, old, adv, w, ref_logp=ref, entropy=ent,
+            clip_low=s.clip_ratio_low, clip_high=s.clip_ratio_high, dual_clip=s.dual_clip,
+            kl_coef=s.kl_coef, kl_estimator=s.kl_estimator, entropy_coef=s.entropy_coef,
+        )
+        terms.loss.backward()
+        tally.count_micro_batch(terms, logp.detach(), old, micro)
+        return terms
+
+    def _apply_update(self, tally: StepTally) -> float:
+        """Clip the accumulated gradient and take the optimizer step, unless its norm is not finite (that
+        would destroy the weights: the update is skipped); the gradient norm."""
+        s = self.settings
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        max_norm = s.grad_clip if s.grad_clip is not None else math.inf
+        norm = _as_float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if math.isfinite(norm):
+            for group in self.optimizer.param_groups:
+                group["lr"] = self._lr()
+            self.optimizer.step()
+            self.updates += 1
+            self.policy_is_reference = False
+            tally.updates += 1
+        else:
+            tally.skipped += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def _step_metrics(
+        self, samples: Sequence[Sample], tally: StepTally, engine_diff: float | None, elapsed: float
+    ) -> dict[str, float]:
+        n_updates = tally.updates + tally.skipped
+        tokens = max(tally.tokens, 1)
+        metrics = {key: (getattr(tally, key) / n_updates if n_updates else 0.0) for key in (*LOSS_PARTS, "grad_norm")}
         metrics.update(
-            clip_frac=counts["clipped"] / tokens,
-            dual_clip_frac=counts["dual"] / tokens,
-            approx_kl=counts["approx_kl"] / tokens,
-            ratio_max=counts["ratio_max"],
-            updates=float(counts["updates"]),
-            skipped_updates=float(counts["skipped"]),
-            trained_sequences=float(len(trained_ids)),
+            clip_frac=tally.clipped / tokens,
+            dual_clip_frac=tally.dual / tokens,
+            approx_kl=tally.approx_kl / tokens,
+            ratio_max=tally.ratio_max,
+            updates=float(tally.updates),
+            skipped_updates=float(tally.skipped),
+            trained_sequences=float(len(tally.trained_ids)),
             generated_tokens=float(sum(x.n_tokens for x in samples)),
-            trained_tokens=float(trained_tokens),
-            tokens_per_s=trained_tokens / elapsed if elapsed > 0 else 0.0,
+            trained_tokens=float(tally.trained_tokens),
+            tokens_per_s=tally.trained_tokens / elapsed if elapsed > 0 else 0.0,
             update_s=elapsed,
             lr=self._lr(),
-            **skips.metrics(),
+            **tally.skips.metrics(),
         )
         if engine_diff is not None:
             metrics["engine_logprob_abs_diff"] = engine_diff
@@ -448,16 +525,19 @@ class GRPOTrainer:
         """The micro-batches whose gradients make one optimizer update."""
         return self._micro_batches(samples)
 
-    def _reduce_stats(self, totals: dict[str, float], counts: dict[str, Any], trained_tokens: int) -> tuple:
-        """The step's loss parts and counts over all processes that trained it."""
-        return totals, counts, trained_tokens
+    def _reduce_stats(self, tally: StepTally) -> None:
+        """Make the step's loss parts and counts those of all processes that trained it."""
 
     def _engine_diff(self, samples: Sequence[Sample]) -> float | None:
         """Mean |recomputed - engine| old log-prob, where both exist (a trainer/engine mismatch check)."""
-        if self.settings.old_logprobs != "recompute" or self.temperature != 1.0:
+        if not self._checks_engine_logprobs():
             return None
         total, n = _engine_diff_sums(samples)
         return total / n if n else None
+
+    def _checks_engine_logprobs(self) -> bool:
+        """Whether the step compares recomputed old log-probs with the engine's (both at temperature 1)."""
+        return self.settings.old_logprobs == "recompute" and self.temperature == 1.0
 
     # --- state --------------------------------------------------------------------------------------------
 

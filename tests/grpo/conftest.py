@@ -5,7 +5,8 @@ first time, then reused from ``$SEAL_PLATFORM_CACHE`` / ``~/.cache/seal-platform
 ``tokenizer``: the real SmolLM2 tokenizer (chat template included), left padding.
 ``tiny_policy``: ``(model, tokenizer)``, a 2-layer LlamaForCausalLM with random weights (seed 0) and the real
 tokenizer: fast enough for trainer and engine tests. Function-scoped (a fresh model each test) so tests that
-train it do not leak into each other. ``tiny_model_dir``: the same tiny model saved as a Hugging Face directory.
+train it do not leak into each other. ``new_tiny_model``: a function building such models (a fresh one per call).
+``tiny_model_dir``: the same tiny model saved as a Hugging Face directory.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def make_tiny_model(tokenizer, seed: int = 0):
     model = LlamaForCausalLM(config)
     model.eval()
     return model
+
+
+@pytest.fixture
+def new_tiny_model(tokenizer):
+    """``new_tiny_model(seed=0)`` builds a fresh :func:`make_tiny_model` (for tests that need several)."""
+    return lambda seed=0: make_tiny_model(tokenizer, seed)
 
 
 @pytest.fixture

@@ -114,11 +114,9 @@ def test_first_update_loss_and_gradient_match_plain_computation(tiny_policy, tra
         dict(micro_batch_size=6, shared_prefix=True, zero_advantage="compute"),
     ],
 )
-def test_gradient_independent_of_micro_batching_and_prefix_sharing(tokenizer, trajectories, variant):
-    from conftest import make_tiny_model
-
+def test_gradient_independent_of_micro_batching_and_prefix_sharing(tokenizer, new_tiny_model, trajectories, variant):
     def run(**kw):
-        model = make_tiny_model(tokenizer)
+        model = new_tiny_model()
         settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, **kw)
         trainer = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id)
         grads = capture_grads(trainer)
@@ -139,13 +137,11 @@ def test_gradient_independent_of_micro_batching_and_prefix_sharing(tokenizer, tr
             assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
 
 
-def test_zero_advantage_groups_are_skipped_without_changing_the_update(tokenizer):
-    from conftest import make_tiny_model
-
+def test_zero_advantage_groups_are_skipped_without_changing_the_update(tokenizer, new_tiny_model):
     trajs = make_trajectories(tokenizer, rewards=((1.0, 1.0, 1.0), (0.0, 1.0, 0.0)))
 
     def run(skip: bool):
-        model = make_tiny_model(tokenizer)
+        model = new_tiny_model()
         settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, zero_advantage="skip" if skip else "compute")
         trainer = GRPOTrainer(model, settings, pad_id=tokenizer.pad_token_id)
         grads = capture_grads(trainer)
@@ -179,11 +175,9 @@ def test_engine_old_logprobs_setting(tiny_policy, trajectories):
     assert m["engine_logprob_abs_diff"] > 0
 
 
-def test_updates_raise_the_likelihood_of_rewarded_sequences(tokenizer):
-    from conftest import make_tiny_model
-
+def test_updates_raise_the_likelihood_of_rewarded_sequences(tokenizer, new_tiny_model):
     trajs = make_trajectories(tokenizer, rewards=((1.0, 0.0, 0.0),))
-    model = make_tiny_model(tokenizer)
+    model = new_tiny_model()
     settings = GRPOSettings(lr=3e-3, kl_coef=0.001, mini_batch_tasks=1)
     run = GRPORun(model, tokenizer, settings, apatch=None)
 
@@ -219,14 +213,12 @@ def test_settings_validation():
         GRPOTrainer(torch.nn.Linear(2, 2), GRPOSettings(kl_coef=0.1))
 
 
-def test_zero_advantage_with_kl_is_skipped_only_while_the_policy_equals_the_reference(tokenizer):
+def test_zero_advantage_with_kl_is_skipped_only_while_the_policy_equals_the_reference(tokenizer, new_tiny_model):
     """With a k3 KL term, equal-reward groups cost nothing before the first update (their loss and gradient
     are exactly 0 there) and give the same update as computing them; after an update they are computed."""
-    from conftest import make_tiny_model
-
     def trainer_for(mode: str) -> tuple[GRPOTrainer, list]:
         settings = GRPOSettings(kl_coef=0.05, mini_batch_tasks=2, zero_advantage=mode)
-        trainer = GRPOTrainer.with_reference(make_tiny_model(tokenizer), settings, pad_id=tokenizer.pad_token_id)
+        trainer = GRPOTrainer.with_reference(new_tiny_model(), settings, pad_id=tokenizer.pad_token_id)
         return trainer, capture_grads(trainer)
 
     all_equal = make_trajectories(tokenizer, rewards=((1.0, 1.0, 1.0), (0.0, 0.0, 0.0)))
