@@ -79,7 +79,12 @@ def rollout(args: argparse.Namespace) -> list[dict[str, Any]]:
     from seal_platform_plugins.ray_backend import cluster
 
     model, tokenizer = _policy(args)
-    prompts = bfcl_prompts(args.tasks, args.split)
+    if args.prompts == "bfcl":
+        prompts = bfcl_prompts(args.tasks, args.split)
+    else:  # short chat prompts: the figure is decode-bound, as later turns with a cached prefix are
+        prompts = [(f"chat-{i}", [Message(role="system", content="You are a helpful assistant."),
+                                  Message(role="user", content=f"Question {i}: list five facts about the number {i}.")])
+                   for i in range(args.tasks)]
     cluster.acquire(RayConfig(enabled=True, num_cpus=max(8, os.cpu_count() or 1)))
     results = []
     try:
@@ -168,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--split", default="train")
+    parser.add_argument("--prompts", default="bfcl", choices=["bfcl", "chat"],
+                        help="rollout: BFCL first turns (long, prefill-bound) or short chat prompts (decode-bound)")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--params", type=float, default=None, help="sync: a random Llama of ~this many million params")
     parser.add_argument("--hf-batch", type=int, default=16)
