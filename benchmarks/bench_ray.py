@@ -154,7 +154,8 @@ def sync(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "bytes": int(sent["bytes"]), "dtype": str(model.dtype).removeprefix("torch."),
                 "push_s_median": round(seconds, 3), "push_s_all": [round(x, 3) for x in totals],
                 "put_s_median": round(statistics.median(puts), 3),
-                "s_per_100M_params": round(seconds / (n_params / 1e8), 3),
+                "params_sent": int(sent["params"]),  # a tied tensor is sent once
+                "s_per_100M_params": round(seconds / (sent["params"] / 1e8), 3),
             }
             print(json.dumps(result), flush=True)
             results.append(result)
