@@ -9,13 +9,12 @@ tool-worker server :mod:`._worker` calls :func:`verify_texts` for untrusted tran
 
 from __future__ import annotations
 
-import dataclasses
 from functools import lru_cache
 from typing import Any
 
 from seal_platform.types import TurnVerdict
 
-from .backend import Backend, copy_data
+from .backend import Backend
 from .calls import ParsedCall, parse_call
 from .trace import (
     CHECKER_ERROR,
@@ -65,15 +64,10 @@ def _missing(expected: list[str], got: list[str]) -> list[str]:
 
 
 @lru_cache(maxsize=16384)
-def _parsed_ground_truth(text: str) -> ParsedCall:
-    return parse_call(text)
-
-
 def _ground_truth_call(text: str) -> ParsedCall:
-    """A ground-truth call parsed once per text (they recur in every verification of a task); each use gets
-    its own copy of the arguments, which a backend method may modify."""
-    call = _parsed_ground_truth(text)
-    return dataclasses.replace(call, kwargs=copy_data(call.kwargs), args=copy_data(call.args))
+    """A ground-truth call parsed once per text (they recur in every verification of a task). Shared safely:
+    :meth:`.backend.Backend.execute` gives every call fresh argument objects before a method can modify them."""
+    return parse_call(text)
 
 
 def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]]) -> VerifyOutcome:
