@@ -91,7 +91,7 @@ def _score_record(env: VerifyingEnvironment, number: int, record: dict[str, Any]
         return {"error": f"line {number}: {owner} failed on this record: {type(exc).__name__}: {exc}"}
 
 
-_BATCH_LINES = 512
+_BATCH_LINES = 4096
 
 
 def _verify_in_batches(env: BatchVerifyingEnvironment, lines: Iterable[str | bytes], owner: str) -> Iterator[str]:

@@ -117,7 +117,7 @@ def _privatise(instance: Any, shared: dict[tuple[Any, ...], Any]) -> None:
             return value
         if path not in shared:
             original = pristine[path[0]]
-            shared[path] = copy.deepcopy(original if len(path) == 1 else original[path[1]])
+            shared[path] = copy_data(original if len(path) == 1 else original[path[1]])
         return shared[path]
 
     for attr, value in list(vars(instance).items()):
@@ -214,6 +214,14 @@ class Backend:
             return stringify(method(*args, **kwargs)), False
         except Exception as exc:  # a backend failure is the call's result, as in the official executor
             return ERROR_PREFIX + str(exc), False
+
+
+def warm_up() -> None:
+    """Import every backend class and fill this module's caches, so that processes forked from this one
+    start with them (:mod:`.fork_verify`)."""
+    for class_name in BACKEND_MODULES:
+        _public_methods(backend_class(class_name))
+    _long_context_objects()
 
 
 _ATOMS = (str, int, float, bool, type(None))

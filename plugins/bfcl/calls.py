@@ -18,6 +18,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 # A call text longer than this is rejected before parsing: the longest ground-truth call is a few hundred
@@ -124,6 +125,24 @@ def parse_call(text: str) -> ParsedCall:
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         return ParsedCall(name="", text=source, error=f"invalid call syntax: {exc}")
     return _from_node(tree.body, source)
+
+
+# Shared parses are kept for texts up to this length (ground-truth calls and nearly every model call).
+_SHARED_CALL_CHARS = 2_000
+
+
+@lru_cache(maxsize=16384)
+def _parse_shared(text: str) -> ParsedCall:
+    return parse_call(text)
+
+
+def parse_call_shared(text: str) -> ParsedCall:
+    """:func:`parse_call`, each text parsed once per process (the same calls recur in every verification
+    of a task). The result is shared: read it, never modify it (:meth:`.backend.Backend.execute` gives a
+    call fresh argument objects before a method can change them)."""
+    if isinstance(text, str) and len(text) <= _SHARED_CALL_CHARS:
+        return _parse_shared(text)
+    return parse_call(text)
 
 
 def _from_node(node: ast.expr, source: str) -> ParsedCall:

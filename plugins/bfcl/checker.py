@@ -9,13 +9,12 @@ tool-worker server :mod:`._worker` calls :func:`verify_texts` for untrusted tran
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from seal_platform.types import TurnVerdict
 
 from .backend import Backend
-from .calls import ParsedCall, parse_call
+from .calls import ParsedCall, parse_call, parse_call_shared
 from .trace import (
     CHECKER_ERROR,
     EMPTY_TURN,
@@ -61,13 +60,6 @@ def _missing(expected: list[str], got: list[str]) -> list[str]:
         except ValueError:
             missing.append(item)
     return missing
-
-
-@lru_cache(maxsize=16384)
-def _ground_truth_call(text: str) -> ParsedCall:
-    """A ground-truth call parsed once per text (they recur in every verification of a task). Shared safely:
-    :meth:`.backend.Backend.execute` gives every call fresh argument objects before a method can modify them."""
-    return parse_call(text)
 
 
 def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]]) -> VerifyOutcome:
@@ -119,7 +111,7 @@ def _check_turn(
 ) -> TurnChecks:
     """Run one turn on both instance sets (state carries over from the turns before) and check it."""
     model_results, rejected = _run_model_calls(model_backend, calls)
-    gt_results = [gt_backend.execute(_ground_truth_call(text))[0] for text in gt_calls]
+    gt_results = [gt_backend.execute(parse_call_shared(text))[0] for text in gt_calls]
     all_model_results.extend(model_results)
     checks = TurnChecks(
         gt_calls=list(gt_calls),

@@ -1,16 +1,17 @@
-"""Verify many transcripts in a child forked from this (already warm) process: ``seal-platform verify``'s
+"""Verify many transcripts in children forked from this (already warm) process: ``seal-platform verify``'s
 fast path.
 
 The worker pool (:mod:`.executor`) starts workers from a fork server, a fresh interpreter that imports the
 BFCL backends, and sends each transcript and its task over a pipe: right for training, where the trainer
 process has many threads and cannot fork safely, but at the scale of one command that is most of its time.
-Here the parent has already parsed every record and loaded every task, so a plain ``fork()`` gives children
-that have it all (copy-on-write): the records are cut into one contiguous slice per usable CPU, and each
-slice's child verifies its records one after another, exactly as in-process verification does (fresh
-backend instances per transcript), writing one output line per record. The parent still holds each record
-to its own time limit: it waits at most ``timeout_s`` for each slice's next line; a child that overruns (a
-huge ``power``, say) or dies is killed, that record fails with a checker error, and a new child goes on from
-the next record of that slice. Every child's address space is capped like a worker's.
+Here a plain ``fork()`` gives children that already have the imports, the task data and the caches
+(copy-on-write): the items are dealt out in small blocks to one lane per usable CPU (blocks rather than one
+contiguous slice each, so that a file sorted by category -- long-context tasks cost twice the others -- still
+splits evenly), and each lane's child scores its items one after another (fresh backend instances per
+transcript), writing one output line per item. The parent holds each item to its own time limit: it waits
+at most ``timeout_s`` for a lane's next line; a child that overruns (a huge ``power``, say) or dies is
+killed, that item gets ``on_failure``, and a new child goes on from the lane's next item. Every child's
+address space is capped like a worker's.
 
 Only used where ``fork`` is available and this process runs a single thread (forking a threaded process can
 deadlock the child); otherwise the caller uses the worker pool.
@@ -26,22 +27,20 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-Item = tuple[Any, Any]  # (task, parsed model turns)
-
 
 def can_fork() -> bool:
     return hasattr(os, "fork") and threading.active_count() == 1
 
 
-def _child(items: Sequence[Item], write_fd: int, score: Callable[[Any, Any], dict[str, Any]],
+def _child(items: Sequence[Any], write_fd: int, score: Callable[[Any], dict[str, Any]],
            memory_bytes: int | None) -> None:
     from ._worker import _limit_resources
 
     _limit_resources(memory_bytes)
     with os.fdopen(write_fd, "wb", buffering=1 << 16) as out:
-        for task, turns in items:
+        for item in items:
             try:
-                line = json.dumps(score(task, turns))
+                line = json.dumps(score(item))
             except MemoryError:
                 line = json.dumps({"__failed__": "the verification ran out of memory"})
             except Exception as exc:
@@ -59,9 +58,9 @@ def default_lanes() -> int:
 
 
 class _Lane:
-    """One contiguous slice of the items, verified in order by one forked child at a time."""
+    """The items at ``indices`` (in that order), scored by one forked child at a time."""
 
-    def __init__(self, indices: range):
+    def __init__(self, indices: Sequence[int]):
         self.indices = indices
         self.next = 0  # position in ``indices`` of the next result expected
         self.pid: int | None = None
@@ -73,7 +72,7 @@ class _Lane:
     def done(self) -> bool:
         return self.next >= len(self.indices)
 
-    def start(self, items: Sequence[Item], score: Callable[[Any, Any], dict[str, Any]],
+    def start(self, items: Sequence[Any], score: Callable[[Any], dict[str, Any]],
               memory_bytes: int | None, timeout_s: float) -> None:
         """Fork a child that verifies this lane's items from ``next`` on."""
         todo = [items[i] for i in self.indices[self.next:]]
@@ -105,32 +104,40 @@ class _Lane:
             self.pid = None
 
 
+def deal(n: int, lanes: int, blocks_per_lane: int = 16) -> list[list[int]]:
+    """Item indices ``0..n-1`` dealt to ``lanes`` lanes in consecutive blocks, round robin, about
+    ``blocks_per_lane`` blocks each (each lane's indices ascending)."""
+    block = max(1, -(-n // (lanes * blocks_per_lane)))
+    out: list[list[int]] = [[] for _ in range(lanes)]
+    for number, start in enumerate(range(0, n, block)):
+        out[number % lanes].extend(range(start, min(n, start + block)))
+    return [indices for indices in out if indices]
+
+
 def verify_forked(
-    items: Sequence[Item],
-    score: Callable[[Any, Any], dict[str, Any]],
-    on_failure: Callable[[Any, Any, str], dict[str, Any]],
+    items: Sequence[Any],
+    score: Callable[[Any], dict[str, Any]],
+    on_failure: Callable[[Any, str], dict[str, Any]],
     *,
     timeout_s: float,
     memory_bytes: int | None = None,
     lanes: int | None = None,
     min_per_lane: int = 64,
 ) -> list[dict[str, Any]]:
-    """``score(task, turns)`` for every item, computed in forked children, each item within ``timeout_s``;
-    an item that overruns, crashes its child or raises gets ``on_failure(task, turns, reason)``.
+    """``score(item)`` for every item, computed in forked children, each item within ``timeout_s``; an item
+    that overruns, crashes its child or raises gets ``on_failure(item, reason)``.
 
-    The items are cut into up to ``lanes`` contiguous slices (default: one per usable CPU, at least
-    ``min_per_lane`` items each) verified side by side, one child per slice; results come back in the
-    items' order. A child that overruns or dies is killed and a new one goes on from the next item of its
-    slice."""
+    The items are dealt to up to ``lanes`` lanes (default: one per usable CPU, at least ``min_per_lane``
+    items each; see :func:`deal`) scored side by side, one child per lane; results come back in the items'
+    order. A child that overruns or dies is killed and a new one goes on from the next item of its lane."""
     n = len(items)
     count = max(1, min(lanes or default_lanes(), n // max(1, min_per_lane)))
-    bounds = [round(k * n / count) for k in range(count + 1)]
-    all_lanes = [_Lane(range(bounds[k], bounds[k + 1])) for k in range(count)]
+    all_lanes = [_Lane(indices) for indices in deal(n, count)]
     results: list[dict[str, Any] | None] = [None] * n
 
     def fail(lane: _Lane, reason: str) -> None:
         index = lane.indices[lane.next]
-        results[index] = on_failure(*items[index], reason)
+        results[index] = on_failure(items[index], reason)
         lane.next += 1
         lane.stop()
 
@@ -170,7 +177,7 @@ def verify_forked(
                     index = lane.indices[lane.next]
                     value = json.loads(line)
                     failed = value.get("__failed__") if isinstance(value, dict) else None
-                    results[index] = on_failure(*items[index], failed) if failed else value
+                    results[index] = on_failure(items[index], failed) if failed else value
                     lane.next += 1
                     lane.deadline = time.monotonic() + timeout_s
                 if lane.done:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from seal_platform.types import Task, TurnVerdict
 
-from .calls import ParsedCall, parse_call
+from .calls import ParsedCall, parse_call, parse_call_shared
 from .trace import VerifyOutcome
 
 if TYPE_CHECKING:
@@ -103,15 +103,18 @@ def check_record(record: Any) -> tuple[str, list[list[str]]]:
 
 
 def parse_turns(turns: list[list[str]]) -> list[list[ParsedCall]]:
-    """The call strings of a checked record, parsed. Unparseable call strings are the model's mistake, not a
-    bad record: they replay as tool errors."""
-    return [[parse_call(call) for call in turn] for turn in turns]
+    """The call strings of a checked record, parsed (shared parses: read-only). Unparseable call strings are
+    the model's mistake, not a bad record: they replay as tool errors."""
+    return [[parse_call_shared(call) for call in turn] for turn in turns]
 
 
 def parse_record(record: Any) -> tuple[str, list[list[ParsedCall]]]:
     """Validate one ``verify`` input record and parse its calls (:func:`check_record`, :func:`parse_turns`)."""
     task_id, turns = check_record(record)
     return task_id, parse_turns(turns)
+
+
+_forked_before = False
 
 
 def verify_records(
@@ -130,34 +133,59 @@ def verify_records(
     from .executor import _failed_outcome
     from .fork_verify import can_fork, verify_forked
 
+    tasks: dict[str, Task] = {}  # looked up once per process; records of one task share its (read-only) Task
+
+    def prepare(record: Any) -> tuple[str, Task, list[list[str]]]:
+        """The record's task id, task and call strings (ValueError, KeyError, TypeError: a bad record)."""
+        task_id, turns = check_record(record)
+        if task_id not in tasks:
+            tasks[task_id] = (task_lookup or _load_task)(task_id)
+        return task_id, tasks[task_id], turns
+
     def output(task_id: str, task: Task, outcome: Any) -> dict[str, Any]:
         labels = list(label_turns(task, outcome)) if label_turns is not None else reference_labels(outcome)
         return {"task_id": task_id, "success": outcome.success, "labels": labels}
 
+    def scored(record: Any) -> dict[str, Any]:
+        try:
+            task_id, task, turns = prepare(record)
+        except (ValueError, KeyError, TypeError) as exc:
+            return {"error": str(exc)}
+        return output(task_id, task, verify(task, parse_turns(turns)))
+
+    def failed(record: Any, reason: str) -> dict[str, Any]:
+        try:
+            task_id, task, turns = prepare(record)
+        except (ValueError, KeyError, TypeError) as exc:
+            return {"error": str(exc)}
+        return output(task_id, task, _failed_outcome(task, parse_turns(turns), reason))
+
+    if can_fork():
+        # Each child checks, looks up, parses and verifies its own records, so none of that waits on this
+        # process. The first time, the children also import the backends and read the task data, side by
+        # side; from the second call on (a file of more than one batch) this process does that once first,
+        # so that every later child starts with it.
+        global _forked_before
+        if _forked_before:
+            from .backend import warm_up
+            from .data import preload
+
+            warm_up()
+            if task_lookup is None:
+                preload()
+        _forked_before = True
+        return verify_forked(records, scored, failed, timeout_s=timeout_s, memory_bytes=memory_bytes)
     out: list[dict[str, Any] | None] = [None] * len(records)
-    todo: list[tuple[int, str, Task, list[list[str]]]] = []
-    tasks: dict[str, Task] = {}
+    todo: list[tuple[int, str, Task, list[list[ParsedCall]]]] = []
     for index, record in enumerate(records):
         try:
-            task_id, turns = check_record(record)
-            if task_id not in tasks:  # records of one task share its (read-only) Task
-                tasks[task_id] = (task_lookup or _load_task)(task_id)
-            todo.append((index, task_id, tasks[task_id], turns))
+            task_id, task, turns = prepare(record)
+            todo.append((index, task_id, task, parse_turns(turns)))
         except (ValueError, KeyError, TypeError) as exc:
             out[index] = {"error": str(exc)}
-    items = [(task, turns) for _, _, task, turns in todo]  # call strings: parsed where they are verified
-    if can_fork():
-        results = verify_forked(
-            items,
-            lambda task, turns: output(task.id, task, verify(task, parse_turns(turns))),
-            lambda task, turns, reason: output(task.id, task, _failed_outcome(task, parse_turns(turns), reason)),
-            timeout_s=timeout_s, memory_bytes=memory_bytes,
-        )
-    else:
-        parsed = [(task, parse_turns(turns)) for task, turns in items]
-        results = [output(task.id, task, outcome) for (task, _), outcome in zip(parsed, executor().verify_many(parsed))]
-    for (index, task_id, _, _), result in zip(todo, results):
-        out[index] = {**result, "task_id": task_id}
+    outcomes = executor().verify_many([(task, turns) for _, _, task, turns in todo])
+    for (index, task_id, task, _), outcome in zip(todo, outcomes):
+        out[index] = output(task_id, task, outcome)
     return [r if r is not None else {"error": "not verified"} for r in out]
 
 

@@ -39,10 +39,11 @@ def test_forked_verification_matches_the_worker_pool_and_survives_a_runaway_call
     assert outcomes[1].error_message.startswith("verification took longer")
 
 
-def _score(task, turns):
+def _score(item):
     import os
     import time
 
+    task, turns = item
     if turns == "hang":
         time.sleep(60)
     if turns == "die":
@@ -59,7 +60,7 @@ def test_slices_are_verified_side_by_side_in_order_and_a_bad_item_costs_only_its
     kinds[2], kinds[6], kinds[10] = "hang", "die", "raise"
     items = [(i, kind) for i, kind in enumerate(kinds)]
     started = time.monotonic()
-    out = verify_forked(items, _score, lambda task, turns, why: {"task": task, "failed": why},
+    out = verify_forked(items, _score, lambda item, why: {"task": item[0], "failed": why},
                         timeout_s=2.0, lanes=3, min_per_lane=1)
     assert time.monotonic() - started < 20  # the hang cost its own time limit, not the whole minute
     assert [r["task"] for r in out] == list(range(12))  # the items' order
@@ -68,5 +69,16 @@ def test_slices_are_verified_side_by_side_in_order_and_a_bad_item_costs_only_its
     assert out[10]["failed"] == "ValueError: bad record"
     ok = [r for r in out if "pid" in r]
     assert len(ok) == 9
-    # Three slices of four, each in its own child (a new child after a failure): more than one process.
-    assert len({r["pid"] for r in ok[:2]}) == 1 and len({r["pid"] for r in ok}) >= 3
+    # Three lanes, each in its own child (a new child after a failure): more than one process.
+    assert len({r["pid"] for r in ok}) >= 3
+
+
+def test_items_are_dealt_in_blocks_so_every_lane_gets_a_share_of_each_part():
+    from seal_platform_plugins.bfcl.fork_verify import deal
+
+    lanes = deal(3200, 2)
+    assert sorted(i for lane in lanes for i in lane) == list(range(3200))  # each item exactly once
+    assert all(lane == sorted(lane) for lane in lanes)
+    # The last quarter (say, the long-context tasks of a file sorted by category) is split evenly.
+    assert [sum(i >= 2400 for i in lane) for lane in lanes] == [400, 400]
+    assert deal(5, 4) == [[0, 4], [1], [2], [3]] and deal(0, 2) == []
