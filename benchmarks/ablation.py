@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -67,6 +68,7 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
     host = plugin_host_for(config)
     plan = prepare(config, host, str(path))
     store = RunStore(config.store_url())
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     summary = Runner(plan, host, store, recipe=str(path)).run()
     wall = time.perf_counter() - started
@@ -75,7 +77,9 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
     evals = {str(step): {"average": r.average, "per_category": r.per_category, "n_tasks": r.n_tasks}
              for step, r in summary.evaluations.items()}
     return {"run_id": summary.run_id, "environment": config.environment, "steps": summary.steps_done,
-            "interface_revision": summary.interface_revision, "evaluations": evals, "wall_s": round(wall, 1)}
+            "interface_revision": summary.interface_revision, "evaluations": evals, "wall_s": round(wall, 1),
+            # 1-minute load average when the run started and ended: wall times are only comparable when these are.
+            "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
 
 def _claim(runs_dir: Path, recipe: str, seed: int | None) -> bool:
