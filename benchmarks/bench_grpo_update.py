@@ -146,8 +146,67 @@ def run_long(model_dir: str, tokenizer, args) -> dict[str, float]:
         print(f"long step {r}: {dt:.1f} s, {metrics['trained_tokens']:.0f} trained tokens, "
               f"{rows[-1]['tokens_per_s']:.0f} tokens/s, peak update memory {memory.peak_bytes / 2**20:.0f} MiB "
               f"({rows[-1]['peak_bytes_per_token'] / 1024:.1f} KiB per trained token)", flush=True)
-    return {"long_tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
-            "long_peak_bytes_per_token": statistics.median(r["peak_bytes_per_token"] for r in rows)}
+    out = {"long_tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
+           "long_peak_bytes_per_token": statistics.median(r["peak_bytes_per_token"] for r in rows)}
+    if args.device == "cpu":
+        out.update(roofline(model.config, episodes, settings, trainer, out["long_tokens_per_s"]))
+    return out
+
+
+def step_flops(config, episodes: list[tuple[list[int], list[int]]], recompute_forward: bool, shared: int = 0) -> float:
+    """Floating-point operations of one update on ``episodes`` (forward + backward = 3 forwards, plus one
+    more forward with gradient checkpointing), counting only matrix products: the layers' weights (2 per
+    weight per token), causal attention (QK^T and AV: 4 x hidden per earlier position per layer) and the
+    output layer at the loss positions only. ``shared`` leading tokens are computed once for all."""
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    kv = hidden * config.num_key_value_heads // config.num_attention_heads
+    per_layer = 2 * (hidden * hidden * 2 + hidden * kv * 2 + 3 * hidden * config.intermediate_size)
+    forward = 0.0
+    for index, (ids, positions) in enumerate(episodes):
+        start = shared if index else 0  # the shared prefix counted once, with the first episode
+        n = len(ids) - start
+        attention = layers * 4 * hidden * sum(range(start + 1, len(ids) + 1))  # position p attends to p keys
+        forward += per_layer * layers * n + attention + 2 * hidden * config.vocab_size * len(positions)
+    return forward * (4 if recompute_forward else 3)
+
+
+def matmul_peak_gflops(size: int = 2048, repeats: int = 5) -> float:
+    """The float32 matrix-product rate this CPU reaches with torch's own kernels (best of ``repeats``)."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * size**3 / best / 1e9
+
+
+def roofline(config, episodes, settings, trainer, tokens_per_s: float) -> dict[str, float]:
+    """How far the measured rate is from what this CPU could do at all: the step's matrix-product FLOPs per
+    trained token, the measured float32 matmul peak, and the tokens/s that peak would give if the update were
+    nothing but matrix products running at it."""
+    tokens = sum(len(ids) for ids, _ in episodes)
+    flops = step_flops(config, episodes, settings.gradient_checkpointing) / tokens
+    peak = matmul_peak_gflops()
+    ceiling = peak * 1e9 / flops
+    print(f"roofline: {flops / 1e9:.2f} GFLOP of matrix products per trained token (forward + backward"
+          f"{' + recomputed forward' if settings.gradient_checkpointing else ''}); float32 matmul peak "
+          f"{peak:.0f} GFLOPS -> at most {ceiling:.0f} tokens/s; measured {tokens_per_s:.0f} tokens/s = "
+          f"{100 * tokens_per_s / ceiling:.0f}% of that ceiling", flush=True)
+    prompt = _common_prefix([ids for ids, _ in episodes])
+    best = peak * 1e9 * tokens / step_flops(config, episodes, settings.gradient_checkpointing, shared=prompt)
+    print(f"roofline with the group's {prompt}-token prompt computed once (shared_prefix, both episodes in one "
+          f"micro-batch): at most {best:.0f} tokens/s", flush=True)
+    return {"gflop_per_token": flops / 1e9, "matmul_peak_gflops": peak, "ceiling_tokens_per_s": ceiling,
+            "ceiling_shared_prompt_tokens_per_s": best}
+
+
+def _common_prefix(rows: list[list[int]]) -> int:
+    n = min(len(r) for r in rows)
+    return next((i for i in range(n) if any(r[i] != rows[0][i] for r in rows)), n)
 
 
 def run_ours(model_dir: str, batch: dict, args, shared_prefix: bool) -> list[float]:

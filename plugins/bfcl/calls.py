@@ -127,11 +127,12 @@ def parse_call(text: str) -> ParsedCall:
     return _from_node(tree.body, source)
 
 
-# Shared parses are kept for texts up to this length (ground-truth calls and nearly every model call).
-_SHARED_CALL_CHARS = 2_000
+# Shared parses are kept for texts up to this length (every ground-truth call and nearly every model call),
+# at most 8,192 of them: a few tens of MB even if every one were a 1,000-character list of numbers.
+_SHARED_CALL_CHARS = 1_000
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=8192)
 def _parse_shared(text: str) -> ParsedCall:
     return parse_call(text)
 

@@ -9,6 +9,7 @@ from seal_platform_plugins.bfcl.calls import (
     ParsedCall,
     from_arguments,
     parse_call,
+    parse_call_shared,
     parse_calls,
     render_call,
 )
@@ -104,3 +105,13 @@ def test_structured_calls():
     assert not from_arguments(None, {}).ok
     assert not from_arguments("__class__", {}).ok
     assert isinstance(from_arguments("cd", {}), ParsedCall)
+
+
+def test_shared_parses_equal_fresh_ones_and_long_texts_are_not_kept():
+    text = "post_tweet(content='hi', tags=['#a', '#b'])"
+    assert parse_call_shared(text) is parse_call_shared(text)  # parsed once
+    assert parse_call_shared(text) == parse_call(text)
+    long_text = "echo(content='" + "x" * 5000 + "')"
+    assert parse_call_shared(long_text) == parse_call(long_text)
+    assert parse_call_shared(long_text) is not parse_call_shared(long_text)  # too long to keep
+    assert parse_call_shared("rm(") == parse_call("rm(") and not parse_call_shared("rm(").ok

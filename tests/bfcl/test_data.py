@@ -73,6 +73,18 @@ def test_payload_is_a_private_copy():
     assert "rm(file_name='x')" not in again.payload["ground_truth"][0]
 
 
+def test_get_task_is_load_tasks_one_task_and_a_private_copy_too():
+    got = data.get_task("multi_turn_long_context_7")
+    same = load_tasks(split="all", ids=["multi_turn_long_context_7"])[0]
+    assert (got.id, got.category, got.split, got.payload) == (same.id, same.category, same.split, same.payload)
+    got.payload["initial_config"].clear()
+    assert data.get_task("multi_turn_long_context_7").payload == same.payload
+    with pytest.raises(DataError, match="multi_turn_base_999"):
+        data.get_task("multi_turn_base_999")
+    with pytest.raises(DataError, match="not in a BFCL multi-turn category"):
+        data.get_task("nothing_like_this_1")
+
+
 def test_tool_docs_drop_excluded_and_held_out(task_by_id):
     task = task_by_id["multi_turn_miss_func_0"]
     names = [d["name"] for d in tool_docs(task)]
