@@ -134,7 +134,7 @@ def load_digest(store: Any, run_id: str) -> RunDigest:
         eval_set = f"{bench}:{row.split}" if bench else row.split
         point = evaluations[eval_set].setdefault(row.step, EvalPoint(step=row.step, per_category={}))
         point.per_category[row.category] = float(row.pass_rate)
-        point.n_tasks += int(row.n_tasks)
+        point.n_tasks = max(point.n_tasks, int(row.n_tasks))  # each category's row holds the evaluation's count
     labels: dict[str, Counter] = defaultdict(Counter)
     per_step: dict[str, dict[int, Counter]] = defaultdict(lambda: defaultdict(Counter))
     for row in store.labels(run.id):

@@ -158,3 +158,16 @@ def test_an_empty_read_only_file_is_one_paragraph(tmp_path, lock_down):
     result = CliRunner().invoke(cli, ["runs", "--store", f"sqlite:///{db}"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "is empty and cannot be written" in " ".join(result.output.split())
+
+
+def test_an_evaluation_over_several_categories_counts_its_tasks_once(tmp_path):
+    from seal_platform.digest import load_digest
+    from seal_platform.store import RunStore
+    from seal_platform.types import EvalResult
+
+    store = RunStore(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    store.create_run("r1", name="n", recipe="", config={"environment": "toy"}, config_hash="h", seed=0,
+                     run_dir=str(tmp_path), plugins=[])
+    store.add_evaluation("r1", 2, EvalResult(split="eval", per_category={"a": 50.0, "b": 25.0}, n_tasks=8))
+    [point] = load_digest(store, "r1").evaluations["toy:eval"]
+    assert point.n_tasks == 8 and point.per_category == {"a": 50.0, "b": 25.0}
