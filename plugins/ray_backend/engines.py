@@ -78,22 +78,48 @@ class ChangeTracker:
     def _stamp(tensor: Any) -> tuple[int, int]:
         return (tensor.data_ptr(), tensor._version)
 
-    def changed(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The changed tensors, each storage once: a tensor tied to one listed before it (the input
-        embedding and the output layer of a model with ``tie_word_embeddings``) is left out, since the
-        replica, built from the same config, ties them too."""
+    def changed(self, state: dict[str, Any], everything: bool = False) -> dict[str, Any]:
+        """The changed tensors (``everything``: all of them), each storage once: a tensor tied to one listed
+        before it (the output layer of a model with ``tie_word_embeddings``, tied to the input embedding) is
+        left out; :meth:`ties` names it, so the replica can put it back without it travelling twice."""
         out, listed = {}, set()
         for name, tensor in state.items():
-            key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+            key = self._storage(tensor)
             if key in listed:
                 continue
             listed.add(key)
-            if self._seen.get(name) != self._stamp(tensor):
+            if everything or self._seen.get(name) != self._stamp(tensor):
                 out[name] = tensor
+        return out
+
+    @staticmethod
+    def _storage(tensor: Any) -> tuple[Any, ...]:
+        return (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+
+    @classmethod
+    def ties(cls, state: dict[str, Any]) -> dict[str, str]:
+        """Name of a tensor left out by :meth:`changed` -> name of the tensor it is tied to."""
+        first: dict[tuple[Any, ...], str] = {}
+        out = {}
+        for name, tensor in state.items():
+            kept = first.setdefault(cls._storage(tensor), name)
+            if kept != name:
+                out[name] = kept
         return out
 
     def mark(self, state: dict[str, Any]) -> None:
         self._seen = {n: self._stamp(t) for n, t in state.items()}
+
+
+def with_ties(named: dict[str, Any], ties: dict[str, str]) -> dict[str, Any]:
+    """``named`` with every tied tensor put back under its own name (the same tensor, not a copy) where the
+    one it is tied to is there. Engines expect them: vLLM's in-place reload of a Llama with tied embeddings
+    applies the final norm only when the output layer comes in the same reload."""
+    out = dict(named)
+    for name, kept in ties.items():
+        if kept in out and name not in out:
+            out[name] = out[kept]
+    return out
 
 
 # --- actors ------------------------------------------------------------------------------------------------
@@ -115,7 +141,8 @@ class EngineReplica:
         return self.engine.generate_ids(prompts, sampling)
 
     def load_weights(self, box: list[Any], version: int | None) -> int:
-        self.engine.load_weights(unpack(ray.get(box[0])), version)
+        packed, ties = ray.get(box[0])
+        self.engine.load_weights(with_ties(unpack(packed), ties), version)
         return int(getattr(self.engine, "policy_version", version or 0))
 
     def sleep(self) -> None:
@@ -192,6 +219,10 @@ class RayEngineClient:
         self._group = group
         self._owner = True  # the driver's copy owns the actors (closes them, tracks weight changes)
         self._tracker = ChangeTracker()
+        # vLLM's in-place reload processes a layer once all of its weights have come (q/k/v and gate/up are
+        # fused into one layer, the final norm goes with the output layer): a partial push would leave the
+        # rest of a layer uninitialised, so its replicas get every tensor each time (each storage once).
+        self._whole_state = kind == "vllm"
         self._lock = threading.Lock()
         self._routes: dict[str, int] = {}
         self.sync_stats: dict[str, float] = {}
@@ -278,10 +309,10 @@ class RayEngineClient:
         if self._asleep:
             self.wake_up()
         state = model.state_dict()
-        changed = self._tracker.changed(state)
+        changed = self._tracker.changed(state, everything=self._whole_state)
         version = self.policy_version + 1 if version is None else int(version)
         packed = pack(changed)
-        box = [ray.put(packed)]
+        box = [ray.put((packed, ChangeTracker.ties(state)))]
         put_s = time.perf_counter() - started
         self._broadcast("load_weights", box, version)
         self._tracker.mark(state)
