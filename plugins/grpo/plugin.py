@@ -113,12 +113,13 @@ def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int
 
 
 def _report_lost_replicas(ctx: Any, engine: Any) -> None:
-    """An event for each engine replica found dead since the last report (replicated engines on Ray)."""
-    live = getattr(engine, "live", None)
+    """An event for each engine replica found dead since the last report (replicated engines on Ray); the
+    replicas are asked, so a replica lost while nothing was sent to it is reported in this step too."""
+    probe = getattr(engine, "probe", None)
     replicas = getattr(engine, "replicas", None)
-    if not callable(live) or replicas is None:
+    if not callable(probe) or replicas is None:
         return
-    dead = set(range(len(replicas))) - set(live())
+    dead = set(range(len(replicas))) - set(probe())
     reported = ctx.shared.setdefault("grpo.lost_replicas", set())
     for index in sorted(dead - reported):
         ctx.event("engine_replica_lost", f"rollout engine replica {index} of {len(replicas)} died; its requests "

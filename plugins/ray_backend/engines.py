@@ -258,6 +258,20 @@ class RayEngineClient:
     def live(self) -> list[int]:
         return ray.get(self.router.live.remote())
 
+    def probe(self, timeout_s: float = 30.0) -> list[int]:
+        """Ask every replica thought alive whether it still is (a replica killed while no request or weight
+        push reached it is otherwise found only by the next one); mark the dead ones; the live indices."""
+        infra = cluster.infra_errors()
+        refs = [(i, self.replicas[i].ready.remote()) for i in self.live()]
+        for index, ref in refs:
+            try:
+                ray.get(ref, timeout=timeout_s)
+            except infra:
+                self._lost(index)
+            except ray.exceptions.GetTimeoutError:  # busy (a long generation): alive as far as we know
+                pass
+        return self.live()
+
     # --- RolloutEngine -------------------------------------------------------------------------------------
 
     def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:

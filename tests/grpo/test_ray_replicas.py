@@ -125,6 +125,7 @@ def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_erro
 
     index = ray.get(client.router.assignment.remote())[routing_key(_conversation(20))]
     ray.kill(client.replicas[index], no_restart=True)
+    assert client.probe(timeout_s=10) == [1 - index]  # found dead before any request reached it
     after = client.generate([_conversation(20)], greedy)[0]
     assert after.token_ids == before.token_ids  # same weights, same greedy continuation, on the other replica
     assert client.live() == [1 - index]
