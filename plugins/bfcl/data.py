@@ -11,12 +11,13 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import pickle
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
 from seal_platform.types import Task
+
+from .backend import copy_data  # a private deep copy of plain data
 
 CATEGORIES: tuple[str, ...] = (
     "multi_turn_base",
@@ -160,14 +161,9 @@ def load_tasks(
                 continue
             if limit_per_category is not None and count >= limit_per_category:
                 break
-            tasks.append(Task(id=entry["id"], category=category, split=split, payload=_private_copy(entry)))
+            tasks.append(Task(id=entry["id"], category=category, split=split, payload=copy_data(entry)))
             count += 1
     return tasks
-
-
-def _private_copy(entry: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a raw entry (plain JSON data: a pickle round trip, several times faster than deepcopy)."""
-    return pickle.loads(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def get_task(task_id: str, split: str = "all") -> Task:
@@ -176,7 +172,7 @@ def get_task(task_id: str, split: str = "all") -> Task:
         found = _entries_by_id().get(task_id) if isinstance(task_id, str) else None
         if found is not None:
             category, entry = found
-            return Task(id=task_id, category=category, split=split, payload=_private_copy(entry))
+            return Task(id=task_id, category=category, split=split, payload=copy_data(entry))
     return load_tasks([category_of(task_id)], split=split, ids=[task_id])[0]  # or the error that says why not
 
 
@@ -189,11 +185,6 @@ def _entries_by_id() -> dict[str, tuple[str, dict[str, Any]]]:
 def preload() -> None:
     """Read every category's data now (processes forked afterwards share it instead of reading it again)."""
     _entries_by_id()
-
-
-def _private_copy(entry: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a raw entry (plain JSON data: a pickle round trip, several times faster than deepcopy)."""
-    return pickle.loads(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _missed_names(task: Task) -> dict[int, list[str]]:

@@ -146,19 +146,19 @@ def verify_records(
         labels = list(label_turns(task, outcome)) if label_turns is not None else reference_labels(outcome)
         return {"task_id": task_id, "success": outcome.success, "labels": labels}
 
-    def scored(record: Any) -> dict[str, Any]:
+    def answer(record: Any, outcome_of: Callable[[Task, list[list[ParsedCall]]], Any]) -> dict[str, Any]:
+        """The output of one record, its outcome from ``outcome_of(task, parsed turns)``; a bad record's error."""
         try:
             task_id, task, turns = prepare(record)
         except (ValueError, KeyError, TypeError) as exc:
             return {"error": str(exc)}
-        return output(task_id, task, verify(task, parse_turns(turns)))
+        return output(task_id, task, outcome_of(task, parse_turns(turns)))
+
+    def scored(record: Any) -> dict[str, Any]:
+        return answer(record, verify)
 
     def failed(record: Any, reason: str) -> dict[str, Any]:
-        try:
-            task_id, task, turns = prepare(record)
-        except (ValueError, KeyError, TypeError) as exc:
-            return {"error": str(exc)}
-        return output(task_id, task, _failed_outcome(task, parse_turns(turns), reason))
+        return answer(record, lambda task, turns: _failed_outcome(task, turns, reason))
 
     if can_fork():
         # Each child checks, looks up, parses and verifies its own records, so none of that waits on this

@@ -82,15 +82,9 @@ class ChangeTracker:
         """The changed tensors (``everything``: all of them), each storage once: a tensor tied to one listed
         before it (the output layer of a model with ``tie_word_embeddings``, tied to the input embedding) is
         left out; :meth:`ties` names it, so the replica can put it back without it travelling twice."""
-        out, listed = {}, set()
-        for name, tensor in state.items():
-            key = self._storage(tensor)
-            if key in listed:
-                continue
-            listed.add(key)
-            if everything or self._seen.get(name) != self._stamp(tensor):
-                out[name] = tensor
-        return out
+        tied = self.ties(state)
+        return {name: tensor for name, tensor in state.items()
+                if name not in tied and (everything or self._seen.get(name) != self._stamp(tensor))}
 
     @staticmethod
     def _storage(tensor: Any) -> tuple[Any, ...]:
