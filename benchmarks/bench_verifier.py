@@ -10,7 +10,8 @@ Prints per-case times and the ratio official / ours. Run by hand:
 ``--executor`` also times our verifier through the worker-process executor (what training uses).
 ``--commands`` times whole commands on the same cases written to one JSONL file, as a user runs them:
 ``seal-platform verify --benchmark bfcl FILE`` against ``benchmarks/official_bfcl_verify.py FILE`` (a thin
-command around bfcl_eval's checker), start-up and imports included; verdicts must agree line by line.
+command around bfcl_eval's checker), start-up and imports included, both with their bytecode compiled (as
+``make`` leaves ours); verdicts must agree line by line.
 """
 
 from __future__ import annotations
@@ -109,6 +110,10 @@ def time_commands(cases: list, rounds: int) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
         for entry, turns, _ in cases:
             fh.write(json.dumps({"task_id": entry["id"], "turns": turns}) + "\n")
+    # Like for like: bfcl_eval (a regular install) has its bytecode; ours, an editable install, has it only if
+    # `make` compiled it (where PYTHONDONTWRITEBYTECODE is set nothing else writes it).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "seal_platform"), str(ROOT / "plugins")],
+                   check=True, stdout=subprocess.DEVNULL)
     bindir = Path(sys.executable).parent
     ours = [str(bindir / "seal-platform"), "verify", "--benchmark", "bfcl", fh.name]
     official = [sys.executable, str(ROOT / "benchmarks" / "official_bfcl_verify.py"), fh.name]

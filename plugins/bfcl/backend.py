@@ -76,10 +76,48 @@ def stringify(result: Any) -> str:
         return result
     if type(result) == dict:  # noqa: E721
         try:
-            return json.dumps(result)
+            return _dumps(result)
         except Exception:
             return str(result)
     return str(result)
+
+
+def _dumps(result: dict[Any, Any]) -> str:
+    """``json.dumps(result)``, reusing the encodings of the long-context module's constants.
+
+    Long-context ``get_stock_info`` returns the module's two 2,000-float moving-average lists inside every
+    result; encoding them is most of the verifier's JSON time. A value of ``result`` that *is* one of those
+    objects and still equals its pristine copy gets the encoding made once (anything else -- another
+    object, a changed one, a non-string key -- goes through ``json.dumps``), so the text is exactly
+    ``json.dumps(result)``'s: the items joined with its default separators."""
+    encodings = _constant_encodings()
+    if not any(id(value) in encodings for value in result.values()):
+        return json.dumps(result)
+    parts = []
+    for key, value in result.items():
+        if type(key) is not str:
+            return json.dumps(result)
+        known = encodings.get(id(value))
+        if known is not None and known[0] is value and value == known[1]:
+            parts.append(f"{json.dumps(key)}: {known[2]}")
+        else:
+            parts.append(f"{json.dumps(key)}: {json.dumps(value)}")
+    return "{" + ", ".join(parts) + "}"
+
+
+@lru_cache(maxsize=1)
+def _constant_encodings() -> dict[int, tuple[Any, Any, str]]:
+    """id -> (object, pristine copy, ``json.dumps`` of it) for the long-context module's top-level lists
+    and dicts (the objects backends return without copying)."""
+    module = importlib.import_module(f"{_PREFIX}.long_context")
+    _, pristine = _long_context_objects()
+    out: dict[int, tuple[Any, Any, str]] = {}
+    for name, copy_ in pristine.items():
+        try:
+            out[id(getattr(module, name))] = (getattr(module, name), copy_, json.dumps(copy_))
+        except (TypeError, ValueError):  # not JSON-able: always encoded (and failed) the official way
+            continue
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -222,6 +260,7 @@ def warm_up() -> None:
     for class_name in BACKEND_MODULES:
         _public_methods(backend_class(class_name))
     _long_context_objects()
+    _constant_encodings()
 
 
 _ATOMS = (str, int, float, bool, type(None))

@@ -84,7 +84,7 @@ def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]])
         else:
             checks = _check_turn(gt_calls, model_turns[index], *backends, all_model_results)
             verdict = TurnVerdict(turn=index, passed=checks.error_type is None, reached=True)
-        verdict.checks = checks.model_dump()
+        verdict.checks = checks.stored()
         checked.append((verdict, checks))
     return _outcome(checked, len(gt_turns), n_model, build_error)
 
@@ -101,9 +101,7 @@ def _build_backends(payload: dict[str, Any]) -> tuple[tuple[Backend, Backend] | 
 
 def _unbuilt_turn(gt_calls: list[str], build_error: str) -> TurnChecks:
     """The checks of every turn of a task whose instances could not be built."""
-    checks = TurnChecks.unreached(gt_calls)
-    checks.instance_ok, checks.checker_error, checks.error_type = False, build_error, CHECKER_ERROR
-    return checks
+    return TurnChecks.unreached(gt_calls, instance_ok=False, checker_error=build_error, error_type=CHECKER_ERROR)
 
 
 def _check_turn(
@@ -113,23 +111,32 @@ def _check_turn(
     model_results, rejected = _run_model_calls(model_backend, calls)
     gt_results = [gt_backend.execute(parse_call_shared(text))[0] for text in gt_calls]
     all_model_results.extend(model_results)
-    checks = TurnChecks(
+    state_diff, checker_error = _check_state(model_backend, gt_backend)
+    state_ok = checker_error is None and not state_diff
+    # The official response check: every GT result of the turn among the model's results so far.
+    missing = _missing(gt_results, all_model_results)
+    failed = [i for i, r in enumerate(model_results) if is_error_result(r)]
+    # Every value below is the verifier's own, of its field's type (tests hold every stored trace to the
+    # schema), so this per-turn hot path skips pydantic's validation.
+    return TurnChecks.model_construct(
         gt_calls=list(gt_calls),
         model_calls=[call.render() for call in calls],
         gt_results=[clip(r) for r in gt_results],
         model_results=[clip(r) for r in model_results],
         gt_error=next((clip(r) for r in gt_results if r.startswith(ERROR_PREFIX)), None),
-        model_errors=[clip(r) for r in model_results if is_error_result(r)],
-        model_error_calls=[i for i, r in enumerate(model_results) if is_error_result(r)],
+        model_errors=[clip(model_results[i]) for i in failed],
+        model_error_calls=failed,
         rejected_calls=rejected,
         empty_gt=not gt_calls,
         empty_model=not calls,
         instance_ok=set(model_backend.instances) == set(gt_backend.instances),
+        state_ok=state_ok,
+        state_diff=state_diff,
+        response_ok=not missing,
+        missing_results=[clip(m) for m in missing],
+        checker_error=checker_error,
+        error_type=_turn_error_type(gt_calls, calls, checker_error, state_ok, not missing),
     )
-    _check_state(checks, model_backend, gt_backend)
-    _check_response(checks, gt_results, all_model_results)
-    checks.error_type = _turn_error_type(checks)
-    return checks
 
 
 def _run_model_calls(backend: Backend, calls: list[ParsedCall]) -> tuple[list[str], list[int]]:
@@ -146,33 +153,28 @@ def _run_model_calls(backend: Backend, calls: list[ParsedCall]) -> tuple[list[st
     return results, rejected
 
 
-def _check_state(checks: TurnChecks, model_backend: Backend, gt_backend: Backend) -> None:
-    """The official state check: ``state_ok``, ``state_diff``, or the ``checker_error`` it raised."""
+def _check_state(model_backend: Backend, gt_backend: Backend) -> tuple[dict[str, list[str]], str | None]:
+    """The official state check: (class -> differing attributes, None), or ({}, the error it raised)."""
     try:
-        diff = _compare(model_backend.instances, gt_backend.instances)
-        checks.state_ok, checks.state_diff = not diff, diff
+        return _compare(model_backend.instances, gt_backend.instances), None
     except Exception as exc:
-        checks.state_ok, checks.checker_error = False, f"{type(exc).__name__}: {exc}"
+        return {}, f"{type(exc).__name__}: {exc}"
 
 
-def _check_response(checks: TurnChecks, gt_results: list[str], all_model_results: list[str]) -> None:
-    """The official response check: every GT result of the turn among the model's results so far."""
-    missing = _missing(gt_results, all_model_results)
-    checks.response_ok, checks.missing_results = not missing, [clip(m) for m in missing]
-
-
-def _turn_error_type(checks: TurnChecks) -> str | None:
+def _turn_error_type(
+    gt_calls: list[str], calls: list[ParsedCall], checker_error: str | None, state_ok: bool, response_ok: bool
+) -> str | None:
     """The official error type of a checked turn (None: it passed). An empty GT turn passes whatever the
     model did."""
-    if not checks.gt_calls:
+    if not gt_calls:
         return None
-    if not checks.model_calls:
+    if not calls:
         return EMPTY_TURN
-    if checks.checker_error is not None:
+    if checker_error is not None:
         return CHECKER_ERROR
-    if not checks.state_ok:
+    if not state_ok:
         return STATE_MISMATCH
-    if not checks.response_ok:
+    if not response_ok:
         return RESPONSE_MISMATCH
     return None
 

@@ -252,7 +252,14 @@ def _unrecovered_error(calls: Sequence[ToolCall]) -> bool:
     return False
 
 
+# The reference labels that the turn's calls can refine; any other is final as it is.
+_REFINABLE = frozenset({"spurious_tool_call", "correct_abstention", "empty_turn_model_response", "state_mismatch",
+                        "response_mismatch"})
+
+
 def _refine(ref: str, checks: TurnChecks, turn_calls: Sequence[ToolCall], from_trace: bool = False) -> str:
+    if ref not in _REFINABLE:
+        return ref
     rejected = any(c.rejected for c in turn_calls)
     if ref in ("spurious_tool_call", "correct_abstention"):
         # A turn that needed no call, where the agent reached for a tool it did not have (the miss_func
@@ -296,6 +303,8 @@ def label_turn(verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[To
     checks, passed = _checks(verdict), _field(verdict, "passed")
     if turn_calls is None:
         ref = _reference(checks, passed, None)
+        if ref not in _REFINABLE:  # final: no need to rebuild the turn's calls from the trace
+            return ref, ref
         turn = _as_int(_field(verdict, "turn", 0))
         return _refine(ref, checks, _trace_calls(checks, turn), from_trace=True), ref
     ref = _reference(checks, passed, sum(1 for c in turn_calls if not c.rejected))

@@ -104,16 +104,25 @@ class TurnChecks(BaseModel):
     )
 
     @classmethod
-    def unreached(cls, gt_calls: list[str]) -> "TurnChecks":
-        """The checks of a turn the model never reached (nothing ran)."""
-        return cls(gt_calls=list(gt_calls), empty_gt=not gt_calls, empty_model=True, error_type=FORCE_TERMINATED)
+    def unreached(cls, gt_calls: list[str], **changes: Any) -> "TurnChecks":
+        """The checks of a turn the model never reached (nothing ran), with ``changes`` to its fields."""
+        fields = {"gt_calls": list(gt_calls), "empty_gt": not gt_calls, "empty_model": True,
+                  "error_type": FORCE_TERMINATED, **changes}
+        return cls(**fields)
+
+    def stored(self) -> dict[str, Any]:
+        """These checks as stored (``TurnVerdict.checks``), fields in :data:`CHECK_KEYS` order: what
+        ``model_dump()`` gives for the verifier's own checks (plain JSON values; tests hold the two equal),
+        without pydantic's serializer in the per-turn hot path. The dict shares this object's lists."""
+        values = self.__dict__
+        return {key: values[key] for key in CHECK_KEYS}
 
     @classmethod
     def view(cls, checks: Mapping[str, Any]) -> "TurnChecks":
         """An unvalidated view of a stored ``checks`` dict: a field it lacks has its default, any other value is
         kept as it is (a trace read back from a store or a file may hold anything, so readers stay defensive
         about types); unknown keys are ignored."""
-        return cls.model_construct(**{name: checks[name] for name in cls.model_fields if name in checks})
+        return cls.model_construct(**{name: checks[name] for name in CHECK_KEYS if name in checks})
 
 
 # The checks' field names, in their stored order.

@@ -72,6 +72,17 @@ def test_full_agreement(cases, official, task_by_id):
     assert not any(str(kind).startswith("raised") for _, kind in verdicts)
 
 
+def test_every_trace_fits_the_checks_schema(cases, task_by_id):
+    """The checker builds each turn's checks without validating them (its hot path): on every case, each
+    stored ``checks`` must still be exactly what TurnChecks validates and dumps, fields in CHECK_KEYS order."""
+    from seal_platform_plugins.bfcl.trace import CHECK_KEYS, TurnChecks
+
+    for entry, turns, kind in cases:
+        for verdict in verify(task_by_id[entry["id"]], turns).turns:
+            assert tuple(verdict.checks) == CHECK_KEYS, (entry["id"], kind)
+            assert TurnChecks.model_validate(verdict.checks).model_dump() == verdict.checks, (entry["id"], kind)
+
+
 def test_any_order_gives_the_same_verdicts(cases, official, task_by_id):
     order = list(range(len(cases)))
     random.Random(7).shuffle(order)

@@ -24,14 +24,15 @@ def test_backend_table_matches_bfcl_eval():
     assert set(STATELESS_CLASSES) == set(_worker.STATELESS_CLASSES)
 
 
-def _official_results(task, calls):
+def _official_results(task, calls, long_context=False):
     """The official executor's result strings for ``calls`` on fresh instances (unique name, cleaned up)."""
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 
     name = f"exectest{time.monotonic_ns()}"
     try:
         results, _ = multi_turn_utils.execute_multi_turn_func_call(
-            calls, task.payload["initial_config"], task.payload["involved_classes"], name, task.id
+            calls, task.payload["initial_config"], task.payload["involved_classes"], name, task.id,
+            long_context=long_context,
         )
     finally:
         for key in [k for k in vars(multi_turn_utils) if k.startswith(name)]:
@@ -51,6 +52,39 @@ def test_session_results_are_the_official_strings(executor, task_by_id):
             got = [session.call(c.name, c.kwargs, None).observation for c in calls]
         assert got == [e if len(e) <= 2000 else g for e, g in zip(expected, got)]
         assert any(g.startswith(ERROR_PREFIX) for g in got)
+
+
+def test_long_context_results_with_reused_encodings_are_the_official_strings(task_by_id):
+    """Long-context get_stock_info puts the module's two 2,000-float moving-average lists into every result;
+    the backend encodes those once and reuses the text (backend._dumps). The result strings must still be
+    exactly the official ones -- and json.dumps' own when the constant was changed in place or a key is not
+    a string."""
+    import json
+
+    from bfcl_eval.eval_checker.multi_turn_eval.func_source_code import long_context
+
+    from seal_platform_plugins.bfcl.backend import Backend, stringify
+
+    task = next(t for t in task_by_id.values()
+                if t.category == "multi_turn_long_context" and "TradingBot" in t.payload["involved_classes"])
+    symbols = list(task.payload["initial_config"].get("TradingBot", {}).get("stocks") or ["AAPL"])[:2]
+    texts = [f"get_stock_info(symbol='{symbol}')" for symbol in symbols] + ["get_stock_info(symbol='NOPE')"]
+    expected = _official_results(task, texts, long_context=True)
+    backend = Backend.for_payload(task.payload)
+    got = [backend.execute(parse_call(text))[0] for text in texts]
+    assert got == expected
+    assert len(got[0]) > 30_000 and "MA(5)" in got[0]
+
+    stock = {"price": 1.5, "MA(5)": long_context.MA_5_EXTENSION, "MA(20)": long_context.MA_20_EXTENSION}
+    assert stringify(stock) == json.dumps(stock)
+    long_context.MA_5_EXTENSION.append(7)  # changed in place: the saved encoding no longer applies
+    try:
+        assert stringify(stock) == json.dumps(stock) and stringify(stock).endswith("7], \"MA(20)\": " +
+                                                                                   json.dumps(long_context.MA_20_EXTENSION) + "}")
+    finally:
+        long_context.MA_5_EXTENSION.pop()
+    odd_keys = {1: long_context.MA_5_EXTENSION, True: "x", "k": long_context.MA_20_EXTENSION}
+    assert stringify(odd_keys) == json.dumps(odd_keys)
 
 
 def test_tools_run_in_another_process_and_results_are_clipped(task_by_id):
