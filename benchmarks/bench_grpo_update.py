@@ -18,7 +18,8 @@ project's CPU machine it was set up without a second torch by pointing a .pth fi
 
 Every step also reports its peak update memory (above what was in use before the step) per trained token.
 ``--long`` times the long-episode update instead (one group of two ~4.4k-token multi-turn episodes, as the
-embedded BFCL recipe produces; ``--gradient-checkpointing`` as that recipe trains)::
+embedded BFCL recipe produces; ``--gradient-checkpointing`` as that recipe trains, keeping the attention
+outputs; ``--recompute-attention`` recomputes them too, transformers' default)::
 
     .venv/bin/python benchmarks/bench_grpo_update.py --long --group 2 --repeats 1 --gradient-checkpointing
 """
@@ -129,7 +130,8 @@ def run_long(model_dir: str, tokenizer, args) -> dict[str, float]:
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(args.device)
     model.eval()
-    settings = GRPOSettings(kl_coef=0.001, lr=1e-6, gradient_checkpointing=args.gradient_checkpointing)
+    settings = GRPOSettings(kl_coef=0.001, lr=1e-6, gradient_checkpointing=args.gradient_checkpointing,
+                            checkpoint_keep_attention=not args.recompute_attention)
     trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
     episodes = make_long_batch(tokenizer, args.episode_tokens, args.group, seed=0)
     rows = []
@@ -153,21 +155,26 @@ def run_long(model_dir: str, tokenizer, args) -> dict[str, float]:
     return out
 
 
-def step_flops(config, episodes: list[tuple[list[int], list[int]]], recompute_forward: bool, shared: int = 0) -> float:
+def step_flops(config, episodes: list[tuple[list[int], list[int]]], recompute_forward: bool, shared: int = 0,
+               recompute_attention: bool = True) -> float:
     """Floating-point operations of one update on ``episodes`` (forward + backward = 3 forwards, plus one
-    more forward with gradient checkpointing), counting only matrix products: the layers' weights (2 per
-    weight per token), causal attention (QK^T and AV: 4 x hidden per earlier position per layer) and the
-    output layer at the loss positions only. ``shared`` leading tokens are computed once for all."""
+    more forward with gradient checkpointing -- without its attention unless ``recompute_attention``),
+    counting only matrix products: the layers' weights (2 per weight per token), causal attention (QK^T and
+    AV: 4 x hidden per earlier position per layer) and the output layer at the loss positions only.
+    ``shared`` leading tokens are computed once for all."""
     hidden, layers = config.hidden_size, config.num_hidden_layers
     kv = hidden * config.num_key_value_heads // config.num_attention_heads
     per_layer = 2 * (hidden * hidden * 2 + hidden * kv * 2 + 3 * hidden * config.intermediate_size)
-    forward = 0.0
+    forward = attention = 0.0
     for index, (ids, positions) in enumerate(episodes):
         start = shared if index else 0  # the shared prefix counted once, with the first episode
         n = len(ids) - start
-        attention = layers * 4 * hidden * sum(range(start + 1, len(ids) + 1))  # position p attends to p keys
-        forward += per_layer * layers * n + attention + 2 * hidden * config.vocab_size * len(positions)
-    return forward * (4 if recompute_forward else 3)
+        attention += layers * 4 * hidden * sum(range(start + 1, len(ids) + 1))  # position p attends to p keys
+        forward += per_layer * layers * n + 2 * hidden * config.vocab_size * len(positions)
+    total = 3 * (forward + attention)
+    if recompute_forward:
+        total += forward + (attention if recompute_attention else 0.0)
+    return total
 
 
 def matmul_peak_gflops(size: int = 2048, repeats: int = 5) -> float:
@@ -189,15 +196,20 @@ def roofline(config, episodes, settings, trainer, tokens_per_s: float) -> dict[s
     trained token, the measured float32 matmul peak, and the tokens/s that peak would give if the update were
     nothing but matrix products running at it."""
     tokens = sum(len(ids) for ids, _ in episodes)
-    flops = step_flops(config, episodes, settings.gradient_checkpointing) / tokens
+    recompute = dict(recompute_forward=settings.gradient_checkpointing,
+                     recompute_attention=not settings.checkpoint_keep_attention)
+    flops = step_flops(config, episodes, **recompute) / tokens
     peak = matmul_peak_gflops()
     ceiling = peak * 1e9 / flops
+    again = ""
+    if settings.gradient_checkpointing:
+        again = " + recomputed forward" + (" less attention" if settings.checkpoint_keep_attention else "")
     print(f"roofline: {flops / 1e9:.2f} GFLOP of matrix products per trained token (forward + backward"
-          f"{' + recomputed forward' if settings.gradient_checkpointing else ''}); float32 matmul peak "
+          f"{again}); float32 matmul peak "
           f"{peak:.0f} GFLOPS -> at most {ceiling:.0f} tokens/s; measured {tokens_per_s:.0f} tokens/s = "
           f"{100 * tokens_per_s / ceiling:.0f}% of that ceiling", flush=True)
     prompt = _common_prefix([ids for ids, _ in episodes])
-    best = peak * 1e9 * tokens / step_flops(config, episodes, settings.gradient_checkpointing, shared=prompt)
+    best = peak * 1e9 * tokens / step_flops(config, episodes, shared=prompt, **recompute)
     print(f"roofline with the group's {prompt}-token prompt computed once (shared_prefix, both episodes in one "
           f"micro-batch): at most {best:.0f} tokens/s", flush=True)
     return {"gflop_per_token": flops / 1e9, "matmul_peak_gflops": peak, "ceiling_tokens_per_s": ceiling,
@@ -337,6 +349,8 @@ def main() -> None:
                         help="long-episode update only (one group of --group rollouts of --episode-tokens tokens)")
     parser.add_argument("--episode-tokens", type=int, default=4400)
     parser.add_argument("--gradient-checkpointing", action="store_true", help="(--long) as the embedded recipe does")
+    parser.add_argument("--recompute-attention", action="store_true",
+                        help="(--long, with --gradient-checkpointing) recompute attention too (grpo.checkpoint_keep_attention: false)")
     args = parser.parse_args()
 
     import torch

@@ -200,6 +200,37 @@ def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
     return n
 
 
+def attention_kernels() -> set[Any]:
+    """torch's fused scaled-dot-product attention operators (CPU flash, CUDA flash, memory-efficient,
+    cuDNN): what ``F.scaled_dot_product_attention`` dispatches to, and what transformers' ``sdpa`` attention
+    runs."""
+    names = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+    return {getattr(torch.ops.aten, name).default for name in names if hasattr(torch.ops.aten, name)}
+
+
+def enable_gradient_checkpointing(model: Any, keep_attention: bool = True) -> None:
+    """Gradient checkpointing of ``model``'s decoder layers (transformers' own, non-reentrant); with
+    ``keep_attention`` the attention kernels' outputs are saved and only the rest of each layer is recomputed
+    (torch's selective activation checkpointing). Attention implementations that are not one fused kernel
+    (``eager``) are recomputed whole either way."""
+    if not keep_attention:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return
+    import functools
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    keep = attention_kernels()
+
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+        return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={
+        "use_reentrant": False, "context_fn": functools.partial(create_selective_checkpoint_contexts, policy),
+    })
+
+
 def reference_policy(model: Any) -> Any:
     """The KL reference: a frozen copy of ``model`` as it is now; for a LoRA policy, the same model called
     with its adapters off (the base never trains, so that is exactly the initial policy, with no copy)."""
@@ -249,7 +280,7 @@ class GRPOTrainer:
         # trajectories then change nothing even with a KL term (see .skipping).
         self.policy_is_reference = bool(policy_is_reference and ref_model is not None)
         if s.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            enable_gradient_checkpointing(model, keep_attention=s.checkpoint_keep_attention)
 
     @classmethod
     def with_reference(cls, model: Any, settings: GRPOSettings | None = None, **kwargs: Any) -> GRPOTrainer:

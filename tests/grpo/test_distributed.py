@@ -50,9 +50,11 @@ def test_balanced_slices_cover_every_sample_once_and_balance_tokens():
     assert balanced_slices(samples[:1], 3)[1:] == [[], []]
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
 def test_one_sharded_worker_equals_the_single_process_trainer_and_reloads_its_checkpoint(tiny_model_dir, tokenizer,
-                                                                                        tmp_path):
-    """The FSDP2 code path in this process (world size 1, gloo): same update as GRPOTrainer; DCP save/load."""
+                                                                                        tmp_path, checkpointing):
+    """The FSDP2 code path in this process (world size 1, gloo): same update as GRPOTrainer (also with
+    gradient checkpointing, attention kept, on the sharded side only); DCP save/load."""
     from test_trainer import make_trajectories
 
     settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=2, lr=1e-3, adam_eps=1e-6)
@@ -61,7 +63,8 @@ def test_one_sharded_worker_equals_the_single_process_trainer_and_reloads_its_ch
     model, _ = load_policy(policy)
     want = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id).step(
         build_samples(tokenizer, trajs, settings=settings))
-    options = WorkerOptions(grpo=settings, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
+    sharded = settings.model_copy(update={"gradient_checkpointing": checkpointing})
+    options = WorkerOptions(grpo=sharded, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
     worker = TrainerWorker(0, 1, "127.0.0.1", free_port(), options)
     try:
         got = worker.step(build_samples(tokenizer, trajs, settings=settings))

@@ -112,6 +112,8 @@ def test_first_update_loss_and_gradient_match_plain_computation(tiny_policy, tra
         dict(micro_batch_size=3, shared_prefix=True),
         dict(micro_batch_size=6, shared_prefix=False, max_tokens_per_micro_batch=200),
         dict(micro_batch_size=6, shared_prefix=True, zero_advantage="compute"),
+        dict(micro_batch_size=3, gradient_checkpointing=True),  # attention kept, the rest recomputed
+        dict(micro_batch_size=3, gradient_checkpointing=True, checkpoint_keep_attention=False),
     ],
 )
 def test_gradient_independent_of_micro_batching_and_prefix_sharing(tokenizer, new_tiny_model, trajectories, variant):
@@ -135,6 +137,43 @@ def test_gradient_independent_of_micro_batching_and_prefix_sharing(tokenizer, ne
     for a_update, b_update in zip(base, other):
         for a, b in zip(a_update, b_update):
             assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
+
+
+def test_checkpointing_keeps_attention_instead_of_recomputing_it(tokenizer, new_tiny_model, trajectories):
+    """With gradient checkpointing the backward pass recomputes each layer's forward; by default it keeps the
+    attention kernel's output (the kernel runs once per layer, not twice), and the update is the same."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from seal_platform_plugins.grpo.trainer import attention_kernels
+
+    kernels = attention_kernels()
+
+    class CountKernels(TorchDispatchMode):
+        """Counts the attention kernels that actually run (a value the checkpoint kept never reaches here)."""
+
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in kernels:
+                CountKernels.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    def run(**kw):
+        model = new_tiny_model()
+        settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, micro_batch_size=6, gradient_checkpointing=True, **kw)
+        trainer = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id)
+        grads = capture_grads(trainer)
+        CountKernels.calls = 0
+        with CountKernels():
+            trainer.step(build_samples(tokenizer, trajectories, settings=settings))
+        return CountKernels.calls, grads
+
+    layers = new_tiny_model().config.num_hidden_layers
+    kept, kept_grads = run()
+    recomputed, recomputed_grads = run(checkpoint_keep_attention=False)
+    assert (kept, recomputed) == (layers, 2 * layers)  # one micro-batch: its forward (+ the recompute)
+    for a, b in zip(kept_grads[0], recomputed_grads[0]):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
 
 
 def test_zero_advantage_groups_are_skipped_without_changing_the_update(tokenizer, new_tiny_model):
