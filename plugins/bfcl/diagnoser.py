@@ -267,8 +267,7 @@ def _refine(ref: str, checks: TurnChecks, turn_calls: Sequence[ToolCall], from_t
         return "invalid_tool_call" if rejected else ref
     if ref == "empty_turn_model_response":
         return "invalid_tool_call" if rejected else ref
-    if ref not in ("state_mismatch", "response_mismatch"):
-        return ref
+    # state_mismatch or response_mismatch from here on (the only other refinable labels)
     if rejected:
         return "invalid_tool_call"
     executed = [c for c in turn_calls if not c.rejected]

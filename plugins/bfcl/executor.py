@@ -463,12 +463,12 @@ def _failed_outcome(task: Task, model_turns: list[list[ParsedCall]], reason: str
     gt_turns = task.payload.get("ground_truth", [])
     turns = []
     for index, gt_calls in enumerate(gt_turns):
-        checks = TurnChecks.unreached(gt_calls)
-        checks.checker_error, checks.error_type, checks.instance_ok = reason, CHECKER_ERROR, False
-        if index < len(model_turns):
-            checks.model_calls = [call.render() for call in model_turns[index]]
-            checks.empty_model = not model_turns[index]
-        turns.append(TurnVerdict(turn=index, passed=False, reached=index < len(model_turns), checks=checks.model_dump()))
+        reached = index < len(model_turns)
+        made = {"model_calls": [call.render() for call in model_turns[index]],
+                "empty_model": not model_turns[index]} if reached else {}
+        checks = TurnChecks.unreached(gt_calls, checker_error=reason, error_type=CHECKER_ERROR, instance_ok=False,
+                                      **made)
+        turns.append(TurnVerdict(turn=index, passed=False, reached=reached, checks=checks.model_dump()))
     return VerifyOutcome(
         success=False,
         turns=turns,
