@@ -13,7 +13,15 @@ Every finished run is appended to the results file (JSON lines) at once, and run
 so the work can be split over several invocations (``--max-runs``, or stop it any time) and the table
 rebuilt from whatever is there. The evaluation before training is the same for every run (greedy decoding,
 the same initial weights and held-out tasks), so it is done once (``base model`` row) and the training runs
-only evaluate after their last step. Checkpoints are deleted after each run unless ``--keep-checkpoints``.
+only evaluate after their steps (``evaluation.every`` of the recipes: a learning curve per run). Checkpoints
+are deleted after each run unless ``--keep-checkpoints``.
+
+The table gives, per recipe, the final held-out pass rate as the mean over seeds with a 95% bootstrap
+interval (seeds resampled), the paired difference to vanilla GRPO (same seed, same held-out tasks) with its
+interval, and the gain over the base model with its interval; ``--plot FILE`` draws the learning curves
+(held-out pass rate against step, one line per recipe, a band over seeds). Each row of the results file also
+keeps the run's per-label evidence from its store: label frequencies, the last A-Patch weights and the
+interface revisions.
 """
 
 from __future__ import annotations
@@ -74,12 +82,21 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
     wall = time.perf_counter() - started
     if not keep_checkpoints:
         shutil.rmtree(summary.run_dir / "checkpoints", ignore_errors=True)
+    from seal_platform.digest import load_digest
+
     evals = {str(step): {"average": r.average, "per_category": r.per_category, "n_tasks": r.n_tasks}
              for step, r in summary.evaluations.items()}
+    digest = load_digest(store, summary.run_id)
     return {"run_id": summary.run_id, "environment": config.environment, "steps": summary.steps_done,
             "interface_revision": summary.interface_revision, "evaluations": evals, "wall_s": round(wall, 1),
             # 1-minute load average when the run started and ended: wall times are only comparable when these are.
-            "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+            "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            # The per-label evidence: what the diagnosers saw, what A-Patch made of it, what the interface became.
+            "updates": digest.updates(), "train_rewards": [round(st.mean_reward, 4) for st in digest.steps],
+            "dynamic_sampling": digest.dynamic_sampling(), "labels": digest.labels,
+            "label_weights": digest.final_label_weights(),
+            "revisions": [{"revision": r.revision, "step": r.step, "changes": r.changes, "driven_by": r.driven_by}
+                          for r in digest.revisions]}
 
 
 def _claim(runs_dir: Path, recipe: str, seed: int | None) -> bool:
@@ -100,27 +117,101 @@ def load_results(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def bootstrap_ci(values: list[float], n: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of ``values`` (resampled with replacement)."""
+    import random
+
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(n))
+    return means[int(0.025 * n)], means[int(0.975 * n) - 1]
+
+
+def final_average(row: dict) -> float:
+    return row["evaluations"][max(row["evaluations"], key=int)]["average"]
+
+
+def _fmt(mean: float, ci: tuple[float, float], sign: bool = False) -> str:
+    f = "+.1f" if sign else ".1f"
+    return f"{mean:{f}} [{ci[0]:{f}}, {ci[1]:{f}}]"
+
+
 def table(rows: list[dict], recipes: list[str]) -> str:
-    """Markdown table: held-out pass rate after training, mean +- sample std over seeds, and wall time."""
-    out = ["| recipe | seeds | held-out pass rate % (mean ± std) | per seed | per category (mean) | wall time per run |",
-           "|---|---|---|---|---|---|"]
-    order = [BASE, *recipes] if any(r["recipe"] == BASE for r in rows) else recipes
+    """Markdown table: final held-out pass rate per recipe (mean over seeds, 95% bootstrap interval), the
+    paired difference to vanilla GRPO, the gain over the base model, and the wall time."""
+    out = ["| recipe | seeds | held-out pass rate % (mean [95% CI]) | per seed | vs vanilla GRPO, paired (points) "
+           "| gain over base (points) | per category (mean) | wall time per run |",
+           "|---|---|---|---|---|---|---|---|"]
+    base_rows = [r for r in rows if r["recipe"] == BASE]
+    base = final_average(base_rows[0]) if base_rows else None
+    vanilla = next((r for r in recipes if r.endswith("vanilla-grpo")), None)
+    by_seed = {(r["recipe"], r["seed"]): final_average(r) for r in rows if r["recipe"] != BASE}
+    order = [BASE, *recipes] if base_rows else recipes
     for recipe in order:
-        mine = sorted((r for r in rows if r["recipe"] == recipe), key=lambda r: r["seed"])
+        mine = sorted((r for r in rows if r["recipe"] == recipe), key=lambda r: r["seed"] if r["seed"] is not None else -1)
         if not mine:
             continue
         finals = [r["evaluations"][max(r["evaluations"], key=int)] for r in mine]
         values = [f["average"] for f in finals]
         mean = statistics.fmean(values)
-        std = statistics.stdev(values) if len(values) > 1 else 0.0
+        paired = "-"
+        if vanilla and recipe not in (BASE, vanilla):
+            diffs = [by_seed[(recipe, r["seed"])] - by_seed[(vanilla, r["seed"])] for r in mine
+                     if (vanilla, r["seed"]) in by_seed]
+            if diffs:
+                paired = f"{_fmt(statistics.fmean(diffs), bootstrap_ci(diffs), sign=True)} (n={len(diffs)})"
+        gain = "-"
+        if base is not None and recipe != BASE:
+            gains = [v - base for v in values]
+            gain = _fmt(statistics.fmean(gains), bootstrap_ci(gains), sign=True)
         cats = sorted({c for f in finals for c in f["per_category"]})
         per_cat = ", ".join(f"{c} {statistics.fmean(f['per_category'].get(c, 0.0) for f in finals):.1f}" for c in cats)
         walls = [r["wall_s"] for r in mine]
         seeds = "-" if recipe == BASE else ",".join(str(r["seed"]) for r in mine)
-        out.append(f"| {_label(recipe)} | {seeds} | {mean:.1f} ± {std:.1f} | "
-                   f"{' / '.join(f'{v:.1f}' for v in values)} | {per_cat} | "
+        out.append(f"| {_label(recipe)} | {seeds} | {_fmt(mean, bootstrap_ci(values))} | "
+                   f"{' / '.join(f'{v:.1f}' for v in values)} | {paired} | {gain} | {per_cat} | "
                    f"{statistics.fmean(walls):.0f} s (± {statistics.stdev(walls) if len(walls) > 1 else 0.0:.0f}) |")
     return "\n".join(out)
+
+
+def plot_curves(rows: list[dict], recipes: list[str], path: Path) -> None:
+    """Held-out pass rate against step, one line per recipe (mean over seeds), a band from the lowest to the
+    highest seed; step 0 is the base model's evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base_rows = [r for r in rows if r["recipe"] == BASE]
+    base = final_average(base_rows[0]) if base_rows else None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for recipe in recipes:
+        mine = [r for r in rows if r["recipe"] == recipe]
+        if not mine:
+            continue
+        steps = sorted({int(s) for r in mine for s in r["evaluations"]} | ({0} if base is not None else set()))
+        means, lows, highs, xs = [], [], [], []
+        for step in steps:
+            vals = [base if step == 0 and base is not None and str(step) not in r["evaluations"]
+                    else r["evaluations"].get(str(step), {}).get("average") for r in mine]
+            vals = [v for v in vals if v is not None]
+            if not vals:
+                continue
+            xs.append(step)
+            means.append(statistics.fmean(vals))
+            lows.append(min(vals))
+            highs.append(max(vals))
+        line, = ax.plot(xs, means, marker="o", label=f"{_label(recipe)} (n={len(mine)})")
+        ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.12)
+    ax.set(xlabel="training step", ylabel="held-out pass rate (%)", ylim=(0, 100),
+           title="Learning curves (mean over seeds; band: lowest to highest seed)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -137,6 +228,7 @@ def main() -> None:
                         help="start no new run once this many minutes have passed (to hand the machine on)")
     parser.add_argument("--keep-checkpoints", action="store_true")
     parser.add_argument("--table-only", action="store_true")
+    parser.add_argument("--plot", type=Path, default=None, help="write the learning curves (PNG) here")
     args = parser.parse_args()
     results = args.results or args.runs_dir / "results.jsonl"
     rows = load_results(results)
@@ -147,6 +239,7 @@ def main() -> None:
             # Before training, greedy: one evaluation stands for every recipe and seed.
             todo.append((BASE, None, ["training.steps=0", "evaluation.before_training=true"]))
         todo += [(r, s, [f"seed={s}", "evaluation.before_training=false"]) for s in args.seeds for r in args.recipes]
+        # Seed by seed: an interrupted ablation leaves whole seeds (paired comparisons) rather than whole recipes.
         done = {(r["recipe"], r["seed"]) for r in rows}
         new, started = 0, time.perf_counter()
         for recipe, seed, extra in todo:
@@ -171,6 +264,9 @@ def main() -> None:
             rows.append(row)
             new += 1
     print(table(rows, args.recipes))
+    if args.plot:
+        plot_curves(rows, args.recipes, args.plot)
+        print(f"learning curves: {args.plot}")
 
 
 if __name__ == "__main__":

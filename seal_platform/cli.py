@@ -248,12 +248,20 @@ def runs(store_url: str | None, as_json: bool) -> None:
     """List runs in the store, newest first."""
     store = open_store(store_url)
     if as_json:
-        click.echo(json.dumps([
-            {"id": r.id, "name": r.name, "status": r.status, "steps": None if r.last_step is None else r.last_step + 1,
-             "started_at": r.started_at.isoformat(), "ended_at": r.ended_at.isoformat() if r.ended_at else None,
-             "config_hash": r.config_hash, "run_dir": r.run_dir, "recipe": r.recipe}
-            for r in store.list_runs()
-        ], indent=2))
+        from .digest import load_digest
+
+        rows = []
+        for r in store.list_runs():
+            digest = load_digest(store, r.id)
+            rows.append({
+                "id": r.id, "name": r.name, "status": r.status, "steps": None if r.last_step is None else r.last_step + 1,
+                "started_at": r.started_at.isoformat(), "ended_at": r.ended_at.isoformat() if r.ended_at else None,
+                "config_hash": r.config_hash, "run_dir": r.run_dir, "recipe": r.recipe, "seed": r.seed,
+                "updates": digest.updates(),
+                "evaluations": {name: [{"step": p.step, "pass_rate": p.average, "n_tasks": p.n_tasks}
+                                       for p in points] for name, points in digest.evaluations.items()},
+            })
+        click.echo(json.dumps(rows, indent=2))
         return
     from rich import box
 

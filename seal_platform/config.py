@@ -42,6 +42,24 @@ class TrainingConfig(_Section):
     max_train_tasks: int | None = Field(default=None, ge=1, description="Use only the first N training tasks.")
 
 
+class DynamicSamplingConfig(_Section):
+    """Dynamic sampling (DAPO's; verl's ``filter_groups``): train only on groups with mixed outcomes and draw
+    more training tasks until the step has ``training.tasks_per_step`` of them (see
+    :mod:`seal_platform.dynamic_sampling`)."""
+
+    enabled: bool = Field(default=False, description="Filter out groups whose rewards are all equal and draw more tasks.")
+    max_rounds: int = Field(
+        default=4, ge=1, le=1000,
+        description="Collect rounds per step at most, the scheduled batch included; a step that still has "
+        "fewer mixed groups then trains on those it has.",
+    )
+    tasks_per_round: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="Tasks collected per round (verl's gen_batch_size): round 1 is the step's scheduled batch "
+        "topped up with drawn tasks to this many, later rounds draw this many; null: training.tasks_per_step.",
+    )
+
+
 class RolloutConfig(_Section):
     engine: str = Field(default="hf", description="A registered rollout engine (see `seal-platform plugins`).")
     temperature: float = Field(default=1.0, ge=0.0)
@@ -79,6 +97,7 @@ class RolloutConfig(_Section):
         "per-token truncated importance weights min(cap, p_old / p_sampled).",
     )
     importance_cap: float = Field(default=2.0, gt=0.0, description="Truncation of the importance weights.")
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
 
 
 class RayConfig(_Section):

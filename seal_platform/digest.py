@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 LOG_FILE = "run.log"
 REPORT_FILE = "report.html"
@@ -27,8 +27,10 @@ class EvalPoint(BaseModel):
     per_category: dict[str, float]
     n_tasks: int = 0
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def average(self) -> float:
+        """The pass rate (%) averaged over categories: the run's headline number."""
         return sum(self.per_category.values()) / len(self.per_category) if self.per_category else 0.0
 
 
@@ -106,6 +108,20 @@ class RunDigest(BaseModel):
 
     def final_label_weights(self) -> dict[str, float]:
         return self.label_weights[max(self.label_weights)] if self.label_weights else {}
+
+    def dynamic_sampling(self) -> dict[str, int] | None:
+        """Dynamic-sampling counts summed over the steps (``drawn``, ``kept``, ``uniform``, ``surplus``,
+        ``rounds``), or None when the run did not use it."""
+        steps = [s for s in self.steps if "ds_groups_drawn" in s.metrics]
+        if not steps:
+            return None
+        keys = {"rounds": "ds_rounds", "drawn": "ds_groups_drawn", "kept": "ds_groups_kept",
+                "uniform": "ds_groups_uniform", "surplus": "ds_groups_surplus"}
+        return {k: int(sum(s.metrics.get(m, 0.0) for s in steps)) for k, m in keys.items()}
+
+    def updates(self) -> int:
+        """Optimizer updates over the run (the optimizer's ``updates`` step metric)."""
+        return int(sum(s.metrics.get("updates", 0.0) for s in self.steps))
 
     def tokens_per_s(self) -> float | None:
         """Mean update throughput over the steps that trained anything (trained tokens / update seconds)."""

@@ -170,6 +170,19 @@ def _timings_section(digest: RunDigest) -> str:
     return "".join(parts)
 
 
+def _dynamic_sampling_section(digest: RunDigest) -> str:
+    """Per step: groups drawn, kept (mixed outcomes), dropped; empty when the run did not use it."""
+    totals = digest.dynamic_sampling()
+    if totals is None:
+        return ""
+    keys = ("ds_rounds", "ds_groups_drawn", "ds_groups_kept", "ds_groups_uniform", "ds_groups_surplus")
+    rows = [[s.step, *(int(s.metrics.get(k, 0.0)) for k in keys)] for s in digest.steps if "ds_groups_drawn" in s.metrics]
+    rows.append(["total", *(totals[k] for k in ("rounds", "drawn", "kept", "uniform", "surplus"))])
+    return ("<h2>Dynamic sampling</h2><p>Groups collected per step, and which were trained on: only groups whose "
+            "rewards differ carry a GRPO signal.</p>"
+            + _table(["step", "rounds", "drawn", "kept (mixed)", "dropped (all equal)", "dropped (beyond quota)"], rows))
+
+
 def _page(title: str, body: str) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>{body}</body></html>")
@@ -183,7 +196,7 @@ def run_report_html(digest: RunDigest) -> str:
     body = "".join([
         f"<h1>run {html.escape(digest.id)} ({html.escape(digest.name)})</h1>", meta, error,
         _pass_rate_section(digest), _labels_section(digest), _weights_section(digest),
-        _revisions_section(digest), _timings_section(digest),
+        _revisions_section(digest), _timings_section(digest), _dynamic_sampling_section(digest),
     ])
     return _page(f"seal-platform run {digest.id}", body)
 

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import infra, scaleout
+from . import dynamic_sampling, infra, scaleout
 from .benchmarks import evaluate_benchmarks
 from .capability import CapabilityState
 from .checkpoints import (
@@ -235,7 +235,7 @@ class Runner:
         for step in range(self.start_step, total):
             epoch = step // steps_per_epoch
             batch = _batches(train_tasks, cfg.training.tasks_per_step, cfg.seed, epoch)[step % steps_per_epoch]
-            self._step(env, engine, step, epoch, batch)
+            self._step(env, engine, step, epoch, batch, train_tasks)
             done = step + 1
             if cfg.training.checkpoint_every and done % cfg.training.checkpoint_every == 0 and done < total:
                 self._checkpoint(step)
@@ -252,18 +252,43 @@ class Runner:
         every = self.config.evaluation.every
         return bool(every) and done % every == 0 and done < total
 
-    def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task]) -> None:
+    def _collect(self, env: Environment, engine: Any, tasks: list[Task], step: int) -> list[Trajectory]:
+        cfg, owner = self.config, self.plan.env_owner
+        trajs = _wrap("collect", owner, lambda: self.host.call_owned(
+            "collect", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks,
+            interface=self.interface, group_size=cfg.training.group_size, step=step,
+            sampling=collect_sampling(cfg),
+        ))
+        return _expect_list_of(trajs, Trajectory, "collect", owner)
+
+    def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task],
+              train_tasks: list[Task]) -> None:
         cfg, plan, timer = self.config, self.plan, _Timer()
+        dyn = cfg.rollout.dynamic_sampling
+        selection: dynamic_sampling.Selection | None = None
         self.progress.stage(step, "collect")
         with timer("collect"):
-            trajs = _wrap("collect", plan.env_owner, lambda: self.host.call_owned(
-                "collect", plan.env_owner, ctx=self.ctx, environment=env, engine=engine, tasks=batch,
-                interface=self.interface, group_size=cfg.training.group_size, step=step,
-                sampling=collect_sampling(cfg),
-            ))
-            trajs = _expect_list_of(trajs, Trajectory, "collect", plan.env_owner)
+            if dyn.enabled:
+                # Round 1 is the scheduled batch, topped up to tasks_per_round with drawn tasks.
+                wanted = cfg.training.tasks_per_step
+                pool = dynamic_sampling.draw_order(train_tasks, batch, cfg.seed, step)
+                per_round = dyn.tasks_per_round or wanted
+                top_up = max(0, per_round - len(batch))
+                batch, pool = batch + pool[:top_up], pool[top_up:]
+            trajs = self._collect(env, engine, batch, step)
+            health = infra.triage(trajs)
+            if dyn.enabled:
+                rounds = 1
+                while rounds < dyn.max_rounds and pool and dynamic_sampling.count_mixed(health.trainable) < wanted:
+                    extra, pool = pool[:per_round], pool[per_round:]
+                    rounds += 1
+                    self.progress.stage(step, f"collect (round {rounds})")
+                    more = self._collect(env, engine, extra, step)
+                    trajs = trajs + dynamic_sampling.separate_groups(trajs, more, rounds)
+                    health = infra.triage(trajs)
+                drawn = len(dynamic_sampling.groups_of(trajs))
+                selection = dynamic_sampling.select(health.trainable, wanted, rounds, drawn)
         # Episodes lost to the infrastructure are stored but never diagnosed nor trained on (see infra.py).
-        health = infra.triage(trajs)
         if health.failed:
             self.ctx.event("infra_failure", f"step {step}: {health.summary()}", step=step,
                            trajectories={t.id: t.infra_failure for t in health.failed}, masked_groups=health.masked_groups)
@@ -286,7 +311,8 @@ class Runner:
             with timer("evolve_interface"):
                 self._evolve(env, step)
 
-        trainable = health.trainable
+        # Dynamic sampling trains on its mixed groups only; every rollout is diagnosed and stored all the same.
+        trainable = selection.kept if selection is not None else health.trainable
         weights = {t.id: 1.0 for t in trainable}
         label_weights: dict[str, float] = {}
         reweighter = cfg.stages.reweight
@@ -312,6 +338,8 @@ class Runner:
                     "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
                 )) or {}
         metrics = {**metrics, "infra_masked_frac": health.masked_frac}
+        if selection is not None:
+            metrics.update(selection.metrics())
 
         self.store.record_step(
             self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,

@@ -29,11 +29,17 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
     console.print(plugins)
 
     steps = Table(title="steps")
-    for col in ("step", "epoch", "reward", "trajectories", "interface", "metrics", "seconds"):
+    rows = store.steps(run.id)
+    dynamic = any("ds_groups_drawn" in (s.metrics or {}) for s in rows)
+    cols = ("step", "epoch", "reward", "trajectories") + (("groups kept/drawn",) if dynamic else ()) + (
+        "interface", "metrics", "seconds")
+    for col in cols:
         steps.add_column(col)
-    for s in store.steps(run.id):
-        metrics = ", ".join(f"{k} {v:.4g}" for k, v in sorted(s.metrics.items())[:5] if isinstance(v, (int, float)))
-        steps.add_row(str(s.step), str(s.epoch), f"{s.mean_reward:.3f}", str(s.n_trajectories),
+    for s in rows:
+        shown = {k: v for k, v in s.metrics.items() if not k.startswith("ds_")}
+        metrics = ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items())[:5] if isinstance(v, (int, float)))
+        groups = (f"{int(s.metrics.get('ds_groups_kept', 0))}/{int(s.metrics.get('ds_groups_drawn', 0))}",) if dynamic else ()
+        steps.add_row(str(s.step), str(s.epoch), f"{s.mean_reward:.3f}", str(s.n_trajectories), *groups,
                       str(s.interface_revision), metrics, f"{sum(s.timings.values()):.1f}")
     console.print(steps)
 

@@ -95,11 +95,28 @@ def stage_table(digest: RunDigest, extra: dict[str, float] | None = None) -> Tab
     return table
 
 
+def learning_lines(digest: RunDigest) -> list[Text]:
+    """The headline: each evaluation set's average pass rate before and after training, with the number of
+    tasks and of policy updates in between."""
+    out = []
+    for eval_set in digest.evaluations:
+        first, last = digest.first_and_last(eval_set)
+        assert first is not None and last is not None
+        if first.step == last.step:
+            continue
+        change = last.average - first.average
+        out.append(Text(f"{eval_set}: {first.average:.1f}% after step {first.step} -> {last.average:.1f}% after "
+                        f"step {last.step} ({change:+.1f} points, {last.n_tasks} tasks), {digest.updates()} policy "
+                        "update(s)", style="bold"))
+    return out
+
+
 def run_summary(digest: RunDigest, *, stage_extra: dict[str, float] | None = None, report: str | None = None,
                 log: str | None = None) -> Group:
     """Everything the terminal shows at the end of a run."""
     parts: list[Any] = [Text(f"run {digest.id} ({digest.name}): {digest.status}, {len(digest.steps)} step(s)",
                              style="bold")]
+    parts.extend(learning_lines(digest))
     parts.extend(pass_rate_tables(digest) or [Text("no evaluation was run")])
     for table in (labels_table(digest), weights_table(digest)):
         if table is not None:
@@ -109,8 +126,13 @@ def run_summary(digest: RunDigest, *, stage_extra: dict[str, float] | None = Non
     tps = digest.tokens_per_s()
     trained = sum(s.metrics.get("trained_sequences", 0.0) for s in digest.steps)
     skipped = sum(s.metrics.get("skipped_sequences", 0.0) for s in digest.steps)
+    counts = digest.dynamic_sampling()
+    if counts:
+        parts.append(Text(f"dynamic sampling: {counts['drawn']} groups drawn in {counts['rounds']} collect rounds, "
+                          f"{counts['kept']} trained on (mixed outcomes), {counts['uniform']} dropped (all rewards "
+                          f"equal), {counts['surplus']} mixed beyond the step's quota"))
     if digest.steps and any("trained_tokens" in s.metrics for s in digest.steps):
-        line = f"policy updates: {int(sum(s.metrics.get('updates', 0.0) for s in digest.steps))}, " \
+        line = f"policy updates: {digest.updates()}, " \
                f"trajectories trained {int(trained)}, skipped {int(skipped)} (advantage 0, nothing to learn)"
         if tps:
             line += f", {tps:.0f} trained tokens/s"

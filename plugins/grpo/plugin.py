@@ -85,6 +85,10 @@ def start_run(ctx: Any, resumed: bool) -> None:
         from .lora import wrap
 
         model = wrap(model, settings.lora, gradient_checkpointing=settings.gradient_checkpointing)
+    if settings.train_layers is not None and optimizes:
+        from .policy import train_top_layers
+
+        train_top_layers(model, settings.train_layers)
     ctx.shared[POLICY] = (model, tokenizer)
     ctx.shared[RUN] = GRPORun(
         model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes,

@@ -216,3 +216,24 @@ def load_policy(settings: PolicySettings | None = None) -> tuple[Any, Any]:
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def train_top_layers(model: Any, n: int) -> int:
+    """Freeze every weight of ``model`` but its last ``n`` decoder layers and final norm (``grpo.train_layers``);
+    returns the number of trainable parameters. With the embeddings frozen, nothing below the first trained
+    layer requires a gradient, so autograd keeps no activation there and the backward pass stops at that layer.
+    """
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        raise ValueError(f"grpo.train_layers needs a decoder-only model with `layers`; {type(model).__name__} has none")
+    if n > len(layers):
+        raise ValueError(f"grpo.train_layers = {n}, but the model has {len(layers)} decoder layers")
+    model.requires_grad_(False)
+    trained = [*layers[len(layers) - n:]]
+    norm = getattr(decoder, "norm", None)
+    if norm is not None:
+        trained.append(norm)
+    for module in trained:
+        module.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -159,6 +159,13 @@ class GRPOSettings(_Section):
         "float32 (fp32 master weights; a 1e-6 update is lost in bf16 weights), off on CPU.",
     )
 
+    train_layers: int | None = Field(
+        default=None, ge=1, le=100_000,
+        description="Train only the last N decoder layers and the final norm (a partial fine-tune): the "
+        "embeddings, the output layer and the earlier layers stay frozen, so no activation of a frozen layer is "
+        "kept and the backward pass stops at the first trained layer. Less compute and memory per update (the "
+        "embedded recipes train 10 of SmolLM2-135M's 30 layers). null: every weight.",
+    )
     lora: LoRASettings | None = Field(
         default=None,
         description="LoRA adapters on a frozen base (rank, alpha, dropout, target_modules); null: full "
@@ -170,6 +177,11 @@ class GRPOSettings(_Section):
         if self.clip_ratio_low >= 1.0:
             raise ValueError("clip_ratio_low must be below 1 (the ratio's lower bound is 1 - clip_ratio_low)")
         _check_lora_composes(self)
+        if self.train_layers is not None and (self.lora is not None or self.train_workers > 1):
+            raise ValueError(
+                "grpo.train_layers (a partial fine-tune) works with the single-process trainer and no LoRA: set "
+                "grpo.train_workers: 1 and grpo.lora: null, or drop grpo.train_layers."
+            )
         return self
 
 

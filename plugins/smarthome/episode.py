@@ -34,11 +34,17 @@ SYSTEM = (
     "Call a tool as <tool_call>{{\"name\": \"...\", \"arguments\": {{...}}}}</tool_call>. "
     "Make one call for each request."
 )
+# The worked dialogue shown before the task: its first ``worked_examples`` turns (one per tool, in this order).
 EXAMPLE = [
     ("Turn off the bedroom light.", {"name": "set_light", "arguments": {"room": "bedroom", "state": "off"}},
      '{"room": "bedroom", "light": "off"}'),
     ("Lock the front door.", {"name": "lock_door", "arguments": {"door": "front", "action": "lock"}},
      '{"door": "front", "status": "locked"}'),
+    ("Set the kitchen thermostat to 22 degrees.",
+     {"name": "set_thermostat", "arguments": {"room": "kitchen", "temperature": 22}},
+     '{"room": "kitchen", "temperature": 22}'),
+    ("Play rock music in the bedroom.", {"name": "play_music", "arguments": {"room": "bedroom", "genre": "rock"}},
+     '{"room": "bedroom", "playing": "rock"}'),
 ]
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
@@ -61,18 +67,18 @@ def parse_calls(text: str) -> tuple[list[dict[str, Any]], str | None]:
     return calls, None
 
 
-def build_prompt(task: Task, interface: Interface, worked_example: bool) -> list[Message]:
+def build_prompt(task: Task, interface: Interface, worked_examples: int, example_results: bool = True) -> list[Message]:
     docs = render_tools(TOOL_DOCS, interface, task.category)
     system = SYSTEM.format(tools=render_docs(docs))
     extra = system_addendum(interface, task.category)
     if extra:
         system = f"{system}\n\n{extra}"
     messages = [Message(role="system", content=system)]
-    if worked_example:
-        for user, call, result in EXAMPLE:
-            messages += [Message(role="user", content=user),
-                         Message(role="assistant", content=f"<tool_call>{json.dumps(call)}</tool_call>"),
-                         Message(role="tool", content=result)]
+    for user, call, result in EXAMPLE[:worked_examples]:
+        messages += [Message(role="user", content=user),
+                     Message(role="assistant", content=f"<tool_call>{json.dumps(call)}</tool_call>")]
+        if example_results:
+            messages.append(Message(role="tool", content=result))
     return messages
 
 
@@ -172,14 +178,15 @@ def run_episodes(
     interface: Interface,
     sampling: SamplingParams,
     attempts_per_turn: int,
-    worked_example: bool,
+    worked_examples: int,
+    example_results: bool = True,
 ) -> list[Trajectory]:
     """Play ``(task, group, sample)`` episodes in lock step and verify them."""
     eps = []
     for task, group, sample in episodes:
         traj = Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
                           interface_revision=interface.revision)
-        ep = _Episode(task, traj, build_prompt(task, interface, worked_example),
+        ep = _Episode(task, traj, build_prompt(task, interface, worked_examples, example_results),
                       copy.deepcopy(task.payload["initial_state"]))
         _start_turn(ep)
         eps.append(ep)

@@ -64,7 +64,7 @@ def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any
     s = environment.settings
     episodes = [(task, f"{step}:{task.id}", j) for task in tasks for j in range(group_size)]
     return run_episodes(engine, episodes, interface, _sampling(ctx, False, s.max_new_tokens),
-                        s.attempts_per_turn, s.worked_example)
+                        s.attempts_per_turn, s.worked_examples, s.example_results)
 
 
 @hookimpl
@@ -74,7 +74,7 @@ def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) ->
     s = environment.settings
     max_new = ctx.config.evaluation.max_new_tokens or s.max_new_tokens
     trajs = run_episodes(engine, [(t, f"eval:{t.id}", 0) for t in tasks], environment.pristine_interface(),
-                         _sampling(ctx, True, max_new), s.attempts_per_turn, s.worked_example)
+                         _sampling(ctx, True, max_new), s.attempts_per_turn, s.worked_examples, s.example_results)
     per_cat: dict[str, list[float]] = {}
     for t in trajs:
         per_cat.setdefault(t.category, []).append(t.reward)

@@ -20,7 +20,14 @@ class SmartHomeSettings(BaseModel):
     attempts_per_turn: int = Field(
         default=2, ge=1, description="Model generations allowed per user turn (a failed call may be retried)."
     )
-    worked_example: bool = Field(default=True, description="Show one two-turn worked dialogue before the task.")
+    worked_examples: int = Field(
+        default=2, ge=0, le=4,
+        description="Turns of the worked dialogue shown before the task (one per tool: set_light, lock_door, "
+        "set_thermostat, play_music); 0: none.",
+    )
+    example_results: bool = Field(
+        default=True, description="Show the tool's answer after each worked-example call (false: a shorter prompt)."
+    )
     max_new_tokens: int | None = Field(default=48, ge=1, description="Per generation; null: rollout.max_new_tokens.")
     evolution: EvolutionSettings = Field(
         default_factory=lambda: EvolutionSettings(min_count=4, min_evidence=8),

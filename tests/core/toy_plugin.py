@@ -41,6 +41,9 @@ class ToySettings(BaseModel):
     interrupt_stage: str = "optimize"  # or "evaluate" (the evaluation after `interrupt_step` steps)
     # The first N episodes of every step fail as the infrastructure would (InfraError inside the episode).
     infra_fail_first: int = 0
+    # Training outcomes independent of the engine: "every_third" passes sample 0 of the tasks whose index is a
+    # multiple of 3 and fails the rest (so exactly those groups are mixed); "never" fails every episode.
+    outcomes: str = "engine"
 
 
 class ToyEnvironment:
@@ -89,11 +92,14 @@ class ToyEngine:
         pass
 
 
-def _episode(engine: ToyEngine, task: Task, interface: Interface, group: str, sample: int, greedy: bool) -> Trajectory:
+def _episode(engine: ToyEngine, task: Task, interface: Interface, group: str, sample: int, greedy: bool,
+             outcomes: str = "engine") -> Trajectory:
     prompt = [Message(role="system", content=interface.system_text),
               Message(role="user", content=json.dumps([task.payload["a"], task.payload["b"]]))]
     gen = engine.generate([prompt], None)[0]
     ok = gen.text == str(task.payload["a"] + task.payload["b"])
+    if outcomes != "engine":
+        ok = outcomes == "every_third" and int(task.id.split("-")[1]) % 3 == 0 and sample == 0
     reply = Message(role="assistant", content=gen.text, token_ids=gen.token_ids, logprobs=gen.logprobs, trainable=True)
     return Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
                       interface_revision=interface.revision, messages=[*prompt, reply], reward=float(ok),
@@ -189,7 +195,7 @@ class ToyPlugin:
             i, task, g = job
             if i < settings.infra_fail_first:
                 raise InfraError("toy engine replica died")
-            return _episode(engine, task, interface, f"{step}:{task.id}", g, False)
+            return _episode(engine, task, interface, f"{step}:{task.id}", g, False, settings.outcomes)
 
         def lost(job, reason):
             _, task, g = job

@@ -287,3 +287,42 @@ def test_zero_advantage_with_kl_is_skipped_only_while_the_policy_equals_the_refe
     assert not trainer.policy_is_reference
     after = trainer.step(build_samples(tokenizer, all_equal, settings=trainer.settings))
     assert after["trained_sequences"] == 6 and after["updates"] == 1
+
+
+def test_train_layers_updates_only_the_top_layers_with_the_full_models_gradients(tokenizer, new_tiny_model, trajectories):
+    from seal_platform_plugins.grpo.policy import train_top_layers
+
+    settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, lr=1e-3, grad_clip=None)  # clipping uses the global norm
+    full = new_tiny_model()
+    full_trainer = GRPOTrainer(full, settings, pad_id=tokenizer.pad_token_id)
+    full_grads = capture_grads(full_trainer)
+    full_trainer.step(build_samples(tokenizer, trajectories, settings=settings))
+    names = [n for n, p in full.named_parameters()]
+
+    part = new_tiny_model()
+    trainable = train_top_layers(part, 1)
+    top = {n for n, p in part.named_parameters() if p.requires_grad}
+    assert top and all(n.startswith("model.layers.1.") or n == "model.norm.weight" for n in top)
+    assert trainable == sum(p.numel() for n, p in part.named_parameters() if n in top)
+    before = {n: p.detach().clone() for n, p in part.named_parameters()}
+    trainer = GRPOTrainer(part, settings, pad_id=tokenizer.pad_token_id)
+    trainer.step(build_samples(tokenizer, trajectories, settings=settings))
+    for name, p in part.named_parameters():
+        moved = not torch.equal(p.detach(), before[name])
+        assert moved == (name in top), name
+    # The trained layers get exactly the gradients the full fine-tune computes for them (the frozen part only
+    # stops earlier), so the update is the full update restricted to those weights.
+    part2 = new_tiny_model()
+    train_top_layers(part2, 1)
+    trainer2 = GRPOTrainer(part2, settings, pad_id=tokenizer.pad_token_id)
+    grads = capture_grads(trainer2)
+    trainer2.step(build_samples(tokenizer, trajectories, settings=settings))
+    by_name = dict(zip(names, full_grads[0]))
+    trained_names = [n for n, p in part2.named_parameters() if p.requires_grad]
+    assert len(grads[0]) == len(trained_names)
+    for name, g in zip(trained_names, grads[0]):
+        assert torch.allclose(g, by_name[name], atol=1e-6, rtol=1e-4), name
+    with pytest.raises(ValueError, match="decoder layers"):
+        train_top_layers(new_tiny_model(), 3)
+    with pytest.raises(ValueError, match="train_layers"):
+        GRPOSettings(train_layers=2, lora={"rank": 4})

@@ -166,8 +166,8 @@ def test_diagnoses_drive_training_interface_changes_and_evaluation_stays_pristin
     new = evolve_interface(ctx=ctx, environment=env, interface=pristine,
                            state=_labelled_state(env, "argument_mismatch"), step=1)
     assert new is not None and "argument_mismatch" in new.driven_by  # the core numbers it (adopt_interface)
-    trained = build_prompt(task, new, True)[0].content
-    plain = build_prompt(task, pristine, True)[0].content
+    trained = build_prompt(task, new, 2)[0].content
+    plain = build_prompt(task, pristine, 2)[0].content
     assert "Allowed values: kitchen, bedroom, living_room, office." in trained
     assert "[required]" in trained and "Guidelines" in trained
     assert "Allowed values" not in plain and "[required]" not in plain
