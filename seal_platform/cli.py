@@ -93,8 +93,9 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
         verbose: bool, no_report: bool) -> None:
     """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
 
-    RECIPE is a YAML file or the name of a shipped recipe (default: seal-embedded, the CPU default of the
-    stock SEAL recipe). Overrides such as training.steps=2 or settings.grpo.lr=1e-5 change single keys.
+    RECIPE is a YAML file or the name of a shipped recipe (default: smarthome-embedded, the stock SEAL loop on
+    the CPU-sized smarthome environment with the embedded model; seal-embedded runs it on BFCL). Overrides such
+    as training.steps=2 or settings.grpo.lr=1e-5 change single keys.
     """
     from .loop import Runner
     from .planning import plan_config

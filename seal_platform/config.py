@@ -237,7 +237,9 @@ def _recipes_dir() -> Path:
 
 
 RECIPES_DIR = _recipes_dir()
-DEFAULT_RECIPE = "seal-embedded"
+# The default run: SEAL on the CPU-sized smarthome environment, where the embedded model visibly learns in a few
+# minutes. The BFCL pipeline check on the same model is `seal-platform run seal-embedded`.
+DEFAULT_RECIPE = "smarthome-embedded"
 
 
 def resolve_recipe_path(recipe: str | Path | None) -> Path:

@@ -105,9 +105,10 @@ def learning_lines(digest: RunDigest) -> list[Text]:
         if first.step == last.step:
             continue
         change = last.average - first.average
-        out.append(Text(f"{eval_set}: {first.average:.1f}% after step {first.step} -> {last.average:.1f}% after "
-                        f"step {last.step} ({change:+.1f} points, {last.n_tasks} tasks), {digest.updates()} policy "
-                        "update(s)", style="bold"))
+        out.append(Text(f"{eval_set}: {first.average:.1f}% -> {last.average:.1f}% ({change:+.1f} points, "
+                        f"{last.n_tasks} tasks)", style="bold"))
+        out.append(Text(f"  evaluated after step {first.step} and after step {last.step}, "
+                        f"{digest.updates()} policy update(s) in between"))
     return out
 
 

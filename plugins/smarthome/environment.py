@@ -16,13 +16,14 @@ class SmartHomeEnvironment:
 
     def __init__(self, settings: SmartHomeSettings | None = None):
         self.settings = settings or SmartHomeSettings()
+        self.categories = tuple(self.settings.categories)
 
     def tasks(self, split: str) -> list[Task]:
         s = self.settings
         if split not in ("train", "eval"):
             raise ValueError(f"unknown split {split!r}: smarthome has 'train' and 'eval'")
         n = s.n_train if split == "train" else s.n_eval
-        return make_tasks(split, n, s.seed, s.min_turns, s.max_turns)
+        return make_tasks(split, n, s.seed, s.min_turns, s.max_turns, self.categories)
 
     def pristine_interface(self) -> Interface:
         return Interface(revision=0)

@@ -96,6 +96,5 @@ def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
 def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
     from seal_platform_plugins.bfcl.evolution import evolve
 
-    from .tasks import CATEGORIES
-
-    return evolve(interface, state, _settings(ctx).evolution, list(CATEGORIES))
+    settings = _settings(ctx)
+    return evolve(interface, state, settings.evolution, list(settings.categories))

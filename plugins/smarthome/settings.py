@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seal_platform_plugins.bfcl.evolution import EvolutionSettings
@@ -15,6 +17,11 @@ class SmartHomeSettings(BaseModel):
     n_train: int = Field(default=256, ge=1, description="Training tasks generated.")
     n_eval: int = Field(default=64, ge=1, description="Held-out evaluation tasks generated.")
     seed: int = Field(default=1234, description="Seed of task generation (not the run's seed: tasks stay fixed).")
+    categories: list[Literal["named", "direct", "paraphrase"]] = Field(
+        default=["direct", "paraphrase"], min_length=1,
+        description="Request styles, tasks cycling through them: named (the request names the tool), direct (the "
+        "tools' own words), paraphrase (everyday words to map onto the allowed values).",
+    )
     min_turns: int = Field(default=2, ge=1, le=4, description="Fewest user turns per task.")
     max_turns: int = Field(default=3, ge=1, le=4, description="Most user turns per task.")
     attempts_per_turn: int = Field(
@@ -37,6 +44,8 @@ class SmartHomeSettings(BaseModel):
 
     @model_validator(mode="after")
     def _turns(self) -> SmartHomeSettings:
+        if len(set(self.categories)) != len(self.categories):
+            raise ValueError(f"categories must not repeat: {self.categories}")
         if self.min_turns > self.max_turns:
             raise ValueError(f"min_turns ({self.min_turns}) must not exceed max_turns ({self.max_turns})")
         return self

@@ -1,9 +1,12 @@
-"""Seeded task generation: dialogues of two or three user turns, one tool call per turn.
+"""Seeded task generation: dialogues of one or more user turns, one tool call per turn.
 
-Two categories: ``direct`` requests name rooms, doors and values with the tools' own words ("Turn on the
-kitchen light."); ``paraphrase`` requests use everyday words the agent must map onto the enumerated values
-("Switch the lamp off in the study.", "Secure the back door."), which is where schema affordances (allowed
-values) help. Train and eval come from disjoint seeded streams; the same settings always give the same tasks.
+Three request styles (categories), from easiest to hardest: ``named`` requests name the tool to use and the
+values in its own words ("Use lock_door to lock the back door."); ``direct`` requests name rooms, doors and
+values with the tools' own words but not the tool ("Turn on the kitchen light."); ``paraphrase`` requests use
+everyday words the agent must map onto the enumerated values ("Switch the lamp off in the study.", "Secure
+the back door."), which is where schema affordances (allowed values) help. ``settings.smarthome.categories``
+picks the styles (default ``direct`` and ``paraphrase``); tasks cycle through them. Train and eval come from
+disjoint seeded streams; the same settings always give the same tasks.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from seal_platform.types import Task
 from .tools import DOORS, GENRES, ROOMS, initial_state
 
 CATEGORIES = ("direct", "paraphrase")
+STYLES = ("named", "direct", "paraphrase")
 ROOM_WORDS = {
+    "named": {"kitchen": ["kitchen"], "bedroom": ["bedroom"], "living_room": ["living_room"], "office": ["office"]},
     "direct": {"kitchen": ["kitchen"], "bedroom": ["bedroom"], "living_room": ["living_room"], "office": ["office"]},
     "paraphrase": {"kitchen": ["kitchen"], "bedroom": ["bedroom"], "living_room": ["living room", "lounge"],
                    "office": ["study", "home office"]},
@@ -33,7 +38,9 @@ def _light(rng: random.Random, style: str) -> tuple[str, dict[str, Any]]:
     room = rng.choice(ROOMS)
     state = rng.choice(["on", "off"])
     word = rng.choice(ROOM_WORDS[style][room])
-    if style == "direct":
+    if style == "named":
+        text = f"Use set_light to turn {state} the {word} light."
+    elif style == "direct":
         text = f"Turn {state} the {word} light."
     else:
         text = rng.choice([f"Switch the lamp {state} in the {word}.",
@@ -45,7 +52,9 @@ def _thermostat(rng: random.Random, style: str) -> tuple[str, dict[str, Any]]:
     room = rng.choice(ROOMS)
     temp = rng.randint(17, 26)
     word = rng.choice(ROOM_WORDS[style][room])
-    if style == "direct":
+    if style == "named":
+        text = f"Use set_thermostat to set the {word} to {temp} degrees."
+    elif style == "direct":
         text = f"Set the {word} thermostat to {temp} degrees."
     else:
         text = rng.choice([f"Make the {word} {NUMBER_WORDS[temp]} degrees.",
@@ -56,7 +65,9 @@ def _thermostat(rng: random.Random, style: str) -> tuple[str, dict[str, Any]]:
 def _door(rng: random.Random, style: str) -> tuple[str, dict[str, Any]]:
     door = rng.choice(DOORS)
     action = rng.choice(["lock", "unlock"])
-    if style == "direct":
+    if style == "named":
+        text = f"Use lock_door to {action} the {door} door."
+    elif style == "direct":
         text = f"{action.capitalize()} the {door} door."
     else:
         verb = {"lock": rng.choice(["Secure", "Bolt"]), "unlock": rng.choice(["Open up", "Release the lock on"])}[action]
@@ -68,7 +79,9 @@ def _music(rng: random.Random, style: str) -> tuple[str, dict[str, Any]]:
     room = rng.choice(ROOMS)
     genre = rng.choice(GENRES)
     word = rng.choice(ROOM_WORDS[style][room])
-    if style == "direct":
+    if style == "named":
+        text = f"Use play_music to play {genre} in the {word}."
+    elif style == "direct":
         text = f"Play {genre} music in the {word}."
     else:
         text = rng.choice([f"Put on some {genre} in the {word}.", f"I want to hear {genre} tunes in the {word}."])
@@ -78,12 +91,13 @@ def _music(rng: random.Random, style: str) -> tuple[str, dict[str, Any]]:
 MAKERS = (_light, _thermostat, _door, _music)
 
 
-def make_tasks(split: str, n: int, seed: int, min_turns: int, max_turns: int) -> list[Task]:
-    """``n`` tasks of ``split`` (categories alternate), reproducible from ``seed``."""
+def make_tasks(split: str, n: int, seed: int, min_turns: int, max_turns: int,
+               categories: tuple[str, ...] | list[str] = CATEGORIES) -> list[Task]:
+    """``n`` tasks of ``split`` (``categories`` in turn), reproducible from ``seed``."""
     rng = random.Random(f"smarthome:{seed}:{split}")
     tasks = []
     for i in range(n):
-        category = CATEGORIES[i % len(CATEGORIES)]
+        category = categories[i % len(categories)]
         n_turns = rng.randint(min_turns, max_turns)
         makers = rng.sample(MAKERS, n_turns) if n_turns <= len(MAKERS) else [rng.choice(MAKERS) for _ in range(n_turns)]
         turns = []

@@ -168,7 +168,8 @@ def test_runs_and_show_json_expose_evaluations_and_the_summary_the_learning(toy_
     assert row["updates"] == sum(s["metrics"].get("updates", 0) for s in digest["steps"]) and row["seed"] == 7
     # The end-of-run summary: before -> after with the number of tasks and updates, and the sampling counts.
     before, after = points[0]["pass_rate"], points[1]["pass_rate"]
-    assert f"toy:eval: {before:.1f}% after step 0 -> {after:.1f}% after step 3" in result.output
+    assert f"toy:eval: {before:.1f}% -> {after:.1f}%" in result.output
+    assert "evaluated after step 0 and after step 3" in result.output
     assert "points, 6 tasks), " in result.output
     kept = sum(s["metrics"]["ds_groups_kept"] for s in digest["steps"])
     assert f"{int(kept)} trained on (mixed outcomes)" in result.output

@@ -1,4 +1,5 @@
-"""benchmarks/ablation.py's table: mean and sample std over seeds of the final held-out pass rate."""
+"""benchmarks/ablation.py's table: mean over seeds of the final held-out pass rate with bootstrap intervals,
+the paired difference to vanilla GRPO and the gain over the base model; the learning-curve plot."""
 
 from __future__ import annotations
 
@@ -22,15 +23,34 @@ def _row(recipe, seed, final, wall, before=None):
     return {"recipe": recipe, "seed": seed, "evaluations": evals, "wall_s": wall}
 
 
-def test_table_reports_mean_spread_and_wall_time_per_recipe():
+def test_bootstrap_interval_brackets_the_mean_and_is_reproducible():
+    ablation = _module()
+    values = [10.0, 20.0, 30.0, 40.0, 50.0]
+    low, high = ablation.bootstrap_ci(values)
+    assert low < 30.0 < high and 10.0 <= low and high <= 50.0
+    assert ablation.bootstrap_ci(values) == (low, high)
+    assert ablation.bootstrap_ci([7.0]) == (7.0, 7.0)
+    assert ablation.bootstrap_ci([3.0, 3.0, 3.0]) == (3.0, 3.0)
+
+
+def test_table_reports_intervals_paired_differences_and_gains(tmp_path):
     ablation = _module()
     rows = [_row("smarthome-seal", 0, 20.0, 100, before=1.0), _row("smarthome-seal", 1, 30.0, 120),
             _row("smarthome-seal", 2, 40.0, 140), _row("smarthome-vanilla-grpo", 0, 10.0, 90),
+            _row("smarthome-vanilla-grpo", 1, 30.0, 90),
             {**_row("smarthome-seal", 0, 12.5, 60), "recipe": ablation.BASE, "seed": None}]
     rows[-1]["evaluations"] = {"0": {"average": 12.5, "per_category": {"direct": 12.5}, "n_tasks": 8}}
     lines = ablation.table(rows, ["smarthome-vanilla-grpo", "smarthome-seal"]).splitlines()
-    assert lines[2].startswith("| base model | - | 12.5 ± 0.0 |")
-    assert lines[3].startswith("| vanilla GRPO | 0 | 10.0 ± 0.0 |")
+    assert lines[2].startswith("| base model | - | 12.5 [12.5, 12.5] |")
+    vanilla = lines[3]
+    assert vanilla.startswith("| vanilla GRPO | 0,1 | 20.0 [10.0, 30.0] | 10.0 / 30.0 | - |")
+    assert "| +7.5 [-2.5, +17.5] |" in vanilla  # gains 10 - 12.5 and 30 - 12.5
     seal = lines[4]
-    assert seal.startswith("| SEAL | 0,1,2 | 30.0 ± 10.0 | 20.0 / 30.0 / 40.0 |")  # the last evaluation counts
+    low, high = ablation.bootstrap_ci([20.0, 30.0, 40.0])
+    assert seal.startswith(f"| SEAL | 0,1,2 | 30.0 [{low:.1f}, {high:.1f}] | 20.0 / 30.0 / 40.0 |")  # the last evaluation counts
+    # Paired with vanilla on the seeds both have (0 and 1): +10 and +0.
+    assert "+5.0 [+0.0, +10.0] (n=2)" in seal
     assert "direct 35.0, paraphrase 25.0" in seal and "120 s (± 20)" in seal
+    out = tmp_path / "curves.png"
+    ablation.plot_curves(rows, ["smarthome-vanilla-grpo", "smarthome-seal"], out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000

@@ -54,5 +54,5 @@ def test_wheel_contains_recipes_and_finds_them_from_any_directory(tmp_path):
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     recipe_path, name, core = done.stdout.split()
-    assert Path(recipe_path) == target / "seal_platform_recipes" / "seal-embedded.yaml"
-    assert name == "seal-embedded" and Path(core).is_relative_to(target)
+    assert Path(recipe_path) == target / "seal_platform_recipes" / "smarthome-embedded.yaml"
+    assert name == "smarthome-embedded" and Path(core).is_relative_to(target)
