@@ -69,12 +69,27 @@ def weights_table(digest: RunDigest) -> Table | None:
     return table
 
 
+def _short_changes(changes: list[str]) -> str:
+    """``"direct: +recovery (evidence...)"`` entries grouped by what they change, without the evidence (the
+    "driven by" line names the labels; `show` and the report keep every change in full)."""
+    grouped: dict[str, list[str]] = {}
+    for change in changes:
+        head = change.split(" (", 1)[0]
+        where, sep, what = head.partition(": ")
+        if not sep:
+            where, what = "", head
+        what = what.split(" ", 1)[0] if what.startswith("guidelines") else what
+        if what not in grouped.setdefault(where, []):
+            grouped[where].append(what)
+    return "; ".join(f"{where}: {', '.join(whats)}" if where else ", ".join(whats) for where, whats in grouped.items())
+
+
 def revisions_lines(digest: RunDigest) -> Text:
     text = Text()
     text.append(f"interface revisions: {len(digest.revisions)}\n", style="bold")
     for rev in digest.revisions:
         when = "before training" if rev.step is None else f"step {rev.step}"
-        what = "; ".join(rev.changes) if rev.changes else ("pristine" if rev.parent is None else "no listed changes")
+        what = _short_changes(rev.changes) if rev.changes else ("pristine" if rev.parent is None else "no listed changes")
         text.append(f"  r{rev.revision} ({when}): {what}\n")
         if rev.driven_by:
             text.append(f"      driven by: {', '.join(rev.driven_by)}\n")

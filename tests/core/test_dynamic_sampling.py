@@ -170,7 +170,7 @@ def test_runs_and_show_json_expose_evaluations_and_the_summary_the_learning(toy_
     before, after = points[0]["pass_rate"], points[1]["pass_rate"]
     assert f"toy:eval: {before:.1f}% -> {after:.1f}%" in result.output
     assert "evaluated after step 0 and after step 3" in result.output
-    assert "points, 6 tasks), " in result.output
+    assert "points, 6 tasks)" in result.output and "policy update(s) in between" in result.output
     kept = sum(s["metrics"]["ds_groups_kept"] for s in digest["steps"])
     assert f"{int(kept)} trained on (mixed outcomes)" in result.output
     shown_text = runner.invoke(cli, ["show", run_id, "--store", store], terminal_width=200).output
