@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import sys
 import time
@@ -100,15 +101,34 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
 
 
 def _claim(runs_dir: Path, recipe: str, seed: int | None) -> bool:
-    """Take (recipe, seed) for this invocation, so that two invocations at once never run the same one
-    (a crashed one leaves its claim behind: delete RUNS_DIR/claims to retry)."""
+    """Take (recipe, seed) for this invocation, so that two invocations at once never run the same one. A
+    claim holds its owner's host and pid; a claim whose process is gone (killed, machine restarted) is taken
+    over, so an interrupted ablation goes on where it stopped when started again."""
     claims = runs_dir / "claims"
     claims.mkdir(parents=True, exist_ok=True)
+    path = claims / f"{recipe.replace(' ', '_')}.{seed}"
+    me = f"{socket.gethostname()} {os.getpid()}"
+    for _ in range(2):
+        try:
+            with path.open("x") as fh:
+                fh.write(me)
+            return True
+        except FileExistsError:
+            host, _, pid = path.read_text().partition(" ")
+            if host != socket.gethostname() or not pid.isdigit() or _alive(int(pid)):
+                return False
+            path.unlink(missing_ok=True)  # its owner is gone; of two invocations racing here one wins the `x`
+    return False
+
+
+def _alive(pid: int) -> bool:
     try:
-        (claims / f"{recipe.replace(' ', '_')}.{seed}").open("x").close()
-        return True
-    except FileExistsError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        return True
+    return True
 
 
 def load_results(path: Path) -> list[dict]:

@@ -54,3 +54,20 @@ def test_table_reports_intervals_paired_differences_and_gains(tmp_path):
     out = tmp_path / "curves.png"
     ablation.plot_curves(rows, ["smarthome-vanilla-grpo", "smarthome-seal"], out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_a_claim_is_held_while_its_process_lives_and_taken_over_when_it_is_gone(tmp_path):
+    import subprocess
+    import sys
+
+    ablation = _module()
+    assert ablation._claim(tmp_path, "smarthome-seal", 0)
+    assert not ablation._claim(tmp_path, "smarthome-seal", 0)  # held by this (living) process
+    claim = tmp_path / "claims" / "smarthome-seal.0"
+    host = claim.read_text().split(" ")[0]
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    claim.write_text(f"{host} {gone.stdout.strip()}")  # an invocation that was killed
+    assert ablation._claim(tmp_path, "smarthome-seal", 0)
+    assert claim.read_text().endswith(f" {__import__('os').getpid()}")
+    claim.write_text(f"another-host {gone.stdout.strip()}")  # another machine's claim: not ours to judge
+    assert not ablation._claim(tmp_path, "smarthome-seal", 0)
