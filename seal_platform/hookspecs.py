@@ -5,8 +5,8 @@ There are four kinds of hooks:
 * **setup hooks** (``register_*``), called when a run or a CLI command starts, through which a plugin tells the
   core what it provides: its settings model, environments (benchmarks), diagnosers, rollout engines and CLI
   commands. Every plugin's answer is collected.
-* **lifecycle hooks** (``start_run``, ``end_run``, ``save_checkpoint``, ``load_checkpoint``), called on every
-  enabled plugin that implements them.
+* **lifecycle hooks** (``check_machine``, ``start_run``, ``end_run``, ``save_checkpoint``, ``load_checkpoint``),
+  called on every enabled plugin that implements them.
 * the **tracking hook** (``track``), called on every enabled plugin that implements it as the run records
   step metrics, evaluations, interface revisions and labels (trackers: TensorBoard, MLflow...);
 * **stage hooks**, called once per training step by the run loop (``seal_platform.loop``), always with keyword
@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from pydantic import BaseModel
 
     from .capability import CapabilityState
+    from .config import RunConfig
     from .context import RunContext
     from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
     from .tracking import TrackEvent
@@ -164,6 +165,28 @@ def register_commands(cli: click.Group) -> None:
 
 
 # --- lifecycle hooks -----------------------------------------------------------------------------------
+
+
+@hookspec
+def check_machine(config: RunConfig, settings: dict[str, BaseModel]) -> list[str]:
+    """Can this machine run what the recipe asks of this plugin? (devices, drivers, Ray resources...)
+
+    Called on every enabled plugin by ``seal-platform run`` (new and resumed runs) and ``seal-platform eval``,
+    after the recipe is validated and before anything is written to the store or loaded: a problem found here
+    stops the command with nothing started, where the same problem found in ``start_run`` would leave a failed
+    run behind after minutes of loading. Not called by ``config validate``, which checks a recipe on any
+    machine (a GPU recipe validates on a laptop).
+
+    Check only what is cheap (no model loads, no cluster start) and only what the recipe asks of this plugin;
+    never fall back silently: a run asking for a GPU that cannot be used must stop here, not run on the CPU.
+
+    :param config: the run's validated config.
+    :param settings: every enabled plugin's validated settings section, by section name.
+
+    :returns: a list of problems, each one paragraph that says what was asked, what this machine has and what
+        to do (an empty list when all is well). Every plugin's answer is collected and all problems are
+        reported together.
+    """
 
 
 @hookspec
@@ -425,6 +448,7 @@ CALLED_ON: dict[str, str] = {
     "register_rollout_engines": "every loaded plugin",
     "register_executors": "every loaded plugin",
     "register_commands": "every loaded plugin",
+    "check_machine": "every enabled plugin",
     "start_run": "every enabled plugin",
     "end_run": "every enabled plugin",
     "save_checkpoint": "every enabled plugin",

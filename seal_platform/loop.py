@@ -47,7 +47,7 @@ from .config import RunConfig
 from .context import RunContext
 from .environment import Environment
 from .errors import PluginError, SealError
-from .planning import Plan, check_recipe, plan_config, plan_recipe, prepare
+from .planning import Plan, check_machine, check_recipe, plan_config, plan_recipe, prepare
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, score_evaluation
 from .store import RunStore
@@ -131,6 +131,7 @@ class Runner:
         resume_run_id: str | None = None,
         progress: Progress | None = None,
     ):
+        check_machine(plan, host)  # before anything is written or loaded
         self.plan = plan
         self.config = plan.config
         self.host = host
@@ -457,6 +458,7 @@ def evaluate_checkpoint(
         which = f"at step {step}" if step is not None else "at all"
         raise SealError(f"run {run_id} has no durable checkpoint {which} (see `seal-platform show {run_id}`).")
     ckpt = checkpoints[-1]
+    check_machine(plan, host)
     ctx = RunContext(config=config, run_id=run_id, run_dir=Path(store.get_run(run_id).run_dir),
                      settings=plan.settings, store=store)
     ctx.executor = scaleout.build_executor(host, ctx)

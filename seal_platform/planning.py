@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from . import scaleout
 from .benchmarks import check_benchmarks
 from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_for, resolve_recipe_path, validate_core, validate_settings
+from .errors import SealError
 from .plugins import PluginHost, make_plugin_manager
 
 
@@ -124,6 +125,18 @@ def prepare(config: RunConfig, host: PluginHost, source: str) -> Plan:
     plan.host = host
     plan.source = source
     return plan
+
+
+def check_machine(plan: Plan, host: PluginHost | None = None) -> None:
+    """Ask every enabled plugin whether this machine can run ``plan`` (the ``check_machine`` hook); raise one
+    :class:`SealError` with all their problems, before anything is loaded or written."""
+    host = host or plan.host
+    if host is None:
+        return
+    problems = [p for answer in host.hook.check_machine(config=plan.config, settings=plan.settings) for p in answer or []]
+    if problems:
+        raise SealError("this machine cannot run the recipe as written; nothing was started.\n" + "\n".join(
+            f"- {problem}" for problem in problems))
 
 
 def plan_config(config: RunConfig, source: str) -> Plan:

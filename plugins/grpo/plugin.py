@@ -60,6 +60,15 @@ def register_rollout_engines() -> list:
 
 
 @hookimpl
+def check_machine(config: Any, settings: dict[str, Any]) -> list[str]:
+    from .devices import problems
+
+    uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
+    grpo = settings.get("grpo") or GRPOSettings()
+    return problems(config, settings.get("policy") or PolicySettings(), uses_policy, grpo.train_workers)
+
+
+@hookimpl
 def start_run(ctx: Any, resumed: bool) -> None:
     ours = {spec.name for spec in engine_specs()}
     optimizes = ctx.config.stages.optimize == NAME

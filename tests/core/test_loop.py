@@ -33,6 +33,7 @@ def test_one_step_calls_every_stage_in_order_with_keywords(toy_site, toy_recipe)
     runner.run()
     plugin = sys.modules["toy_plugin"].plugin
     assert plugin.calls == [
+        "check_machine",  # before anything is written or loaded
         "start_run",
         "evaluate",  # before training
         "evolve_interface",  # with the empty state, before the first rollouts
@@ -138,8 +139,22 @@ def test_resume_continues_after_the_last_checkpoint(toy_site, toy_recipe, tmp_pa
     # Step 2 was re-done from the checkpoint taken after step 1: the skill continued from there.
     assert steps[2].metrics["skill"] == pytest.approx(skill_at_checkpoint + 0.1)
     new_calls = sys.modules["toy_plugin"].plugin.calls
-    assert new_calls[:2] == ["start_run", "load_checkpoint"]
+    assert new_calls[:3] == ["check_machine", "start_run", "load_checkpoint"]
     assert new_calls.count("collect") == 3
     assert "resume" in [e.kind for e in store2.events(runner.run_id)]
     # The capability state was restored: totals count every trajectory of steps 0..4 exactly once.
     assert steps[-1].capability_state["totals"]["trajectories"] == 5 * 8
+
+
+def test_a_machine_a_plugin_refuses_stops_the_run_before_anything_is_written(toy_site, toy_recipe, tmp_path):
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+
+    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "settings.toy.refuse_machine=no GPU here",
+                                      "--quiet"])
+    assert result.exit_code == 2
+    assert "cannot run the recipe as written; nothing was started" in result.output and "no GPU here" in result.output
+    assert sys.modules["toy_plugin"].plugin.calls == ["check_machine"]  # no start_run, no model, no engine
+    store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
+    assert store.list_runs() == []

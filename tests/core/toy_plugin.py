@@ -44,6 +44,8 @@ class ToySettings(BaseModel):
     # Training outcomes independent of the engine: "every_third" passes sample 0 of the tasks whose index is a
     # multiple of 3 and fails the rest (so exactly those groups are mixed); "never" fails every episode.
     outcomes: str = "engine"
+    # A problem `check_machine` reports (as a plugin would report a GPU this machine lacks).
+    refuse_machine: str | None = None
 
 
 class ToyEnvironment:
@@ -174,6 +176,13 @@ class ToyPlugin:
     @hookimpl
     def register_diagnosers(self):
         return [DiagnoserSpec("toy", "right or wrong", ("pass", "wrong_sum"))]
+
+    @hookimpl
+    def check_machine(self, config, settings):
+        self.calls.append("check_machine")
+        self.seen_kwargs["check_machine"] = {"config", "settings"}
+        refuse = settings["toy"].refuse_machine
+        return [refuse] if refuse else []
 
     @hookimpl
     def start_run(self, ctx, resumed):
