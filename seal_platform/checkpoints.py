@@ -64,6 +64,45 @@ def write_checkpoint(host: PluginHost, ctx: RunContext, core: CoreState) -> Path
     return final
 
 
+def rotate_checkpoints(store: RunStore, run_id: str, keep_last: int | None, best_by: str | None,
+                       benchmark: str) -> list[int]:
+    """Delete the checkpoints ``training.keep_checkpoints`` / ``keep_best_by`` no longer keep; returns their steps.
+
+    Called right after a checkpoint became durable and was recorded, so the newest checkpoint always
+    survives. Kept: the last ``keep_last`` durable checkpoints, and the best one: the checkpoint after step
+    ``s`` is what the evaluation at ``s + 1`` measured, and the one whose ``best_by`` pass rate (a category,
+    or ``average``, the mean over categories) on ``benchmark`` was highest is kept (the earliest of equals).
+    Each is removed from the store first, then from disk: a kill in between leaves an unrecorded folder, which
+    the next resume treats as any folder the store does not know."""
+    if keep_last is None:
+        return []
+    durable = durable_checkpoints(store, run_id)
+    keep = {c.step for c in durable[-keep_last:]}
+    if best_by is not None:
+        scores: dict[int, dict[str, float]] = {}
+        for row in store.evaluations(run_id):
+            if row.benchmark in ("", benchmark):
+                scores.setdefault(row.step, {})[row.category] = row.pass_rate
+        best: tuple[float, int] | None = None
+        for ckpt in durable:
+            rates = scores.get(ckpt.step + 1)
+            if not rates:
+                continue
+            value = sum(rates.values()) / len(rates) if best_by == "average" else rates.get(best_by)
+            if value is not None and (best is None or value > best[0]):
+                best = (value, ckpt.step)
+        if best is not None:
+            keep.add(best[1])
+    removed = []
+    for ckpt in durable:
+        if ckpt.step in keep:
+            continue
+        store.remove_checkpoint(run_id, ckpt.step)
+        shutil.rmtree(ckpt.path, ignore_errors=True)
+        removed.append(ckpt.step)
+    return removed
+
+
 def durable_checkpoints(store: RunStore, run_id: str) -> list[Any]:
     """Checkpoints whose files are complete (the core's file is written last, before the rename)."""
     return [c for c in store.checkpoints(run_id) if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]

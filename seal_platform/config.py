@@ -39,6 +39,16 @@ class TrainingConfig(_Section):
     tasks_per_step: int = Field(default=32, ge=1)
     group_size: int = Field(default=8, ge=1, description="Rollouts per task (GRPO's G).")
     checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints; 0: only at the end.")
+    keep_checkpoints: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="Keep only the last N checkpoints (and the best, see keep_best_by); older ones are deleted "
+        "once a newer one is durable. Null: keep every checkpoint.",
+    )
+    keep_best_by: str | None = Field(
+        default="average",
+        description="With keep_checkpoints: also keep the checkpoint whose held-out evaluation (of the run's own "
+        "environment) scored highest on this category ('average': the mean over categories); null: only the last N.",
+    )
     max_train_tasks: int | None = Field(default=None, ge=1, description="Use only the first N training tasks.")
 
 

@@ -41,6 +41,7 @@ from .checkpoints import (
     load_plugin_checkpoints,
     read_core_state,
     remove_partial_checkpoints,
+    rotate_checkpoints,
     write_checkpoint,
 )
 from .config import RunConfig
@@ -378,7 +379,14 @@ class Runner:
     # --- checkpoints -----------------------------------------------------------------------------------
 
     def _checkpoint(self, step: int) -> Path:
-        return write_checkpoint(self.host, self.ctx, CoreState(step, self.interface.revision, self.state))
+        path = write_checkpoint(self.host, self.ctx, CoreState(step, self.interface.revision, self.state))
+        training = self.config.training
+        removed = rotate_checkpoints(self.store, self.run_id, training.keep_checkpoints, training.keep_best_by,
+                                     self.config.environment)
+        if removed:
+            self.store.add_event(self.run_id, "checkpoint", f"rotation removed the checkpoint(s) of step(s) "
+                                 f"{', '.join(map(str, removed))}", {"removed": removed})
+        return path
 
     def _restore(self, engine: Any) -> None:
         removed = remove_partial_checkpoints(self.run_dir / "checkpoints", self.store.checkpoints(self.run_id))

@@ -388,6 +388,11 @@ class RunStore:
         with self.session() as s:
             s.add(m.Checkpoint(run_id=run_id, step=step, path=path, meta=_jsonable(meta)))
 
+    def remove_checkpoint(self, run_id: str, step: int) -> None:
+        """Forget the checkpoint of ``step`` (checkpoint rotation deletes its folder next)."""
+        with self.session() as s:
+            s.execute(delete(m.Checkpoint).where(m.Checkpoint.run_id == run_id, m.Checkpoint.step == step))
+
     def checkpoints(self, run_id: str) -> list[m.Checkpoint]:
         with self.session() as s:
             return list(s.scalars(select(m.Checkpoint).where(m.Checkpoint.run_id == run_id).order_by(m.Checkpoint.step)))
