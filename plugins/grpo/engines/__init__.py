@@ -91,7 +91,10 @@ class VLLMEngineSettings(_Section):
         default=True, description="Reuse the KV cache of shared prefixes (a group's prompt, a dialogue's history)."
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        default="auto", description="Engine dtype. auto: the policy's dtype."
+        default="auto",
+        description="Dtype vLLM serves in, independent of the policy's master dtype (weights are cast on each "
+        "sync). auto: bfloat16 when the engine runs on CUDA, else the policy's dtype (CPUs without bf16 units "
+        "run float32 faster).",
     )
     in_process: bool = Field(
         default=True,

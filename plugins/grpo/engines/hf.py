@@ -213,7 +213,7 @@ class HFEngine(QueuedEngine):
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad(), _sampling_rng(sampling.seed, device):
+            with torch.no_grad(), _half_on_cuda(self.model, device), _sampling_rng(sampling.seed, device):
                 out = self.model.generate(
                     input_ids=input_ids.to(device),
                     attention_mask=attention.to(device),
@@ -256,7 +256,7 @@ class HFEngine(QueuedEngine):
         ids = input_ids[first, :-1].to(device)
         mask = attention[first, :-1].to(device)
         positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        with torch.no_grad():
+        with torch.no_grad(), _half_on_cuda(self.model, device):
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                              logits_to_keep=1)
         cache = out.past_key_values
@@ -266,6 +266,18 @@ class HFEngine(QueuedEngine):
 
     def _release(self) -> None:
         self.model = None
+
+
+def _half_on_cuda(model: Any, device: Any) -> Any:
+    """Generation on CUDA computes in bfloat16 (as vLLM serves there) when the policy's master weights are
+    float32; elsewhere it runs in the weights' own dtype."""
+    import contextlib
+
+    import torch
+
+    if str(getattr(device, "type", device)).startswith("cuda") and next(model.parameters()).dtype == torch.float32:
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def _sampling_rng(seed: int | None, device: Any) -> Any:

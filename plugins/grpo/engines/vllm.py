@@ -61,6 +61,17 @@ def _torch_dtype_name(model: Any) -> str:
     return str(getattr(model, "dtype", "float32")).removeprefix("torch.")
 
 
+def engine_dtype(setting: str, model: Any) -> str:
+    """The dtype vLLM serves ``model`` in (``engine.vllm.dtype``): ``auto`` is bfloat16 where the engine runs
+    on CUDA (this process: a Ray replica decides on its own node), whatever the policy's master dtype (float32
+    by default), and the policy's dtype elsewhere."""
+    if setting != "auto":
+        return setting
+    import torch
+
+    return "bfloat16" if torch.cuda.is_available() else _torch_dtype_name(model)
+
+
 class VLLMEngine(QueuedEngine):
     """Rollout engine over an in-process ``vllm.LLM``. Thread-safe; see :mod:`.base`.
 
@@ -99,7 +110,7 @@ class VLLMEngine(QueuedEngine):
                     model.save_pretrained(path, safe_serialization=True)
                 tokenizer.save_pretrained(path)
         self.model_path = path
-        self.dtype = self.settings.dtype if self.settings.dtype != "auto" else _torch_dtype_name(model)
+        self.dtype = engine_dtype(self.settings.dtype, model)
         self._seed = 0 if seed is None else int(seed)
         self._ids = itertools.count()
         self.llm: Any = None
