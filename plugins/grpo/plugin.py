@@ -50,8 +50,10 @@ def register_settings() -> dict[str, type]:
 @hookimpl
 def register_commands(cli: Any) -> None:
     from .export import add_commands  # click only; torch is imported when the command runs
+    from .memory_plan import add_command
 
     add_commands(cli)
+    add_command(cli)
 
 
 @hookimpl
@@ -65,7 +67,23 @@ def check_machine(config: Any, settings: dict[str, Any]) -> list[str]:
 
     uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
     grpo = settings.get("grpo") or GRPOSettings()
-    return problems(config, settings.get("policy") or PolicySettings(), uses_policy, grpo.train_workers)
+    found = problems(config, settings.get("policy") or PolicySettings(), uses_policy, grpo.train_workers)
+    if found or not uses_policy or config.ray.address:
+        return found
+    import torch
+
+    if not torch.cuda.is_available():
+        return found
+    from .memory_plan import plan
+
+    # The recipe's memory plan on this machine's GPUs, before anything is loaded on them.
+    gpus = torch.cuda.device_count()
+    memory = min(torch.cuda.get_device_properties(i).total_memory for i in range(gpus)) / 2**30
+    try:
+        result = plan(config, settings, gpus, memory)
+    except ValueError:
+        return found  # a model of unknown shape: nothing to check against
+    return [f"memory plan (`seal-platform plan` prints it): {p}" for p in result.problems]
 
 
 @hookimpl

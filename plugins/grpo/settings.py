@@ -114,7 +114,15 @@ class GRPOSettings(_Section):
         default=4, ge=1, description="Most sequences per forward/backward pass (gradient accumulation)."
     )
     max_tokens_per_micro_batch: int | None = Field(
-        default=8192, ge=1, description="Most padded tokens per forward/backward pass; null: no token limit."
+        default=8192, ge=1,
+        description="Most padded tokens per forward/backward pass, a hard cap: an episode longer than this is "
+        "trained on its first max_tokens_per_micro_batch tokens only (counted in the step's "
+        "truncated_sequences), never as one oversized micro-batch; null: no token limit.",
+    )
+    max_loss_tokens: int | None = Field(
+        default=None, ge=1,
+        description="Train on at most the first N generated tokens of each episode (the reference release: "
+        "4096 response tokens after the prompt); later tokens are kept as context but get no loss. Null: all.",
     )
     shared_prefix: bool = Field(
         default=True,

@@ -69,6 +69,8 @@ class Sample:
     ref_logp: torch.Tensor | None = None
     # Set for a stale sample kept with importance correction (see staleness.py): the weight's truncation.
     importance_cap: float | None = None
+    # Cut to grpo.max_tokens_per_micro_batch tokens (its later tokens get no loss).
+    truncated: bool = False
 
     @property
     def n_tokens(self) -> int:
@@ -159,14 +161,23 @@ def build_samples(
         episode = encode_episode(tokenizer, traj.messages)
         # Position 0 has no context to be predicted from.
         positions = [i for i, m in enumerate(episode.loss_mask) if m and i > 0]
+        input_ids = list(episode.input_ids)
+        if settings.max_loss_tokens is not None:
+            positions = positions[: settings.max_loss_tokens]
+        cap = settings.max_tokens_per_micro_batch
+        truncated = cap is not None and len(input_ids) > cap
+        if truncated:  # the hard token cap: the episode's first `cap` tokens, their loss positions only
+            input_ids = input_ids[:cap]
+            positions = [p for p in positions if p < cap]
         samples.append(
             Sample(
                 id=traj.id,
                 group=traj.group,
-                input_ids=list(episode.input_ids),
+                input_ids=input_ids,
                 positions=positions,
                 advantage=adv * float(weights.get(traj.id, 1.0)),
                 engine_logprobs=[episode.engine_logprobs[i] for i in positions],
+                truncated=truncated,
             )
         )
     return samples
@@ -639,6 +650,7 @@ class GRPORun:
         metrics = self.trainer.step(samples)
         if screened is not None:
             metrics.update(screened.metrics)
+        metrics["truncated_sequences"] = float(sum(x.truncated for x in samples))
         advantages = [x.advantage for x in samples]
         if advantages:
             metrics["advantage_abs_mean"] = sum(abs(a) for a in advantages) / len(advantages)

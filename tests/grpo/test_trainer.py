@@ -326,3 +326,22 @@ def test_train_layers_updates_only_the_top_layers_with_the_full_models_gradients
         train_top_layers(new_tiny_model(), 3)
     with pytest.raises(ValueError, match="train_layers"):
         GRPOSettings(train_layers=2, lora={"rank": 4})
+
+
+def test_the_token_cap_is_hard_and_max_loss_tokens_keeps_the_first_generated_tokens(tokenizer, trajectories):
+    full = build_samples(tokenizer, trajectories, settings=GRPOSettings(max_tokens_per_micro_batch=None))
+    longest = max(len(s.input_ids) for s in full)
+    cap = longest - 3
+    capped = build_samples(tokenizer, trajectories, settings=GRPOSettings(max_tokens_per_micro_batch=cap))
+    assert max(len(s.input_ids) for s in capped) == cap
+    for a, b in zip(full, capped):
+        assert b.truncated == (len(a.input_ids) > cap)
+        assert b.input_ids == a.input_ids[:cap] and b.positions == [p for p in a.positions if p < cap]
+        assert b.engine_logprobs == a.engine_logprobs[: len(b.positions)]
+    from conftest import make_tiny_model
+
+    trainer = GRPOTrainer(make_tiny_model(tokenizer), GRPOSettings(max_tokens_per_micro_batch=cap, kl_coef=0.0),
+                          pad_id=tokenizer.pad_token_id)
+    assert all(max(len(s.input_ids) for s in micro) * len(micro) <= cap for micro in trainer._micro_batches(capped))
+    first = build_samples(tokenizer, trajectories, settings=GRPOSettings(max_loss_tokens=2))
+    assert all(s.positions == f.positions[:2] for s, f in zip(first, full))
