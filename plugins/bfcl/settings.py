@@ -41,8 +41,9 @@ class BfclSettings(BaseModel):
     system_preamble: str = Field(default="", description="Text placed before the tool block of the system prompt.")
     wrap_tool_responses: bool = Field(
         default=True,
-        description="hermes: put each tool result inside <tool_response> tags in the message content; turn off for "
-        "chat templates that wrap tool messages themselves (Qwen2.5's).",
+        description="hermes: put each tool result inside <tool_response> tags in the message content. The grpo "
+        "engines drop this wrapper when the model's chat template wraps tool messages itself (Qwen2.5's), so a "
+        "result is wrapped once either way; false leaves the wrapping to the template alone.",
     )
     include_response_schema: bool = Field(default=False, description="Show each tool's response schema too.")
     max_steps: int = Field(default=20, ge=1, description="Model generations allowed (reference: 20 per dialogue).")

@@ -119,10 +119,11 @@ class GRPOSettings(_Section):
         "trained on its first max_tokens_per_micro_batch tokens only (counted in the step's "
         "truncated_sequences), never as one oversized micro-batch; null: no token limit.",
     )
-    max_loss_tokens: int | None = Field(
+    response_window_tokens: int | None = Field(
         default=None, ge=1,
-        description="Train on at most the first N generated tokens of each episode (the reference release: "
-        "4096 response tokens after the prompt); later tokens are kept as context but get no loss. Null: all.",
+        description="Train only on generated tokens within the first N tokens of the response, counted from the "
+        "first generated token (tool results and later user turns count too; the reference release: 4096). "
+        "Later tokens get no loss. Null: the whole episode.",
     )
     shared_prefix: bool = Field(
         default=True,

@@ -36,6 +36,7 @@ False.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -75,12 +76,46 @@ class EpisodeTokens:
         return sum(self.loss_mask)
 
 
+_WRAPPED = re.compile(r"\A<tool_response>\n(.*)\n</tool_response>\Z", re.S)
+_WRAPS_CACHE: dict[str, bool] = {}  # by template text: the answer depends on nothing else
+
+
+def template_wraps_tool_results(tokenizer: Any) -> bool:
+    """Does the model's chat template put ``tool`` messages in ``<tool_response>`` tags itself (Qwen2.5's,
+    Qwen3's), or render them as they are (plain ChatML, SmolLM2's)? Decided once per template by rendering a
+    probe."""
+    template = str(getattr(tokenizer, "chat_template", "") or "")
+    key = template
+    if key not in _WRAPS_CACHE:
+        try:
+            text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}, {"role": "tool", "content": "PROBE"}],
+                                                 tokenize=False)
+        except Exception:  # a template without a tool role: the environment's wrapping is all there is
+            text = ""
+        _WRAPS_CACHE[key] = isinstance(text, str) and re.search(r"<tool_response>\s*PROBE\s*</tool_response>", text) is not None
+    return _WRAPS_CACHE[key]
+
+
+def _single_wrapped(tokenizer: Any, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The messages as the template takes them, tool results wrapped once: an environment's
+    ``<tool_response>`` wrapper (bfcl's hermes format adds one for templates without tool support) is dropped
+    when the template adds its own."""
+    chats = [m.chat() for m in messages]
+    if any(m.role == "tool" for m in messages) and template_wraps_tool_results(tokenizer):
+        for chat in chats:
+            if chat.get("role") == "tool" and isinstance(chat.get("content"), str):
+                match = _WRAPPED.match(chat["content"])
+                if match:
+                    chat["content"] = match.group(1)
+    return chats
+
+
 def render(tokenizer: Any, messages: Sequence[Message], add_generation_prompt: bool) -> str:
-    """The chat template's text for ``messages``."""
+    """The chat template's text for ``messages`` (tool results wrapped once, see :func:`_single_wrapped`)."""
     if not messages and not add_generation_prompt:
         return ""
     text = tokenizer.apply_chat_template(
-        [m.chat() for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
+        _single_wrapped(tokenizer, messages), tokenize=False, add_generation_prompt=add_generation_prompt
     )
     if not isinstance(text, str):  # some tokenizers return a list when given a batch-like input
         raise TypeError(f"chat template returned {type(text).__name__}, expected text")
@@ -108,7 +143,9 @@ def _after(text: str, covered: str, where: str) -> str:
         raise TemplateNotIncrementalError(
             f"the chat template is not append-only ({where}): rendering a longer conversation changed the text "
             "of its earlier turns, so the prompts the engine saw would not be a prefix of the trained sequence. "
-            "Use a model whose chat template only appends (ChatML-style), or a template override."
+            "Supported: chat templates that only append (ChatML-style, as SmolLM2's and Qwen2.5's). Qwen3 and "
+            "Qwen3.5 templates drop earlier turns' reasoning and are refused; give such a model an append-only "
+            "template (tokenizer_config.json's chat_template) to train it."
         )
     return text[len(covered):]
 

@@ -162,8 +162,9 @@ def build_samples(
         # Position 0 has no context to be predicted from.
         positions = [i for i, m in enumerate(episode.loss_mask) if m and i > 0]
         input_ids = list(episode.input_ids)
-        if settings.max_loss_tokens is not None:
-            positions = positions[: settings.max_loss_tokens]
+        if settings.response_window_tokens is not None and positions:
+            end = positions[0] + settings.response_window_tokens
+            positions = [p for p in positions if p < end]
         cap = settings.max_tokens_per_micro_batch
         truncated = cap is not None and len(input_ids) > cap
         if truncated:  # the hard token cap: the episode's first `cap` tokens, their loss positions only

@@ -7,7 +7,13 @@ import copy
 import pytest
 
 from seal_platform.types import Message
-from seal_platform_plugins.grpo.tokens import TemplateNotIncrementalError, encode_episode, prompt_ids, render
+from seal_platform_plugins.grpo.tokens import (
+    TemplateNotIncrementalError,
+    encode_episode,
+    prompt_ids,
+    render,
+    template_wraps_tool_results,
+)
 
 
 def sampled(tokenizer, text: str, eos: bool = True, ids: list[int] | None = None, **kw) -> Message:
@@ -113,5 +119,36 @@ def test_template_that_rewrites_history_is_refused(tokenizer):
         "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
     messages = [Message(role="user", content="a"), sampled(tokenizer, "b"), Message(role="user", content="c")]
-    with pytest.raises(TemplateNotIncrementalError, match="append-only"):
+    with pytest.raises(TemplateNotIncrementalError, match="append-only.*Qwen3 and Qwen3.5 templates .* are refused"):
         prompt_ids(rewriting, messages)
+
+
+# A template that wraps tool messages itself, as Qwen2.5's does (its tool branch, simplified).
+WRAPPING = (
+    "{% for m in messages %}{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n"
+    "</tool_response><|im_end|>\n{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_tool_results_are_wrapped_once_whoever_wraps_them(tokenizer):
+    """bfcl's hermes format wraps each result in <tool_response> for templates without tool support; a
+    template that wraps tool messages itself (Qwen2.5) gets the bare result: never two wrappers."""
+    result = '<tool_response>\n{"files": ["a.txt"]}\n</tool_response>'
+    messages = [Message(role="user", content="ls"), sampled(tokenizer, "<tool_call>{}</tool_call>"),
+                Message(role="tool", content=result), sampled(tokenizer, "One file.")]
+    assert not template_wraps_tool_results(tokenizer)  # SmolLM2: plain ChatML
+    plain = render(tokenizer, messages, add_generation_prompt=False)
+    assert plain.count("<tool_response>") == 1 and result in plain
+    wrapping = copy.deepcopy(tokenizer)
+    wrapping.chat_template = WRAPPING
+    assert template_wraps_tool_results(wrapping)
+    text = render(wrapping, messages, add_generation_prompt=False)
+    assert text.count("<tool_response>") == 1 and '<tool_response>\n{"files": ["a.txt"]}\n</tool_response>' in text
+    # Unwrapped results and text that merely contains the tags are left as they are.
+    bare = [*messages[:2], Message(role="tool", content="ok"), messages[3]]
+    assert render(wrapping, bare, add_generation_prompt=False).count("<tool_response>") == 1
+    # The engine's prompts and the trainer's sequence agree under the wrapping template too.
+    episode = encode_episode(wrapping, messages)
+    prompt = prompt_ids(wrapping, messages[:3])
+    assert episode.input_ids[: len(prompt)] == prompt

@@ -328,7 +328,7 @@ def test_train_layers_updates_only_the_top_layers_with_the_full_models_gradients
         GRPOSettings(train_layers=2, lora={"rank": 4})
 
 
-def test_the_token_cap_is_hard_and_max_loss_tokens_keeps_the_first_generated_tokens(tokenizer, trajectories):
+def test_the_token_cap_is_hard_and_the_response_window_keeps_the_first_response_tokens(tokenizer, trajectories):
     full = build_samples(tokenizer, trajectories, settings=GRPOSettings(max_tokens_per_micro_batch=None))
     longest = max(len(s.input_ids) for s in full)
     cap = longest - 3
@@ -343,5 +343,10 @@ def test_the_token_cap_is_hard_and_max_loss_tokens_keeps_the_first_generated_tok
     trainer = GRPOTrainer(make_tiny_model(tokenizer), GRPOSettings(max_tokens_per_micro_batch=cap, kl_coef=0.0),
                           pad_id=tokenizer.pad_token_id)
     assert all(max(len(s.input_ids) for s in micro) * len(micro) <= cap for micro in trainer._micro_batches(capped))
-    first = build_samples(tokenizer, trajectories, settings=GRPOSettings(max_loss_tokens=2))
-    assert all(s.positions == f.positions[:2] for s, f in zip(first, full))
+    # The release's response window: loss positions within N tokens of the first generated one; the tool
+    # result between the two assistant messages counts towards N.
+    for a in full:
+        gap = a.positions[-1] - a.positions[0]
+        window = build_samples(tokenizer, [t for t in trajectories if t.id == a.id],
+                               settings=GRPOSettings(response_window_tokens=gap))[0]
+        assert window.positions == a.positions[:-1] and window.input_ids == a.input_ids
