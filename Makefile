@@ -55,8 +55,13 @@ bytecode:
 run: $(STAMP) bytecode
 	$(VENV)/bin/seal-platform run $(RECIPE) $(ARGS)
 
-test: $(STAMP) bytecode
+test: $(STAMP) bytecode lint
 	$(PY) -m pytest -q
+
+# Lint and type checks (part of `make test`, hence of CI): ruff's rules and mypy's scope are in pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check seal_platform plugins examples tests benchmarks
+	$(VENV)/bin/mypy
 
 test-slow: $(STAMP) bytecode
 	$(PY) -m pytest -q -m slow

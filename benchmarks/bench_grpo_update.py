@@ -225,7 +225,6 @@ def run_ours(model_dir: str, batch: dict, args, shared_prefix: bool) -> list[flo
     import torch
     from transformers import AutoModelForCausalLM
 
-    from seal_platform.types import Message, Trajectory
     from seal_platform_plugins.grpo.settings import GRPOSettings
     from seal_platform_plugins.grpo.trainer import GRPOTrainer, Sample
     from seal_platform_plugins.grpo.apatch import group_advantages

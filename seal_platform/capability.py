@@ -77,9 +77,9 @@ class CapabilityTables(BaseModel):
                 table = table_of(lab)
                 tally = table.setdefault(lab.label, Tally())
                 tally.count += 1
-                key = (name, id(table), lab.label)
-                if key not in seen:
-                    seen.add(key)
+                seen_key = (name, id(table), lab.label)
+                if seen_key not in seen:
+                    seen.add(seen_key)
                     tally.trajectories += 1
                     tally.successes += int(trajectory.success)
                     tally.reward_sum += trajectory.reward

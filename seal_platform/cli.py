@@ -115,9 +115,11 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
             raise SealError("a resumed run keeps its recipe and overrides; drop the extra arguments.")
     else:
         recipe, overrides = _split_recipe_args(args)
-        config, issues, path = load_recipe(recipe, overrides)
-        if config is None:
+        loaded, issues, path = load_recipe(recipe, overrides)
+        if loaded is None:
             raise_for(issues, str(path))
+        assert loaded is not None
+        config = loaded
         if store_url:
             config = config.model_copy(update={"store": store_url})
         recipe_name = str(path)
@@ -125,6 +127,7 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
     if ray_address:  # join this cluster: the recipe's Ray parts run there (the store stays here)
         config = config.model_copy(update={"ray": config.ray.model_copy(update={"enabled": True, "address": ray_address})})
     plan = plan_config(config, recipe_name)
+    assert plan.host is not None
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress)
@@ -223,6 +226,7 @@ def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
         for issue in issues:
             errors.print(f"  - {issue}", highlight=False, markup=False)
         sys.exit(1)
+    assert config_ is not None
     console.print(f"{path}: ok (config hash {config_.config_hash()})", highlight=False)
 
 
@@ -236,6 +240,7 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
     config_, issues, path = load_recipe(recipe, list(overrides))
     if config_ is None:
         raise_for(issues, str(path))
+    assert config_ is not None
     click.echo(yaml.safe_dump(config_.model_dump(mode="json"), sort_keys=False))
 
 
@@ -353,6 +358,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
         data = {**data, "evaluation": {**data["evaluation"], "max_tasks": max_tasks}}
     config_ = RunConfig.model_validate(data)
     plan = plan_config(config_, row.recipe or row.id)
+    assert plan.host is not None
     done, result = evaluate_checkpoint(store, plan.host, plan, row.id, step)
     table = Table(title=f"run {row.id}, checkpoint after {done} step(s), split {result.split} ({result.n_tasks} tasks)")
     table.add_column("category")

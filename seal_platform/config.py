@@ -417,6 +417,7 @@ def validate_settings(
 
 
 def raise_for(issues: list[Issue], source: str) -> None:
+    """Raise one :class:`ConfigError` listing ``issues`` (nothing when there are none)."""
     if issues:
         lines = "\n".join(f"  - {issue}" for issue in issues)
         raise ConfigError(f"{source}: {len(issues)} problem(s) in the recipe:\n{lines}", issues=issues)

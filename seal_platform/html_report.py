@@ -176,7 +176,8 @@ def _dynamic_sampling_section(digest: RunDigest) -> str:
     if totals is None:
         return ""
     keys = ("ds_rounds", "ds_groups_drawn", "ds_groups_kept", "ds_groups_uniform", "ds_groups_surplus")
-    rows = [[s.step, *(int(s.metrics.get(k, 0.0)) for k in keys)] for s in digest.steps if "ds_groups_drawn" in s.metrics]
+    rows: list[list[Any]] = [[s.step, *(int(s.metrics.get(k, 0.0)) for k in keys)] for s in digest.steps
+                             if "ds_groups_drawn" in s.metrics]
     rows.append(["total", *(totals[k] for k in ("rounds", "drawn", "kept", "uniform", "surplus"))])
     return ("<h2>Dynamic sampling</h2><p>Groups collected per step, and which were trained on: only groups whose "
             "rewards differ carry a GRPO signal.</p>"

@@ -110,7 +110,7 @@ def _wrap(stage: str, plugin: str, fn: Callable[[], Any]) -> Any:
         raise PluginError(f"the {stage!r} stage failed in plugin {plugin!r}: {type(exc).__name__}: {exc}") from exc
 
 
-def _expect_list_of(value: Any, kind: type, stage: str, plugin: str) -> list[Any]:
+def _expect_list_of(value: Any, kind: type[Any], stage: str, plugin: str) -> list[Any]:
     if value is None:
         raise PluginError(f"plugin {plugin!r} returned nothing from {stage!r}; it must return a list of {kind.__name__}.")
     try:

@@ -136,7 +136,7 @@ class PluginHost:
 
     def _registered(self, hook: str) -> list[tuple[str, Any]]:
         """(plugin name, item) for every item every plugin returned from a ``register_*`` hook."""
-        out = []
+        out: list[tuple[str, Any]] = []
         for impl in getattr(self.pm.hook, hook).get_hookimpls():
             # Through pluggy (argument matching, tracing), one plugin at a time so each item keeps its owner.
             others = [p for p in self.pm.get_plugins() if p is not impl.plugin]

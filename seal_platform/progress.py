@@ -9,6 +9,7 @@ end-of-run summary (:attr:`RichProgress.extra_seconds`).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress as RichBar, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -21,7 +22,7 @@ class RichProgress(Progress):
     def __init__(self, console: Console):
         self.console = console
         self.bar: RichBar | None = None
-        self.task = None
+        self.task: Any = None  # rich's TaskID once the bar exists
         self.total = 0
         self.step = 0
         self.stage_name = "starting"

@@ -73,8 +73,8 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
     console.print(f"[bold]interface revisions[/] ({len(revisions)})")
     for rev in revisions:
         parent = "-" if rev.parent is None else str(rev.parent)
-        step = "before training" if rev.step is None else f"step {rev.step}"
-        console.print(f"  revision {rev.revision} (parent {parent}, {step})", highlight=False)
+        when = "before training" if rev.step is None else f"step {rev.step}"
+        console.print(f"  revision {rev.revision} (parent {parent}, {when})", highlight=False)
         if rev.changes:
             console.print("    changes: " + "; ".join(rev.changes), highlight=False, markup=False)
         if rev.driven_by:

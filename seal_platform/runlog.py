@@ -48,6 +48,7 @@ def quiet_terminal(log_path: Path, verbose: bool = False) -> Iterator[IO[str]]:
     terminal: IO[str] = sys.stdout
     try:
         if not verbose:
+            fds: tuple[int, ...]
             try:
                 fds = (sys.stdout.fileno(), sys.stderr.fileno())
             except (AttributeError, OSError, ValueError):

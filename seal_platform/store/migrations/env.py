@@ -21,6 +21,8 @@ connection = config.attributes.get("connection")
 if connection is not None:
     _migrate(connection)
 else:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    assert url, "alembic: no sqlalchemy.url"
+    engine = create_engine(url)
     with engine.begin() as conn:
         _migrate(conn)
