@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -181,11 +182,85 @@ def _pending_closing(tokenizer: Any, message: Message, prompt: str, full: str) -
     return closing
 
 
+@dataclass(frozen=True)
+class _State:
+    """The splice after a sampled message: the sequence so far, the text it covers, the pending closing."""
+
+    input_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    engine_logprobs: tuple[float | None, ...]
+    spans: tuple[tuple[int, int, int], ...]
+    covered: str
+    pending: str
+
+
+class _SpliceCache:
+    """Splice states by conversation prefix, so that an episode's next prompt renders and tokenizes only what
+    its last turns appended (linear work per episode instead of quadratic). Keyed by the template and a chained
+    fingerprint of the messages up to and including a sampled one; only an episode's latest state is kept (the
+    previous one is dropped when it is extended), at most ``size`` states in all (least recently used go)."""
+
+    def __init__(self, size: int = 2048):
+        self.size = size
+        self.enabled = True
+        self._states: OrderedDict[tuple[str, int], _State] = OrderedDict()
+        self._lock = threading.Lock()  # guards the dict only; nothing is rendered or tokenized under it
+
+    def get(self, key: tuple[str, int]) -> _State | None:
+        with self._lock:
+            state = self._states.get(key)
+            if state is not None:
+                self._states.move_to_end(key)
+            return state
+
+    def put(self, key: tuple[str, int], state: _State, replaces: tuple[str, int] | None) -> None:
+        with self._lock:
+            if replaces is not None:
+                self._states.pop(replaces, None)
+            self._states[key] = state
+            while len(self._states) > self.size:
+                self._states.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._states.clear()
+
+
+SPLICE_CACHE = _SpliceCache()
+
+
+def _fingerprints(messages: Sequence[Message]) -> list[int]:
+    """A chained hash per message: equal for two conversations exactly when their prefixes are (up to hash
+    collisions, which a 64-bit hash of every field makes negligible)."""
+    out, h = [], 0
+    for m in messages:
+        ids = tuple(m.token_ids) if m.token_ids is not None else None
+        lps = tuple(m.logprobs) if m.logprobs is not None else None
+        h = hash((h, m.role, m.content, ids, lps, _is_trained(m)))
+        out.append(h)
+    return out
+
+
 def _splice(tokenizer: Any, messages: Sequence[Message], for_prompt: bool) -> EpisodeTokens:
     out = EpisodeTokens()
     covered = ""
     pending = ""
     sampled = [i for i, m in enumerate(messages) if _is_sampled(m)]
+    any_sampled = bool(sampled)
+    template = str(getattr(tokenizer, "chat_template", "") or "") + f"|{type(tokenizer).__name__}|{len(tokenizer)}"
+    cache = SPLICE_CACHE if SPLICE_CACHE.enabled else None
+    prints = _fingerprints(messages) if cache is not None else []
+    resumed_key: tuple[str, int] | None = None
+    if cache is not None:
+        for j in range(len(sampled) - 1, -1, -1):  # the longest prefix already spliced
+            state = cache.get((template, prints[sampled[j]]))
+            if state is not None:
+                out = EpisodeTokens(list(state.input_ids), list(state.loss_mask), list(state.engine_logprobs),
+                                    list(state.spans))
+                covered, pending = state.covered, state.pending
+                resumed_key = (template, prints[sampled[j]])
+                sampled = sampled[j + 1:]
+                break
     for k in sampled:
         prompt = render(tokenizer, messages[:k], add_generation_prompt=True)
         context = _tokenize(tokenizer, pending + _after(prompt, covered, f"before message {k}"))
@@ -207,9 +282,14 @@ def _splice(tokenizer: Any, messages: Sequence[Message], for_prompt: bool) -> Ep
         full = render(tokenizer, messages[: k + 1], add_generation_prompt=False)
         pending = _pending_closing(tokenizer, message, prompt, full)
         covered = full
+        if cache is not None:
+            key = (template, prints[k])
+            cache.put(key, _State(tuple(out.input_ids), tuple(out.loss_mask), tuple(out.engine_logprobs),
+                                  tuple(out.spans), covered, pending), replaces=resumed_key)
+            resumed_key = key
     if for_prompt:
         tail = pending + _after(render(tokenizer, messages, add_generation_prompt=True), covered, "at the end")
-    elif not sampled:
+    elif not any_sampled:
         tail = render(tokenizer, messages, add_generation_prompt=False)
     else:
         tail = ""

@@ -152,3 +152,29 @@ def test_tool_results_are_wrapped_once_whoever_wraps_them(tokenizer):
     episode = encode_episode(wrapping, messages)
     prompt = prompt_ids(wrapping, messages[:3])
     assert episode.input_ids[: len(prompt)] == prompt
+
+
+def test_cached_splicing_equals_a_full_render_for_growing_and_branching_episodes(tokenizer):
+    """Prompts of a growing episode resume from the cached splice of its prefix: every result must equal the
+    uncached splice (a full render), also when two episodes share a prefix and then differ."""
+    from seal_platform_plugins.grpo.tokens import SPLICE_CACHE
+
+    def fresh(fn, msgs):
+        SPLICE_CACHE.enabled = False
+        try:
+            return fn(tokenizer, msgs)
+        finally:
+            SPLICE_CACHE.enabled = True
+
+    SPLICE_CACHE.clear()
+    base = dialogue(tokenizer)
+    other = [*base[:4], Message(role="tool", content='{"files": []}'), sampled(tokenizer, "No files.")]
+    for msgs in (base, other):
+        for n in range(1, len(msgs) + 1):
+            assert prompt_ids(tokenizer, msgs[:n]) == fresh(prompt_ids, msgs[:n])
+            cached, full = encode_episode(tokenizer, msgs[:n]), fresh(encode_episode, msgs[:n])
+            assert (cached.input_ids, cached.loss_mask, cached.engine_logprobs, cached.spans) == \
+                   (full.input_ids, full.loss_mask, full.engine_logprobs, full.spans)
+    # A later edit of an earlier message is a different prefix: no stale state is reused.
+    edited = [base[0], Message(role="user", content="List the files in /var."), *base[2:]]
+    assert prompt_ids(tokenizer, edited) == fresh(prompt_ids, edited)
