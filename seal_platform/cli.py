@@ -6,11 +6,12 @@ status 2, never a traceback; ``SEAL_PLATFORM_DEBUG=1`` shows the traceback anywa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import click
 from rich.console import Console
@@ -18,7 +19,7 @@ from rich.table import Table
 
 from . import __version__
 from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_for, salvage_config
-from .errors import PluginError, SealError
+from .errors import PluginError, SealError, Terminated
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
 
@@ -134,14 +135,38 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
     from .run_display import run_with_display
 
     try:
-        run_with_display(runner, store, console, verbose=verbose, live=not quiet, report=not no_report)
-    except KeyboardInterrupt:
-        errors.print(f"interrupted; continue with: seal-platform run --resume {runner.run_id}")
-        sys.exit(130)
+        with _sigterm_interrupts():
+            run_with_display(runner, store, console, verbose=verbose, live=not quiet, report=not no_report)
+    except KeyboardInterrupt as exc:
+        how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+        errors.print(f"{how}; the run is marked interrupted; continue with: seal-platform run --resume "
+                     f"{runner.run_id}", highlight=False)
+        sys.exit(143 if isinstance(exc, Terminated) else 130)
     except SealError as exc:
         raise SealError(f"{exc} The run {runner.run_id} is marked failed; after fixing the cause, "
                         f"continue it with `seal-platform run --resume {runner.run_id}`.") from exc
     console.print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While a run goes on, SIGTERM stops it the way Ctrl-C does (the run is marked ``interrupted`` and can
+    be resumed) instead of killing the process with the run left ``running``."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _warn_failed_plugins(host: Any) -> None:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+class Terminated(KeyboardInterrupt):
+    """The process got SIGTERM (what schedulers and ``kill`` send): the run stops as on Ctrl-C, marked
+    ``interrupted`` and resumable, and the command exits with 143 (128 + 15) instead of 130."""
+
+
 class SealError(Exception):
     """Base class: a problem the user can act on; ``str(exc)`` says what and how."""
 

@@ -47,7 +47,7 @@ from .checkpoints import (
 from .config import RunConfig
 from .context import RunContext
 from .environment import Environment
-from .errors import PluginError, SealError
+from .errors import PluginError, SealError, Terminated
 from .planning import Plan, check_machine, check_recipe, plan_config, plan_recipe, prepare
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, score_evaluation
@@ -182,8 +182,9 @@ class Runner:
             summary = self._train(environment, engine)
             status = "completed"
             return summary
-        except KeyboardInterrupt:
-            status, error = "interrupted", "interrupted by the user (KeyboardInterrupt)"
+        except KeyboardInterrupt as exc:
+            status = "interrupted"
+            error = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted by the user (KeyboardInterrupt)"
             raise
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}"

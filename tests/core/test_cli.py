@@ -229,3 +229,33 @@ print("after the run")
     log = (tmp_path / "run.log").read_text()
     for text in ("engine INFO line", "a library warning", "native stderr line", "stdout from a library"):
         assert text in log
+
+
+def test_sigterm_stops_a_run_as_interrupted_with_exit_143_and_it_resumes(toy_site, toy_recipe, tmp_path):
+    """What schedulers send: the run stops at once, marked interrupted (not crashed), and resumes."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from seal_platform.store import RunStore
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_site), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "seal_platform", "run", str(toy_recipe), "training.steps=8",
+           "settings.toy.optimize_sleep_s=0.4", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
+    deadline = time.time() + 60
+    while time.time() < deadline and not ((tmp_path / "runs" / "store.sqlite").exists() and store.list_runs()
+                                          and store.steps(store.list_runs()[0].id)):  # a step is done
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out + err
+    (run,) = store.list_runs()
+    assert "stopped by SIGTERM" in err and f"seal-platform run --resume {run.id}" in err
+    assert store.get_run(run.id).status == "interrupted"
+    done = subprocess.run([sys.executable, "-m", "seal_platform", "run", "--resume", run.id, "--store", store.url,
+                           "--quiet"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert store.get_run(run.id).status == "completed"

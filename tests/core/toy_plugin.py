@@ -44,6 +44,8 @@ class ToySettings(BaseModel):
     # Training outcomes independent of the engine: "every_third" passes sample 0 of the tasks whose index is a
     # multiple of 3 and fails the rest (so exactly those groups are mixed); "never" fails every episode.
     outcomes: str = "engine"
+    # Seconds each `optimize` sleeps (a run that lasts long enough to be signalled).
+    optimize_sleep_s: float = 0.0
     # A problem `check_machine` reports (as a plugin would report a GPU this machine lacks).
     refuse_machine: str | None = None
 
@@ -237,6 +239,10 @@ class ToyPlugin:
     @hookimpl
     def optimize(self, ctx, engine, trajectories, weights, step):
         settings = self._note("optimize", ctx, engine=engine, trajectories=trajectories, weights=weights, step=step)
+        if settings.optimize_sleep_s:
+            import time
+
+            time.sleep(settings.optimize_sleep_s)
         _maybe_interrupt(settings, "optimize", step)
         engine.skill = min(1.0, engine.skill + settings.skill_step)
         return {"loss": 1.0 - engine.skill, "skill": engine.skill}
