@@ -103,7 +103,7 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
     from .progress import RichProgress
     from .store import RunStore
 
-    if resume:
+    if resume is not None:
         store = RunStore(store_url or default_store_url())
         row = store.get_run(resume)
         if row.status == "completed":

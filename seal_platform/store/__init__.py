@@ -221,6 +221,10 @@ class RunStore:
             run.status, run.ended_at, run.error = status, utcnow(), error
 
     def _get_run(self, s: Session, run_id: str) -> m.Run:
+        if not run_id.strip():  # a prefix of every id: never "the only run"
+            runs = s.scalars(select(m.Run).order_by(m.Run.started_at.desc())).all()
+            listed = ", ".join(f"{r.id} ({r.status})" for r in runs[:20]) or "none"
+            raise StoreError(f"an empty run id names no run; runs in {self.url}: {listed}.")
         run = s.get(m.Run, run_id)
         if run is None:
             matches = s.scalars(select(m.Run).where(m.Run.id.startswith(run_id))).all()

@@ -259,3 +259,21 @@ def test_sigterm_stops_a_run_as_interrupted_with_exit_143_and_it_resumes(toy_sit
                            "--quiet"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert store.get_run(run.id).status == "completed"
+
+
+def test_resume_with_an_empty_or_ambiguous_id_is_an_error_listing_the_runs(runner, toy_recipe, toy_site, tmp_path):
+    first = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=1", "--quiet"])
+    assert first.exit_code == 0, first.output
+    run_id = first.output.split("run ", 1)[1].split()[0]
+    store = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    for bad in ("", "  "):
+        result = runner.invoke(cli, ["run", str(toy_recipe), "--resume", bad, "--store", store, "--quiet"])
+        assert result.exit_code != 0 and "empty run id" in result.output and run_id in result.output
+    from seal_platform.store import RunStore
+
+    assert [r.id for r in RunStore(store).list_runs()] == [run_id]  # nothing was resumed or started
+    second = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=1", "--quiet"])
+    other = second.output.split("run ", 1)[1].split()[0]
+    common = next(i for i, (a, b) in enumerate(zip(run_id, other)) if a != b)
+    result = runner.invoke(cli, ["run", "--resume", run_id[:common], "--store", store, "--quiet"])
+    assert result.exit_code != 0 and "ambiguous" in result.output and run_id in result.output and other in result.output
