@@ -187,7 +187,7 @@ class StagesConfig(_Section):
 class RunConfig(_Section):
     name: str = "run"
     description: str = ""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Seeds every random choice of the run (0 to 2**32 - 1).")
     environment: str = Field(description="A registered environment, e.g. `bfcl`.")
     runs_dir: str = Field(default="runs", description="Where run directories and the default store live.")
     store: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite under runs_dir.")
@@ -266,9 +266,50 @@ def resolve_recipe_path(recipe: str | Path | None) -> Path:
     raise ConfigError(f"recipe {str(recipe)!r} not found: give a path to a YAML file or one of the shipped recipes ({shipped}).")
 
 
+# A recipe is a few hundred YAML nodes; these bounds refuse alias bombs (a few hundred bytes whose aliases
+# expand to billions of nodes once anything walks the mapping) and nesting that would overflow the stack.
+MAX_RECIPE_NODES = 100_000
+MAX_RECIPE_DEPTH = 64
+
+
+def _check_yaml_shape(path: Path, text: str) -> None:
+    """Refuse a recipe whose node graph, with every alias expanded, has more than :data:`MAX_RECIPE_NODES`
+    nodes or is nested deeper than :data:`MAX_RECIPE_DEPTH` levels, before anything expands it."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to read (more than {MAX_RECIPE_DEPTH} levels are refused).") from None
+    if root is None:
+        return
+    size: dict[int, int] = {}
+    height: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:  # post-order, iterative: no recursion however deep the document
+        node, done = stack.pop()
+        if id(node) in size:
+            continue
+        children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
+                    else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in size)
+            continue
+        size[id(node)] = 1 + sum(size[id(c)] for c in children)
+        height[id(node)] = 1 + max((height[id(c)] for c in children), default=0)
+        if size[id(node)] > MAX_RECIPE_NODES:
+            raise ConfigError(f"{path}: with its aliases (*name) expanded the recipe has more than "
+                              f"{MAX_RECIPE_NODES:,} values (an alias bomb?); write the values out or use fewer aliases.")
+        if height[id(node)] > MAX_RECIPE_DEPTH:
+            line = node.start_mark.line + 1
+            raise ConfigError(f"{path}:{line}: nested deeper than {MAX_RECIPE_DEPTH} levels; a recipe is a shallow "
+                              "mapping of settings.")
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        _check_yaml_shape(path, text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

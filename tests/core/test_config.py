@@ -126,3 +126,35 @@ def test_extends_merges_and_detects_cycles(tmp_path):
     _write(tmp_path, {"extends": "a.yaml"}, "b.yaml")
     with pytest.raises(ConfigError, match="goes round in a circle"):
         load_recipe_data(tmp_path / "a.yaml")
+
+
+def test_alias_bombs_deep_nesting_and_huge_seeds_are_refused_with_one_paragraph(tmp_path):
+    import time
+
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join(['*a' + str(i - 1)] * 10)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("environment: toy\nsettings:\n  engine:\n    vllm:\n      extra_args:\n" +
+                    "".join(f"        {line}\n" for line in lines))
+    assert len(bomb.read_bytes()) < 1000  # a few hundred bytes, 10^9 values once expanded
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("environment: toy\nsettings: " + "[" * 600 + "]" * 600 + "\n")
+    seed = tmp_path / "seed.yaml"
+    seed.write_text(f"environment: toy\nseed: {2**64}\n")
+    runner = CliRunner()
+    for path, words in ((bomb, "alias bomb"), (deep, "nested"), (seed, "seed")):
+        started = time.perf_counter()
+        for cmd in (["config", "validate", str(path)], ["run", str(path), "--quiet"]):
+            result = runner.invoke(cli, cmd)
+            assert result.exit_code != 0 and words in result.output, (cmd, result.output[-500:])
+            assert "Traceback" not in result.output
+        assert time.perf_counter() - started < 20
+    ok = tmp_path / "ok.yaml"  # ordinary anchors and aliases still work
+    ok.write_text("environment: toy\ntraining: &t {steps: 2}\nevaluation: {every: 1}\n")
+    from seal_platform.config import load_recipe_data
+
+    assert load_recipe_data(ok)["training"] == {"steps": 2}
