@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -84,6 +85,79 @@ class TurnVerdict(BaseModel):
     checks: dict[str, Any] = Field(default_factory=dict)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _children(value: Any) -> list[Any]:
+    if isinstance(value, BaseModel):
+        return [getattr(value, name) for name in type(value).model_fields]
+    if isinstance(value, dict):
+        return [*value.keys(), *value.values()]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return []
+
+
+def _count_surrogates(value: Any) -> int:
+    """Lone surrogates in every string of ``value`` (iterative: model output may nest thousands deep)."""
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                count += len(_SURROGATE.findall(item))
+        else:
+            stack.extend(_children(item))
+    return count
+
+
+def _clean_in_place(value: Any) -> Any:
+    """Replace lone surrogates with U+FFFD in every string of ``value`` (dict keys too), changing its lists and
+    dicts in place, iteratively; returns the cleaned value (a new object only when ``value`` is a string)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in list(item):
+                child = item[key]
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    del item[key]
+                    key = _SURROGATE.sub("\ufffd", key)
+                item[key] = _SURROGATE.sub("\ufffd", child) if isinstance(child, str) else child
+                if not isinstance(child, str):
+                    stack.append(child)
+        elif isinstance(item, list):
+            for i, child in enumerate(item):
+                if isinstance(child, str):
+                    item[i] = _SURROGATE.sub("\ufffd", child)
+                else:
+                    stack.append(child)
+    return value
+
+
+def make_text_valid(traj: Trajectory) -> int:
+    """Model output is untrusted: JSON escapes such as ``"\\ud800"`` in a tool call's arguments decode to lone
+    surrogates, which are not text (no UTF-8 encoding exists, so storing or printing them fails). Every string
+    of ``traj`` gets them replaced with U+FFFD, in place; the number replaced is added to
+    ``traj.metadata["replaced_surrogates"]`` and returned."""
+    count = _count_surrogates([traj.messages, traj.tool_calls, traj.turn_verdicts, traj.metadata])
+    if count:
+        for message in traj.messages:
+            message.content = _clean_in_place(message.content)
+        for call in traj.tool_calls:
+            call.name = _clean_in_place(call.name)
+            call.arguments = _clean_in_place(call.arguments)
+            call.result, call.error = _clean_in_place(call.result), _clean_in_place(call.error)
+            call.rejected = _clean_in_place(call.rejected)
+        for verdict in traj.turn_verdicts:
+            verdict.checks = _clean_in_place(verdict.checks)
+        traj.metadata = _clean_in_place(traj.metadata)
+        traj.metadata["replaced_surrogates"] = traj.metadata.get("replaced_surrogates", 0) + count
+    return count
+
+
 class Trajectory(BaseModel):
     """One rollout of one task under one interface revision."""
 
@@ -105,6 +179,11 @@ class Trajectory(BaseModel):
     # Such a trajectory says nothing about the policy: it is never diagnosed, and its group is masked out of
     # the update (see seal_platform.infra).
     infra_failure: str | None = None
+
+    @model_validator(mode="after")
+    def _valid_text(self) -> Trajectory:
+        make_text_valid(self)  # see make_text_valid: lone surrogates replaced and counted
+        return self
 
     @property
     def success(self) -> bool:

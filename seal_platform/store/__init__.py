@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, object_session, sessionmaker
 from ..capability import CapabilityState
 from ..errors import StoreError
 from ..infra import mean_reward as policy_mean_reward
-from ..types import EvalResult, Interface, Trajectory, TurnLabel
+from ..types import EvalResult, Interface, Trajectory, TurnLabel, make_text_valid
 from . import models as m
 from . import readonly, safety
 from .models import utcnow
@@ -66,6 +66,9 @@ def alembic_config(connection: Any = None, url: str | None = None) -> Config:
 
 
 def pack_trajectory(traj: Trajectory) -> bytes:
+    # Environments fill a trajectory after building it: its text is made valid (lone surrogates replaced,
+    # counted in its metadata) again here, so the store never fails on what a model wrote.
+    make_text_valid(traj)
     return zlib.compress(traj.model_dump_json().encode(), level=6)
 
 

@@ -109,3 +109,27 @@ def test_dead_running_run_reads_as_crashed_and_unknown_ids_are_clear(tmp_path):
     assert store.get_run("20260101").status == "crashed"  # unique prefix works
     with pytest.raises(StoreError, match="no run 'zzz'"):
         store.get_run("zzz")
+
+
+def test_lone_surrogates_from_model_output_are_replaced_counted_and_stored(tmp_path):
+    """json.loads turns the escape "\\ud800" in a model's tool-call arguments into a lone surrogate, which
+    has no UTF-8 encoding: the store write (and every later read or print) must not fail on it."""
+    import json as _json
+
+    from seal_platform.types import Message, ToolCall, Trajectory
+
+    args = _json.loads('{"path": "a\\ud800b", "\\udfff": ["\\ud83d\\ude00 ok"]}')  # one valid pair stays
+    traj = Trajectory(task_id="t", category="c", group="g")
+    traj.messages.append(Message(role="assistant", content="x\ud800"))  # filled in after construction
+    traj.tool_calls.append(ToolCall(turn=0, name="ls", arguments=args))
+    store = RunStore(f"sqlite:///{tmp_path / 's.sqlite'}")
+    store.create_run("r", name="n", recipe="", config={}, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
+    from seal_platform.capability import CapabilityState
+
+    store.record_step("r", step=0, epoch=0, trajectories=[traj], labels=[], label_weights={}, state=CapabilityState(),
+                      interface_revision=0, metrics={}, timings={})
+    (back,) = store.trajectories("r")
+    assert back.messages[0].content == "x\ufffd"
+    assert back.tool_calls[0].arguments == {"path": "a\ufffdb", "\ufffd": ["\U0001F600 ok"]}
+    assert back.metadata["replaced_surrogates"] == 3
+    back.model_dump_json().encode("utf-8")
