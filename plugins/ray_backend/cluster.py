@@ -10,6 +10,7 @@ on a real cluster install the same packages on every node (docs/scaling.md).
 from __future__ import annotations
 
 import os
+import uuid
 import sys
 import threading
 from typing import Any
@@ -94,7 +95,7 @@ def colocated(config: Any, n: int) -> list[Any]:
     with _lock:
         if _colocated is None:
             bundle = {"CPU": config.trainer_cpus + config.engine_cpus, "GPU": config.trainer_gpus + config.engine_gpus}
-            strategies, group = placement(config, [bundle] * n, name=f"seal-colocated-{os.getpid()}")
+            strategies, group = placement(config, [bundle] * n, name=f"seal-colocated-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             _colocated = (group, strategies)
         strategies = _colocated[1]
     return [strategies[i % len(strategies)] for i in range(n)]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 import threading
 from typing import Any, Callable
 
@@ -391,7 +392,7 @@ def start_replicas(kind: str, config: Any, n: int, builder: Callable[[], Any],
             strategies, group = cluster.colocated(config, n), None
         else:
             bundles = [{"CPU": config.engine_cpus, "GPU": config.engine_gpus}] * n
-            strategies, group = cluster.placement(config, bundles, name=f"seal-engines-{os.getpid()}")
+            strategies, group = cluster.placement(config, bundles, name=f"seal-engines-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         replicas = [
             EngineReplica.options(
                 num_cpus=config.engine_cpus, num_gpus=config.engine_gpus, max_concurrency=256,

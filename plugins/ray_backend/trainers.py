@@ -11,7 +11,9 @@ free port on it are the rendezvous. With ``ray.colocate`` the group is the one t
 
 from __future__ import annotations
 
+import os
 import socket
+import uuid
 from typing import Any, Sequence
 
 import ray
@@ -55,7 +57,7 @@ class RayTrainerGroup:
                 strategies = cluster.colocated(config, world_size)
             else:
                 bundles = [{"CPU": config.trainer_cpus, "GPU": config.trainer_gpus}] * world_size
-                strategies, self._group = cluster.placement(config, bundles, name=f"seal-trainers-{id(self)}")
+                strategies, self._group = cluster.placement(config, bundles, name=f"seal-trainers-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             address, port = ray.get(_rendezvous.options(scheduling_strategy=strategies[0]).remote(), timeout=120)
             cls = _actor_class(worker_cls)
             gpus = config.trainer_gpus
