@@ -53,16 +53,16 @@ def default_store_url() -> str:
 
 
 def open_store(url: str | None, *, write: bool = False) -> Any:
-    """An existing store for a command; one that only reads (``write=False``) opens a store whose file
-    cannot be written read-only instead of failing."""
+    """An existing store for a command. A command that only reads (``write=False``) opens an SQLite store
+    read-only: it never creates, migrates or changes the journal mode of the file, and a file that is not a
+    seal-platform store is refused as such."""
     from .store import RunStore
-    from .store.readonly import not_writable
 
     url = url or default_store_url()
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise SealError(f"no run store at {url.removeprefix('sqlite:///')}: no run has been made here yet "
                         f"(give --store or set {ENV_STORE}).")
-    return RunStore(url, read_only=not write and bool(not_writable(url)))
+    return RunStore(url, read_only=not write and url.startswith("sqlite:"))
 
 
 store_option = click.option("--store", "store_url", default=None, help=f"Run store URL (default: ${ENV_STORE} or runs/store.sqlite).")
@@ -361,6 +361,36 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
     console.print(comparison_table(comparison), highlight=False)
     if html_out:
         console.print(f"wrote {html_out}", highlight=False)
+
+
+@cli.command("upgrade-store")
+@store_option
+def upgrade_store(store_url: str | None) -> None:
+    """Upgrade a run store written by an older seal-platform to this version's schema, in place (read
+    commands never change a store)."""
+    from .store import RunStore
+
+    url = store_url or default_store_url()
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise SealError(f"no run store at {url.removeprefix('sqlite:///')}.")
+    from sqlalchemy import create_engine, inspect
+
+    from .store.readonly import read_only_urls
+
+    if url.startswith("sqlite:"):  # look before touching: opening it normally would switch it to WAL
+        probe = create_engine(read_only_urls(url)[0])
+        try:
+            tables = set(inspect(probe).get_table_names())
+        finally:
+            probe.dispose()
+        if tables and "runs" not in tables:
+            raise SealError(f"{url} is not a seal-platform run store (its tables: {', '.join(sorted(tables)[:8])}); "
+                            "nothing was changed.")
+    before = RunStore(url, migrate=False)
+    old = before.schema_revision()
+    before.close()
+    store = RunStore(url)
+    console.print(f"{url}: schema {old or 'none'} -> {store.schema_revision()}", highlight=False)
 
 
 @cli.command("eval")

@@ -1,5 +1,5 @@
 """Reading a store that cannot be written (a file or directory without write permission, an immutable file,
-a copy on read-only media): the read commands (`runs`, `show`, `report`, `compare`) open it read-only.
+a copy on read-only media), and every store a read command (`runs`, `show`, `report`, `compare`) opens: read-only.
 
 A read-only open never writes: no migration, no ``journal_mode`` switch, no crashed-run marks (a dead run
 still *reads* as ``crashed``). SQLite opens the file with ``mode=ro``; where that fails because the WAL
@@ -64,12 +64,21 @@ def check_schema(url: str, engine: Engine, head: str | None, reason: str) -> Non
     current = current_revision(engine)
     if current == head:
         return
-    if current is None:
-        with engine.connect() as conn:
-            tables = conn.execute(text("SELECT count(*) FROM sqlite_master WHERE type = 'table'")).scalar()
-        what = "is empty" if not tables else "has tables but no seal-platform schema version"
-        raise StoreError(f"run store {path} {what} and cannot be written ({reason}), so it cannot be set up "
+    with engine.connect() as conn:
+        names = {row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))}
+    if not names:
+        if reason == "opened read-only":
+            raise StoreError(f"{path} is an empty file, not a seal-platform run store (a read command writes "
+                             "nothing, so it does not set one up): give --store the store.sqlite of a runs directory.")
+        raise StoreError(f"run store {path} is empty and cannot be written ({reason}), so it cannot be set up "
                          f"either: give --store the store.sqlite of a runs directory.")
+    if not {"runs", "steps", "trajectories"} <= names:
+        listed = ", ".join(sorted(names)[:8]) + (", ..." if len(names) > 8 else "")
+        raise StoreError(f"{path} is not a seal-platform run store (its tables: {listed}); nothing was read or "
+                         "changed: give --store the store.sqlite of a runs directory.")
+    if current is None:
+        raise StoreError(f"run store {path} has seal-platform's tables but no schema version (alembic_version): it "
+                         "was not written by seal-platform, or was damaged; nothing was read or changed.")
     try:
         known = ScriptDirectory.from_config(alembic_config()).get_revision(current) is not None
     except CommandError:
@@ -80,9 +89,15 @@ def check_schema(url: str, engine: Engine, head: str | None, reason: str) -> Non
             f"is {head}): it was written by a newer version; upgrade seal-platform (pip install -U "
             f"seal-platform) to read it."
         )
+    if reason == "opened read-only":
+        raise StoreError(
+            f"run store {path} has schema revision {current}, older than this seal-platform's {head}; read "
+            f"commands do not change a store: upgrade it in place once with `seal-platform upgrade-store --store "
+            f"sqlite:///{path}` (back it up first if another seal-platform version still uses it)."
+        )
     raise StoreError(
         f"run store {path} has schema revision {current}, older than this seal-platform's {head}, and cannot "
         f"be written ({reason}), so it cannot be upgraded for reading: make it writable and run "
-        f"`seal-platform runs --store sqlite:///{path}` once (that upgrades it in place), or read it with the "
-        f"seal-platform version that wrote it."
+        f"`seal-platform upgrade-store --store sqlite:///{path}` once, or read it with the seal-platform version "
+        f"that wrote it."
     )

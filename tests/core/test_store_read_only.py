@@ -171,3 +171,40 @@ def test_an_evaluation_over_several_categories_counts_its_tasks_once(tmp_path):
     store.add_evaluation("r1", 2, EvalResult(split="eval", per_category={"a": 50.0, "b": 25.0}, n_tasks=8))
     [point] = load_digest(store, "r1").evaluations["toy:eval"]
     assert point.n_tasks == 8 and point.per_category == {"a": 50.0, "b": 25.0}
+
+
+@pytest.mark.parametrize("alembic", [False, True])
+def test_read_commands_refuse_another_applications_database_and_change_nothing(tmp_path, alembic):
+    """A read command pointed at someone else's SQLite file: one paragraph saying it is not a run store
+    (no upgrade advice), and the file is byte for byte as it was: no tables added, no WAL switch."""
+    db = tmp_path / "app.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO users VALUES (1, 'ada')")
+        if alembic:  # another application's Alembic-managed database
+            conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+            conn.execute("INSERT INTO alembic_version VALUES ('1f2e3d4c5b6a')")
+        conn.commit()
+    before = _digest(db)
+    for cmd in (["runs"], ["show", "x"], ["report", "x"], ["compare", "x", "y"]):
+        result = CliRunner().invoke(cli, [*cmd, "--store", f"sqlite:///{db}"])
+        text = " ".join(result.output.split())
+        assert result.exit_code != 0 and "Traceback" not in result.output, (cmd, result.output)
+        assert "is not a seal-platform run store" in text and "upgrade" not in text.lower(), (cmd, text)
+    assert _digest(db) == before
+    assert not (tmp_path / "app.sqlite-wal").exists() and not (tmp_path / "app.sqlite-shm").exists()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    result = CliRunner().invoke(cli, ["upgrade-store", "--store", f"sqlite:///{db}"])
+    assert result.exit_code != 0 and "not a seal-platform run store" in result.output
+    assert _digest(db) == before
+
+
+def test_an_old_store_is_read_after_an_explicit_upgrade_only(tmp_path):
+    url, db = _store_at(tmp_path, "0002")
+    before = _digest(db)
+    result = CliRunner().invoke(cli, ["runs", "--store", url])
+    assert result.exit_code == 2 and "seal-platform upgrade-store --store" in " ".join(result.output.split())
+    assert _digest(db) == before
+    assert CliRunner().invoke(cli, ["upgrade-store", "--store", url]).exit_code == 0
+    assert CliRunner().invoke(cli, ["runs", "--store", url]).exit_code == 0
