@@ -72,6 +72,11 @@ class RunDigest(BaseModel):
     )
     label_weights: dict[int, dict[str, float]] = Field(default_factory=dict, description="step -> label -> weight")
     revisions: list[Revision] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict, description="the resolved recipe the run ran with")
+    stage_times: dict[str, dict[int, float]] = Field(
+        default_factory=dict, description="stage -> step -> seconds, for stages the step rows do not time "
+        "(setup, evaluate; from the run's stage_time events)"
+    )
 
     # --- derived -------------------------------------------------------------------------------------
 
@@ -89,7 +94,10 @@ class RunDigest(BaseModel):
         for step in self.steps:
             for stage, seconds in step.timings.items():
                 totals[stage] += float(seconds)
-        order = [s for s in STAGES if s in totals] + sorted(s for s in totals if s not in STAGES)
+        for stage, per_step in self.stage_times.items():
+            totals[stage] += sum(per_step.values())
+        order = ([s for s in ("setup", *STAGES, "evaluate") if s in totals]
+                 + sorted(s for s in totals if s not in STAGES and s not in ("setup", "evaluate")))
         return {s: totals[s] for s in order}
 
     def first_and_last(self, eval_set: str) -> tuple[EvalPoint | None, EvalPoint | None]:
@@ -156,6 +164,11 @@ def load_digest(store: Any, run_id: str) -> RunDigest:
     for row in store.labels(run.id):
         labels[row.source][row.label] += 1
         per_step[row.source][row.step][row.label] += 1
+    stage_times: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for event in store.events(run.id):
+        data = event.data or {}
+        if event.kind == "stage_time" and isinstance(data.get("seconds"), (int, float)):
+            stage_times[str(data.get("stage", "?"))][int(data.get("step", 0))] += float(data["seconds"])
     weights: dict[int, dict[str, float]] = defaultdict(dict)
     for row in store.label_weights(run.id):
         weights[row.step][row.label] = float(row.weight)
@@ -171,6 +184,8 @@ def load_digest(store: Any, run_id: str) -> RunDigest:
         labels={src: dict(c.most_common()) for src, c in sorted(labels.items())},
         labels_per_step={src: {step: dict(c) for step, c in sorted(steps.items())} for src, steps in sorted(per_step.items())},
         label_weights=dict(sorted(weights.items())),
+        config=dict(run.config or {}),
+        stage_times={stage: dict(sorted(v.items())) for stage, v in stage_times.items()},
         revisions=[
             Revision(revision=r.revision, parent=r.parent, step=r.step, changes=list(r.changes or []),
                      driven_by=list(r.driven_by or []), diff=r.diff or "")

@@ -19,25 +19,52 @@ table { border-collapse: collapse; margin: 0.5em 0; } td, th { padding: 2px 10px
 td:first-child, th:first-child { text-align: left; } tr:nth-child(even) { background: #f6f6f6; }
 pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; font-size: 0.85em; }
 .meta { color: #666; } .add { color: #070; } .del { color: #a00; } img { max-width: 100%; }
+details { margin: 0.5em 0; } summary { cursor: pointer; color: #246; }
 """
 
+OPTIMIZER_METRICS = (("loss", "loss"), ("grad_norm", "grad norm"), ("kl", "KL"), ("entropy", "entropy"),
+                     ("clip_frac", "clip fraction"))
 
-def _figure_png(draw: Callable[[Any], None], size: tuple[float, float] = (9, 4)) -> str:
-    """Render ``draw(ax)`` into a PNG data URI."""
+
+def _figure_png(draw: Callable[[Any], None], size: tuple[float, float] = (9, 4), ncols: int = 1) -> str:
+    """Render ``draw(ax)`` (``draw(axes)`` with ``ncols`` > 1) into a PNG data URI; the figure is cropped to
+    what was drawn, legends placed outside the axes included."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=size)
+    fig, ax = plt.subplots(1, ncols, figsize=size, squeeze=True)
     try:
         draw(ax)
         fig.tight_layout()
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=90)
+        fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     finally:
         plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _integer_steps(ax: Any) -> None:
+    """Training steps are whole numbers: no fractional ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _percent_axis(ax: Any) -> None:
+    """A pass rate axis always spans 0-100 %, so a flat 0 % run does not look like noise around zero."""
+    from matplotlib.ticker import PercentFormatter
+
+    ax.set_ylim(0, 100)
+    ax.yaxis.set_major_formatter(PercentFormatter(100))
+
+
+def _legend_below(ax: Any, n_items: int) -> None:
+    """The legend under the plot, outside the axes, so it never covers data."""
+    if n_items:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=min(max(n_items, 1), 5),
+                  frameon=False)
 
 
 def _img(uri: str, alt: str) -> str:
@@ -65,25 +92,37 @@ def _diff_html(diff: str) -> str:
 
 
 def _pass_rate_section(digest: RunDigest) -> str:
-    parts = ["<h2>Evaluation: pass rate per category</h2>"]
+    parts = ["<h2>Evaluation: pass rate per category (learning curve)</h2>"]
     if not digest.evaluations:
         return parts[0] + "<p>No evaluation was run.</p>"
     for eval_set, points in digest.evaluations.items():
         cats = sorted({c for p in points for c in p.per_category})
+        base = next((p for p in points if p.step == 0), None)
 
-        def draw(ax: Any, points=points, cats=cats, eval_set=eval_set) -> None:
+        def draw(ax: Any, points=points, cats=cats, eval_set=eval_set, base=base) -> None:
             for cat in cats:
                 xs = [p.step for p in points if cat in p.per_category]
-                ax.plot(xs, [p.per_category[cat] for p in points if cat in p.per_category], marker="o", label=cat)
+                ax.plot(xs, [p.per_category[cat] for p in points if cat in p.per_category], marker="o", label=cat,
+                        alpha=0.7)
             ax.plot([p.step for p in points], [p.average for p in points], marker="s", color="black",
                     linewidth=2, label="average")
-            ax.set(title=f"pass rate (%) on {eval_set}", xlabel="training steps done", ylabel="%")
-            ax.legend(fontsize=7)
+            if base is not None:
+                ax.axhline(base.average, color="grey", linestyle="--", linewidth=1,
+                           label=f"base (step 0): {base.average:.1f}%")
+            ax.set(title=f"pass rate on {eval_set}", xlabel="training steps done", ylabel="pass rate")
+            _percent_axis(ax)
+            _integer_steps(ax)
+            _legend_below(ax, len(cats) + 1 + (base is not None))
 
         parts.append(_img(_figure_png(draw), f"pass rate on {eval_set}"))
+        sizes = ", ".join(f"after step {p.step}: {p.n_tasks}" for p in points)
+        parts.append(f"<p class=meta>{html.escape(eval_set)}: {len(cats)} categor{'y' if len(cats) == 1 else 'ies'}; "
+                     f"tasks evaluated {html.escape(sizes)}"
+                     + ("" if base is None else f"; base line (before training) {base.average:.1f}%") + "</p>")
         rows = [[c, *(_pct(p.per_category.get(c)) for p in points)] for c in cats]
         rows.append(["average", *(_pct(p.average) for p in points)])
-        parts.append(_table(["category", *(f"after {p.step}" for p in points)], rows))
+        rows.append(["tasks", *(p.n_tasks for p in points)])
+        parts.append(_table(["category (pass rate %)", *(f"after {p.step}" for p in points)], rows))
     return "".join(parts)
 
 
@@ -102,10 +141,13 @@ def _labels_section(digest: RunDigest) -> str:
                 ax.bar(steps, values, bottom=bottom, label=label)
                 bottom = [b + v for b, v in zip(bottom, values)]
             ax.set(title=f"labels from {source}", xlabel="step", ylabel="turns")
-            ax.legend(fontsize=7)
+            _integer_steps(ax)
+            _legend_below(ax, len(labels))
 
         parts.append(_img(_figure_png(draw), f"labels from {source}"))
-        parts.append(_table(["label", "turns"], [[k, v] for k, v in digest.labels.get(source, {}).items()]))
+        parts.append(_table(["label", "turns (all steps)", *(f"step {s}" for s in steps)],
+                            [[k, v, *(per_step[s].get(k, 0) for s in steps)]
+                             for k, v in digest.labels.get(source, {}).items()]))
     return "".join(parts)
 
 
@@ -124,7 +166,8 @@ def _weights_section(digest: RunDigest) -> str:
             if rev.step is not None:
                 ax.axvline(rev.step, color="grey", linestyle=":", linewidth=1)
         ax.set(title="label weights (dotted: interface revisions)", xlabel="step", ylabel="weight")
-        ax.legend(fontsize=7)
+        _integer_steps(ax)
+        _legend_below(ax, len(labels))
 
     parts.append(_img(_figure_png(draw), "A-Patch weights"))
     final = digest.final_label_weights()
@@ -147,27 +190,80 @@ def _revisions_section(digest: RunDigest) -> str:
     return "".join(parts)
 
 
+def _step_seconds(digest: RunDigest, stage: str, step: int) -> float:
+    """Seconds ``stage`` took at ``step``: from the step row, or from the run's stage_time events (set-up,
+    evaluations; an evaluation "at step s" is the one after s steps, shown in the row of step s)."""
+    row = next((s for s in digest.steps if s.step == step), None)
+    return (row.timings.get(stage, 0.0) if row else 0.0) + digest.stage_times.get(stage, {}).get(step, 0.0)
+
+
 def _timings_section(digest: RunDigest) -> str:
-    parts = ["<h2>Step timings</h2>"]
-    if not digest.steps:
-        return parts[0] + "<p>No training step was recorded.</p>"
-    stages = list(digest.stage_seconds())
+    parts = ["<h2>Stage timings</h2>"]
+    totals = digest.stage_seconds()
+    if not totals:
+        return parts[0] + "<p>No stage was timed.</p>"
+    stages = list(totals)
+    grand = sum(totals.values())
+    parts.append(_table(["stage", "seconds", "share"],
+                        [[st, f"{v:.1f}", f"{100 * v / grand:.0f}%" if grand else "-"] for st, v in totals.items()]
+                        + [["total", f"{grand:.1f}", ""]]))
+    steps = sorted({s.step for s in digest.steps} | {st for v in digest.stage_times.values() for st in v})
 
     def draw(ax: Any) -> None:
-        xs = [s.step for s in digest.steps]
-        bottom = [0.0] * len(xs)
+        bottom = [0.0] * len(steps)
         for stage in stages:
-            values = [s.timings.get(stage, 0.0) for s in digest.steps]
-            ax.bar(xs, values, bottom=bottom, label=stage)
+            values = [_step_seconds(digest, stage, st) for st in steps]
+            ax.bar(steps, values, bottom=bottom, label=stage)
             bottom = [b + v for b, v in zip(bottom, values)]
-        ax.set(title="seconds per stage", xlabel="step", ylabel="s")
-        ax.legend(fontsize=7)
+        ax.set(title="seconds per stage (set-up and the step-0 evaluation at step 0)", xlabel="step", ylabel="s")
+        _integer_steps(ax)
+        _legend_below(ax, len(stages))
 
-    parts.append(_img(_figure_png(draw), "step timings"))
-    rows = [[s.step, f"{s.mean_reward:.3f}", s.interface_revision, *(f"{s.timings.get(st, 0.0):.1f}" for st in stages)]
-            for s in digest.steps]
+    parts.append(_img(_figure_png(draw), "stage timings"))
+    by_step = {s.step: s for s in digest.steps}
+    rows = [[st, f"{by_step[st].mean_reward:.3f}" if st in by_step else "-",
+             by_step[st].interface_revision if st in by_step else "-",
+             *(f"{_step_seconds(digest, stage, st):.1f}" for stage in stages)] for st in steps]
     parts.append(_table(["step", "reward", "interface", *stages], rows))
     return "".join(parts)
+
+
+def _optimizer_section(digest: RunDigest) -> str:
+    """Loss, grad norm, KL, entropy and clip fraction over the steps that updated the policy; a step whose
+    updates were all skipped has no such values (it is listed, not plotted as zeros)."""
+    parts = ["<h2>Optimizer metrics over steps</h2>"]
+    updated = [s for s in digest.steps if s.metrics.get("updates", 1.0) > 0
+               and any(k in s.metrics for k, _ in OPTIMIZER_METRICS)]
+    skipped = [s.step for s in digest.steps if s not in updated]
+    shown = [(k, name) for k, name in OPTIMIZER_METRICS if any(k in s.metrics for s in updated)]
+    if not updated or not shown:
+        return parts[0] + "<p>No step updated the policy (or the optimizer recorded no metrics).</p>"
+
+    def draw(axes: Any) -> None:
+        for ax, (key, name) in zip(list(axes) if len(shown) > 1 else [axes], shown):
+            xs = [s.step for s in updated if key in s.metrics]
+            ax.plot(xs, [s.metrics[key] for s in updated if key in s.metrics], marker="o")
+            ax.set(title=name, xlabel="step")
+            _integer_steps(ax)
+
+    parts.append(_img(_figure_png(draw, size=(3 * len(shown), 3), ncols=len(shown)), "optimizer metrics"))
+    rows = [[s.step, *(f"{s.metrics[k]:.4g}" if k in s.metrics else "-" for k, _ in shown)] for s in updated]
+    parts.append(_table(["step", *(name for _, name in shown)], rows))
+    if skipped:
+        parts.append(f"<p class=meta>steps without a policy update (nothing to learn or skipped): "
+                     f"{', '.join(map(str, skipped))}</p>")
+    return "".join(parts)
+
+
+def _recipe_section(digest: RunDigest) -> str:
+    """The resolved recipe the run ran with (defaults filled in), folded away."""
+    if not digest.config:
+        return "<h2>Recipe</h2><p>No resolved recipe was stored.</p>"
+    import yaml
+
+    text = yaml.safe_dump(digest.config, sort_keys=False, default_flow_style=False)
+    return ("<h2>Recipe</h2><details><summary>resolved recipe (defaults filled in; "
+            f"{len(text.splitlines())} lines)</summary><pre>{html.escape(text)}</pre></details>")
 
 
 def _dynamic_sampling_section(digest: RunDigest) -> str:
@@ -196,8 +292,9 @@ def run_report_html(digest: RunDigest) -> str:
     error = f"<p><b>error:</b> {html.escape(digest.error)}</p>" if digest.error else ""
     body = "".join([
         f"<h1>run {html.escape(digest.id)} ({html.escape(digest.name)})</h1>", meta, error,
-        _pass_rate_section(digest), _labels_section(digest), _weights_section(digest),
+        _pass_rate_section(digest), _optimizer_section(digest), _labels_section(digest), _weights_section(digest),
         _revisions_section(digest), _timings_section(digest), _dynamic_sampling_section(digest),
+        _recipe_section(digest),
     ])
     return _page(f"seal-platform run {digest.id}", body)
 
@@ -222,8 +319,10 @@ def comparison_html(comparison: Comparison, digests: list[RunDigest]) -> str:
                 points = d.evaluations.get(eval_set, [])
                 if points:
                     ax.plot([p.step for p in points], [p.average for p in points], marker="o", label=f"{d.name} {d.id[-6:]}")
-            ax.set(title=f"average pass rate (%) on {eval_set}", xlabel="training steps done", ylabel="%")
-            ax.legend(fontsize=7)
+            ax.set(title=f"average pass rate on {eval_set}", xlabel="training steps done", ylabel="pass rate")
+            _percent_axis(ax)
+            _integer_steps(ax)
+            _legend_below(ax, len(digests))
 
         parts.append(_img(_figure_png(draw), f"average pass rate on {eval_set}"))
     return _page("seal-platform comparison", "".join(parts))

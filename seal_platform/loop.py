@@ -175,10 +175,12 @@ class Runner:
         status, error, summary = "failed", None, None
         started = False
         try:
+            setup_started = time.perf_counter()
             self.host.hook.start_run(ctx=self.ctx, resumed=self.resumed)
             started = True
             engine = _build_engine(self.host, self.ctx)
             environment = _build_environment(self.host, self.ctx)
+            self._record_stage_time("setup", self.start_step, time.perf_counter() - setup_started)
             summary = self._train(environment, engine)
             status = "completed"
             return summary
@@ -368,12 +370,20 @@ class Runner:
         track(self.host, self.ctx, "interface", step, interface=new)
         self.interface = new
 
+    def _record_stage_time(self, stage: str, step: int, seconds: float) -> None:
+        """Time a stage the step rows do not hold (set-up, evaluation) as a ``stage_time`` event, for the
+        summary and the report."""
+        self.store.add_event(self.run_id, "stage_time", f"{stage} at step {step}: {seconds:.1f} s",
+                             {"stage": stage, "step": step, "seconds": round(seconds, 4)})
+
     def _evaluate(self, env: Environment, engine: Any, tasks: list[Task], step: int) -> EvalResult:
+        evaluate_started = time.perf_counter()
         self.progress.stage(step, "evaluate")
         result = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step)
         self.store.add_evaluation(self.run_id, step, result, benchmark=self.config.environment)
         evaluate_benchmarks(self.host, self.ctx, engine, step)
         track(self.host, self.ctx, "evaluation", step, evaluation=result)
+        self._record_stage_time("evaluate", step, time.perf_counter() - evaluate_started)
         self.progress.evaluated(step, result)
         return result
 

@@ -97,11 +97,13 @@ def revisions_lines(digest: RunDigest) -> Text:
 
 
 def stage_table(digest: RunDigest, extra: dict[str, float] | None = None) -> Table:
-    """Seconds per stage over the whole run; ``extra`` adds stages the store does not time (set-up,
-    evaluation), as measured by the live display."""
+    """Seconds per stage over the whole run (set-up and evaluation from the run's ``stage_time`` events);
+    ``extra`` fills in stages the store holds no time for (a run from before those events), as measured by
+    the live display."""
     seconds = dict(digest.stage_seconds())
     for stage, value in (extra or {}).items():
-        seconds[stage] = seconds.get(stage, 0.0) + value
+        if stage not in seconds:
+            seconds[stage] = value
     total = sum(seconds.values())
     table = _table("time per stage", "stage", "seconds", "share", right=(1, 2))
     for stage, value in seconds.items():

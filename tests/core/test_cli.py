@@ -84,7 +84,7 @@ def test_run_runs_show_and_report(runner, toy_recipe, toy_site, tmp_path):
     # One self-contained page: plots embedded as PNG data, no external resources.
     assert page.count("data:image/png;base64,") >= 4 and "src=\"http" not in page and "<link" not in page
     for section in ("pass rate per category", "Turn labels over steps", "A-Patch label weights",
-                    "Interface revisions", "Step timings", "wrong_sum"):
+                    "Interface revisions", "Stage timings", "wrong_sum"):
         assert section in page
     # The run itself wrote its report at the end, next to its log.
     run_dir = tmp_path / "runs" / run_id
