@@ -398,11 +398,21 @@ def upgrade_store(store_url: str | None) -> None:
 @click.option("--step", type=int, default=None, help="The checkpoint's step (default: the last checkpoint).")
 @click.option("--split", default=None, help="Task split (default: the run's evaluation split).")
 @click.option("--max-tasks", type=int, default=None, help="Evaluate on the first N tasks only.")
+@click.option("--quiet", is_flag=True, help="No live progress display.")
+@click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @store_option
-def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: int | None, store_url: str | None) -> None:
-    """Evaluate a run's checkpoint on a split (pristine interface, greedy) and record the result."""
+def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: int | None, quiet: bool,
+                 verbose: bool, store_url: str | None) -> None:
+    """Evaluate a run's checkpoint on a split (pristine interface, greedy) and record the result.
+
+    As for `run`, library logs go to <run dir>/run.log (-v shows them here too) and a progress display shows
+    model load, checkpoint load and the evaluation's episodes.
+    """
+    from .digest import LOG_FILE
     from .loop import evaluate_checkpoint
     from .planning import plan_config
+    from .progress import RichProgress
+    from .runlog import quiet_terminal
 
     store = open_store(store_url, write=True)
     row = store.get_run(run_id)
@@ -414,7 +424,14 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     config_ = RunConfig.model_validate(data)
     plan = plan_config(config_, row.recipe or row.id)
     assert plan.host is not None
-    done, result = evaluate_checkpoint(store, plan.host, plan, row.id, step)
+    log_path = Path(row.run_dir) / LOG_FILE
+    if not verbose:
+        console.print(f"library logs: {log_path} (-v shows them here)", highlight=False)
+    progress = None if quiet else RichProgress(console)
+    with quiet_terminal(log_path, verbose=verbose) as terminal:
+        if progress is not None and terminal is not console.file:
+            progress.console = Console(file=terminal, width=console.width if not console.is_terminal else None)
+        done, result = evaluate_checkpoint(store, plan.host, plan, row.id, step, progress=progress)
     table = Table(title=f"run {row.id}, checkpoint after {done} step(s), split {result.split} ({result.n_tasks} tasks)")
     table.add_column("category")
     table.add_column("pass rate (%)", justify="right")

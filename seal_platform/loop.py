@@ -178,7 +178,9 @@ class Runner:
             setup_started = time.perf_counter()
             self.host.hook.start_run(ctx=self.ctx, resumed=self.resumed)
             started = True
+            self.progress.stage(self.start_step, "load model")
             engine = _build_engine(self.host, self.ctx)
+            self.progress.stage(self.start_step, "build environment")
             environment = _build_environment(self.host, self.ctx)
             self._record_stage_time("setup", self.start_step, time.perf_counter() - setup_started)
             summary = self._train(environment, engine)
@@ -381,6 +383,8 @@ class Runner:
         self.progress.stage(step, "evaluate")
         result = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step)
         self.store.add_evaluation(self.run_id, step, result, benchmark=self.config.environment)
+        if self.config.evaluation.benchmarks:
+            self.progress.stage(step, "benchmarks")
         evaluate_benchmarks(self.host, self.ctx, engine, step)
         track(self.host, self.ctx, "evaluation", step, evaluation=result)
         self._record_stage_time("evaluate", step, time.perf_counter() - evaluate_started)
@@ -390,6 +394,7 @@ class Runner:
     # --- checkpoints -----------------------------------------------------------------------------------
 
     def _checkpoint(self, step: int) -> Path:
+        self.progress.stage(step, "checkpoint")
         path = write_checkpoint(self.host, self.ctx, CoreState(step, self.interface.revision, self.state))
         training = self.config.training
         removed = rotate_checkpoints(self.store, self.run_id, training.keep_checkpoints, training.keep_best_by,
@@ -465,10 +470,13 @@ def _close_engine(ctx: RunContext, store: RunStore) -> None:
 
 
 def evaluate_checkpoint(
-    store: RunStore, host: PluginHost, plan: Plan, run_id: str, step: int | None = None
+    store: RunStore, host: PluginHost, plan: Plan, run_id: str, step: int | None = None,
+    progress: Progress | None = None,
 ) -> tuple[int, EvalResult]:
     """Evaluate a run's checkpoint (the last one by default) on ``plan.config.evaluation``'s split and
-    record the result with the run. The run itself is left as it was."""
+    record the result with the run. The run itself is left as it was. ``progress`` (as for a run) is told
+    each phase (model load, checkpoint load, evaluation with its episode counts)."""
+    progress = progress or Progress()
     config = plan.config
     checkpoints = durable_checkpoints(store, run_id)
     if step is not None:
@@ -480,21 +488,26 @@ def evaluate_checkpoint(
     check_machine(plan, host)
     ctx = RunContext(config=config, run_id=run_id, run_dir=Path(store.get_run(run_id).run_dir),
                      settings=plan.settings, store=store)
-    ctx.executor = scaleout.build_executor(host, ctx)
+    ctx.executor = scaleout.build_executor(host, ctx, on_progress=progress.episodes)
     status = "failed"
     host.hook.start_run(ctx=ctx, resumed=True)
+    done = ckpt.step + 1
     try:
+        progress.stage(done, "load model")
         engine = _build_engine(host, ctx)
+        progress.stage(done, "load checkpoint")
         load_plugin_checkpoints(host, ctx, Path(ckpt.path), ckpt.step)
+        progress.stage(done, "build environment")
         env = _build_environment(host, ctx)
         tasks = _eval_tasks(env, plan.env_owner, config)
-        done = ckpt.step + 1
+        progress.stage(done, "evaluate")
         result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done)
         store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}))
         store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: {result.average:.2f}")
         status = "completed"
         return done, result
     finally:
+        progress.stop()
         host.hook.end_run(ctx=ctx, status=status)
         _close_engine(ctx, store)
         ctx.executor.close()

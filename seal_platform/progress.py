@@ -1,6 +1,12 @@
 """The live progress display of ``seal-platform run`` (rich): one line that says what the run is doing.
 
-    step 1/2  collect  3/4 episodes  reward 0.000  41 tok/s  ━━━━━━━━━━━━  0:01:12  eta 0:01:10
+    step 1/2  collect  reward 0.000  41 tok/s        ━━━━━━━━━━━━  0:01:12  eta 0:01:10
+      episodes                                   ━━━━━━━━━━━━  3/4  0:00:20  eta 0:00:07
+
+and under it, while a phase runs episodes (collect, evaluation, benchmarks), a second bar with the episode count
+and its own ETA. Every phase that can take long is named as it starts (load model, build environment, collect,
+..., evaluate, benchmarks, checkpoint). Nothing is drawn when the console is not a terminal (output piped or
+captured): only the one-line evaluation results are printed. A resumed run says so and from which step.
 
 It also measures what the store does not time (set-up before the first stage, evaluations), for the
 end-of-run summary (:attr:`RichProgress.extra_seconds`).
@@ -12,7 +18,7 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress as RichBar, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .loop import Progress
 from .types import EvalResult
@@ -23,6 +29,7 @@ class RichProgress(Progress):
         self.console = console
         self.bar: RichBar | None = None
         self.task: Any = None  # rich's TaskID once the bar exists
+        self.episode_task: Any = None  # the episodes bar of the current phase, while it has one
         self.total = 0
         self.step = 0
         self.stage_name = "starting"
@@ -35,11 +42,11 @@ class RichProgress(Progress):
     # --- display ----------------------------------------------------------------------------------------
 
     def _ensure(self) -> None:
-        if self.bar is not None:
+        if self.bar is not None or not self.console.is_terminal:
             return
         self.bar = RichBar(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=16), TimeElapsedColumn(),
-            TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False,
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=16), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False,
         )
         self.bar.start()
         self.task = self.bar.add_task("", total=None)
@@ -49,7 +56,8 @@ class RichProgress(Progress):
         if self.bar is None:
             return
         step = f"step {min(self.step + 1, self.total)}/{self.total}" if self.total else "before training"
-        parts = [step, self.stage_name, self.episodes_text, self.info]
+        episodes = "" if self.episode_task is not None else self.episodes_text  # the episodes bar shows them
+        parts = [step, self.stage_name, episodes, self.info]
         self.bar.update(self.task, description="  ".join(p for p in parts if p))
 
     def _close_stage(self) -> None:
@@ -64,6 +72,9 @@ class RichProgress(Progress):
     # --- Progress ---------------------------------------------------------------------------------------
 
     def start(self, total_steps: int, first_step: int) -> None:
+        if first_step > 0:
+            self.console.print(f"resumed: steps 1-{first_step} restored from the checkpoint; continuing with step "
+                               f"{first_step + 1} of {total_steps}", highlight=False, markup=False)
         self._ensure()
         self.total, self.step = total_steps, first_step
         if self.bar is not None and self.task is not None:
@@ -74,10 +85,20 @@ class RichProgress(Progress):
         self._ensure()
         self._close_stage()
         self.step, self.stage_name, self.episodes_text = step, stage, ""
+        self._drop_episode_bar()
         self._refresh()
+
+    def _drop_episode_bar(self) -> None:
+        if self.bar is not None and self.episode_task is not None:
+            self.bar.remove_task(self.episode_task)
+        self.episode_task = None
 
     def episodes(self, done: int, total: int) -> None:
         self.episodes_text = f"{done}/{total} episodes"
+        if self.bar is not None:
+            if self.episode_task is None:
+                self.episode_task = self.bar.add_task(f"  {self.stage_name} episodes", total=total)
+            self.bar.update(self.episode_task, completed=done, total=total)
         self._refresh()
 
     def step_done(self, step: int, mean_reward: float, metrics: dict[str, float]) -> None:
@@ -94,6 +115,7 @@ class RichProgress(Progress):
 
     def evaluated(self, step: int, result: EvalResult) -> None:
         self._close_stage()
+        self._drop_episode_bar()
         self.stage_name = "evaluated"
         self._stage_started = time.perf_counter()
         text = f"evaluation after {step} step(s) on {result.split} ({result.n_tasks} tasks): average {result.average:.1f}%"
@@ -105,6 +127,7 @@ class RichProgress(Progress):
             if self.stage_name == "evaluate":
                 self._close_stage()
             self.stage_name = "done"
+            self._drop_episode_bar()
             self._refresh()
             self.bar.stop()
             self.bar = None

@@ -22,6 +22,8 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
     console.print(f"run [bold]{runner.run_id}[/] ({runner.config.name}) in {runner.run_dir}", highlight=False)
     if not verbose:
         console.print(f"library logs: {log_path} (-v shows them here)", highlight=False)
+    if getattr(runner, "resumed", False):
+        console.print(f"resuming run {runner.run_id} from its last durable checkpoint", highlight=False)
     progress = runner.progress
     with quiet_terminal(log_path, verbose=verbose) as terminal:
         if hasattr(progress, "console") and terminal is not console.file:
@@ -31,6 +33,11 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
             result = runner.run()
         finally:
             report_path = _write_report(store, runner.run_id, console) if report else None
+    if getattr(runner, "resumed", False) and not live:  # the live display said so as the run went on
+        console.print(f"resumed: steps 1-{runner.start_step} came from the checkpoint, step {runner.start_step + 1} "
+                      "on ran now" if runner.start_step > 0 else
+                      "resumed: there was no durable checkpoint yet, so the run started again from step 1",
+                      highlight=False)
     digest = load_digest(store, runner.run_id)
     extra = getattr(progress, "extra_seconds", None) if live else None
     console.print(run_summary(digest, stage_extra=extra, report=str(report_path) if report_path else None,

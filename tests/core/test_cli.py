@@ -172,6 +172,9 @@ def test_eval_a_checkpoint(runner, toy_recipe, toy_site, tmp_path):
     evaluated = runner.invoke(cli, ["eval", run_id, "--store", store, "--split", "test", "--max-tasks", "4"])
     assert evaluated.exit_code == 0, evaluated.output
     assert "checkpoint after 2 step(s), split" in evaluated.output and "average" in evaluated.output
+    # Like `run`: library logs go to the run's log, and a captured (non-terminal) output gets no progress bars.
+    assert "library logs: " in evaluated.output and "run.log" in evaluated.output
+    assert "eta" not in evaluated.output and "episodes" not in evaluated.output
     from seal_platform.store import RunStore
 
     rows = RunStore(store).evaluations(run_id)
@@ -259,6 +262,9 @@ def test_sigterm_stops_a_run_as_interrupted_with_exit_143_and_it_resumes(toy_sit
                            "--quiet"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert store.get_run(run.id).status == "completed"
+    # The resumed run says so, and from which step.
+    assert f"resuming run {run.id}" in done.stdout, done.stdout
+    assert "resumed: " in done.stdout and "step 1" in done.stdout, done.stdout
 
 
 def test_resume_with_an_empty_or_ambiguous_id_is_an_error_listing_the_runs(runner, toy_recipe, toy_site, tmp_path):
