@@ -96,3 +96,38 @@ def test_report_renders_in_chromium_without_console_errors(toy_run, tmp_path):
     taken = _chromium([f"--screenshot={shot}", "--window-size=1100,2400", "--hide-scrollbars"], page)
     assert taken.returncode == 0 and _console_messages(taken.stderr) == []
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_charts_have_percent_axes_integer_steps_and_legends_outside_the_data(toy_run, monkeypatch):
+    """Every chart as drawn (read back from the figures at save time): pass-rate axes span 0-100 %, step
+    axes tick at whole numbers only, and no legend overlaps its plot area."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    seen: list[dict] = []
+    save = Figure.savefig
+
+    def recording_savefig(fig, *args, **kwargs):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            seen.append({
+                "title": ax.get_title(), "ylim": ax.get_ylim(),
+                "xticks": [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]],
+                "overlap": legend is not None and legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer)),
+            })
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording_savefig)
+    run_report_html(toy_run)
+    titles = [s["title"] for s in seen]
+    assert any(t.startswith("pass rate") for t in titles)
+    assert "loss" in titles and any("labels" in t for t in titles)
+    for chart in seen:
+        assert all(float(t).is_integer() for t in chart["xticks"]), chart
+        assert not chart["overlap"], chart
+        if chart["title"].startswith("pass rate"):
+            assert chart["ylim"] == (0.0, 100.0)
