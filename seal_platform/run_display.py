@@ -23,7 +23,7 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
     if not verbose:
         console.print(f"library logs: {log_path} (-v shows them here)", highlight=False)
     if getattr(runner, "resumed", False):
-        console.print(f"resuming run {runner.run_id} from its last durable checkpoint", highlight=False)
+        console.print(f"resuming run {runner.run_id} (from its last durable checkpoint, if any)", highlight=False)
     progress = runner.progress
     with quiet_terminal(log_path, verbose=verbose) as terminal:
         if hasattr(progress, "console") and terminal is not console.file:
