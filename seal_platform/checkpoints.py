@@ -108,19 +108,29 @@ def durable_checkpoints(store: RunStore, run_id: str) -> list[Any]:
     return [c for c in store.checkpoints(run_id) if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]
 
 
-def remove_partial_checkpoints(root: Path, recorded: list[Any]) -> list[Path]:
-    """Delete what a kill during a checkpoint write left under ``root``: ``.tmp-step-*`` directories and
-    ``step-*`` directories the store never recorded (renamed into place, then killed before the row)."""
+def remove_partial_checkpoints(root: Path, recorded: list[Any]) -> tuple[list[Path], list[Path]]:
+    """Clear what a kill during a checkpoint write left under ``root``; returns (removed, quarantined).
+
+    Removed: ``.tmp-step-*`` directories and ``step-*`` directories the store never recorded that are provably
+    partial (no core file, which is written last). A complete ``step-*`` directory the store does not know (a
+    store restored from an older backup than the run folder, a kill between the rename and the row) is not
+    deleted: it is renamed to ``.orphan-step-*`` and left for the user."""
     if not root.is_dir():
-        return []
+        return [], []
     known = {Path(c.path).name for c in recorded}
-    removed = []
+    removed, quarantined = [], []
     for path in sorted(root.iterdir()):
-        partial = path.name.startswith(".tmp-step-") or (path.name.startswith("step-") and path.name not in known)
-        if partial and path.is_dir():
+        if not path.is_dir():
+            continue
+        unknown_step = path.name.startswith("step-") and path.name not in known
+        if path.name.startswith(".tmp-step-") or (unknown_step and not (path / CORE_CHECKPOINT_FILE).is_file()):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
-    return removed
+        elif unknown_step:
+            target = root / f".orphan-{path.name}-{uuid.uuid4().hex[:6]}"
+            os.replace(path, target)
+            quarantined.append(target)
+    return removed, quarantined
 
 
 def read_core_state(directory: Path) -> CoreState:

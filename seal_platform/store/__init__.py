@@ -395,6 +395,19 @@ class RunStore:
         with self.session() as s:
             s.add(m.Checkpoint(run_id=run_id, step=step, path=path, meta=_jsonable(meta)))
 
+    def relocate_run(self, run_id: str, run_dir: str) -> int:
+        """The run's folder was moved to ``run_dir``: point the run and its checkpoints there. Returns the
+        number of checkpoint paths rewritten."""
+        with self.session() as s:
+            run = self._get_run(s, run_id)
+            old = run.run_dir.rstrip("/")
+            run.run_dir = run_dir
+            rows = list(s.scalars(select(m.Checkpoint).where(m.Checkpoint.run_id == run.id)))
+            for row in rows:
+                if row.path == old or row.path.startswith(old + "/"):
+                    row.path = run_dir + row.path[len(old):]
+            return len(rows)
+
     def remove_checkpoint(self, run_id: str, step: int) -> None:
         """Forget the checkpoint of ``step`` (checkpoint rotation deletes its folder next)."""
         with self.session() as s:
