@@ -90,12 +90,15 @@ def cli() -> None:
 @click.option("--restart-from-step", "restart_from", type=click.IntRange(0), default=None,
               help="With --resume: discard the run's history from step N on and train again from there (0: from "
                    "the start; N > 0 needs the durable checkpoint after step N - 1).")
+@click.option("--takeover", is_flag=True,
+              help="With --resume: take over a run the store says is running (its host died, or it ran on another "
+                   "machine whose process is known to be gone).")
 @click.option("--store", "store_url", default=None, help="Run store URL (default: the recipe's, else runs/store.sqlite).")
 @click.option("--ray-address", default=None, help="Join an existing Ray cluster (recipes that use Ray).")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
-def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart_from: int | None,
+def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart_from: int | None, takeover: bool,
         store_url: str | None, ray_address: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
     """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
 
@@ -113,8 +116,9 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         row = store.get_run(resume)
         if row.status == "completed":
             raise SealError(f"run {row.id} already completed; nothing to resume.")
-        if row.status == "running":
-            raise SealError(f"run {row.id} is still running (pid {row.pid} on {row.host}); stop it before resuming.")
+        if row.status == "running" and not takeover:
+            raise SealError(f"run {row.id} is still running (pid {row.pid} on {row.host}); stop it before resuming, "
+                            "or, if that process is gone (its machine died), resume with --takeover.")
         config = RunConfig.model_validate(row.config)
         recipe_name = row.recipe
         if args:
@@ -126,8 +130,8 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
             moved = store.relocate_run(row.id, str(run_dir.resolve()))
             errors.print(f"run {row.id}: its folder is now {run_dir.resolve()} ({moved} checkpoint path(s) updated)",
                          highlight=False)
-    elif run_dir is not None or restart_from is not None:
-        raise SealError("--run-dir and --restart-from-step go with --resume RUN.")
+    elif run_dir is not None or restart_from is not None or takeover:
+        raise SealError("--run-dir, --restart-from-step and --takeover go with --resume RUN.")
     else:
         recipe, overrides = _split_recipe_args(args)
         loaded, issues, path = load_recipe(recipe, overrides)

@@ -151,6 +151,7 @@ class Runner:
             row = store.get_run(resume_run_id)
             self.run_id = row.id
             self.run_dir = Path(row.run_dir)
+            self._seen = (row.status, row.pid, row.host)  # what the takeover compares and sets
         self.ctx = RunContext(
             config=self.config, run_id=self.run_id, run_dir=self.run_dir, settings=plan.settings, store=store,
         )
@@ -166,7 +167,10 @@ class Runner:
         plugins = [r.to_dict() for r in self.host.records]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.resumed:
-            self.store.reopen_run(self.run_id, plugins)
+            if not self.store.claim_run(self.run_id, self._seen, plugins):
+                now = self.store.get_run(self.run_id)
+                raise SealError(f"run {self.run_id} was taken over by another process (pid {now.pid} on {now.host}, "
+                                f"status {now.status}) while this one was starting; this one wrote nothing and stops.")
         else:
             self.store.create_run(
                 self.run_id, name=self.config.name, recipe=self.recipe, config=self.config.model_dump(mode="json"),
