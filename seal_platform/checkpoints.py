@@ -19,6 +19,7 @@ from typing import Any
 
 from .capability import CapabilityState
 from .context import RunContext
+from .errors import SealError
 from .plugins import PluginHost
 from .store import RunStore
 
@@ -44,7 +45,7 @@ def write_checkpoint(host: PluginHost, ctx: RunContext, core: CoreState) -> Path
     tmp = root / f".tmp-step-{step:06d}-{uuid.uuid4().hex[:6]}"
     tmp.mkdir()
     try:
-        metas = host.hook.save_checkpoint(ctx=ctx, directory=tmp, step=step)
+        metas = host.call_each("save_checkpoint", ctx=ctx, directory=tmp, step=step)
         data = {
             "step": step,
             "interface_revision": core.interface_revision,
@@ -56,6 +57,11 @@ def write_checkpoint(host: PluginHost, ctx: RunContext, core: CoreState) -> Path
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_dir(root)
+    except OSError as exc:  # the core's own files: disk full, permissions, a vanished folder
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SealError(f"writing the checkpoint after step {step} into {root} failed: {exc.strerror or exc} "
+                        f"({exc.filename or root}); nothing of it was kept, the earlier checkpoints are intact: free "
+                        "space or fix the folder's permissions, then resume the run.") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -141,7 +147,7 @@ def read_core_state(directory: Path) -> CoreState:
 
 def load_plugin_checkpoints(host: PluginHost, ctx: RunContext, directory: Path, step: int) -> None:
     """Every plugin that implements ``load_checkpoint`` restores its part of the checkpoint in ``directory``."""
-    host.hook.load_checkpoint(ctx=ctx, directory=Path(directory), step=step)
+    host.call_each("load_checkpoint", ctx=ctx, directory=Path(directory), step=step)
 
 
 def _fsync_tree(path: Path) -> None:

@@ -183,7 +183,7 @@ class Runner:
         status, error, summary = "failed", None, None
         started = False
         try:
-            self.host.hook.start_run(ctx=self.ctx, resumed=self.resumed)
+            self.host.call_each("start_run", ctx=self.ctx, resumed=self.resumed)
             started = True
             engine = _build_engine(self.host, self.ctx)
             environment = _build_environment(self.host, self.ctx)
@@ -506,7 +506,7 @@ def evaluate_checkpoint(
                      settings=plan.settings, store=store)
     ctx.executor = scaleout.build_executor(host, ctx)
     status = "failed"
-    host.hook.start_run(ctx=ctx, resumed=True)
+    host.call_each("start_run", ctx=ctx, resumed=True)
     try:
         engine = _build_engine(host, ctx)
         load_plugin_checkpoints(host, ctx, Path(ckpt.path), ckpt.step)
