@@ -451,8 +451,10 @@ def killed_runs(work: Path, model: Path, seed: int, schedule: Schedule, referenc
         removed += _partial_dirs_removed(db)
         run_dir = root / "runs" / killed["run_id"]
         weights = final_weights(run_dir)
-        leftovers = sorted(p.name for p in (run_dir / "checkpoints").iterdir()
-                           if p.name.startswith(".tmp") or p.name not in {f"step-{s:06d}" for s in killed["checkpoints"]})
+        # A complete checkpoint the store never recorded (killed between its rename and its row) is kept
+        # aside as .orphan-step-* by the resume, not deleted: not a leftover.
+        leftovers = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if not p.name.startswith(".orphan-")
+                           and (p.name.startswith(".tmp") or p.name not in {f"step-{s:06d}" for s in killed["checkpoints"]}))
         found = [f"run {runs}: {p}" for p in compare(reference, killed)]
         if leftovers:
             found.append(f"run {runs}: partial checkpoint directories left: {leftovers}")

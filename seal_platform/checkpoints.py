@@ -19,6 +19,7 @@ from typing import Any
 
 from .capability import CapabilityState
 from .context import RunContext
+from .errors import SealError
 from .plugins import PluginHost
 from .store import RunStore
 
@@ -44,7 +45,7 @@ def write_checkpoint(host: PluginHost, ctx: RunContext, core: CoreState) -> Path
     tmp = root / f".tmp-step-{step:06d}-{uuid.uuid4().hex[:6]}"
     tmp.mkdir()
     try:
-        metas = host.hook.save_checkpoint(ctx=ctx, directory=tmp, step=step)
+        metas = host.call_each("save_checkpoint", ctx=ctx, directory=tmp, step=step)
         data = {
             "step": step,
             "interface_revision": core.interface_revision,
@@ -56,6 +57,11 @@ def write_checkpoint(host: PluginHost, ctx: RunContext, core: CoreState) -> Path
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_dir(root)
+    except OSError as exc:  # the core's own files: disk full, permissions, a vanished folder
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SealError(f"writing the checkpoint after step {step} into {root} failed: {exc.strerror or exc} "
+                        f"({exc.filename or root}); nothing of it was kept, the earlier checkpoints are intact: free "
+                        "space or fix the folder's permissions, then resume the run.") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -108,19 +114,29 @@ def durable_checkpoints(store: RunStore, run_id: str) -> list[Any]:
     return [c for c in store.checkpoints(run_id) if (Path(c.path) / CORE_CHECKPOINT_FILE).is_file()]
 
 
-def remove_partial_checkpoints(root: Path, recorded: list[Any]) -> list[Path]:
-    """Delete what a kill during a checkpoint write left under ``root``: ``.tmp-step-*`` directories and
-    ``step-*`` directories the store never recorded (renamed into place, then killed before the row)."""
+def remove_partial_checkpoints(root: Path, recorded: list[Any]) -> tuple[list[Path], list[Path]]:
+    """Clear what a kill during a checkpoint write left under ``root``; returns (removed, quarantined).
+
+    Removed: ``.tmp-step-*`` directories and ``step-*`` directories the store never recorded that are provably
+    partial (no core file, which is written last). A complete ``step-*`` directory the store does not know (a
+    store restored from an older backup than the run folder, a kill between the rename and the row) is not
+    deleted: it is renamed to ``.orphan-step-*`` and left for the user."""
     if not root.is_dir():
-        return []
+        return [], []
     known = {Path(c.path).name for c in recorded}
-    removed = []
+    removed, quarantined = [], []
     for path in sorted(root.iterdir()):
-        partial = path.name.startswith(".tmp-step-") or (path.name.startswith("step-") and path.name not in known)
-        if partial and path.is_dir():
+        if not path.is_dir():
+            continue
+        unknown_step = path.name.startswith("step-") and path.name not in known
+        if path.name.startswith(".tmp-step-") or (unknown_step and not (path / CORE_CHECKPOINT_FILE).is_file()):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
-    return removed
+        elif unknown_step:
+            target = root / f".orphan-{path.name}-{uuid.uuid4().hex[:6]}"
+            os.replace(path, target)
+            quarantined.append(target)
+    return removed, quarantined
 
 
 def read_core_state(directory: Path) -> CoreState:
@@ -131,7 +147,7 @@ def read_core_state(directory: Path) -> CoreState:
 
 def load_plugin_checkpoints(host: PluginHost, ctx: RunContext, directory: Path, step: int) -> None:
     """Every plugin that implements ``load_checkpoint`` restores its part of the checkpoint in ``directory``."""
-    host.hook.load_checkpoint(ctx=ctx, directory=Path(directory), step=step)
+    host.call_each("load_checkpoint", ctx=ctx, directory=Path(directory), step=step)
 
 
 def _fsync_tree(path: Path) -> None:

@@ -85,13 +85,21 @@ def cli() -> None:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("args", nargs=-1)
 @click.option("--resume", "resume", metavar="RUN", default=None, help="Continue a crashed or interrupted run.")
+@click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --resume: the run's folder was moved here (the store is updated to point at it).")
+@click.option("--restart-from-step", "restart_from", type=click.IntRange(0), default=None,
+              help="With --resume: discard the run's history from step N on and train again from there (0: from "
+                   "the start; N > 0 needs the durable checkpoint after step N - 1).")
+@click.option("--takeover", is_flag=True,
+              help="With --resume: take over a run the store says is running (its host died, or it ran on another "
+                   "machine whose process is known to be gone).")
 @click.option("--store", "store_url", default=None, help="Run store URL (default: the recipe's, else runs/store.sqlite).")
 @click.option("--ray-address", default=None, help="Join an existing Ray cluster (recipes that use Ray).")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
-def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_address: str | None, quiet: bool,
-        verbose: bool, no_report: bool) -> None:
+def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart_from: int | None, takeover: bool,
+        store_url: str | None, ray_address: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
     """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
 
     RECIPE is a YAML file or the name of a shipped recipe (default: smarthome-embedded, the stock SEAL loop on
@@ -108,12 +116,22 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
         row = store.get_run(resume)
         if row.status == "completed":
             raise SealError(f"run {row.id} already completed; nothing to resume.")
-        if row.status == "running":
-            raise SealError(f"run {row.id} is still running (pid {row.pid} on {row.host}); stop it before resuming.")
+        if row.status == "running" and not takeover:
+            raise SealError(f"run {row.id} is still running (pid {row.pid} on {row.host}); stop it before resuming, "
+                            "or, if that process is gone (its machine died), resume with --takeover.")
         config = RunConfig.model_validate(row.config)
         recipe_name = row.recipe
         if args:
             raise SealError("a resumed run keeps its recipe and overrides; drop the extra arguments.")
+        if run_dir is not None:
+            if not (run_dir / "config.json").is_file():
+                raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
+                                f"holds the run's checkpoints/ (it was {row.run_dir}).")
+            moved = store.relocate_run(row.id, str(run_dir.resolve()))
+            errors.print(f"run {row.id}: its folder is now {run_dir.resolve()} ({moved} checkpoint path(s) updated)",
+                         highlight=False)
+    elif run_dir is not None or restart_from is not None or takeover:
+        raise SealError("--run-dir, --restart-from-step and --takeover go with --resume RUN.")
     else:
         recipe, overrides = _split_recipe_args(args)
         loaded, issues, path = load_recipe(recipe, overrides)
@@ -131,7 +149,8 @@ def run(args: tuple[str, ...], resume: str | None, store_url: str | None, ray_ad
     assert plan.host is not None
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
-    runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress)
+    runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress,
+                    restart_from=restart_from)
     from .run_display import run_with_display
 
     try:

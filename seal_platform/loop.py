@@ -131,7 +131,10 @@ class Runner:
         recipe: str = "",
         resume_run_id: str | None = None,
         progress: Progress | None = None,
+        restart_from: int | None = None,
     ):
+        """``restart_from`` (a resume only): train again from step N, discarding the store's later history (0:
+        from the start; N > 0 resumes from the durable checkpoint after step N - 1)."""
         check_machine(plan, host)  # before anything is written or loaded
         self.plan = plan
         self.config = plan.config
@@ -148,6 +151,7 @@ class Runner:
             row = store.get_run(resume_run_id)
             self.run_id = row.id
             self.run_dir = Path(row.run_dir)
+            self._seen = (row.status, row.pid, row.host)  # what the takeover compares and sets
         self.ctx = RunContext(
             config=self.config, run_id=self.run_id, run_dir=self.run_dir, settings=plan.settings, store=store,
         )
@@ -155,6 +159,7 @@ class Runner:
         self.state = CapabilityState()
         self.interface = Interface()
         self.start_step = 0
+        self.restart_from = restart_from
 
     # --- the loop --------------------------------------------------------------------------------------
 
@@ -162,7 +167,10 @@ class Runner:
         plugins = [r.to_dict() for r in self.host.records]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.resumed:
-            self.store.reopen_run(self.run_id, plugins)
+            if not self.store.claim_run(self.run_id, self._seen, plugins):
+                now = self.store.get_run(self.run_id)
+                raise SealError(f"run {self.run_id} was taken over by another process (pid {now.pid} on {now.host}, "
+                                f"status {now.status}) while this one was starting; this one wrote nothing and stops.")
         else:
             self.store.create_run(
                 self.run_id, name=self.config.name, recipe=self.recipe, config=self.config.model_dump(mode="json"),
@@ -176,7 +184,7 @@ class Runner:
         started = False
         try:
             setup_started = time.perf_counter()
-            self.host.hook.start_run(ctx=self.ctx, resumed=self.resumed)
+            self.host.call_each("start_run", ctx=self.ctx, resumed=self.resumed)
             started = True
             self.progress.stage(self.start_step, "load model")
             engine = _build_engine(self.host, self.ctx)
@@ -404,12 +412,38 @@ class Runner:
                                  f"{', '.join(map(str, removed))}", {"removed": removed})
         return path
 
+    def _restart_point(self, durable: list[Any]) -> list[Any]:
+        """The durable checkpoints a ``--restart-from-step N`` resume keeps: those up to step N - 1."""
+        n = self.restart_from
+        assert n is not None
+        if n > 0 and not any(c.step == n - 1 for c in durable):
+            have = ", ".join(str(c.step) for c in durable) or "none"
+            raise SealError(f"--restart-from-step {n}: run {self.run_id} has no durable checkpoint after step {n - 1} "
+                            f"(durable checkpoints after steps: {have}); nothing was changed.")
+        self.store.add_event(self.run_id, "resume", f"restart from step {n} asked for (--restart-from-step {n})")
+        return [c for c in durable if c.step <= n - 1]
+
     def _restore(self, engine: Any) -> None:
-        removed = remove_partial_checkpoints(self.run_dir / "checkpoints", self.store.checkpoints(self.run_id))
+        recorded = self.store.checkpoints(self.run_id)
+        removed, quarantined = remove_partial_checkpoints(self.run_dir / "checkpoints", recorded)
         if removed:
             self.store.add_event(self.run_id, "resume", f"removed {len(removed)} partial checkpoint director"
                                  f"{'y' if len(removed) == 1 else 'ies'}: {', '.join(p.name for p in removed)}")
+        if quarantined:
+            self.store.add_event(self.run_id, "resume", f"kept aside {len(quarantined)} complete checkpoint(s) the "
+                                 f"store does not know: {', '.join(str(p) for p in quarantined)}")
         durable = durable_checkpoints(self.store, self.run_id)
+        if self.restart_from is not None:
+            durable = self._restart_point(durable)
+        elif recorded and not durable:
+            steps = self.store.steps(self.run_id)
+            raise SealError(
+                f"run {self.run_id}: the store records {len(recorded)} checkpoint(s) (last: step {recorded[-1].step} "
+                f"at {recorded[-1].path}) but none of them is on disk there (a moved runs directory? an unmounted "
+                f"volume?), and it holds {len(steps)} step(s) of history; nothing was changed. Point the resume at "
+                f"the run's folder with --run-dir PATH, or, to throw history away, say from which step to train "
+                f"again with --restart-from-step N (0: from the start; N > 0 needs the checkpoint after step N - 1)."
+            )
         if not durable:
             dropped = self.store.discard_after(self.run_id, -1)
             self.store.add_event(self.run_id, "resume", f"no checkpoint: restarting from step 0 ({dropped} step(s) discarded)")
@@ -490,7 +524,7 @@ def evaluate_checkpoint(
                      settings=plan.settings, store=store)
     ctx.executor = scaleout.build_executor(host, ctx, on_progress=progress.episodes)
     status = "failed"
-    host.hook.start_run(ctx=ctx, resumed=True)
+    host.call_each("start_run", ctx=ctx, resumed=True)
     done = ckpt.step + 1
     try:
         progress.stage(done, "load model")

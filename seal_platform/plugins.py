@@ -25,7 +25,7 @@ import pluggy
 from pydantic import BaseModel
 
 from . import hookspecs
-from .errors import PluginError
+from .errors import PluginError, SealError
 from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
 
 ENTRY_POINT_GROUP = "seal_platform"
@@ -101,6 +101,23 @@ class PluginHost:
 
     def is_loaded(self, name: str) -> bool:
         return self.pm.get_plugin(name) is not None
+
+    def call_each(self, hook: str, **kwargs: Any) -> list[Any]:
+        """Call ``hook`` on every plugin that implements it, in pluggy's order, as ``pm.hook.<hook>(**kwargs)``
+        does, but naming the plugin when one raises: a :class:`PluginError` saying which plugin failed in
+        which hook (the original exception chained). Results of implementations that return None are left
+        out, as pluggy does."""
+        results = []
+        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
+            try:
+                result = impl.function(**{name: kwargs[name] for name in impl.argnames})
+            except SealError:
+                raise
+            except Exception as exc:
+                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook!r}: {type(exc).__name__}: {exc}") from exc
+            if result is not None:
+                results.append(result)
+        return results
 
     def implements(self, name: str, hook: str) -> bool:
         plugin = self.pm.get_plugin(name)

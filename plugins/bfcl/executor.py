@@ -19,6 +19,7 @@ parallel) and the executor is shared by all episode threads.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import multiprocessing
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from seal_platform.types import Task, TurnVerdict
 
@@ -79,6 +80,26 @@ class _WorkerDied(Exception):
     pass
 
 
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start worker processes without re-running the user's ``__main__``: spawn and forkserver children
+    re-import the main script (by path, or by module name under ``python -m``) unless it is hidden, and a
+    script that calls the platform at top level, without an ``if __name__ == "__main__"`` guard, would then
+    start a run in every worker. The workers need nothing from it (their target is :func:`worker_main`)."""
+    main = sys.modules.get("__main__")
+    saved: dict[str, Any] = {}
+    if main is not None:
+        for name in ("__file__", "__spec__"):
+            if getattr(main, name, None) is not None:
+                saved[name] = getattr(main, name)
+                setattr(main, name, None) if name == "__spec__" else delattr(main, name)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(main, name, value)
+
+
 def _context() -> multiprocessing.context.BaseContext:
     if sys.platform.startswith("linux"):
         ctx = multiprocessing.get_context("forkserver")
@@ -115,7 +136,8 @@ class _Slot:
         process = self.ctx.Process(
             target=worker_main, args=(child, self.memory_bytes), daemon=True, name=f"bfcl-tools-{self.index}"
         )
-        process.start()
+        with _main_module_hidden():
+            process.start()
         child.close()
         self.process, self.conn = process, parent
         self.generation += 1

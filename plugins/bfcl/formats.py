@@ -243,11 +243,18 @@ def _hermes_call(item: Any, where: str) -> tuple[ParsedCall | None, str | None]:
         return None, f"{where} has no \"name\" string."
     arguments = item.get("arguments", {})
     if isinstance(arguments, str):
-        # Some models double-encode the arguments object as a JSON string.
+        # Some models double-encode the arguments object as a JSON string: decoded under the same guards as
+        # the call itself (nesting, number size), never deeper than MAX_JSON_DEPTH.
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError:
             return None, f"The \"arguments\" of {where} ({name}) is a string that is not a JSON object."
+        except RecursionError:
+            return None, f"The \"arguments\" of {where} ({name}): JSON nested too deeply."
+        except ValueError as exc:  # e.g. an integer of more digits than Python converts
+            return None, f"The \"arguments\" of {where} ({name}) could not be parsed: {exc}."
+        if _json_depth(arguments) > MAX_JSON_DEPTH:
+            return None, f"The \"arguments\" of {where} ({name}) nest deeper than {MAX_JSON_DEPTH} levels."
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
@@ -261,7 +268,19 @@ def _hermes_call(item: Any, where: str) -> tuple[ParsedCall | None, str | None]:
 MAX_PYTHON_CALLS = 512
 # More syntax elements than this (outside string literals; see calls.code_counts) is refused likewise.
 MAX_PYTHON_ELEMENTS = 12_000
-_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+_FENCE_OPEN = re.compile(r"```[a-zA-Z]*")
+
+
+def _strip_fence(text: str) -> str:
+    """The text without a Markdown code fence around it. Linear in the text (a regex with ``\\s*```$``
+    backtracks over every run of whitespace: 80k spaces took seconds)."""
+    body = text.strip()
+    opening = _FENCE_OPEN.match(body)
+    if opening:
+        body = body[opening.end():]
+    if body.endswith("```"):
+        body = body[:-3]
+    return body.strip()
 
 
 class PythonFormat:
@@ -290,12 +309,12 @@ class PythonFormat:
     def parse(self, text: str) -> ParseResult:
         from .calls import CallSyntaxError, code_counts, parse_calls  # the safe AST-literal parser
 
-        body = _FENCE.sub("", text.strip()).strip()
+        body = _strip_fence(text)
         if body.startswith("python\n"):
             body = body[len("python\n"):].strip()
         if not body or body == "[]":
             return ParseResult()
-        looks_like_calls = body.startswith("[") or bool(re.match(r"^[A-Za-z_]\w*\s*\(", body))
+        looks_like_calls = body.startswith(("[", "(")) or bool(re.match(r"^[A-Za-z_]\w*\s*\(", body))
         if looks_like_calls and (body.count("(") > MAX_PYTHON_CALLS or len(body) > MAX_PYTHON_ELEMENTS):
             # Bounded work per message: Python's parser costs ~20 us per call and ~3 us per other node, so
             # thousands of tiny calls or tens of thousands of tiny literals would take longer than a long

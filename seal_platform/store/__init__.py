@@ -21,7 +21,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import create_engine, delete, event, select
+from sqlalchemy import create_engine, delete, event, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, object_session, sessionmaker
@@ -211,12 +211,22 @@ class RunStore:
                 )
             )
 
-    def reopen_run(self, run_id: str, plugins: list[dict[str, Any]]) -> None:
-        """Mark a run as running again (resume), in this process, with the plugins loaded now."""
+    def claim_run(self, run_id: str, seen: tuple[str, int | None, str], plugins: list[dict[str, Any]]) -> bool:
+        """Take a run over for a resume, atomically: one compare-and-set on the run's row, which must still be
+        as this process saw it (``seen``: status, pid, host). Of two processes resuming one run at once,
+        exactly one wins; the other gets False and must write nothing."""
+        status, pid, host = seen
         with self.session() as s:
             run = self._get_run(s, run_id)
-            run.status, run.pid, run.host, run.ended_at, run.error = "running", os.getpid(), socket.gethostname(), None, None
-            self._add_plugins(s, run_id, plugins)
+            match = [m.Run.id == run.id, m.Run.status == status, m.Run.host == host,
+                     m.Run.pid.is_(None) if pid is None else m.Run.pid == pid]
+            result = s.execute(update(m.Run).where(*match).values(
+                status="running", pid=os.getpid(), host=socket.gethostname(), ended_at=None, error=None))
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                s.rollback()
+                return False
+            self._add_plugins(s, run.id, plugins)
+            return True
 
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
         with self.session() as s:
@@ -394,6 +404,19 @@ class RunStore:
     def add_checkpoint(self, run_id: str, step: int, path: str, meta: dict[str, Any]) -> None:
         with self.session() as s:
             s.add(m.Checkpoint(run_id=run_id, step=step, path=path, meta=_jsonable(meta)))
+
+    def relocate_run(self, run_id: str, run_dir: str) -> int:
+        """The run's folder was moved to ``run_dir``: point the run and its checkpoints there. Returns the
+        number of checkpoint paths rewritten."""
+        with self.session() as s:
+            run = self._get_run(s, run_id)
+            old = run.run_dir.rstrip("/")
+            run.run_dir = run_dir
+            rows = list(s.scalars(select(m.Checkpoint).where(m.Checkpoint.run_id == run.id)))
+            for row in rows:
+                if row.path == old or row.path.startswith(old + "/"):
+                    row.path = run_dir + row.path[len(old):]
+            return len(rows)
 
     def remove_checkpoint(self, run_id: str, step: int) -> None:
         """Forget the checkpoint of ``step`` (checkpoint rotation deletes its folder next)."""

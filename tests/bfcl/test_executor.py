@@ -224,3 +224,23 @@ def test_callable_names_are_the_official_ones():
         cls = _worker.backend_class(name)
         official = {m for m, _ in inspect.getmembers(cls(), predicate=inspect.ismethod) if not m.startswith("_")}
         assert {m for m, _, _ in _worker._public_methods(cls)} == official, name
+
+
+def test_a_plain_script_without_a_main_guard_is_not_rerun_by_the_tool_workers(tmp_path):
+    """Tool workers start from a fork server, which re-imports the main script unless it is hidden: a script
+    calling the platform at top level would start again in every worker."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text(
+        'print("TOP-LEVEL", flush=True)\n'
+        "from seal_platform_plugins.bfcl.data import get_task\n"
+        "from seal_platform_plugins.bfcl.executor import ToolExecutor\n"
+        "with ToolExecutor(max_workers=2) as ex:\n"
+        '    with ex.open_session(get_task("multi_turn_base_15")) as session:\n'
+        '        print("RESULT", session.call("add", {"a": 1, "b": 2}, None).result, flush=True)\n'
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("TOP-LEVEL") == 1 and 'RESULT {"result": 3}' in done.stdout

@@ -214,3 +214,23 @@ def test_code_counts_of_hostile_quotes():
     }
     for text, parens in hostile.items():
         assert code_counts(text, 10**6, 10**6)[0] == parens
+
+
+def test_every_decoding_path_has_the_same_guards():
+    import json
+
+    from seal_platform_plugins.bfcl.formats import MAX_PYTHON_CALLS, get_format
+
+    hermes, python = get_format("hermes"), get_format("python")
+    # Arguments given as a JSON string are decoded under the call's own depth and size guards.
+    for arguments, words in (("[" * 400 + "]" * 400, "nest deeper"), ("[" * 100_000, "nested too deeply"),
+                             ('{"n": ' + "9" * 5000 + "}", "could not be parsed")):
+        result = hermes.parse("<tool_call>" + json.dumps({"name": "f", "arguments": arguments}) + "</tool_call>")
+        assert result.error and words in result.error and not result.calls, (words, result.error)
+    # A call list opened with "(" has the same cap on calls as one opened with "[".
+    for opening, closing in (("[", "]"), ("(", ")")):
+        result = python.parse(opening + ",".join(["f()"] * (MAX_PYTHON_CALLS + 1)) + closing)
+        assert result.error and "Too many function calls" in result.error
+    # Whitespace runs parse (in linear time: benchmarks/bench_parsing.py), fenced or not.
+    assert len(python.parse("[f(a=1" + " " * 80_000 + ")]").calls) == 1
+    assert python.parse("```python\n[f(a=1)]\n```").calls == python.parse("[f(a=1)]").calls

@@ -283,3 +283,20 @@ def test_resume_with_an_empty_or_ambiguous_id_is_an_error_listing_the_runs(runne
     common = next(i for i, (a, b) in enumerate(zip(run_id, other)) if a != b)
     result = runner.invoke(cli, ["run", "--resume", run_id[:common], "--store", store, "--quiet"])
     assert result.exit_code != 0 and "ambiguous" in result.output and run_id in result.output and other in result.output
+
+
+@pytest.mark.parametrize("hook", ["start_run", "save_checkpoint"])
+def test_a_plugin_raising_in_a_lifecycle_hook_is_one_paragraph_naming_it_and_the_run_resumes(
+        runner, toy_recipe, toy_site, tmp_path, hook):
+    result = runner.invoke(cli, ["run", str(toy_recipe), f"settings.toy.fail_in={hook}", "--quiet"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert f"plugin 'toy' failed in '{hook}'" in text and "Traceback" not in result.output
+    assert "seal-platform run --resume" in text
+    from seal_platform.store import RunStore
+
+    store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
+    (run,) = store.list_runs()
+    assert run.status == "failed"
+    assert not any(p.name.startswith(".tmp-step") for p in (Path(run.run_dir) / "checkpoints").glob("*")) \
+        if (Path(run.run_dir) / "checkpoints").exists() else True

@@ -81,3 +81,143 @@ def test_resume_of_a_run_killed_before_its_first_interface(toy_site, toy_recipe)
     assert store2.get_run(runner.run_id).status == "completed"
     assert [s.step for s in store2.steps(runner.run_id)] == [0, 1]
     assert store2.interfaces(runner.run_id)[0].revision == 0
+
+
+def _interrupted_cli_run(runner, toy_recipe, tmp_path, *extra):
+    flag = tmp_path / "interrupt"
+    flag.touch()
+    from seal_platform.cli import cli
+
+    result = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=5", "training.checkpoint_every=2",
+                                 f"settings.toy.interrupt_file={flag}", "settings.toy.interrupt_step=3", *extra,
+                                 "--quiet"])
+    assert result.exit_code == 130, result.output
+    return result.output.split("--resume ", 1)[1].split()[0]
+
+
+def test_a_resume_that_finds_no_checkpoint_where_the_store_says_stops_and_loses_nothing(toy_site, toy_recipe, tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.store import RunStore
+
+    runner = CliRunner()
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path)
+    url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    store = RunStore(url)
+    steps_before = [s.step for s in store.steps(run_id)]
+    moved = tmp_path / "elsewhere" / run_id
+    shutil.move(str(tmp_path / "runs" / run_id), str(moved))  # the runs directory was moved
+    result = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "none of them is on disk" in text and "--run-dir" in text, result.output
+    assert "--restart-from-step" in text and f"{len(steps_before)} step(s) of history" in text
+    assert [s.step for s in store.steps(run_id)] == steps_before and store.checkpoints(run_id)
+    result = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--run-dir", str(moved), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert store.get_run(run_id).status == "completed" and [s.step for s in store.steps(run_id)] == [0, 1, 2, 3, 4]
+    assert all(c.path.startswith(str(moved)) for c in store.checkpoints(run_id))
+
+
+def test_restart_from_step_discards_only_what_it_names(toy_site, toy_recipe, tmp_path):
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.store import RunStore
+
+    runner = CliRunner()
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path)
+    url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    bad = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--restart-from-step", "1", "--quiet"])
+    assert bad.exit_code == 2 and "no durable checkpoint after step 0" in " ".join(bad.output.split())
+    ok = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--restart-from-step", "0", "--quiet"])
+    assert ok.exit_code == 0, ok.output
+    store = RunStore(url)
+    assert [s.step for s in store.steps(run_id)] == [0, 1, 2, 3, 4]
+    assert any("restart from step 0 asked for" in e.message for e in store.events(run_id))
+
+
+def test_complete_checkpoints_the_store_does_not_know_are_kept_aside_partial_ones_removed(toy_site, toy_recipe, tmp_path):
+    from click.testing import CliRunner
+
+    from seal_platform.checkpoints import CORE_CHECKPOINT_FILE
+    from seal_platform.cli import cli
+
+    runner = CliRunner()
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path)
+    folder = tmp_path / "runs" / run_id / "checkpoints"
+    complete, partial = folder / "step-000007", folder / "step-000008"  # e.g. the store is an older backup
+    complete.mkdir()
+    (complete / CORE_CHECKPOINT_FILE).write_text("{}")
+    partial.mkdir()
+    url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    assert runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"]).exit_code == 0
+    names = [p.name for p in folder.iterdir()]
+    assert not complete.exists() and not partial.exists()
+    assert any(n.startswith(".orphan-step-000007-") for n in names)
+    assert (folder / next(n for n in names if n.startswith(".orphan-step-000007-")) / CORE_CHECKPOINT_FILE).is_file()
+
+
+def test_two_resumes_started_together_exactly_one_proceeds(toy_site, toy_recipe, tmp_path):
+    import os
+    import subprocess
+
+    from click.testing import CliRunner
+
+    from seal_platform.store import RunStore
+
+    # Slow steps, so that the two resumes overlap.
+    run_id = _interrupted_cli_run(CliRunner(), toy_recipe, tmp_path, "settings.toy.optimize_sleep_s=1.0")
+    url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_site), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "seal_platform", "run", "--resume", run_id, "--store", url, "--quiet"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes[0] == 0 and codes[1] == 2, outs
+    loser = next(out + err for p, (out, err) in zip(procs, outs) if p.returncode == 2)
+    assert "taken over by another process" in loser or "is still running" in loser, loser
+    store = RunStore(url)
+    assert store.get_run(run_id).status == "completed"
+    evaluations = [(e.step, e.category) for e in store.evaluations(run_id)]
+    assert len(evaluations) == len(set(evaluations))  # no duplicate rows from a second writer
+    assert [s.step for s in store.steps(run_id)] == [0, 1, 2, 3, 4]
+
+
+def test_a_run_marked_running_is_resumed_only_with_takeover(toy_site, toy_recipe, tmp_path):
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.store import RunStore
+
+    runner = CliRunner()
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path)
+    db = tmp_path / "runs" / "store.sqlite"
+    with sqlite3.connect(db) as conn:  # as a run on a machine that died looks
+        conn.execute("UPDATE runs SET status = 'running', host = 'gone-host', pid = 4242 WHERE id = ?", (run_id,))
+    url = f"sqlite:///{db}"
+    refused = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    assert refused.exit_code == 2 and "--takeover" in " ".join(refused.output.split())
+    taken = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--takeover", "--quiet"])
+    assert taken.exit_code == 0, taken.output
+    assert RunStore(url).get_run(run_id).status == "completed"
+
+
+def test_the_takeover_is_one_compare_and_set(toy_site, toy_recipe, tmp_path):
+    """Two processes that saw the same row: the first claim wins, the second finds the row changed."""
+    from click.testing import CliRunner
+
+    from seal_platform.store import RunStore
+
+    run_id = _interrupted_cli_run(CliRunner(), toy_recipe, tmp_path)
+    store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
+    row = store.get_run(run_id)
+    seen = (row.status, row.pid, row.host)
+    assert seen[0] == "interrupted"
+    assert store.claim_run(run_id, seen, []) is True
+    assert store.claim_run(run_id, seen, []) is False
+    assert store.get_run(run_id).status == "running"

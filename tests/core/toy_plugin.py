@@ -261,6 +261,8 @@ class ToyPlugin:
     @hookimpl
     def save_checkpoint(self, ctx, directory, step):
         self.calls.append("save_checkpoint")
+        if ctx.settings_for("toy", ToySettings).fail_in == "save_checkpoint":
+            raise OSError(28, "No space left on device")
         engine = ctx.shared["engine"]
         (Path(directory) / "toy.json").write_text(json.dumps({"skill": engine.skill, "rng": engine.rng.getstate()[1][:5]}))
         return {"toy": "skill"}
