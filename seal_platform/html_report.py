@@ -121,7 +121,7 @@ def _pass_rate_section(digest: RunDigest) -> str:
                      + ("" if base is None else f"; base line (before training) {base.average:.1f}%") + "</p>")
         rows = [[c, *(_pct(p.per_category.get(c)) for p in points)] for c in cats]
         rows.append(["average", *(_pct(p.average) for p in points)])
-        rows.append(["tasks", *(p.n_tasks for p in points)])
+        rows.append(["tasks", *(str(p.n_tasks) for p in points)])
         parts.append(_table(["category (pass rate %)", *(f"after {p.step}" for p in points)], rows))
     return "".join(parts)
 
