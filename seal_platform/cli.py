@@ -382,6 +382,31 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
         console.print(f"wrote {html_out}", highlight=False)
 
 
+@cli.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--step", type=int, default=None, help="Only this step's episodes.")
+@click.option("--task", "task", default=None, help="Only this task's episodes.")
+@click.option("--label", default=None, help="Only episodes with this label (any diagnoser) in some turn.")
+@click.option("--failed", is_flag=True, help="Only episodes that did not pass.")
+@click.option("--eval", "evaluation", is_flag=True, help="Evaluation episodes instead of training rollouts.")
+@click.option("--limit", type=click.IntRange(1), default=5, show_default=True, help="At most this many episodes.")
+@click.option("--width", type=click.IntRange(20), default=2000, show_default=True, help="Clip texts at this many characters.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every field, nothing clipped).")
+@store_option
+def transcripts(run_id: str, step: int | None, task: str | None, label: str | None, failed: bool, evaluation: bool,
+                limit: int, width: int, as_json: bool, store_url: str | None) -> None:
+    """What the agent did: a run's episodes turn by turn (messages, parsed calls and tool results, the
+    verifier's verdict, every diagnoser's label with its rationale and A-Patch weight)."""
+    from .transcripts import load_episodes, render
+
+    episodes = load_episodes(open_store(store_url), run_id, step=step, task=task, label=label, failed=failed,
+                             evaluation=evaluation, limit=limit)
+    if as_json:
+        click.echo(json.dumps([e.model_dump(mode="json") for e in episodes], indent=2, ensure_ascii=False))
+        return
+    console.print(render(episodes, width=width), highlight=False, markup=False)
+
+
 @cli.command("upgrade-store")
 @store_option
 def upgrade_store(store_url: str | None) -> None:

@@ -300,3 +300,41 @@ def test_a_plugin_raising_in_a_lifecycle_hook_is_one_paragraph_naming_it_and_the
     assert run.status == "failed"
     assert not any(p.name.startswith(".tmp-step") for p in (Path(run.run_dir) / "checkpoints").glob("*")) \
         if (Path(run.run_dir) / "checkpoints").exists() else True
+
+
+def test_transcripts_show_every_turn_with_its_verdict_and_labels_as_the_store_holds_them(runner, toy_recipe, toy_site,
+                                                                                        tmp_path):
+    result = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=2", "--quiet"])
+    assert result.exit_code == 0, result.output
+    run_id = result.output.split("run ", 1)[1].split()[0]
+    store_url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    from seal_platform.store import RunStore
+
+    store = RunStore(store_url)
+    (traj,) = [t for t in store.trajectories(run_id, step=1, phase="train")][:1]
+    shown_json = runner.invoke(cli, ["transcripts", run_id, "--store", store_url, "--step", "1",
+                                     "--task", traj.task_id, "--json", "--limit", "50"])
+    assert shown_json.exit_code == 0, shown_json.output
+    data = json.loads(shown_json.output)
+    episode = next(e for e in data if e["trajectory_id"] == traj.id)
+    assert episode["step"] == 1 and episode["reward"] == traj.reward and episode["task_id"] == traj.task_id
+    assert episode["system"] == traj.messages[0].content
+    (turn,) = episode["turns"]
+    assert [m["content"] for m in turn["messages"]] == [m.content for m in traj.messages[1:]]
+    assert turn["verdict"]["passed"] == traj.turn_verdicts[0].passed
+    rows = [r for r in store.labels(run_id, step=1) if r.trajectory_id == traj.id]
+    assert sorted(lab["label"] for lab in turn["labels"]) == sorted(r.label for r in rows) and rows
+    weights = {w.label: w.weight for w in store.label_weights(run_id) if w.step == 1}
+    assert all(lab["weight_after_step"] == weights.get(lab["label"]) for lab in turn["labels"])
+    # Filters: failed episodes only, by label, evaluation episodes; and the terminal view.
+    failed = json.loads(runner.invoke(cli, ["transcripts", run_id, "--store", store_url, "--failed", "--json",
+                                            "--limit", "100"]).output)
+    assert failed and all(e["reward"] < 0.5 for e in failed)
+    wrong = json.loads(runner.invoke(cli, ["transcripts", run_id, "--store", store_url, "--label", "wrong_sum",
+                                           "--json", "--limit", "100"]).output)
+    assert all(any(lab["label"] == "wrong_sum" for t in e["turns"] for lab in t["labels"]) for e in wrong)
+    evals = json.loads(runner.invoke(cli, ["transcripts", run_id, "--store", store_url, "--eval", "--json"]).output)
+    assert evals and all(e["phase"] == "eval" for e in evals)
+    shown = runner.invoke(cli, ["transcripts", run_id, "--store", store_url, "--step", "1", "--task", traj.task_id],
+                          terminal_width=120).output
+    assert f"task {traj.task_id}" in shown and "turn 0" in shown and "label [toy]" in shown

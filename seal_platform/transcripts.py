@@ -1,0 +1,196 @@
+"""What the agent did, turn by turn: a run's stored episodes decoded for people and scripts.
+
+The one place that turns the store's rows (compressed trajectories, turn labels, A-Patch label weights) into
+readable episodes; ``seal-platform transcripts`` prints them and ``--json`` gives the same data. An episode
+is split into turns at its user messages; each turn shows the messages in order (the model's and the
+tools'), the calls parsed from the model's messages with their results, the verifier's verdict for the
+turn, and every diagnoser's label with its rationale and the A-Patch weight of that label after the step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .store import RunStore
+from .types import Trajectory
+
+
+class LabelView(BaseModel):
+    source: str
+    label: str
+    reference_label: str | None = None
+    rationale: str = ""
+    confidence: float | None = None
+    weight_after_step: float | None = None  # A-Patch's weight of this label after the episode's step
+
+
+class TurnView(BaseModel):
+    turn: int
+    messages: list[dict[str, Any]] = Field(default_factory=list)  # role, content, trainable, tokens
+    calls: list[dict[str, Any]] = Field(default_factory=list)  # name, arguments, result, error, rejected
+    verdict: dict[str, Any] | None = None  # passed, reached, checks
+    labels: list[LabelView] = Field(default_factory=list)
+
+
+class EpisodeView(BaseModel):
+    run_id: str
+    phase: str
+    step: int
+    trajectory_id: str
+    task_id: str
+    category: str
+    group: str
+    sample: int
+    reward: float
+    finish: str
+    interface_revision: int
+    infra_failure: str | None = None
+    system: str = ""
+    # Messages before the task's first turn (worked examples in the conversation, a few-shot dialogue).
+    context: list[dict[str, Any]] = Field(default_factory=list)
+    turns: list[TurnView] = Field(default_factory=list)
+
+
+def episode_view(run_id: str, phase: str, step: int, traj: Trajectory, labels: list[Any],
+                 weights: dict[str, float]) -> EpisodeView:
+    """One stored trajectory (and its label rows) as turns."""
+    view = EpisodeView(run_id=run_id, phase=phase, step=step, trajectory_id=traj.id, task_id=traj.task_id,
+                       category=traj.category, group=traj.group, sample=traj.sample, reward=traj.reward,
+                       finish=traj.finish, interface_revision=traj.interface_revision,
+                       infra_failure=traj.infra_failure)
+    turns: list[TurnView] = []
+    # The task's turns are its last user messages: as many as the verdicts, calls and labels name (a worked
+    # example in the conversation comes before them and is context).
+    n_turns = 1 + max([v.turn for v in traj.turn_verdicts] + [c.turn for c in traj.tool_calls]
+                      + [r.turn for r in labels] + [-1])
+    users = sum(1 for m in traj.messages if m.role == "user")
+    skip = max(0, users - n_turns) if n_turns else 0
+    seen_users = 0
+    for message in traj.messages:
+        entry = {"role": message.role, "content": message.content, "trainable": message.trainable,
+                 "tokens": len(message.token_ids or ())}
+        if message.role == "system" and not turns and not view.context and not view.system:
+            view.system = message.content
+            continue
+        if message.role == "user":
+            seen_users += 1
+        if seen_users <= skip:
+            view.context.append(entry)
+            continue
+        if message.role == "user" or not turns:
+            turns.append(TurnView(turn=len(turns)))
+        turns[-1].messages.append(entry)
+    by_turn = {t.turn: t for t in turns}
+    for call in traj.tool_calls:
+        turn = by_turn.get(call.turn)
+        if turn is None:
+            turn = by_turn[call.turn] = TurnView(turn=call.turn)
+            turns.append(turn)
+        turn.calls.append({"name": call.name, "arguments": call.arguments, "result": call.result,
+                           "error": call.error, "rejected": call.rejected})
+    for verdict in traj.turn_verdicts:
+        turn = by_turn.get(verdict.turn)
+        if turn is None:
+            turn = by_turn[verdict.turn] = TurnView(turn=verdict.turn)
+            turns.append(turn)
+        turn.verdict = {"passed": verdict.passed, "reached": verdict.reached, "checks": verdict.checks}
+    for row in labels:
+        turn = by_turn.get(row.turn)
+        if turn is None:
+            turn = by_turn[row.turn] = TurnView(turn=row.turn)
+            turns.append(turn)
+        turn.labels.append(LabelView(source=row.source, label=row.label, reference_label=row.reference_label,
+                                     rationale=row.rationale or "", confidence=row.confidence,
+                                     weight_after_step=weights.get(row.label, weights.get(row.reference_label or ""))))
+    view.turns = sorted(turns, key=lambda t: t.turn)
+    return view
+
+
+def load_episodes(store: RunStore, run_id: str, *, step: int | None = None, task: str | None = None,
+                  label: str | None = None, failed: bool = False, evaluation: bool = False,
+                  limit: int | None = None) -> list[EpisodeView]:
+    """The run's episodes that match the filters, in step order: training rollouts, or with ``evaluation``
+    the evaluations' episodes; ``label``: episodes with that label (any diagnoser) in some turn; ``failed``:
+    reward below 0.5."""
+    run = store.get_run(run_id)
+    phase = "eval" if evaluation else "train"
+    pairs = _steps_of(store, run.id, phase, step)
+    rows = store.labels(run.id, step=step) if not evaluation else []
+    by_traj: dict[str, list[Any]] = {}
+    for row in rows:
+        by_traj.setdefault(row.trajectory_id, []).append(row)
+    weights: dict[int, dict[str, float]] = {}
+    for w in store.label_weights(run.id):
+        weights.setdefault(w.step, {})[w.label] = w.weight
+    out = []
+    for traj, s in pairs:
+        if task is not None and traj.task_id != task:
+            continue
+        if failed and traj.success:
+            continue
+        mine = by_traj.get(traj.id, [])
+        if label is not None and not any(label in (r.label, r.reference_label) for r in mine):
+            continue
+        out.append(episode_view(run.id, phase, s, traj, mine, weights.get(s, {})))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def _steps_of(store: RunStore, run_id: str, phase: str, step: int | None) -> list[tuple[Trajectory, int]]:
+    """(trajectory, step) pairs: the store keeps the step on each trajectory row."""
+    from sqlalchemy import select
+
+    from .store import models as m
+    from .store import unpack_trajectory
+
+    with store.session() as s:
+        q = select(m.TrajectoryRow).where(m.TrajectoryRow.run_id == run_id, m.TrajectoryRow.phase == phase)
+        if step is not None:
+            q = q.where(m.TrajectoryRow.step == step)
+        return [(unpack_trajectory(r.blob), r.step) for r in s.scalars(q.order_by(m.TrajectoryRow.step))]
+
+
+def render(episodes: list[EpisodeView], *, width: int = 2000) -> Any:
+    """A rich renderable of ``episodes`` (contents clipped at ``width`` characters each)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    def clip(text: str) -> str:
+        return text if len(text) <= width else text[:width] + f" ... [{len(text) - width} more characters]"
+
+    out: list[Any] = []
+    for ep in episodes:
+        head = (f"{ep.phase} step {ep.step}  task {ep.task_id} ({ep.category})  group {ep.group} sample {ep.sample}  "
+                f"reward {ep.reward:g}  finish {ep.finish}  interface r{ep.interface_revision}")
+        out.append(Text(head, style="bold reverse"))
+        if ep.infra_failure:
+            out.append(Text(f"  infrastructure failure: {ep.infra_failure}", style="red"))
+        if ep.system:
+            out.append(Text(f"  system ({len(ep.system)} characters): {clip(ep.system)}", style="dim"))
+        if ep.context:
+            out.append(Text(f"  context before the task's first turn: {len(ep.context)} message(s) (worked examples; "
+                            "--json shows them)", style="dim"))
+        for turn in ep.turns:
+            verdict = "" if turn.verdict is None else (" passed" if turn.verdict["passed"] else
+                                                        " FAILED" if turn.verdict["reached"] else " not reached")
+            out.append(Text(f"  turn {turn.turn}{verdict}", style="bold green" if "passed" in verdict else "bold"))
+            for msg in turn.messages:
+                tokens = f", {msg['tokens']} sampled tokens" if msg["tokens"] else ""
+                out.append(Text(f"    {msg['role']}{tokens}: {clip(msg['content'])}"))
+            for call in turn.calls:
+                outcome = (f"rejected: {call['rejected']}" if call["rejected"] else f"error: {call['error']}"
+                           if call["error"] else f"-> {clip(str(call['result']))}")
+                out.append(Text(f"    call {call['name']}({clip(str(call['arguments']))}) {outcome}", style="cyan"))
+            if turn.verdict is not None and turn.verdict["checks"]:
+                out.append(Text(f"    checks: {clip(str(turn.verdict['checks']))}", style="dim"))
+            for lab in turn.labels:
+                weight = "" if lab.weight_after_step is None else f", A-Patch weight {lab.weight_after_step:.3f}"
+                ref = f" (reference {lab.reference_label})" if lab.reference_label and lab.reference_label != lab.label else ""
+                why = f": {clip(lab.rationale)}" if lab.rationale else ""
+                out.append(Text(f"    label [{lab.source}] {lab.label}{ref}{weight}{why}", style="magenta"))
+    if not episodes:
+        out.append(Text("no episode matches"))
+    return Group(*out)
