@@ -285,7 +285,14 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
     if config_ is None:
         raise_for(issues, str(path))
     assert config_ is not None
-    click.echo(yaml.safe_dump(config_.model_dump(mode="json"), sort_keys=False))
+    data = config_.model_dump(mode="json")
+    # Every enabled plugin's section with its defaults filled in, as the run will see it.
+    from .planning import check_recipe
+
+    checked, _ = check_recipe(config_, plugin_host_for(config_))
+    if checked is not None:
+        data["settings"] = {name: model.model_dump(mode="json") for name, model in sorted(checked.settings.items())}
+    click.echo(yaml.safe_dump(data, sort_keys=False))
 
 
 # --- runs, show, report ------------------------------------------------------------------------------
@@ -405,6 +412,59 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
         click.echo(json.dumps([e.model_dump(mode="json") for e in episodes], indent=2, ensure_ascii=False))
         return
     console.print(render(episodes, width=width), highlight=False, markup=False)
+
+
+def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, str]]:
+    """(key, type, default, description) for every field of a settings model, nested models flattened."""
+    import typing
+
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    rows = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}.{name}"
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            rows.append((key, annotation.__name__, "(section)", field.description or (annotation.__doc__ or "").strip().split("\n")[0]))
+            rows.extend(settings_rows(annotation, key))
+            continue
+        kind = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+        if typing.get_origin(annotation) is typing.Literal:
+            kind = "one of " + ", ".join(map(str, typing.get_args(annotation)))
+        if field.default is not PydanticUndefined:
+            default = field.default
+        elif field.default_factory is not None:
+            default = field.default_factory()  # type: ignore[call-arg]
+        else:
+            default = "(required)"
+        rows.append((key, kind, json.dumps(default, default=str) if not isinstance(default, str) or default != "(required)" else default,
+                     field.description or ""))
+    return rows
+
+
+@cli.command()
+@click.argument("plugin", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def settings(plugin: str | None, as_json: bool) -> None:
+    """Every plugin setting: key, type or allowed values, default, description (read from the plugins' own
+    pydantic models). PLUGIN: only that plugin's sections (or one section by name)."""
+    host = make_plugin_manager()
+    owners = host.settings_owners()
+    chosen = {s: (p, m) for s, (p, m) in owners.items() if plugin is None or plugin in (p, s)}
+    if plugin is not None and not chosen:
+        known = ", ".join(sorted({p for p, _ in owners.values()} | set(owners)))
+        raise SealError(f"no loaded plugin or settings section named {plugin!r}; known: {known}.")
+    rows = [(p, *row) for s, (p, m) in sorted(chosen.items()) for row in settings_rows(m, f"settings.{s}")]
+    if as_json:
+        click.echo(json.dumps([dict(zip(("plugin", "key", "type", "default", "description"), r)) for r in rows], indent=2))
+        return
+    table = Table(title="plugin settings (recipe keys)")
+    for col in ("plugin", "key", "type", "default", "description"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 @cli.command("upgrade-store")

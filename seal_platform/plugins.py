@@ -179,6 +179,10 @@ class PluginHost:
             found[name] = (plugin, spec)
         return found
 
+    def settings_owners(self) -> dict[str, tuple[str, type[BaseModel]]]:
+        """Settings section -> (the plugin that registered it, its pydantic model)."""
+        return {name: (plugin, spec[1]) for name, (plugin, spec) in self._unique("register_settings", "settings section").items()}
+
     def settings_models(self) -> dict[str, type[BaseModel]]:
         return {name: spec[1] for name, (_, spec) in self._unique("register_settings", "settings section").items()}
 

@@ -338,3 +338,20 @@ def test_transcripts_show_every_turn_with_its_verdict_and_labels_as_the_store_ho
     shown = runner.invoke(cli, ["transcripts", run_id, "--store", store_url, "--step", "1", "--task", traj.task_id],
                           terminal_width=120).output
     assert f"task {traj.task_id}" in shown and "turn 0" in shown and "label [toy]" in shown
+
+
+def test_settings_lists_every_plugin_key_from_its_model_and_config_show_fills_plugin_sections(runner, toy_recipe, toy_site):
+    data = json.loads(runner.invoke(cli, ["settings", "toy", "--json"]).output)
+    from toy_plugin import ToySettings
+
+    keys = {row["key"]: row for row in data}
+    assert set(keys) == {f"settings.toy.{name}" for name in ToySettings.model_fields}
+    assert keys["settings.toy.n_tasks"]["default"] == "12" and keys["settings.toy.n_tasks"]["plugin"] == "toy"
+    unknown = runner.invoke(cli, ["settings", "no-such-plugin"])
+    assert unknown.exit_code != 0 and "no loaded plugin or settings section named 'no-such-plugin'" in unknown.output
+    shown = runner.invoke(cli, ["config", "show", str(toy_recipe)]).output
+    import yaml
+
+    resolved = yaml.safe_load(shown)
+    assert resolved["settings"]["toy"]["start_skill"] == ToySettings().start_skill  # a default, not in the recipe
+    assert resolved["settings"]["toy"]["n_tasks"] == 10  # the recipe's value
