@@ -240,11 +240,15 @@ class RunStore:
             raise StoreError(f"an empty run id names no run; runs in {self.url}: {listed}.")
         run = s.get(m.Run, run_id)
         if run is None:
-            matches = s.scalars(select(m.Run).where(m.Run.id.startswith(run_id))).all()
-            if len(matches) == 1:
-                return matches[0]
-            if matches:
-                raise StoreError(f"run id {run_id!r} is ambiguous: {', '.join(r.id for r in matches)}.")
+            # A unique prefix (20261125-0301), suffix (the 6 characters the summary ends ids with) or name.
+            for how, where in (("prefix", m.Run.id.startswith(run_id)), ("suffix", m.Run.id.endswith(run_id)),
+                               ("name", m.Run.name == run_id)):
+                matches = s.scalars(select(m.Run).where(where).order_by(m.Run.started_at)).all()
+                if len(matches) == 1:
+                    return matches[0]
+                if matches:
+                    listed = ", ".join(f"{r.id} ({r.name}, {r.status})" for r in matches[:20])
+                    raise StoreError(f"run {run_id!r} is ambiguous: {len(matches)} runs match by {how}: {listed}.")
             raise StoreError(f"no run {run_id!r} in {self.url} (see `seal-platform runs`).")
         return run
 

@@ -355,3 +355,19 @@ def test_settings_lists_every_plugin_key_from_its_model_and_config_show_fills_pl
     resolved = yaml.safe_load(shown)
     assert resolved["settings"]["toy"]["start_skill"] == ToySettings().start_skill  # a default, not in the recipe
     assert resolved["settings"]["toy"]["n_tasks"] == 10  # the recipe's value
+
+
+def test_runs_are_named_by_id_unique_prefix_suffix_or_name(runner, toy_recipe, toy_site, tmp_path):
+    first = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=1", "name=alpha", "--quiet"])
+    second = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=1", "name=beta", "--quiet"])
+    ids = [r.output.split("run ", 1)[1].split()[0] for r in (first, second)]
+    store = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    for ref in (ids[0], ids[0][-6:], "alpha"):
+        data = json.loads(runner.invoke(cli, ["show", ref, "--store", store, "--json"]).output)
+        assert data["id"] == ids[0], ref
+    both = runner.invoke(cli, ["compare", "alpha", ids[1][-6:], "--store", store, "--json"])
+    assert [r["id"] for r in json.loads(both.output)["runs"]] == ids
+    third = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=1", "name=alpha", "--quiet"])
+    assert third.exit_code == 0
+    ambiguous = runner.invoke(cli, ["show", "alpha", "--store", store])
+    assert ambiguous.exit_code != 0 and "ambiguous" in ambiguous.output and ids[0] in ambiguous.output
