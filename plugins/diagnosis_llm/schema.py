@@ -102,6 +102,9 @@ def read_judgement(text: Any, labels: Sequence[str]) -> tuple[Judgement | None, 
         return None, "the answer is empty"
     found = _first_answer(text)
     if found is None:
+        if text.count("{") > text.count("}"):
+            return None, ("the answer's JSON is cut off (an unclosed '{'): it most likely reached the judge's token "
+                          "limit; raise settings.diagnosis_llm.max_new_tokens")
         return None, "the answer holds no JSON object with a 'label' field"
     try:
         return Judgement.model_validate(found, context={"labels": list(labels)}), ""

@@ -46,7 +46,7 @@ def test_valid_answers(text, expected):
         ('{"label": 3, "rationale": "x", "confidence": 0.5}', "label"),
         ('{"label": "state_mismatch", "rationale": "   ", "confidence": 0.5}', "rationale"),
         ("{'label': 'state_mismatch', 'rationale': 'x', 'confidence': 0.5}", "no JSON object"),
-        ('{"label": "state_mismatch", "rationale": ', "no JSON object"),
+        ('{"label": "state_mismatch", "rationale": ', "cut off"),  # an answer that hit the token limit
         ("exec('import os')", "no JSON object"),
         ("[" * 19_000, "no JSON object"),
         ('{"a":' * 3_000 + "1" + "}" * 3_000, "no JSON object"),  # nesting past the parser's recursion limit
@@ -113,3 +113,13 @@ def test_reading_any_text_never_raises(text):
     assert (judgement is None) != (reason == "")
     if judgement is not None:
         assert judgement.label in LABELS and 0.0 <= judgement.confidence <= 1.0 and judgement.rationale
+
+
+def test_an_answer_cut_by_the_token_limit_says_so_and_names_the_setting():
+    from seal_platform_plugins.diagnosis_llm.schema import read_judgement
+
+    cut = '{"label": "state_mismatch", "rationale": "the model wrote the file to the wrong dire'
+    judgement, why = read_judgement(cut, ["state_mismatch", "pass"])
+    assert judgement is None and "cut off" in why and "settings.diagnosis_llm.max_new_tokens" in why
+    _, other = read_judgement("no json here", ["pass"])
+    assert "no JSON object" in other and "cut off" not in other
