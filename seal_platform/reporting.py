@@ -13,6 +13,26 @@ from .digest import benchmark_of
 from .store import RunStore
 
 
+OPTIMIZER_METRICS = ("loss", "grad_norm", "kl", "entropy", "clip_frac")
+
+
+def step_update_text(metrics: dict[str, float]) -> str:
+    """The step's optimizer metrics when it updated the policy, else why it did not ("skipped (...)") rather
+    than a row of zeros."""
+    if metrics.get("updates", 1.0) > 0:
+        shown = [f"{k} {metrics[k]:.4g}" for k in OPTIMIZER_METRICS if k in metrics]
+        if shown:
+            return ", ".join(shown)
+        return ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())[:5] if not k.startswith("ds_"))
+    if "ds_groups_kept" in metrics and metrics["ds_groups_kept"] == 0:
+        return "skipped (no group with mixed outcomes was drawn)"
+    if metrics.get("skipped_sequences", 0) > 0 and metrics.get("trained_sequences", 0) == 0:
+        return "skipped (every advantage was 0)"
+    if metrics.get("skipped_updates", 0) > 0:
+        return "skipped (non-finite gradient)"
+    return "skipped (no update)"
+
+
 def show_run(store: RunStore, run_id: str, console: Console) -> None:
     run = store.get_run(run_id)
     console.print(f"[bold]run {run.id}[/] ({run.name}) - {run.status}", highlight=False)
@@ -36,8 +56,7 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
     for col in cols:
         steps.add_column(col)
     for s in rows:
-        shown = {k: v for k, v in s.metrics.items() if not k.startswith("ds_")}
-        metrics = ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items())[:5] if isinstance(v, (int, float)))
+        metrics = step_update_text(s.metrics)
         groups = (f"{int(s.metrics.get('ds_groups_kept', 0))}/{int(s.metrics.get('ds_groups_drawn', 0))}",) if dynamic else ()
         steps.add_row(str(s.step), str(s.epoch), f"{s.mean_reward:.3f}", str(s.n_trajectories), *groups,
                       str(s.interface_revision), metrics, f"{sum(s.timings.values()):.1f}")

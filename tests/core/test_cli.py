@@ -371,3 +371,15 @@ def test_runs_are_named_by_id_unique_prefix_suffix_or_name(runner, toy_recipe, t
     assert third.exit_code == 0
     ambiguous = runner.invoke(cli, ["show", "alpha", "--store", store])
     assert ambiguous.exit_code != 0 and "ambiguous" in ambiguous.output and ids[0] in ambiguous.output
+
+
+def test_show_names_why_a_step_did_not_update_instead_of_printing_zeros():
+    from seal_platform.reporting import step_update_text
+
+    updated = {"updates": 1.0, "loss": 0.25, "grad_norm": 1.5, "kl": 0.0, "entropy": 0.7, "clip_frac": 0.1, "lr": 1e-5}
+    assert step_update_text(updated) == "loss 0.25, grad_norm 1.5, kl 0, entropy 0.7, clip_frac 0.1"
+    assert step_update_text({"updates": 0.0, "ds_groups_kept": 0.0, "entropy": 0.0}) == \
+        "skipped (no group with mixed outcomes was drawn)"
+    assert step_update_text({"updates": 0.0, "skipped_sequences": 8.0, "trained_sequences": 0.0}) == \
+        "skipped (every advantage was 0)"
+    assert "entropy" not in step_update_text({"updates": 0.0, "entropy": 0.0})
