@@ -94,6 +94,7 @@ class BfclEnvironment:
         from .verifier import verify_records
 
         return verify_records(records, executor=lambda: self.executor, timeout_s=self.settings.episode_timeout_s,
+                              call_timeout_s=self.settings.call_timeout_s,
                               label_turns=lambda task, outcome: label_turns(outcome.turns))
 
     # --- resources --------------------------------------------------------------------------------------

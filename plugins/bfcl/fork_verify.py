@@ -73,7 +73,7 @@ class _Lane:
         return self.next >= len(self.indices)
 
     def start(self, items: Sequence[Any], score: Callable[[Any], dict[str, Any]],
-              memory_bytes: int | None, timeout_s: float) -> None:
+              memory_bytes: int | None, timeout_s: Callable[[int], float]) -> None:
         """Fork a child that verifies this lane's items from ``next`` on."""
         todo = [items[i] for i in self.indices[self.next:]]
         read_fd, write_fd = os.pipe()
@@ -89,7 +89,7 @@ class _Lane:
                 os._exit(status)
         os.close(write_fd)
         self.pid, self.fd, self.buffer = pid, read_fd, bytearray()
-        self.deadline = time.monotonic() + timeout_s
+        self.deadline = time.monotonic() + timeout_s(self.indices[self.next])
 
     def stop(self) -> None:
         if self.fd is not None:
@@ -119,7 +119,7 @@ def verify_forked(
     score: Callable[[Any], dict[str, Any]],
     on_failure: Callable[[Any, str], dict[str, Any]],
     *,
-    timeout_s: float,
+    timeout_s: float | Callable[[Any], float],
     memory_bytes: int | None = None,
     lanes: int | None = None,
     min_per_lane: int = 64,
@@ -129,8 +129,12 @@ def verify_forked(
 
     The items are dealt to up to ``lanes`` lanes (default: one per usable CPU, at least ``min_per_lane``
     items each; see :func:`deal`) scored side by side, one child per lane; results come back in the items'
-    order. A child that overruns or dies is killed and a new one goes on from the next item of its lane."""
+    order. A child that overruns or dies is killed and a new one goes on from the next item of its lane.
+    ``timeout_s`` may be a function of the item (a limit per transcript, e.g. from its number of calls)."""
     n = len(items)
+
+    def limit_of(index: int) -> float:
+        return float(timeout_s(items[index])) if callable(timeout_s) else float(timeout_s)
     count = max(1, min(lanes or default_lanes(), n // max(1, min_per_lane)))
     all_lanes = [_Lane(indices) for indices in deal(n, count)]
     results: list[dict[str, Any] | None] = [None] * n
@@ -144,18 +148,18 @@ def verify_forked(
     try:
         for lane in all_lanes:
             if not lane.done:
-                lane.start(items, score, memory_bytes, timeout_s)
+                lane.start(items, score, memory_bytes, limit_of)
         while True:
             active = [lane for lane in all_lanes if not lane.done]
             if not active:
                 break
             for lane in active:  # a lane whose child was stopped goes on from its next item
                 if lane.fd is None:
-                    lane.start(items, score, memory_bytes, timeout_s)
+                    lane.start(items, score, memory_bytes, limit_of)
             now = time.monotonic()
             overdue = [lane for lane in active if lane.deadline <= now]
             for lane in overdue:
-                fail(lane, f"verification took longer than {timeout_s:g} s")
+                fail(lane, f"verification took longer than {limit_of(lane.indices[lane.next]):g} s")
             if overdue:
                 continue
             wait = min(lane.deadline for lane in active) - now
@@ -179,7 +183,8 @@ def verify_forked(
                     failed = value.get("__failed__") if isinstance(value, dict) else None
                     results[index] = on_failure(items[index], failed) if failed else value
                     lane.next += 1
-                    lane.deadline = time.monotonic() + timeout_s
+                    if not lane.done:
+                        lane.deadline = time.monotonic() + limit_of(lane.indices[lane.next])
                 if lane.done:
                     lane.stop()
     finally:

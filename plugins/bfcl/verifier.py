@@ -125,6 +125,7 @@ def verify_records(
     task_lookup: Callable[[str], Task] | None = None,
     timeout_s: float = 600.0,
     memory_bytes: int | None = 4096 * 1024 * 1024,
+    call_timeout_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`verify_record` for many records, each transcript with its own fresh instances and its own
     ``timeout_s`` limit: in a child forked from this process when that is safe (:mod:`.fork_verify`), else
@@ -174,7 +175,17 @@ def verify_records(
             if task_lookup is None:
                 preload()
         _forked_before = True
-        return verify_forked(records, scored, failed, timeout_s=timeout_s, memory_bytes=memory_bytes)
+        limit: float | Callable[[Any], float] = timeout_s
+        if call_timeout_s is not None:
+            def limit(record: Any) -> float:
+                """Each call of the transcript (and of its ground truth, about as many) gets call_timeout_s,
+                so one runaway call costs seconds, not the whole transcript's limit."""
+                try:
+                    calls = sum(len(turn) for turn in record["turns"])
+                except (TypeError, KeyError):
+                    calls = 0
+                return min(timeout_s, call_timeout_s * (2 * calls + 2))
+        return verify_forked(records, scored, failed, timeout_s=limit, memory_bytes=memory_bytes)
     out: list[dict[str, Any] | None] = [None] * len(records)
     todo: list[tuple[int, str, Task, list[list[ParsedCall]]]] = []
     for index, record in enumerate(records):

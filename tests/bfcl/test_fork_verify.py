@@ -82,3 +82,17 @@ def test_items_are_dealt_in_blocks_so_every_lane_gets_a_share_of_each_part():
     # The last quarter (say, the long-context tasks of a file sorted by category) is split evenly.
     assert [sum(i >= 2400 for i in lane) for lane in lanes] == [400, 400]
     assert deal(5, 4) == [[0, 4], [1], [2], [3]] and deal(0, 2) == []
+
+
+def test_a_runaway_call_costs_its_transcript_seconds_per_call_not_the_whole_limit():
+    """`square_root(precision=2e7)` runs for minutes: with call_timeout_s each transcript's limit is a few
+    call limits, so the line fails after seconds (a checker error in its result) and the next lines go on."""
+    good = "multi_turn_base_15"
+    gt = ground_truth(get_task(good))
+    runaway = [list(turn) for turn in gt]
+    runaway[0] = ["square_root(number=2, precision=20000000)", *runaway[0]]
+    records = [{"task_id": good, "turns": runaway}, {"task_id": good, "turns": gt}]
+    started = time.monotonic()
+    out = verify_records(records, executor=lambda: None, timeout_s=600.0, call_timeout_s=0.1)
+    assert time.monotonic() - started < 60
+    assert out[0]["success"] is False and out[1]["success"] is True
