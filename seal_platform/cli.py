@@ -150,7 +150,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress,
-                    restart_from=restart_from)
+                    restart_from=restart_from, takeover=takeover)
     from .run_display import run_with_display
 
     try:

@@ -132,6 +132,7 @@ class Runner:
         resume_run_id: str | None = None,
         progress: Progress | None = None,
         restart_from: int | None = None,
+        takeover: bool = False,
     ):
         """``restart_from`` (a resume only): train again from step N, discarding the store's later history (0:
         from the start; N > 0 resumes from the durable checkpoint after step N - 1)."""
@@ -160,6 +161,7 @@ class Runner:
         self.interface = Interface()
         self.start_step = 0
         self.restart_from = restart_from
+        self.takeover = takeover
 
     # --- the loop --------------------------------------------------------------------------------------
 
@@ -167,6 +169,9 @@ class Runner:
         plugins = [r.to_dict() for r in self.host.records]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.resumed:
+            if self._seen[0] == "running" and not self.takeover:
+                raise SealError(f"run {self.run_id} is running (pid {self._seen[1]} on {self._seen[2]}); this process "
+                                "wrote nothing and stops. Resume it with --takeover only if that process is gone.")
             if not self.store.claim_run(self.run_id, self._seen, plugins):
                 now = self.store.get_run(self.run_id)
                 raise SealError(f"run {self.run_id} was taken over by another process (pid {now.pid} on {now.host}, "

@@ -178,7 +178,7 @@ def test_two_resumes_started_together_exactly_one_proceeds(toy_site, toy_recipe,
     codes = sorted(p.returncode for p in procs)
     assert codes[0] == 0 and codes[1] == 2, outs
     loser = next(out + err for p, (out, err) in zip(procs, outs) if p.returncode == 2)
-    assert "taken over by another process" in loser or "is still running" in loser, loser
+    assert "taken over by another process" in loser or "is still running" in loser or "is running" in loser, loser
     store = RunStore(url)
     assert store.get_run(run_id).status == "completed"
     evaluations = [(e.step, e.category) for e in store.evaluations(run_id)]
@@ -221,3 +221,20 @@ def test_the_takeover_is_one_compare_and_set(toy_site, toy_recipe, tmp_path):
     assert store.claim_run(run_id, seen, []) is True
     assert store.claim_run(run_id, seen, []) is False
     assert store.get_run(run_id).status == "running"
+
+
+def test_a_resume_that_finds_the_run_taken_by_a_live_process_writes_nothing(toy_site, toy_recipe, tmp_path):
+    """The window the compare-and-set alone would miss: the other process claimed the run after this one's
+    command-line check but before this runner read the row; the row then reads `running` with a live pid."""
+    from click.testing import CliRunner
+
+    from seal_platform.errors import SealError
+
+    run_id = _interrupted_cli_run(CliRunner(), toy_recipe, tmp_path)
+    first, store = _runner(toy_recipe, [], resume=run_id)
+    assert store.claim_run(run_id, first._seen, [])  # the other process wins
+    steps = [s.step for s in store.steps(run_id)]
+    second, _ = _runner(toy_recipe, [], resume=run_id)
+    with pytest.raises(SealError, match="is running"):
+        second.run()
+    assert [s.step for s in store.steps(run_id)] == steps and store.get_run(run_id).status == "running"
