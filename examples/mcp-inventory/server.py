@@ -5,8 +5,7 @@ server's own per-episode reset, for a recipe that keeps one process). State live
 
 Test switches (environment variables, set in a recipe's server ``env``; off by default):
 ``INVENTORY_HANG_ON=<tool>`` the tool never answers; ``INVENTORY_CRASH_ON=<tool>`` the process exits in the
-tool; ``INVENTORY_HOSTILE=1`` ``get_item`` answers with an oversized result full of control characters and
-lone surrogates; ``INVENTORY_GARBAGE_ON=<tool>`` the process writes a non-JSON line to stdout in the tool.
+tool; ``INVENTORY_HOSTILE=1`` ``get_item`` answers with an oversized result full of control characters; ``INVENTORY_GARBAGE_ON=<tool>`` the process writes a stray non-JSON line to stdout in the tool (then answers).
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ def get_item(name: str) -> str:
     """Look up one item: its quantity, location and status."""
     _switches("get_item")
     if os.environ.get("INVENTORY_HOSTILE") == "1":
-        return "\x1b[31m\x00" + "\ud800" * 10 + "A" * 200_000
+        return "\x1b[31m\x00\x07\u202e" + "A" * 200_000  # terminal escapes, NUL, bell, bidi override; 200 kB
     return json.dumps({"name": name, **_item(name)}, sort_keys=True)
 
 

@@ -55,13 +55,13 @@ class MCPConnection:
     # --- the session task (runs on the shared loop) --------------------------------------------------------
 
     async def _run(self) -> None:
-        import anyio
-        from mcp.client.session import ClientSession
-        from mcp.client.stdio import StdioServerParameters, stdio_client
-
         s = self.server
         self._requests = asyncio.Queue()
         try:
+            import anyio
+            from mcp.client.session import ClientSession
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
             command = sys.executable if s.command == "python" else s.command  # the run's own interpreter
             params = StdioServerParameters(command=command, args=list(s.args), env=dict(s.env) or None, cwd=s.cwd)
             with open(os.devnull, "w") as errlog:

@@ -10,9 +10,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("mcp")
-# Disabled (unfinished, see the helper report): under pytest the stdio MCP session never finishes its start
-# (InfraError after startup_timeout_s), while the same code starts the server in ~1-2 s in a plain script.
-pytestmark = pytest.mark.skip(reason="mcp session start hangs under the test suite: unfinished, see issue 27")
 
 from seal_platform.types import Generation, Interface, Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.mcp.callparse import clip_text, parse_calls  # noqa: E402
@@ -125,11 +122,9 @@ def test_mistakes_are_labelled_and_rejected_before_the_server(env):
     assert diagnose([traj])[0].label == "invalid_tool_call"
 
 
-@pytest.mark.parametrize("switch", [{"INVENTORY_HANG_ON": "get_item"}, {"INVENTORY_CRASH_ON": "move_item"},
-                                    {"INVENTORY_GARBAGE_ON": "set_status"}])
+@pytest.mark.parametrize("switch", [{"INVENTORY_HANG_ON": "get_item"}, {"INVENTORY_CRASH_ON": "move_item"}])
 def test_a_failing_server_masks_the_episode_and_the_run_goes_on(switch):
     bad = MCPEnvironment(settings(env=switch, n_eval=3))
-    bad._reference = MCPEnvironment(settings()).__dict__["_reference"]
     tasks = bad.tasks("eval")[:3]
     start = time.monotonic()
     trajs = run_episodes(bad, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
@@ -151,3 +146,11 @@ def test_hostile_tool_results_are_clipped_utf8():
     assert result is not None and len(result) < 600 and "\x1b" not in result and "\x00" not in result
     result.encode("utf-8")
     json.dumps(traj.model_dump())  # storable
+
+
+def test_a_stray_line_on_the_servers_stdout_is_skipped():
+    noisy = MCPEnvironment(settings(env={"INVENTORY_GARBAGE_ON": "set_status"}))
+    tasks = [t for t in noisy.tasks("train") if t.payload["turns"][0]["calls"][0]["name"] == "set_status"][:2]
+    trajs = run_episodes(noisy, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
+    assert [t.infra_failure for t in trajs] == [None, None]
+    assert trajs[0].tool_calls[0].result is not None
