@@ -105,9 +105,15 @@ class MCPConnection:
 
     # --- the synchronous side ---------------------------------------------------------------------------------
 
+    def start(self) -> MCPConnection:
+        """Start the process and the session without waiting (``wait_ready`` waits): many servers start at once."""
+        self._task = asyncio.run_coroutine_threadsafe(self._run(), _loop())
+        return self
+
     def open(self) -> MCPConnection:
-        loop = _loop()
-        self._task = asyncio.run_coroutine_threadsafe(self._run(), loop)
+        return self.start().wait_ready()
+
+    def wait_ready(self) -> MCPConnection:
         try:
             self._ready.result(timeout=self.server.startup_timeout_s + 5)
         except FutureTimeout:

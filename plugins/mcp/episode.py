@@ -33,12 +33,18 @@ SYSTEM = (
 )
 
 
-def open_servers(env: Any) -> list[MCPConnection]:
-    """Fresh sessions with every server (one episode's), reset when the recipe says so."""
-    conns: list[MCPConnection] = []
+def start_servers(env: Any) -> list[MCPConnection]:
+    """Fresh sessions with every server (one episode's), started but not waited for."""
+    return [MCPConnection(server).start() for server in env.settings.servers]
+
+
+def open_servers(env: Any, started: list[MCPConnection] | None = None) -> list[MCPConnection]:
+    """Fresh sessions with every server (one episode's; ``started``: those of :func:`start_servers`), ready
+    and reset when the recipe says so. An :class:`InfraError` closes them all."""
+    conns: list[MCPConnection] = started if started is not None else start_servers(env)
     try:
-        for server in env.settings.servers:
-            conns.append(MCPConnection(server).open())
+        for conn in conns:
+            conn.wait_ready()
         if env.settings.isolation == "reset":
             for conn in conns:
                 result = conn.call(env.settings.reset_tool, {})
@@ -190,13 +196,14 @@ def _run_chunk(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], int
                sampling: SamplingParams) -> list[Trajectory]:
     eps: list[_Episode] = []
     lost: dict[int, Trajectory] = {}
-    for task, group, sample in episodes:
+    env.docs()
+    for task, group, sample in episodes:  # every episode's servers start at once
         traj = Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
                           interface_revision=interface.revision)
-        ep = _Episode(task, traj, build_prompt(env, task, interface))
-        eps.append(ep)
+        eps.append(_Episode(task, traj, build_prompt(env, task, interface), start_servers(env)))
+    for ep in eps:
         try:
-            ep.conns = open_servers(env)
+            ep.conns = open_servers(env, ep.conns)
         except InfraError as exc:
             lost[id(ep)] = _fail(ep, interface, str(exc))
             continue

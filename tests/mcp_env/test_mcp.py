@@ -124,7 +124,7 @@ def test_mistakes_are_labelled_and_rejected_before_the_server(env):
 
 @pytest.mark.parametrize("switch", [{"INVENTORY_HANG_ON": "get_item"}, {"INVENTORY_CRASH_ON": "move_item"}])
 def test_a_failing_server_masks_the_episode_and_the_run_goes_on(switch):
-    bad = MCPEnvironment(settings(env=switch, n_eval=3))
+    bad = MCPEnvironment(settings(env=switch, n_eval=3).model_copy(update={"servers": [settings(env=switch).servers[0].model_copy(update={"timeout_s": 1.0})]}))
     tasks = bad.tasks("eval")[:3]
     start = time.monotonic()
     trajs = run_episodes(bad, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)

@@ -41,3 +41,15 @@ def test_the_example_recipe_runs_against_the_real_server(tmp_path, tiny_model_di
     labels = store.labels(run_id, step=0)
     assert {row.source for row in labels} == {"mcp"} and {row.trajectory_id for row in labels} == {t.id for t in trajs}
     print(step.metrics)
+
+
+@pytest.mark.slow
+def test_the_embedded_model_is_trained_on_the_example(tmp_path, monkeypatch):
+    """The embedded SmolLM2-135M passes some episodes and fails others: mixed groups give an update."""
+    monkeypatch.chdir(ROOT)
+    run_id, store = _run([f"runs_dir={tmp_path}", "training.steps=2", "rollout.engine=hf", "settings.mcp.n_eval=4",
+                          "evaluation.before_training=false"])
+    steps = store.steps(run_id)
+    trajs = [t for s in steps for t in store.trajectories(run_id, step=s.step, phase="train")]
+    assert any(t.reward == 1.0 for t in trajs) and any(t.reward == 0.0 for t in trajs)
+    assert sum(s.metrics.get("updates", 0) for s in steps) >= 1
