@@ -15,7 +15,7 @@ import sys
 import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, Self
 
 from seal_platform.infra import InfraError
 
@@ -32,6 +32,18 @@ def _loop() -> asyncio.AbstractEventLoop:
             _LOOP = asyncio.new_event_loop()
             threading.Thread(target=_LOOP.run_forever, name="mcp-client-loop", daemon=True).start()
         return _LOOP
+
+
+_DEVNULL: Any = None
+
+
+def _devnull() -> Any:
+    """Where the servers' stderr goes (a server's log says nothing to the agent; the episode's fate is recorded)."""
+    global _DEVNULL
+    with _LOCK:
+        if _DEVNULL is None:
+            _DEVNULL = open(os.devnull, "w")  # noqa: SIM115 - one for the process
+        return _DEVNULL
 
 
 class ToolResult:
@@ -64,23 +76,23 @@ class MCPConnection:
 
             command = sys.executable if s.command == "python" else s.command  # the run's own interpreter
             params = StdioServerParameters(command=command, args=list(s.args), env=dict(s.env) or None, cwd=s.cwd)
-            with open(os.devnull, "w") as errlog:
-                async with stdio_client(params, errlog=errlog) as streams:
-                    async with ClientSession(*streams, read_timeout_seconds=s.timeout_s) as session:
-                        with anyio.fail_after(s.startup_timeout_s):
-                            await session.initialize()
-                        self._ready.set_result(True)
-                        while True:
-                            op, args, fut = await self._requests.get()
-                            if op == "close":
-                                fut.set_result(None)
-                                return
-                            try:
-                                fut.set_result(await self._do(session, op, args))
-                            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                                fut.set_exception(exc)
-                                if not isinstance(exc, Exception):
-                                    raise
+            async with stdio_client(params, errlog=_devnull()) as streams:
+                session_cm = ClientSession(*streams, read_timeout_seconds=s.timeout_s)
+                async with session_cm as session:
+                    with anyio.fail_after(s.startup_timeout_s):
+                        await session.initialize()
+                    self._ready.set_result(True)
+                    while True:
+                        op, args, fut = await self._requests.get()
+                        if op == "close":
+                            fut.set_result(None)
+                            return
+                        try:
+                            fut.set_result(await self._do(session, op, args))
+                        except BaseException as exc:  # handed to the caller's thread
+                            fut.set_exception(exc)
+                            if not isinstance(exc, Exception):
+                                raise
         except BaseException as exc:  # noqa: BLE001
             if not self._ready.done():
                 self._ready.set_exception(exc)
@@ -110,8 +122,9 @@ class MCPConnection:
         self._task = asyncio.run_coroutine_threadsafe(self._run(), _loop())
         return self
 
-    def open(self) -> MCPConnection:
-        return self.start().wait_ready()
+    def open(self) -> Self:
+        self.start().wait_ready()
+        return self
 
     def wait_ready(self) -> MCPConnection:
         try:
@@ -119,7 +132,7 @@ class MCPConnection:
         except FutureTimeout:
             self.close()
             raise InfraError(f"MCP server {self.server.name!r} did not start within {self.server.startup_timeout_s:g} s")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.close()
             raise InfraError(f"MCP server {self.server.name!r} failed to start: {_why(exc)}") from exc
         return self
@@ -135,7 +148,7 @@ class MCPConnection:
         except FutureTimeout:
             self.close()
             raise InfraError(f"MCP server {self.server.name!r} did not answer {op} within {timeout:g} s") from None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.close()
             raise InfraError(f"MCP server {self.server.name!r} failed during {op}: {_why(exc)}") from exc
 
@@ -160,10 +173,10 @@ class MCPConnection:
         except Exception:  # noqa: BLE001 - a session that will not close is cancelled
             task.cancel()
 
-    def __enter__(self) -> MCPConnection:
+    def __enter__(self) -> Self:
         return self.open()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

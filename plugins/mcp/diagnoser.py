@@ -19,7 +19,7 @@ state_mismatch            anything else                                     stat
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from seal_platform.types import ToolCall, Trajectory, TurnLabel, TurnVerdict
 

@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seal_platform.infra import InfraError, failed_trajectory
-from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
+from seal_platform.types import (
+    Interface,
+    Message,
+    SamplingParams,
+    Task,
+    ToolCall,
+    Trajectory,
+    TurnVerdict,
+)
 
 from .callparse import clip_text, parse_calls
 from .client import MCPConnection, ToolResult

@@ -11,13 +11,14 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from seal_platform.types import Generation, Interface, Message, SamplingParams  # noqa: E402
-from seal_platform_plugins.mcp.callparse import clip_text, parse_calls  # noqa: E402
-from seal_platform_plugins.mcp.diagnoser import diagnose  # noqa: E402
-from seal_platform_plugins.mcp.environment import MCPEnvironment  # noqa: E402
-from seal_platform_plugins.mcp.episode import build_prompt, run_episodes  # noqa: E402
-from seal_platform_plugins.mcp.settings import MCPSettings  # noqa: E402
-from seal_platform_plugins.mcp.tooldocs import render_docs, validate_arguments  # noqa: E402
+from seal_platform_plugins.mcp.callparse import clip_text, parse_calls
+from seal_platform_plugins.mcp.diagnoser import diagnose
+from seal_platform_plugins.mcp.environment import MCPEnvironment
+from seal_platform_plugins.mcp.episode import build_prompt, run_episodes
+from seal_platform_plugins.mcp.settings import MCPSettings
+from seal_platform_plugins.mcp.tooldocs import render_docs, validate_arguments
+
+from seal_platform.types import Generation, Interface, Message, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(ROOT / "examples/mcp-inventory/server.py")

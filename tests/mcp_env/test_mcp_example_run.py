@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("mcp")
 
-from seal_platform.loop import Runner  # noqa: E402
-from seal_platform.planning import plan_recipe  # noqa: E402
-from seal_platform.store import RunStore  # noqa: E402
+from seal_platform.loop import Runner
+from seal_platform.planning import plan_recipe
+from seal_platform.store import RunStore
 
 SMALL = ["training.steps=1", "training.tasks_per_step=2", "training.group_size=2", "rollout.max_new_tokens=8",
          "evaluation.max_new_tokens=8", "evaluation.before_training=false", "settings.mcp.n_eval=2",
