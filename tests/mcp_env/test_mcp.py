@@ -155,3 +155,35 @@ def test_a_stray_line_on_the_servers_stdout_is_skipped():
     trajs = run_episodes(noisy, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
     assert [t.infra_failure for t in trajs] == [None, None]
     assert trajs[0].tool_calls[0].result is not None
+
+
+def _labelled_state(label: str, n: int = 12):
+    from seal_platform.capability import CapabilityState
+    from seal_platform.types import Trajectory, TurnLabel
+
+    state = CapabilityState()
+    trajs = [Trajectory(task_id=f"t{i}", category="direct", group=f"g{i}", reward=0.0) for i in range(n)]
+    state.update(0, 0, trajs, [TurnLabel(trajectory_id=t.id, turn=0, label=label, source="mcp") for t in trajs])
+    return state
+
+
+def test_labels_drive_tool_doc_changes_and_evaluation_stays_pristine(env):
+    from seal_platform_plugins.mcp.evolution import evolve
+
+    from seal_platform.capability import CapabilityState
+
+    pristine = env.pristine_interface()
+    assert evolve(pristine, CapabilityState(), env.settings.evolution) is None
+    new = evolve(pristine, _labelled_state("argument_mismatch"), env.settings.evolution)
+    assert new is not None and new.spec["changes"] == ["allowed_values"] and new.driven_by == ["argument_mismatch"]
+    task = env.tasks("eval")[0]
+    assert 'Allowed values: "warehouse", "store", "backroom".' in build_prompt(env, task, new)[0].content
+    assert "Allowed values" not in build_prompt(env, task, pristine)[0].content
+    recovery = evolve(new, _labelled_state("recovery_failure"), env.settings.evolution)
+    assert set(recovery.spec["changes"]) == {"allowed_values", "required_markers", "recovery_hints"}
+    # With recovery hints on, a refused call is answered with what the schema says.
+    bad = '<tool_call>{"name": "move_item", "arguments": {"name": "lamp", "location": "attic"}}</tool_call>'
+    engine = Scripted(lambda u, c: bad if c[-1].role == "user" else "done")
+    (traj,) = run_episodes(env, engine, [(task, "g", 0)], recovery, SAMPLING)
+    tool_msg = next(m.content for m in traj.messages if m.role == "tool")
+    assert "Hint: move_item requires name, location; location must be one of" in tool_msg
