@@ -187,3 +187,15 @@ def test_labels_drive_tool_doc_changes_and_evaluation_stays_pristine(env):
     (traj,) = run_episodes(env, engine, [(task, "g", 0)], recovery, SAMPLING)
     tool_msg = next(m.content for m in traj.messages if m.role == "tool")
     assert "Hint: move_item requires name, location; location must be one of" in tool_msg
+
+
+def test_isolation_by_the_servers_reset_tool():
+    with pytest.raises(ValueError, match="reset_tool"):
+        settings(isolation="reset")
+    env = MCPEnvironment(settings(isolation="reset", reset_tool="reset"))
+    tasks = env.tasks("train")[:2]
+    trajs = run_episodes(env, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
+    assert [t.reward for t in trajs] == [1.0, 1.0]
+    broken = MCPEnvironment(settings(isolation="reset", reset_tool="no_such_reset"))
+    (traj,) = run_episodes(broken, gt_engine(tasks), [(tasks[0], "g", 0)], Interface(), SAMPLING)
+    assert traj.infra_failure and "reset tool" in traj.infra_failure
