@@ -51,5 +51,7 @@ def test_the_embedded_model_is_trained_on_the_example(tmp_path, monkeypatch):
                           "evaluation.before_training=false"])
     steps = store.steps(run_id)
     trajs = [t for s in steps for t in store.trajectories(run_id, step=s.step, phase="train")]
-    assert any(t.reward == 1.0 for t in trajs) and any(t.reward == 0.0 for t in trajs)
+    assert not any(t.infra_failure for t in trajs), [t.infra_failure for t in trajs if t.infra_failure]
+    assert any(t.reward == 1.0 for t in trajs) and any(t.reward == 0.0 for t in trajs), [
+        (t.messages[-1].content[:120] if t.messages else "", t.finish) for t in trajs]
     assert sum(s.metrics.get("updates", 0) for s in steps) >= 1
