@@ -129,7 +129,7 @@ def test_a_failing_server_masks_the_episode_and_the_run_goes_on(switch):
     tasks = bad.tasks("eval")[:3]
     start = time.monotonic()
     trajs = run_episodes(bad, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 150  # bounded by the timeouts, not by a hung server (loose: a loaded CPU)
     assert len(trajs) == 3
     failed = [t for t in trajs if t.infra_failure]
     assert failed, "the failing server must end the episode as an infrastructure failure"
