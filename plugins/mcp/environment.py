@@ -1,0 +1,91 @@
+"""The mcp environment object: the task file, the servers' tool docs, and the reference check results."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from seal_platform.types import Interface, Task
+
+from .client import MCPConnection
+from .settings import MCPSettings
+from .tasks import load_tasks
+
+
+class MCPEnvironment:
+    """Tasks from the task file; tools listed from the servers (once); revision 0 is the pristine interface."""
+
+    name = "mcp"
+
+    def __init__(self, settings: MCPSettings):
+        self.settings = settings
+        self._tasks = load_tasks(settings.tasks)
+        self.categories = tuple(dict.fromkeys(t.category for t in self._tasks))
+        self._docs: list[dict[str, Any]] | None = None
+        self._owner: dict[str, tuple[int, str]] = {}  # shown tool name -> (server index, server's tool name)
+        self._reference: dict[str, list[list[str]]] = {}
+        self._lock = threading.Lock()
+
+    def tasks(self, split: str) -> list[Task]:
+        tasks = [t for t in self._tasks if t.split == split]
+        if not tasks:
+            splits = sorted({t.split for t in self._tasks})
+            raise ValueError(f"the mcp task file {self.settings.tasks!r} has no {split!r} tasks (it has: {splits})")
+        limit = self.settings.n_train if split == "train" else self.settings.n_eval
+        return tasks[:limit] if limit else tasks
+
+    def pristine_interface(self) -> Interface:
+        return Interface(revision=0)
+
+    # --- tools ------------------------------------------------------------------------------------------------
+
+    def docs(self) -> list[dict[str, Any]]:
+        """The tools the agent is shown (listed once from every server; names checked for collisions)."""
+        with self._lock:
+            if self._docs is None:
+                docs, owner = [], {}
+                for index, server in enumerate(self.settings.servers):
+                    with MCPConnection(server) as conn:
+                        listed = conn.list_tools()
+                    for tool in listed:
+                        shown = server.tool_prefix + tool["name"]
+                        if shown in owner:
+                            raise ValueError(f"two MCP servers offer a tool named {shown!r}: set tool_prefix on one "
+                                             "of them in settings.mcp.servers")
+                        owner[shown] = (index, tool["name"])
+                        if tool["name"] not in self.settings.hidden_tools:
+                            docs.append({**tool, "name": shown})
+                self._docs, self._owner = docs, owner
+            return self._docs
+
+    def route(self, shown: str) -> tuple[int, str] | None:
+        self.docs()
+        doc_names = {d["name"] for d in self._docs or []}
+        return self._owner.get(shown) if shown in doc_names else None
+
+    # --- the reference server: results of each turn's checks after the ground truth ---------------------------
+
+    def reference(self, task: Task) -> list[list[str]]:
+        """Per turn, the check calls' results on a fresh server that ran the ground truth (cached per task:
+        servers are assumed deterministic from their starting state)."""
+        with self._lock:
+            if task.id in self._reference:
+                return self._reference[task.id]
+        from .episode import open_servers, run_checks, server_call
+
+        conns = open_servers(self)
+        try:
+            out = []
+            for turn in task.payload["turns"]:
+                for call in turn["calls"]:
+                    result = server_call(self, conns, call["name"], call["arguments"])
+                    if result.is_error:
+                        raise ValueError(f"task {task.id}: the ground-truth call {call['name']} failed on the "
+                                         f"reference server: {result.text[:200]}")
+                out.append(run_checks(self, conns, turn))
+        finally:
+            for conn in conns:
+                conn.close()
+        with self._lock:
+            self._reference[task.id] = out
+        return out

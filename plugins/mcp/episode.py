@@ -1,0 +1,252 @@
+"""Episodes and the verifier of the mcp environment.
+
+Protocol (as smarthome's): the agent sees a system prompt with the tool docs (rendered under the interface
+revision) and the recipe's worked examples, then the first user turn. In each user turn it gets up to
+``attempts_per_turn`` generations. A generation with tool calls has them checked against the tool's JSON schema
+(a call that fails never reaches the server) and executed on the episode's own server process; a failed call's
+error (plus a recovery hint when the revision enables them) comes back and the agent may try again. A
+generation without a call ends the turn. After each turn the task's check calls run on the server (the agent
+does not see them). Episodes advance in lock step in chunks of ``max_parallel_episodes`` (the engine batches
+each round's generations; that many server processes are alive at once).
+
+A server failure (start, timeout, exit, unreadable output) makes the episode an infrastructure failure
+(:func:`seal_platform.infra.failed_trajectory`): never diagnosed, its group masked out of the update.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from seal_platform.infra import InfraError, failed_trajectory
+from seal_platform.types import (
+    Interface,
+    Message,
+    SamplingParams,
+    Task,
+    ToolCall,
+    Trajectory,
+    TurnVerdict,
+)
+
+from .callparse import clip_text, parse_calls
+from .client import MCPConnection, ToolResult
+from .tooldocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
+
+SYSTEM = (
+    "You can use these tools:\n{tools}\n"
+    "Call a tool as <tool_call>{{\"name\": \"...\", \"arguments\": {{...}}}}</tool_call>. "
+    "Make one call for each request."
+)
+
+
+def start_servers(env: Any) -> list[MCPConnection]:
+    """Fresh sessions with every server (one episode's), started but not waited for."""
+    return [MCPConnection(server).start() for server in env.settings.servers]
+
+
+def open_servers(env: Any, started: list[MCPConnection] | None = None) -> list[MCPConnection]:
+    """Fresh sessions with every server (one episode's; ``started``: those of :func:`start_servers`), ready
+    and reset when the recipe says so. An :class:`InfraError` closes them all."""
+    conns: list[MCPConnection] = started if started is not None else start_servers(env)
+    try:
+        for conn in conns:
+            conn.wait_ready()
+        if env.settings.isolation == "reset":
+            for conn in conns:
+                result = conn.call(env.settings.reset_tool, {})
+                if result.is_error:
+                    raise InfraError(f"the reset tool of {conn.server.name!r} failed: {clip_text(result.text, 200)}")
+        return conns
+    except BaseException:
+        for conn in conns:
+            conn.close()
+        raise
+
+
+def server_call(env: Any, conns: list[MCPConnection], name: str, arguments: dict[str, Any]) -> ToolResult:
+    env.docs()
+    index, tool = env._owner[name]
+    result = conns[index].call(tool, arguments)
+    return ToolResult(clip_text(result.text, env.settings.max_result_chars), result.is_error)
+
+
+def run_checks(env: Any, conns: list[MCPConnection], turn: dict[str, Any]) -> list[str]:
+    return [("error: " if r.is_error else "") + r.text
+            for r in (server_call(env, conns, c["name"], c["arguments"]) for c in turn["check"])]
+
+
+def build_prompt(env: Any, task: Task, interface: Interface) -> list[Message]:
+    changes = interface.spec.get("changes", [])
+    system = SYSTEM.format(tools=render_docs(env.docs(), changes))
+    if "call_format" in changes and env.docs():
+        doc = env.docs()[0]
+        system += (f"\nA tool call is one JSON object inside the tags, e.g. <tool_call>{{\"name\": \"{doc['name']}\", "
+                   "\"arguments\": {...}}</tool_call>, with the arguments named as in the list above.")
+    messages = [Message(role="system", content=system)]
+    for example in env.settings.worked_examples:
+        messages += [Message(role="user", content=str(example["user"])),
+                     Message(role="assistant", content=f"<tool_call>{json.dumps(example['call'])}</tool_call>")]
+        if example.get("result") is not None:
+            messages.append(Message(role="tool", content=str(example["result"])))
+    return messages
+
+
+@dataclass
+class _Episode:
+    task: Task
+    traj: Trajectory
+    messages: list[Message]
+    conns: list[MCPConnection] = field(default_factory=list)
+    turn: int = 0
+    attempts: int = 0
+    checks: list[list[str]] = field(default_factory=list)
+    done: bool = False
+
+
+def _start_turn(ep: _Episode) -> None:
+    ep.messages.append(Message(role="user", content=ep.task.payload["turns"][ep.turn]["user"]))
+    ep.attempts = 0
+
+
+def _end_turn(env: Any, ep: _Episode) -> None:
+    ep.checks.append(run_checks(env, ep.conns, ep.task.payload["turns"][ep.turn]))
+    ep.turn += 1
+    if ep.turn >= len(ep.task.payload["turns"]):
+        ep.done = True
+    else:
+        _start_turn(ep)
+
+
+def _react(env: Any, ep: _Episode, text: str, interface: Interface) -> None:
+    s = env.settings
+    ep.attempts += 1
+    calls, error = parse_calls(text, s.max_calls_per_message)
+    changes = interface.spec.get("changes", [])
+    names = [d["name"] for d in env.docs()]
+    hint_doc: dict[str, Any] | None = None
+    if error is not None:
+        ep.traj.tool_calls.append(ToolCall(turn=ep.turn, name="", rejected=error))
+        observations, failed = [f"Error: {error}"], True
+    elif not calls:
+        _end_turn(env, ep)
+        return
+    else:
+        observations, failed = [], False
+        for call in calls:
+            record = ToolCall(turn=ep.turn, name=call["name"], arguments=call["arguments"])
+            doc = next((d for d in env.docs() if d["name"] == call["name"]), None)
+            if doc is None:
+                record.rejected = f"unknown tool {call['name']!r}; available tools: {', '.join(names)}"
+                observations.append(f"Error: {record.rejected}")
+                failed = True
+            else:
+                extra = unknown_arguments(doc, call["arguments"])
+                problem = (f"unexpected argument {extra[0]!r}" if extra else None) or validate_arguments(doc, call["arguments"])
+                if problem:
+                    record.error = f"Error: invalid arguments for {call['name']}: {problem}"
+                    failed = True
+                else:
+                    result = server_call(env, ep.conns, call["name"], call["arguments"])
+                    if result.is_error:
+                        record.error = f"Error during execution: {result.text}"
+                        failed = True
+                    else:
+                        record.result = result.text
+                observations.append(record.error or record.result or "")
+                hint_doc = doc if record.error else hint_doc
+            ep.traj.tool_calls.append(record)
+    content = "\n".join(observations)
+    if failed and "recovery_hints" in changes:
+        content = f"{content}\n{recovery_hint(hint_doc, content, names)}"
+    ep.messages.append(Message(role="tool", content=content))
+    if not failed or ep.attempts >= s.attempts_per_turn:
+        _end_turn(env, ep)
+
+
+def verify(env: Any, task: Task, traj: Trajectory, checks: list[list[str]]) -> list[TurnVerdict]:
+    reference = env.reference(task)
+    verdicts = []
+    for i, turn in enumerate(task.payload["turns"]):
+        made = [c for c in traj.tool_calls if c.turn == i and c.result is not None]
+        called = bool(made) or not turn["calls"]
+        reached = i < len(checks)
+        if turn["check"]:
+            ok = reached and checks[i] == reference[i]
+        else:
+            ok = reached and all(any(c.name == g["name"] and all(c.arguments.get(k) == v for k, v in g["arguments"].items())
+                                     for c in made) for g in turn["calls"])
+        verdicts.append(TurnVerdict(turn=i, passed=bool(ok and called), reached=reached, checks={
+            "gt_calls": turn["calls"], "model_calls": [{"name": c.name, "arguments": c.arguments} for c in made],
+            "check_results": checks[i] if reached else [], "reference_results": reference[i], "called": called}))
+    return verdicts
+
+
+def _fail(ep: _Episode, interface: Interface, reason: str) -> Trajectory:
+    for conn in ep.conns:
+        conn.close()
+    ep.done = True
+    return failed_trajectory(ep.task, ep.traj.group, ep.traj.sample, reason, interface.revision)
+
+
+def run_episodes(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], interface: Interface,
+                 sampling: SamplingParams) -> list[Trajectory]:
+    """Play ``(task, group, sample)`` episodes (in chunks, each in lock step) and verify them."""
+    out: list[Trajectory] = []
+    chunk = env.settings.max_parallel_episodes
+    for start in range(0, len(episodes), chunk):
+        out += _run_chunk(env, engine, episodes[start:start + chunk], interface, sampling)
+    return out
+
+
+def _run_chunk(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], interface: Interface,
+               sampling: SamplingParams) -> list[Trajectory]:
+    eps: list[_Episode] = []
+    lost: dict[int, Trajectory] = {}
+    env.docs()
+    for task, group, sample in episodes:  # every episode's servers start at once
+        traj = Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
+                          interface_revision=interface.revision)
+        eps.append(_Episode(task, traj, build_prompt(env, task, interface), start_servers(env)))
+    for ep in eps:
+        try:
+            ep.conns = open_servers(env, ep.conns)
+        except InfraError as exc:
+            lost[id(ep)] = _fail(ep, interface, str(exc))
+            continue
+        _start_turn(ep)
+    try:
+        while True:
+            active = [ep for ep in eps if not ep.done]
+            if not active:
+                break
+            gens = engine.generate([ep.messages for ep in active], sampling)
+            for ep, gen in zip(active, gens):
+                ep.messages.append(Message.from_generation(gen))
+                if gen.finish_reason == "prompt_too_long":
+                    ep.traj.finish = "context_limit"
+                    ep.done = True
+                    continue
+                try:
+                    _react(env, ep, gen.text, interface)
+                except InfraError as exc:
+                    lost[id(ep)] = _fail(ep, interface, str(exc))
+    finally:
+        for ep in eps:
+            for conn in ep.conns:
+                conn.close()
+    out = []
+    for ep in eps:
+        if id(ep) in lost:
+            out.append(lost[id(ep)])
+            continue
+        ep.traj.messages = ep.messages
+        try:
+            ep.traj.turn_verdicts = verify(env, ep.task, ep.traj, ep.checks)
+        except InfraError as exc:
+            out.append(failed_trajectory(ep.task, ep.traj.group, ep.traj.sample, str(exc), interface.revision))
+            continue
+        ep.traj.reward = 1.0 if all(v.passed for v in ep.traj.turn_verdicts) else 0.0
+        out.append(ep.traj)
+    return out

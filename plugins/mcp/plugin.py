@@ -1,0 +1,102 @@
+"""The mcp plugin: train on the tools of MCP servers named in the recipe (environment ``mcp``), its
+diagnoser (BFCL taxonomy) and its training-interface evolution on the servers' tool docs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seal_platform.hookspecs import hookimpl
+from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
+from seal_platform.types import EvalResult, SamplingParams
+
+NAME = "mcp"
+
+
+def _settings(ctx: Any) -> Any:
+    from .settings import MCPSettings
+
+    return ctx.settings_for(NAME, MCPSettings)
+
+
+def _is_ours(environment: Any) -> bool:
+    from .environment import MCPEnvironment
+
+    return isinstance(environment, MCPEnvironment)
+
+
+def _build(ctx: Any) -> Any:
+    from .environment import MCPEnvironment
+
+    return MCPEnvironment(_settings(ctx))
+
+
+def _sampling(ctx: Any, greedy: bool, max_new_tokens: int | None) -> SamplingParams:
+    rollout = ctx.config.rollout
+    return SamplingParams(temperature=0.0 if greedy else rollout.temperature, top_p=1.0 if greedy else rollout.top_p,
+                          max_new_tokens=max_new_tokens or rollout.max_new_tokens, stop=["</tool_call>"])
+
+
+@hookimpl
+def register_settings() -> dict[str, type]:
+    from .settings import MCPSettings
+
+    return {NAME: MCPSettings}
+
+
+@hookimpl
+def register_environments() -> list[EnvironmentSpec]:
+    return [EnvironmentSpec(NAME, _build, "the tools of MCP servers started from the recipe (stdio), tasks from a "
+                                          "JSON Lines file, turns checked by calls against the server")]
+
+
+@hookimpl
+def register_diagnosers() -> list[DiagnoserSpec]:
+    from .diagnoser import LABELS, MEANINGS, REFERENCE
+
+    return [DiagnoserSpec(NAME, "per-turn labels from the mcp verifier (BFCL taxonomy)", labels=LABELS,
+                          reference=dict(REFERENCE), meanings=dict(MEANINGS), environments=(NAME,))]
+
+
+@hookimpl
+def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list | None:
+    if not _is_ours(environment):
+        return None
+    from .episode import run_episodes
+
+    episodes = [(task, f"{step}:{task.id}", j) for task in tasks for j in range(group_size)]
+    return run_episodes(environment, engine, episodes, interface,
+                        _sampling(ctx, False, environment.settings.max_new_tokens))
+
+
+@hookimpl
+def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> EvalResult | None:
+    if not _is_ours(environment):
+        return None
+    from .episode import run_episodes
+
+    max_new = ctx.config.evaluation.max_new_tokens or environment.settings.max_new_tokens
+    trajs = run_episodes(environment, engine, [(t, f"eval{step}:{t.id}", 0) for t in tasks],
+                         environment.pristine_interface(), _sampling(ctx, True, max_new))
+    # An episode lost to a server failure says nothing of the policy: scored over the others.
+    result = EvalResult.from_trajectories(tasks[0].split if tasks else ctx.config.evaluation.split,
+                                          [t for t in trajs if not t.infra_failure])
+    result.trajectories = trajs
+    return result
+
+
+@hookimpl
+def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
+    if not _is_ours(environment):
+        return []
+    from .diagnoser import diagnose as run
+
+    return run(trajectories)
+
+
+@hookimpl
+def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
+    if not _is_ours(environment):
+        return None
+    from .evolution import evolve
+
+    return evolve(interface, state, _settings(ctx).evolution)

@@ -1,0 +1,71 @@
+"""Settings of the mcp environment (recipe section ``settings.mcp``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class MCPServerSettings(BaseModel):
+    """One MCP server, started from the recipe (never from model output) as a stdio process."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="The server's name in logs and errors.")
+    command: str = Field(min_length=1, description="The executable (node, uvx, ...); `python` means the interpreter running seal-platform.")
+    args: list[str] = Field(default_factory=list, description="Its arguments.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment variables (the SDK passes only a safe few of the parent's: PATH, HOME, ...).",
+    )
+    cwd: str | None = Field(default=None, description="Working directory of the process; null: the run's.")
+    timeout_s: float = Field(default=10.0, gt=0, description="Longest wait for one tool call or listing.")
+    startup_timeout_s: float = Field(default=30.0, gt=0, description="Longest wait for the server to start.")
+    tool_prefix: str = Field(
+        default="", description="Prepended to this server's tool names (for servers whose tool names collide)."
+    )
+
+
+class MCPEvolutionSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    min_count: int = Field(default=4, ge=1, description="Labelled turns needed before a label can switch a change on.")
+    min_prevalence: float = Field(default=0.15, ge=0.0, le=1.0, description="Share of labelled turns needed.")
+
+
+class MCPSettings(BaseModel):
+    """The mcp environment: servers, a JSON Lines task file, and the episode limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    servers: list[MCPServerSettings] = Field(min_length=1, description="The MCP servers whose tools the agent uses.")
+    tasks: str = Field(description="JSON Lines task file (relative paths: from the current directory).")
+    isolation: str = Field(
+        default="process",
+        pattern="^(process|reset)$",
+        description="process: a fresh server process per episode; reset: also call the task file's reset tool "
+        "at the start of each episode (a server with state outside the process).",
+    )
+    reset_tool: str | None = Field(default=None, description="The reset tool (isolation: reset).")
+    hidden_tools: list[str] = Field(default_factory=list, description="Server tools the agent is not shown (e.g. reset).")
+    n_train: int | None = Field(default=None, ge=1, description="Use at most this many train tasks; null: all.")
+    n_eval: int | None = Field(default=None, ge=1, description="Use at most this many eval tasks; null: all.")
+    attempts_per_turn: int = Field(default=2, ge=1, le=8, description="Model generations per user turn.")
+    max_calls_per_message: int = Field(default=4, ge=1, le=32, description="Tool calls parsed from one message.")
+    max_result_chars: int = Field(default=2000, ge=64, description="A tool result is clipped to this many characters.")
+    max_parallel_episodes: int = Field(default=8, ge=1, description="Server processes alive at once.")
+    max_new_tokens: int | None = Field(default=64, ge=1, description="Per generation; null: rollout.max_new_tokens.")
+    worked_examples: list[dict] = Field(
+        default_factory=list,
+        description='Worked turns shown before the task: {"user": ..., "call": {"name", "arguments"}, "result": ...}.',
+    )
+    evolution: MCPEvolutionSettings = Field(default_factory=MCPEvolutionSettings)
+
+    @model_validator(mode="after")
+    def _check(self) -> MCPSettings:
+        if self.isolation == "reset" and not self.reset_tool:
+            raise ValueError("isolation 'reset' needs reset_tool: the tool that restores the server's state")
+        names = [s.name for s in self.servers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"server names must be unique: {names}")
+        return self

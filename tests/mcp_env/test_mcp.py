@@ -1,0 +1,201 @@
+"""The mcp environment against the real example server process (examples/mcp-inventory/server.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from seal_platform_plugins.mcp.callparse import clip_text, parse_calls
+from seal_platform_plugins.mcp.diagnoser import diagnose
+from seal_platform_plugins.mcp.environment import MCPEnvironment
+from seal_platform_plugins.mcp.episode import build_prompt, run_episodes
+from seal_platform_plugins.mcp.settings import MCPSettings
+from seal_platform_plugins.mcp.tooldocs import render_docs, validate_arguments
+
+from seal_platform.types import Generation, Interface, Message, SamplingParams
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = str(ROOT / "examples/mcp-inventory/server.py")
+TASKS = str(ROOT / "examples/mcp-inventory/tasks.jsonl")
+
+
+def settings(env: dict | None = None, **kw) -> MCPSettings:
+    server = {"name": "inventory", "command": sys.executable, "args": [SERVER], "env": env or {}, "timeout_s": 3}
+    return MCPSettings.model_validate({"servers": [server], "tasks": TASKS, "hidden_tools": ["reset"], **kw})
+
+
+class Scripted:
+    """Answers each conversation from its last user message (the ground truth, or a chosen reply)."""
+
+    name = "scripted"
+
+    def __init__(self, reply):
+        self.reply = reply
+
+    def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
+        out = []
+        for conv in conversations:
+            user = next(m.content for m in reversed(conv) if m.role == "user")
+            out.append(Generation(text=self.reply(user, conv), token_ids=[1, 2], logprobs=[-0.1, -0.2]))
+        return out
+
+
+def gt_engine(tasks) -> Scripted:
+    gt = {turn["user"]: turn["calls"][0] for t in tasks for turn in t.payload["turns"]}
+    return Scripted(lambda user, conv: (f"<tool_call>{json.dumps(gt[user])}</tool_call>"
+                                        if conv[-1].role == "user" else "done"))
+
+
+SAMPLING = SamplingParams(temperature=0.0, max_new_tokens=64, stop=["</tool_call>"])
+
+
+@pytest.fixture(scope="module")
+def env() -> MCPEnvironment:
+    return MCPEnvironment(settings())
+
+
+def test_tools_are_listed_and_schemas_rendered(env):
+    docs = env.docs()
+    names = [d["name"] for d in docs]
+    assert names == ["get_item", "list_items", "add_stock", "remove_stock", "move_item", "set_status"]  # reset hidden
+    plain = render_docs(docs)
+    assert "move_item(name, location)" in plain and "Allowed values" not in plain and "required" not in plain
+    evolved = render_docs(docs, ["allowed_values", "required_markers"])
+    assert 'location (string), required Allowed values: "warehouse", "store", "backroom".' in evolved
+    assert 'location (string) Allowed values: "warehouse", "store", "backroom".' in evolved  # list_items: anyOf enum
+    pristine = build_prompt(env, env.tasks("eval")[0], env.pristine_interface())[0].content
+    assert "Allowed values" not in pristine
+
+
+def test_arguments_are_validated_against_the_schema(env):
+    doc = next(d for d in env.docs() if d["name"] == "move_item")
+    assert validate_arguments(doc, {"name": "lamp", "location": "store"}) is None
+    assert "is not one of" in validate_arguments(doc, {"name": "lamp", "location": "attic"})
+    assert "'location' is a required property" in validate_arguments(doc, {"name": "lamp"})
+    assert "is not of type 'string'" in validate_arguments(doc, {"name": 3, "location": "store"})
+
+
+def test_guarded_parsing_and_clipping():
+    assert parse_calls('<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>') == ([{"name": "a", "arguments": {"x": 1}}], None)
+    assert parse_calls("no call") == ([], None)
+    assert "nests too deeply" in parse_calls("<tool_call>" + "[" * 50 + "]" * 50 + "</tool_call>")[1]
+    assert "Too many" in parse_calls("<tool_call>{}</tool_call>" * 9)[1]
+    assert "JSON" in parse_calls("<tool_call>__import__('os').system('x')</tool_call>")[1]
+    clipped = clip_text("\x1b[31m\x00" + "\ud800" + "A" * 5000, 100)
+    clipped.encode("utf-8")  # valid UTF-8
+    assert "\x1b" not in clipped and "\x00" not in clipped and clipped.endswith("[... cut at 100 characters]")
+
+
+def test_ground_truth_passes_and_episodes_are_isolated(env):
+    tasks = [t for t in env.tasks("train") if t.payload["turns"][0]["calls"][0]["name"] == "add_stock"][:1]
+    # The same adding task twice in one batch: with a shared server the second would see the first's stock.
+    trajs = run_episodes(env, gt_engine(tasks), [(tasks[0], "g", 0), (tasks[0], "g", 1)], Interface(), SAMPLING)
+    assert [t.reward for t in trajs] == [1.0, 1.0]
+    assert trajs[0].turn_verdicts[0].checks["check_results"] == trajs[1].turn_verdicts[0].checks["check_results"]
+    assert {label.label for label in diagnose(trajs)} == {"pass"}
+
+
+def test_mistakes_are_labelled_and_rejected_before_the_server(env):
+    task = env.tasks("eval")[0]
+
+    def reply(user, conv):
+        if conv[-1].role != "user":
+            return "done"
+        call = dict(task.payload["turns"][0]["calls"][0])
+        args = dict(call["arguments"])
+        key = next(k for k in args if k != "name")
+        args[key] = "attic" if key == "location" else ("lost" if key == "status" else -5)
+        return f"<tool_call>{json.dumps({'name': call['name'], 'arguments': args})}</tool_call>"
+
+    (traj,) = run_episodes(env, Scripted(reply), [(task, "g", 0)], Interface(), SAMPLING)
+    assert traj.reward == 0.0 and traj.tool_calls[0].error and traj.tool_calls[0].result is None
+    assert diagnose([traj])[0].label == "recovery_failure"
+    (traj,) = run_episodes(env, Scripted(lambda u, c: "I will not call anything."), [(task, "g", 0)], Interface(), SAMPLING)
+    assert diagnose([traj])[0].label == "empty_turn_model_response"
+    (traj,) = run_episodes(env, Scripted(lambda u, c: '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'),
+                           [(task, "g", 0)], Interface(), SAMPLING)
+    assert diagnose([traj])[0].label == "invalid_tool_call"
+
+
+@pytest.mark.parametrize("switch", [{"INVENTORY_HANG_ON": "get_item"}, {"INVENTORY_CRASH_ON": "move_item"}])
+def test_a_failing_server_masks_the_episode_and_the_run_goes_on(switch):
+    bad = MCPEnvironment(settings(env=switch, n_eval=3).model_copy(update={"servers": [settings(env=switch).servers[0].model_copy(update={"timeout_s": 1.0})]}))
+    tasks = bad.tasks("eval")[:3]
+    start = time.monotonic()
+    trajs = run_episodes(bad, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
+    assert time.monotonic() - start < 150  # bounded by the timeouts, not by a hung server (loose: a loaded CPU)
+    assert len(trajs) == 3
+    failed = [t for t in trajs if t.infra_failure]
+    assert failed, "the failing server must end the episode as an infrastructure failure"
+    assert all(t.finish == "infra_failure" and "inventory" in t.infra_failure for t in failed)
+    assert diagnose(trajs) == [label for label in diagnose(trajs) if label.trajectory_id not in {t.id for t in failed}]
+
+
+def test_hostile_tool_results_are_clipped_utf8():
+    hostile = MCPEnvironment(settings(env={"INVENTORY_HOSTILE": "1"}, max_result_chars=500))
+    task = hostile.tasks("train")[0]
+    engine = Scripted(lambda u, c: ('<tool_call>{"name": "get_item", "arguments": {"name": "lamp"}}</tool_call>'
+                                    if c[-1].role == "user" else "done"))
+    (traj,) = run_episodes(hostile, engine, [(task, "g", 0)], Interface(), SAMPLING)
+    result = traj.tool_calls[0].result
+    assert result is not None and len(result) < 600 and "\x1b" not in result and "\x00" not in result
+    result.encode("utf-8")
+    json.dumps(traj.model_dump())  # storable
+
+
+def test_a_stray_line_on_the_servers_stdout_is_skipped():
+    noisy = MCPEnvironment(settings(env={"INVENTORY_GARBAGE_ON": "set_status"}))
+    tasks = [t for t in noisy.tasks("train") if t.payload["turns"][0]["calls"][0]["name"] == "set_status"][:2]
+    trajs = run_episodes(noisy, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
+    assert [t.infra_failure for t in trajs] == [None, None]
+    assert trajs[0].tool_calls[0].result is not None
+
+
+def _labelled_state(label: str, n: int = 12):
+    from seal_platform.capability import CapabilityState
+    from seal_platform.types import Trajectory, TurnLabel
+
+    state = CapabilityState()
+    trajs = [Trajectory(task_id=f"t{i}", category="direct", group=f"g{i}", reward=0.0) for i in range(n)]
+    state.update(0, 0, trajs, [TurnLabel(trajectory_id=t.id, turn=0, label=label, source="mcp") for t in trajs])
+    return state
+
+
+def test_labels_drive_tool_doc_changes_and_evaluation_stays_pristine(env):
+    from seal_platform_plugins.mcp.evolution import evolve
+
+    from seal_platform.capability import CapabilityState
+
+    pristine = env.pristine_interface()
+    assert evolve(pristine, CapabilityState(), env.settings.evolution) is None
+    new = evolve(pristine, _labelled_state("argument_mismatch"), env.settings.evolution)
+    assert new is not None and new.spec["changes"] == ["allowed_values"] and new.driven_by == ["argument_mismatch"]
+    task = env.tasks("eval")[0]
+    assert 'Allowed values: "warehouse", "store", "backroom".' in build_prompt(env, task, new)[0].content
+    assert "Allowed values" not in build_prompt(env, task, pristine)[0].content
+    recovery = evolve(new, _labelled_state("recovery_failure"), env.settings.evolution)
+    assert set(recovery.spec["changes"]) == {"allowed_values", "required_markers", "recovery_hints"}
+    # With recovery hints on, a refused call is answered with what the schema says.
+    bad = '<tool_call>{"name": "move_item", "arguments": {"name": "lamp", "location": "attic"}}</tool_call>'
+    engine = Scripted(lambda u, c: bad if c[-1].role == "user" else "done")
+    (traj,) = run_episodes(env, engine, [(task, "g", 0)], recovery, SAMPLING)
+    tool_msg = next(m.content for m in traj.messages if m.role == "tool")
+    assert "Hint: move_item requires name, location; location must be one of" in tool_msg
+
+
+def test_isolation_by_the_servers_reset_tool():
+    with pytest.raises(ValueError, match="reset_tool"):
+        settings(isolation="reset")
+    env = MCPEnvironment(settings(isolation="reset", reset_tool="reset"))
+    tasks = env.tasks("train")[:2]
+    trajs = run_episodes(env, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
+    assert [t.reward for t in trajs] == [1.0, 1.0]
+    broken = MCPEnvironment(settings(isolation="reset", reset_tool="no_such_reset"))
+    (traj,) = run_episodes(broken, gt_engine(tasks), [(tasks[0], "g", 0)], Interface(), SAMPLING)
+    assert traj.infra_failure and "reset tool" in traj.infra_failure
