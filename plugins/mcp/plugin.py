@@ -25,9 +25,17 @@ def _is_ours(environment: Any) -> bool:
 
 
 def _build(ctx: Any) -> Any:
+    from seal_platform.errors import ConfigError
+
     from .environment import MCPEnvironment
 
-    return MCPEnvironment(_settings(ctx))
+    settings = _settings(ctx)
+    missing = [key for key, value in (("settings.mcp.servers", settings.servers), ("settings.mcp.tasks", settings.tasks))
+               if not value]
+    if missing:
+        raise ConfigError(f"environment mcp needs {' and '.join(missing)} in the recipe: the MCP servers to start and "
+                          "the JSON Lines task file (see docs/mcp.md and recipes/mcp-example.yaml).")
+    return MCPEnvironment(settings)
 
 
 def _sampling(ctx: Any, greedy: bool, max_new_tokens: int | None) -> SamplingParams:

@@ -38,8 +38,11 @@ class MCPSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    servers: list[MCPServerSettings] = Field(min_length=1, description="The MCP servers whose tools the agent uses.")
-    tasks: str = Field(description="JSON Lines task file (relative paths: from the current directory).")
+    # Empty by default: every installed plugin's section is validated for every recipe, and only a recipe whose
+    # environment is `mcp` needs these (the environment refuses to start without them).
+    servers: list[MCPServerSettings] = Field(default_factory=list,
+                                             description="The MCP servers whose tools the agent uses (at least one).")
+    tasks: str = Field(default="", description="JSON Lines task file (relative paths: from the current directory).")
     isolation: str = Field(
         default="process",
         pattern="^(process|reset)$",
