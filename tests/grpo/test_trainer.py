@@ -328,7 +328,8 @@ def test_train_layers_updates_only_the_top_layers_with_the_full_models_gradients
         GRPOSettings(train_layers=2, lora={"rank": 4})
 
 
-def test_the_token_cap_is_hard_and_the_response_window_keeps_the_first_response_tokens(tokenizer, trajectories):
+def test_the_token_cap_is_hard_and_the_response_window_keeps_the_first_response_tokens(tokenizer, trajectories,
+                                                                                       new_tiny_model):
     full = build_samples(tokenizer, trajectories, settings=GRPOSettings(max_tokens_per_micro_batch=None))
     longest = max(len(s.input_ids) for s in full)
     cap = longest - 3
@@ -338,9 +339,7 @@ def test_the_token_cap_is_hard_and_the_response_window_keeps_the_first_response_
         assert b.truncated == (len(a.input_ids) > cap)
         assert b.input_ids == a.input_ids[:cap] and b.positions == [p for p in a.positions if p < cap]
         assert b.engine_logprobs == a.engine_logprobs[: len(b.positions)]
-    from conftest import make_tiny_model
-
-    trainer = GRPOTrainer(make_tiny_model(tokenizer), GRPOSettings(max_tokens_per_micro_batch=cap, kl_coef=0.0),
+    trainer = GRPOTrainer(new_tiny_model(), GRPOSettings(max_tokens_per_micro_batch=cap, kl_coef=0.0),
                           pad_id=tokenizer.pad_token_id)
     assert all(max(len(s.input_ids) for s in micro) * len(micro) <= cap for micro in trainer._micro_batches(capped))
     # The release's response window: loss positions within N tokens of the first generated one; the tool
