@@ -199,3 +199,17 @@ def test_isolation_by_the_servers_reset_tool():
     broken = MCPEnvironment(settings(isolation="reset", reset_tool="no_such_reset"))
     (traj,) = run_episodes(broken, gt_engine(tasks), [(tasks[0], "g", 0)], Interface(), SAMPLING)
     assert traj.infra_failure and "reset tool" in traj.infra_failure
+
+
+def test_the_environment_refuses_to_start_without_servers_and_tasks(tmp_path):
+    """Both keys are optional in the settings (every installed plugin's section is validated for every
+    recipe); a recipe whose environment is mcp must give them."""
+    from seal_platform.config import RunConfig
+    from seal_platform.context import RunContext
+    from seal_platform.errors import ConfigError
+    from seal_platform_plugins.mcp.plugin import _build
+    from seal_platform_plugins.mcp.settings import MCPSettings
+
+    ctx = RunContext(config=RunConfig(environment="mcp"), run_id="r", run_dir=tmp_path, settings={"mcp": MCPSettings()})
+    with pytest.raises(ConfigError, match="settings.mcp.servers and settings.mcp.tasks"):
+        _build(ctx)
