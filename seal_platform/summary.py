@@ -170,6 +170,9 @@ class CompareRun(BaseModel):
     name: str
     status: str
     steps: int
+    # eval set -> the step after which its final evaluation was taken (columns of runs that stopped early
+    # or crashed come from other steps than their neighbours').
+    final_steps: dict[str, int] = Field(default_factory=dict)
 
 
 class CompareRow(BaseModel):
@@ -198,18 +201,26 @@ def compare_runs(digests: list[RunDigest]) -> Comparison:
         for cat in cats:
             rows.append(CompareRow(eval_set=eval_set, category=cat, values=[f.get(eval_set, {}).get(cat) for f in finals]))
     return Comparison(
-        runs=[CompareRun(id=d.id, name=d.name, status=d.status, steps=len(d.steps)) for d in digests], rows=rows
+        runs=[CompareRun(id=d.id, name=d.name, status=d.status, steps=len(d.steps),
+                         final_steps={s: points[-1].step for s, points in d.evaluations.items() if points})
+              for d in digests],
+        rows=rows,
     )
 
 
 def comparison_table(comparison: Comparison) -> Table:
-    table = _table("final pass rate (%)", "set / category", *(f"{r.name}\n{r.id[-6:]}" for r in comparison.runs),
-                   right=tuple(range(1, len(comparison.runs) + 1)))
+    heads = [f"{r.name}\n{r.id[-6:]}" + ("" if r.status == "completed" else f"\n({r.status.upper()})")
+             for r in comparison.runs]
+    table = _table("final pass rate (%)", "set / category", *heads, right=tuple(range(1, len(comparison.runs) + 1)))
     current = None
     for row in comparison.rows:
         if row.eval_set != current:
             current = row.eval_set
             table.add_row(Text(row.eval_set, style="bold"), *([""] * len(comparison.runs)))
+            steps = [r.final_steps.get(row.eval_set) for r in comparison.runs]
+            uneven = len({s for s in steps if s is not None}) > 1
+            table.add_row(Text("  after step" + (" (differs!)" if uneven else ""), style="yellow" if uneven else "dim"),
+                          *("-" if s is None else str(s) for s in steps))
         name = Text(f"  {row.category}", style="bold" if row.category == "average" else "")
         table.add_row(name, *(_pct(v) for v in row.values))
     return table

@@ -383,3 +383,20 @@ def test_show_names_why_a_step_did_not_update_instead_of_printing_zeros():
     assert step_update_text({"updates": 0.0, "skipped_sequences": 8.0, "trained_sequences": 0.0}) == \
         "skipped (every advantage was 0)"
     assert "entropy" not in step_update_text({"updates": 0.0, "entropy": 0.0})
+
+
+def test_compare_marks_unfinished_runs_and_says_after_which_step_each_column_was_taken(runner, toy_recipe, toy_site,
+                                                                                      tmp_path):
+    done = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=3", "--quiet"])
+    crashed = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=3", "settings.toy.fail_in=optimize",
+                                  "evaluation.before_training=true", "--quiet"])
+    assert done.exit_code == 0 and crashed.exit_code != 0
+    store = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    from seal_platform.store import RunStore
+
+    ids = [r.id for r in sorted(RunStore(store).list_runs(), key=lambda r: r.started_at)]
+    data = json.loads(runner.invoke(cli, ["compare", *ids, "--store", store, "--json"]).output)
+    assert [r["status"] for r in data["runs"]] == ["completed", "failed"]
+    assert data["runs"][0]["final_steps"]["toy:eval"] == 3 and data["runs"][1]["final_steps"]["toy:eval"] == 0
+    shown = runner.invoke(cli, ["compare", *ids, "--store", store], terminal_width=120).output
+    assert "(FAILED)" in shown and "after step (differs!)" in shown
