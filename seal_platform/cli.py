@@ -109,7 +109,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     from .loop import Runner
     from .planning import plan_config
     from .progress import RichProgress
-    from .store import RunStore
+    from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
 
     if resume is not None:
         store = RunStore(store_url or default_store_url())
@@ -117,8 +117,16 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         if row.status == "completed":
             raise SealError(f"run {row.id} already completed; nothing to resume.")
         if row.status == "running" and not takeover:
-            raise SealError(f"run {row.id} is still running (pid {row.pid} on {row.host}); stop it before resuming, "
-                            "or, if that process is gone (its machine died), resume with --takeover.")
+            age = heartbeat_age(row)
+            if is_stale(row):
+                errors.print(f"run {row.id}: its owner (pid {row.pid} on {row.host}) has not written a heartbeat "
+                             f"for {(age or 0) / 60:.0f} min; taking it over.", highlight=False)
+            else:
+                beat = "" if age is None else f", last heartbeat {age:.0f} s ago"
+                raise SealError(
+                    f"run {row.id} is still running (pid {row.pid} on {row.host}{beat}); stop it before resuming, "
+                    f"or, if that process is gone (its machine died), resume with --takeover (a run whose "
+                    f"heartbeat is older than {STALE_AFTER_S / 60:.0f} min is taken over without it).")
         config = RunConfig.model_validate(row.config)
         recipe_name = row.recipe
         if args:

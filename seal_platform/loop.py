@@ -51,7 +51,7 @@ from .errors import PluginError, SealError, Terminated
 from .planning import Plan, check_machine, check_recipe, plan_config, plan_recipe, prepare
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, score_evaluation
-from .store import RunStore
+from .store import Heartbeat, RunStore, is_stale
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
 
@@ -152,7 +152,8 @@ class Runner:
             row = store.get_run(resume_run_id)
             self.run_id = row.id
             self.run_dir = Path(row.run_dir)
-            self._seen = (row.status, row.pid, row.host)  # what the takeover compares and sets
+            self._seen = (row.status, row.pid, row.host, row.heartbeat_at)  # what the takeover compares and sets
+            self._stale = is_stale(row)
         self.ctx = RunContext(
             config=self.config, run_id=self.run_id, run_dir=self.run_dir, settings=plan.settings, store=store,
         )
@@ -169,7 +170,7 @@ class Runner:
         plugins = [r.to_dict() for r in self.host.records]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.resumed:
-            if self._seen[0] == "running" and not self.takeover:
+            if self._seen[0] == "running" and not (self.takeover or self._stale):
                 raise SealError(f"run {self.run_id} is running (pid {self._seen[1]} on {self._seen[2]}); this process "
                                 "wrote nothing and stops. Resume it with --takeover only if that process is gone.")
             if not self.store.claim_run(self.run_id, self._seen, plugins):
@@ -187,6 +188,7 @@ class Runner:
                 self.store.add_event(self.run_id, "plugin_load_failed", f"{record.name}: {record.error}", record.to_dict())
         status, error, summary = "failed", None, None
         started = False
+        self._heartbeat = Heartbeat(self.store, self.run_id).__enter__()
         try:
             setup_started = time.perf_counter()
             self.host.call_each("start_run", ctx=self.ctx, resumed=self.resumed)
@@ -205,9 +207,11 @@ class Runner:
             raise
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}"
-            self.store.add_event(self.run_id, "crash", error, {"traceback": traceback.format_exc()})
+            if self._heartbeat.lost_to is None:  # a process whose run was taken over writes nothing more
+                self.store.add_event(self.run_id, "crash", error, {"traceback": traceback.format_exc()})
             raise
         finally:
+            self._heartbeat.__exit__()
             self.progress.stop()
             if started:
                 try:
@@ -253,6 +257,7 @@ class Runner:
         self.progress.start(total, self.start_step)
         step = self.start_step - 1
         for step in range(self.start_step, total):
+            self._heartbeat.check()  # stop here if another process has taken the run over
             epoch = step // steps_per_epoch
             batch = _batches(train_tasks, cfg.training.tasks_per_step, cfg.seed, epoch)[step % steps_per_epoch]
             self._step(env, engine, step, epoch, batch, train_tasks)

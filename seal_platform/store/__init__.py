@@ -12,7 +12,7 @@ import os
 import socket
 import zlib
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,6 +35,26 @@ from . import readonly, safety
 from .models import utcnow
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+# A running run's owner refreshes ``runs.heartbeat_at`` this often (seconds) ...
+HEARTBEAT_S = 30.0
+# ... and a ``running`` row whose heartbeat is older than this (its host died, its process was killed on
+# another machine) may be resumed from anywhere without --takeover.
+STALE_AFTER_S = 600.0
+
+
+def heartbeat_age(run: m.Run, now: datetime | None = None) -> float | None:
+    """Seconds since the run's owner last beat (None for rows that never did: stores older than 0005)."""
+    if run.heartbeat_at is None:
+        return None
+    beat = run.heartbeat_at if run.heartbeat_at.tzinfo else run.heartbeat_at.replace(tzinfo=timezone.utc)
+    return ((now or utcnow()) - beat).total_seconds()
+
+
+def is_stale(run: m.Run) -> bool:
+    """A ``running`` row whose owner has not beaten for STALE_AFTER_S: that process is gone."""
+    age = heartbeat_age(run)
+    return run.status == "running" and age is not None and age > STALE_AFTER_S
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -196,6 +216,7 @@ class RunStore:
                 m.Run(
                     id=run_id, name=name, recipe=recipe, config=config, config_hash=config_hash, seed=seed,
                     status="running", host=socket.gethostname(), pid=os.getpid(), run_dir=run_dir,
+                    heartbeat_at=utcnow(),
                 )
             )
             s.flush()
@@ -211,27 +232,45 @@ class RunStore:
                 )
             )
 
-    def claim_run(self, run_id: str, seen: tuple[str, int | None, str], plugins: list[dict[str, Any]]) -> bool:
+    def claim_run(self, run_id: str, seen: tuple[str, int | None, str, datetime | None],
+                  plugins: list[dict[str, Any]]) -> bool:
         """Take a run over for a resume, atomically: one compare-and-set on the run's row, which must still be
-        as this process saw it (``seen``: status, pid, host). Of two processes resuming one run at once,
-        exactly one wins; the other gets False and must write nothing."""
-        status, pid, host = seen
+        as this process saw it (``seen``: status, pid, host, heartbeat). Of two processes resuming one run at
+        once, exactly one wins; the other gets False and must write nothing. An owner that beat after ``seen``
+        was read is alive, and the claim fails too."""
+        status, pid, host, beat = seen
         with self.session() as s:
             run = self._get_run(s, run_id)
             match = [m.Run.id == run.id, m.Run.status == status, m.Run.host == host,
-                     m.Run.pid.is_(None) if pid is None else m.Run.pid == pid]
+                     m.Run.pid.is_(None) if pid is None else m.Run.pid == pid,
+                     m.Run.heartbeat_at.is_(None) if beat is None else m.Run.heartbeat_at == beat]
             result = s.execute(update(m.Run).where(*match).values(
-                status="running", pid=os.getpid(), host=socket.gethostname(), ended_at=None, error=None))
+                status="running", pid=os.getpid(), host=socket.gethostname(), ended_at=None, error=None,
+                heartbeat_at=utcnow()))
             if result.rowcount != 1:  # type: ignore[attr-defined]
                 s.rollback()
                 return False
             self._add_plugins(s, run.id, plugins)
             return True
 
-    def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
+    def beat(self, run_id: str) -> bool:
+        """Refresh the heartbeat of a run this process owns. False when the row is no longer this process's
+        (another process took the run over): the caller must stop writing."""
+        with self.session() as s:
+            result = s.execute(update(m.Run).where(
+                m.Run.id == run_id, m.Run.status == "running", m.Run.pid == os.getpid(),
+                m.Run.host == socket.gethostname()).values(heartbeat_at=utcnow()))
+            return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None) -> bool:
+        """Record how the run ended -- only while this process still owns it: a process whose run was taken
+        over by another must not overwrite the new owner's row (False then)."""
         with self.session() as s:
             run = self._get_run(s, run_id)
+            if run.status == "running" and (run.pid, run.host) != (os.getpid(), socket.gethostname()):
+                return False
             run.status, run.ended_at, run.error = status, utcnow(), error
+            return True
 
     def _get_run(self, s: Session, run_id: str) -> m.Run:
         if not run_id.strip():  # a prefix of every id: never "the only run"
@@ -473,3 +512,43 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, (Path, datetime)):
         return str(obj)
     return repr(obj)
+
+
+class Heartbeat:
+    """While a run trains, refresh its ``heartbeat_at`` every HEARTBEAT_S seconds from a daemon thread, so
+    that another host can tell a live owner from a dead one (:func:`is_stale`). When a beat finds the row
+    no longer this process's -- another process took the run over -- :meth:`check` raises at the runner's
+    next safe point, and this process stops writing."""
+
+    def __init__(self, store: RunStore, run_id: str, every: float = HEARTBEAT_S):
+        import threading
+
+        self.store, self.run_id, self.every = store, run_id, every
+        self.lost_to: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                if self.store.beat(self.run_id):
+                    continue
+                row = self.store.get_run(self.run_id)
+                self.lost_to = f"pid {row.pid} on {row.host}, status {row.status}"
+                return
+            except Exception:  # a busy or full store: the next beat tries again; the run itself reports it
+                continue
+
+    def check(self) -> None:
+        """Raise (StoreError) when another process has taken the run over."""
+        if self.lost_to is not None:
+            raise StoreError(f"run {self.run_id} was taken over by another process ({self.lost_to}); this "
+                             "process stops without writing more.")

@@ -42,6 +42,9 @@ class Run(Base):
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     host: Mapped[str] = mapped_column(String(200), default="")
     pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Set when the run is created or taken over and refreshed by its owner every HEARTBEAT_S seconds while it
+    # runs; a ``running`` row whose heartbeat is older than STALE_AFTER_S belongs to a process that is gone.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     run_dir: Mapped[str] = mapped_column(Text, default="")
     last_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -216,7 +216,7 @@ def test_the_takeover_is_one_compare_and_set(toy_site, toy_recipe, tmp_path):
     run_id = _interrupted_cli_run(CliRunner(), toy_recipe, tmp_path)
     store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
     row = store.get_run(run_id)
-    seen = (row.status, row.pid, row.host)
+    seen = (row.status, row.pid, row.host, row.heartbeat_at)
     assert seen[0] == "interrupted"
     assert store.claim_run(run_id, seen, []) is True
     assert store.claim_run(run_id, seen, []) is False
@@ -238,3 +238,81 @@ def test_a_resume_that_finds_the_run_taken_by_a_live_process_writes_nothing(toy_
     with pytest.raises(SealError, match="is running"):
         second.run()
     assert [s.step for s in store.steps(run_id)] == steps and store.get_run(run_id).status == "running"
+
+
+def _as_if_owned_elsewhere(db, run_id, seconds_ago):
+    """The row as a live (or dead) process on another machine leaves it, its heartbeat in the store's format."""
+    import sqlite3
+    from datetime import datetime, timedelta, timezone
+
+    beat = (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET status = 'running', host = 'other-host', pid = 4242, heartbeat_at = ? "
+                     "WHERE id = ?", (beat, run_id))
+
+
+def test_a_run_whose_owner_stopped_beating_is_taken_over_without_the_flag(toy_site, toy_recipe, tmp_path):
+    """A `running` row from another host: refused while its heartbeat is fresh (the message gives its age),
+    resumed without --takeover once the heartbeat is older than STALE_AFTER_S."""
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.store import RunStore
+
+    runner = CliRunner()
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path)
+    db = tmp_path / "runs" / "store.sqlite"
+    url = f"sqlite:///{db}"
+    _as_if_owned_elsewhere(db, run_id, 5)
+    fresh = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    assert fresh.exit_code == 2 and "last heartbeat" in fresh.output and "other-host" in fresh.output, fresh.output
+    assert RunStore(url).get_run(run_id).pid == 4242  # nothing written
+    _as_if_owned_elsewhere(db, run_id, 7200)
+    stale = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    assert stale.exit_code == 0, stale.output
+    assert "taking it over" in " ".join(stale.output.split())
+    assert RunStore(url).get_run(run_id).status == "completed"
+
+
+def test_a_claim_fails_when_the_owner_beat_after_the_row_was_read(toy_site, toy_recipe, tmp_path):
+    from click.testing import CliRunner
+
+    from seal_platform.store import RunStore
+
+    run_id = _interrupted_cli_run(CliRunner(), toy_recipe, tmp_path)
+    db = tmp_path / "runs" / "store.sqlite"
+    _as_if_owned_elsewhere(db, run_id, 7200)
+    store = RunStore(f"sqlite:///{db}")
+    row = store.get_run(run_id)
+    seen = (row.status, row.pid, row.host, row.heartbeat_at)
+    _as_if_owned_elsewhere(db, run_id, 0)  # the owner is alive after all
+    assert store.claim_run(run_id, seen, []) is False
+    assert store.get_run(run_id).pid == 4242
+
+
+def test_the_heartbeat_beats_and_a_process_whose_run_was_taken_over_stops_writing(tmp_path):
+    """The owner's heartbeat thread refreshes heartbeat_at; once another process has claimed the row, the
+    next beat fails, check() raises at the runner's next safe point and finish_run leaves the new owner's
+    row alone."""
+    import time
+
+    from seal_platform.errors import StoreError
+    from seal_platform.store import Heartbeat, RunStore, heartbeat_age
+
+    store = RunStore(f"sqlite:///{tmp_path / 's.sqlite'}")
+    store.create_run("r1", name="n", recipe="", config={}, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
+    first = store.get_run("r1").heartbeat_at
+    with Heartbeat(store, "r1", every=0.05) as beat:
+        time.sleep(0.3)
+        assert store.get_run("r1").heartbeat_at > first
+        beat.check()  # still ours
+        _as_if_owned_elsewhere(tmp_path / "s.sqlite", "r1", 0)
+        deadline = time.monotonic() + 5
+        while beat.lost_to is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(StoreError, match="taken over by another process .*other-host"):
+            beat.check()
+    assert store.finish_run("r1", "failed", "x") is False
+    row = store.get_run("r1")
+    assert (row.status, row.pid, row.host) == ("running", 4242, "other-host")
+    assert heartbeat_age(row) < 60
