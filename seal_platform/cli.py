@@ -22,6 +22,7 @@ from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_f
 from .errors import PluginError, SealError, Terminated
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
+from .recipe_keys import RecipeOrigin
 
 console = Console(stderr=False, soft_wrap=True)
 errors = Console(stderr=True, soft_wrap=True)
@@ -111,6 +112,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     from .progress import RichProgress
     from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
 
+    origin: RecipeOrigin | None = None  # where a recipe's problems come from (a resume keeps its checked config)
     if resume is not None:
         store = RunStore(store_url or default_store_url())
         row = store.get_run(resume)
@@ -150,10 +152,11 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         if store_url:
             config = config.model_copy(update={"store": store_url})
         recipe_name = str(path)
+        origin = RecipeOrigin(path, overrides)
         store = RunStore(config.store_url())
     if ray_address:  # join this cluster: the recipe's Ray parts run there (the store stays here)
         config = config.model_copy(update={"ray": config.ray.model_copy(update={"enabled": True, "address": ray_address})})
-    plan = plan_config(config, recipe_name)
+    plan = plan_config(config, recipe_name, origin=origin)
     assert plan.host is not None
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
@@ -273,6 +276,7 @@ def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
         else:
             _plan, more = check_recipe(checked, host)
             issues.extend(more)
+    RecipeOrigin(path, list(overrides)).annotate(issues)
     if issues:
         errors.print(f"{path}: {len(issues)} problem(s):", highlight=False)
         for issue in issues:
