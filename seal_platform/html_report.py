@@ -255,6 +255,35 @@ def _optimizer_section(digest: RunDigest) -> str:
     return "".join(parts)
 
 
+def _judge_section(digest: RunDigest) -> str:
+    """The LLM judge's fallback rate per step (turns that kept the heuristic label because the judge's answer
+    was invalid, cut off by its token limit, or not given); empty when no judge ran."""
+    steps = [s for s in digest.steps if "judge_turns" in s.metrics]
+    if not steps:
+        return ""
+    rated = [s for s in steps if "judge_fallback_rate" in s.metrics]
+
+    def draw(ax: Any) -> None:
+        ax.plot([s.step for s in rated], [100 * s.metrics["judge_fallback_rate"] for s in rated], marker="o")
+        ax.set(title="LLM judge fallback rate", xlabel="step", ylabel="turns that fell back")
+        _percent_axis(ax)
+        _integer_steps(ax)
+
+    parts = ["<h2>LLM judge fallbacks per step</h2><p>Turns the judge was to label and, of them, those that kept "
+             "the heuristic label because the judge's answer was invalid twice, cut off by its token limit, or not "
+             "given (request failed, token budget spent).</p>"]
+    if rated:
+        parts.append(_img(_figure_png(draw, size=(9, 3)), "LLM judge fallback rate"))
+    rows = [[s.step, int(s.metrics["judge_turns"]), int(s.metrics.get("judge_fallbacks", 0)),
+             int(s.metrics.get("judge_cut_off", 0)),
+             f"{100 * s.metrics['judge_fallback_rate']:.0f}%" if "judge_fallback_rate" in s.metrics else "-"] for s in steps]
+    parts.append(_table(["step", "turns", "fallbacks", "of them cut off", "fallback rate"], rows))
+    if any(s.metrics.get("judge_cut_off", 0) for s in steps):
+        parts.append("<p class=meta>Answers cut off by the judge's token limit: raise the judge's max_new_tokens "
+                     "(settings.diagnosis_llm.max_new_tokens for the diagnosis_llm judge).</p>")
+    return "".join(parts)
+
+
 def _recipe_section(digest: RunDigest) -> str:
     """The resolved recipe the run ran with (defaults filled in), folded away."""
     if not digest.config:
@@ -292,7 +321,8 @@ def run_report_html(digest: RunDigest) -> str:
     error = f"<p><b>error:</b> {html.escape(digest.error)}</p>" if digest.error else ""
     body = "".join([
         f"<h1>run {html.escape(digest.id)} ({html.escape(digest.name)})</h1>", meta, error,
-        _pass_rate_section(digest), _optimizer_section(digest), _labels_section(digest), _weights_section(digest),
+        _pass_rate_section(digest), _optimizer_section(digest), _labels_section(digest), _judge_section(digest),
+        _weights_section(digest),
         _revisions_section(digest), _timings_section(digest), _dynamic_sampling_section(digest),
         _recipe_section(digest),
     ])
