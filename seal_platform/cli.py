@@ -365,13 +365,20 @@ def show(run_id: str, store_url: str | None, as_json: bool) -> None:
 @click.argument("run_id", metavar="RUN")
 @store_option
 @click.option("--out", type=click.Path(), default=None, help="The HTML file (or a folder for report.html); default: <run dir>/report.html.")
-def report(run_id: str, store_url: str | None, out: str | None) -> None:
+@click.option("--eval-episodes", type=click.IntRange(0), default=20, show_default=True,
+              help="Transcripts shown per evaluation (failed ones first).")
+@click.option("--train-groups", type=click.IntRange(0), default=1, show_default=True,
+              help="Groups of rollouts shown per training step (mixed rewards first).")
+def report(run_id: str, store_url: str | None, out: str | None, eval_episodes: int, train_groups: int) -> None:
     """Write one self-contained HTML page about a run: pass rate per category, labels and A-Patch weights
-    over steps, the interface revisions with their diffs, step timings."""
+    over steps, the interface revisions with their diffs, step timings, transcripts."""
     from .digest import load_digest
     from .html_report import write_run_report
+    from .transcripts import report_transcripts
 
-    path = write_run_report(load_digest(open_store(store_url), run_id), Path(out) if out else None)
+    store = open_store(store_url)
+    sample = report_transcripts(store, run_id, eval_limit=eval_episodes, train_groups=train_groups)
+    path = write_run_report(load_digest(store, run_id), Path(out) if out else None, transcripts=sample)
     console.print(f"wrote {path}", highlight=False)
 
 
