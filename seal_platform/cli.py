@@ -418,19 +418,51 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
 @click.option("--limit", type=click.IntRange(1), default=5, show_default=True, help="At most this many episodes.")
 @click.option("--width", type=click.IntRange(20), default=2000, show_default=True, help="Clip texts at this many characters.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every field, nothing clipped).")
+@click.option("--against", "against", metavar="RUN_B", default=None,
+              help="Side by side with RUN_B's episodes of the same tasks (with --eval: each run's last evaluation, "
+                   "or the one after --step N).")
+@click.option("--against-step", type=int, default=None, help="With --against: RUN_B's step (default: --step's).")
+@click.option("--differ", is_flag=True, help="With --against: only tasks whose outcomes differ.")
+@click.option("--plain", is_flag=True, help="Plain text (the default when the output is not a terminal).")
 @store_option
 def transcripts(run_id: str, step: int | None, task: str | None, label: str | None, failed: bool, evaluation: bool,
-                limit: int, width: int, as_json: bool, store_url: str | None) -> None:
+                limit: int, width: int, as_json: bool, against: str | None, against_step: int | None, differ: bool,
+                plain: bool, store_url: str | None) -> None:
     """What the agent did: a run's episodes turn by turn (messages, parsed calls and tool results, the
-    verifier's verdict, every diagnoser's label with its rationale and A-Patch weight)."""
+    verifier's verdict, every diagnoser's label with its rationale and A-Patch weight); with --against, two
+    runs' episodes of the same tasks next to each other, the turns that differ marked."""
     from .transcripts import load_episodes, render
 
+    if against is not None:
+        _transcripts_against(run_id, against, step=step, against_step=against_step, task=task, label=label,
+                             failed=failed, evaluation=evaluation, differ=differ, limit=limit, width=width,
+                             as_json=as_json, plain=plain, store_url=store_url)
+        return
+    if against_step is not None or differ:
+        raise SealError("--against-step and --differ go with --against RUN_B.")
     episodes = load_episodes(open_store(store_url), run_id, step=step, task=task, label=label, failed=failed,
                              evaluation=evaluation, limit=limit)
     if as_json:
         click.echo(json.dumps([e.model_dump(mode="json") for e in episodes], indent=2, ensure_ascii=False))
         return
     console.print(render(episodes, width=width), highlight=False, markup=False)
+
+
+def _transcripts_against(run_a: str, run_b: str, *, as_json: bool, plain: bool, width: int, store_url: str | None,
+                         **filters: Any) -> None:
+    from .transcript_pairs import pair_episodes, render_plain, render_rich
+
+    store = open_store(store_url)
+    pairs = pair_episodes(store, run_a, run_b, **filters)
+    if as_json:
+        click.echo(json.dumps([p.model_dump(mode="json") for p in pairs], indent=2, ensure_ascii=False))
+        return
+    a, b = store.get_run(run_a), store.get_run(run_b)
+    names = {a.id: f"A {a.name} {a.id[-6:]}", b.id: f"B {b.name} {b.id[-6:]}"} if a.id != b.id else {a.id: f"{a.name} {a.id[-6:]}"}
+    if plain or not console.is_terminal:
+        click.echo(render_plain(pairs, names, width=width))
+    else:
+        console.print(render_rich(pairs, names, width=width), highlight=False, markup=False)
 
 
 def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, str]]:

@@ -219,14 +219,47 @@ def report_transcripts(store: RunStore, run_id: str, *, eval_limit: int = 20,
     return out
 
 
+def verdict_word(verdict: dict[str, Any] | None) -> str:
+    """" passed", " FAILED", " not reached" or "" (no verdict for the turn)."""
+    if verdict is None:
+        return ""
+    return " passed" if verdict["passed"] else " FAILED" if verdict["reached"] else " not reached"
+
+
+def turn_lines(turn: TurnView, clip: Any) -> list[tuple[str, str]]:
+    """A turn as (text, rich style) lines: its messages, calls with results, checks and labels; ``clip``
+    shortens each text. Shared by the one-run view and the side-by-side one."""
+    lines: list[tuple[str, str]] = []
+    for msg in turn.messages:
+        tokens = f", {msg['tokens']} sampled tokens" if msg["tokens"] else ""
+        lines.append((f"{msg['role']}{tokens}: {clip(msg['content'])}", ""))
+    for call in turn.calls:
+        outcome = (f"rejected: {call['rejected']}" if call["rejected"] else f"error: {call['error']}"
+                   if call["error"] else f"-> {clip(str(call['result']))}")
+        lines.append((f"call {call['name']}({clip(str(call['arguments']))}) {outcome}", "cyan"))
+    if turn.verdict is not None and turn.verdict["checks"]:
+        lines.append((f"checks: {clip(str(turn.verdict['checks']))}", "dim"))
+    for lab in turn.labels:
+        weight = "" if lab.weight_after_step is None else f", A-Patch weight {lab.weight_after_step:.3f}"
+        ref = f" (reference {lab.reference_label})" if lab.reference_label and lab.reference_label != lab.label else ""
+        why = f": {clip(lab.rationale)}" if lab.rationale else ""
+        lines.append((f"label [{lab.source}] {lab.label}{ref}{weight}{why}", "magenta"))
+    return lines
+
+
+def clipper(width: int) -> Any:
+    def clip(text: str) -> str:
+        return text if len(text) <= width else text[:width] + f" ... [{len(text) - width} more characters]"
+
+    return clip
+
+
 def render(episodes: list[EpisodeView], *, width: int = 2000) -> Any:
     """A rich renderable of ``episodes`` (contents clipped at ``width`` characters each)."""
     from rich.console import Group
     from rich.text import Text
 
-    def clip(text: str) -> str:
-        return text if len(text) <= width else text[:width] + f" ... [{len(text) - width} more characters]"
-
+    clip = clipper(width)
     out: list[Any] = []
     for ep in episodes:
         head = (f"{ep.phase} step {ep.step}  task {ep.task_id} ({ep.category})  group {ep.group} sample {ep.sample}  "
@@ -240,23 +273,9 @@ def render(episodes: list[EpisodeView], *, width: int = 2000) -> Any:
             out.append(Text(f"  context before the task's first turn: {len(ep.context)} message(s) (worked examples; "
                             "--json shows them)", style="dim"))
         for turn in ep.turns:
-            verdict = "" if turn.verdict is None else (" passed" if turn.verdict["passed"] else
-                                                        " FAILED" if turn.verdict["reached"] else " not reached")
+            verdict = verdict_word(turn.verdict)
             out.append(Text(f"  turn {turn.turn}{verdict}", style="bold green" if "passed" in verdict else "bold"))
-            for msg in turn.messages:
-                tokens = f", {msg['tokens']} sampled tokens" if msg["tokens"] else ""
-                out.append(Text(f"    {msg['role']}{tokens}: {clip(msg['content'])}"))
-            for call in turn.calls:
-                outcome = (f"rejected: {call['rejected']}" if call["rejected"] else f"error: {call['error']}"
-                           if call["error"] else f"-> {clip(str(call['result']))}")
-                out.append(Text(f"    call {call['name']}({clip(str(call['arguments']))}) {outcome}", style="cyan"))
-            if turn.verdict is not None and turn.verdict["checks"]:
-                out.append(Text(f"    checks: {clip(str(turn.verdict['checks']))}", style="dim"))
-            for lab in turn.labels:
-                weight = "" if lab.weight_after_step is None else f", A-Patch weight {lab.weight_after_step:.3f}"
-                ref = f" (reference {lab.reference_label})" if lab.reference_label and lab.reference_label != lab.label else ""
-                why = f": {clip(lab.rationale)}" if lab.rationale else ""
-                out.append(Text(f"    label [{lab.source}] {lab.label}{ref}{weight}{why}", style="magenta"))
+            out.extend(Text(f"    {text}", style=style) for text, style in turn_lines(turn, clip))
     if not episodes:
         out.append(Text("no episode matches"))
     return Group(*out)
