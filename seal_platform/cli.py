@@ -424,10 +424,12 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
 @click.option("--against-step", type=int, default=None, help="With --against: RUN_B's step (default: --step's).")
 @click.option("--differ", is_flag=True, help="With --against: only tasks whose outcomes differ.")
 @click.option("--plain", is_flag=True, help="Plain text (the default when the output is not a terminal).")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="With --against: also write the side-by-side view as an HTML page here.")
 @store_option
 def transcripts(run_id: str, step: int | None, task: str | None, label: str | None, failed: bool, evaluation: bool,
                 limit: int, width: int, as_json: bool, against: str | None, against_step: int | None, differ: bool,
-                plain: bool, store_url: str | None) -> None:
+                plain: bool, html_out: str | None, store_url: str | None) -> None:
     """What the agent did: a run's episodes turn by turn (messages, parsed calls and tool results, the
     verifier's verdict, every diagnoser's label with its rationale and A-Patch weight); with --against, two
     runs' episodes of the same tasks next to each other, the turns that differ marked."""
@@ -436,10 +438,10 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
     if against is not None:
         _transcripts_against(run_id, against, step=step, against_step=against_step, task=task, label=label,
                              failed=failed, evaluation=evaluation, differ=differ, limit=limit, width=width,
-                             as_json=as_json, plain=plain, store_url=store_url)
+                             as_json=as_json, plain=plain, html_out=html_out, store_url=store_url)
         return
-    if against_step is not None or differ:
-        raise SealError("--against-step and --differ go with --against RUN_B.")
+    if against_step is not None or differ or html_out:
+        raise SealError("--against-step, --differ and --html go with --against RUN_B.")
     episodes = load_episodes(open_store(store_url), run_id, step=step, task=task, label=label, failed=failed,
                              evaluation=evaluation, limit=limit)
     if as_json:
@@ -448,17 +450,22 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
     console.print(render(episodes, width=width), highlight=False, markup=False)
 
 
-def _transcripts_against(run_a: str, run_b: str, *, as_json: bool, plain: bool, width: int, store_url: str | None,
-                         **filters: Any) -> None:
+def _transcripts_against(run_a: str, run_b: str, *, as_json: bool, plain: bool, width: int, html_out: str | None,
+                         store_url: str | None, **filters: Any) -> None:
     from .transcript_pairs import pair_episodes, render_plain, render_rich
 
     store = open_store(store_url)
     pairs = pair_episodes(store, run_a, run_b, **filters)
+    a, b = store.get_run(run_a), store.get_run(run_b)
+    names = {a.id: f"A {a.name} {a.id[-6:]}", b.id: f"B {b.name} {b.id[-6:]}"} if a.id != b.id else {a.id: f"{a.name} {a.id[-6:]}"}
+    if html_out:
+        from .transcript_html import pairs_page
+
+        Path(html_out).write_text(pairs_page(pairs, names), encoding="utf-8")
+        errors.print(f"wrote {html_out}", highlight=False)
     if as_json:
         click.echo(json.dumps([p.model_dump(mode="json") for p in pairs], indent=2, ensure_ascii=False))
         return
-    a, b = store.get_run(run_a), store.get_run(run_b)
-    names = {a.id: f"A {a.name} {a.id[-6:]}", b.id: f"B {b.name} {b.id[-6:]}"} if a.id != b.id else {a.id: f"{a.name} {a.id[-6:]}"}
     if plain or not console.is_terminal:
         click.echo(render_plain(pairs, names, width=width))
     else:

@@ -330,7 +330,8 @@ def _dynamic_sampling_section(digest: RunDigest) -> str:
             + _table(["step", "rounds", "drawn", "kept (mixed)", "dropped (all equal)", "dropped (beyond quota)"], rows))
 
 
-def _page(title: str, body: str) -> str:
+def page(title: str, body: str) -> str:
+    """A self-contained page: ``body`` (HTML, its text escaped by the caller) with the report's styles."""
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}{TRANSCRIPT_CSS}</style></head><body>{body}</body></html>")
 
@@ -349,7 +350,7 @@ def run_report_html(digest: RunDigest, transcripts: list[StepTranscripts] | None
         _revisions_section(digest), _timings_section(digest, transcripts), _dynamic_sampling_section(digest),
         _recipe_section(digest), transcripts_section(transcripts) if transcripts is not None else "",
     ])
-    return _page(f"seal-platform run {digest.id}", body)
+    return page(f"seal-platform run {digest.id}", body)
 
 
 def write_run_report(digest: RunDigest, out: Path | None = None,
@@ -379,4 +380,4 @@ def comparison_html(comparison: Comparison, digests: list[RunDigest]) -> str:
             _legend_below(ax, len(digests))
 
         parts.append(_img(_figure_png(draw), f"average pass rate on {eval_set}"))
-    return _page("seal-platform comparison", "".join(parts))
+    return page("seal-platform comparison", "".join(parts))

@@ -12,7 +12,7 @@ import html
 import json
 from typing import Any
 
-from .transcripts import EpisodeView, StepTranscripts
+from .transcripts import EpisodeView, StepTranscripts, TurnView
 
 CSS = """
 .episode { border-left: 3px solid #ccc; padding-left: 0.6em; margin: 0.4em 0; }
@@ -21,6 +21,8 @@ CSS = """
 .msg pre { margin: 0.1em 0 0.3em 0; white-space: pre-wrap; word-break: break-word; }
 .role { color: #555; font-size: 0.85em; } .call { color: #046; } .label { color: #705; }
 .verdict-fail { color: #a00; } .verdict-pass { color: #070; }
+table.pair { width: 100%; table-layout: fixed; } table.pair td, table.pair th { text-align: left; vertical-align: top; }
+table.pair td:first-child, table.pair th:first-child { width: 5em; } tr.differs td { background: #fff4d6; }
 """
 
 MAX_CHARS = 3000  # of one message, call or check in the report (`seal-platform transcripts --json` has all)
@@ -58,18 +60,22 @@ def episode_html(ep: EpisodeView, *, open_: bool = False) -> str:
     if ep.context:
         parts.append(f"<details><summary>{len(ep.context)} message(s) before the task's first turn (worked "
                      "examples)</summary>" + "".join(_message(m) for m in ep.context) + "</details>")
-    for turn in ep.turns:
-        word, cls = _verdict(turn.verdict)
-        parts.append(f'<div class="turn"><p class="turnhead">turn {turn.turn}<span class="{cls}">{word}</span></p>')
-        parts.extend(_message(m) for m in turn.messages)
-        if turn.calls:
-            parts.append("<ul>" + "".join(f'<li class="call">{_call(c)}</li>' for c in turn.calls) + "</ul>")
-        if turn.verdict is not None and turn.verdict.get("checks"):
-            parts.append(f'<div class="msg"><span class="role">checks</span><pre>{_e(turn.verdict["checks"])}</pre></div>')
-        if turn.labels:
-            parts.append("<ul>" + "".join(f'<li class="label">{_label(lab)}</li>' for lab in turn.labels) + "</ul>")
-        parts.append("</div>")
+    parts.extend(turn_html(turn) for turn in ep.turns)
     parts.append("</details>")
+    return "".join(parts)
+
+
+def turn_html(turn: TurnView) -> str:
+    word, cls = _verdict(turn.verdict)
+    parts = [f'<div class="turn"><p class="turnhead">turn {turn.turn}<span class="{cls}">{word}</span></p>']
+    parts.extend(_message(m) for m in turn.messages)
+    if turn.calls:
+        parts.append("<ul>" + "".join(f'<li class="call">{_call(c)}</li>' for c in turn.calls) + "</ul>")
+    if turn.verdict is not None and turn.verdict.get("checks"):
+        parts.append(f'<div class="msg"><span class="role">checks</span><pre>{_e(turn.verdict["checks"])}</pre></div>')
+    if turn.labels:
+        parts.append("<ul>" + "".join(f'<li class="label">{_label(lab)}</li>' for lab in turn.labels) + "</ul>")
+    parts.append("</div>")
     return "".join(parts)
 
 
@@ -121,3 +127,31 @@ def link(steps: list[StepTranscripts] | None, phase: str, step: int, text: str) 
     if not steps or not any(b.phase == phase and b.step == step for b in steps):
         return None
     return f'<a href="#transcripts-{phase}-{step}">{html.escape(text)}</a>'
+
+
+def pairs_page(pairs: list[Any], names: dict[str, str]) -> str:
+    """Two runs' episodes of the same tasks side by side as one self-contained page (``transcripts --against
+    --html``): per task both outcomes, then turn by turn both transcripts, the turns that differ shaded."""
+    from .html_report import page
+    from .transcript_pairs import outcome_text
+
+    parts = ["<h1>Transcripts side by side</h1><p class=meta>Turns whose messages, calls or verdict differ are "
+             "shaded.</p>"]
+    for pair in pairs:
+        mark = " (outcomes differ)" if pair.outcome_differs else ""
+        parts.append(f"<h2>task {_e(pair.task_id, 200)} ({_e(pair.category, 100)}){mark}</h2>")
+        head = "".join(f"<th>{_e(names.get(ep.run_id, ep.run_id))} {ep.phase} step {ep.step}<br>"
+                       f"<span class=meta>{_e(outcome_text(ep))}</span></th>" for ep in (pair.a, pair.b))
+        rows = [f'<table class="pair"><tr><th>turn</th>{head}</tr>']
+        turns_a, turns_b = {t.turn: t for t in pair.a.turns}, {t.turn: t for t in pair.b.turns}
+        for n in sorted(set(turns_a) | set(turns_b)):
+            differs = n in pair.differing_turns
+            cells = "".join(f"<td>{turn_html(t) if t is not None else '(no such turn)'}</td>"
+                            for t in (turns_a.get(n), turns_b.get(n)))
+            rows.append(f'<tr class="{"differs" if differs else "same"}"><td>{n}<br>'
+                        f'{"differs" if differs else "same"}</td>{cells}</tr>')
+        rows.append("</table>")
+        parts.append("".join(rows))
+    if not pairs:
+        parts.append("<p>No task has episodes in both runs that match.</p>")
+    return page("seal-platform transcripts side by side", "".join(parts))

@@ -220,3 +220,11 @@ def test_a_hostile_transcript_is_escaped_everywhere_in_the_report(tmp_path):
     assert "&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in page
     assert "&lt;script&gt;name()&lt;/script&gt;" in page and "&lt;script&gt;lab()&lt;/script&gt;" in page
     assert 'id="ep-' in page and 'href="#transcripts-eval-1"' in page and 'href="#transcripts-train-0"' in page
+    # The side-by-side page of the same transcripts: escaped the same way.
+    pairs = tmp_path / "pairs.html"
+    result = CliRunner().invoke(cli, ["transcripts", "hostile-run", "--against", "hostile-run", "--eval", "--html",
+                                      str(pairs), "--store", f"sqlite:///{tmp_path / 'store.sqlite'}"])
+    assert result.exit_code == 0, result.output
+    side = pairs.read_text()
+    assert side.count('<table class="pair">') == 1 and "<script" not in side.lower() and "<img src=x" not in side
+    assert '{"q": "&lt;script&gt;alert(1)&lt;/script&gt;"}' in side and "&lt;script&gt;n()&lt;/script&gt;" in side

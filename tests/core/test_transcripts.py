@@ -24,7 +24,7 @@ def two_runs(toy_recipe, toy_site, tmp_path):
     return ids, f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
 
 
-def test_evaluations_side_by_side_pair_the_same_tasks_with_outcomes_and_differences(two_runs):
+def test_evaluations_side_by_side_pair_the_same_tasks_with_outcomes_and_differences(two_runs, tmp_path):
     (wrong, right), store_url = two_runs
     runner = CliRunner()
     out = runner.invoke(cli, ["transcripts", "wrong", "--against", right[-6:], "--eval", "--json", "--limit", "50",
@@ -46,6 +46,15 @@ def test_evaluations_side_by_side_pair_the_same_tasks_with_outcomes_and_differen
         assert a["reward"] == tasks[pair["task_id"]].reward == 0.0 and b["reward"] == theirs[pair["task_id"]].reward == 1.0
         assert a["turns"][0]["messages"][-1]["content"] == tasks[pair["task_id"]].messages[-1].content
         assert pair["outcome_differs"] is True and pair["differing_turns"] == [0]
+    # The same as a page: both transcripts of each task in one row per turn, the differing turn shaded.
+    page = tmp_path / "pairs.html"
+    assert runner.invoke(cli, ["transcripts", wrong, "--against", right, "--eval", "--json", "--limit", "50", "--html", str(page),
+                               "--store", store_url]).exit_code == 0
+    text = page.read_text()
+    assert text.count('<table class="pair">') == 6 and text.count('<tr class="differs">') == 6
+    one = text.split("<h2>task eval-1 (small) (outcomes differ)</h2>", 1)[1].split("</table>", 1)[0]
+    assert f"<pre>{tasks['eval-1'].messages[-1].content}</pre>" in one and "reward 0 (failed)" in one
+    assert f"<pre>{theirs['eval-1'].messages[-1].content}</pre>" in one and "reward 1 (passed)" in one
     # The plain view (not a terminal): both sides of each turn, their outcomes, the differing turn marked.
     plain = runner.invoke(cli, ["transcripts", wrong, "--against", right, "--eval", "--task", "eval-1",
                                 "--store", store_url]).output
@@ -81,4 +90,4 @@ def test_one_run_before_and_after_training_and_training_rollouts_with_labels(two
     assert "labels: wrong_sum@0" in shown and "label [toy] wrong_sum" in shown
     # Misuse is one clear message.
     bad = runner.invoke(cli, ["transcripts", wrong, "--differ", "--store", store_url])
-    assert bad.exit_code == 2 and "--against-step and --differ go with --against RUN_B" in bad.output
+    assert bad.exit_code == 2 and "--against-step, --differ and --html go with --against RUN_B" in bad.output
