@@ -278,7 +278,8 @@ def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
             issues.extend(more)
     RecipeOrigin(path, list(overrides)).annotate(issues)
     if issues:
-        errors.print(f"{path}: {len(issues)} problem(s):", highlight=False)
+        with_overrides = " with its command-line overrides" if any(i.source.startswith("override ") for i in issues) else ""
+        errors.print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)
         for issue in issues:
             errors.print(f"  - {issue}", highlight=False, markup=False)
         sys.exit(1)

@@ -68,6 +68,7 @@ def test_validate_and_run_suggest_keys_and_blame_overrides_not_the_file(tmp_path
     result = CliRunner().invoke(cli, ["config", "validate", str(recipe), "trainng.steps=2", "settings.grpo.lrr=1"])
     assert result.exit_code == 1, result.output
     out = result.output
+    assert f"{recipe} with its command-line overrides: 3 problem(s):" in out
     assert f"{recipe}:3: training.stpes: unknown key (did you mean 'training.steps'?)" in out
     assert "override 'trainng.steps=2': trainng: unknown key (did you mean 'training'?)" in out
     assert "override 'settings.grpo.lrr=1': settings.grpo.lrr: unknown key (did you mean 'settings.grpo.lr'?)" in out
