@@ -45,8 +45,10 @@ def _verdict(verdict: dict[str, Any] | None) -> tuple[str, str]:
     return (" FAILED", "verdict-fail") if verdict.get("reached") else (" not reached", "verdict-fail")
 
 
-def episode_html(ep: EpisodeView, *, open_: bool = False) -> str:
-    """One episode, turn by turn: messages, parsed calls with their results, verdict and checks, labels."""
+def episode_html(ep: EpisodeView, *, open_: bool = False, shown: dict[str, str] | None = None) -> str:
+    """One episode, turn by turn: messages, parsed calls with their results, verdict and checks, labels.
+    ``shown``: system texts and worked examples already on the page (text -> the episode anchor that has them),
+    linked to instead of repeated; this episode's are added."""
     state = "pass" if ep.reward > 0.5 else "fail"
     head = (f"task {_e(ep.task_id, 200)} ({_e(ep.category, 100)}), sample {ep.sample}: reward {ep.reward:g}, "
             f"finish {_e(ep.finish, 50)}, interface r{ep.interface_revision}")
@@ -54,12 +56,21 @@ def episode_html(ep: EpisodeView, *, open_: bool = False) -> str:
              f"<summary>{head}</summary>"]
     if ep.infra_failure:
         parts.append(f'<p class="verdict-fail">infrastructure failure: {_e(ep.infra_failure)}</p>')
-    if ep.system:
-        parts.append(f"<details><summary>system text ({len(ep.system)} characters)</summary>"
-                     f'<div class="msg"><pre>{_e(ep.system)}</pre></div></details>')
-    if ep.context:
-        parts.append(f"<details><summary>{len(ep.context)} message(s) before the task's first turn (worked "
-                     "examples)</summary>" + "".join(_message(m) for m in ep.context) + "</details>")
+    anchor = f"ep-{_e(ep.trajectory_id, 80, attribute=True)}"
+    context = json.dumps(ep.context, sort_keys=True, ensure_ascii=False) if ep.context else ""
+    for kind, key, what in (
+            ("system", ep.system, f"system text ({len(ep.system)} characters)"),
+            ("context", context, f"{len(ep.context)} message(s) before the task's first turn (worked examples)")):
+        if not key:
+            continue
+        if shown is not None and key in shown:
+            parts.append(f'<p class="meta">{what}: as in <a href="#{shown[key]}">this episode</a></p>')
+            continue
+        if shown is not None:
+            shown[key] = anchor
+        body = (f'<div class="msg"><pre>{_e(ep.system)}</pre></div>' if kind == "system"
+                else "".join(_message(m) for m in ep.context))
+        parts.append(f"<details><summary>{what}</summary>{body}</details>")
     parts.extend(turn_html(turn) for turn in ep.turns)
     parts.append("</details>")
     return "".join(parts)
@@ -106,6 +117,7 @@ def _label(lab: Any) -> str:
 def transcripts_section(steps: list[StepTranscripts]) -> str:
     """The report's transcript view: one block per evaluation and per training step (anchors
     ``#transcripts-eval-N`` and ``#transcripts-train-N``, linked from the report's tables)."""
+    shown: dict[str, str] = {}
     parts = ["<h2 id=\"transcripts\">Transcripts</h2><p>What the agent did, turn by turn: every evaluation's "
              "episodes (failed ones first) and a sample of each training step's groups (groups with mixed "
              "rewards first), with verdicts, labels and A-Patch weights. All of it, for one step or task: "
@@ -118,7 +130,7 @@ def transcripts_section(steps: list[StepTranscripts]) -> str:
         unit = "episodes" if block.phase == "eval" else "rollouts"
         parts.append(f'<h3 id="{block.anchor}">{what}: {block.total} {unit}, {block.failed} failed; '
                      f"{len(block.episodes)} shown</h3>")
-        parts.extend(episode_html(ep) for ep in block.episodes)
+        parts.extend(episode_html(ep, shown=shown) for ep in block.episodes)
     return "".join(parts)
 
 

@@ -168,6 +168,10 @@ def test_report_links_every_evaluation_and_training_step_to_its_transcripts(toy_
         labels = [r for r in store.labels(toy_run.id, step=1) if r.trajectory_id == traj.id]
         assert labels and all(f"<b>{r.label}</b>" in body for r in labels)
         assert ("passed" if traj.turn_verdicts[0].passed else "FAILED") in body
+        # Each distinct system text is written once; later episodes with the same one link to it.
+        systems = {e.system for b in sample for e in b.episodes}
+        assert all(page.count(f"<pre>{html.escape(text, quote=False)}</pre>") == 1 for text in systems)
+        assert page.count("characters): as in <a href=\"#ep-") == sum(len(b.episodes) for b in sample) - len(systems)
         # Fewer shown on request; the counts still say how many there were.
         small = report_transcripts(store, toy_run.id, eval_limit=2, train_groups=0)
         assert all(len(b.episodes) == (2 if b.phase == "eval" else 0) for b in small)
