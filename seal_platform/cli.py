@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_for, salvage_config
+from .config import RunConfig, raise_for
 from .errors import PluginError, SealError, Terminated
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
@@ -108,7 +108,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     as training.steps=2 or settings.grpo.lr=1e-5 change single keys.
     """
     from .loop import Runner
-    from .planning import plan_config
+    from .planning import plan_config, recipe_problems
     from .progress import RichProgress
     from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
 
@@ -144,7 +144,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         raise SealError("--run-dir, --restart-from-step and --takeover go with --resume RUN.")
     else:
         recipe, overrides = _split_recipe_args(args)
-        loaded, issues, path = load_recipe(recipe, overrides)
+        loaded, issues, path = recipe_problems(recipe, overrides)
         if loaded is None:
             raise_for(issues, str(path))
         assert loaded is not None
@@ -262,21 +262,9 @@ def config() -> None:
 @click.argument("overrides", nargs=-1)
 def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
     """Report every problem in RECIPE at once; exit 1 if there is any."""
-    from .planning import check_recipe
+    from .planning import recipe_problems
 
-    config_, issues, path = load_recipe(recipe, list(overrides))
-    # Also with core errors: the rest of the recipe (plugin settings, stages) is checked with the bad keys
-    # left out, so every problem is reported at once.
-    checked = config_ or salvage_config(apply_overrides(load_recipe_data(path), list(overrides)))
-    if checked is not None:
-        try:
-            host = plugin_host_for(checked)
-        except PluginError as exc:
-            issues.append(Issue("plugins", str(exc)))
-        else:
-            _plan, more = check_recipe(checked, host)
-            issues.extend(more)
-    RecipeOrigin(path, list(overrides)).annotate(issues)
+    config_, issues, path = recipe_problems(recipe, list(overrides))
     if issues:
         with_overrides = " with its command-line overrides" if any(i.source.startswith("override ") for i in issues) else ""
         errors.print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)

@@ -35,11 +35,11 @@ class PluginSelection(_Section):
 
 
 class TrainingConfig(_Section):
-    steps: int | None = Field(default=None, ge=0, description="Training steps; null: epochs x steps per epoch.")
-    epochs: int = Field(default=6, ge=1)
-    tasks_per_step: int = Field(default=32, ge=1)
-    group_size: int = Field(default=8, ge=1, description="Rollouts per task (GRPO's G).")
-    checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints; 0: only at the end.")
+    steps: int | None = Field(default=None, ge=0, le=1_000_000, description="Training steps; null: epochs x steps per epoch.")
+    epochs: int = Field(default=6, ge=1, le=10_000)
+    tasks_per_step: int = Field(default=32, ge=1, le=100_000)
+    group_size: int = Field(default=8, ge=1, le=1024, description="Rollouts per task (GRPO's G).")
+    checkpoint_every: int = Field(default=10, ge=0, le=1_000_000, description="Steps between checkpoints; 0: only at the end.")
     keep_checkpoints: int | None = Field(
         default=None, ge=1, le=1_000_000,
         description="Keep only the last N checkpoints (and the best, see keep_best_by); older ones are deleted "
@@ -50,7 +50,7 @@ class TrainingConfig(_Section):
         description="With keep_checkpoints: also keep the checkpoint whose held-out evaluation (of the run's own "
         "environment) scored highest on this category ('average': the mean over categories); null: only the last N.",
     )
-    max_train_tasks: int | None = Field(default=None, ge=1, description="Use only the first N training tasks.")
+    max_train_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Use only the first N training tasks.")
 
 
 class DynamicSamplingConfig(_Section):
@@ -75,15 +75,15 @@ class RolloutConfig(_Section):
     engine: str = Field(default="hf", description="A registered rollout engine (see `seal-platform plugins`).")
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(default=512, ge=1)
-    workers: int = Field(default=8, ge=1, description="Episodes run at once (the engine batches their requests).")
+    max_new_tokens: int = Field(default=512, ge=1, le=1_048_576)
+    workers: int = Field(default=8, ge=1, le=4096, description="Episodes run at once (the engine batches their requests).")
     executor: str = Field(
         default="local",
         description="Where episodes run: `local` (threads in this process) or a registered executor such as "
         "`ray` (episodes as Ray actors; needs ray.enabled).",
     )
     replicas: int = Field(
-        default=1, ge=1,
+        default=1, ge=1, le=1024,
         description="Rollout engine replicas; more than one runs each as a Ray actor (needs ray.enabled). A "
         "group's samples go to one replica, so its prompt prefix is cached once.",
     )
@@ -98,7 +98,7 @@ class RolloutConfig(_Section):
         "infrastructure failures (dead actors, lost nodes, episode time limits).",
     )
     max_staleness: int = Field(
-        default=0, ge=0,
+        default=0, ge=0, le=1000,
         description="Samples may be this many policy versions (optimizer updates) older than the trainer's "
         "policy; older ones are handled as stale_samples says.",
     )
@@ -133,10 +133,10 @@ class RayConfig(_Section):
     trainer_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated).")
     engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
     engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
-    episode_actors: int = Field(default=2, ge=1, description="Episode actors of the ray executor (they share "
+    episode_actors: int = Field(default=2, ge=1, le=4096, description="Episode actors of the ray executor (they share "
                                 "rollout.workers concurrent episodes between them).")
     episode_cpus: float = Field(default=0.25, ge=0.0, description="CPUs reserved per episode actor.")
-    num_cpus: int | None = Field(default=None, ge=1, description="CPUs of a local Ray (null: all).")
+    num_cpus: int | None = Field(default=None, ge=1, le=100_000, description="CPUs of a local Ray (null: all).")
 
 
 class BenchmarkEval(_Section):
@@ -144,7 +144,7 @@ class BenchmarkEval(_Section):
 
     environment: str = Field(description="A registered environment, e.g. `bfcl_memory`.")
     split: str = Field(default="eval", description="Its task split.")
-    max_tasks: int | None = Field(default=None, ge=1, description="Evaluate on its first N tasks only.")
+    max_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Evaluate on its first N tasks only.")
     name: str | None = Field(default=None, description="Name its results are stored and shown under; default: the environment.")
 
     @property
@@ -159,10 +159,10 @@ class BenchmarkEval(_Section):
 
 class EvaluationConfig(_Section):
     split: str = "eval"
-    every: int = Field(default=10, ge=0, description="Evaluate every K training steps; 0: only before and after.")
+    every: int = Field(default=10, ge=0, le=1_000_000, description="Evaluate every K training steps; 0: only before and after.")
     before_training: bool = True
-    max_tasks: int | None = Field(default=None, ge=1, description="Evaluate on the first N tasks only.")
-    max_new_tokens: int | None = Field(default=None, ge=1)
+    max_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Evaluate on the first N tasks only.")
+    max_new_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
     benchmarks: list[BenchmarkEval] = Field(
         default_factory=list,
         description="More benchmarks evaluated at the same steps as the training environment (names, or "

