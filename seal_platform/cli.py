@@ -439,26 +439,10 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
     console.print(render(episodes, width=width), highlight=False, markup=False)
 
 
-def _transcripts_against(run_a: str, run_b: str, *, as_json: bool, plain: bool, width: int, html_out: str | None,
-                         store_url: str | None, **filters: Any) -> None:
-    from .transcript_pairs import pair_episodes, render_plain, render_rich
+def _transcripts_against(run_a: str, run_b: str, *, store_url: str | None, **options: Any) -> None:
+    from .transcript_pairs import show_pairs
 
-    store = open_store(store_url)
-    pairs = pair_episodes(store, run_a, run_b, **filters)
-    a, b = store.get_run(run_a), store.get_run(run_b)
-    names = {a.id: f"A {a.name} {a.id[-6:]}", b.id: f"B {b.name} {b.id[-6:]}"} if a.id != b.id else {a.id: f"{a.name} {a.id[-6:]}"}
-    if html_out:
-        from .transcript_html import pairs_page
-
-        Path(html_out).write_text(pairs_page(pairs, names), encoding="utf-8")
-        errors.print(f"wrote {html_out}", highlight=False)
-    if as_json:
-        click.echo(json.dumps([p.model_dump(mode="json") for p in pairs], indent=2, ensure_ascii=False))
-        return
-    if plain or not console.is_terminal:
-        click.echo(render_plain(pairs, names, width=width))
-    else:
-        console.print(render_rich(pairs, names, width=width), highlight=False, markup=False)
+    show_pairs(open_store(store_url), run_a, run_b, console=console, notes=errors, **options)
 
 
 def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, str]]:

@@ -164,3 +164,29 @@ def render_plain(pairs: list[EpisodePair], names: dict[str, str], *, width: int 
     if not pairs:
         lines.append("no task has episodes in both runs that match")
     return "\n".join(lines)
+
+
+def show_pairs(store: RunStore, run_a: str, run_b: str, *, console: Any, notes: Any, as_json: bool, plain: bool,
+               width: int, html_out: str | None, **filters: Any) -> None:
+    """``transcripts RUN_A --against RUN_B``: the pairs as JSON, plain text (``plain`` or not a terminal) or
+    rich columns on ``console``; with ``html_out`` also as a page (``notes`` says where)."""
+    import json
+    from pathlib import Path
+
+    import click
+
+    pairs = pair_episodes(store, run_a, run_b, **filters)
+    a, b = store.get_run(run_a), store.get_run(run_b)
+    names = ({a.id: f"A {a.name} {a.id[-6:]}", b.id: f"B {b.name} {b.id[-6:]}"} if a.id != b.id
+             else {a.id: f"{a.name} {a.id[-6:]}"})
+    if html_out:
+        from .transcript_html import pairs_page
+
+        Path(html_out).write_text(pairs_page(pairs, names), encoding="utf-8")
+        notes.print(f"wrote {html_out}", highlight=False)
+    if as_json:
+        click.echo(json.dumps([p.model_dump(mode="json") for p in pairs], indent=2, ensure_ascii=False))
+    elif plain or not console.is_terminal:
+        click.echo(render_plain(pairs, names, width=width))
+    else:
+        console.print(render_rich(pairs, names, width=width), highlight=False, markup=False)
