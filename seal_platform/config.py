@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
+from .recipe_keys import close_key, known_keys
 
 
 class _Section(BaseModel):
@@ -222,15 +223,18 @@ class RunConfig(_Section):
 
 @dataclass
 class Issue:
-    """One problem in a recipe: where (a dotted path), what, and how to fix it."""
+    """One problem in a recipe: where (a dotted path), what, how to fix it, and its source (the recipe
+    file and line, or the command-line override; see :class:`~seal_platform.recipe_keys.RecipeOrigin`)."""
 
     where: str
     what: str
     fix: str = ""
+    source: str = ""
 
     def __str__(self) -> str:
         text = f"{self.where}: {self.what}"
-        return f"{text} ({self.fix})" if self.fix else text
+        text = f"{text} ({self.fix})" if self.fix else text
+        return f"{self.source}: {text}" if self.source else text
 
 
 # --- loading -------------------------------------------------------------------------------------------
@@ -389,13 +393,17 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def _pydantic_issues(exc: ValidationError, prefix: str = "") -> list[Issue]:
+def _pydantic_issues(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> list[Issue]:
     issues = []
     for err in exc.errors():
         where = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
         kind = err["type"]
         if kind == "extra_forbidden":
-            issues.append(Issue(where or "(top level)", "unknown key", "remove it or check its spelling"))
+            *parents, last = err["loc"] or ("",)
+            meant = close_key(str(last), known_keys(model, parents)) if model is not None else None
+            fix = (f"did you mean {'.'.join(str(p) for p in (prefix, *parents, meant) if p != '')!r}?"
+                   if meant else "remove it or check its spelling")
+            issues.append(Issue(where or "(top level)", "unknown key", fix))
         elif kind == "missing":
             issues.append(Issue(where, "required key is missing", "add it to the recipe"))
         else:
@@ -409,7 +417,7 @@ def validate_core(data: dict[str, Any]) -> tuple[RunConfig | None, list[Issue]]:
     try:
         return RunConfig.model_validate(data), []
     except ValidationError as exc:
-        return None, _pydantic_issues(exc)
+        return None, _pydantic_issues(exc, model=RunConfig)
 
 
 def salvage_config(data: dict[str, Any]) -> RunConfig | None:
@@ -441,9 +449,11 @@ def validate_settings(
     for section, raw in config.settings.items():
         if section not in models:
             owners = ", ".join(sorted(models)) or "none"
+            meant = close_key(section, list(models))
+            guess = f"did you mean 'settings.{meant}'? " if meant else ""
             issues.append(
                 Issue(f"settings.{section}", "no loaded plugin owns this section",
-                      f"sections owned by loaded plugins: {owners}; is the plugin installed and not blocked?")
+                      f"{guess}sections owned by loaded plugins: {owners}; is the plugin installed and not blocked?")
             )
     for section, model in models.items():
         raw = config.settings.get(section) or {}
@@ -453,7 +463,7 @@ def validate_settings(
         try:
             settings[section] = model.model_validate(raw)
         except ValidationError as exc:
-            issues.extend(_pydantic_issues(exc, prefix=f"settings.{section}"))
+            issues.extend(_pydantic_issues(exc, prefix=f"settings.{section}", model=model))
     return settings, issues
 
 
@@ -461,5 +471,8 @@ def raise_for(issues: list[Issue], source: str) -> None:
     """Raise one :class:`ConfigError` listing ``issues`` (nothing when there are none)."""
     if issues:
         lines = "\n".join(f"  - {issue}" for issue in issues)
-        raise ConfigError(f"{source}: {len(issues)} problem(s) in the recipe:\n{lines}", issues=issues)
+        overridden = any(issue.source.startswith("override ") for issue in issues)
+        head = (f"{len(issues)} problem(s) in the recipe {source} and its command-line overrides" if overridden
+                else f"{source}: {len(issues)} problem(s) in the recipe")
+        raise ConfigError(f"{head}:\n{lines}", issues=issues)
 

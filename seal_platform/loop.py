@@ -306,6 +306,7 @@ class Runner:
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task],
               train_tasks: list[Task]) -> None:
         cfg, plan, timer = self.config, self.plan, _Timer()
+        self.ctx.take_step_metrics()  # nothing from an earlier, failed attempt at a step
         dyn = cfg.rollout.dynamic_sampling
         selection: dynamic_sampling.Selection | None = None
         self.progress.stage(step, "collect")
@@ -379,7 +380,7 @@ class Runner:
                 metrics = _wrap("optimize", optimizer, lambda: self.host.call_owned(
                     "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
                 )) or {}
-        metrics = {**metrics, "infra_masked_frac": health.masked_frac}
+        metrics = {**self.ctx.take_step_metrics(), **metrics, "infra_masked_frac": health.masked_frac}
         if selection is not None:
             metrics.update(selection.metrics())
 
