@@ -178,7 +178,7 @@ class LocalTrainerGroup:
 
 
 class GroupTrainer:
-    """The trainer :class:`~.trainer.GRPORun` holds when ``grpo.train_workers > 1``: a training group doing the
+    """The trainer :class:`~.run.GRPORun` holds when ``grpo.train_workers > 1``: a training group doing the
     updates, and the driver's full copy of the policy (``model``: what the rollout engine samples from and what
     ``model.safetensors`` checkpoints hold), overwritten with the group's weights at start and after every step.
 
