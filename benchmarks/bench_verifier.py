@@ -43,7 +43,7 @@ def main() -> int:
     parser.add_argument("--commands", action="store_true", help="time whole commands (ours vs the official thin one)")
     args = parser.parse_args()
 
-    from seal_platform_plugins.bfcl.calls import parse_call
+    from seal_platform.toolenv.calls import parse_call
     from seal_platform_plugins.bfcl.data import load_tasks
     from seal_platform_plugins.bfcl.verifier import verify
 

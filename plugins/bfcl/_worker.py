@@ -16,6 +16,8 @@ import os
 import time
 from typing import Any
 
+from seal_platform.toolenv.calls import from_arguments
+
 from .backend import (  # noqa: F401 - re-exported: the former single module's names
     BACKEND_MODULES,
     STATELESS_CLASSES,
@@ -25,7 +27,6 @@ from .backend import (  # noqa: F401 - re-exported: the former single module's n
     backend_class,
     stringify,
 )
-from .calls import from_arguments
 from .checker import verify_payload, verify_texts  # noqa: F401 - verify_payload re-exported
 from .trace import ERROR_PREFIX
 

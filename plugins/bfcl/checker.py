@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from seal_platform.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 from seal_platform.types import TurnVerdict
 
 from .backend import Backend
-from .calls import ParsedCall, parse_call, parse_call_shared
 from .trace import (
     CHECKER_ERROR,
     EMPTY_TURN,

@@ -9,12 +9,12 @@ the SEAL reference training configs use).
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+from seal_platform.toolenv.bfcl_data import DataError, data_dir
 from seal_platform.types import Task
 
 from .backend import copy_data  # a private deep copy of plain data
@@ -40,25 +40,6 @@ FUNC_DOC_FILES: dict[str, str] = {
     "TravelAPI": "travel_booking.json",
     "VehicleControlAPI": "vehicle_control.json",
 }
-
-
-class DataError(ValueError):
-    """The task data or a task selection is not usable; the message says how to fix it."""
-
-
-@lru_cache(maxsize=1)
-def data_dir() -> Path:
-    """The ``bfcl_eval/data`` folder of the installed ``bfcl-eval`` package."""
-    spec = importlib.util.find_spec("bfcl_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError(
-            "the BFCL data files come from the 'bfcl-eval' package, which is not installed; "
-            "install it with `pip install --no-deps bfcl-eval==2026.3.23` (or `make install`)"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / "data"
-    if not path.is_dir():
-        raise DataError(f"bfcl-eval is installed but has no data folder at {path}; reinstall bfcl-eval")
-    return path
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -138,7 +138,7 @@ def _signature(call: Any) -> tuple[str, str] | None:
 @lru_cache(maxsize=65536)
 def _text_signature(call: str) -> tuple[str, str] | None:
     """:func:`_signature` of a call text (cached: ground-truth calls recur in every diagnosis of a task)."""
-    from .calls import parse_call  # the safe AST-literal parser; model text is never evaluated
+    from seal_platform.toolenv.calls import parse_call  # the safe AST-literal parser; model text is never evaluated
 
     parsed = parse_call(call)
     if not parsed.ok:

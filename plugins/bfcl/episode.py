@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from seal_platform.engine import RolloutEngine
+from seal_platform.toolenv import interface as iface
+from seal_platform.toolenv.calls import render_call
+from seal_platform.toolenv.formats import ParsedCall, ToolCallFormat
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory
 
-from . import data, interface as iface
-from .calls import render_call
-from .formats import ParsedCall, ToolCallFormat
+from . import data
 from .trace import is_error_result
 
 CLIP_MARKER = "\n... [observation clipped: {n} more characters]"

@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
+from seal_platform.toolenv.calls import ParsedCall
 from seal_platform.types import Task, TurnVerdict
 
-from .calls import ParsedCall
 from .trace import CHECKER_ERROR, ERROR_PREFIX, TurnChecks, VerifyOutcome
 
 

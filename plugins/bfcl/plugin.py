@@ -112,7 +112,7 @@ def diagnose(ctx: RunContext, environment: Any, trajectories: list[Trajectory], 
 def evolve_interface(
     ctx: RunContext, environment: Any, interface: Interface, state: CapabilityState, step: int
 ) -> Interface | None:
-    from . import evolution
+    from seal_platform.toolenv import evolution
 
     settings = _settings(ctx)
     return evolution.evolve(interface, state, settings.evolution, list(settings.categories))

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .evolution import EvolutionSettings
+from seal_platform.toolenv.evolution import EvolutionSettings
 
 CATEGORY_NAMES = (
     "multi_turn_base",

@@ -18,9 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from seal_platform.toolenv.bfcl_data import DataError, data_dir
 from seal_platform.types import Task
-
-from seal_platform_plugins.bfcl.data import DataError, data_dir
 
 BACKENDS = ("kv", "rec_sum", "vector")
 SPLITS = ("all", "train", "eval")

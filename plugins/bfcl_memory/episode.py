@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from seal_platform.engine import RolloutEngine
+from seal_platform.toolenv.formats import ToolCallFormat
 from seal_platform.types import Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
-
-from seal_platform_plugins.bfcl.formats import ToolCallFormat
 
 from .backend import MemoryBackend
 from .checker import answer_found

@@ -57,7 +57,7 @@ class MemoryEnvironment:
         return Interface(revision=0)
 
     def format(self) -> Any:
-        from seal_platform_plugins.bfcl.formats import get_format
+        from seal_platform.toolenv.formats import get_format
 
         return get_format(self.settings.tool_call_format)
 

@@ -23,9 +23,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from seal_platform.engine import RolloutEngine
+from seal_platform.toolenv.interface import recovery_hint, render_tools, system_addendum
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
-
-from seal_platform_plugins.bfcl.interface import recovery_hint, render_tools, system_addendum
 
 from .tools import TOOL_DOCS, ToolError, execute, render_docs, run_calls
 

@@ -1,6 +1,6 @@
 """The smarthome plugin: a CPU-sized multi-turn tool environment, its diagnoser and its training-interface
 evolution (BFCL's changes: schema affordances, recovery feedback, guidelines, driven by the capability
-state through :func:`seal_platform_plugins.bfcl.evolution.evolve`)."""
+state through :func:`seal_platform.toolenv.evolution.evolve`)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
 
 @hookimpl
 def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
-    from seal_platform_plugins.bfcl.evolution import evolve
+    from seal_platform.toolenv.evolution import evolve
 
     settings = _settings(ctx)
     return evolve(interface, state, settings.evolution, list(settings.categories))

@@ -96,7 +96,7 @@ def test_any_order_gives_the_same_verdicts(cases, official, task_by_id):
 
 
 def test_worker_process_path_agrees(cases, official, task_by_id, executor):
-    from seal_platform_plugins.bfcl.calls import parse_call
+    from seal_platform.toolenv.calls import parse_call
 
     sample = random.Random(3).sample(range(len(cases)), 120)
     for index in sample:

@@ -12,13 +12,13 @@ from pydantic import ValidationError
 from seal_platform.capability import CapabilityState
 from seal_platform.types import Interface, Trajectory, TurnLabel, TurnVerdict
 from seal_platform.stages import adopt_interface
-from seal_platform_plugins.bfcl import evolution
-from seal_platform_plugins.bfcl.evolution import (
+from seal_platform.toolenv import evolution
+from seal_platform.toolenv.evolution import (
     GUIDELINES,
     EvolutionSettings,
     label_pressures,
 )
-from seal_platform_plugins.bfcl.interface import active_changes, render_tools, system_addendum
+from seal_platform.toolenv.interface import active_changes, render_tools, system_addendum
 
 BASE = "multi_turn_base"
 PARAM = "multi_turn_miss_param"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from seal_platform.types import Generation, SamplingParams
-from seal_platform_plugins.bfcl.formats import HermesFormat
+from seal_platform.toolenv.formats import HermesFormat
 from seal_platform_plugins.bfcl_memory import data
 from seal_platform_plugins.bfcl_memory.backend import MemoryBackend
 from seal_platform_plugins.bfcl_memory.checker import answer_found

@@ -32,6 +32,7 @@ def test_wheel_contains_recipes_and_finds_them_from_any_directory(tmp_path):
     recipes = sorted(p.name for p in (ROOT / "recipes").glob("*.yaml"))
     assert recipes and {f"seal_platform_recipes/{r}" for r in recipes} <= names
     for needed in ("seal_platform/cli.py", "seal_platform/store/migrations/env.py", "seal_platform/store/migrations/script.py.mako",
+                   "seal_platform/toolenv/formats.py",
                    "seal_platform_plugins/bfcl/bfcl_multi_turn_split.json", "seal_platform_plugins/grpo/trainer.py"):
         assert needed in names
     assert not any(n.startswith(("tests/", "plugins/", "recipes/", "benchmarks/")) for n in names)

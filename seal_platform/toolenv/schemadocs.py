@@ -1,6 +1,6 @@
 """Tool docs from JSON schemas (MCP ``inputSchema``), their rendering under an interface revision, argument
-validation, and recovery hints. A candidate for a shared tool-environment library: it depends only on
-``jsonschema`` and the standard library.
+validation, and recovery hints (moved here from the mcp plugin). It depends only on the standard library and,
+for :func:`validate_arguments`, on ``jsonschema`` (imported when called; the ``mcp`` extra installs it).
 
 A doc is ``{"name", "description", "input_schema"}``. The pristine rendering shows each tool with its
 parameters and their descriptions; a training revision may add *required markers* (``required`` after a

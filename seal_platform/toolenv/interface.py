@@ -1,10 +1,13 @@
-"""How an interface revision changes what the BFCL agent sees (training only).
+"""How an interface revision changes what the agent of a tool environment sees (training only).
+
+Tool docs are BFCL-style JSON (``{"name", "description", "parameters": {"type", "properties", "required"}}``);
+the ``bfcl`` and ``smarthome`` plugins render theirs through here.
 
 Revision 0 is the pristine interface (spec ``{}``): every function here returns its input unchanged for it
 (``render_tools`` returns the very list it was given, ``system_addendum`` returns "" and ``recovery_hint``
 None), so evaluation prompts are byte-identical to the official presentation. Which changes a revision
-activates, and why, is decided in :mod:`seal_platform_plugins.bfcl.evolution`; the spec it writes is a
-:class:`BfclSpec`, stored as::
+activates, and why, is decided in :mod:`seal_platform.toolenv.evolution`; the spec it writes is an
+:class:`InterfaceSpec`, stored as::
 
     {"version": 1, "scopes": {"<category or *>": {"changes": [...sorted names...],
                                                   "guidelines": [{"label": ..., "text": ...}, ...]}}}
@@ -61,9 +64,10 @@ class ScopeSpec(BaseModel):
         return out
 
 
-class BfclSpec(BaseModel):
-    """The typed form of a BFCL ``Interface.spec``: every reader and writer goes through this model, so the
-    keys are spelled here only. The pristine interface's spec is ``{}`` (no scopes)."""
+class InterfaceSpec(BaseModel):
+    """The typed form of a tool environment's ``Interface.spec`` (formerly ``BfclSpec`` in the bfcl plugin):
+    every reader and writer goes through this model, so the keys are spelled here only. The pristine
+    interface's spec is ``{}`` (no scopes)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -71,7 +75,7 @@ class BfclSpec(BaseModel):
     scopes: dict[str, ScopeSpec] = Field(default_factory=dict)
 
     @classmethod
-    def of(cls, spec: dict[str, Any] | Interface) -> BfclSpec:
+    def of(cls, spec: dict[str, Any] | Interface) -> InterfaceSpec:
         raw = spec.spec if isinstance(spec, Interface) else spec
         return cls.model_validate(raw) if raw else cls()
 
@@ -87,7 +91,7 @@ class BfclSpec(BaseModel):
 
 def scope_of(interface: Interface, category: str) -> ScopeSpec:
     """The part of ``interface``'s spec that applies to tasks of ``category`` (empty when none)."""
-    return BfclSpec.of(interface).scope(category)
+    return InterfaceSpec.of(interface).scope(category)
 
 
 def active_changes(interface: Interface, category: str) -> set[str]:
@@ -219,9 +223,9 @@ def system_addendum(interface: Interface, category: str) -> str:
     return _scope_addendum(scope_of(interface, category))
 
 
-def describe_system(spec: dict[str, Any] | BfclSpec) -> str:
+def describe_system(spec: dict[str, Any] | InterfaceSpec) -> str:
     """A readable rendering of every scope's system addendum (stored as ``Interface.system_text``)."""
-    typed = spec if isinstance(spec, BfclSpec) else BfclSpec.of(spec)
+    typed = spec if isinstance(spec, InterfaceSpec) else InterfaceSpec.of(spec)
     blocks = []
     for name, scope in sorted(typed.scopes.items()):
         text = _scope_addendum(scope)

@@ -8,7 +8,8 @@ subscripts, nested calls, names, operators, ``*``/``**`` unpacking, lambdas, com
 error. Model text therefore never reaches ``eval``, ``exec`` or ``compile`` (``ast.parse`` only builds a
 syntax tree, and ``ast.literal_eval`` is applied to argument nodes, which evaluates no code).
 
-This module has no heavy imports; the environment, the executor worker and the verifier all use it.
+This module has no heavy imports; the ``python`` call format (:mod:`.formats`) and the bfcl plugin's
+environment, executor worker and verifier all use it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ MAX_CALL_CHARS = 20_000
 # Literal nesting deeper than this is rejected (deeply nested literals can exhaust the C stack while
 # parsing, compiling or comparing).
 MAX_LITERAL_DEPTH = 32
-# The official checker refuses these names before eval; we keep its message so verdicts agree.
-OFFICIAL_BLOCKED_NAMES = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
 
 
 class CallSyntaxError(ValueError):
@@ -139,7 +138,7 @@ def _parse_shared(text: str) -> ParsedCall:
 
 def parse_call_shared(text: str) -> ParsedCall:
     """:func:`parse_call`, each text parsed once per process (the same calls recur in every verification
-    of a task). The result is shared: read it, never modify it (:meth:`.backend.Backend.execute` gives a
+    of a task). The result is shared: read it, never modify it (the bfcl plugin's ``Backend.execute`` gives a
     call fresh argument objects before a method can change them)."""
     if isinstance(text, str) and len(text) <= _SHARED_CALL_CHARS:
         return _parse_shared(text)

@@ -1,14 +1,16 @@
-"""Closed-loop evolution of the BFCL *training* interface from the capability state.
+"""Closed-loop evolution of a tool environment's *training* interface from the capability state.
 
-Evaluation never sees any of this: it always runs on revision 0, whose spec is ``{}`` and which every
-function in :mod:`seal_platform_plugins.bfcl.interface` renders as the untouched official presentation.
+Written for BFCL (its label taxonomy drives the changes) and used by every environment that renders its tools
+with :mod:`seal_platform.toolenv.interface` (the ``bfcl`` and ``smarthome`` plugins). Evaluation never sees any
+of this: it always runs on revision 0, whose spec is ``{}`` and which every function in
+:mod:`seal_platform.toolenv.interface` renders as the untouched official presentation.
 
 The changes
 -----------
 An interface spec activates named *changes*, per scope (a category name, or ``"*"`` for every category):
 
 ==================  =========================================================================================
-change              what the agent sees differently (rendered by ``interface.py``)
+change              what the agent sees differently (rendered by ``toolenv.interface``)
 ==================  =========================================================================================
 required_markers    ``[required]`` in front of the description of every required parameter
 enum_values         ``Allowed values: a, b, c.`` after the description of parameters with a closed value set
@@ -68,7 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from seal_platform.capability import CapabilityState, CapabilityTables
 from seal_platform.types import Interface
 
-from .interface import ALL_SCOPES, BfclSpec, Guideline, ScopeSpec, describe_system
+from .interface import ALL_SCOPES, Guideline, InterfaceSpec, ScopeSpec, describe_system
 
 CHANGES = (
     "required_markers",
@@ -122,7 +124,8 @@ GUIDELINES: dict[str, str] = {
 
 
 class EvolutionSettings(BaseModel):
-    """How the training interface evolves (recipe section ``settings.bfcl.evolution``)."""
+    """How the training interface evolves (the ``evolution`` key of the environment's recipe section, e.g.
+    ``settings.bfcl.evolution``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -300,7 +303,7 @@ def evolve(
     """
     if settings.mode == "off":
         return None
-    scopes: dict[str, ScopeSpec] = dict(BfclSpec.of(interface).scopes)
+    scopes: dict[str, ScopeSpec] = dict(InterfaceSpec.of(interface).scopes)
     notes: list[str] = []
     driven: set[str] = set()
 
@@ -333,7 +336,7 @@ def evolve(
             notes.extend(f"{scope_name}: {n}" for n in scope_notes)
             driven.update(scope_driven)
 
-    typed = BfclSpec(scopes=scopes)
+    typed = InterfaceSpec(scopes=scopes)
     spec = typed.dump()
     if spec == interface.spec:
         return None

@@ -1,5 +1,5 @@
-"""Guarded parsing of tool calls in model text (a candidate for a shared tool-environment library: it imports
-only the standard library).
+"""Guarded parsing of tool calls in model text (moved here from the mcp plugin; it imports only the standard
+library).
 
 A call is ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; a block cut at the stop string (no
 closing tag) still counts. Model text is untrusted: it is only ever read with ``json.loads``, after limits on

@@ -1,12 +1,12 @@
 """Tool-call formats: how tools are presented to the agent and how its replies are read back.
 
-A format owns both directions so that switching it (``settings.bfcl.tool_call_format``) changes the system
+A format owns both directions so that switching it (e.g. ``settings.bfcl.tool_call_format``) changes the system
 prompt, the parsing of assistant messages, the rendering of observations and of the miss_func reveal together.
 
 * ``hermes`` (default, the reference's): tool docs as JSON inside ``<tools></tools>``, calls as
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, results as ``<tool_response>`` blocks.
 * ``python``: BFCL's own prompting format, a Python-style list ``[f(a=1), g(b='x')]`` parsed with the
-  bfcl plugin's safe call parser (an AST walk over literals only; never ``eval``).
+  safe call parser of :mod:`.calls` (an AST walk over literals only; never ``eval``).
 
 Model output is untrusted: parsing never executes it and a malformed reply becomes a :class:`ParseResult`
 with ``error`` set (the episode turns it into an error observation), never an exception.
