@@ -239,3 +239,30 @@ def test_the_environment_refuses_to_start_without_a_server(tmp_path):
                      settings={"openenv": OpenEnvSettings()})
     with pytest.raises(ConfigError, match="settings.openenv.url .* or settings.openenv.server"):
         _build(ctx)
+
+
+def test_labels_drive_action_doc_changes_and_evaluation_stays_pristine(thermostat_url):
+    from seal_platform_plugins.openenv.evolution import evolve
+
+    from seal_platform.capability import CapabilityState
+    from seal_platform.types import Trajectory, TurnLabel
+
+    def labelled(label: str) -> CapabilityState:
+        state = CapabilityState()
+        trajs = [Trajectory(task_id=f"t{i}", category="default", group=f"g{i}", reward=0.0) for i in range(12)]
+        state.update(0, 0, trajs, [TurnLabel(trajectory_id=t.id, turn=0, label=label, source="openenv") for t in trajs])
+        return state
+
+    env = env_for(thermostat_url, max_steps=2)
+    pristine = env.pristine_interface()
+    assert evolve(pristine, CapabilityState(), env.settings.evolution) is None
+    assert evolve(pristine, labelled("failed_episode"), env.settings.evolution) is None  # nothing a doc can say
+    new = evolve(pristine, labelled("invalid_arguments"), env.settings.evolution)
+    assert new.spec["changes"] == ["allowed_values", "recovery_hints", "required_markers"]
+    assert new.driven_by == ["invalid_arguments"]
+    assert 'Allowed values: "up", "down".' in build_prompt(env, new)[0].content
+    assert "Allowed values" not in build_prompt(env, pristine)[0].content
+    (traj,) = run_episodes(env, Scripted(lambda last, conv: _call("sideways", 1)), [(env.tasks("train")[0], "g", 0)],
+                           new, SAMPLING)
+    assert 'Hint: act requires direction, degrees; direction must be one of "up", "down". Try again.' in \
+        traj.messages[-1].content
