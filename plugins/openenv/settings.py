@@ -63,8 +63,12 @@ class OpenEnvSettings(BaseModel):
         default=None,
         description='JSON Lines task file: {"id", "split", "category", "reset": {...}}; null: seeds (n_train, n_eval).',
     )
-    n_train: int | None = Field(default=None, ge=1, description="Train tasks (seeds 0..n-1 without a task file).")
-    n_eval: int | None = Field(default=None, ge=1, description="Eval tasks (seeds 100000.. without a task file).")
+    n_train: int | None = Field(
+        default=None, ge=1, description="Use at most this many train tasks; without a task file: seeds 0..n-1 (null: 64)."
+    )
+    n_eval: int | None = Field(
+        default=None, ge=1, description="Use at most this many eval tasks; without a task file: seeds 100000.. (null: 16)."
+    )
     max_steps: int = Field(default=8, ge=1, le=256, description="Agent messages per episode.")
     reward_mode: str = Field(
         default="final",
