@@ -41,8 +41,8 @@ def build_model(shape: str):
 def make_batch(args, vocab: int):
     import torch
 
-    from seal_platform_plugins.grpo.apatch import group_advantages
-    from seal_platform_plugins.grpo.trainer import Sample
+    from seal_platform_plugins.grpo.objective import group_advantages
+    from seal_platform_plugins.grpo.samples import Sample
 
     gen = torch.Generator().manual_seed(0)
     n = args.tasks * args.group
@@ -77,9 +77,10 @@ def main() -> None:
     import torch
     from transformers import LlamaConfig
 
-    from seal_platform_plugins.grpo.distributed import LocalTrainerGroup, WorkerOptions
+    from seal_platform_plugins.grpo.distributed import LocalTrainerGroup
     from seal_platform_plugins.grpo.policy import PolicySettings
     from seal_platform_plugins.grpo.settings import GRPOSettings
+    from seal_platform_plugins.grpo.sharded import WorkerOptions
     from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
     config = LlamaConfig(**SHAPES[args.shape])

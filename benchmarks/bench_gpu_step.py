@@ -9,7 +9,7 @@ with random weights, and the batch is random tokens, so it measures the update's
     python benchmarks/bench_gpu_step.py --fsdp                # the same step as a 1-process FSDP2 worker
     python benchmarks/bench_gpu_step.py --fsdp --shape tiny --device cpu --tasks 1 --group 2 --steps 1
 
-With ``--fsdp`` the update runs in a :class:`~seal_platform_plugins.grpo.distributed.TrainerWorker` of world
+With ``--fsdp`` the update runs in a :class:`~seal_platform_plugins.grpo.sharded.TrainerWorker` of world
 size 1 (``fully_shard`` per block and root; on CUDA ``MixedPrecisionPolicy(bf16 params, fp32 reduce)`` instead
 of autocast; NCCL on CUDA, gloo on CPU; prefix sharing off) - the code path of ``grpo.train_workers`` > 1.
 
@@ -67,9 +67,10 @@ def main() -> None:
     import torch
     from transformers import Qwen2Config
 
-    from seal_platform_plugins.grpo.apatch import group_advantages
+    from seal_platform_plugins.grpo.objective import group_advantages
+    from seal_platform_plugins.grpo.samples import Sample
     from seal_platform_plugins.grpo.settings import GRPOSettings
-    from seal_platform_plugins.grpo.trainer import GRPOTrainer, Sample
+    from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     attn = "flash_attention_2" if device == "cuda" and importlib.util.find_spec("flash_attn") else "sdpa"
@@ -80,8 +81,9 @@ def main() -> None:
         gradient_checkpointing=args.gradient_checkpointing,
     )
     if args.fsdp:
-        from seal_platform_plugins.grpo.distributed import TrainerWorker, WorkerOptions, free_port
+        from seal_platform_plugins.grpo.distributed import free_port
         from seal_platform_plugins.grpo.policy import PolicySettings
+        from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
 
         options = WorkerOptions(grpo=settings, policy=PolicySettings(), pad_id=0, device=device,
                                 build_model=functools.partial(build_model, args.shape, attn))

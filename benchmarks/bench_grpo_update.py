@@ -125,8 +125,9 @@ def run_long(model_dir: str, tokenizer, args) -> dict[str, float]:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from seal_platform_plugins.grpo.samples import Sample
     from seal_platform_plugins.grpo.settings import GRPOSettings
-    from seal_platform_plugins.grpo.trainer import GRPOTrainer, Sample
+    from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(args.device)
     model.eval()
@@ -225,9 +226,10 @@ def run_ours(model_dir: str, batch: dict, args, shared_prefix: bool) -> list[flo
     import torch
     from transformers import AutoModelForCausalLM
 
+    from seal_platform_plugins.grpo.objective import group_advantages
+    from seal_platform_plugins.grpo.samples import Sample
     from seal_platform_plugins.grpo.settings import GRPOSettings
-    from seal_platform_plugins.grpo.trainer import GRPOTrainer, Sample
-    from seal_platform_plugins.grpo.apatch import group_advantages
+    from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(args.device)
     model.eval()

@@ -9,6 +9,12 @@
         A tiny-model training run (benchmarks/kill_anywhere.py's recipe with more steps and checkpoints every
         50) in a child process; samples its RSS every 0.5 s together with the number of steps done.
 
+    .venv/bin/python benchmarks/memory_growth.py runs [--runs 3] [--recipe smarthome-embedded] [KEY=VALUE ...]
+        Consecutive short runs of a recipe in THIS process through the in-process API
+        (``planning.plan_recipe`` + ``loop.run_plan``), as a notebook or a sweep script would: the RSS after
+        each run (after gc and malloc_trim) must come back to within 300 MB of the first run's (the engine,
+        policy and trainer are released at run end; issue 23, item 9).
+
 Growth is reported from the end of a warm-up (the first 10% of the work: caches fill, the allocator settles)
 to the end, and per 1,000 episodes / 100 steps.
 """
@@ -122,12 +128,49 @@ def train(steps: int) -> int:
     return 0
 
 
+def runs(count: int, recipe: str, overrides: list[str]) -> int:
+    import ctypes
+    import gc
+
+    from seal_platform.loop import run_plan
+    from seal_platform.planning import plan_recipe
+
+    work = Path(tempfile.mkdtemp(prefix="seal-rss-runs-"))
+    base = ["training.steps=1", "training.tasks_per_step=2", "evaluation.before_training=false",
+            "evaluation.every=0", "evaluation.max_tasks=4", f"runs_dir={work / 'runs'}"]
+    after: list[int] = []
+    print(f"before any run: RSS {rss_kb() / 1024:.0f} MiB")
+    for i in range(count):
+        started = time.monotonic()
+        plan = plan_recipe(recipe, [*base, *overrides, f"seed={i}"])
+        summary = run_plan(plan)
+        del plan, summary
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
+        after.append(rss_kb())
+        print(f"run {i + 1}: {time.monotonic() - started:.0f} s, RSS after it {after[-1] / 1024:.0f} MiB "
+              f"({(after[-1] - after[0]) / 1024:+.0f} MiB vs run 1)", flush=True)
+    worst = max(after) - after[0]
+    print(f"runs: {count} runs of {recipe} in one process; RSS after run 1 {after[0] / 1024:.0f} MiB, after the "
+          f"last {after[-1] / 1024:.0f} MiB; most above run 1: {worst / 1024:+.0f} MiB (bound: 300 MB)")
+    return 0 if worst * 1024 <= 300e6 else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="mode", required=True)
     sub.add_parser("verify").add_argument("--episodes", type=int, default=10_000)
     sub.add_parser("train").add_argument("--steps", type=int, default=200)
+    many = sub.add_parser("runs")
+    many.add_argument("--runs", type=int, default=3)
+    many.add_argument("--recipe", default="smarthome-embedded")
+    many.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
+    if args.mode == "runs":
+        return runs(args.runs, args.recipe, args.overrides)
     return verify(args.episodes) if args.mode == "verify" else train(args.steps)
 
 

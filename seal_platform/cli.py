@@ -18,10 +18,11 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_for, salvage_config
+from .config import RunConfig, raise_for
 from .errors import PluginError, SealError, Terminated
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
+from .recipe_keys import RecipeOrigin
 
 console = Console(stderr=False, soft_wrap=True)
 errors = Console(stderr=True, soft_wrap=True)
@@ -107,10 +108,11 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     as training.steps=2 or settings.grpo.lr=1e-5 change single keys.
     """
     from .loop import Runner
-    from .planning import plan_config
+    from .planning import plan_config, recipe_problems
     from .progress import RichProgress
     from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
 
+    origin: RecipeOrigin | None = None  # where a recipe's problems come from (a resume keeps its checked config)
     if resume is not None:
         store = RunStore(store_url or default_store_url())
         row = store.get_run(resume)
@@ -142,7 +144,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         raise SealError("--run-dir, --restart-from-step and --takeover go with --resume RUN.")
     else:
         recipe, overrides = _split_recipe_args(args)
-        loaded, issues, path = load_recipe(recipe, overrides)
+        loaded, issues, path = recipe_problems(recipe, overrides)
         if loaded is None:
             raise_for(issues, str(path))
         assert loaded is not None
@@ -150,10 +152,11 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         if store_url:
             config = config.model_copy(update={"store": store_url})
         recipe_name = str(path)
+        origin = RecipeOrigin(path, overrides)
         store = RunStore(config.store_url())
     if ray_address:  # join this cluster: the recipe's Ray parts run there (the store stays here)
         config = config.model_copy(update={"ray": config.ray.model_copy(update={"enabled": True, "address": ray_address})})
-    plan = plan_config(config, recipe_name)
+    plan = plan_config(config, recipe_name, origin=origin)
     assert plan.host is not None
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
@@ -259,22 +262,12 @@ def config() -> None:
 @click.argument("overrides", nargs=-1)
 def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
     """Report every problem in RECIPE at once; exit 1 if there is any."""
-    from .planning import check_recipe
+    from .planning import recipe_problems
 
-    config_, issues, path = load_recipe(recipe, list(overrides))
-    # Also with core errors: the rest of the recipe (plugin settings, stages) is checked with the bad keys
-    # left out, so every problem is reported at once.
-    checked = config_ or salvage_config(apply_overrides(load_recipe_data(path), list(overrides)))
-    if checked is not None:
-        try:
-            host = plugin_host_for(checked)
-        except PluginError as exc:
-            issues.append(Issue("plugins", str(exc)))
-        else:
-            _plan, more = check_recipe(checked, host)
-            issues.extend(more)
+    config_, issues, path = recipe_problems(recipe, list(overrides))
     if issues:
-        errors.print(f"{path}: {len(issues)} problem(s):", highlight=False)
+        with_overrides = " with its command-line overrides" if any(i.source.startswith("override ") for i in issues) else ""
+        errors.print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)
         for issue in issues:
             errors.print(f"  - {issue}", highlight=False, markup=False)
         sys.exit(1)
@@ -361,13 +354,20 @@ def show(run_id: str, store_url: str | None, as_json: bool) -> None:
 @click.argument("run_id", metavar="RUN")
 @store_option
 @click.option("--out", type=click.Path(), default=None, help="The HTML file (or a folder for report.html); default: <run dir>/report.html.")
-def report(run_id: str, store_url: str | None, out: str | None) -> None:
+@click.option("--eval-episodes", type=click.IntRange(0), default=20, show_default=True,
+              help="Transcripts shown per evaluation (failed ones first).")
+@click.option("--train-groups", type=click.IntRange(0), default=1, show_default=True,
+              help="Groups of rollouts shown per training step (mixed rewards first).")
+def report(run_id: str, store_url: str | None, out: str | None, eval_episodes: int, train_groups: int) -> None:
     """Write one self-contained HTML page about a run: pass rate per category, labels and A-Patch weights
-    over steps, the interface revisions with their diffs, step timings."""
+    over steps, the interface revisions with their diffs, step timings, transcripts."""
     from .digest import load_digest
     from .html_report import write_run_report
+    from .transcripts import report_transcripts
 
-    path = write_run_report(load_digest(open_store(store_url), run_id), Path(out) if out else None)
+    store = open_store(store_url)
+    sample = report_transcripts(store, run_id, eval_limit=eval_episodes, train_groups=train_groups)
+    path = write_run_report(load_digest(store, run_id), Path(out) if out else None, transcripts=sample)
     console.print(f"wrote {path}", highlight=False)
 
 
@@ -407,19 +407,42 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
 @click.option("--limit", type=click.IntRange(1), default=5, show_default=True, help="At most this many episodes.")
 @click.option("--width", type=click.IntRange(20), default=2000, show_default=True, help="Clip texts at this many characters.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every field, nothing clipped).")
+@click.option("--against", "against", metavar="RUN_B", default=None,
+              help="Side by side with RUN_B's episodes of the same tasks (with --eval: each run's last evaluation, "
+                   "or the one after --step N).")
+@click.option("--against-step", type=int, default=None, help="With --against: RUN_B's step (default: --step's).")
+@click.option("--differ", is_flag=True, help="With --against: only tasks whose outcomes differ.")
+@click.option("--plain", is_flag=True, help="Plain text (the default when the output is not a terminal).")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="With --against: also write the side-by-side view as an HTML page here.")
 @store_option
 def transcripts(run_id: str, step: int | None, task: str | None, label: str | None, failed: bool, evaluation: bool,
-                limit: int, width: int, as_json: bool, store_url: str | None) -> None:
+                limit: int, width: int, as_json: bool, against: str | None, against_step: int | None, differ: bool,
+                plain: bool, html_out: str | None, store_url: str | None) -> None:
     """What the agent did: a run's episodes turn by turn (messages, parsed calls and tool results, the
-    verifier's verdict, every diagnoser's label with its rationale and A-Patch weight)."""
+    verifier's verdict, every diagnoser's label with its rationale and A-Patch weight); with --against, two
+    runs' episodes of the same tasks next to each other, the turns that differ marked."""
     from .transcripts import load_episodes, render
 
+    if against is not None:
+        _transcripts_against(run_id, against, step=step, against_step=against_step, task=task, label=label,
+                             failed=failed, evaluation=evaluation, differ=differ, limit=limit, width=width,
+                             as_json=as_json, plain=plain, html_out=html_out, store_url=store_url)
+        return
+    if against_step is not None or differ or html_out:
+        raise SealError("--against-step, --differ and --html go with --against RUN_B.")
     episodes = load_episodes(open_store(store_url), run_id, step=step, task=task, label=label, failed=failed,
                              evaluation=evaluation, limit=limit)
     if as_json:
         click.echo(json.dumps([e.model_dump(mode="json") for e in episodes], indent=2, ensure_ascii=False))
         return
     console.print(render(episodes, width=width), highlight=False, markup=False)
+
+
+def _transcripts_against(run_a: str, run_b: str, *, store_url: str | None, **options: Any) -> None:
+    from .transcript_pairs import show_pairs
+
+    show_pairs(open_store(store_url), run_a, run_b, console=console, notes=errors, **options)
 
 
 def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, str]]:

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
+from .recipe_keys import close_key, known_keys
 
 
 class _Section(BaseModel):
@@ -34,11 +35,11 @@ class PluginSelection(_Section):
 
 
 class TrainingConfig(_Section):
-    steps: int | None = Field(default=None, ge=0, description="Training steps; null: epochs x steps per epoch.")
-    epochs: int = Field(default=6, ge=1)
-    tasks_per_step: int = Field(default=32, ge=1)
-    group_size: int = Field(default=8, ge=1, description="Rollouts per task (GRPO's G).")
-    checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints; 0: only at the end.")
+    steps: int | None = Field(default=None, ge=0, le=1_000_000, description="Training steps; null: epochs x steps per epoch.")
+    epochs: int = Field(default=6, ge=1, le=10_000)
+    tasks_per_step: int = Field(default=32, ge=1, le=100_000)
+    group_size: int = Field(default=8, ge=1, le=1024, description="Rollouts per task (GRPO's G).")
+    checkpoint_every: int = Field(default=10, ge=0, le=1_000_000, description="Steps between checkpoints; 0: only at the end.")
     keep_checkpoints: int | None = Field(
         default=None, ge=1, le=1_000_000,
         description="Keep only the last N checkpoints (and the best, see keep_best_by); older ones are deleted "
@@ -49,7 +50,7 @@ class TrainingConfig(_Section):
         description="With keep_checkpoints: also keep the checkpoint whose held-out evaluation (of the run's own "
         "environment) scored highest on this category ('average': the mean over categories); null: only the last N.",
     )
-    max_train_tasks: int | None = Field(default=None, ge=1, description="Use only the first N training tasks.")
+    max_train_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Use only the first N training tasks.")
 
 
 class DynamicSamplingConfig(_Section):
@@ -74,15 +75,15 @@ class RolloutConfig(_Section):
     engine: str = Field(default="hf", description="A registered rollout engine (see `seal-platform plugins`).")
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(default=512, ge=1)
-    workers: int = Field(default=8, ge=1, description="Episodes run at once (the engine batches their requests).")
+    max_new_tokens: int = Field(default=512, ge=1, le=1_048_576)
+    workers: int = Field(default=8, ge=1, le=4096, description="Episodes run at once (the engine batches their requests).")
     executor: str = Field(
         default="local",
         description="Where episodes run: `local` (threads in this process) or a registered executor such as "
         "`ray` (episodes as Ray actors; needs ray.enabled).",
     )
     replicas: int = Field(
-        default=1, ge=1,
+        default=1, ge=1, le=1024,
         description="Rollout engine replicas; more than one runs each as a Ray actor (needs ray.enabled). A "
         "group's samples go to one replica, so its prompt prefix is cached once.",
     )
@@ -97,7 +98,7 @@ class RolloutConfig(_Section):
         "infrastructure failures (dead actors, lost nodes, episode time limits).",
     )
     max_staleness: int = Field(
-        default=0, ge=0,
+        default=0, ge=0, le=1000,
         description="Samples may be this many policy versions (optimizer updates) older than the trainer's "
         "policy; older ones are handled as stale_samples says.",
     )
@@ -132,10 +133,10 @@ class RayConfig(_Section):
     trainer_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated).")
     engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
     engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
-    episode_actors: int = Field(default=2, ge=1, description="Episode actors of the ray executor (they share "
+    episode_actors: int = Field(default=2, ge=1, le=4096, description="Episode actors of the ray executor (they share "
                                 "rollout.workers concurrent episodes between them).")
     episode_cpus: float = Field(default=0.25, ge=0.0, description="CPUs reserved per episode actor.")
-    num_cpus: int | None = Field(default=None, ge=1, description="CPUs of a local Ray (null: all).")
+    num_cpus: int | None = Field(default=None, ge=1, le=100_000, description="CPUs of a local Ray (null: all).")
 
 
 class BenchmarkEval(_Section):
@@ -143,7 +144,7 @@ class BenchmarkEval(_Section):
 
     environment: str = Field(description="A registered environment, e.g. `bfcl_memory`.")
     split: str = Field(default="eval", description="Its task split.")
-    max_tasks: int | None = Field(default=None, ge=1, description="Evaluate on its first N tasks only.")
+    max_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Evaluate on its first N tasks only.")
     name: str | None = Field(default=None, description="Name its results are stored and shown under; default: the environment.")
 
     @property
@@ -158,10 +159,10 @@ class BenchmarkEval(_Section):
 
 class EvaluationConfig(_Section):
     split: str = "eval"
-    every: int = Field(default=10, ge=0, description="Evaluate every K training steps; 0: only before and after.")
+    every: int = Field(default=10, ge=0, le=1_000_000, description="Evaluate every K training steps; 0: only before and after.")
     before_training: bool = True
-    max_tasks: int | None = Field(default=None, ge=1, description="Evaluate on the first N tasks only.")
-    max_new_tokens: int | None = Field(default=None, ge=1)
+    max_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Evaluate on the first N tasks only.")
+    max_new_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
     benchmarks: list[BenchmarkEval] = Field(
         default_factory=list,
         description="More benchmarks evaluated at the same steps as the training environment (names, or "
@@ -222,15 +223,18 @@ class RunConfig(_Section):
 
 @dataclass
 class Issue:
-    """One problem in a recipe: where (a dotted path), what, and how to fix it."""
+    """One problem in a recipe: where (a dotted path), what, how to fix it, and its source (the recipe
+    file and line, or the command-line override; see :class:`~seal_platform.recipe_keys.RecipeOrigin`)."""
 
     where: str
     what: str
     fix: str = ""
+    source: str = ""
 
     def __str__(self) -> str:
         text = f"{self.where}: {self.what}"
-        return f"{text} ({self.fix})" if self.fix else text
+        text = f"{text} ({self.fix})" if self.fix else text
+        return f"{self.source}: {text}" if self.source else text
 
 
 # --- loading -------------------------------------------------------------------------------------------
@@ -389,13 +393,17 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def _pydantic_issues(exc: ValidationError, prefix: str = "") -> list[Issue]:
+def _pydantic_issues(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> list[Issue]:
     issues = []
     for err in exc.errors():
         where = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
         kind = err["type"]
         if kind == "extra_forbidden":
-            issues.append(Issue(where or "(top level)", "unknown key", "remove it or check its spelling"))
+            *parents, last = err["loc"] or ("",)
+            meant = close_key(str(last), known_keys(model, parents)) if model is not None else None
+            fix = (f"did you mean {'.'.join(str(p) for p in (prefix, *parents, meant) if p != '')!r}?"
+                   if meant else "remove it or check its spelling")
+            issues.append(Issue(where or "(top level)", "unknown key", fix))
         elif kind == "missing":
             issues.append(Issue(where, "required key is missing", "add it to the recipe"))
         else:
@@ -409,7 +417,7 @@ def validate_core(data: dict[str, Any]) -> tuple[RunConfig | None, list[Issue]]:
     try:
         return RunConfig.model_validate(data), []
     except ValidationError as exc:
-        return None, _pydantic_issues(exc)
+        return None, _pydantic_issues(exc, model=RunConfig)
 
 
 def salvage_config(data: dict[str, Any]) -> RunConfig | None:
@@ -441,9 +449,11 @@ def validate_settings(
     for section, raw in config.settings.items():
         if section not in models:
             owners = ", ".join(sorted(models)) or "none"
+            meant = close_key(section, list(models))
+            guess = f"did you mean 'settings.{meant}'? " if meant else ""
             issues.append(
                 Issue(f"settings.{section}", "no loaded plugin owns this section",
-                      f"sections owned by loaded plugins: {owners}; is the plugin installed and not blocked?")
+                      f"{guess}sections owned by loaded plugins: {owners}; is the plugin installed and not blocked?")
             )
     for section, model in models.items():
         raw = config.settings.get(section) or {}
@@ -453,7 +463,7 @@ def validate_settings(
         try:
             settings[section] = model.model_validate(raw)
         except ValidationError as exc:
-            issues.extend(_pydantic_issues(exc, prefix=f"settings.{section}"))
+            issues.extend(_pydantic_issues(exc, prefix=f"settings.{section}", model=model))
     return settings, issues
 
 
@@ -461,5 +471,8 @@ def raise_for(issues: list[Issue], source: str) -> None:
     """Raise one :class:`ConfigError` listing ``issues`` (nothing when there are none)."""
     if issues:
         lines = "\n".join(f"  - {issue}" for issue in issues)
-        raise ConfigError(f"{source}: {len(issues)} problem(s) in the recipe:\n{lines}", issues=issues)
+        overridden = any(issue.source.startswith("override ") for issue in issues)
+        head = (f"{len(issues)} problem(s) in the recipe {source} and its command-line overrides" if overridden
+                else f"{source}: {len(issues)} problem(s) in the recipe")
+        raise ConfigError(f"{head}:\n{lines}", issues=issues)
 

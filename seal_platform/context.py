@@ -38,6 +38,8 @@ class RunContext:
     # Episodes are submitted here (``ctx.executor.map(run_episode, episodes)``), never to threads of
     # a plugin's own, so a distributed executor can take over.
     executor: Executor = field(default_factory=LocalExecutor)
+    # Metrics of the training step under way from plugins other than the optimizer (see add_step_metrics).
+    step_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def seed(self) -> int:
@@ -55,6 +57,18 @@ class RunContext:
         if model is not None and not isinstance(value, model):
             raise ConfigError(f"settings section {section!r} is a {type(value).__name__}, not {model.__name__}")
         return value  # type: ignore[return-value]
+
+    def add_step_metrics(self, **metrics: float) -> None:
+        """Record metrics of the training step under way (a diagnoser's rates, say) with the step's own: they
+        are stored in the step row's metrics next to the optimizer's, shown by ``show`` and the report and
+        handed to trackers. Called from a hook of the step (``collect`` .. ``optimize``); a name the optimizer
+        also returns is overwritten by the optimizer's value."""
+        self.step_metrics.update({k: float(v) for k, v in metrics.items()})
+
+    def take_step_metrics(self) -> dict[str, float]:
+        """The metrics recorded since the last call (the loop takes them once per step)."""
+        taken, self.step_metrics = self.step_metrics, {}
+        return taken
 
     def event(self, kind: str, message: str, **data: Any) -> None:
         """Record something worth knowing later (a retry, a skipped plugin, a recovered error)."""

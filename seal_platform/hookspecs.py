@@ -31,6 +31,9 @@ included, are called through pluggy.
 Every argument named ``ctx`` is the run's :class:`seal_platform.context.RunContext`: the resolved config,
 each plugin's validated settings section (``ctx.settings_for(name)``), the run directory, the seed, the
 run store and a ``shared`` dict through which cooperating plugins of one run hand objects to each other.
+A hook of a training step (``collect`` to ``optimize``) may add metrics of its own to the step's with
+``ctx.add_step_metrics(name=value)``: they are stored with the optimizer's in the step row (``show``, the
+report, trackers' ``step`` events); the LLM judge records its fallback rate per step this way.
 """
 
 from __future__ import annotations

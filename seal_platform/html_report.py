@@ -11,6 +11,9 @@ from typing import Any, Callable
 
 from .digest import RunDigest
 from .summary import Comparison
+from .transcript_html import CSS as TRANSCRIPT_CSS
+from .transcript_html import link, transcripts_section
+from .transcripts import StepTranscripts
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }
@@ -71,10 +74,23 @@ def _img(uri: str, alt: str) -> str:
     return f'<img src="{uri}" alt="{html.escape(alt)}">'
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+class _Raw(str):
+    """A table cell that is HTML already (a link built from escaped parts), not text to escape."""
+
+
+def _cell(value: Any) -> str:
+    return value if isinstance(value, _Raw) else html.escape(str(value))
+
+
+def _table(header: list[Any], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{_cell(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _linked(steps: list[StepTranscripts] | None, phase: str, step: int, text: str) -> Any:
+    found = link(steps, phase, step, text)
+    return _Raw(found) if found else text
 
 
 def _pct(value: float | None) -> str:
@@ -91,7 +107,7 @@ def _diff_html(diff: str) -> str:
     return "<pre>" + "\n".join(lines) + "</pre>"
 
 
-def _pass_rate_section(digest: RunDigest) -> str:
+def _pass_rate_section(digest: RunDigest, transcripts: list[StepTranscripts] | None = None) -> str:
     parts = ["<h2>Evaluation: pass rate per category (learning curve)</h2>"]
     if not digest.evaluations:
         return parts[0] + "<p>No evaluation was run.</p>"
@@ -122,7 +138,8 @@ def _pass_rate_section(digest: RunDigest) -> str:
         rows = [[c, *(_pct(p.per_category.get(c)) for p in points)] for c in cats]
         rows.append(["average", *(_pct(p.average) for p in points)])
         rows.append(["tasks", *(str(p.n_tasks) for p in points)])
-        parts.append(_table(["category (pass rate %)", *(f"after {p.step}" for p in points)], rows))
+        parts.append(_table(["category (pass rate %)", *(_linked(transcripts, "eval", p.step, f"after {p.step}")
+                                                         for p in points)], rows))
     return "".join(parts)
 
 
@@ -197,7 +214,7 @@ def _step_seconds(digest: RunDigest, stage: str, step: int) -> float:
     return (row.timings.get(stage, 0.0) if row else 0.0) + digest.stage_times.get(stage, {}).get(step, 0.0)
 
 
-def _timings_section(digest: RunDigest) -> str:
+def _timings_section(digest: RunDigest, transcripts: list[StepTranscripts] | None = None) -> str:
     parts = ["<h2>Stage timings</h2>"]
     totals = digest.stage_seconds()
     if not totals:
@@ -224,7 +241,11 @@ def _timings_section(digest: RunDigest) -> str:
     rows = [[st, f"{by_step[st].mean_reward:.3f}" if st in by_step else "-",
              by_step[st].interface_revision if st in by_step else "-",
              *(f"{_step_seconds(digest, stage, st):.1f}" for stage in stages)] for st in steps]
-    parts.append(_table(["step", "reward", "interface", *stages], rows))
+    if transcripts:
+        for row, st in zip(rows, steps):
+            found = [x for x in (link(transcripts, "train", st, "rollouts"), link(transcripts, "eval", st, "evaluation")) if x]
+            row.append(_Raw(" ".join(found)) if found else "-")
+    parts.append(_table(["step", "reward", "interface", *stages, *(["transcripts"] if transcripts else [])], rows))
     return "".join(parts)
 
 
@@ -255,6 +276,35 @@ def _optimizer_section(digest: RunDigest) -> str:
     return "".join(parts)
 
 
+def _judge_section(digest: RunDigest) -> str:
+    """The LLM judge's fallback rate per step (turns that kept the heuristic label because the judge's answer
+    was invalid, cut off by its token limit, or not given); empty when no judge ran."""
+    steps = [s for s in digest.steps if "judge_turns" in s.metrics]
+    if not steps:
+        return ""
+    rated = [s for s in steps if "judge_fallback_rate" in s.metrics]
+
+    def draw(ax: Any) -> None:
+        ax.plot([s.step for s in rated], [100 * s.metrics["judge_fallback_rate"] for s in rated], marker="o")
+        ax.set(title="LLM judge fallback rate", xlabel="step", ylabel="turns that fell back")
+        _percent_axis(ax)
+        _integer_steps(ax)
+
+    parts = ["<h2>LLM judge fallbacks per step</h2><p>Turns the judge was to label and, of them, those that kept "
+             "the heuristic label because the judge's answer was invalid twice, cut off by its token limit, or not "
+             "given (request failed, token budget spent).</p>"]
+    if rated:
+        parts.append(_img(_figure_png(draw, size=(9, 3)), "LLM judge fallback rate"))
+    rows = [[s.step, int(s.metrics["judge_turns"]), int(s.metrics.get("judge_fallbacks", 0)),
+             int(s.metrics.get("judge_cut_off", 0)),
+             f"{100 * s.metrics['judge_fallback_rate']:.0f}%" if "judge_fallback_rate" in s.metrics else "-"] for s in steps]
+    parts.append(_table(["step", "turns", "fallbacks", "of them cut off", "fallback rate"], rows))
+    if any(s.metrics.get("judge_cut_off", 0) for s in steps):
+        parts.append("<p class=meta>Answers cut off by the judge's token limit: raise the judge's max_new_tokens "
+                     "(settings.diagnosis_llm.max_new_tokens for the diagnosis_llm judge).</p>")
+    return "".join(parts)
+
+
 def _recipe_section(digest: RunDigest) -> str:
     """The resolved recipe the run ran with (defaults filled in), folded away."""
     if not digest.config:
@@ -280,32 +330,37 @@ def _dynamic_sampling_section(digest: RunDigest) -> str:
             + _table(["step", "rounds", "drawn", "kept (mixed)", "dropped (all equal)", "dropped (beyond quota)"], rows))
 
 
-def _page(title: str, body: str) -> str:
+def page(title: str, body: str) -> str:
+    """A self-contained page: ``body`` (HTML, its text escaped by the caller) with the report's styles."""
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+            f"<style>{_CSS}{TRANSCRIPT_CSS}</style></head><body>{body}</body></html>")
 
 
-def run_report_html(digest: RunDigest) -> str:
+def run_report_html(digest: RunDigest, transcripts: list[StepTranscripts] | None = None) -> str:
+    """The run's report; with ``transcripts`` (:func:`seal_platform.transcripts.report_transcripts`) it embeds
+    them and links each evaluation and training step to its episodes."""
     meta = (f"<p class=meta>{html.escape(digest.status)}; recipe {html.escape(digest.recipe or '-')}; seed "
             f"{digest.seed}; started {digest.started_at}; ended {digest.ended_at or '-'}; {len(digest.steps)} "
             f"step(s); directory {html.escape(digest.run_dir)}</p>")
     error = f"<p><b>error:</b> {html.escape(digest.error)}</p>" if digest.error else ""
     body = "".join([
         f"<h1>run {html.escape(digest.id)} ({html.escape(digest.name)})</h1>", meta, error,
-        _pass_rate_section(digest), _optimizer_section(digest), _labels_section(digest), _weights_section(digest),
-        _revisions_section(digest), _timings_section(digest), _dynamic_sampling_section(digest),
-        _recipe_section(digest),
+        _pass_rate_section(digest, transcripts), _optimizer_section(digest), _labels_section(digest), _judge_section(digest),
+        _weights_section(digest),
+        _revisions_section(digest), _timings_section(digest, transcripts), _dynamic_sampling_section(digest),
+        _recipe_section(digest), transcripts_section(transcripts) if transcripts is not None else "",
     ])
-    return _page(f"seal-platform run {digest.id}", body)
+    return page(f"seal-platform run {digest.id}", body)
 
 
-def write_run_report(digest: RunDigest, out: Path | None = None) -> Path:
+def write_run_report(digest: RunDigest, out: Path | None = None,
+                     transcripts: list[StepTranscripts] | None = None) -> Path:
     """Write the run's HTML report (default ``<run dir>/report.html``); returns its path."""
     path = Path(out) if out else digest.report_path
     if path.suffix.lower() != ".html":
         path = path / "report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(run_report_html(digest), encoding="utf-8")
+    path.write_text(run_report_html(digest, transcripts), encoding="utf-8")
     return path
 
 
@@ -325,4 +380,4 @@ def comparison_html(comparison: Comparison, digests: list[RunDigest]) -> str:
             _legend_below(ax, len(digests))
 
         parts.append(_img(_figure_png(draw), f"average pass rate on {eval_set}"))
-    return _page("seal-platform comparison", "".join(parts))
+    return page("seal-platform comparison", "".join(parts))

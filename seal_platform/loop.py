@@ -119,6 +119,21 @@ def _expect_list_of(value: Any, kind: type[Any], stage: str, plugin: str) -> lis
         raise PluginError(f"plugin {plugin!r} returned something other than a list of {kind.__name__} from {stage!r}: {exc}") from exc
 
 
+def _check_writable(run_dir: Path) -> None:
+    """Create the run's folder and write a probe file in it; a folder that cannot be written (permissions,
+    a read-only or full volume) is one paragraph naming it, raised before anything is stored."""
+    import tempfile
+
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".write-probe-"):
+            pass
+    except OSError as exc:
+        raise SealError(f"the run folder {run_dir} cannot be written ({exc.strerror or exc}): make its runs "
+                        f"folder writable, or choose another one with runs_dir=PATH (a resumed run's folder can "
+                        f"be given with --run-dir). Nothing was written to the store.") from None
+
+
 class Runner:
     """One run (new or resumed). ``run()`` drives it to the end and always leaves the store consistent."""
 
@@ -154,6 +169,8 @@ class Runner:
             self.run_dir = Path(row.run_dir)
             self._seen = (row.status, row.pid, row.host, row.heartbeat_at)  # what the takeover compares and sets
             self._stale = is_stale(row)
+        if not self.resumed or self.run_dir.is_dir():  # a missing resumed folder is the resume's to report
+            _check_writable(self.run_dir)  # before the store holds a row for a run that cannot write its folder
         self.ctx = RunContext(
             config=self.config, run_id=self.run_id, run_dir=self.run_dir, settings=plan.settings, store=store,
         )
@@ -289,6 +306,7 @@ class Runner:
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task],
               train_tasks: list[Task]) -> None:
         cfg, plan, timer = self.config, self.plan, _Timer()
+        self.ctx.take_step_metrics()  # nothing from an earlier, failed attempt at a step
         dyn = cfg.rollout.dynamic_sampling
         selection: dynamic_sampling.Selection | None = None
         self.progress.stage(step, "collect")
@@ -362,7 +380,7 @@ class Runner:
                 metrics = _wrap("optimize", optimizer, lambda: self.host.call_owned(
                     "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
                 )) or {}
-        metrics = {**metrics, "infra_masked_frac": health.masked_frac}
+        metrics = {**self.ctx.take_step_metrics(), **metrics, "infra_masked_frac": health.masked_frac}
         if selection is not None:
             metrics.update(selection.metrics())
 

@@ -19,9 +19,20 @@ from pydantic import BaseModel
 
 from . import scaleout
 from .benchmarks import check_benchmarks
-from .config import Issue, RunConfig, apply_overrides, load_recipe_data, raise_for, resolve_recipe_path, validate_core, validate_settings
-from .errors import SealError
+from .config import (
+    Issue,
+    RunConfig,
+    apply_overrides,
+    load_recipe_data,
+    raise_for,
+    resolve_recipe_path,
+    salvage_config,
+    validate_core,
+    validate_settings,
+)
+from .errors import PluginError, SealError
 from .plugins import PluginHost, make_plugin_manager
+from .recipe_keys import RecipeOrigin
 
 
 @dataclass
@@ -40,11 +51,28 @@ class Plan:
 def load_recipe(recipe: str | Path | None, overrides: Sequence[str] = ()) -> tuple[RunConfig | None, list[Issue], Path]:
     """Read a recipe (a YAML path, a shipped recipe's name, or None for the default), apply ``key=value``
     overrides and check the core keys. Returns the config (None if the core keys are wrong), the problems
-    found and the resolved path."""
+    found (each naming its source: the recipe file and line, or the override) and the resolved path."""
     path = resolve_recipe_path(None if recipe is None else str(recipe))
     data = apply_overrides(load_recipe_data(path), list(overrides))
     config, issues = validate_core(data)
-    return config, issues, path
+    return config, RecipeOrigin(path, list(overrides)).annotate(issues), path
+
+
+def recipe_problems(recipe: str | Path | None, overrides: Sequence[str] = ()) -> tuple[RunConfig | None, list[Issue], Path]:
+    """:func:`load_recipe`, then every other problem of the recipe at once: plugin settings, environment,
+    engine and stages -- also when core keys are wrong (the rest is checked with the bad keys left out).
+    ``config validate`` and ``run`` both report what this finds, so they refuse the same recipes alike."""
+    config, issues, path = load_recipe(recipe, overrides)
+    checked = config or salvage_config(apply_overrides(load_recipe_data(path), list(overrides)))
+    if checked is not None:
+        try:
+            host = plugin_host_for(checked)
+        except PluginError as exc:
+            issues.append(Issue("plugins", str(exc)))
+        else:
+            issues.extend(check_recipe(checked, host)[1])
+    RecipeOrigin(path, list(overrides)).annotate(issues)  # each problem names its file line or override
+    return (config if not issues else None), issues, path
 
 
 def plugin_host_for(config: RunConfig | None) -> PluginHost:
@@ -117,9 +145,12 @@ def _with_failures(hint: str, host: PluginHost) -> str:
     return f"{hint}; {note}" if note else hint
 
 
-def prepare(config: RunConfig, host: PluginHost, source: str) -> Plan:
-    """The plan for ``config`` against ``host``; every problem found raises one :class:`ConfigError`."""
+def prepare(config: RunConfig, host: PluginHost, source: str, origin: RecipeOrigin | None = None) -> Plan:
+    """The plan for ``config`` against ``host``; every problem found raises one :class:`ConfigError` (each
+    problem naming its source in ``origin``, the recipe file and overrides, when given)."""
     plan, issues = check_recipe(config, host)
+    if origin is not None:
+        origin.annotate(issues)
     raise_for(issues, source)
     assert plan is not None
     plan.host = host
@@ -139,9 +170,9 @@ def check_machine(plan: Plan, host: PluginHost | None = None) -> None:
             f"- {problem}" for problem in problems))
 
 
-def plan_config(config: RunConfig, source: str) -> Plan:
+def plan_config(config: RunConfig, source: str, origin: RecipeOrigin | None = None) -> Plan:
     """A checked config -> its plugins -> its plan (raises on any problem, naming ``source``)."""
-    return prepare(config, plugin_host_for(config), source)
+    return prepare(config, plugin_host_for(config), source, origin)
 
 
 def plan_recipe(recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> Plan:
@@ -153,4 +184,4 @@ def plan_recipe(recipe: str | Path | None = None, overrides: Sequence[str] = ())
     if config is None:
         raise_for(issues, str(path))
     assert config is not None
-    return plan_config(config, str(path))
+    return plan_config(config, str(path), RecipeOrigin(path, list(overrides)))

@@ -23,7 +23,8 @@ def step_update_text(metrics: dict[str, float]) -> str:
         shown = [f"{k} {metrics[k]:.4g}" for k in OPTIMIZER_METRICS if k in metrics]
         if shown:
             return ", ".join(shown)
-        return ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())[:5] if not k.startswith("ds_"))
+        return ", ".join(f"{k} {v:.4g}" for k, v in sorted(
+            (k, v) for k, v in metrics.items() if not k.startswith(("ds_", "judge_")))[:5])
     if "ds_groups_kept" in metrics and metrics["ds_groups_kept"] == 0:
         return "skipped (no group with mixed outcomes was drawn)"
     if metrics.get("skipped_sequences", 0) > 0 and metrics.get("trained_sequences", 0) == 0:
@@ -31,6 +32,17 @@ def step_update_text(metrics: dict[str, float]) -> str:
     if metrics.get("skipped_updates", 0) > 0:
         return "skipped (non-finite gradient)"
     return "skipped (no update)"
+
+
+def judge_text(metrics: dict[str, float]) -> str:
+    """The LLM judge's fallbacks of a step: "3/16 (19%), 2 cut off" ("-" when the judge did not run)."""
+    if "judge_turns" not in metrics:
+        return "-"
+    turns, fallbacks = int(metrics["judge_turns"]), int(metrics.get("judge_fallbacks", 0))
+    if not turns:
+        return "0/0"
+    cut = int(metrics.get("judge_cut_off", 0))
+    return f"{fallbacks}/{turns} ({100 * fallbacks / turns:.0f}%)" + (f", {cut} cut off" if cut else "")
 
 
 def show_run(store: RunStore, run_id: str, console: Console) -> None:
@@ -51,15 +63,17 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
     steps = Table(title="steps")
     rows = store.steps(run.id)
     dynamic = any("ds_groups_drawn" in (s.metrics or {}) for s in rows)
+    judged = any("judge_turns" in (s.metrics or {}) for s in rows)
     cols = ("step", "epoch", "reward", "trajectories") + (("groups kept/drawn",) if dynamic else ()) + (
-        "interface", "metrics", "seconds")
+        "interface", "metrics") + (("judge fallbacks",) if judged else ()) + ("seconds",)
     for col in cols:
         steps.add_column(col)
     for s in rows:
         metrics = step_update_text(s.metrics)
         groups = (f"{int(s.metrics.get('ds_groups_kept', 0))}/{int(s.metrics.get('ds_groups_drawn', 0))}",) if dynamic else ()
+        judge = (judge_text(s.metrics or {}),) if judged else ()
         steps.add_row(str(s.step), str(s.epoch), f"{s.mean_reward:.3f}", str(s.n_trajectories), *groups,
-                      str(s.interface_revision), metrics, f"{sum(s.timings.values()):.1f}")
+                      str(s.interface_revision), metrics, *judge, f"{sum(s.timings.values()):.1f}")
     console.print(steps)
 
     by_bench = evaluations_by_benchmark(store, run)

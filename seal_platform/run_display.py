@@ -47,9 +47,10 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
 
 def _write_report(store: Any, run_id: str, console: Console) -> Any:
     from .html_report import write_run_report
+    from .transcripts import report_transcripts
 
     try:
-        return write_run_report(load_digest(store, run_id))
+        return write_run_report(load_digest(store, run_id), transcripts=report_transcripts(store, run_id))
     except Exception as exc:  # a failed report must not hide the run's outcome
         console.print(f"warning: the report could not be written: {type(exc).__name__}: {exc}", highlight=False,
                       markup=False)

@@ -153,14 +153,113 @@ def _steps_of(store: RunStore, run_id: str, phase: str, step: int | None) -> lis
         return [(unpack_trajectory(r.blob), r.step) for r in s.scalars(q.order_by(m.TrajectoryRow.step))]
 
 
+class StepTranscripts(BaseModel):
+    """The episodes of one phase at one step that the report embeds, out of ``total`` (``failed`` of them)."""
+
+    phase: str  # train | eval
+    step: int
+    total: int
+    failed: int
+    episodes: list[EpisodeView] = Field(default_factory=list)
+
+    @property
+    def anchor(self) -> str:
+        return f"transcripts-{self.phase}-{self.step}"
+
+
+def report_transcripts(store: RunStore, run_id: str, *, eval_limit: int = 20,
+                       train_groups: int = 1) -> list[StepTranscripts]:
+    """What the HTML report shows of a run's episodes: for every evaluation, its episodes (those that failed
+    first, at most ``eval_limit``); for every training step, ``train_groups`` of its groups with all their
+    samples (groups whose rewards differ first: they carry the GRPO signal), with their labels."""
+    from sqlalchemy import select
+
+    from .store import models as m
+    from .store import unpack_trajectory
+
+    run = store.get_run(run_id)
+    T = m.TrajectoryRow
+    with store.session() as s:
+        rows = list(s.execute(select(T.id, T.phase, T.step, T.group, T.reward, T.sample)
+                              .where(T.run_id == run.id).order_by(T.step, T.id)))
+    by_step: dict[tuple[str, int], list[Any]] = {}
+    for row in rows:
+        by_step.setdefault((row.phase, row.step), []).append(row)
+    chosen: dict[tuple[str, int], list[str]] = {}
+    for (phase, step), found in by_step.items():
+        if phase == "eval":
+            ordered = sorted(found, key=lambda r: (r.reward > 0.5, r.id))
+            chosen[(phase, step)] = [r.id for r in ordered[:eval_limit]]
+            continue
+        groups: dict[str, list[Any]] = {}
+        for r in found:
+            groups.setdefault(r.group, []).append(r)
+        picked = sorted(groups.values(), key=lambda g: (len({x.reward for x in g}) == 1, g[0].group))[:train_groups]
+        chosen[(phase, step)] = [r.id for g in picked for r in sorted(g, key=lambda x: x.sample)]
+    ids = [i for v in chosen.values() for i in v]
+    blobs: dict[str, Trajectory] = {}
+    labels: dict[str, list[Any]] = {}
+    with store.session() as s:
+        for start in range(0, len(ids), 500):  # bounded IN lists
+            part = ids[start:start + 500]
+            for tid, blob in s.execute(select(T.id, T.blob).where(T.id.in_(part))):
+                blobs[tid] = unpack_trajectory(blob)
+            L = m.TurnLabelRow
+            for lab in s.scalars(select(L).where(L.run_id == run.id, L.trajectory_id.in_(part)).order_by(L.id)):
+                labels.setdefault(lab.trajectory_id, []).append(lab)
+    weights: dict[int, dict[str, float]] = {}
+    for w in store.label_weights(run.id):
+        weights.setdefault(w.step, {})[w.label] = w.weight
+    out = []
+    for (phase, step), found in sorted(by_step.items(), key=lambda kv: (kv[0][1], kv[0][0] != "train")):
+        episodes = [episode_view(run.id, phase, step, blobs[i], labels.get(i, []), weights.get(step, {}))
+                    for i in chosen[(phase, step)] if i in blobs]
+        out.append(StepTranscripts(phase=phase, step=step, total=len(found),
+                                   failed=sum(r.reward <= 0.5 for r in found), episodes=episodes))
+    return out
+
+
+def verdict_word(verdict: dict[str, Any] | None) -> str:
+    """" passed", " FAILED", " not reached" or "" (no verdict for the turn)."""
+    if verdict is None:
+        return ""
+    return " passed" if verdict["passed"] else " FAILED" if verdict["reached"] else " not reached"
+
+
+def turn_lines(turn: TurnView, clip: Any) -> list[tuple[str, str]]:
+    """A turn as (text, rich style) lines: its messages, calls with results, checks and labels; ``clip``
+    shortens each text. Shared by the one-run view and the side-by-side one."""
+    lines: list[tuple[str, str]] = []
+    for msg in turn.messages:
+        tokens = f", {msg['tokens']} sampled tokens" if msg["tokens"] else ""
+        lines.append((f"{msg['role']}{tokens}: {clip(msg['content'])}", ""))
+    for call in turn.calls:
+        outcome = (f"rejected: {call['rejected']}" if call["rejected"] else f"error: {call['error']}"
+                   if call["error"] else f"-> {clip(str(call['result']))}")
+        lines.append((f"call {call['name']}({clip(str(call['arguments']))}) {outcome}", "cyan"))
+    if turn.verdict is not None and turn.verdict["checks"]:
+        lines.append((f"checks: {clip(str(turn.verdict['checks']))}", "dim"))
+    for lab in turn.labels:
+        weight = "" if lab.weight_after_step is None else f", A-Patch weight {lab.weight_after_step:.3f}"
+        ref = f" (reference {lab.reference_label})" if lab.reference_label and lab.reference_label != lab.label else ""
+        why = f": {clip(lab.rationale)}" if lab.rationale else ""
+        lines.append((f"label [{lab.source}] {lab.label}{ref}{weight}{why}", "magenta"))
+    return lines
+
+
+def clipper(width: int) -> Any:
+    def clip(text: str) -> str:
+        return text if len(text) <= width else text[:width] + f" ... [{len(text) - width} more characters]"
+
+    return clip
+
+
 def render(episodes: list[EpisodeView], *, width: int = 2000) -> Any:
     """A rich renderable of ``episodes`` (contents clipped at ``width`` characters each)."""
     from rich.console import Group
     from rich.text import Text
 
-    def clip(text: str) -> str:
-        return text if len(text) <= width else text[:width] + f" ... [{len(text) - width} more characters]"
-
+    clip = clipper(width)
     out: list[Any] = []
     for ep in episodes:
         head = (f"{ep.phase} step {ep.step}  task {ep.task_id} ({ep.category})  group {ep.group} sample {ep.sample}  "
@@ -174,23 +273,9 @@ def render(episodes: list[EpisodeView], *, width: int = 2000) -> Any:
             out.append(Text(f"  context before the task's first turn: {len(ep.context)} message(s) (worked examples; "
                             "--json shows them)", style="dim"))
         for turn in ep.turns:
-            verdict = "" if turn.verdict is None else (" passed" if turn.verdict["passed"] else
-                                                        " FAILED" if turn.verdict["reached"] else " not reached")
+            verdict = verdict_word(turn.verdict)
             out.append(Text(f"  turn {turn.turn}{verdict}", style="bold green" if "passed" in verdict else "bold"))
-            for msg in turn.messages:
-                tokens = f", {msg['tokens']} sampled tokens" if msg["tokens"] else ""
-                out.append(Text(f"    {msg['role']}{tokens}: {clip(msg['content'])}"))
-            for call in turn.calls:
-                outcome = (f"rejected: {call['rejected']}" if call["rejected"] else f"error: {call['error']}"
-                           if call["error"] else f"-> {clip(str(call['result']))}")
-                out.append(Text(f"    call {call['name']}({clip(str(call['arguments']))}) {outcome}", style="cyan"))
-            if turn.verdict is not None and turn.verdict["checks"]:
-                out.append(Text(f"    checks: {clip(str(turn.verdict['checks']))}", style="dim"))
-            for lab in turn.labels:
-                weight = "" if lab.weight_after_step is None else f", A-Patch weight {lab.weight_after_step:.3f}"
-                ref = f" (reference {lab.reference_label})" if lab.reference_label and lab.reference_label != lab.label else ""
-                why = f": {clip(lab.rationale)}" if lab.rationale else ""
-                out.append(Text(f"    label [{lab.source}] {lab.label}{ref}{weight}{why}", style="magenta"))
+            out.extend(Text(f"    {text}", style=style) for text, style in turn_lines(turn, clip))
     if not episodes:
         out.append(Text("no episode matches"))
     return Group(*out)

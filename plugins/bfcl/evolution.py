@@ -148,7 +148,7 @@ class EvolutionSettings(BaseModel):
         default="window", description="Read the current epoch's window or the run's totals."
     )
     # Thresholds (reference: 8 occurrences, prevalence 0.10, 3 guideline lines).
-    min_count: int = Field(default=8, ge=1, description="Occurrences before a label can drive a change.")
+    min_count: int = Field(default=8, ge=1, le=1_000_000, description="Occurrences before a label can drive a change.")
     min_prevalence: float = Field(default=0.10, ge=0.0, le=1.0, description="Share of labelled turns needed.")
     activate_pressure: float = Field(
         default=0.05, ge=0.0, le=1.0, description="prevalence x (1 - mean reward) that switches a change on."
@@ -164,9 +164,9 @@ class EvolutionSettings(BaseModel):
         description="Labels that neither count towards prevalence nor drive changes.",
     )
     min_evidence: int = Field(
-        default=16, ge=1, description="Labelled turns a scope needs in the table before it is re-decided."
+        default=16, ge=1, le=1_000_000, description="Labelled turns a scope needs in the table before it is re-decided."
     )
-    max_guidelines: int = Field(default=3, ge=0, description="Most guideline lines per scope.")
+    max_guidelines: int = Field(default=3, ge=0, le=100, description="Most guideline lines per scope.")
     guideline_texts: dict[str, str] = Field(
         default_factory=dict, description="Extra or replacement guideline lines, by label."
     )

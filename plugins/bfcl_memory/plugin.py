@@ -34,11 +34,11 @@ class MemorySettings(BaseModel):
     scenarios: list[Literal["customer", "finance", "healthcare", "notetaker", "student"]] | None = Field(
         default=None, description="Scenarios to use; null: all five."
     )
-    limit: int | None = Field(default=None, ge=1, description="First N questions (per backend) of the split.")
+    limit: int | None = Field(default=None, ge=1, le=100_000, description="First N questions (per backend) of the split.")
     tool_call_format: Literal["hermes", "python"] = "hermes"
     compact_tools: bool = False
-    max_steps: int = Field(default=20, ge=1, description="Model generations per user turn (official BFCL: 20).")
-    max_new_tokens: int | None = Field(default=None, ge=1, description="Per generation; null: the recipe's.")
+    max_steps: int = Field(default=20, ge=1, le=1000, description="Model generations per user turn (official BFCL: 20).")
+    max_new_tokens: int | None = Field(default=None, ge=1, le=1_048_576, description="Per generation; null: the recipe's.")
 
 
 class MemoryEnvironment:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 from seal_platform.types import Message, Trajectory, TurnLabel, TurnVerdict
 
 from .backends import Query, Reply
-from .schema import Judgement, answer_schema, read_judgement
+from .schema import CUT_OFF, Judgement, answer_schema, read_judgement
 from .settings import DiagnosisLlmSettings
 
 log = logging.getLogger(__name__)
@@ -271,6 +271,7 @@ class Judge:
         self.run_id = run_id
         self.event: Event = event or (lambda *a, **k: None)
         self.budget = TokenBudget(store, run_id, settings.max_tokens_per_run)
+        self.counts: dict[str, int] = {}  # the last label() call's outcomes (see step_metrics)
 
     def label(self, trajectories: list[Trajectory], heuristic_labels: list[TurnLabel], step: int) -> list[TurnLabel]:
         """The judge's labels for this step's turns (fallbacks included)."""
@@ -373,6 +374,18 @@ class Judge:
             except Exception as exc:  # a cache that cannot be written costs a re-judgement later, nothing more
                 log.warning("could not cache a judgement: %s", exc)
 
+    def step_metrics(self) -> dict[str, float]:
+        """The last step's judge metrics, stored with the step's metrics: ``judge_turns`` (turns the judge
+        was to label), ``judge_fallbacks`` (of them, turns that fell back to the heuristic label: answer
+        invalid twice or cut off, request failed, budget spent), ``judge_cut_off`` (fallbacks whose answer
+        was cut by the judge's token limit) and ``judge_fallback_rate`` (fallbacks / turns, when any turn)."""
+        c = self.counts
+        out = {"judge_turns": float(c.get("turns", 0)), "judge_fallbacks": float(c.get("fallback", 0)),
+               "judge_cut_off": float(c.get("cut_off", 0))}
+        if c.get("turns"):
+            out["judge_fallback_rate"] = c["fallback"] / c["turns"]
+        return out
+
     def _turn_label(self, o: Outcome) -> TurnLabel | None:
         item = o.item
         heuristic = item.heuristic
@@ -412,6 +425,8 @@ class Judge:
             self.event("diagnosis_llm.backend", note, step=step)
             self.backend.notes.remove(note)
         counts = {s: sum(o.status == s for o in outcomes) for s in ("judged", "cached", "fallback")}
+        self.counts = {**counts, "turns": len(outcomes),
+                       "cut_off": sum(o.status == "fallback" and CUT_OFF in o.reason for o in outcomes)}
         if outcomes:
             self.event("diagnosis_llm.judged",
                        f"{counts['judged']} judged, {counts['cached']} from the cache, {counts['fallback']} fallback(s)",

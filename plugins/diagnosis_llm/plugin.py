@@ -136,7 +136,11 @@ def _judge(ctx: RunContext, settings: Any, trajectories: list[Trajectory], heuri
         if backend is None:
             ctx.event("diagnosis_llm.no_engine", "no rollout engine in ctx.shared['engine']; the LLM judge labelled nothing", step=step)
             return []
-        return Judge(backend, settings, ctx.store, ctx.run_id, ctx.event).label(trajectories, heuristic, step)
+        judge = Judge(backend, settings, ctx.store, ctx.run_id, ctx.event)
+        labels = judge.label(trajectories, heuristic, step)
+        # The fallback rate per step, with the step's metrics (`show`, the report, trackers).
+        ctx.add_step_metrics(**judge.step_metrics())
+        return labels
     except Exception as exc:  # the judge is advisory: a failing judge must not stop training
         ctx.event("diagnosis_llm.failed", f"the LLM judge failed and labelled nothing: {type(exc).__name__}: {exc}"[:1000], step=step)
         return []

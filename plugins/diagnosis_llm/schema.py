@@ -72,6 +72,7 @@ def answer_schema(labels: Sequence[str]) -> dict[str, Any]:
     }
 
 
+CUT_OFF = "the answer's JSON is cut off"  # how an answer cut by the token limit is reported
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
@@ -103,7 +104,7 @@ def read_judgement(text: Any, labels: Sequence[str]) -> tuple[Judgement | None, 
     found = _first_answer(text)
     if found is None:
         if text.count("{") > text.count("}"):
-            return None, ("the answer's JSON is cut off (an unclosed '{'): it most likely reached the judge's token "
+            return None, (f"{CUT_OFF} (an unclosed '{{'): it most likely reached the judge's token "
                           "limit; raise settings.diagnosis_llm.max_new_tokens")
         return None, "the answer holds no JSON object with a 'label' field"
     try:

@@ -32,11 +32,11 @@ class OpenAIJudgeSettings(_Section):
     )
     timeout_s: float = Field(default=60.0, gt=0, description="Per-request timeout in seconds.")
     max_retries: int = Field(
-        default=3, ge=0, description="Retries of a request that timed out, could not connect, or got 429 / 5xx."
+        default=3, ge=0, le=100, description="Retries of a request that timed out, could not connect, or got 429 / 5xx."
     )
     backoff_s: float = Field(default=1.0, ge=0, description="First retry delay; doubles each retry (with jitter).")
     max_backoff_s: float = Field(default=30.0, ge=0, description="Longest delay between retries.")
-    concurrency: int = Field(default=4, ge=1, description="Requests in flight at once.")
+    concurrency: int = Field(default=4, ge=1, le=1024, description="Requests in flight at once.")
     structured: Literal["json_schema", "json_object", "none"] = Field(
         default="json_schema",
         description="response_format sent: json_schema constrains decoding to the answer's schema (OpenAI, vLLM); "
@@ -92,17 +92,17 @@ class DiagnosisLlmSettings(_Section):
         description="Heuristic labels about the data or the episode's end, not the agent (never judged).",
     )
     max_turns_per_step: int = Field(
-        default=16, ge=0, description="Judge at most this many turns per step (0: no limit); judging costs generation time."
+        default=16, ge=0, le=1_000_000, description="Judge at most this many turns per step (0: no limit); judging costs generation time."
     )
     max_tokens_per_run: int = Field(
-        default=0, ge=0,
+        default=0, ge=0, le=10**12,
         description="Token budget of the judge over the whole run, prompt + completion (0: no limit); kept across "
         "resume. Turns left when it is spent get the heuristic label as a recorded fallback.",
     )
-    max_new_tokens: int = Field(default=256, ge=16)
+    max_new_tokens: int = Field(default=256, ge=16, le=1_048_576)
     temperature: float = Field(default=0.0, ge=0.0)
-    max_transcript_chars: int = Field(default=6000, ge=500, description="The transcript is cut (oldest first) to this.")
-    batch_size: int = Field(default=16, ge=1, description="Judge prompts sent to a rollout engine in one request.")
+    max_transcript_chars: int = Field(default=6000, ge=500, le=100_000_000, description="The transcript is cut (oldest first) to this.")
+    batch_size: int = Field(default=16, ge=1, le=4096, description="Judge prompts sent to a rollout engine in one request.")
     cache: bool = Field(
         default=True, description="Keep judgements in the run store, keyed by content, so no turn is judged twice."
     )

@@ -1,9 +1,10 @@
 """A-Patch: diagnosis-guided advantage reweighting (docs/seal-method.md, "A-Patch").
 
 GRPO's advantage of rollout j in a group of G rollouts of one task is
-``A_j = (R_j - mean R) / (std R + eps)`` (unbiased std). A-Patch rescales it by a trajectory weight
-``w_j`` computed from the turn labels of that trajectory; the reward itself is never changed and, since every
-weight is positive, no advantage changes sign.
+``A_j = (R_j - mean R) / (std R + eps)`` (unbiased std): :func:`~.objective.step_advantages`, with the
+run's ``grpo`` settings, the same advantage the trainer scales (``apply_to`` reads its sign). A-Patch
+rescales it by a trajectory weight ``w_j`` computed from the turn labels of that trajectory; the reward itself
+is never changed and, since every weight is positive, no advantage changes sign.
 
 Label weights (``rho``) start at their base value and follow an exponential moving average towards a target
 that grows with how common a label is in the current window of the capability state and how badly the
@@ -27,47 +28,25 @@ Pure Python (no torch): the ``reweight`` stage runs before any model work.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Any, Sequence
 
 from seal_platform.capability import CapabilityState
 from seal_platform.types import ReweightResult, Trajectory, TurnLabel
 
-from .settings import APatchSettings
-
-
-def group_advantages(
-    rewards: Sequence[float], groups: Sequence[str], eps: float = 1e-6, normalize_std: bool = True
-) -> list[float]:
-    """GRPO advantages: each reward normalised within its group.
-
-    ``A_j = (R_j - mean R) / (std R + eps)`` with the unbiased std over the group. A group of one has no
-    baseline and no std; like verl it gets mean 0 and std 1 (so ``A = R``).
-    """
-    if len(rewards) != len(groups):
-        raise ValueError(f"{len(rewards)} rewards but {len(groups)} group ids")
-    members: dict[str, list[int]] = defaultdict(list)
-    for i, g in enumerate(groups):
-        members[g].append(i)
-    out = [0.0] * len(rewards)
-    for idx in members.values():
-        values = [float(rewards[i]) for i in idx]
-        if len(values) == 1:
-            mean, std = 0.0, 1.0
-        else:
-            mean = sum(values) / len(values)
-            std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-        for i, v in zip(idx, values):
-            out[i] = (v - mean) / (std + eps) if normalize_std else v - mean
-    return out
+from .objective import step_advantages
+from .settings import APatchSettings, GRPOSettings
 
 
 class APatch:
-    """The label-weight state of one run and the reweighting rule. Persisted with checkpoints."""
+    """The label-weight state of one run and the reweighting rule. Persisted with checkpoints.
 
-    def __init__(self, settings: APatchSettings | None = None):
+    ``grpo``: the run's GRPO settings, whose advantage (``advantage_eps``, ``normalize_std``) the ``apply_to``
+    rule reads (the same advantage the trainer scales)."""
+
+    def __init__(self, settings: APatchSettings | None = None, grpo: GRPOSettings | None = None):
         self.settings = settings or APatchSettings()
+        self.grpo = grpo or GRPOSettings()
         self.rho: dict[str, float] = {}
         # label -> the reference label it maps to, as diagnosers reported it.
         self.reference: dict[str, str] = {}
@@ -173,7 +152,7 @@ class APatch:
         by_traj: dict[str, list[str]] = defaultdict(list)
         for lab in labels:
             by_traj[lab.trajectory_id].append(lab.label)
-        advantages = group_advantages([t.reward for t in trajectories], [t.group for t in trajectories])
+        advantages = step_advantages(trajectories, self.grpo)
         apply_to = self.settings.apply_to
         weights: dict[str, float] = {}
         for traj, adv in zip(trajectories, advantages):

@@ -124,7 +124,7 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
                 f"{sorted(unexpected)[:5]}): resume with the same policy.model as the run that wrote it."
             )
         if (src / SHARDED).is_dir():  # written by N workers; DCP reshards into this trainer's worker count
-            from .distributed import load_sharded_into
+            from .sharded import load_sharded_into
 
             load_sharded_into(model, trainer, src / SHARDED)
         elif hasattr(trainer, "load_single_process"):  # written by 1 process, resumed by N workers

@@ -232,7 +232,7 @@ def engine_parts(shape: Shape, vllm: Any, capacity: float, max_model_len: int, s
 def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, nodes: int = 1) -> MemoryPlan:
     """The memory plan of ``config`` (with its plugins' validated ``settings``) on ``nodes`` machines of ``gpus``
     GPUs of ``gpu_memory`` GiB each."""
-    from .engines import EngineSettings
+    from .engines.settings import EngineSettings
     from .policy import PolicySettings
     from .settings import GRPOSettings
 

@@ -14,19 +14,30 @@ Per token t of trajectory i (A_i the trajectory's advantage, already scaled by A
     loss_t = pg + kl_coef kl - entropy_coef entropy
 
 This is verl's ``compute_policy_loss`` / ``kl_penalty("low_var_kl")``, which the reference release runs.
+
+The advantage A_i itself is :func:`step_advantages` (the group-normalised reward, with the ``grpo``
+settings' ``advantage_eps`` and ``normalize_std``): the one definition, used by the trainer's samples and by
+A-Patch's ``apply_to`` rule. torch is imported inside the functions that need it, so A-Patch (and the plugin
+module, which imports it) can use the advantage without loading torch.
 """
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
+from .settings import GRPOSettings
 
-from .apatch import group_advantages
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from seal_platform.types import Trajectory
 
 __all__ = [
     "group_advantages",
+    "step_advantages",
     "token_logprobs",
     "entropy_from_logits",
     "chunked_logprobs",
@@ -38,12 +49,51 @@ __all__ = [
 ]
 
 
+def group_advantages(
+    rewards: Sequence[float], groups: Sequence[str], eps: float = 1e-6, normalize_std: bool = True
+) -> list[float]:
+    """GRPO advantages: each reward normalised within its group.
+
+    ``A_j = (R_j - mean R) / (std R + eps)`` with the unbiased std over the group. A group of one has no
+    baseline and no std; like verl it gets mean 0 and std 1 (so ``A = R``).
+    """
+    if len(rewards) != len(groups):
+        raise ValueError(f"{len(rewards)} rewards but {len(groups)} group ids")
+    members: dict[str, list[int]] = defaultdict(list)
+    for i, g in enumerate(groups):
+        members[g].append(i)
+    out = [0.0] * len(rewards)
+    for idx in members.values():
+        values = [float(rewards[i]) for i in idx]
+        if len(values) == 1:
+            mean, std = 0.0, 1.0
+        else:
+            mean = sum(values) / len(values)
+            std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        for i, v in zip(idx, values):
+            out[i] = (v - mean) / (std + eps) if normalize_std else v - mean
+    return out
+
+
+def step_advantages(trajectories: Sequence[Trajectory], settings: GRPOSettings) -> list[float]:
+    """The advantage of each of a step's trajectories: :func:`group_advantages` of their rewards within their
+    groups, with ``settings``' ``advantage_eps`` and ``normalize_std``."""
+    return group_advantages(
+        [t.reward for t in trajectories],
+        [t.group for t in trajectories],
+        eps=settings.advantage_eps,
+        normalize_std=settings.normalize_std,
+    )
+
+
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log p(target) under ``softmax(logits / temperature)``; computed in float32.
 
     Uses ``gather - logsumexp`` rather than a full ``log_softmax`` so no second vocabulary-sized tensor is
     kept for backward.
     """
+    import torch
+
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -53,6 +103,8 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Entropy of ``softmax(logits / temperature)`` per row."""
+    import torch
+
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -86,6 +138,7 @@ def chunked_logprobs(
     ``O(chunk x vocab)`` instead of ``O(tokens x vocab)``, for one extra output-layer matmul). The entropy
     carries gradient only when ``entropy_grad``; otherwise it is returned detached (a metric).
     """
+    import torch
     from torch.utils.checkpoint import checkpoint
 
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
@@ -110,6 +163,8 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3"
     k1: ``logp - ref``; k2: ``(logp - ref)^2 / 2``; k3: ``exp(ref - logp) - (ref - logp) - 1``, clamped to
     [-10, 10] as verl does (non-negative, low variance).
     """
+    import torch
+
     if estimator == "k1":
         return logp - ref_logp
     if estimator == "k2":
@@ -130,6 +185,8 @@ def policy_loss(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token clipped surrogate loss, the mask of tokens where the PPO clip is active, and the mask of
     tokens where the dual clip is active."""
+    import torch
+
     log_ratio = torch.clamp(logp - old_logp, min=-20.0, max=20.0)
     ratio = torch.exp(log_ratio)
     loss_unclipped = -advantages * ratio

@@ -6,7 +6,7 @@ inside them, when a run starts, so loading this module (``seal-platform plugins`
 
 Settings sections: ``grpo`` (:class:`~.settings.GRPOSettings`), ``apatch``
 (:class:`~.settings.APatchSettings`), ``policy`` (:class:`~.policy.PolicySettings`) and ``engine``
-(:class:`~.engines.EngineSettings`). Run state lives in ``ctx.shared``: ``grpo.policy`` = (model,
+(:class:`~.engines.settings.EngineSettings`). Run state lives in ``ctx.shared``: ``grpo.policy`` = (model,
 tokenizer), read by the engines; ``grpo.apatch``, the label weights; ``grpo.run``, the trainer.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 from seal_platform.hookspecs import hookimpl
 
 from .apatch import APatch
-from .engines import EngineSettings, engine_specs
+from .engines import engine_specs
+from .engines.settings import EngineSettings
 from .policy import PolicySettings
 from .settings import APatchSettings, GRPOSettings
 
@@ -31,7 +32,8 @@ APATCH = "grpo.apatch"
 def _apatch(ctx: Any) -> APatch:
     apatch = ctx.shared.get(APATCH)
     if apatch is None:
-        apatch = ctx.shared[APATCH] = APatch(ctx.settings_for("apatch", APatchSettings))
+        apatch = ctx.shared[APATCH] = APatch(ctx.settings_for("apatch", APatchSettings),
+                                             ctx.settings_for("grpo", GRPOSettings))
     return apatch
 
 
@@ -99,7 +101,7 @@ def start_run(ctx: Any, resumed: bool) -> None:
     import torch
 
     from .policy import load_policy
-    from .trainer import GRPORun
+    from .run import GRPORun
 
     # Always seeded: a run resumed before its first checkpoint restarts from step 0 exactly as a new run;
     # a resumed run with a checkpoint then gets its RNG states back from it (load_checkpoint).

@@ -42,7 +42,7 @@ class LoRASettings(_Section):
     checkpoints hold the adapters, the optimizer state and what identifies the base model.
     """
 
-    rank: int = Field(default=16, ge=1, description="r: rank of each adapter's A (r x in) and B (out x r) matrices.")
+    rank: int = Field(default=16, ge=1, le=4096, description="r: rank of each adapter's A (r x in) and B (out x r) matrices.")
     alpha: float = Field(default=32.0, gt=0.0, description="lora_alpha: the adapter's output is scaled by alpha / r.")
     dropout: float = Field(
         default=0.0, ge=0.0, lt=1.0,
@@ -99,28 +99,28 @@ class GRPOSettings(_Section):
     )
     # --- the optimizer -----------------------------------------------------------------------------------
     lr: float = Field(default=1e-6, gt=0.0, description="AdamW learning rate (constant after warm-up).")
-    lr_warmup_updates: int = Field(default=0, ge=0, description="Linear warm-up over this many optimizer updates.")
+    lr_warmup_updates: int = Field(default=0, ge=0, le=10_000_000, description="Linear warm-up over this many optimizer updates.")
     weight_decay: float = Field(default=0.01, ge=0.0)
     betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = Field(default=1e-8, gt=0.0)
     grad_clip: float | None = Field(default=1.0, gt=0.0, description="Clip the global grad norm; null: off.")
     # --- batching -----------------------------------------------------------------------------------------
     mini_batch_tasks: int = Field(
-        default=8, ge=1,
+        default=8, ge=1, le=100_000,
         description="Tasks (GRPO groups) per optimizer update: 32 tasks per step / 8 = 4 updates per step.",
     )
-    epochs_per_step: int = Field(default=1, ge=1, description="Passes over the step's mini-batches.")
+    epochs_per_step: int = Field(default=1, ge=1, le=1000, description="Passes over the step's mini-batches.")
     micro_batch_size: int = Field(
-        default=4, ge=1, description="Most sequences per forward/backward pass (gradient accumulation)."
+        default=4, ge=1, le=4096, description="Most sequences per forward/backward pass (gradient accumulation)."
     )
     max_tokens_per_micro_batch: int | None = Field(
-        default=8192, ge=1,
+        default=8192, ge=1, le=100_000_000,
         description="Most padded tokens per forward/backward pass, a hard cap: an episode longer than this is "
         "trained on its first max_tokens_per_micro_batch tokens only (counted in the step's "
         "truncated_sequences), never as one oversized micro-batch; null: no token limit.",
     )
     response_window_tokens: int | None = Field(
-        default=None, ge=1,
+        default=None, ge=1, le=10_485_760,
         description="Train only on generated tokens within the first N tokens of the response, counted from the "
         "first generated token (tool results and later user turns count too; the reference release: 4096). "
         "Later tokens get no loss. Null: the whole episode.",
@@ -138,7 +138,7 @@ class GRPOSettings(_Section):
         "(the reference implementation's behaviour). Skipped work is counted in the step metrics.",
     )
     logits_chunk_tokens: int | None = Field(
-        default=1024, ge=1,
+        default=1024, ge=1, le=100_000_000,
         description="Loss tokens whose full-vocabulary float32 logits exist at a time: the output layer, log-probs "
         "and entropy run per chunk and are recomputed in backward (torch.utils.checkpoint) instead of kept. "
         "null: all of a micro-batch's logits at once (through the model's own forward).",
@@ -157,7 +157,7 @@ class GRPOSettings(_Section):
         "(transformers' default).",
     )
     train_workers: int = Field(
-        default=1, ge=1,
+        default=1, ge=1, le=4096,
         description="Worker processes sharing the policy update (torch FSDP2, one shard each; NCCL on CUDA, gloo "
         "on CPU). 1: the single-process trainer. Checkpoints of N > 1 workers are sharded (DCP) and resume with "
         "any worker count.",
@@ -228,7 +228,7 @@ class APatchSettings(_Section):
     )
     alpha: float = Field(default=1.0, ge=0.0, description="Strength of the pressure term.")
     beta: float = Field(default=0.25, ge=0.0, le=1.0, description="EMA rate: rho = (1 - beta) rho + beta target.")
-    count_saturation: int = Field(default=32, ge=1, description="C: confidence min(1, count / C).")
+    count_saturation: int = Field(default=32, ge=1, le=1_000_000_000, description="C: confidence min(1, count / C).")
     min_scale: float = Field(default=0.5, gt=0.0, description="Lower clip of a label's target weight.")
     max_scale: float = Field(default=2.0, gt=0.0, description="Upper clip of a label's target weight.")
     trajectory_min: float = Field(default=0.5, gt=0.0, description="Lower clip of a trajectory's scale.")

@@ -25,7 +25,7 @@ from .settings import GRPOSettings
 
 
 def can_skip(sample: Any, settings: GRPOSettings, at_reference: bool) -> bool:
-    """Whether ``sample`` (a :class:`~.trainer.Sample`) adds exactly nothing to the loss and its gradient."""
+    """Whether ``sample`` (a :class:`~.samples.Sample`) adds exactly nothing to the loss and its gradient."""
     if sample.n_tokens == 0:
         return True
     if sample.advantage != 0.0 or settings.zero_advantage == "compute":

@@ -51,7 +51,7 @@ class MCPEvolutionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    min_count: int = Field(default=4, ge=1, description="Labelled turns needed before a label can switch a change on.")
+    min_count: int = Field(default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on.")
     min_prevalence: float = Field(default=0.15, ge=0.0, le=1.0, description="Share of labelled turns needed.")
 
 
@@ -73,15 +73,16 @@ class MCPSettings(BaseModel):
     )
     reset_tool: str | None = Field(default=None, description="The reset tool (isolation: reset).")
     hidden_tools: list[str] = Field(default_factory=list, description="Server tools the agent is not shown (e.g. reset).")
-    n_train: int | None = Field(default=None, ge=1, description="Use at most this many train tasks; null: all.")
-    n_eval: int | None = Field(default=None, ge=1, description="Use at most this many eval tasks; null: all.")
+    n_train: int | None = Field(default=None, ge=1, le=1_000_000, description="Use at most this many train tasks; null: all.")
+    n_eval: int | None = Field(default=None, ge=1, le=1_000_000, description="Use at most this many eval tasks; null: all.")
     attempts_per_turn: int = Field(default=2, ge=1, le=8, description="Model generations per user turn.")
     max_calls_per_message: int = Field(default=4, ge=1, le=32, description="Tool calls parsed from one message.")
-    max_result_chars: int = Field(default=2000, ge=64, description="A tool result is clipped to this many characters.")
+    max_result_chars: int = Field(default=2000, ge=64, le=10_000_000, description="A tool result is clipped to this many characters.")
     max_parallel_episodes: int = Field(
-        default=8, ge=1, description="Server processes (or sessions) alive at once; 1 with a shared-state URL server."
+        default=8, ge=1, le=1024,
+        description="Server processes (or sessions) alive at once; 1 with a shared-state URL server.",
     )
-    max_new_tokens: int | None = Field(default=64, ge=1, description="Per generation; null: rollout.max_new_tokens.")
+    max_new_tokens: int | None = Field(default=64, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens.")
     worked_examples: list[dict] = Field(
         default_factory=list,
         description='Worked turns shown before the task: {"user": ..., "call": {"name", "arguments"}, "result": ...}.',

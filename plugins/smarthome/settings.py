@@ -14,9 +14,9 @@ class SmartHomeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n_train: int = Field(default=256, ge=1, description="Training tasks generated.")
-    n_eval: int = Field(default=64, ge=1, description="Held-out evaluation tasks generated.")
-    seed: int = Field(default=1234, description="Seed of task generation (not the run's seed: tasks stay fixed).")
+    n_train: int = Field(default=256, ge=1, le=1_000_000, description="Training tasks generated.")
+    n_eval: int = Field(default=64, ge=1, le=1_000_000, description="Held-out evaluation tasks generated.")
+    seed: int = Field(ge=0, le=2**32 - 1, default=1234, description="Seed of task generation (not the run's seed: tasks stay fixed).")
     categories: list[Literal["named", "direct", "paraphrase"]] = Field(
         default=["direct", "paraphrase"], min_length=1,
         description="Request styles, tasks cycling through them: named (the request names the tool), direct (the "
@@ -25,7 +25,7 @@ class SmartHomeSettings(BaseModel):
     min_turns: int = Field(default=2, ge=1, le=4, description="Fewest user turns per task.")
     max_turns: int = Field(default=3, ge=1, le=4, description="Most user turns per task.")
     attempts_per_turn: int = Field(
-        default=2, ge=1, description="Model generations allowed per user turn (a failed call may be retried)."
+        default=2, ge=1, le=100, description="Model generations allowed per user turn (a failed call may be retried)."
     )
     worked_examples: int = Field(
         default=2, ge=0, le=4,
@@ -35,7 +35,7 @@ class SmartHomeSettings(BaseModel):
     example_results: bool = Field(
         default=True, description="Show the tool's answer after each worked-example call (false: a shorter prompt)."
     )
-    max_new_tokens: int | None = Field(default=48, ge=1, description="Per generation; null: rollout.max_new_tokens.")
+    max_new_tokens: int | None = Field(default=48, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens.")
     evolution: EvolutionSettings = Field(
         default_factory=lambda: EvolutionSettings(min_count=4, min_evidence=8),
         description="Training-interface evolution, the same changes as BFCL's (schema affordances, recovery "

@@ -158,3 +158,46 @@ def test_alias_bombs_deep_nesting_and_huge_seeds_are_refused_with_one_paragraph(
     from seal_platform.config import load_recipe_data
 
     assert load_recipe_data(ok)["training"] == {"steps": 2}
+
+
+def test_misspelt_keys_get_a_suggestion_and_name_their_source(tmp_path):
+    base = _write(tmp_path, "environment: toy\nrollout:\n  temprature: 0.5\n", name="base.yaml")
+    path = _write(tmp_path, "extends: base.yaml\nname: t\ntraining:\n  steps: 2\n  stepz: 3\n")
+    config, issues, _ = load_recipe(str(path), ["trainng.steps=2", "seed=x"])
+    assert config is None
+    by_where = {i.where: i for i in issues}
+    assert set(by_where) == {"training.stepz", "rollout.temprature", "trainng", "seed"}
+    # In the recipe file, at the key's line; in the recipe it extends, at that file's line.
+    assert by_where["training.stepz"].source == f"{path}:5"
+    assert by_where["training.stepz"].fix == "did you mean 'training.steps'?"
+    assert by_where["rollout.temprature"].source == f"{base}:3"
+    assert by_where["rollout.temprature"].fix == "did you mean 'rollout.temperature'?"
+    # From the command line: the override, never the file.
+    assert by_where["trainng"].source == "override 'trainng.steps=2'"
+    assert by_where["trainng"].fix == "did you mean 'training'?"
+    assert by_where["seed"].source == "override 'seed=x'"
+    assert str(by_where["trainng"]) == ("override 'trainng.steps=2': trainng: unknown key (did you mean "
+                                        "'training'?)")
+    # Nothing close: no guess.
+    _, issues, _ = load_recipe(str(path), ["zzzzzz=1"])
+    assert [i.fix for i in issues if i.where == "zzzzzz"] == ["remove it or check its spelling"]
+
+
+def test_plugin_setting_typos_get_suggestions_from_the_plugins_model(toy_site, toy_recipe):
+    from seal_platform.planning import plan_recipe
+
+    with pytest.raises(ConfigError) as caught:
+        plan_recipe(str(toy_recipe), ["settings.toy.n_taskz=3", "settings.toyy.x=1"])
+    message = str(caught.value)
+    assert "problem(s) in the recipe" in message and "and its command-line overrides" in message
+    assert ("override 'settings.toy.n_taskz=3': settings.toy.n_taskz: unknown key (did you mean "
+            "'settings.toy.n_tasks'?)") in message
+    assert "override 'settings.toyy.x=1': settings.toyy: no loaded plugin owns this section (did you mean 'settings.toy'?" in message
+    # The same key misspelt in the file is blamed on the file, at its line.
+    text = toy_recipe.read_text().replace("n_tasks:", "n_taskz:")
+    toy_recipe.write_text(text)
+    line = 1 + text.splitlines().index(next(ln for ln in text.splitlines() if "n_taskz" in ln))
+    with pytest.raises(ConfigError) as caught:
+        plan_recipe(str(toy_recipe))
+    assert f"{toy_recipe}: 1 problem(s) in the recipe" in str(caught.value)
+    assert f"{toy_recipe}:{line}: settings.toy.n_taskz: unknown key (did you mean 'settings.toy.n_tasks'?)" in str(caught.value)

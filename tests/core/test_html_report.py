@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from seal_platform.cli import cli
 from seal_platform.digest import load_digest
 from seal_platform.html_report import run_report_html, write_run_report
 from seal_platform.store import RunStore
+from seal_platform.transcripts import report_transcripts
 
 REPO = Path(__file__).resolve().parents[2]
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -87,11 +89,13 @@ def test_report_renders_in_chromium_without_console_errors(toy_run, tmp_path):
     broken.write_text("<html><body><script>console.error('boom'); missing();</script></body></html>")
     assert len(_console_messages(_chromium(["--dump-dom"], broken).stderr)) == 2
 
-    page = write_run_report(toy_run, tmp_path / "report.html")
+    store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
+    page = write_run_report(toy_run, tmp_path / "report.html", transcripts=report_transcripts(store, toy_run.id))
+    store.close()
     dom = _chromium(["--dump-dom"], page)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert _console_messages(dom.stderr) == []
-    assert dom.stdout.count("<img") >= 5 and "<details>" in dom.stdout
+    assert dom.stdout.count("<img") >= 5 and "<details>" in dom.stdout and 'id="transcripts-eval-0"' in dom.stdout
     shot = tmp_path / "report.png"
     taken = _chromium([f"--screenshot={shot}", "--window-size=1100,2400", "--hide-scrollbars"], page)
     assert taken.returncode == 0 and _console_messages(taken.stderr) == []
@@ -131,3 +135,100 @@ def test_charts_have_percent_axes_integer_steps_and_legends_outside_the_data(toy
         assert not chart["overlap"], chart
         if chart["title"].startswith("pass rate"):
             assert chart["ylim"] == (0.0, 100.0)
+
+
+def test_report_links_every_evaluation_and_training_step_to_its_transcripts(toy_run, tmp_path):
+    store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
+    try:
+        sample = report_transcripts(store, toy_run.id)
+        page = run_report_html(toy_run, sample)
+        evals = {p.step for p in next(iter(toy_run.evaluations.values()))}
+        assert {b.step for b in sample if b.phase == "eval"} == evals
+        assert {b.step for b in sample if b.phase == "train"} == {s.step for s in toy_run.steps}
+        for block in sample:
+            # Each block is in the page and linked from the tables (the evaluation table's columns, the
+            # per-step table's rows).
+            assert f'<h3 id="{block.anchor}">' in page and page.count(f'href="#{block.anchor}"') >= 1
+            stored = store.trajectories(toy_run.id, step=block.step, phase=block.phase)
+            assert block.total == len(stored) and block.failed == sum(not t.success for t in stored)
+            if block.phase == "eval":  # every episode of the evaluation (6 tasks), failed ones first
+                assert len(block.episodes) == len(stored)
+                rewards = [e.reward > 0.5 for e in block.episodes]
+                assert rewards == sorted(rewards)
+            else:  # one group: all its samples
+                assert len(block.episodes) == 2 and len({e.group for e in block.episodes}) == 1
+        # An episode as the store holds it: its messages, its verdict, its labels.
+        block = next(b for b in sample if b.phase == "train" and b.step == 1)
+        episode = block.episodes[0]
+        traj = next(t for t in store.trajectories(toy_run.id, step=1, phase="train") if t.id == episode.trajectory_id)
+        section = page.split(f'id="ep-{traj.id}"', 1)[1].split("</details>", 2)
+        body = "".join(section[:2])
+        for message in traj.messages[1:]:
+            assert f"<pre>{html.escape(message.content, quote=False)}</pre>" in body
+        labels = [r for r in store.labels(toy_run.id, step=1) if r.trajectory_id == traj.id]
+        assert labels and all(f"<b>{r.label}</b>" in body for r in labels)
+        assert ("passed" if traj.turn_verdicts[0].passed else "FAILED") in body
+        # Each distinct system text is written once; later episodes with the same one link to it.
+        systems = {e.system for b in sample for e in b.episodes}
+        assert all(page.count(f"<pre>{html.escape(text, quote=False)}</pre>") == 1 for text in systems)
+        assert page.count("characters): as in <a href=\"#ep-") == sum(len(b.episodes) for b in sample) - len(systems)
+        # Fewer shown on request; the counts still say how many there were.
+        small = report_transcripts(store, toy_run.id, eval_limit=2, train_groups=0)
+        assert all(len(b.episodes) == (2 if b.phase == "eval" else 0) for b in small)
+        assert all(b.total == len(store.trajectories(toy_run.id, step=b.step, phase=b.phase)) for b in small)
+    finally:
+        store.close()
+
+
+HOSTILE = "</pre><script>alert(1)</script><img src=x onerror=alert(2)>"
+
+
+def test_a_hostile_transcript_is_escaped_everywhere_in_the_report(tmp_path):
+    from seal_platform.capability import CapabilityState
+    from seal_platform.types import EvalResult, Message, ToolCall, Trajectory, TurnLabel, TurnVerdict
+
+    def hostile(group: str, sample: int) -> Trajectory:
+        return Trajectory(
+            id=f'{group}{sample}" onmouseover="alert(3)',
+            task_id=f'task"><script>x()</script>{sample}', category="<b>cat</b>", group=group, sample=sample,
+            reward=float(sample), finish="<i>done</i>",
+            messages=[Message(role="system", content=f"tools {HOSTILE}"), Message(role="user", content=HOSTILE),
+                      Message(role="assistant", content=f"<tool_call>{HOSTILE}</tool_call>", trainable=True),
+                      Message(role="tool", content=HOSTILE)],
+            tool_calls=[ToolCall(turn=0, name="<script>name()</script>", arguments={"q": "<script>alert(1)</script>"},
+                                 result=HOSTILE)],
+            turn_verdicts=[TurnVerdict(turn=0, passed=False, reached=True, checks={"diff": HOSTILE})])
+
+    store = RunStore(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    store.create_run("hostile-run", name="<script>n()</script>", recipe="", config={"environment": "x"},
+                     config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
+    train = [hostile("g0", 0), hostile("g0", 1)]
+    store.record_step("hostile-run", step=0, epoch=0, trajectories=train,
+                      labels=[TurnLabel(trajectory_id=t.id, turn=0, label="<script>lab()</script>", source="judge",
+                                        rationale=HOSTILE) for t in train],
+                      label_weights={"<script>lab()</script>": 1.5}, state=CapabilityState(), interface_revision=0,
+                      metrics={}, timings={"collect": 1.0})
+    store.add_evaluation("hostile-run", 1, EvalResult(split="eval", per_category={"<b>cat</b>": 0.0}, n_tasks=1,
+                                                      trajectories=[hostile("e", 0)]))
+    store.close()
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(cli, ["report", "hostile-run", "--store", f"sqlite:///{tmp_path / 'store.sqlite'}",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    # The transcripts are there (three episodes), escaped; nothing of them became markup.
+    assert page.count('<details class="episode') == 3
+    assert "<script" not in page.lower() and "<img src=x" not in page and "<b>cat</b>" not in page
+    assert 'onmouseover="' not in page and 'id="ep-g00&quot; onmouseover=&quot;alert(3)"' in page
+    assert '{"q": "&lt;script&gt;alert(1)&lt;/script&gt;"}' in page  # the tool arguments
+    assert "&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in page
+    assert "&lt;script&gt;name()&lt;/script&gt;" in page and "&lt;script&gt;lab()&lt;/script&gt;" in page
+    assert 'id="ep-' in page and 'href="#transcripts-eval-1"' in page and 'href="#transcripts-train-0"' in page
+    # The side-by-side page of the same transcripts: escaped the same way.
+    pairs = tmp_path / "pairs.html"
+    result = CliRunner().invoke(cli, ["transcripts", "hostile-run", "--against", "hostile-run", "--eval", "--html",
+                                      str(pairs), "--store", f"sqlite:///{tmp_path / 'store.sqlite'}"])
+    assert result.exit_code == 0, result.output
+    side = pairs.read_text()
+    assert side.count('<table class="pair">') == 1 and "<script" not in side.lower() and "<img src=x" not in side
+    assert '{"q": "&lt;script&gt;alert(1)&lt;/script&gt;"}' in side and "&lt;script&gt;n()&lt;/script&gt;" in side

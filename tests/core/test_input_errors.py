@@ -60,3 +60,19 @@ def test_verify_input_with_bad_lines_scores_the_rest(tmp_path):
     assert "line 1: not UTF-8" in records[0]["error"]
     assert records[1]["error"].startswith("line 2:") and records[2]["error"].startswith("line 3:")
     assert records[3]["task_id"] == "multi_turn_base_0" and records[3]["success"] is False
+
+
+def test_validate_and_run_suggest_keys_and_blame_overrides_not_the_file(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("environment: bfcl\ntraining:\n  stpes: 2\n")
+    result = CliRunner().invoke(cli, ["config", "validate", str(recipe), "trainng.steps=2", "settings.grpo.lrr=1"])
+    assert result.exit_code == 1, result.output
+    out = result.output
+    assert f"{recipe} with its command-line overrides: 3 problem(s):" in out
+    assert f"{recipe}:3: training.stpes: unknown key (did you mean 'training.steps'?)" in out
+    assert "override 'trainng.steps=2': trainng: unknown key (did you mean 'training'?)" in out
+    assert "override 'settings.grpo.lrr=1': settings.grpo.lrr: unknown key (did you mean 'settings.grpo.lr'?)" in out
+    run = CliRunner().invoke(cli, ["run", str(recipe), "trainng.steps=2"])
+    assert run.exit_code == 2 and "Traceback" not in run.output
+    assert f"problem(s) in the recipe {recipe} and its command-line overrides" in " ".join(run.output.split())
+    assert "override 'trainng.steps=2': trainng: unknown key (did you mean 'training'?)" in " ".join(run.output.split())

@@ -208,3 +208,16 @@ def test_an_old_store_is_read_after_an_explicit_upgrade_only(tmp_path):
     assert _digest(db) == before
     assert CliRunner().invoke(cli, ["upgrade-store", "--store", url]).exit_code == 0
     assert CliRunner().invoke(cli, ["runs", "--store", url]).exit_code == 0
+
+
+def test_an_unwritable_runs_folder_is_one_paragraph_naming_it_and_stores_nothing(toy_site, toy_recipe, tmp_path,
+                                                                                 lock_down):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    lock_down(runs)
+    url = f"sqlite:///{tmp_path / 'elsewhere' / 'store.sqlite'}"
+    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "--quiet", "--store", url])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"{runs}/" in text and "cannot be written" in text and "runs_dir=" in text
+    assert RunStore(url).list_runs() == []  # no row for a run that could not start

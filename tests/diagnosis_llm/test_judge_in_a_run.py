@@ -89,3 +89,52 @@ def test_a_judged_run_interrupted_and_resumed(tmp_path):
     result = confusion(first.run_id, rows, "llm_judge", "toy")
     assert [(c.heuristic, c.judge, c.count, c.mean_confidence) for c in result.cells] == [
         ("wrong_sum", "response_mismatch", len(judged), 0.75)]
+
+
+def test_the_fallback_rate_per_step_is_stored_and_shown(tmp_path):
+    """Every other distinct turn gets an answer cut off by the token limit (twice: the retry too): those
+    turns fall back to the heuristic label. Each step's judge metrics match the labels the store holds, and
+    `show` and the report show them."""
+    import io
+
+    from rich.console import Console
+
+    from seal_platform.digest import load_digest
+    from seal_platform.html_report import run_report_html
+    from seal_platform.reporting import show_run
+
+    decisions: dict[str, bool] = {}
+
+    def respond(body, n):
+        key = json.dumps(body["messages"][:2])
+        cut = decisions.setdefault(key, len(decisions) % 2 == 0)
+        text = json.dumps({"label": "response_mismatch", "rationale": "the sum is off by one", "confidence": 0.75})
+        return Response(text[:30] if cut else text)
+
+    with OpenAIServer(respond) as server:
+        path = recipe(tmp_path, server.base_url, tmp_path / "no-interrupt")
+        run = runner(path)
+        assert run.run().status == "completed"
+    store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
+    rows = [r for r in store.labels(run.run_id) if r.source == "llm_judge"]
+    steps = store.steps(run.run_id)
+    assert True in decisions.values() and False in decisions.values()
+    for s in steps:
+        mine = [r for r in rows if r.step == s.step]
+        fallbacks = [r for r in mine if r.confidence is None]
+        assert s.metrics["judge_turns"] == len(mine)
+        assert s.metrics["judge_fallbacks"] == len(fallbacks) == s.metrics["judge_cut_off"]
+        if mine:
+            assert s.metrics["judge_fallback_rate"] == len(fallbacks) / len(mine)
+        assert all("cut off" in r.rationale for r in fallbacks)
+    assert sum(s.metrics["judge_fallbacks"] for s in steps) > 0 and any(r.confidence == 0.75 for r in rows)
+    busy = next(s for s in steps if s.metrics["judge_fallbacks"])
+    n, f = int(busy.metrics["judge_turns"]), int(busy.metrics["judge_fallbacks"])
+    out = io.StringIO()
+    show_run(store, run.run_id, Console(file=out, width=250))
+    shown = out.getvalue()
+    assert "judge fallbacks" in shown and f"{f}/{n} ({100 * f / n:.0f}%), {f} cut off" in shown
+    page = run_report_html(load_digest(store, run.run_id))
+    section = page.split("<h2>LLM judge fallbacks per step</h2>", 1)[1].split("<h2>", 1)[0]
+    assert f"<tr><td>{busy.step}</td><td>{n}</td><td>{f}</td><td>{f}</td><td>{100 * f / n:.0f}%</td></tr>" in section
+    assert "settings.diagnosis_llm.max_new_tokens" in section

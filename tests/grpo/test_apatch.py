@@ -7,7 +7,7 @@ import pytest
 from seal_platform.capability import CapabilityState
 from seal_platform.types import Trajectory, TurnLabel
 from seal_platform_plugins.grpo.apatch import APatch
-from seal_platform_plugins.grpo.settings import APatchSettings
+from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings
 
 
 def _traj(tid: str, reward: float, group: str = "g") -> Trajectory:
@@ -121,6 +121,20 @@ def test_apply_to_positive_or_negative_only():
     neg = APatch(APatchSettings(mode="static", apply_to="negative")).reweight(trajs, labels, state, 0)
     assert neg.trajectory_weights == {"win": 1.0, "lose": 2.0}
 
+
+
+@pytest.mark.parametrize("grpo", [GRPOSettings(), GRPOSettings(normalize_std=False), GRPOSettings(advantage_eps=1.0)])
+def test_apply_to_reads_the_runs_advantage_whose_sign_no_setting_changes(grpo: GRPOSettings):
+    # A singleton group (advantage = reward), a group of three and a uniform group (advantage 0 everywhere).
+    trajs = [_traj("alone", -0.5, "s"), _traj("a", 1.0), _traj("b", 0.0), _traj("c", 0.0),
+             _traj("u1", 1.0, "u"), _traj("u2", 1.0, "u")]
+    labels = [lab for t in trajs for lab in _labels(t.id, "spurious_tool_call")]
+    state = CapabilityState()
+    state.update(0, 0, trajs, labels)
+    pos = APatch(APatchSettings(mode="static", apply_to="positive"), grpo).reweight(trajs, labels, state, 0)
+    assert pos.trajectory_weights == {"alone": 1.0, "a": 2.0, "b": 1.0, "c": 1.0, "u1": 1.0, "u2": 1.0}
+    neg = APatch(APatchSettings(mode="static", apply_to="negative"), grpo).reweight(trajs, labels, state, 0)
+    assert neg.trajectory_weights == {"alone": 2.0, "a": 1.0, "b": 2.0, "c": 2.0, "u1": 1.0, "u2": 1.0}
 
 def test_trajectory_scale_clip_and_state_roundtrip():
     apatch = APatch(APatchSettings(trajectory_min=0.8, trajectory_max=1.2))

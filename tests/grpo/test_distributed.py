@@ -10,16 +10,12 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from seal_platform_plugins.grpo.distributed import (  # noqa: E402
-    LocalTrainerGroup,
-    TrainerWorker,
-    WorkerOptions,
-    balanced_slices,
-    free_port,
-)
+from seal_platform_plugins.grpo.distributed import LocalTrainerGroup, free_port  # noqa: E402
 from seal_platform_plugins.grpo.policy import PolicySettings, load_policy  # noqa: E402
+from seal_platform_plugins.grpo.samples import Sample, build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_plugins.grpo.trainer import GRPOTrainer, Sample, build_samples  # noqa: E402
+from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions, balanced_slices  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 # Metrics that must agree between the sharded and the 1-process update (timings differ, of course).
 COMPARED = ("loss", "pg_loss", "kl", "entropy", "grad_norm", "clip_frac", "dual_clip_frac", "approx_kl",

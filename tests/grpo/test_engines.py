@@ -16,7 +16,8 @@ from seal_platform.context import RunContext
 from seal_platform.engine import RolloutEngine
 from seal_platform.executor import LocalExecutor
 from seal_platform.types import Message, SamplingParams
-from seal_platform_plugins.grpo.engines import POLICY_KEY, EngineSettings, HFEngineSettings, engine_specs
+from seal_platform_plugins.grpo.engines import POLICY_KEY, engine_specs
+from seal_platform_plugins.grpo.engines.settings import EngineSettings, HFEngineSettings
 from seal_platform_plugins.grpo.tokens import encode_episode, prompt_ids
 
 torch = pytest.importorskip("torch")

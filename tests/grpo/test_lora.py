@@ -19,8 +19,9 @@ from seal_platform.config import RunConfig  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
 from seal_platform_plugins.grpo import lora, plugin  # noqa: E402
 from seal_platform_plugins.grpo.policy import PolicySettings  # noqa: E402
+from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings, LoRASettings  # noqa: E402
-from seal_platform_plugins.grpo.trainer import GRPOTrainer, build_samples  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 from test_checkpoint import RecordingEngine, do_step  # noqa: E402
 from test_trainer import make_trajectories  # noqa: E402

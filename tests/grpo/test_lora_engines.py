@@ -14,10 +14,11 @@ pytest.importorskip("peft")
 
 from seal_platform.types import SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo import lora  # noqa: E402
-from seal_platform_plugins.grpo.engines import EngineSettings, HFEngineSettings  # noqa: E402
+from seal_platform_plugins.grpo.engines.settings import EngineSettings, HFEngineSettings  # noqa: E402
+from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings, LoRASettings  # noqa: E402
 from seal_platform_plugins.grpo.tokens import encode_episode  # noqa: E402
-from seal_platform_plugins.grpo.trainer import GRPOTrainer, build_samples  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 from test_engines import LOGPROB_TOL, assert_logprobs_match, run_dialogue, trainer_logprobs  # noqa: E402
 from test_trainer import make_trajectories  # noqa: E402

@@ -12,8 +12,9 @@ from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.engines.hf import HFEngine  # noqa: E402
 from seal_platform_plugins.grpo.engines.vllm import engine_dtype  # noqa: E402
 from seal_platform_plugins.grpo.policy import PolicySettings  # noqa: E402
+from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_plugins.grpo.trainer import GRPOTrainer, build_samples  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 from test_trainer import make_trajectories  # noqa: E402
 

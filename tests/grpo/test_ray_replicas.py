@@ -26,7 +26,7 @@ make_tiny_model = _grpo_fixtures().make_tiny_model
 
 from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo.engines import EngineSettings  # noqa: E402
+from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
 from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
 

@@ -11,8 +11,10 @@ torch = pytest.importorskip("torch")
 from seal_platform.config import RolloutConfig  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo import staleness  # noqa: E402
+from seal_platform_plugins.grpo.run import GRPORun  # noqa: E402
+from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_plugins.grpo.trainer import GRPORun, GRPOTrainer, build_samples  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 from test_trainer import make_trajectories  # noqa: E402
 

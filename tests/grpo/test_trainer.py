@@ -11,9 +11,11 @@ torch = pytest.importorskip("torch")
 
 from seal_platform.types import Message, Trajectory  # noqa: E402
 from seal_platform_plugins.grpo.objective import group_advantages  # noqa: E402
+from seal_platform_plugins.grpo.run import GRPORun  # noqa: E402
+from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.tokens import encode_episode  # noqa: E402
-from seal_platform_plugins.grpo.trainer import GRPORun, GRPOTrainer, build_samples  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 
 def make_trajectories(tokenizer, rewards=((1.0, 0.0, 0.0), (0.0, 1.0, 1.0)), seed=0):

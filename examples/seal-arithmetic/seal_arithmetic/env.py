@@ -39,14 +39,14 @@ class ArithmeticSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n_train: int = Field(default=512, ge=1)
-    n_eval: int = Field(default=128, ge=1)
-    seed: int = 1234
-    max_operand: int = Field(default=99, ge=2)
+    n_train: int = Field(default=512, ge=1, le=1_000_000)
+    n_eval: int = Field(default=128, ge=1, le=1_000_000)
+    seed: int = Field(default=1234, ge=0, le=2**32 - 1)
+    max_operand: int = Field(default=99, ge=2, le=10**9)
     operations: list[Literal["add", "sub", "mul"]] = Field(default_factory=lambda: ["add", "sub", "mul"])
     worked_examples: int = Field(default=2, ge=0, le=len(EXAMPLES))
     answer_turn: bool = Field(default=False, description="After the tool result, the model states the answer.")
-    max_new_tokens: int | None = Field(default=48, ge=1, description="Per generation; null: rollout.max_new_tokens.")
+    max_new_tokens: int | None = Field(default=48, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens.")
 
 
 class _Unsafe(ValueError):

@@ -25,11 +25,11 @@ class KVSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n_train: int = Field(default=24, ge=1)
-    n_eval: int = Field(default=12, ge=1)
-    seed: int = 0
-    max_steps_per_turn: int = Field(default=4, ge=1, description="Agent messages per user turn before the episode stops.")
-    max_new_tokens: int = Field(default=64, ge=1, description="Cap per generation (the core's sampling may ask for less).")
+    n_train: int = Field(default=24, ge=1, le=1_000_000)
+    n_eval: int = Field(default=12, ge=1, le=1_000_000)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    max_steps_per_turn: int = Field(default=4, ge=1, le=1000, description="Agent messages per user turn before the episode stops.")
+    max_new_tokens: int = Field(default=64, ge=1, le=1_048_576, description="Cap per generation (the core's sampling may ask for less).")
     evolution: EvolutionSettings = Field(default_factory=EvolutionSettings)
 
 

@@ -26,7 +26,7 @@ class EvolutionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    min_count: int = Field(default=4, ge=1, description="Labelled turns needed before a label can switch a change on.")
+    min_count: int = Field(default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on.")
     min_prevalence: float = Field(default=0.2, ge=0.0, le=1.0, description="Share of labelled turns needed.")
 
 

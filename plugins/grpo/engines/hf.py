@@ -26,7 +26,7 @@ _STOP_WINDOW = 32
 
 
 def _settings(settings: Any):
-    from . import EngineSettings, HFEngineSettings
+    from .settings import EngineSettings, HFEngineSettings
 
     if settings is None:
         return HFEngineSettings()

@@ -1,0 +1,81 @@
+"""What the grpo plugin keeps for one run (:class:`GRPORun`): the policy, its trainer and the A-Patch state.
+
+The trainer is a single-process :class:`~.trainer.GRPOTrainer` or, with ``grpo.train_workers > 1``, a
+:class:`~.distributed.GroupTrainer` (worker processes or Ray actors); each step's update ends with the new
+weights pushed into the rollout engine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from seal_platform.types import Trajectory
+
+from .samples import build_samples
+from .settings import GRPOSettings
+from .trainer import GRPOTrainer
+
+
+class GRPORun:
+    """What the grpo plugin keeps for one run: the policy, its trainer and the A-Patch state.
+
+    The plugin's hooks delegate here; it lives in ``ctx.shared["grpo.run"]``.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, settings: GRPOSettings, apatch: Any, temperature: float = 1.0,
+                 train: bool = True, policy: Any = None, seed: int = 0, ray: Any = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.apatch = apatch
+        self.temperature = temperature
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if train and settings.train_workers > 1:  # FSDP2 workers do the update; `model` is their synced copy
+            from .distributed import GroupTrainer
+
+            self.trainer = GroupTrainer(model, settings, policy, temperature=temperature, pad_id=pad or 0, seed=seed,
+                                        ray=ray)
+        else:
+            self.trainer = (
+                GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
+            )
+
+    def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float],
+                 rollout: Any = None, sleep_engines: bool = False) -> dict[str, float]:
+        """Build samples, update the policy, push the new weights into ``engine``; return metrics.
+
+        ``rollout`` (the recipe's ``rollout`` section) brings the staleness rule (see :mod:`.staleness`) and
+        ``sleep_engines``: engines that share the trainer's GPUs sleep during the update (their ``sleep``)."""
+        from . import staleness
+
+        if self.trainer is None:
+            raise RuntimeError("the grpo plugin was started without a trainer (stages.optimize is not grpo)")
+        screened = None
+        if rollout is not None:
+            screened = staleness.screen(trajectories, self.trainer.updates, rollout.max_staleness, rollout.stale_samples)
+            trajectories = screened.kept
+        samples = build_samples(self.tokenizer, trajectories, weights, self.settings)
+        if screened is not None and screened.corrected:
+            if self.temperature != 1.0:
+                raise ValueError("rollout.stale_samples = importance_correct needs sampling at temperature 1 "
+                                 "(engines report log-probs at temperature 1); use refuse")
+            for sample in samples:
+                if sample.id in screened.corrected:
+                    sample.importance_cap = rollout.importance_cap
+        sleeper = getattr(engine, "sleep", None) if sleep_engines else None
+        if callable(sleeper):
+            sleeper()  # colocated engines give the GPU memory to the update; the weight push wakes them
+        metrics = self.trainer.step(samples)
+        if screened is not None:
+            metrics.update(screened.metrics)
+        metrics["truncated_sequences"] = float(sum(x.truncated for x in samples))
+        advantages = [x.advantage for x in samples]
+        if advantages:
+            metrics["advantage_abs_mean"] = sum(abs(a) for a in advantages) / len(advantages)
+            metrics["zero_advantage_frac"] = sum(1 for a in advantages if a == 0.0) / len(advantages)
+        started = time.perf_counter()
+        if metrics.get("updates", 1.0) > 0:  # unchanged weights (no update this step) need no push
+            staleness.push_weights(engine, self.model, self.trainer.updates)
+        metrics["weight_push_s"] = time.perf_counter() - started
+        return metrics

@@ -1,0 +1,169 @@
+"""Transcripts as HTML, for the run report: the same episodes ``seal-platform transcripts`` prints (decoded by
+:mod:`seal_platform.transcripts`), each folded in a ``<details>`` block.
+
+Everything in a transcript is untrusted (model text, tool arguments and results, a verifier's checks,
+a judge's rationale, even task ids): every value goes through :func:`html.escape`, and the page has no
+scripts for any of it to reach.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from .transcripts import EpisodeView, StepTranscripts, TurnView
+
+CSS = """
+.episode { border-left: 3px solid #ccc; padding-left: 0.6em; margin: 0.4em 0; }
+.episode.fail { border-color: #c66; } .episode.pass { border-color: #6a6; }
+.turn { margin: 0.4em 0 0.6em 0.5em; } .turnhead { font-weight: bold; margin: 0.2em 0; }
+.msg pre { margin: 0.1em 0 0.3em 0; white-space: pre-wrap; word-break: break-word; }
+.role { color: #555; font-size: 0.85em; } .call { color: #046; } .label { color: #705; }
+.verdict-fail { color: #a00; } .verdict-pass { color: #070; }
+table.pair { width: 100%; table-layout: fixed; } table.pair td, table.pair th { text-align: left; vertical-align: top; }
+table.pair td:first-child, table.pair th:first-child { width: 5em; } tr.differs td { background: #fff4d6; }
+"""
+
+MAX_CHARS = 3000  # of one message, call or check in the report (`seal-platform transcripts --json` has all)
+
+
+def _e(value: Any, limit: int = MAX_CHARS, attribute: bool = False) -> str:
+    """``value`` as escaped text (quotes too for an ``attribute``), clipped at ``limit`` characters (saying how
+    many more there were)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) > limit:
+        text = text[:limit] + f" ... [{len(text) - limit} more characters]"
+    return html.escape(text, quote=attribute)
+
+
+def _verdict(verdict: dict[str, Any] | None) -> tuple[str, str]:
+    if verdict is None:
+        return "", ""
+    if verdict.get("passed"):
+        return " passed", "verdict-pass"
+    return (" FAILED", "verdict-fail") if verdict.get("reached") else (" not reached", "verdict-fail")
+
+
+def episode_html(ep: EpisodeView, *, open_: bool = False, shown: dict[str, str] | None = None) -> str:
+    """One episode, turn by turn: messages, parsed calls with their results, verdict and checks, labels.
+    ``shown``: system texts and worked examples already on the page (text -> the episode anchor that has them),
+    linked to instead of repeated; this episode's are added."""
+    state = "pass" if ep.reward > 0.5 else "fail"
+    head = (f"task {_e(ep.task_id, 200)} ({_e(ep.category, 100)}), sample {ep.sample}: reward {ep.reward:g}, "
+            f"finish {_e(ep.finish, 50)}, interface r{ep.interface_revision}")
+    parts = [f'<details class="episode {state}"{" open" if open_ else ""} id="ep-{_e(ep.trajectory_id, 80, attribute=True)}">'
+             f"<summary>{head}</summary>"]
+    if ep.infra_failure:
+        parts.append(f'<p class="verdict-fail">infrastructure failure: {_e(ep.infra_failure)}</p>')
+    anchor = f"ep-{_e(ep.trajectory_id, 80, attribute=True)}"
+    context = json.dumps(ep.context, sort_keys=True, ensure_ascii=False) if ep.context else ""
+    for kind, key, what in (
+            ("system", ep.system, f"system text ({len(ep.system)} characters)"),
+            ("context", context, f"{len(ep.context)} message(s) before the task's first turn (worked examples)")):
+        if not key:
+            continue
+        if shown is not None and key in shown:
+            parts.append(f'<p class="meta">{what}: as in <a href="#{shown[key]}">this episode</a></p>')
+            continue
+        if shown is not None:
+            shown[key] = anchor
+        body = (f'<div class="msg"><pre>{_e(ep.system)}</pre></div>' if kind == "system"
+                else "".join(_message(m) for m in ep.context))
+        parts.append(f"<details><summary>{what}</summary>{body}</details>")
+    parts.extend(turn_html(turn) for turn in ep.turns)
+    parts.append("</details>")
+    return "".join(parts)
+
+
+def turn_html(turn: TurnView) -> str:
+    word, cls = _verdict(turn.verdict)
+    parts = [f'<div class="turn"><p class="turnhead">turn {turn.turn}<span class="{cls}">{word}</span></p>']
+    parts.extend(_message(m) for m in turn.messages)
+    if turn.calls:
+        parts.append("<ul>" + "".join(f'<li class="call">{_call(c)}</li>' for c in turn.calls) + "</ul>")
+    if turn.verdict is not None and turn.verdict.get("checks"):
+        parts.append(f'<div class="msg"><span class="role">checks</span><pre>{_e(turn.verdict["checks"])}</pre></div>')
+    if turn.labels:
+        parts.append("<ul>" + "".join(f'<li class="label">{_label(lab)}</li>' for lab in turn.labels) + "</ul>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _message(msg: dict[str, Any]) -> str:
+    tokens = f", {msg['tokens']} sampled tokens" if msg.get("tokens") else ""
+    return (f'<div class="msg"><span class="role">{_e(msg.get("role", "?"), 40)}{tokens}</span>'
+            f"<pre>{_e(msg.get('content', ''))}</pre></div>")
+
+
+def _call(call: dict[str, Any]) -> str:
+    if call.get("rejected"):
+        outcome = f"rejected: {_e(call['rejected'])}"
+    elif call.get("error"):
+        outcome = f"error: {_e(call['error'])}"
+    else:
+        outcome = f"&rarr; {_e(call.get('result'))}"
+    return f"call <code>{_e(call.get('name'), 200)}({_e(call.get('arguments'))})</code> {outcome}"
+
+
+def _label(lab: Any) -> str:
+    ref = f" (reference {_e(lab.reference_label, 100)})" if lab.reference_label and lab.reference_label != lab.label else ""
+    weight = "" if lab.weight_after_step is None else f", A-Patch weight {lab.weight_after_step:.3f}"
+    conf = "" if lab.confidence is None else f", confidence {lab.confidence:.2f}"
+    why = f": {_e(lab.rationale)}" if lab.rationale else ""
+    return f"[{_e(lab.source, 100)}] <b>{_e(lab.label, 100)}</b>{ref}{conf}{weight}{why}"
+
+
+def transcripts_section(steps: list[StepTranscripts]) -> str:
+    """The report's transcript view: one block per evaluation and per training step (anchors
+    ``#transcripts-eval-N`` and ``#transcripts-train-N``, linked from the report's tables)."""
+    shown: dict[str, str] = {}
+    parts = ["<h2 id=\"transcripts\">Transcripts</h2><p>What the agent did, turn by turn: every evaluation's "
+             "episodes (failed ones first) and a sample of each training step's groups (groups with mixed "
+             "rewards first), with verdicts, labels and A-Patch weights. All of it, for one step or task: "
+             "<code>seal-platform transcripts RUN --step N [--eval] [--task ID]</code>.</p>"]
+    if not steps:
+        return parts[0] + "<p>No episode was stored.</p>"
+    for block in steps:
+        what = (f"Evaluation after {block.step} step(s)" if block.phase == "eval"
+                else f"Training step {block.step}")
+        unit = "episodes" if block.phase == "eval" else "rollouts"
+        parts.append(f'<h3 id="{block.anchor}">{what}: {block.total} {unit}, {block.failed} failed; '
+                     f"{len(block.episodes)} shown</h3>")
+        parts.extend(episode_html(ep, shown=shown) for ep in block.episodes)
+    return "".join(parts)
+
+
+def link(steps: list[StepTranscripts] | None, phase: str, step: int, text: str) -> str | None:
+    """An ``<a>`` to the block of ``phase`` at ``step``, or None when the report has none."""
+    if not steps or not any(b.phase == phase and b.step == step for b in steps):
+        return None
+    return f'<a href="#transcripts-{phase}-{step}">{html.escape(text)}</a>'
+
+
+def pairs_page(pairs: list[Any], names: dict[str, str]) -> str:
+    """Two runs' episodes of the same tasks side by side as one self-contained page (``transcripts --against
+    --html``): per task both outcomes, then turn by turn both transcripts, the turns that differ shaded."""
+    from .html_report import page
+    from .transcript_pairs import outcome_text
+
+    parts = ["<h1>Transcripts side by side</h1><p class=meta>Turns whose messages, calls or verdict differ are "
+             "shaded.</p>"]
+    for pair in pairs:
+        mark = " (outcomes differ)" if pair.outcome_differs else ""
+        parts.append(f"<h2>task {_e(pair.task_id, 200)} ({_e(pair.category, 100)}){mark}</h2>")
+        head = "".join(f"<th>{_e(names.get(ep.run_id, ep.run_id))} {ep.phase} step {ep.step}<br>"
+                       f"<span class=meta>{_e(outcome_text(ep))}</span></th>" for ep in (pair.a, pair.b))
+        rows = [f'<table class="pair"><tr><th>turn</th>{head}</tr>']
+        turns_a, turns_b = {t.turn: t for t in pair.a.turns}, {t.turn: t for t in pair.b.turns}
+        for n in sorted(set(turns_a) | set(turns_b)):
+            differs = n in pair.differing_turns
+            cells = "".join(f"<td>{turn_html(t) if t is not None else '(no such turn)'}</td>"
+                            for t in (turns_a.get(n), turns_b.get(n)))
+            rows.append(f'<tr class="{"differs" if differs else "same"}"><td>{n}<br>'
+                        f'{"differs" if differs else "same"}</td>{cells}</tr>')
+        rows.append("</table>")
+        parts.append("".join(rows))
+    if not pairs:
+        parts.append("<p>No task has episodes in both runs that match.</p>")
+    return page("seal-platform transcripts side by side", "".join(parts))
