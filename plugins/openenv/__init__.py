@@ -1,0 +1,1 @@
+"""openenv: train on OpenEnv environments (reset/step/state servers) (a default seal-platform plugin)."""

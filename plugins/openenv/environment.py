@@ -1,0 +1,149 @@
+"""The openenv environment object: the server (a running one, or a local one started from the recipe), the
+action doc the agent reads (from the server's action schema), and the tasks (reset arguments)."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import weakref
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from seal_platform.types import Interface, Task
+
+from .client import HTTPSession, LocalServer, OpenEnvUnavailable, WSSession, probe
+from .settings import OpenEnvSettings
+
+EVAL_SEED_BASE = 100_000
+
+
+class TaskSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    split: str = "train"
+    category: str = "default"
+    reset: dict[str, Any] = Field(default_factory=dict)
+
+
+def load_tasks(path: str | Path) -> list[Task]:
+    """Every task of a JSON Lines file; a bad line is reported with its number and nothing is half-loaded."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"openenv task file {str(path)!r} not found (settings.openenv.tasks; relative paths are "
+                         "read from the current directory)")
+    tasks, seen = [], set()
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            spec = TaskSpec.model_validate(json.loads(line))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            raise ValueError(f"{path}:{number}: not a valid task: {str(exc).splitlines()[0]}") from None
+        if spec.id in seen:
+            raise ValueError(f"{path}:{number}: task id {spec.id!r} repeats")
+        seen.add(spec.id)
+        tasks.append(Task(id=spec.id, category=spec.category, split=spec.split, payload={"reset": spec.reset}))
+    return tasks
+
+
+def seed_tasks(n_train: int, n_eval: int) -> list[Task]:
+    """Without a task file: reset seeds 0..n_train-1 (train) and 100000.. (eval)."""
+    train = [Task(id=f"seed-{i}", category="default", split="train", payload={"reset": {"seed": i}})
+             for i in range(n_train)]
+    held = [Task(id=f"seed-{EVAL_SEED_BASE + i}", category="default", split="eval",
+                 payload={"reset": {"seed": EVAL_SEED_BASE + i}}) for i in range(n_eval)]
+    return train + held
+
+
+def _inline_refs(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
+    """Local ``$ref``s (``#/$defs/...``, pydantic's enums and nested models) replaced by what they name."""
+    if depth > 8:
+        return node
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(("#/$defs/", "#/definitions/")) and ref.rsplit("/", 1)[-1] in defs:
+            merged = {**defs[ref.rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+            return _inline_refs(merged, defs, depth + 1)
+        return {k: _inline_refs(v, defs, depth + 1) for k, v in node.items() if k not in ("$defs", "definitions")}
+    if isinstance(node, list):
+        return [_inline_refs(v, defs, depth + 1) for v in node]
+    return node
+
+
+def action_doc(schema: dict[str, Any], name: str, description: str) -> dict[str, Any]:
+    """The tool doc of the action: the schema without openenv-core's ``metadata`` field, refs inlined."""
+    defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
+    clean = _inline_refs(schema, defs)
+    props = {k: v for k, v in (clean.get("properties") or {}).items() if k != "metadata"}
+    clean = {**clean, "type": "object", "properties": props,
+             "required": [r for r in clean.get("required") or [] if r != "metadata"]}
+    clean.pop("title", None)
+    return {"name": name, "description": description or str(schema.get("description") or "").strip()
+            or "Act in the environment.", "input_schema": clean}
+
+
+class OpenEnvEnvironment:
+    """Tasks (reset arguments), the action doc and the sessions; revision 0 is the pristine interface."""
+
+    name = "openenv"
+
+    def __init__(self, settings: OpenEnvSettings):
+        self.settings = settings
+        if settings.tasks:
+            self._tasks = load_tasks(settings.tasks)
+        else:
+            self._tasks = seed_tasks(settings.n_train or 64, settings.n_eval or 16)
+        self.categories = tuple(dict.fromkeys(t.category for t in self._tasks))
+        self._server: LocalServer | None = None
+        if settings.server is not None:
+            self._server = LocalServer(settings.server)
+            self.url = self._server.start()
+            self._finalizer = weakref.finalize(self, self._server.stop)
+            atexit.register(self._finalizer)
+        else:
+            self.url = settings.url.rstrip("/")
+        try:
+            schema = probe(self.url, settings.timeout_s)
+            action_schema = settings.action_schema or (schema or {}).get("action")
+            if not isinstance(action_schema, dict):
+                raise OpenEnvUnavailable(
+                    f"The OpenEnv server at {self.url} does not describe its action (GET /schema gave "
+                    f"{'nothing usable' if schema is None else 'no action schema'}): set settings.openenv.action_schema "
+                    "to the action's JSON schema. See docs/openenv.md.")
+        except BaseException:
+            self.close()
+            raise
+        self.schema = schema or {}
+        self.doc = action_doc(action_schema, settings.action_name, settings.action_description)
+
+    def tasks(self, split: str) -> list[Task]:
+        tasks = [t for t in self._tasks if t.split == split]
+        if not tasks:
+            splits = sorted({t.split for t in self._tasks})
+            raise ValueError(f"the openenv tasks have no {split!r} tasks (they have: {splits})")
+        limit = self.settings.n_train if split == "train" else self.settings.n_eval
+        return tasks[:limit] if limit else tasks
+
+    def pristine_interface(self) -> Interface:
+        return Interface(revision=0)
+
+    def docs(self) -> list[dict[str, Any]]:
+        return [self.doc]
+
+    def parallel_episodes(self) -> int:
+        """Sessions at once: a server's one environment (http) serves one episode at a time."""
+        return self.settings.max_parallel_episodes if self.settings.transport == "ws" else 1
+
+    def open_session(self) -> WSSession | HTTPSession:
+        """A fresh session (raises InfraError naming the URL when it cannot be opened)."""
+        if self.settings.transport == "ws":
+            return WSSession(self.url, self.settings.timeout_s)
+        return HTTPSession(self.url, self.settings.timeout_s)
+
+    def close(self) -> None:
+        """Stop the local server, if the plugin started one."""
+        if self._server is not None:
+            self._server.stop()

@@ -1,0 +1,118 @@
+"""The openenv plugin: train on an OpenEnv environment server named in the recipe (environment ``openenv``),
+its heuristic diagnoser, and the training-interface evolution on the action doc."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seal_platform.hookspecs import hookimpl
+from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
+from seal_platform.types import EvalResult, SamplingParams
+
+NAME = "openenv"
+_BUILT: list[Any] = []  # environments built in this process (their local servers stop at end_run)
+
+
+def _settings(ctx: Any) -> Any:
+    from .settings import OpenEnvSettings
+
+    return ctx.settings_for(NAME, OpenEnvSettings)
+
+
+def _is_ours(environment: Any) -> bool:
+    from .environment import OpenEnvEnvironment
+
+    return isinstance(environment, OpenEnvEnvironment)
+
+
+def _build(ctx: Any) -> Any:
+    from seal_platform.errors import ConfigError
+
+    from .environment import OpenEnvEnvironment
+
+    settings = _settings(ctx)
+    if not settings.url and settings.server is None:
+        raise ConfigError("environment openenv needs settings.openenv.url (a running OpenEnv server) or "
+                          "settings.openenv.server (a local one to start) in the recipe (see docs/openenv.md and "
+                          "recipes/openenv-example.yaml).")
+    environment = OpenEnvEnvironment(settings)
+    _BUILT.append(environment)
+    return environment
+
+
+def _sampling(ctx: Any, greedy: bool, max_new_tokens: int | None) -> SamplingParams:
+    rollout = ctx.config.rollout
+    return SamplingParams(temperature=0.0 if greedy else rollout.temperature, top_p=1.0 if greedy else rollout.top_p,
+                          max_new_tokens=max_new_tokens or rollout.max_new_tokens, stop=["</tool_call>"])
+
+
+@hookimpl
+def register_settings() -> dict[str, type]:
+    from .settings import OpenEnvSettings
+
+    return {NAME: OpenEnvSettings}
+
+
+@hookimpl
+def register_environments() -> list[EnvironmentSpec]:
+    return [EnvironmentSpec(NAME, _build, "an OpenEnv environment server (reset/step/state over a WebSocket "
+                                          "session or HTTP), rewarded by the environment itself")]
+
+
+@hookimpl
+def register_diagnosers() -> list[DiagnoserSpec]:
+    from .diagnoser import LABELS, MEANINGS, REFERENCE
+
+    return [DiagnoserSpec(NAME, "per-turn labels from the episode record and the environment's reward (heuristic)",
+                          labels=LABELS, reference=dict(REFERENCE), meanings=dict(MEANINGS), environments=(NAME,))]
+
+
+@hookimpl
+def end_run(ctx: Any, status: str) -> None:
+    while _BUILT:
+        _BUILT.pop().close()
+
+
+@hookimpl
+def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list | None:
+    if not _is_ours(environment):
+        return None
+    from .episode import run_episodes
+
+    episodes = [(task, f"{step}:{task.id}", j) for task in tasks for j in range(group_size)]
+    return run_episodes(environment, engine, episodes, interface,
+                        _sampling(ctx, False, environment.settings.max_new_tokens))
+
+
+@hookimpl
+def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> EvalResult | None:
+    if not _is_ours(environment):
+        return None
+    from .episode import run_episodes
+
+    max_new = ctx.config.evaluation.max_new_tokens or environment.settings.max_new_tokens
+    trajs = run_episodes(environment, engine, [(t, f"eval{step}:{t.id}", 0) for t in tasks],
+                         environment.pristine_interface(), _sampling(ctx, True, max_new))
+    # An episode lost to a server failure says nothing of the policy: scored over the others.
+    result = EvalResult.from_trajectories(tasks[0].split if tasks else ctx.config.evaluation.split,
+                                          [t for t in trajs if not t.infra_failure])
+    result.trajectories = trajs
+    return result
+
+
+@hookimpl
+def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
+    if not _is_ours(environment):
+        return []
+    from .diagnoser import diagnose as run
+
+    return run(trajectories)
+
+
+@hookimpl
+def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
+    if not _is_ours(environment):
+        return None
+    from .evolution import evolve
+
+    return evolve(interface, state, _settings(ctx).evolution)
