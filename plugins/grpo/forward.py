@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from .objective import chunked_logprobs, entropy_from_logits, token_logprobs
+from .packing import FLASH_IMPLEMENTATIONS, attention_implementation, packed_micro_batches, packed_row, prefix_block_mask
 from .samples import Sample
 from .settings import GRPOSettings
 
@@ -52,48 +53,91 @@ class LogprobPasses:
         target = torch.float16 if mode == "float16" else torch.bfloat16
         return torch.autocast(device_type=self.device.type, dtype=target)
 
+    def _shared_prefix(self, batch: Sequence[Sample]) -> int:
+        """Tokens at the start of every row of ``batch`` run once for all of them (0: none)."""
+        rows = [s.input_ids for s in batch]
+        if not self.settings.shared_prefix or len(rows) < 2 or self.settings.gradient_checkpointing:
+            return 0
+        first_loss = min(s.positions[0] for s in batch)
+        # Every logit we need is at position >= first_loss - 1, so all of them fall in the suffix.
+        shared = min(_common_prefix(rows), first_loss - 1)
+        return shared if shared >= _MIN_SHARED_PREFIX else 0
+
     def _logits(self, model: Any, batch: Sequence[Sample], hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits predicting every loss token of ``batch`` (rows in sample order) and those tokens; with
-        ``hidden``, the final hidden states there instead (the output layer is then applied in chunks)."""
+        """Logits predicting every loss token of ``batch`` (in sample order) and those tokens; with ``hidden``,
+        the final hidden states there instead (the output layer is then applied in chunks)."""
+        if self.settings.pack_sequences:
+            return self._packed_logits(model, batch, hidden)
         rows = [s.input_ids for s in batch]
         n, width = len(rows), max(len(r) for r in rows)
-        shared = 0
-        if self.settings.shared_prefix and n > 1 and not self.settings.gradient_checkpointing:
-            first_loss = min(s.positions[0] for s in batch)
-            # Every logit we need is at position >= first_loss - 1, so all of them fall in the suffix.
-            shared = min(_common_prefix(rows), first_loss - 1)
-            if shared < _MIN_SHARED_PREFIX:
-                shared = 0
+        shared = self._shared_prefix(batch)
         suffix_len = width - shared
         ids = torch.full((n, suffix_len), self.pad_id, dtype=torch.long)
         mask = torch.zeros((n, width), dtype=torch.long)
         for i, r in enumerate(rows):
             ids[i, : len(r) - shared] = torch.tensor(r[shared:], dtype=torch.long)
             mask[i, : len(r)] = 1
-        keep = sorted({p - 1 - shared for s in batch for p in s.positions})
-        column = {p: j for j, p in enumerate(keep)}
         row_idx = torch.tensor([i for i, s in enumerate(batch) for _ in s.positions], dtype=torch.long)
-        col_idx = torch.tensor([column[p - 1 - shared] for s in batch for p in s.positions], dtype=torch.long)
-        targets = torch.tensor([s.input_ids[p] for s in batch for p in s.positions], dtype=torch.long)
+        cols = [p - 1 - shared for s in batch for p in s.positions]
         dev = self.device
-        keep_t = torch.tensor(keep, dtype=torch.long, device=dev)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"use_cache": False}
         if shared:
-            prefix = torch.tensor([rows[0][:shared]], dtype=torch.long, device=dev)
-            cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+            cache = self._prefix_cache(model, rows[0][:shared])
             cache.batch_repeat_interleave(n)
             positions = torch.arange(shared, width, device=dev).unsqueeze(0).expand(n, -1)
             kwargs = {"past_key_values": cache, "position_ids": positions, "use_cache": True}
+        kwargs.update(input_ids=ids.to(dev), attention_mask=mask.to(dev))
+        return self._select(model, batch, kwargs, row_idx, cols, hidden)
+
+    def _packed_logits(self, model: Any, batch: Sequence[Sample], hidden: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_logits` with the sequences packed into one row (see :mod:`.packing`)."""
+        rows = [s.input_ids for s in batch]
+        flash = attention_implementation(model) in FLASH_IMPLEMENTATIONS
+        # flash-attn's varlen kernels take no mask that lets packed suffixes see a cached prefix: packing wins.
+        shared = 0 if flash else self._shared_prefix(batch)
+        suffixes = [r[shared:] for r in rows]
+        starts = [0]
+        for r in suffixes[:-1]:
+            starts.append(starts[-1] + len(r))
+        cols = [start + p - 1 - shared for s, start in zip(batch, starts) for p in s.positions]
+        row_idx = torch.zeros(len(cols), dtype=torch.long)
+        dev = self.device
+        packed = packed_row(suffixes, start=shared, flash=flash)
+        kwargs: dict[str, Any] = {k: (v.to(dev) if torch.is_tensor(v) else v) for k, v in packed.items()}
+        if shared:
+            eager = attention_implementation(model) == "eager"
+            dtype = next(model.parameters()).dtype
+            mask = prefix_block_mask([len(r) for r in suffixes], shared, dtype, additive=eager)
+            kwargs.update(past_key_values=self._prefix_cache(model, rows[0][:shared]), attention_mask=mask.to(dev),
+                          use_cache=True)
         else:
-            kwargs = {"use_cache": False}
+            # No mask and no cache: transformers derives the block-diagonal causal mask from the position ids.
+            kwargs.update(use_cache=False)
+        return self._select(model, batch, kwargs, row_idx, cols, hidden)
+
+    def _prefix_cache(self, model: Any, prefix: Sequence[int]) -> Any:
+        """The KV cache of ``prefix`` (one row) under ``model``."""
+        ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
+        return model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+
+    def _select(
+        self, model: Any, batch: Sequence[Sample], kwargs: dict[str, Any], row_idx: torch.Tensor, cols: list[int],
+        hidden: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run ``model(**kwargs)`` keeping only the logits (or final hidden states) at (``row_idx``, ``cols``):
+        those predicting ``batch``'s loss tokens, in sample order; and those tokens."""
+        dev = self.device
+        keep = sorted(set(cols))
+        column = {p: j for j, p in enumerate(keep)}
+        col_idx = torch.tensor([column[c] for c in cols], dtype=torch.long, device=dev)
+        targets = torch.tensor([s.input_ids[p] for s in batch for p in s.positions], dtype=torch.long, device=dev)
+        keep_t = torch.tensor(keep, dtype=torch.long, device=dev)
+        row_idx = row_idx.to(dev)
         if hidden:
-            out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), logits_to_keep=1,
-                        output_hidden_states=True, **kwargs)
-            cols = keep_t[col_idx.to(dev)]
-            return out.hidden_states[-1][row_idx.to(dev), cols], targets.to(dev)
-        out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), logits_to_keep=keep_t, **kwargs)
-        logits = out.logits[row_idx.to(dev), col_idx.to(dev)]
-        return logits, targets.to(dev)
+            out = model(logits_to_keep=1, output_hidden_states=True, **kwargs)
+            return out.hidden_states[-1][row_idx, keep_t[col_idx]], targets
+        out = model(logits_to_keep=keep_t, **kwargs)
+        return out.logits[row_idx, col_idx], targets
 
     def _forward(self, model: Any, batch: Sequence[Sample], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs (and entropies) of ``batch``'s loss tokens, concatenated in sample order."""
@@ -120,6 +164,8 @@ class LogprobPasses:
 
     def _micro_batches(self, samples: Sequence[Sample]) -> list[list[Sample]]:
         s = self.settings
+        if s.pack_sequences:
+            return packed_micro_batches(samples, s.micro_batch_size, s.max_tokens_per_micro_batch)
         out: list[list[Sample]] = []
         current: list[Sample] = []
         width = 0

@@ -115,9 +115,18 @@ class GRPOSettings(_Section):
     )
     max_tokens_per_micro_batch: int | None = Field(
         default=8192, ge=1, le=100_000_000,
-        description="Most padded tokens per forward/backward pass, a hard cap: an episode longer than this is "
+        description="Most tokens per forward/backward pass (padded, or packed with pack_sequences), a hard cap: an episode longer than this is "
         "trained on its first max_tokens_per_micro_batch tokens only (counted in the step's "
         "truncated_sequences), never as one oversized micro-batch; null: no token limit.",
+    )
+    pack_sequences: bool = Field(
+        default=False,
+        description="Pack each micro-batch's sequences into one row instead of padding them to the longest: "
+        "micro-batches are filled up to max_tokens_per_micro_batch tokens (the sum of their lengths, still a hard "
+        "cap) and micro_batch_size sequences; attention stays within each sequence (position ids restart per "
+        "sequence: on CUDA flash-attn's varlen kernels through transformers' flash_attention_2 when flash-attn is "
+        "importable, else SDPA with a block-diagonal causal mask). Same loss and gradients up to float rounding; "
+        "prefix sharing still applies except under flash_attention_2 (see docs/scaling.md, 'Packed updates').",
     )
     response_window_tokens: int | None = Field(
         default=None, ge=1, le=10_485_760,

@@ -1,0 +1,150 @@
+"""Packed against padded GRPO updates (``grpo.pack_sequences``) on a batch of mixed lengths, in one run.
+
+The batch: ``--sequences`` rollouts in groups of ``--group`` (each group shares a ``--prompt-tokens`` prompt),
+lengths drawn log-uniformly between ``--min-tokens`` and ``--max-tokens`` (issue 26: 200-5,000), each a
+multi-turn episode after its prompt: 64 generated tokens (the loss tokens), then up to 200 tokens of tool
+output, and so on. Both runs use the same recipe (KL 0.001 k3, one update per ``--tasks-per-update`` groups,
+micro-batches of at most ``--micro`` sequences and ``--max-tokens-per-micro`` tokens - padded tokens for the
+padded path, the sum of the lengths for the packed one) on a fresh copy of the model; tokens/s = the batch's
+tokens / wall seconds of one step, median of ``--repeats`` steps after a warm-up step. On CPU it also prints
+the roofline of bench_grpo_update.py (the step's matrix-product FLOPs on the unpadded sequences against this
+CPU's float32 matmul peak) and each path's fraction of it.
+
+    .venv/bin/python benchmarks/bench_packed_update.py                   # SmolLM2-135M, 200-5,000 tokens
+    .venv/bin/python benchmarks/bench_packed_update.py --sequences 4 --min-tokens 60 --max-tokens 400 --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def make_mixed_batch(sequences: int, group: int, prompt_tokens: int, lo: int, hi: int, seed: int
+                     ) -> list[tuple[str, list[int], list[int]]]:
+    """(group, input ids, loss positions) per rollout: mixed lengths in [lo, hi], a shared prompt per group."""
+    rng = random.Random(seed)
+    out = []
+    prompt: list[int] = []
+    for i in range(sequences):
+        if i % group == 0:
+            prompt = [rng.randint(200, 20000) for _ in range(prompt_tokens)]
+        n = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+        ids = prompt[: min(prompt_tokens, n // 2)]
+        positions: list[int] = []
+        while len(ids) < n:
+            start = len(ids)
+            ids += [rng.randint(200, 20000) for _ in range(min(64, n - start))]
+            positions += list(range(start, len(ids)))
+            ids += [rng.randint(200, 20000) for _ in range(min(200, n - len(ids)))]
+        out.append((str(i // group), ids, positions))
+    return out
+
+
+def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from seal_platform_plugins.grpo.samples import Sample
+    from seal_platform_plugins.grpo.settings import GRPOSettings
+    from seal_platform_plugins.grpo.trainer import GRPOTrainer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(args.device)
+    model.eval()
+    settings = GRPOSettings(
+        kl_coef=0.001, lr=1e-6, mini_batch_tasks=args.tasks_per_update, micro_batch_size=args.micro,
+        max_tokens_per_micro_batch=args.max_tokens_per_micro, pack_sequences=pack,
+        gradient_checkpointing=args.gradient_checkpointing, zero_advantage="compute",
+    )
+    trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
+
+    def samples() -> list[Sample]:
+        return [Sample(id=str(i), group=g, input_ids=ids, positions=pos, advantage=1.0 if i % 2 else -1.0)
+                for i, (g, ids, pos) in enumerate(batch)]
+
+    tokens = sum(len(ids) for _, ids, _ in batch)
+    # Token slots the forward passes run: each micro-batch's row (packed) or rows at its longest length (padded).
+    widths = [[len(x.input_ids) for x in m] for m in trainer._micro_batches(samples())]
+    run_tokens = sum(sum(w) if pack else max(w) * len(w) for w in widths)
+    rates = []
+    for r in range(args.repeats + 1):
+        t0 = time.perf_counter()
+        trainer.step(samples())
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        if r:  # the first step warms up
+            rates.append(tokens / dt)
+    name = "packed" if pack else "padded"
+    rate = statistics.median(rates)
+    print(f"{name}: {rate:.1f} tokens/s (steps: {[round(x, 1) for x in rates]}); micro-batches run {run_tokens} "
+          f"token slots for {tokens} tokens ({100 * (1 - tokens / run_tokens):.0f}% padding)", flush=True)
+    return {f"{name}_tokens_per_s": rate, f"{name}_token_slots": float(run_tokens)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="HF model directory; default: the embedded SmolLM2-135M")
+    parser.add_argument("--sequences", type=int, default=8)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--prompt-tokens", type=int, default=150)
+    parser.add_argument("--min-tokens", type=int, default=200)
+    parser.add_argument("--max-tokens", type=int, default=5000)
+    parser.add_argument("--tasks-per-update", type=int, default=1)
+    parser.add_argument("--micro", type=int, default=8)
+    parser.add_argument("--max-tokens-per-micro", type=int, default=8192)
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoConfig
+
+    from bench_grpo_update import matmul_peak_gflops, step_flops
+    from seal_platform_plugins.grpo.policy import PolicySettings, model_dir
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    path = args.model or str(model_dir(PolicySettings()))
+    batch = make_mixed_batch(args.sequences, args.group, args.prompt_tokens, args.min_tokens, args.max_tokens, seed=0)
+    tokens = sum(len(ids) for _, ids, _ in batch)
+    print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
+          f"groups of {args.group}; micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
+          f"{args.device}", flush=True)
+    results: dict[str, float] = {}
+    for pack in (False, True):
+        results.update(run(path, batch, args, pack))
+    speedup = results["packed_tokens_per_s"] / results["padded_tokens_per_s"]
+    results["packed_over_padded"] = speedup
+    print(f"packed / padded: {speedup:.2f}x", flush=True)
+    if args.device == "cpu":
+        episodes = [(ids, pos) for _, ids, pos in batch]
+        flops = step_flops(AutoConfig.from_pretrained(path), episodes, recompute_forward=args.gradient_checkpointing,
+                           recompute_attention=False)
+        peak = matmul_peak_gflops()
+        ceiling = peak * 1e9 * tokens / flops
+        results.update(matmul_peak_gflops=peak, ceiling_tokens_per_s=ceiling)
+        parts = []
+        for name in ("padded", "packed"):
+            frac = results[f"{name}_tokens_per_s"] / ceiling
+            results[f"{name}_roofline_fraction"] = frac
+            parts.append(f"{name} {100 * frac:.0f}%")
+        print(f"roofline: {flops / tokens / 1e9:.2f} GFLOP of matrix products per token (unpadded, no prefix "
+              f"sharing); float32 matmul peak {peak:.0f} GFLOPS -> at most {ceiling:.0f} tokens/s; "
+              + ", ".join(parts) + " of that ceiling", flush=True)
+    print(json.dumps(results))
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

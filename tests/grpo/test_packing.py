@@ -1,0 +1,149 @@
+"""Packed micro-batches (grpo.pack_sequences): the same log-probs, loss and gradients as padded ones."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from seal_platform_plugins.grpo.packing import packed_micro_batches, prefix_block_mask  # noqa: E402
+from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
+from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
+
+# Mixed lengths: two groups, each sharing a prompt of its own, with rollouts from 14 to 300 tokens.
+LENGTHS = {"g0": [300, 41, 160, 14], "g1": [95, 230, 27]}
+PROMPT = 24
+
+
+def mixed_samples(vocab: int, seed: int = 0) -> list[Sample]:
+    rng = random.Random(seed)
+    out = []
+    for g, lengths in LENGTHS.items():
+        prompt = [rng.randrange(3, vocab) for _ in range(PROMPT)]
+        for j, n in enumerate(lengths):
+            ids = prompt[: min(PROMPT, n - 4)] + [rng.randrange(3, vocab) for _ in range(n - min(PROMPT, n - 4))]
+            first = min(PROMPT, n - 4)
+            # Generated tokens: two spans (a tool result between them gets no loss).
+            positions = [p for p in range(first, n) if not (first + 3 <= p < first + 6)]
+            out.append(Sample(id=f"{g}-{j}", group=g, input_ids=ids, positions=positions,
+                              advantage=rng.uniform(-1.5, 1.5)))
+    return out
+
+
+def capture_grads(trainer: GRPOTrainer) -> list[list[torch.Tensor]]:
+    """Replace the optimizer step with a recorder of the (clipped) gradients it would apply."""
+    seen: list[list[torch.Tensor]] = []
+    params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
+
+    def step(*args, **kwargs):
+        seen.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+
+    trainer.optimizer.step = step
+    return seen
+
+
+def test_packed_micro_batches_respect_token_and_sequence_caps():
+    samples = mixed_samples(1000)
+    micros = packed_micro_batches(samples, max_sequences=3, max_tokens=400)
+    assert [x for m in micros for x in m] == samples  # order kept, nothing lost
+    for m in micros:
+        assert len(m) <= 3 and sum(len(x.input_ids) for x in m) <= 400
+    # Greedy: a micro-batch closes only when the next sample would break a cap.
+    for m, nxt in zip(micros, micros[1:]):
+        assert len(m) == 3 or sum(len(x.input_ids) for x in m) + len(nxt[0].input_ids) > 400
+
+
+def test_prefix_block_mask_sees_prefix_and_own_sequence_only():
+    mask = prefix_block_mask([2, 3], prefix=2, dtype=torch.float32, additive=False)[0, 0]
+    want = torch.tensor([
+        [1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0],
+        [1, 1, 0, 0, 1, 0, 0],
+        [1, 1, 0, 0, 1, 1, 0],
+        [1, 1, 0, 0, 1, 1, 1],
+    ], dtype=torch.bool)
+    assert torch.equal(mask, want)
+    additive = prefix_block_mask([2, 3], prefix=2, dtype=torch.float32, additive=True)[0, 0]
+    assert torch.equal(additive == 0, want)
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_logprobs_equal_padded_per_sample(tokenizer, new_tiny_model, shared_prefix, attn):
+    model = new_tiny_model()
+    model.set_attn_implementation(attn)
+    got, shapes = {}, {}
+    for pack in (False, True):
+        settings = GRPOSettings(kl_coef=0.0, micro_batch_size=4, pack_sequences=pack, shared_prefix=shared_prefix,
+                                max_tokens_per_micro_batch=700)
+        trainer = GRPOTrainer(model, settings, pad_id=tokenizer.pad_token_id)
+        samples = mixed_samples(len(tokenizer))
+        seen: list[tuple[int, int]] = []
+        hook = model.register_forward_pre_hook(
+            lambda mod, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+        trainer.fill_logprobs(model, samples, "old_logp")
+        hook.remove()
+        got[pack], shapes[pack] = samples, seen
+    total = sum(len(x.input_ids) for x in got[True])
+    # Packed: one row per micro-batch, no padding; the shared prompts run once per micro-batch (a 1-row pass).
+    assert all(rows == 1 for rows, _ in shapes[True])
+    # Both groups fit one micro-batch each (4 and 3 sequences, 515 and 352 tokens).
+    assert len(shapes[True]) == len(LENGTHS) * (2 if shared_prefix else 1)
+    run_tokens = sum(n for _, n in shapes[True])
+    if shared_prefix:
+        assert run_tokens < total
+    else:
+        assert run_tokens == total
+    assert run_tokens < sum(rows * n for rows, n in shapes[False])
+    for padded, packed in zip(got[False], got[True]):
+        assert padded.old_logp.shape == packed.old_logp.shape == (padded.n_tokens,)
+        assert torch.allclose(padded.old_logp, packed.old_logp, atol=2e-5, rtol=1e-5), padded.id
+    # Each sequence on its own (no padding, no packing) gives the same log-probs too.
+    alone = mixed_samples(len(tokenizer))
+    trainer = GRPOTrainer(model, GRPOSettings(kl_coef=0.0, micro_batch_size=1), pad_id=tokenizer.pad_token_id)
+    trainer.fill_logprobs(model, alone, "old_logp")
+    for one, packed in zip(alone, got[True]):
+        assert torch.allclose(one.old_logp, packed.old_logp, atol=2e-5, rtol=1e-5), one.id
+
+
+@pytest.mark.parametrize(
+    "terms",
+    [
+        dict(kl_coef=0.0),
+        dict(kl_coef=0.05, kl_estimator="k3"),
+        dict(kl_coef=0.05, entropy_coef=0.01, logits_chunk_tokens=None),
+        dict(kl_coef=0.0, entropy_coef=0.01, shared_prefix=False),
+        dict(kl_coef=0.05, gradient_checkpointing=True),
+    ],
+)
+def test_packed_update_equals_padded_update(tokenizer, new_tiny_model, terms):
+    def run(pack: bool):
+        model = new_tiny_model()
+        settings = GRPOSettings(mini_batch_tasks=1, micro_batch_size=3, max_tokens_per_micro_batch=520,
+                                pack_sequences=pack, zero_advantage="compute", **terms)
+        trainer = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id)
+        grads = capture_grads(trainer)
+        with torch.no_grad():  # move the policy off the reference so the KL term has a gradient
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+        samples = mixed_samples(len(tokenizer))
+        metrics = trainer.step(samples)
+        return metrics, grads, samples
+
+    padded_metrics, padded_grads, padded = run(False)
+    packed_metrics, packed_grads, packed = run(True)
+    assert len(padded_grads) == len(packed_grads) == 2  # one update per group
+    for key in ("loss", "pg_loss", "kl", "entropy", "grad_norm"):
+        assert packed_metrics[key] == pytest.approx(padded_metrics[key], rel=1e-4, abs=1e-7), key
+    assert packed_metrics["trained_tokens"] == padded_metrics["trained_tokens"]
+    for a_update, b_update in zip(padded_grads, packed_grads):
+        assert any(a.abs().sum() > 0 for a in a_update)
+        for a, b in zip(a_update, b_update):
+            assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
+    for a, b in zip(padded, packed):  # the old (and reference) log-probs each path used
+        assert torch.allclose(a.old_logp, b.old_logp, atol=2e-5, rtol=1e-5)
+        if terms["kl_coef"]:
+            assert torch.allclose(a.ref_logp, b.ref_logp, atol=2e-5, rtol=1e-5)
