@@ -83,7 +83,7 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
     wall = time.perf_counter() - started
     if not keep_checkpoints:
         shutil.rmtree(summary.run_dir / "checkpoints", ignore_errors=True)
-    from seal_platform.digest import load_digest
+    from seal_platform.present.digest import load_digest
 
     evals = {str(step): {"average": r.average, "per_category": r.per_category, "n_tasks": r.n_tasks}
              for step, r in summary.evaluations.items()}

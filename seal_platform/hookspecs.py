@@ -52,13 +52,13 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from .config import RunConfig
     from .context import RunContext
     from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
-    from .tracking import TrackEvent
     from .types import (
         EvalResult,
         Interface,
         ReweightResult,
         SamplingParams,
         Task,
+        TrackEvent,
         Trajectory,
         TurnLabel,
     )

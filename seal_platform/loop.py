@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from . import dynamic_sampling, infra, scaleout
 from .benchmarks import evaluate_benchmarks
@@ -50,7 +50,7 @@ from .environment import Environment
 from .errors import PluginError, SealError, Terminated
 from .planning import Plan, check_machine, check_recipe, plan_config, plan_recipe, prepare
 from .plugins import PluginHost
-from .stages import adopt_interface, collect_sampling, evaluate_sampling, score_evaluation
+from .stages import adopt_interface, collect_sampling, evaluate_sampling, expect_list_of, score_evaluation, wrap
 from .store import Heartbeat, RunStore, is_stale
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
@@ -99,24 +99,6 @@ class Progress:
     def step_done(self, step: int, mean_reward: float, metrics: dict[str, float]) -> None: ...
     def evaluated(self, step: int, result: EvalResult) -> None: ...
     def stop(self) -> None: ...
-
-
-def _wrap(stage: str, plugin: str, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except SealError:
-        raise
-    except Exception as exc:
-        raise PluginError(f"the {stage!r} stage failed in plugin {plugin!r}: {type(exc).__name__}: {exc}") from exc
-
-
-def _expect_list_of(value: Any, kind: type[Any], stage: str, plugin: str) -> list[Any]:
-    if value is None:
-        raise PluginError(f"plugin {plugin!r} returned nothing from {stage!r}; it must return a list of {kind.__name__}.")
-    try:
-        return [item if isinstance(item, kind) else kind.model_validate(item) for item in value]
-    except Exception as exc:
-        raise PluginError(f"plugin {plugin!r} returned something other than a list of {kind.__name__} from {stage!r}: {exc}") from exc
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -242,7 +224,7 @@ class Runner:
     def _train(self, env: Environment, engine: Any) -> RunSummary:
         cfg = self.config
         owner = self.plan.env_owner
-        train_tasks = _wrap("tasks", owner, lambda: env.tasks("train"))
+        train_tasks = wrap("tasks", owner, lambda: env.tasks("train"))
         if cfg.training.max_train_tasks:
             train_tasks = train_tasks[: cfg.training.max_train_tasks]
         eval_tasks = _eval_tasks(env, owner, cfg)
@@ -261,7 +243,7 @@ class Runner:
             if done > 0 and eval_tasks and (done == total or self._eval_due(done, total)):
                 evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         if not self.resumed or self.interface is None:
-            self.interface = _wrap("environment", owner, env.pristine_interface)
+            self.interface = wrap("environment", owner, env.pristine_interface)
             self.store.add_interface(self.run_id, self.interface, None)
             track(self.host, self.ctx, "interface", 0, interface=self.interface)
         if self.start_step == 0 and cfg.evaluation.before_training and eval_tasks:
@@ -296,12 +278,12 @@ class Runner:
 
     def _collect(self, env: Environment, engine: Any, tasks: list[Task], step: int) -> list[Trajectory]:
         cfg, owner = self.config, self.plan.env_owner
-        trajs = _wrap("collect", owner, lambda: self.host.call_owned(
+        trajs = wrap("collect", owner, lambda: self.host.call_owned(
             "collect", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks,
             interface=self.interface, group_size=cfg.training.group_size, step=step,
             sampling=collect_sampling(cfg),
         ))
-        return _expect_list_of(trajs, Trajectory, "collect", owner)
+        return expect_list_of(trajs, Trajectory, "collect", owner)
 
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task],
               train_tasks: list[Task]) -> None:
@@ -341,11 +323,11 @@ class Runner:
         with timer("diagnose"):
             labels: list[TurnLabel] = []
             if plan.diagnosers:
-                results = _wrap("diagnose", ",".join(plan.diagnosers), lambda: self.host.call_subset(
+                results = wrap("diagnose", ",".join(plan.diagnosers), lambda: self.host.call_subset(
                     "diagnose", plan.diagnosers, ctx=self.ctx, environment=env, trajectories=health.usable, step=step,
                 ))
                 for result in results:
-                    labels.extend(_expect_list_of(result, TurnLabel, "diagnose", ",".join(plan.diagnosers)))
+                    labels.extend(expect_list_of(result, TurnLabel, "diagnose", ",".join(plan.diagnosers)))
             primary = [lab for lab in labels if lab.source == plan.primary_diagnoser]
             self.state.update(step, epoch, health.usable, primary)
 
@@ -362,7 +344,7 @@ class Runner:
         if reweighter:
             self.progress.stage(step, "reweight")
             with timer("reweight"):
-                result = _wrap("reweight", reweighter, lambda: self.host.call_owned(
+                result = wrap("reweight", reweighter, lambda: self.host.call_owned(
                     "reweight", reweighter, ctx=self.ctx, trajectories=trainable, labels=primary, state=self.state, step=step,
                 ))
                 if not isinstance(result, ReweightResult):
@@ -377,7 +359,7 @@ class Runner:
         if optimizer and trainable:
             self.progress.stage(step, "optimize")
             with timer("optimize"):
-                metrics = _wrap("optimize", optimizer, lambda: self.host.call_owned(
+                metrics = wrap("optimize", optimizer, lambda: self.host.call_owned(
                     "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
                 )) or {}
         metrics = {**self.ctx.take_step_metrics(), **metrics, "infra_masked_frac": health.masked_frac}
@@ -395,7 +377,7 @@ class Runner:
     def _evolve(self, env: Environment, step: int) -> None:
         evolver = self.config.stages.evolve_interface
         assert evolver is not None
-        new = _wrap("evolve_interface", evolver, lambda: self.host.call_owned(
+        new = wrap("evolve_interface", evolver, lambda: self.host.call_owned(
             "evolve_interface", evolver, ctx=self.ctx, environment=env, interface=self.interface,
             state=self.state, step=step,
         ))
@@ -495,25 +477,25 @@ class Runner:
 def _build_engine(host: PluginHost, ctx: RunContext) -> Any:
     """The recipe's rollout engine, also published as ``ctx.shared["engine"]`` for every hook."""
     owner, spec = host.engines()[ctx.config.rollout.engine]
-    engine = _wrap("engine", owner, lambda: spec.factory(ctx))
+    engine = wrap("engine", owner, lambda: spec.factory(ctx))
     ctx.shared["engine"] = engine
     return engine
 
 
 def _build_environment(host: PluginHost, ctx: RunContext) -> Environment:
     owner, spec = host.environments()[ctx.config.environment]
-    return _wrap("environment", owner, lambda: spec.factory(ctx))
+    return wrap("environment", owner, lambda: spec.factory(ctx))
 
 
 def _eval_tasks(env: Environment, owner: str, config: RunConfig) -> list[Task]:
-    tasks = _wrap("tasks", owner, lambda: env.tasks(config.evaluation.split))
+    tasks = wrap("tasks", owner, lambda: env.tasks(config.evaluation.split))
     return tasks[: config.evaluation.max_tasks] if config.evaluation.max_tasks else tasks
 
 
 def _call_evaluate(
     host: PluginHost, owner: str, ctx: RunContext, env: Environment, engine: Any, tasks: list[Task], step: int
 ) -> EvalResult:
-    result = _wrap("evaluate", owner, lambda: host.call_owned(
+    result = wrap("evaluate", owner, lambda: host.call_owned(
         "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
         sampling=evaluate_sampling(ctx.config),
     ))

@@ -18,8 +18,29 @@ import inspect
 from typing import Any, Callable
 
 from .config import RunConfig
-from .errors import PluginError
+from .errors import PluginError, SealError
 from .types import EvalResult, Interface, SamplingParams, Trajectory
+
+
+def wrap(stage: str, plugin: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``; anything it raises other than a :class:`SealError` becomes a :class:`PluginError` naming the
+    stage and the plugin (a plugin's bug is reported as one, with its cause)."""
+    try:
+        return fn()
+    except SealError:
+        raise
+    except Exception as exc:
+        raise PluginError(f"the {stage!r} stage failed in plugin {plugin!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def expect_list_of(value: Any, kind: type[Any], stage: str, plugin: str) -> list[Any]:
+    """``value`` as a list of ``kind`` (validated from dicts), or a :class:`PluginError` naming the plugin."""
+    if value is None:
+        raise PluginError(f"plugin {plugin!r} returned nothing from {stage!r}; it must return a list of {kind.__name__}.")
+    try:
+        return [item if isinstance(item, kind) else kind.model_validate(item) for item in value]
+    except Exception as exc:
+        raise PluginError(f"plugin {plugin!r} returned something other than a list of {kind.__name__} from {stage!r}: {exc}") from exc
 
 
 def collect_sampling(config: RunConfig) -> SamplingParams:
