@@ -30,10 +30,8 @@ def check_benchmarks(config: RunConfig, host: Any) -> list[Issue]:
             issues.append(Issue(where, f"the name {bench.key!r} is taken (the training environment is always evaluated "
                                        "under its own name)", "give this benchmark another `name`"))
         seen.add(bench.key)
-        if bench.environment not in environments:
-            known = ", ".join(sorted(environments)) or "none"
-            issues.append(Issue(where, f"no loaded plugin registers environment {bench.environment!r}",
-                                f"registered environments: {known}"))
+        if problem := host.missing("environment", bench.environment):
+            issues.append(Issue(where, *problem))
         elif not host.implements(environments[bench.environment][0], "evaluate"):
             issues.append(Issue(where, f"plugin {environments[bench.environment][0]!r} registers "
                                        f"{bench.environment!r} but does not implement 'evaluate'"))

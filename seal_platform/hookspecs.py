@@ -110,8 +110,9 @@ def register_diagnosers() -> list[DiagnoserSpec]:
     """Declare the diagnosers this plugin provides.
 
     Called when a run starts and by ``seal-platform plugins``. A plugin that registers at least one diagnoser
-    enabled by the recipe (``diagnosis.diagnosers``; all registered diagnosers by default) has its
-    ``diagnose`` implementation called every step.
+    enabled by the recipe (``diagnosis.diagnosers``; all registered diagnosers but the ``explicit`` ones by
+    default) that labels the run's environment (``DiagnoserSpec.environments``, empty: any) has its
+    ``diagnose`` implementation called every step; the enabled names are ``ctx.diagnosers``.
 
     :returns: a list of :class:`seal_platform.registry.DiagnoserSpec` (name, description).
 
@@ -321,8 +322,8 @@ def diagnose(ctx: RunContext, environment: Environment, trajectories: list[Traje
     Called once per training step, after ``collect``, on every plugin that registered an enabled diagnoser.
 
     :param ctx: the run context.
-    :param environment: the run's environment (diagnosers specific to one benchmark should return an empty
-        list for others).
+    :param environment: the run's environment (the core calls a diagnoser only in runs of the environments
+        its ``DiagnoserSpec.environments`` lists, so it need not check).
     :param trajectories: this step's verified trajectories.
     :param step: the training step.
     :returns: a list of :class:`TurnLabel`, each naming its diagnoser in ``source``. The labels of the

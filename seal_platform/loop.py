@@ -14,8 +14,9 @@ The public path is recipe -> plan -> run::
 
     summary = run_plan(plan_recipe("recipes/seal-embedded.yaml", ["training.steps=2"]))
 
-Planning (recipe -> :class:`Plan`) lives in :mod:`seal_platform.planning`, checkpoint files in
-:mod:`seal_platform.checkpoints`; both are re-exported here for existing imports.
+Planning (recipe -> :class:`~seal_platform.planning.Plan`) lives in :mod:`seal_platform.planning`, checkpoint
+files in :mod:`seal_platform.checkpoints`, what happens around a run (plugins started and ended, the engine
+built and closed, the run's final status) in :mod:`seal_platform.lifecycle`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import json
 import random
 import time
-import traceback
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,7 +35,6 @@ from . import dynamic_sampling, infra, scaleout
 from .benchmarks import evaluate_benchmarks
 from .capability import CapabilityState
 from .checkpoints import (
-    CORE_CHECKPOINT_FILE,
     CoreState,
     durable_checkpoints,
     load_plugin_checkpoints,
@@ -47,19 +46,14 @@ from .checkpoints import (
 from .config import RunConfig
 from .context import RunContext
 from .environment import Environment
-from .errors import PluginError, SealError, Terminated
-from .planning import Plan, check_machine, check_recipe, plan_config, plan_recipe, prepare
+from .errors import PluginError, SealError
+from .lifecycle import lifecycle
+from .planning import Plan, check_machine
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, expect_list_of, score_evaluation, wrap
-from .store import Heartbeat, RunStore, is_stale
+from .store import RunStore, is_stale
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
-
-__all__ = [
-    "CORE_CHECKPOINT_FILE", "Plan", "Progress", "RunSummary", "Runner", "check_recipe", "evaluate_checkpoint",
-    "plan_config", "plan_recipe", "prepare", "remove_partial_checkpoints", "run_plan",
-]
-
 
 def _batches(tasks: list[Task], per_step: int, seed: int, epoch: int) -> list[list[Task]]:
     order = list(tasks)
@@ -155,6 +149,7 @@ class Runner:
             _check_writable(self.run_dir)  # before the store holds a row for a run that cannot write its folder
         self.ctx = RunContext(
             config=self.config, run_id=self.run_id, run_dir=self.run_dir, settings=plan.settings, store=store,
+            diagnosers=list(plan.diagnoser_names),
         )
         self.ctx.executor = scaleout.build_executor(host, self.ctx, on_progress=self.progress.episodes)
         self.state = CapabilityState()
@@ -185,41 +180,16 @@ class Runner:
         for record in self.host.records:
             if record.status == "failed":
                 self.store.add_event(self.run_id, "plugin_load_failed", f"{record.name}: {record.error}", record.to_dict())
-        status, error, summary = "failed", None, None
-        started = False
-        self._heartbeat = Heartbeat(self.store, self.run_id).__enter__()
-        try:
-            setup_started = time.perf_counter()
-            self.host.call_each("start_run", ctx=self.ctx, resumed=self.resumed)
-            started = True
+        setup_started = time.perf_counter()  # the set-up time includes the plugins' start_run
+        with lifecycle(self.host, self.ctx, resumed=self.resumed, owns_run=True, on_exit=self.progress.stop) as life:
+            assert life.heartbeat is not None  # the run owns its store row
+            self._heartbeat = life.heartbeat
             self.progress.stage(self.start_step, "load model")
-            engine = _build_engine(self.host, self.ctx)
+            engine = life.engine()
             self.progress.stage(self.start_step, "build environment")
-            environment = _build_environment(self.host, self.ctx)
+            environment = life.environment()
             self._record_stage_time("setup", self.start_step, time.perf_counter() - setup_started)
-            summary = self._train(environment, engine)
-            status = "completed"
-            return summary
-        except KeyboardInterrupt as exc:
-            status = "interrupted"
-            error = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted by the user (KeyboardInterrupt)"
-            raise
-        except BaseException as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            if self._heartbeat.lost_to is None:  # a process whose run was taken over writes nothing more
-                self.store.add_event(self.run_id, "crash", error, {"traceback": traceback.format_exc()})
-            raise
-        finally:
-            self._heartbeat.__exit__()
-            self.progress.stop()
-            if started:
-                try:
-                    self.host.hook.end_run(ctx=self.ctx, status=status)
-                except Exception as exc:  # must not hide the run's own error
-                    self.store.add_event(self.run_id, "end_run_failed", f"{type(exc).__name__}: {exc}")
-            _close_engine(self.ctx, self.store)
-            self.ctx.executor.close()
-            self.store.finish_run(self.run_id, status, error)
+            return self._train(environment, engine)
 
     def _train(self, env: Environment, engine: Any) -> RunSummary:
         cfg = self.config
@@ -474,19 +444,6 @@ class Runner:
         )
 
 
-def _build_engine(host: PluginHost, ctx: RunContext) -> Any:
-    """The recipe's rollout engine, also published as ``ctx.shared["engine"]`` for every hook."""
-    owner, spec = host.engines()[ctx.config.rollout.engine]
-    engine = wrap("engine", owner, lambda: spec.factory(ctx))
-    ctx.shared["engine"] = engine
-    return engine
-
-
-def _build_environment(host: PluginHost, ctx: RunContext) -> Environment:
-    owner, spec = host.environments()[ctx.config.environment]
-    return wrap("environment", owner, lambda: spec.factory(ctx))
-
-
 def _eval_tasks(env: Environment, owner: str, config: RunConfig) -> list[Task]:
     tasks = wrap("tasks", owner, lambda: env.tasks(config.evaluation.split))
     return tasks[: config.evaluation.max_tasks] if config.evaluation.max_tasks else tasks
@@ -500,17 +457,6 @@ def _call_evaluate(
         sampling=evaluate_sampling(ctx.config),
     ))
     return score_evaluation(result, ctx.config.evaluation.split, owner)
-
-
-def _close_engine(ctx: RunContext, store: RunStore) -> None:
-    """The core built the engine, so the core closes it (after ``end_run``, which may still use it)."""
-    engine = ctx.shared.pop("engine", None)
-    if engine is None or not hasattr(engine, "close"):
-        return
-    try:
-        engine.close()
-    except Exception as exc:  # a failing close must not hide the run's own outcome
-        store.add_event(ctx.run_id, "engine_close_failed", f"{type(exc).__name__}: {exc}")
 
 
 def evaluate_checkpoint(
@@ -531,30 +477,22 @@ def evaluate_checkpoint(
     ckpt = checkpoints[-1]
     check_machine(plan, host)
     ctx = RunContext(config=config, run_id=run_id, run_dir=Path(store.get_run(run_id).run_dir),
-                     settings=plan.settings, store=store)
+                     settings=plan.settings, store=store, diagnosers=list(plan.diagnoser_names))
     ctx.executor = scaleout.build_executor(host, ctx, on_progress=progress.episodes)
-    status = "failed"
-    host.call_each("start_run", ctx=ctx, resumed=True)
     done = ckpt.step + 1
-    try:
+    with lifecycle(host, ctx, resumed=True, on_exit=progress.stop) as life:
         progress.stage(done, "load model")
-        engine = _build_engine(host, ctx)
+        engine = life.engine()
         progress.stage(done, "load checkpoint")
         load_plugin_checkpoints(host, ctx, Path(ckpt.path), ckpt.step)
         progress.stage(done, "build environment")
-        env = _build_environment(host, ctx)
+        env = life.environment()
         tasks = _eval_tasks(env, plan.env_owner, config)
         progress.stage(done, "evaluate")
         result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done)
         store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}))
         store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: {result.average:.2f}")
-        status = "completed"
         return done, result
-    finally:
-        progress.stop()
-        host.hook.end_run(ctx=ctx, status=status)
-        _close_engine(ctx, store)
-        ctx.executor.close()
 
 
 def run_plan(

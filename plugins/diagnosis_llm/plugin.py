@@ -34,8 +34,7 @@ def _settings(ctx: RunContext) -> Any:
 def _enabled(ctx: RunContext) -> bool:
     from .judge import SOURCE
 
-    diagnosers = ctx.config.diagnosis.diagnosers
-    return (diagnosers is None or SOURCE in diagnosers) and _settings(ctx).backend != "none"
+    return SOURCE in ctx.diagnosers and _settings(ctx).backend != "none"  # the core's list of enabled diagnosers
 
 
 @hookimpl

@@ -101,9 +101,8 @@ def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) ->
 
 
 @hookimpl
-def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
-    if not _is_ours(environment):
-        return []
+def diagnose(trajectories: list) -> list:
+    """Called by the core only in runs of this plugin's environment (the diagnoser's ``environments``)."""
     from .diagnoser import diagnose as run
 
     return run(trajectories)

@@ -19,12 +19,6 @@ def _settings(ctx: Any) -> Any:
     return ctx.settings_for(NAME, SmartHomeSettings)
 
 
-def _is_ours(environment: Any) -> bool:
-    from .environment import SmartHomeEnvironment
-
-    return isinstance(environment, SmartHomeEnvironment)
-
-
 def _build(ctx: Any) -> Any:
     from .environment import SmartHomeEnvironment
 
@@ -54,7 +48,8 @@ def register_environments() -> list[EnvironmentSpec]:
 def register_diagnosers() -> list[DiagnoserSpec]:
     from .diagnoser import LABELS
 
-    return [DiagnoserSpec(NAME, "per-turn labels from the smart-home verifier (BFCL taxonomy)", labels=LABELS)]
+    return [DiagnoserSpec(NAME, "per-turn labels from the smart-home verifier (BFCL taxonomy)", labels=LABELS,
+                          environments=(NAME,))]
 
 
 @hookimpl
@@ -84,9 +79,8 @@ def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) ->
 
 
 @hookimpl
-def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
-    if not _is_ours(environment):
-        return []
+def diagnose(trajectories: list) -> list:
+    """Called by the core only in runs of this plugin's environment (the diagnoser's ``environments``)."""
     from .diagnoser import diagnose as run
 
     return run(trajectories)
