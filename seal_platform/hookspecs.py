@@ -198,8 +198,10 @@ def start_run(ctx: RunContext, resumed: bool) -> None:
     """A run is starting (or resuming): load models, open resources, fill ``ctx.shared``.
 
     Called once on every enabled plugin, after the run's row is written to the store and before the rollout
-    engine is built. Once built, the engine is available to every hook as ``ctx.shared["engine"]``; the
-    core closes it after ``end_run``.
+    engine is built (likewise before ``seal-platform eval`` evaluates a checkpoint, with ``resumed`` True;
+    ``seal-platform verify`` starts and ends only the benchmark's own plugin). Once built, the engine is
+    available to every hook as ``ctx.shared["engine"]``; the core closes it after ``end_run``. The order of
+    all of it is :mod:`seal_platform.lifecycle`.
 
     :param ctx: the run context.
     :param resumed: True when the run continues from a checkpoint; ``load_checkpoint`` follows.
@@ -212,7 +214,8 @@ def start_run(ctx: RunContext, resumed: bool) -> None:
 def end_run(ctx: RunContext, status: str) -> None:
     """The run has ended: release resources (engines, worker pools, files).
 
-    Called once on every enabled plugin, also when the run failed or was interrupted.
+    Called once on every enabled plugin after the ``start_run`` hooks succeeded, also when the run then
+    failed or was interrupted (not when a ``start_run`` raised).
 
     :param ctx: the run context.
     :param status: ``"completed"``, ``"failed"`` or ``"interrupted"``.

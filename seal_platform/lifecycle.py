@@ -103,17 +103,21 @@ def lifecycle(
             heartbeat.__exit__()
         if on_exit is not None:
             on_exit()
+        end_failure: Exception | None = None
         if started:
             try:
                 call("end_run", status=status)
             except Exception as exc:  # must not hide the run's own outcome
                 if store is None and status == "completed":
-                    raise
-                ctx.event("end_run_failed", f"{type(exc).__name__}: {exc}")
+                    end_failure = exc  # nowhere to record it: raised once everything is closed
+                else:
+                    ctx.event("end_run_failed", f"{type(exc).__name__}: {exc}")
         _close_engine(ctx)
         ctx.executor.close()
         if owns_run and store is not None:
             store.finish_run(ctx.run_id, status, error)
+        if end_failure is not None:
+            raise end_failure
 
 
 def _close_engine(ctx: RunContext) -> None:
