@@ -171,7 +171,8 @@ class EvaluationConfig(_Section):
 
 
 class DiagnosisConfig(_Section):
-    diagnosers: list[str] | None = Field(default=None, description="Enabled diagnosers; null: all registered.")
+    diagnosers: list[str] | None = Field(default=None, description="Enabled diagnosers; null: every registered one not marked explicit (each runs only "
+                                              "in runs of the environments it declares).")
     primary: str | None = Field(
         default=None, description="Diagnoser whose labels drive the capability state and A-Patch."
     )
