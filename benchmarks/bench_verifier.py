@@ -106,6 +106,7 @@ def time_commands(cases: list, rounds: int) -> int:
     """Whole-command wall time of ours and the official thin command on one JSONL file of ``cases``."""
     import json
     import os
+    import resource
     import subprocess
     import tempfile
 
@@ -120,10 +121,18 @@ def time_commands(cases: list, rounds: int) -> int:
     ours = [sys.executable, str(bindir / "seal-platform"), "verify", "--benchmark", "bfcl", fh.name]
     official = [sys.executable, str(ROOT / "benchmarks" / "official_bfcl_verify.py"), fh.name]
 
+    def cpu_of_children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    cpu: dict[str, list[float]] = {"ours": [], "official": []}
+
     def timed(command: list[str]) -> tuple[float, list[bool]]:
+        cpu_before = cpu_of_children()
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.gettempdir())
         seconds = time.perf_counter() - started
+        cpu["ours" if command is ours else "official"].append(cpu_of_children() - cpu_before)
         if done.returncode != 0:
             raise SystemExit(f"{command[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
         return seconds, [json.loads(line)["success"] for line in done.stdout.splitlines() if line.strip()]
@@ -146,6 +155,9 @@ def time_commands(cases: list, rounds: int) -> int:
     print(f"seal-platform verify (whole command): {ours_s:6.2f} s  (rounds: {[round(t, 2) for t in times['ours']]})")
     print(f"official thin command:                {official_s:6.2f} s  (rounds: {[round(t, 2) for t in times['official']]})")
     print(f"ratio official/ours: {official_s / ours_s:.2f}x  (verdicts agree on all {len(cases)} cases)")
+    print(f"CPU time (user+sys, all processes; median): ours {statistics.median(cpu['ours']):.2f} s, "
+          f"official {statistics.median(cpu['official']):.2f} s (under load, the wall-time ratio of a 2-process "
+          "command drifts towards the CPU-time ratio)")
     print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs")
     return 0
 
