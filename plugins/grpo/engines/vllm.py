@@ -35,6 +35,7 @@ from typing import Any
 
 from .base import QueuedEngine, Request
 from .vllm_lora import VLLMLoRAState
+from .vllm_release import forget_reload_info
 
 log = logging.getLogger(__name__)
 
@@ -360,7 +361,7 @@ class VLLMEngine(QueuedEngine):
     def _release(self) -> None:
         llm, self.llm = self.llm, None
         if llm is not None:
-            _forget_reload_info(llm)
+            forget_reload_info(llm)
             try:
                 llm.llm_engine.engine_core.shutdown()
             except Exception:  # already down
@@ -394,18 +395,3 @@ def _final_only() -> Any:
 
 __all__ = ["VLLMEngine", "vllm_available"]
 
-
-def _forget_reload_info(llm: Any) -> None:
-    """Drop this engine's layers from vLLM's layerwise-reload registry. ``reload_weights`` records each layer
-    in a module-level WeakKeyDictionary whose values still reach the layer (through the parameters' weight
-    loaders, bound methods of the layer), so the keys never die: every closed engine whose weights were
-    synced kept its whole model (~800 MB for SmolLM2-135M) for the rest of the process."""
-    def forget(model: Any) -> int:
-        from vllm.model_executor.model_loader.reload import layerwise
-
-        return sum(layerwise.LAYERWISE_INFO.pop(m, None) is not None for m in model.modules())
-
-    try:
-        llm.apply_model(forget)
-    except Exception as exc:  # best effort: an engine that cannot run it is already unusable
-        log.debug("could not clear vLLM's reload registry: %s", exc)
