@@ -38,6 +38,10 @@ class RunContext:
     # Episodes are submitted here (``ctx.executor.map(run_episode, episodes)``), never to threads of
     # a plugin's own, so a distributed executor can take over.
     executor: Executor = field(default_factory=LocalExecutor)
+    # The diagnosers this run enabled (names), set by the core from the plan: the recipe's
+    # diagnosis.diagnosers (or every registered non-explicit one) that label the run's environment. A plugin
+    # registering several diagnosers runs those of its own that are listed here.
+    diagnosers: list[str] = field(default_factory=list)
     # Metrics of the training step under way from plugins other than the optimizer (see add_step_metrics).
     step_metrics: dict[str, float] = field(default_factory=dict)
 
