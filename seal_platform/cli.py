@@ -95,17 +95,17 @@ def cli() -> None:
               help="With --resume: take over a run the store says is running (its host died, or it ran on another "
                    "machine whose process is known to be gone).")
 @click.option("--store", "store_url", default=None, help="Run store URL (default: the recipe's, else runs/store.sqlite).")
-@click.option("--ray-address", default=None, help="Join an existing Ray cluster (recipes that use Ray).")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
 def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart_from: int | None, takeover: bool,
-        store_url: str | None, ray_address: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
+        store_url: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
     """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
 
     RECIPE is a YAML file or the name of a shipped recipe (default: smarthome-embedded, the stock SEAL loop on
     the CPU-sized smarthome environment with the embedded model; seal-embedded runs it on BFCL). Overrides such
-    as training.steps=2 or settings.grpo.lr=1e-5 change single keys.
+    as training.steps=2 or settings.grpo.lr=1e-5 change single keys; a plugin's options are its settings
+    (join a Ray cluster with settings.ray.enabled=true settings.ray.address=HOST:6379).
     """
     from .loop import Runner
     from .planning import plan_config, recipe_problems
@@ -154,8 +154,6 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         recipe_name = str(path)
         origin = RecipeOrigin(path, overrides)
         store = RunStore(config.store_url())
-    if ray_address:  # join this cluster: the recipe's Ray parts run there (the store stays here)
-        config = config.model_copy(update={"ray": config.ray.model_copy(update={"enabled": True, "address": ray_address})})
     plan = plan_config(config, recipe_name, origin=origin)
     assert plan.host is not None
     _warn_failed_plugins(plan.host)

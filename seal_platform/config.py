@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -79,13 +79,8 @@ class RolloutConfig(_Section):
     workers: int = Field(default=8, ge=1, le=4096, description="Episodes run at once (the engine batches their requests).")
     executor: str = Field(
         default="local",
-        description="Where episodes run: `local` (threads in this process) or a registered executor such as "
-        "`ray` (episodes as Ray actors; needs ray.enabled).",
-    )
-    replicas: int = Field(
-        default=1, ge=1, le=1024,
-        description="Rollout engine replicas; more than one runs each as a Ray actor (needs ray.enabled). A "
-        "group's samples go to one replica, so its prompt prefix is cached once.",
+        description="Where episodes run: `local` (threads in this process) or an executor a plugin registers "
+        "(`seal-platform plugins` lists them; one that runs on a cluster needs that cluster enabled).",
     )
     episode_timeout_s: float | None = Field(
         default=None, gt=0.0,
@@ -97,46 +92,7 @@ class RolloutConfig(_Section):
         description="Abort the step when more than this share of its trajectories is masked out because of "
         "infrastructure failures (dead actors, lost nodes, episode time limits).",
     )
-    max_staleness: int = Field(
-        default=0, ge=0, le=1000,
-        description="Samples may be this many policy versions (optimizer updates) older than the trainer's "
-        "policy; older ones are handled as stale_samples says.",
-    )
-    stale_samples: Literal["refuse", "importance_correct"] = Field(
-        default="refuse",
-        description="refuse: stale trajectories are dropped from the update; importance_correct: kept, with "
-        "per-token truncated importance weights min(cap, p_old / p_sampled).",
-    )
-    importance_cap: float = Field(default=2.0, gt=0.0, description="Truncation of the importance weights.")
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
-
-
-class RayConfig(_Section):
-    """Scale-out on Ray. Off by default: the single-machine run never starts Ray."""
-
-    enabled: bool = Field(default=False, description="Use Ray for the parts that ask for it (executor, replicas).")
-    address: str | None = Field(
-        default=None,
-        description="Join this cluster (`auto`, `HOST:6379`, `ray://HOST:10001`); null: start a local Ray "
-        "when enabled. `seal-platform run --ray-address ADDR` sets it.",
-    )
-    namespace: str = Field(default="seal-platform", description="Ray namespace of the run's actors.")
-    colocate: bool = Field(
-        default=False,
-        description="Trainer workers and engine replicas share GPUs (one placement group; engines sleep "
-        "during the update). False: separate bundles.",
-    )
-    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
-        default="PACK", description="Placement-group strategy of the engine (and trainer) bundles."
-    )
-    trainer_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per trainer worker (FSDP rank).")
-    trainer_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated).")
-    engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
-    engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
-    episode_actors: int = Field(default=2, ge=1, le=4096, description="Episode actors of the ray executor (they share "
-                                "rollout.workers concurrent episodes between them).")
-    episode_cpus: float = Field(default=0.25, ge=0.0, description="CPUs reserved per episode actor.")
-    num_cpus: int | None = Field(default=None, ge=1, le=100_000, description="CPUs of a local Ray (null: all).")
 
 
 class BenchmarkEval(_Section):
@@ -198,7 +154,6 @@ class RunConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     diagnosis: DiagnosisConfig = Field(default_factory=DiagnosisConfig)
     stages: StagesConfig = Field(default_factory=StagesConfig)
-    ray: RayConfig = Field(default_factory=RayConfig)
     settings: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per-plugin sections, each validated by the plugin that owns it."
     )
@@ -413,17 +368,63 @@ def _pydantic_issues(exc: ValidationError, prefix: str = "", model: type[BaseMod
     return issues
 
 
+# Keys the core's schema no longer has: the backends' and the optimizer's settings live in their plugins'
+# sections (docs/scaling.md, "Migrating recipes"). Old key -> new key.
+MOVED_KEYS: dict[str, str] = {
+    **{f"ray.{k}": f"settings.ray.{k}" for k in ("enabled", "address", "namespace", "num_cpus", "episode_actors",
+                                                 "episode_cpus")},
+    "ray.colocate": "settings.grpo.placement.colocate",
+    "ray.placement_strategy": "settings.grpo.placement.strategy",
+    **{f"ray.{k}": f"settings.grpo.placement.{k}" for k in ("trainer_cpus", "trainer_gpus", "engine_cpus", "engine_gpus")},
+    **{f"rollout.{k}": f"settings.grpo.{k}" for k in ("replicas", "max_staleness", "stale_samples", "importance_cap")},
+}
+
+
+def moved_key_issues(data: dict[str, Any]) -> list[Issue]:
+    """One issue per key of ``data`` that moved out of the core's schema, naming the key that replaces it."""
+    issues: list[Issue] = []
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        node = data.get(section)
+        if isinstance(node, dict) and key in node:
+            issues.append(Issue(old, f"this key moved to {new} (Ray's and GRPO's settings are their plugins' own "
+                                f"sections now, not core keys)",
+                                f"write it as {new}; see docs/scaling.md, 'Migrating recipes'"))
+    ray = data.get("ray")
+    known = {k.split(".")[1] for k in MOVED_KEYS if k.startswith("ray.")}
+    if "ray" in data and not (isinstance(ray, dict) and ray and set(ray) <= known):
+        issues.append(Issue("ray", "the top-level ray: section moved to settings.ray (connection, executor) and "
+                            "settings.grpo.placement (placement of engine replicas and trainer workers)",
+                            "move its keys there; see docs/scaling.md, 'Migrating recipes'"))
+    return issues
+
+
+def drop_moved_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys :func:`moved_key_issues` reports (so the rest can still be checked)."""
+    data = copy.deepcopy(data)
+    data.pop("ray", None)
+    rollout = data.get("rollout")
+    if isinstance(rollout, dict):
+        for old in MOVED_KEYS:
+            section, key = old.split(".")
+            if section == "rollout":
+                rollout.pop(key, None)
+    return data
+
+
 def validate_core(data: dict[str, Any]) -> tuple[RunConfig | None, list[Issue]]:
+    moved = moved_key_issues(data)
     try:
-        return RunConfig.model_validate(data), []
+        config = RunConfig.model_validate(drop_moved_keys(data) if moved else data)
     except ValidationError as exc:
-        return None, _pydantic_issues(exc, model=RunConfig)
+        return None, moved + _pydantic_issues(exc, model=RunConfig)
+    return (None, moved) if moved else (config, [])
 
 
 def salvage_config(data: dict[str, Any]) -> RunConfig | None:
     """A config from ``data`` with the keys the core rejects left out (defaults in their place), so that
     ``config validate`` can still check plugin settings and stages and report every problem at once."""
-    data = copy.deepcopy(data)
+    data = drop_moved_keys(data)
     for _ in range(5):
         try:
             return RunConfig.model_validate(data)

@@ -14,6 +14,7 @@ from .errors import ConfigError
 from .executor import Executor, LocalExecutor
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .registry import Cluster
     from .store import RunStore
 
 M = TypeVar("M", bound=BaseModel)
@@ -38,6 +39,9 @@ class RunContext:
     # Episodes are submitted here (``ctx.executor.map(run_episode, episodes)``), never to threads of
     # a plugin's own, so a distributed executor can take over.
     executor: Executor = field(default_factory=LocalExecutor)
+    # The compute cluster the recipe enables (``register_clusters``; Ray, say), or None: engine replicas and
+    # trainer groups run on it through its typed contract (:class:`~seal_platform.registry.Cluster`).
+    cluster: Cluster | None = None
     # Metrics of the training step under way from plugins other than the optimizer (see add_step_metrics).
     step_metrics: dict[str, float] = field(default_factory=dict)
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 
 from .apatch import APatch
 from .engines import engine_specs
 from .engines.settings import EngineSettings
+from .on_ray import on_ray
 from .policy import PolicySettings
 from .settings import APatchSettings, GRPOSettings
 
@@ -64,13 +66,24 @@ def register_rollout_engines() -> list:
 
 
 @hookimpl
-def check_machine(config: Any, settings: dict[str, Any]) -> list[str]:
+def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
+    grpo = settings.get("grpo") or GRPOSettings()
+    if grpo.replicas > 1 and on_ray(cluster, grpo.placement) is None:
+        return [Issue("settings.grpo.replicas", "more than one engine replica runs on Ray",
+                      "set settings.ray.enabled: true (and settings.ray.address to join a cluster), or "
+                      "settings.grpo.replicas: 1")]
+    return []
+
+
+@hookimpl
+def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[str]:
     from .devices import problems
 
     uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
     grpo = settings.get("grpo") or GRPOSettings()
-    found = problems(config, settings.get("policy") or PolicySettings(), uses_policy, grpo.train_workers)
-    if found or not uses_policy or config.ray.address:
+    found = problems(config, settings.get("policy") or PolicySettings(), uses_policy, grpo, cluster)
+    ray = on_ray(cluster, grpo.placement)
+    if found or not uses_policy or (cluster is not None and cluster.address):
         return found
     import torch
 
@@ -82,7 +95,7 @@ def check_machine(config: Any, settings: dict[str, Any]) -> list[str]:
     gpus = torch.cuda.device_count()
     memory = min(torch.cuda.get_device_properties(i).total_memory for i in range(gpus)) / 2**30
     try:
-        result = plan(config, settings, gpus, memory)
+        result = plan(config, settings, gpus, memory, on_ray=ray is not None)
     except ValueError:
         return found  # a model of unknown shape: nothing to check against
     return [f"memory plan (`seal-platform plan` prints it): {p}" for p in result.problems]
@@ -121,13 +134,15 @@ def start_run(ctx: Any, resumed: bool) -> None:
     ctx.shared[POLICY] = (model, tokenizer)
     ctx.shared[RUN] = GRPORun(
         model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes,
-        policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed, ray=ctx.config.ray,
+        policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed,
+        ray=on_ray(ctx.cluster, settings.placement),
     )
 
 
 def _colocated(ctx: Any) -> bool:
-    """Engines share the trainer's GPUs (Ray, ``ray.colocate``): they sleep during the update."""
-    return bool(ctx.config.ray.enabled and ctx.config.ray.colocate)
+    """Engines share the trainer's GPUs (Ray, ``grpo.placement.colocate``): they sleep during the update."""
+    placement = ctx.settings_for("grpo", GRPOSettings).placement
+    return on_ray(ctx.cluster, placement) is not None and placement.colocate
 
 
 @hookimpl
@@ -140,7 +155,7 @@ def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int
     run = ctx.shared.get(RUN)
     if run is None:
         raise RuntimeError("grpo's optimize was called before its start_run: the run loop must call start_run first")
-    metrics = run.optimize(engine, trajectories, weights, rollout=ctx.config.rollout, sleep_engines=_colocated(ctx))
+    metrics = run.optimize(engine, trajectories, weights, screen_stale=True, sleep_engines=_colocated(ctx))
     _report_lost_replicas(ctx, engine)
     return metrics
 

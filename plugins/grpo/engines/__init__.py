@@ -43,13 +43,20 @@ def _policy(ctx: RunContext) -> tuple[Any, Any]:
 
 
 def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
-    """With ``ray.enabled`` the engine runs as ``rollout.replicas`` Ray actors (see :mod:`.remote`)."""
-    if not ctx.config.ray.enabled:
+    """On the run's Ray cluster (``settings.ray.enabled``) the engine runs as ``grpo.replicas`` Ray actors placed
+    per ``grpo.placement`` (see :mod:`.remote`)."""
+    from ..on_ray import on_ray
+    from ..settings import GRPOSettings
+
+    grpo = ctx.settings_for("grpo", GRPOSettings)
+    on = on_ray(ctx.cluster, grpo.placement)
+    if on is None:
         return None
     from .remote import start_replicated
 
     model, tokenizer = _policy(ctx)
-    return start_replicated(kind, ctx, model, tokenizer, ctx.settings_for("engine", EngineSettings))
+    return start_replicated(kind, on, grpo.replicas, ctx.seed, model, tokenizer,
+                            ctx.settings_for("engine", EngineSettings))
 
 
 def _hf_factory(ctx: RunContext) -> RolloutEngine:
