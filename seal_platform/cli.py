@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .config import RunConfig, raise_for
+from .config import raise_for, resume_overrides, stored_config
 from .errors import PluginError, SealError, Terminated
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
@@ -129,10 +129,10 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                     f"run {row.id} is still running (pid {row.pid} on {row.host}{beat}); stop it before resuming, "
                     f"or, if that process is gone (its machine died), resume with --takeover (a run whose "
                     f"heartbeat is older than {STALE_AFTER_S / 60:.0f} min is taken over without it).")
-        config = RunConfig.model_validate(row.config)
+        config = stored_config(row.config)
         recipe_name = row.recipe
-        if args:
-            raise SealError("a resumed run keeps its recipe and overrides; drop the extra arguments.")
+        if args:  # only where it runs (settings.ray.address=..., say) may change
+            config = resume_overrides(config, list(args), plugin_host_for(config).settings_models())
         if run_dir is not None:
             if not (run_dir / "config.json").is_file():
                 raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
@@ -554,7 +554,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
         data = {**data, "evaluation": {**data["evaluation"], "split": split}}
     if max_tasks:
         data = {**data, "evaluation": {**data["evaluation"], "max_tasks": max_tasks}}
-    config_ = RunConfig.model_validate(data)
+    config_ = stored_config(data)
     plan = plan_config(config_, row.recipe or row.id)
     assert plan.host is not None
     log_path = Path(row.run_dir) / LOG_FILE

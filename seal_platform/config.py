@@ -380,6 +380,34 @@ MOVED_KEYS: dict[str, str] = {
 }
 
 
+# Their defaults before they moved (the same as their new keys' defaults): a stored run's config lists every key.
+_MOVED_DEFAULTS: dict[str, Any] = {
+    "ray.enabled": False, "ray.address": None, "ray.namespace": "seal-platform", "ray.num_cpus": None,
+    "ray.episode_actors": 2, "ray.episode_cpus": 0.25, "ray.colocate": False, "ray.placement_strategy": "PACK",
+    "ray.trainer_cpus": 1.0, "ray.trainer_gpus": 0.0, "ray.engine_cpus": 1.0, "ray.engine_gpus": 0.0,
+    "rollout.replicas": 1, "rollout.max_staleness": 0, "rollout.stale_samples": "refuse", "rollout.importance_cap": 2.0,
+}
+
+
+def stored_config(data: dict[str, Any]) -> RunConfig:
+    """The config of a stored run (``resume``, ``eval RUN``). A run stored before Ray's and GRPO's keys moved
+    lists them all: each one whose value is not its default is moved to its new key (the defaults are the
+    same there), the rest dropped, so such runs resume and evaluate as they ran."""
+    if not moved_key_issues(data):
+        return RunConfig.model_validate(data)
+    moved = drop_moved_keys(data)
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        node = data.get(section)
+        if not isinstance(node, dict) or key not in node or node[key] == _MOVED_DEFAULTS[old]:
+            continue
+        target = moved
+        for part in new.split(".")[:-1]:
+            target = target.setdefault(part, {})
+        target[new.split(".")[-1]] = node[key]
+    return RunConfig.model_validate(moved)
+
+
 def moved_key_issues(data: dict[str, Any]) -> list[Issue]:
     """One issue per key of ``data`` that moved out of the core's schema, naming the key that replaces it."""
     issues: list[Issue] = []
@@ -466,6 +494,33 @@ def validate_settings(
         except ValidationError as exc:
             issues.extend(_pydantic_issues(exc, prefix=f"settings.{section}", model=model))
     return settings, issues
+
+
+# ``json_schema_extra`` of a plugin setting that says where the run runs, not what it computes (a cluster's
+# address, say): ``run --resume RUN settings.SECTION.KEY=VALUE`` may give it again.
+RUNTIME: dict[str, Any] = {"runtime": True}
+
+
+def runtime_keys(models: dict[str, type[BaseModel]]) -> list[str]:
+    """The ``settings.SECTION.KEY`` of every plugin setting marked :data:`RUNTIME`."""
+    return [f"settings.{section}.{name}" for section, model in sorted(models.items())
+            for name, field in model.model_fields.items()
+            if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("runtime")]
+
+
+def resume_overrides(config: RunConfig, overrides: list[str], models: dict[str, type[BaseModel]]) -> RunConfig:
+    """``config`` (a resumed run's) with ``overrides`` applied: each must name a :data:`RUNTIME` setting (the
+    values are validated with the rest when the run is planned)."""
+    allowed = runtime_keys(models)
+    settings = copy.deepcopy(config.settings)
+    for text in overrides:
+        path, value = parse_override(text)
+        key = ".".join(path)
+        if key not in allowed:
+            raise ConfigError(f"override {text!r}: a resumed run keeps its recipe and overrides; only settings that "
+                              f"say where it runs may be given again ({', '.join(allowed) or 'none'}).")
+        settings.setdefault(path[1], {})[path[2]] = value
+    return config.model_copy(update={"settings": settings})
 
 
 def raise_for(issues: list[Issue], source: str) -> None:

@@ -141,3 +141,23 @@ def test_a_registered_executor_runs_the_episodes(toy_site, toy_recipe):
     assert executor.mapped == 8 and executor.closed  # the core closes what it built
     lost = [t for t in store.trajectories(runner.run_id, step=0) if t.infra_failure]
     assert [t.infra_failure for t in lost] == ["serial: toy engine replica died"]
+
+
+def test_a_run_stored_before_the_keys_moved_gets_them_in_their_new_place():
+    """Stored runs list every key of their day: resume and eval read them with what differs from a default moved
+    to its new key (the defaults did not change), so they run as they ran."""
+    from seal_platform.config import RunConfig, stored_config
+
+    data = RunConfig(environment="toy").model_dump(mode="json")
+    data["ray"] = {"enabled": True, "address": "auto", "namespace": "seal-platform", "colocate": False,
+                   "placement_strategy": "SPREAD", "trainer_cpus": 1.0, "trainer_gpus": 0.0, "engine_cpus": 1.0,
+                   "engine_gpus": 1.0, "episode_actors": 2, "episode_cpus": 0.25, "num_cpus": None}
+    data["rollout"].update(replicas=3, max_staleness=0, stale_samples="importance_correct", importance_cap=2.0)
+    config = stored_config(data)
+    assert config.settings == {
+        "ray": {"enabled": True, "address": "auto"},
+        "grpo": {"replicas": 3, "stale_samples": "importance_correct",
+                 "placement": {"strategy": "SPREAD", "engine_gpus": 1.0}},
+    }
+    fresh = RunConfig(environment="toy")
+    assert stored_config(fresh.model_dump(mode="json")) == fresh

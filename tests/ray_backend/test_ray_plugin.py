@@ -63,3 +63,25 @@ def test_old_ray_keys_name_their_new_place_in_config_validate():
     text = " ".join(result.output.split())
     assert "ray.address: this key moved to settings.ray.address" in text
     assert "rollout.replicas: this key moved to settings.grpo.replicas" in text
+
+
+def test_a_resumed_run_may_join_another_cluster_and_change_nothing_else():
+    """What `run --ray-address` did, generically: a resumed run takes overrides of the settings marked as where
+    it runs (settings.ray.enabled / address / ...), and refuses any other."""
+    import pytest
+
+    from seal_platform.config import resume_overrides, runtime_keys
+    from seal_platform.errors import ConfigError
+    from seal_platform.planning import recipe_problems
+
+    models = make_plugin_manager().settings_models()
+    assert {"settings.ray.enabled", "settings.ray.address"} <= set(runtime_keys(models))
+    config, _, _ = recipe_problems("seal-ray", [])
+    assert config is not None
+    moved = resume_overrides(config, ["settings.ray.address=ray://head:10001"], models)
+    assert moved.settings["ray"]["address"] == "ray://head:10001" and moved.settings["ray"]["enabled"] is True
+    assert moved.model_copy(update={"settings": config.settings}) == config  # nothing else changed
+    with pytest.raises(ConfigError, match="only settings that say where it runs"):
+        resume_overrides(config, ["settings.grpo.replicas=2"], models)
+    with pytest.raises(ConfigError, match="only settings that say where it runs"):
+        resume_overrides(config, ["training.steps=2"], models)
