@@ -18,7 +18,12 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .settings import GRPOSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seal_platform.registry import Cluster
 
 # The oldest Linux driver each CUDA major version runs on (NVIDIA's CUDA toolkit release notes, "minor version
 # compatibility": 12.x needs >= 525.60.13, 13.x >= 580.65.06, 11.x >= 450.80.02).
@@ -72,13 +77,13 @@ def cuda_unusable_reason() -> str | None:
             "(torch.cuda.is_available() is False: check CUDA_VISIBLE_DEVICES and the container's GPU access)")
 
 
-def problems(config: Any, policy: Any, uses_policy: bool, grpo: Any = None, cluster: Any = None) -> list[str]:
+def problems(config: Any, policy: Any, uses_policy: bool, grpo: GRPOSettings | None = None,
+             cluster: Cluster | None = None) -> list[str]:
     """The device problems of a run of ``config`` whose policy settings are ``policy`` (``uses_policy``: the
     run loads grpo's policy, i.e. trains with grpo or rolls out on one of its engines; ``grpo``: its settings,
     whose ``train_workers`` above 1 run the update in trainer actors placed by Ray per ``grpo.placement`` when
     ``cluster``, the run's cluster (:class:`seal_platform.registry.Cluster`), is Ray)."""
     from .on_ray import RAY
-    from .settings import GRPOSettings
 
     grpo = grpo or GRPOSettings()
     out: list[str] = []
@@ -96,7 +101,7 @@ def problems(config: Any, policy: Any, uses_policy: bool, grpo: Any = None, clus
     auto_gpu = device == "auto" and has_nvidia_gpu()
     if not (uses_policy and (asked or auto_gpu)) and not ray_gpus:
         return out
-    if ray_gpus and cluster.address:
+    if ray_gpus and cluster is not None and cluster.address:
         return out  # the GPUs are the cluster's, not this machine's: Ray places the actors there
     reason = cuda_unusable_reason()
     if reason is None:

@@ -13,17 +13,22 @@ tokenizer), read by the engines; ``grpo.apatch``, the label weights; ``grpo.run`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 
 from .apatch import APatch
-from .engines import engine_specs
+from .engines import REPLICATED, engine_specs
 from .engines.settings import EngineSettings
 from .on_ray import on_ray
 from .policy import PolicySettings
 from .settings import APatchSettings, GRPOSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seal_platform.registry import Cluster
+
+    from .engines.replicas import RayEngineClient
 
 NAME = "grpo"
 POLICY = "grpo.policy"
@@ -66,7 +71,7 @@ def register_rollout_engines() -> list:
 
 
 @hookimpl
-def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
+def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None) -> list[Issue]:
     grpo = settings.get("grpo") or GRPOSettings()
     if grpo.replicas > 1 and on_ray(cluster, grpo.placement) is None:
         return [Issue("settings.grpo.replicas", "more than one engine replica runs on Ray",
@@ -76,7 +81,7 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Is
 
 
 @hookimpl
-def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[str]:
+def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None) -> list[str]:
     from .devices import problems
 
     uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
@@ -155,19 +160,19 @@ def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int
     run = ctx.shared.get(RUN)
     if run is None:
         raise RuntimeError("grpo's optimize was called before its start_run: the run loop must call start_run first")
-    metrics = run.optimize(engine, trajectories, weights, screen_stale=True, sleep_engines=_colocated(ctx))
-    _report_lost_replicas(ctx, engine)
+    replicated = ctx.shared.get(REPLICATED)
+    sleep = replicated.sleep if replicated is not None and _colocated(ctx) else None
+    metrics = run.optimize(engine, trajectories, weights, screen_stale=True, sleep=sleep)
+    if replicated is not None:
+        _report_lost_replicas(ctx, replicated)
     return metrics
 
 
-def _report_lost_replicas(ctx: Any, engine: Any) -> None:
+def _report_lost_replicas(ctx: Any, engine: RayEngineClient) -> None:
     """An event for each engine replica found dead since the last report (replicated engines on Ray); the
     replicas are asked, so a replica lost while nothing was sent to it is reported in this step too."""
-    probe = getattr(engine, "probe", None)
-    replicas = getattr(engine, "replicas", None)
-    if not callable(probe) or replicas is None:
-        return
-    dead = set(range(len(replicas))) - set(probe())
+    replicas = engine.replicas
+    dead = set(range(len(replicas))) - set(engine.probe())
     reported = ctx.shared.setdefault("grpo.lost_replicas", set())
     for index in sorted(dead - reported):
         ctx.event("engine_replica_lost", f"rollout engine replica {index} of {len(replicas)} died; its requests "

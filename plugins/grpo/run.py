@@ -8,7 +8,7 @@ weights pushed into the rollout engine.
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from seal_platform.types import Trajectory
 
@@ -42,12 +42,13 @@ class GRPORun:
             )
 
     def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float],
-                 screen_stale: bool = False, sleep_engines: bool = False) -> dict[str, float]:
+                 screen_stale: bool = False, sleep: Callable[[], None] | None = None) -> dict[str, float]:
         """Build samples, update the policy, push the new weights into ``engine``; return metrics.
 
         ``screen_stale`` applies the staleness rule of the settings (``grpo.max_staleness``,
         ``grpo.stale_samples``, ``grpo.importance_cap``; see :mod:`.staleness`) and
-        ``sleep_engines``: engines that share the trainer's GPUs sleep during the update (their ``sleep``)."""
+        ``sleep``: engines that share the trainer's GPUs (colocated replicas) are put to sleep with it for the
+        update."""
         from . import staleness
 
         if self.trainer is None:
@@ -65,9 +66,8 @@ class GRPORun:
             for sample in samples:
                 if sample.id in screened.corrected:
                     sample.importance_cap = settings.importance_cap
-        sleeper = getattr(engine, "sleep", None) if sleep_engines else None
-        if callable(sleeper):
-            sleeper()  # colocated engines give the GPU memory to the update; the weight push wakes them
+        if sleep is not None:
+            sleep()  # colocated engines give the GPU memory to the update; the weight push wakes them
         metrics = self.trainer.step(samples)
         if screened is not None:
             metrics.update(screened.metrics)

@@ -113,8 +113,9 @@ def test_colocated_engines_sleep_during_the_update_and_get_the_new_version(tiny_
         def update_weights(self, model, version=None):
             calls.append(("update_weights", version))
 
-    run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4, max_staleness=1), apatch=None)
-    run.optimize(Engine(), make_trajectories(tokenizer), {}, screen_stale=True, sleep_engines=True)
+    run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4), apatch=None)
+    engine = Engine()
+    run.optimize(engine, make_trajectories(tokenizer), {}, screen_stale=True, sleep=engine.sleep)
     assert calls == [("sleep", 0), ("update_weights", run.trainer.updates)] and run.trainer.updates >= 1
     calls.clear()
     run.optimize(Engine(), make_trajectories(tokenizer), {}, screen_stale=True)

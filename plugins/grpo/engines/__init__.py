@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seal_platform.engine import RolloutEngine
 
 POLICY_KEY = "grpo.policy"
+REPLICATED = "grpo.replicated"  # the run's RayEngineClient when the engine is replicated on Ray
 
 
 def _policy(ctx: RunContext) -> tuple[Any, Any]:
@@ -55,8 +56,10 @@ def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
     from .remote import start_replicated
 
     model, tokenizer = _policy(ctx)
-    return start_replicated(kind, on, grpo.replicas, ctx.seed, model, tokenizer,
-                            ctx.settings_for("engine", EngineSettings))
+    client = start_replicated(kind, on, grpo.replicas, ctx.seed, model, tokenizer,
+                              ctx.settings_for("engine", EngineSettings))
+    ctx.shared[REPLICATED] = client  # what grpo's optimize puts to sleep (colocated) and asks for lost replicas
+    return client
 
 
 def _hf_factory(ctx: RunContext) -> RolloutEngine:
@@ -96,4 +99,4 @@ def engine_specs() -> list[EngineSpec]:
     ]
 
 
-__all__ = ["POLICY_KEY", "engine_specs"]
+__all__ = ["POLICY_KEY", "REPLICATED", "engine_specs"]
