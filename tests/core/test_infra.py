@@ -161,3 +161,28 @@ def test_a_run_stored_before_the_keys_moved_gets_them_in_their_new_place():
     }
     fresh = RunConfig(environment="toy")
     assert stored_config(fresh.model_dump(mode="json")) == fresh
+
+
+def test_the_cluster_a_recipe_enables_reaches_checks_executor_and_context(toy_site, toy_recipe):
+    """A plugin registers a cluster (register_clusters) that its settings enable; the core names no backend: it
+    refuses an executor whose cluster is off (with the cluster's own enable hint), passes the cluster to
+    check_config and check_machine, and hands it to the run as ctx.cluster."""
+    config, issues, _ = load_recipe(str(toy_recipe), ["rollout.executor=toy-clustered", "settings.toy.needs_cluster=true"])
+    assert not issues
+    host = make_plugin_manager(allow=config.plugins.allow)
+    _, problems = check_recipe(config, host)
+    where = {p.where: p for p in problems}
+    assert set(where) == {"rollout.executor", "settings.toy.needs_cluster"}
+    assert "runs on the toy-cluster cluster" in where["rollout.executor"].what
+    assert "set settings.toy.cluster: ADDRESS" in where["rollout.executor"].fix
+    assert sys.modules["toy_plugin"].plugin.seen_clusters["check_config"] is None
+
+    runner, store = _runner(toy_recipe, ["training.steps=1", "rollout.executor=toy-clustered",
+                                         "settings.toy.needs_cluster=true", "settings.toy.cluster=head:1"])
+    runner.run()
+    plugin = sys.modules["toy_plugin"].plugin
+    seen = plugin.seen_clusters
+    assert seen["executor"] is runner.ctx.cluster and runner.ctx.cluster.name == "toy-cluster"
+    assert runner.ctx.cluster.address == "head:1" and runner.ctx.cluster.leases == 1
+    assert seen["check_machine"].address == "head:1" and seen["check_config"].address == "head:1"
+    assert store.get_run(runner.run_id).status == "completed"
