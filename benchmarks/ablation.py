@@ -68,7 +68,8 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
     """One run through the core's loop; returns its evaluations and wall time."""
     from seal_platform.cli import load_recipe, plugin_host_for
     from seal_platform.config import raise_for
-    from seal_platform.loop import Runner, prepare
+    from seal_platform.loop import Runner
+    from seal_platform.planning import prepare
     from seal_platform.store import RunStore
 
     config, issues, path = load_recipe(recipe, [f"runs_dir={runs_dir}", *overrides])
@@ -83,7 +84,7 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
     wall = time.perf_counter() - started
     if not keep_checkpoints:
         shutil.rmtree(summary.run_dir / "checkpoints", ignore_errors=True)
-    from seal_platform.digest import load_digest
+    from seal_platform.present.digest import load_digest
 
     evals = {str(step): {"average": r.average, "per_category": r.per_category, "n_tasks": r.n_tasks}
              for step, r in summary.evaluations.items()}

@@ -9,9 +9,11 @@ Prints per-case times and the ratio official / ours. Run by hand:
 
 ``--executor`` also times our verifier through the worker-process executor (what training uses).
 ``--commands`` times whole commands on the same cases written to one JSONL file, as a user runs them:
-``seal-platform verify --benchmark bfcl FILE`` against ``benchmarks/official_bfcl_verify.py FILE`` (a thin
-command around bfcl_eval's checker), start-up and imports included, both with their bytecode compiled (as
-``make`` leaves ours); verdicts must agree line by line.
+``seal-platform verify --benchmark bfcl FILE`` against ``benchmarks/official_bfcl_verify.py FILE`` (the
+thinnest official command: bfcl_eval's data files read with ``json``, ``multi_turn_checker`` called directly),
+start-up and imports included, same Python, both with their bytecode compiled (as ``make`` leaves ours),
+run alternately ``--rounds`` times each (median reported) with the load average printed; the verdicts must
+agree line by line.
 """
 
 from __future__ import annotations
@@ -51,11 +53,11 @@ def main() -> int:
     tasks = load_tasks(split="all")
     by_id = {task.id: task for task in tasks}
     cases = helpers.agreement_cases([task.payload for task in tasks], args.per_task, args.seed)
-    helpers.official_verdict(cases[0][0], cases[0][1])  # snapshot of the long-context module objects
-    parsed = [[[parse_call(c) for c in turn] for turn in turns] for _, turns, _ in cases]
     print(f"{len(cases)} cases ({len(tasks)} ground truths + {len(cases) - len(tasks)} perturbations)")
     if args.commands:
         return time_commands(cases, args.rounds)
+    helpers.official_verdict(cases[0][0], cases[0][1])  # snapshot of the long-context module objects
+    parsed = [[[parse_call(c) for c in turn] for turn in turns] for _, turns, _ in cases]
 
     def ours_round() -> tuple[float, list]:
         started = time.perf_counter()
@@ -104,6 +106,7 @@ def time_commands(cases: list, rounds: int) -> int:
     """Whole-command wall time of ours and the official thin command on one JSONL file of ``cases``."""
     import json
     import os
+    import resource
     import subprocess
     import tempfile
 
@@ -115,17 +118,26 @@ def time_commands(cases: list, rounds: int) -> int:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "seal_platform"), str(ROOT / "plugins")],
                    check=True, stdout=subprocess.DEVNULL)
     bindir = Path(sys.executable).parent
-    ours = [str(bindir / "seal-platform"), "verify", "--benchmark", "bfcl", fh.name]
+    ours = [sys.executable, str(bindir / "seal-platform"), "verify", "--benchmark", "bfcl", fh.name]
     official = [sys.executable, str(ROOT / "benchmarks" / "official_bfcl_verify.py"), fh.name]
 
+    def cpu_of_children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    cpu: dict[str, list[float]] = {"ours": [], "official": []}
+
     def timed(command: list[str]) -> tuple[float, list[bool]]:
+        cpu_before = cpu_of_children()
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.gettempdir())
         seconds = time.perf_counter() - started
+        cpu["ours" if command is ours else "official"].append(cpu_of_children() - cpu_before)
         if done.returncode != 0:
             raise SystemExit(f"{command[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
         return seconds, [json.loads(line)["success"] for line in done.stdout.splitlines() if line.strip()]
 
+    load_before = os.getloadavg()[0]
     try:
         times: dict[str, list[float]] = {"ours": [], "official": []}
         for _ in range(rounds):
@@ -143,6 +155,10 @@ def time_commands(cases: list, rounds: int) -> int:
     print(f"seal-platform verify (whole command): {ours_s:6.2f} s  (rounds: {[round(t, 2) for t in times['ours']]})")
     print(f"official thin command:                {official_s:6.2f} s  (rounds: {[round(t, 2) for t in times['official']]})")
     print(f"ratio official/ours: {official_s / ours_s:.2f}x  (verdicts agree on all {len(cases)} cases)")
+    print(f"CPU time (user+sys, all processes; median): ours {statistics.median(cpu['ours']):.2f} s, "
+          f"official {statistics.median(cpu['official']):.2f} s (under load, the wall-time ratio of a 2-process "
+          "command drifts towards the CPU-time ratio)")
+    print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs")
     return 0
 
 

@@ -29,7 +29,7 @@ from seal_platform.toolenv.formats import HermesFormat, PythonFormat  # noqa: E4
 
 def _targets():
     from seal_platform.verify import score_line
-    from seal_platform_plugins.bfcl._worker import Backend
+    from seal_platform_plugins.bfcl.backend import Backend
     from seal_platform_plugins.bfcl.data import load_tasks
     from seal_platform_plugins.bfcl.environment import BfclEnvironment
     from seal_platform_plugins.bfcl.executor import _payload_for_worker

@@ -13,6 +13,7 @@ from typing import Any
 from .config import Issue, RunConfig
 from .context import RunContext
 from .errors import PluginError
+from .stages import evaluate_sampling, score_evaluation, wrap
 from .types import EvalResult
 
 _ENVIRONMENTS = "seal_platform.benchmarks"
@@ -29,10 +30,8 @@ def check_benchmarks(config: RunConfig, host: Any) -> list[Issue]:
             issues.append(Issue(where, f"the name {bench.key!r} is taken (the training environment is always evaluated "
                                        "under its own name)", "give this benchmark another `name`"))
         seen.add(bench.key)
-        if bench.environment not in environments:
-            known = ", ".join(sorted(environments)) or "none"
-            issues.append(Issue(where, f"no loaded plugin registers environment {bench.environment!r}",
-                                f"registered environments: {known}"))
+        if problem := host.missing("environment", bench.environment):
+            issues.append(Issue(where, *problem))
         elif not host.implements(environments[bench.environment][0], "evaluate"):
             issues.append(Issue(where, f"plugin {environments[bench.environment][0]!r} registers "
                                        f"{bench.environment!r} but does not implement 'evaluate'"))
@@ -44,21 +43,18 @@ def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> d
 
     Environments are built once per run (kept in ``ctx.shared``), by their own plugin's factory.
     """
-    from .loop import _wrap  # the same helpers as the training environment's evaluation
-    from .stages import evaluate_sampling, score_evaluation
-
     built: dict[str, Any] = ctx.shared.setdefault(_ENVIRONMENTS, {})
     results: dict[str, EvalResult] = {}
     for bench in ctx.config.evaluation.benchmarks:
         owner, spec = host.environments()[bench.environment]
         if bench.environment not in built:
-            built[bench.environment] = _wrap("environment", owner, lambda: spec.factory(ctx))
+            built[bench.environment] = wrap("environment", owner, lambda: spec.factory(ctx))
         env = built[bench.environment]
-        tasks = _wrap("tasks", owner, lambda: env.tasks(bench.split))
+        tasks = wrap("tasks", owner, lambda: env.tasks(bench.split))
         tasks = tasks[: bench.max_tasks] if bench.max_tasks else tasks
         if not tasks:
             raise PluginError(f"benchmark {bench.environment!r} has no tasks in split {bench.split!r}.")
-        raw = _wrap("evaluate", owner, lambda: host.call_owned(
+        raw = wrap("evaluate", owner, lambda: host.call_owned(
             "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
             sampling=evaluate_sampling(ctx.config),
         ))

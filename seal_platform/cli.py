@@ -109,7 +109,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     """
     from .loop import Runner
     from .planning import plan_config, recipe_problems
-    from .progress import RichProgress
+    from .present.progress import RichProgress
     from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
 
     origin: RecipeOrigin | None = None  # where a recipe's problems come from (a resume keeps its checked config)
@@ -160,7 +160,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     progress = None if quiet else RichProgress(console)
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress,
                     restart_from=restart_from, takeover=takeover)
-    from .run_display import run_with_display
+    from .present.run_display import run_with_display
 
     try:
         with _sigterm_interrupts():
@@ -304,7 +304,7 @@ def runs(store_url: str | None, as_json: bool) -> None:
     """List runs in the store, newest first."""
     store = open_store(store_url)
     if as_json:
-        from .digest import load_digest
+        from .present.digest import load_digest
 
         rows = []
         for r in store.list_runs():
@@ -338,10 +338,10 @@ def runs(store_url: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the run's digest).")
 def show(run_id: str, store_url: str | None, as_json: bool) -> None:
     """Show one run: config, plugins, steps, evaluations, interface revisions, events."""
-    from .reporting import show_run
+    from .present.reporting import show_run
 
     if as_json:
-        from .digest import load_digest
+        from .present.digest import load_digest
 
         click.echo(load_digest(open_store(store_url), run_id).model_dump_json(indent=2))
         return
@@ -359,9 +359,9 @@ def show(run_id: str, store_url: str | None, as_json: bool) -> None:
 def report(run_id: str, store_url: str | None, out: str | None, eval_episodes: int, train_groups: int) -> None:
     """Write one self-contained HTML page about a run: pass rate per category, labels and A-Patch weights
     over steps, the interface revisions with their diffs, step timings, transcripts."""
-    from .digest import load_digest
-    from .html_report import write_run_report
-    from .transcripts import report_transcripts
+    from .present.digest import load_digest
+    from .present.html_report import write_run_report
+    from .present.transcripts import report_transcripts
 
     store = open_store(store_url)
     sample = report_transcripts(store, run_id, eval_limit=eval_episodes, train_groups=train_groups)
@@ -377,14 +377,14 @@ def report(run_id: str, store_url: str | None, out: str | None, eval_episodes: i
 def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html_out: str | None) -> None:
     """Final per-category pass rates and averages of several runs side by side (one column per run, one
     block of rows per evaluation set)."""
-    from .digest import load_digest
-    from .summary import compare_runs, comparison_table
+    from .present.digest import load_digest
+    from .present.summary import compare_runs, comparison_table
 
     store = open_store(store_url)
     digests = [load_digest(store, run_id) for run_id in run_ids]
     comparison = compare_runs(digests)
     if html_out:
-        from .html_report import comparison_html
+        from .present.html_report import comparison_html
 
         Path(html_out).write_text(comparison_html(comparison, digests), encoding="utf-8")
     if as_json:
@@ -420,7 +420,7 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
     """What the agent did: a run's episodes turn by turn (messages, parsed calls and tool results, the
     verifier's verdict, every diagnoser's label with its rationale and A-Patch weight); with --against, two
     runs' episodes of the same tasks next to each other, the turns that differ marked."""
-    from .transcripts import load_episodes, render
+    from .present.transcripts import load_episodes, render
 
     if against is not None:
         _transcripts_against(run_id, against, step=step, against_step=against_step, task=task, label=label,
@@ -438,7 +438,7 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
 
 
 def _transcripts_against(run_a: str, run_b: str, *, store_url: str | None, **options: Any) -> None:
-    from .transcript_pairs import show_pairs
+    from .present.transcript_pairs import show_pairs
 
     show_pairs(open_store(store_url), run_a, run_b, console=console, notes=errors, **options)
 
@@ -541,10 +541,10 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     As for `run`, library logs go to <run dir>/run.log (-v shows them here too) and a progress display shows
     model load, checkpoint load and the evaluation's episodes.
     """
-    from .digest import LOG_FILE
+    from .present.digest import LOG_FILE
     from .loop import evaluate_checkpoint
     from .planning import plan_config
-    from .progress import RichProgress
+    from .present.progress import RichProgress
     from .runlog import quiet_terminal
 
     store = open_store(store_url, write=True)

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
-from .recipe_keys import close_key, known_keys
+from .recipe_keys import close_key, known_keys, resolve_recipe_path
 
 
 class _Section(BaseModel):
@@ -127,7 +127,8 @@ class EvaluationConfig(_Section):
 
 
 class DiagnosisConfig(_Section):
-    diagnosers: list[str] | None = Field(default=None, description="Enabled diagnosers; null: all registered.")
+    diagnosers: list[str] | None = Field(default=None, description="Enabled diagnosers; null: every registered one not marked explicit (each runs only "
+                                              "in runs of the environments it declares).")
     primary: str | None = Field(
         default=None, description="Diagnoser whose labels drive the capability state and A-Patch."
     )
@@ -193,37 +194,6 @@ class Issue:
 
 
 # --- loading -------------------------------------------------------------------------------------------
-
-def _recipes_dir() -> Path:
-    """The shipped recipes: the ``recipes/`` folder, installed as the data package ``seal_platform_recipes``
-    (inside site-packages for a wheel install, the repository folder for an editable one)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("seal_platform_recipes")
-    if spec is not None and spec.submodule_search_locations:
-        return Path(list(spec.submodule_search_locations)[0])
-    return Path(__file__).resolve().parent.parent / "recipes"  # a source tree that was never installed
-
-
-RECIPES_DIR = _recipes_dir()
-# The default run: SEAL on the CPU-sized smarthome environment, where the embedded model visibly learns in a few
-# minutes. The BFCL pipeline check on the same model is `seal-platform run seal-embedded`.
-DEFAULT_RECIPE = "smarthome-embedded"
-
-
-def resolve_recipe_path(recipe: str | Path | None) -> Path:
-    """A recipe path, or the name of a recipe in the shipped ``recipes/`` folder (with or without .yaml)."""
-    if recipe is None:
-        recipe = DEFAULT_RECIPE
-    path = Path(recipe)
-    if path.is_file():
-        return path
-    for candidate in (RECIPES_DIR / f"{recipe}.yaml", RECIPES_DIR / str(recipe)):
-        if candidate.is_file():
-            return candidate
-    shipped = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))) or "none"
-    raise ConfigError(f"recipe {str(recipe)!r} not found: give a path to a YAML file or one of the shipped recipes ({shipped}).")
-
 
 # A recipe is a few hundred YAML nodes; these bounds refuse alias bombs (a few hundred bytes whose aliases
 # expand to billions of nodes once anything walks the mapping) and nesting that would overflow the stack.

@@ -42,6 +42,10 @@ class RunContext:
     # The compute cluster the recipe enables (``register_clusters``; Ray, say), or None: engine replicas and
     # trainer groups run on it through its typed contract (:class:`~seal_platform.registry.Cluster`).
     cluster: Cluster | None = None
+    # The diagnosers this run enabled (names), set by the core from the plan: the recipe's
+    # diagnosis.diagnosers (or every registered non-explicit one) that label the run's environment. A plugin
+    # registering several diagnosers runs those of its own that are listed here.
+    diagnosers: list[str] = field(default_factory=list)
     # Metrics of the training step under way from plugins other than the optimizer (see add_step_metrics).
     step_metrics: dict[str, float] = field(default_factory=dict)
 

@@ -53,13 +53,13 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from .context import RunContext
     from .config import Issue
     from .registry import Cluster, ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
-    from .tracking import TrackEvent
     from .types import (
         EvalResult,
         Interface,
         ReweightResult,
         SamplingParams,
         Task,
+        TrackEvent,
         Trajectory,
         TurnLabel,
     )
@@ -111,8 +111,9 @@ def register_diagnosers() -> list[DiagnoserSpec]:
     """Declare the diagnosers this plugin provides.
 
     Called when a run starts and by ``seal-platform plugins``. A plugin that registers at least one diagnoser
-    enabled by the recipe (``diagnosis.diagnosers``; all registered diagnosers by default) has its
-    ``diagnose`` implementation called every step.
+    enabled by the recipe (``diagnosis.diagnosers``; all registered diagnosers but the ``explicit`` ones by
+    default) that labels the run's environment (``DiagnoserSpec.environments``, empty: any) has its
+    ``diagnose`` implementation called every step; the enabled names are ``ctx.diagnosers``.
 
     :returns: a list of :class:`seal_platform.registry.DiagnoserSpec` (name, description).
 
@@ -236,8 +237,10 @@ def start_run(ctx: RunContext, resumed: bool) -> None:
     """A run is starting (or resuming): load models, open resources, fill ``ctx.shared``.
 
     Called once on every enabled plugin, after the run's row is written to the store and before the rollout
-    engine is built. Once built, the engine is available to every hook as ``ctx.shared["engine"]``; the
-    core closes it after ``end_run``.
+    engine is built (likewise before ``seal-platform eval`` evaluates a checkpoint, with ``resumed`` True;
+    ``seal-platform verify`` starts and ends only the benchmark's own plugin). Once built, the engine is
+    available to every hook as ``ctx.shared["engine"]``; the core closes it after ``end_run``. The order of
+    all of it is :mod:`seal_platform.lifecycle`.
 
     :param ctx: the run context.
     :param resumed: True when the run continues from a checkpoint; ``load_checkpoint`` follows.
@@ -250,7 +253,8 @@ def start_run(ctx: RunContext, resumed: bool) -> None:
 def end_run(ctx: RunContext, status: str) -> None:
     """The run has ended: release resources (engines, worker pools, files).
 
-    Called once on every enabled plugin, also when the run failed or was interrupted.
+    Called once on every enabled plugin after the ``start_run`` hooks succeeded, also when the run then
+    failed or was interrupted (not when a ``start_run`` raised).
 
     :param ctx: the run context.
     :param status: ``"completed"``, ``"failed"`` or ``"interrupted"``.
@@ -360,8 +364,8 @@ def diagnose(ctx: RunContext, environment: Environment, trajectories: list[Traje
     Called once per training step, after ``collect``, on every plugin that registered an enabled diagnoser.
 
     :param ctx: the run context.
-    :param environment: the run's environment (diagnosers specific to one benchmark should return an empty
-        list for others).
+    :param environment: the run's environment (the core calls a diagnoser only in runs of the environments
+        its ``DiagnoserSpec.environments`` lists, so it need not check).
     :param trajectories: this step's verified trajectories.
     :param step: the training step.
     :returns: a list of :class:`TurnLabel`, each naming its diagnoser in ``source``. The labels of the

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import SealError
 from .plugins import PluginHost
 
 
@@ -27,12 +26,7 @@ def label_rows(host: PluginHost, environment: str | None = None) -> list[LabelRo
     """Every label of every registered diagnoser (those that label ``environment`` when it is given)."""
     diagnosers = host.diagnosers()
     if environment is not None:
-        environments = host.environments()
-        if environment not in environments:
-            known = ", ".join(sorted(environments)) or "none"
-            note = host.failure_note()
-            raise SealError(f"no loaded plugin registers environment {environment!r} (registered: {known})."
-                            + (f" {note[0].upper()}{note[1:]}." if note else ""))
+        host.require("environment", environment)
     rows = []
     for name, (plugin, spec) in sorted(diagnosers.items()):
         if environment is not None and spec.environments and environment not in spec.environments:

@@ -14,8 +14,9 @@ The public path is recipe -> plan -> run::
 
     summary = run_plan(plan_recipe("recipes/seal-embedded.yaml", ["training.steps=2"]))
 
-Planning (recipe -> :class:`Plan`) lives in :mod:`seal_platform.planning`, checkpoint files in
-:mod:`seal_platform.checkpoints`; both are re-exported here for existing imports.
+Planning (recipe -> :class:`~seal_platform.planning.Plan`) lives in :mod:`seal_platform.planning`, checkpoint
+files in :mod:`seal_platform.checkpoints`, what happens around a run (plugins started and ended, the engine
+built and closed, the run's final status) in :mod:`seal_platform.lifecycle`.
 """
 
 from __future__ import annotations
@@ -23,19 +24,17 @@ from __future__ import annotations
 import json
 import random
 import time
-import traceback
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from . import dynamic_sampling, infra, scaleout
 from .benchmarks import evaluate_benchmarks
 from .capability import CapabilityState
 from .checkpoints import (
-    CORE_CHECKPOINT_FILE,
     CoreState,
     durable_checkpoints,
     load_plugin_checkpoints,
@@ -47,19 +46,14 @@ from .checkpoints import (
 from .config import RunConfig
 from .context import RunContext
 from .environment import Environment
-from .errors import PluginError, SealError, Terminated
-from .planning import Plan, check_machine, check_recipe, plan_config, plan_recipe, prepare
+from .errors import PluginError, SealError
+from .lifecycle import lifecycle
+from .planning import Plan, check_machine
 from .plugins import PluginHost
-from .stages import adopt_interface, collect_sampling, evaluate_sampling, score_evaluation
-from .store import Heartbeat, RunStore, is_stale
+from .stages import adopt_interface, collect_sampling, evaluate_sampling, expect_list_of, score_evaluation, wrap
+from .store import RunStore, is_stale
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
-
-__all__ = [
-    "CORE_CHECKPOINT_FILE", "Plan", "Progress", "RunSummary", "Runner", "check_recipe", "evaluate_checkpoint",
-    "plan_config", "plan_recipe", "prepare", "remove_partial_checkpoints", "run_plan",
-]
-
 
 def _batches(tasks: list[Task], per_step: int, seed: int, epoch: int) -> list[list[Task]]:
     order = list(tasks)
@@ -99,24 +93,6 @@ class Progress:
     def step_done(self, step: int, mean_reward: float, metrics: dict[str, float]) -> None: ...
     def evaluated(self, step: int, result: EvalResult) -> None: ...
     def stop(self) -> None: ...
-
-
-def _wrap(stage: str, plugin: str, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except SealError:
-        raise
-    except Exception as exc:
-        raise PluginError(f"the {stage!r} stage failed in plugin {plugin!r}: {type(exc).__name__}: {exc}") from exc
-
-
-def _expect_list_of(value: Any, kind: type[Any], stage: str, plugin: str) -> list[Any]:
-    if value is None:
-        raise PluginError(f"plugin {plugin!r} returned nothing from {stage!r}; it must return a list of {kind.__name__}.")
-    try:
-        return [item if isinstance(item, kind) else kind.model_validate(item) for item in value]
-    except Exception as exc:
-        raise PluginError(f"plugin {plugin!r} returned something other than a list of {kind.__name__} from {stage!r}: {exc}") from exc
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -173,6 +149,7 @@ class Runner:
             _check_writable(self.run_dir)  # before the store holds a row for a run that cannot write its folder
         self.ctx = RunContext(
             config=self.config, run_id=self.run_id, run_dir=self.run_dir, settings=plan.settings, store=store,
+            diagnosers=list(plan.diagnoser_names),
         )
         self.ctx.executor = scaleout.build_executor(host, self.ctx, on_progress=self.progress.episodes)
         self.state = CapabilityState()
@@ -203,46 +180,21 @@ class Runner:
         for record in self.host.records:
             if record.status == "failed":
                 self.store.add_event(self.run_id, "plugin_load_failed", f"{record.name}: {record.error}", record.to_dict())
-        status, error, summary = "failed", None, None
-        started = False
-        self._heartbeat = Heartbeat(self.store, self.run_id).__enter__()
-        try:
-            setup_started = time.perf_counter()
-            self.host.call_each("start_run", ctx=self.ctx, resumed=self.resumed)
-            started = True
+        setup_started = time.perf_counter()  # the set-up time includes the plugins' start_run
+        with lifecycle(self.host, self.ctx, resumed=self.resumed, owns_run=True, on_exit=self.progress.stop) as life:
+            assert life.heartbeat is not None  # the run owns its store row
+            self._heartbeat = life.heartbeat
             self.progress.stage(self.start_step, "load model")
-            engine = _build_engine(self.host, self.ctx)
+            engine = life.engine()
             self.progress.stage(self.start_step, "build environment")
-            environment = _build_environment(self.host, self.ctx)
+            environment = life.environment()
             self._record_stage_time("setup", self.start_step, time.perf_counter() - setup_started)
-            summary = self._train(environment, engine)
-            status = "completed"
-            return summary
-        except KeyboardInterrupt as exc:
-            status = "interrupted"
-            error = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted by the user (KeyboardInterrupt)"
-            raise
-        except BaseException as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            if self._heartbeat.lost_to is None:  # a process whose run was taken over writes nothing more
-                self.store.add_event(self.run_id, "crash", error, {"traceback": traceback.format_exc()})
-            raise
-        finally:
-            self._heartbeat.__exit__()
-            self.progress.stop()
-            if started:
-                try:
-                    self.host.hook.end_run(ctx=self.ctx, status=status)
-                except Exception as exc:  # must not hide the run's own error
-                    self.store.add_event(self.run_id, "end_run_failed", f"{type(exc).__name__}: {exc}")
-            _close_engine(self.ctx, self.store)
-            self.ctx.executor.close()
-            self.store.finish_run(self.run_id, status, error)
+            return self._train(environment, engine)
 
     def _train(self, env: Environment, engine: Any) -> RunSummary:
         cfg = self.config
         owner = self.plan.env_owner
-        train_tasks = _wrap("tasks", owner, lambda: env.tasks("train"))
+        train_tasks = wrap("tasks", owner, lambda: env.tasks("train"))
         if cfg.training.max_train_tasks:
             train_tasks = train_tasks[: cfg.training.max_train_tasks]
         eval_tasks = _eval_tasks(env, owner, cfg)
@@ -261,7 +213,7 @@ class Runner:
             if done > 0 and eval_tasks and (done == total or self._eval_due(done, total)):
                 evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         if not self.resumed or self.interface is None:
-            self.interface = _wrap("environment", owner, env.pristine_interface)
+            self.interface = wrap("environment", owner, env.pristine_interface)
             self.store.add_interface(self.run_id, self.interface, None)
             track(self.host, self.ctx, "interface", 0, interface=self.interface)
         if self.start_step == 0 and cfg.evaluation.before_training and eval_tasks:
@@ -296,12 +248,12 @@ class Runner:
 
     def _collect(self, env: Environment, engine: Any, tasks: list[Task], step: int) -> list[Trajectory]:
         cfg, owner = self.config, self.plan.env_owner
-        trajs = _wrap("collect", owner, lambda: self.host.call_owned(
+        trajs = wrap("collect", owner, lambda: self.host.call_owned(
             "collect", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks,
             interface=self.interface, group_size=cfg.training.group_size, step=step,
             sampling=collect_sampling(cfg),
         ))
-        return _expect_list_of(trajs, Trajectory, "collect", owner)
+        return expect_list_of(trajs, Trajectory, "collect", owner)
 
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task],
               train_tasks: list[Task]) -> None:
@@ -341,11 +293,11 @@ class Runner:
         with timer("diagnose"):
             labels: list[TurnLabel] = []
             if plan.diagnosers:
-                results = _wrap("diagnose", ",".join(plan.diagnosers), lambda: self.host.call_subset(
+                results = wrap("diagnose", ",".join(plan.diagnosers), lambda: self.host.call_subset(
                     "diagnose", plan.diagnosers, ctx=self.ctx, environment=env, trajectories=health.usable, step=step,
                 ))
                 for result in results:
-                    labels.extend(_expect_list_of(result, TurnLabel, "diagnose", ",".join(plan.diagnosers)))
+                    labels.extend(expect_list_of(result, TurnLabel, "diagnose", ",".join(plan.diagnosers)))
             primary = [lab for lab in labels if lab.source == plan.primary_diagnoser]
             self.state.update(step, epoch, health.usable, primary)
 
@@ -362,7 +314,7 @@ class Runner:
         if reweighter:
             self.progress.stage(step, "reweight")
             with timer("reweight"):
-                result = _wrap("reweight", reweighter, lambda: self.host.call_owned(
+                result = wrap("reweight", reweighter, lambda: self.host.call_owned(
                     "reweight", reweighter, ctx=self.ctx, trajectories=trainable, labels=primary, state=self.state, step=step,
                 ))
                 if not isinstance(result, ReweightResult):
@@ -377,7 +329,7 @@ class Runner:
         if optimizer and trainable:
             self.progress.stage(step, "optimize")
             with timer("optimize"):
-                metrics = _wrap("optimize", optimizer, lambda: self.host.call_owned(
+                metrics = wrap("optimize", optimizer, lambda: self.host.call_owned(
                     "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
                 )) or {}
         metrics = {**self.ctx.take_step_metrics(), **metrics, "infra_masked_frac": health.masked_frac}
@@ -395,7 +347,7 @@ class Runner:
     def _evolve(self, env: Environment, step: int) -> None:
         evolver = self.config.stages.evolve_interface
         assert evolver is not None
-        new = _wrap("evolve_interface", evolver, lambda: self.host.call_owned(
+        new = wrap("evolve_interface", evolver, lambda: self.host.call_owned(
             "evolve_interface", evolver, ctx=self.ctx, environment=env, interface=self.interface,
             state=self.state, step=step,
         ))
@@ -492,43 +444,19 @@ class Runner:
         )
 
 
-def _build_engine(host: PluginHost, ctx: RunContext) -> Any:
-    """The recipe's rollout engine, also published as ``ctx.shared["engine"]`` for every hook."""
-    owner, spec = host.engines()[ctx.config.rollout.engine]
-    engine = _wrap("engine", owner, lambda: spec.factory(ctx))
-    ctx.shared["engine"] = engine
-    return engine
-
-
-def _build_environment(host: PluginHost, ctx: RunContext) -> Environment:
-    owner, spec = host.environments()[ctx.config.environment]
-    return _wrap("environment", owner, lambda: spec.factory(ctx))
-
-
 def _eval_tasks(env: Environment, owner: str, config: RunConfig) -> list[Task]:
-    tasks = _wrap("tasks", owner, lambda: env.tasks(config.evaluation.split))
+    tasks = wrap("tasks", owner, lambda: env.tasks(config.evaluation.split))
     return tasks[: config.evaluation.max_tasks] if config.evaluation.max_tasks else tasks
 
 
 def _call_evaluate(
     host: PluginHost, owner: str, ctx: RunContext, env: Environment, engine: Any, tasks: list[Task], step: int
 ) -> EvalResult:
-    result = _wrap("evaluate", owner, lambda: host.call_owned(
+    result = wrap("evaluate", owner, lambda: host.call_owned(
         "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
         sampling=evaluate_sampling(ctx.config),
     ))
     return score_evaluation(result, ctx.config.evaluation.split, owner)
-
-
-def _close_engine(ctx: RunContext, store: RunStore) -> None:
-    """The core built the engine, so the core closes it (after ``end_run``, which may still use it)."""
-    engine = ctx.shared.pop("engine", None)
-    if engine is None or not hasattr(engine, "close"):
-        return
-    try:
-        engine.close()
-    except Exception as exc:  # a failing close must not hide the run's own outcome
-        store.add_event(ctx.run_id, "engine_close_failed", f"{type(exc).__name__}: {exc}")
 
 
 def evaluate_checkpoint(
@@ -549,30 +477,22 @@ def evaluate_checkpoint(
     ckpt = checkpoints[-1]
     check_machine(plan, host)
     ctx = RunContext(config=config, run_id=run_id, run_dir=Path(store.get_run(run_id).run_dir),
-                     settings=plan.settings, store=store)
+                     settings=plan.settings, store=store, diagnosers=list(plan.diagnoser_names))
     ctx.executor = scaleout.build_executor(host, ctx, on_progress=progress.episodes)
-    status = "failed"
-    host.call_each("start_run", ctx=ctx, resumed=True)
     done = ckpt.step + 1
-    try:
+    with lifecycle(host, ctx, resumed=True, on_exit=progress.stop) as life:
         progress.stage(done, "load model")
-        engine = _build_engine(host, ctx)
+        engine = life.engine()
         progress.stage(done, "load checkpoint")
         load_plugin_checkpoints(host, ctx, Path(ckpt.path), ckpt.step)
         progress.stage(done, "build environment")
-        env = _build_environment(host, ctx)
+        env = life.environment()
         tasks = _eval_tasks(env, plan.env_owner, config)
         progress.stage(done, "evaluate")
         result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done)
         store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}))
         store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: {result.average:.2f}")
-        status = "completed"
         return done, result
-    finally:
-        progress.stop()
-        host.hook.end_run(ctx=ctx, status=status)
-        _close_engine(ctx, store)
-        ctx.executor.close()
 
 
 def run_plan(

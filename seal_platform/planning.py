@@ -11,7 +11,7 @@ validate``, ``eval``) and the tests go through these functions and :func:`plan_r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -46,6 +46,8 @@ class Plan:
     primary_diagnoser: str | None
     host: PluginHost | None = None  # set by prepare(): the plugins the plan was checked against
     source: str = ""  # the recipe file (or run id) the plan came from, for messages and the store
+    # The diagnosers the run enables (names; those that label its environment), handed to plugins as ctx.diagnosers.
+    diagnoser_names: list[str] = field(default_factory=list)
 
 
 def load_recipe(recipe: str | Path | None, overrides: Sequence[str] = ()) -> tuple[RunConfig | None, list[Issue], Path]:
@@ -90,22 +92,16 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
     for issue in issues:
         if issue.what == "no loaded plugin owns this section":
             issue.fix = _with_failures(issue.fix, host)
-    environments = host.environments()
-    if config.environment not in environments:
-        known = ", ".join(sorted(environments)) or "none"
-        issues.append(Issue("environment", f"no loaded plugin registers environment {config.environment!r}",
-                            _with_failures(f"registered environments: {known}; install or unblock the plugin that provides it", host)))
+    if problem := host.missing("environment", config.environment):
+        issues.append(Issue("environment", *problem))
         env_owner = ""
     else:
-        env_owner = environments[config.environment][0]
+        env_owner = host.environments()[config.environment][0]
         for hook in ("collect", "evaluate"):
             if not host.implements(env_owner, hook):
                 issues.append(Issue("environment", f"plugin {env_owner!r} registers {config.environment!r} but does not implement {hook!r}"))
-    engines = host.engines()
-    if config.rollout.engine not in engines:
-        known = ", ".join(sorted(engines)) or "none"
-        issues.append(Issue("rollout.engine", f"no loaded plugin registers rollout engine {config.rollout.engine!r}",
-                            _with_failures(f"registered engines: {known}", host)))
+    if problem := host.missing("engine", config.rollout.engine):
+        issues.append(Issue("rollout.engine", *problem))
     for stage, owner in config.stages.model_dump().items():
         if owner is None:
             continue
@@ -114,20 +110,22 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         elif not host.implements(owner, stage):
             issues.append(Issue(f"stages.{stage}", f"plugin {owner!r} does not implement {stage!r}", "name a plugin that does"))
     registered = host.diagnosers()
-    enabled = config.diagnosis.diagnosers if config.diagnosis.diagnosers is not None else sorted(registered)
+    named = config.diagnosis.diagnosers
+    enabled = named if named is not None else sorted(n for n, (_, spec) in registered.items() if not spec.explicit)
     for name in enabled:
-        if name not in registered:
-            issues.append(Issue("diagnosis.diagnosers", f"no loaded plugin registers diagnoser {name!r}",
-                                _with_failures(f"registered diagnosers: {', '.join(sorted(registered)) or 'none'}", host)))
-    diagnoser_plugins = sorted({registered[n][0] for n in enabled if n in registered})
+        if problem := host.missing("diagnoser", name):
+            issues.append(Issue("diagnosis.diagnosers", *problem))
+    # Those that label this environment run; a named one that does not is left out (it would label nothing).
+    active = [n for n in enabled if n in registered and registered[n][1].labels_environment(config.environment)]
+    diagnoser_plugins = sorted({registered[n][0] for n in active})
     for plugin in diagnoser_plugins:
         if not host.implements(plugin, "diagnose"):
             issues.append(Issue("diagnosis.diagnosers", f"plugin {plugin!r} registers a diagnoser but does not implement 'diagnose'"))
     primary = config.diagnosis.primary
     if primary is None:
         # A diagnoser of the environment's own plugin knows its verifier trace best; else the first enabled one.
-        own = [n for n in enabled if n in registered and registered[n][0] == env_owner]
-        primary = own[0] if own else (enabled[0] if enabled else None)
+        own = [n for n in active if registered[n][0] == env_owner]
+        primary = own[0] if own else (active[0] if active else None)
     elif primary not in enabled:
         issues.append(Issue("diagnosis.primary", f"diagnoser {primary!r} is not enabled",
                             _with_failures("add it to diagnosis.diagnosers (diagnoser names, as `seal-platform plugins` lists them)", host)
@@ -137,7 +135,7 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
     issues += check_benchmarks(config, host)
     if issues:
         return None, issues
-    return Plan(config, settings, env_owner, diagnoser_plugins, primary), []
+    return Plan(config, settings, env_owner, diagnoser_plugins, primary, diagnoser_names=active), []
 
 
 def _plugin_checks(config: RunConfig, host: PluginHost, settings: dict[str, Any]) -> list[Issue]:

@@ -201,6 +201,40 @@ class PluginHost:
     def clusters(self) -> dict[str, tuple[str, ClusterSpec]]:
         return self._unique("register_clusters", "cluster")
 
+    # --- "no loaded plugin registers X": said once -------------------------------------------------------
+
+    # kind -> (the registry it is looked up in, how a message names it, how the hint names the registry)
+    KINDS = {
+        "environment": ("environments", "environment", "environments"),
+        "benchmark": ("environments", "benchmark", "environments"),  # verify's word for an environment
+        "engine": ("engines", "rollout engine", "engines"),
+        "diagnoser": ("diagnosers", "diagnoser", "diagnosers"),
+        "executor": ("executors", "executor", "executors"),
+    }
+
+    def missing(self, kind: str, name: str, *, builtin: tuple[str, ...] = ()) -> tuple[str, str] | None:
+        """None when a loaded plugin registers ``name`` as a ``kind`` (see :attr:`KINDS`); else what is wrong
+        (``no loaded plugin registers <kind> '<name>'``) and the hint: what is registered (with ``builtin``
+        names the core provides itself), and the plugins that failed to load, which may provide it. Every
+        message about a named thing no plugin provides is made here (a recipe problem from it, or
+        :meth:`require`'s error)."""
+        registry, label, plural = self.KINDS[kind]
+        registered = getattr(self, registry)()
+        if name in registered or name in builtin:
+            return None
+        known = ", ".join([*builtin, *sorted(registered)]) or "none"
+        note = self.failure_note()
+        hint = f"registered {plural}: {known}; install or unblock the plugin that provides it"
+        return f"no loaded plugin registers {label} {name!r}", f"{hint}; {note}" if note else hint
+
+    def require(self, kind: str, name: str) -> tuple[str, Any]:
+        """(owning plugin, spec) of the ``kind`` named ``name``; a :class:`SealError` saying what is
+        registered instead (:meth:`missing`) when no loaded plugin registers it."""
+        problem = self.missing(kind, name)
+        if problem is not None:
+            raise SealError(f"{problem[0]} ({problem[1]}).")
+        return getattr(self, self.KINDS[kind][0])()[name]
+
 
 def _spec_names(pm: pluggy.PluginManager) -> list[str]:
     return sorted(name for name, caller in vars(pm.hook).items() if not name.startswith("_") and caller.has_spec())

@@ -5,6 +5,7 @@
 * :class:`RecipeOrigin`: each problem names its source: the command-line override that set the key
   (``override 'training.steps=x'``), else the recipe file and the line of the key (following the recipe's
   ``extends:`` chain to the file that holds it).
+* :func:`resolve_recipe_path`: a recipe path, or the name of a shipped recipe (:data:`RECIPES_DIR`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any, Sequence
 
 import yaml
 from pydantic import BaseModel
+
+from .errors import ConfigError
 
 
 def close_key(word: str, candidates: Sequence[str]) -> str | None:
@@ -86,11 +89,41 @@ class RecipeOrigin:
         return str(self.path)
 
 
+# --- where recipes are ---------------------------------------------------------------------------------
+
+def _recipes_dir() -> Path:
+    """The shipped recipes: the ``recipes/`` folder, installed as the data package ``seal_platform_recipes``
+    (inside site-packages for a wheel install, the repository folder for an editable one)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("seal_platform_recipes")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(__file__).resolve().parent.parent / "recipes"  # a source tree that was never installed
+
+
+RECIPES_DIR = _recipes_dir()
+# The default run: SEAL on the CPU-sized smarthome environment, where the embedded model visibly learns in a few
+# minutes. The BFCL pipeline check on the same model is `seal-platform run seal-embedded`.
+DEFAULT_RECIPE = "smarthome-embedded"
+
+
+def resolve_recipe_path(recipe: str | Path | None) -> Path:
+    """A recipe path, or the name of a recipe in the shipped ``recipes/`` folder (with or without .yaml)."""
+    if recipe is None:
+        recipe = DEFAULT_RECIPE
+    path = Path(recipe)
+    if path.is_file():
+        return path
+    for candidate in (RECIPES_DIR / f"{recipe}.yaml", RECIPES_DIR / str(recipe)):
+        if candidate.is_file():
+            return candidate
+    shipped = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))) or "none"
+    raise ConfigError(f"recipe {str(recipe)!r} not found: give a path to a YAML file or one of the shipped recipes ({shipped}).")
+
+
 def _chain(path: Path) -> list[Path]:
     """The recipe and the recipes it extends, child first."""
-    from .config import resolve_recipe_path
-    from .errors import ConfigError
-
     out: list[Path] = []
     current: Path | None = path
     while current is not None and current.resolve() not in [p.resolve() for p in out] and len(out) < 20:

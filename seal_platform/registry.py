@@ -32,6 +32,11 @@ class DiagnoserSpec:
     (``TurnLabel.reference_label`` of a turn names the one that applies; A-Patch's base weights are per
     reference label); ``meanings`` says what each label means; ``environments`` lists the environments it
     labels (empty: any). ``seal-platform labels [ENV]`` shows all of it.
+
+    The core enforces ``environments``: a diagnoser is called only in runs whose environment it labels (a
+    recipe may name it all the same: it is then left out). ``explicit`` diagnosers (controls, say) run only
+    when the recipe names them in ``diagnosis.diagnosers``; ``null`` there enables every other one. The
+    names the run enabled reach the plugins as ``ctx.diagnosers``.
     """
 
     name: str
@@ -40,6 +45,11 @@ class DiagnoserSpec:
     reference: dict[str, tuple[str, ...]] = field(default_factory=dict)
     meanings: dict[str, str] = field(default_factory=dict)
     environments: tuple[str, ...] = ()
+    explicit: bool = False
+
+    def labels_environment(self, environment: str) -> bool:
+        """Whether this diagnoser labels runs of ``environment`` (``environments`` empty: every one)."""
+        return not self.environments or environment in self.environments
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,10 @@ def check(config: RunConfig, host: PluginHost, settings: dict[str, Any] | None =
     rollout = config.rollout
     if rollout.executor == LOCAL:
         return issues
+    problem = host.missing("executor", rollout.executor, builtin=(LOCAL,))
+    if problem is not None:
+        return [*issues, Issue("rollout.executor", *problem)]
     executors = host.executors()
-    if rollout.executor not in executors:
-        known = ", ".join([LOCAL, *sorted(executors)])
-        issues.append(Issue("rollout.executor", f"no loaded plugin registers executor {rollout.executor!r}",
-                            f"registered executors: {known}"))
-        return issues
     needs = executors[rollout.executor][1].cluster
     if needs is not None:
         try:

@@ -3,7 +3,8 @@
 * Sampling: ``collect`` gets the recipe's rollout sampling (``rollout.temperature``, ``top_p``,
   ``max_new_tokens``); ``evaluate`` gets greedy decoding (temperature 0, top-p 1) with
   ``evaluation.max_new_tokens`` (default: ``rollout.max_new_tokens``). Environments add only what is theirs
-  (stop strings, per-rollout seeds) with ``sampling.model_copy(update=...)``.
+  (stop strings, per-rollout seeds) with ``sampling.model_copy(update=...)``; an environment with a cap of
+  its own on new tokens builds its sampling with :func:`sampling_for` (the same rule, its cap in it).
 * Scoring: ``evaluate`` returns the verified trajectories (one per task); the core turns them into the
   pass rate per category (:meth:`seal_platform.types.EvalResult.from_trajectories`).
 * Interface revisions: the core sets ``revision``, ``parent`` and ``step`` of what ``evolve_interface`` returns.
@@ -15,25 +16,59 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .config import RunConfig
-from .errors import PluginError
+from .errors import PluginError, SealError
 from .types import EvalResult, Interface, SamplingParams, Trajectory
 
 
-def collect_sampling(config: RunConfig) -> SamplingParams:
-    """The sampling of training rollouts: the recipe's ``rollout`` section."""
+def wrap(stage: str, plugin: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``; anything it raises other than a :class:`SealError` becomes a :class:`PluginError` naming the
+    stage and the plugin (a plugin's bug is reported as one, with its cause)."""
+    try:
+        return fn()
+    except SealError:
+        raise
+    except Exception as exc:
+        raise PluginError(f"the {stage!r} stage failed in plugin {plugin!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def expect_list_of(value: Any, kind: type[Any], stage: str, plugin: str) -> list[Any]:
+    """``value`` as a list of ``kind`` (validated from dicts), or a :class:`PluginError` naming the plugin."""
+    if value is None:
+        raise PluginError(f"plugin {plugin!r} returned nothing from {stage!r}; it must return a list of {kind.__name__}.")
+    try:
+        return [item if isinstance(item, kind) else kind.model_validate(item) for item in value]
+    except Exception as exc:
+        raise PluginError(f"plugin {plugin!r} returned something other than a list of {kind.__name__} from {stage!r}: {exc}") from exc
+
+
+def sampling_for(config: RunConfig, *, evaluation: bool, max_new_tokens: int | None = None,
+                 stop: Sequence[str] = ()) -> SamplingParams:
+    """The one rule for an episode's sampling, from the recipe.
+
+    Training rollouts: ``rollout.temperature`` and ``rollout.top_p``; evaluation: greedy (temperature 0,
+    top-p 1). New tokens per generation: in evaluation ``evaluation.max_new_tokens`` when set, then the
+    environment's own cap ``max_new_tokens`` (its setting; None: none), then ``rollout.max_new_tokens``.
+    ``stop``: the environment's stop strings."""
     rollout = config.rollout
-    return SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens)
+    if evaluation:
+        cap = config.evaluation.max_new_tokens or max_new_tokens or rollout.max_new_tokens
+        return SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=cap, stop=list(stop))
+    return SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
+                          max_new_tokens=max_new_tokens or rollout.max_new_tokens, stop=list(stop))
+
+
+def collect_sampling(config: RunConfig) -> SamplingParams:
+    """The sampling ``collect`` gets: :func:`sampling_for` training rollouts (the recipe's ``rollout`` section)."""
+    return sampling_for(config, evaluation=False)
 
 
 def evaluate_sampling(config: RunConfig) -> SamplingParams:
-    """The sampling of evaluation: greedy, ``evaluation.max_new_tokens`` (default ``rollout.max_new_tokens``)."""
-    return SamplingParams(
-        temperature=0.0, top_p=1.0,
-        max_new_tokens=config.evaluation.max_new_tokens or config.rollout.max_new_tokens,
-    )
+    """The sampling ``evaluate`` gets: :func:`sampling_for` evaluation (greedy, ``evaluation.max_new_tokens``,
+    default ``rollout.max_new_tokens``)."""
+    return sampling_for(config, evaluation=True)
 
 
 def score_evaluation(result: Any, split: str, plugin: str) -> EvalResult:

@@ -10,35 +10,19 @@ The run loop calls the ``track`` hook right after each of these reaches the run 
 * ``evaluation`` - a held-out evaluation, ``step`` being the number of training steps done.
 
 A tracker that raises does not stop the run: the error is recorded as a ``tracker_failed`` event and the run
-goes on (tracking is observation, the store stays the record).
+goes on (tracking is observation, the store stays the record). The event itself,
+:class:`~seal_platform.types.TrackEvent`, is a shared type (trackers receive it through the ``track`` hook).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
-
-from .types import EvalResult, Interface, Trajectory, TurnLabel
+from .types import TrackEvent, TrackKind, Trajectory
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import RunContext
     from .plugins import PluginHost
-
-TrackKind = Literal["step", "evaluation", "interface", "labels"]
-
-
-class TrackEvent(BaseModel):
-    """One thing the run recorded. Which fields are set depends on ``kind`` (see the module docs)."""
-
-    kind: TrackKind
-    run_id: str
-    step: int
-    metrics: dict[str, float] = Field(default_factory=dict)
-    evaluation: EvalResult | None = None
-    interface: Interface | None = None
-    labels: list[TurnLabel] = Field(default_factory=list)
-
 
 def step_metrics(trajectories: list[Trajectory], metrics: dict[str, float], timings: dict[str, float]) -> dict[str, float]:
     """The flat metrics a ``step`` event carries."""

@@ -321,3 +321,19 @@ class Generation(BaseModel):
         description="The adapter version (e.g. LoRA) that generated it, when the engine serves adapters on a "
         "frozen base; None: the engine's full weights.",
     )
+
+
+TrackKind = Literal["step", "evaluation", "interface", "labels"]
+
+
+class TrackEvent(BaseModel):
+    """One thing the run recorded, handed to the ``track`` hook. Which fields are set depends on ``kind``
+    (see :mod:`seal_platform.tracking`)."""
+
+    kind: TrackKind
+    run_id: str
+    step: int
+    metrics: dict[str, float] = Field(default_factory=dict)
+    evaluation: EvalResult | None = None
+    interface: Interface | None = None
+    labels: list[TurnLabel] = Field(default_factory=list)

@@ -10,6 +10,7 @@ from .config import RunConfig, apply_overrides, raise_for, validate_settings
 from .context import RunContext
 from .environment import BatchVerifyingEnvironment, VerifyingEnvironment
 from .errors import SealError
+from .lifecycle import lifecycle
 from .plugins import make_plugin_manager
 
 
@@ -18,23 +19,17 @@ def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[s
     and the lines after them are still scored. Lines may be bytes (a file opened in binary): one that is
     not UTF-8 gets an error record instead of stopping the whole file."""
     host = make_plugin_manager()  # a benchmark is an environment name, not a plugin name
-    environments = host.environments()
-    if benchmark not in environments:
-        known = ", ".join(sorted(environments)) or "none"
-        note = host.failure_note()
-        raise SealError(f"no loaded plugin registers benchmark {benchmark!r} (registered: {known})"
-                        + (f"; {note}." if note else "."))
-    owner, spec = environments[benchmark]
+    owner, spec = host.require("benchmark", benchmark)
     settings = apply_overrides({}, overrides)
     config = RunConfig(environment=benchmark, settings=settings)
     models, issues = validate_settings(config, host.settings_models())
     raise_for(issues, "--set")
     ctx = RunContext(config=config, run_id="verify", run_dir=Path("."), settings=models)
-    env = spec.factory(ctx)
-    if not isinstance(env, VerifyingEnvironment):
-        raise SealError(f"benchmark {benchmark!r} (plugin {owner!r}) cannot verify transcripts offline.")
-    status = "completed"
-    try:
+    # Only the benchmark's own plugin takes part: it alone gets start_run and end_run.
+    with lifecycle(host, ctx, resumed=False, plugins=[owner]):
+        env = spec.factory(ctx)
+        if not isinstance(env, VerifyingEnvironment):
+            raise SealError(f"benchmark {benchmark!r} (plugin {owner!r}) cannot verify transcripts offline.")
         if isinstance(env, BatchVerifyingEnvironment):
             yield from _verify_in_batches(env, lines, owner)
             return
@@ -42,11 +37,6 @@ def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[s
             if not line.strip():
                 continue
             yield json.dumps(score_line(env, number, line, owner))
-    except BaseException:
-        status = "failed"
-        raise
-    finally:
-        host.hook.end_run(ctx=ctx, status=status)
 
 
 def parse_line(number: int, line: str | bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

@@ -5,8 +5,6 @@ requests on a pipe (episode sessions whose tool calls run on :class:`~.backend.B
 verifications by :func:`~.checker.verify_texts`) under an address-space cap, while the parent times every
 request and kills a worker that overruns. What is executed and how it is checked live in :mod:`.backend`
 and :mod:`.checker`; this module has only the process side.
-
-The names of those modules are re-exported here for code written against the former single module.
 """
 
 from __future__ import annotations
@@ -18,16 +16,8 @@ from typing import Any
 
 from seal_platform.toolenv.calls import from_arguments
 
-from .backend import (  # noqa: F401 - re-exported: the former single module's names
-    BACKEND_MODULES,
-    STATELESS_CLASSES,
-    Backend,
-    BackendError,
-    _public_methods,
-    backend_class,
-    stringify,
-)
-from .checker import verify_payload, verify_texts  # noqa: F401 - verify_payload re-exported
+from .backend import Backend
+from .checker import verify_texts
 from .trace import ERROR_PREFIX
 
 

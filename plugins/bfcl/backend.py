@@ -18,7 +18,7 @@ import inspect
 import json
 import pickle
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from seal_platform.toolenv.calls import ParsedCall
 
@@ -190,7 +190,6 @@ class Backend:
     ):
         self.instances: dict[str, Any] = {}
         shared = {} if shared is None else shared
-        self._methods: dict[str, tuple[Callable[..., Any], inspect.Signature, str]] = {}
         for class_name in involved_classes:
             cls = backend_class(class_name)
             instance = cls()
@@ -199,9 +198,16 @@ class Backend:
                 if long_context:
                     _privatise(instance, shared)
             self.instances[class_name] = instance
-            for name, signature, self_name in _public_methods(cls):
-                # A later class wins a name clash, as in the official mapping.
-                self._methods[name] = (getattr(instance, name), signature, self_name)
+        self._methods = _method_table(tuple(involved_classes))
+
+    @classmethod
+    def of_instances(cls, instances: dict[str, Any]) -> "Backend":
+        """A backend over ready instances (e.g. unpickled from :func:`.checker`'s pristine snapshots), keyed
+        by class name in ``involved_classes`` order."""
+        backend = cls.__new__(cls)
+        backend.instances = instances
+        backend._methods = _method_table(tuple(instances))
+        return backend
 
     @classmethod
     def for_payload(cls, payload: dict[str, Any], shared: dict[tuple[Any, ...], Any] | None = None) -> "Backend":
@@ -237,7 +243,8 @@ class Backend:
             return ERROR_PREFIX + f"name '{name}' is not defined", True
         if allowed is not None and name not in allowed:
             return ERROR_PREFIX + f"tool '{name}' is not available in the current tool list", True
-        method, signature, self_name = entry
+        class_name, signature, self_name = entry
+        method = getattr(self.instances[class_name], name)  # a name from our own table, never model text
         params = list(signature.parameters)
         for key in call.kwargs:
             # CPython's own checks, in its order and with its wording, so replays agree with the official
@@ -256,6 +263,17 @@ class Backend:
             return stringify(method(*args, **kwargs)), False
         except Exception as exc:  # a backend failure is the call's result, as in the official executor
             return ERROR_PREFIX + str(exc), False
+
+
+@lru_cache(maxsize=None)
+def _method_table(involved_classes: tuple[str, ...]) -> dict[str, tuple[str, inspect.Signature, str]]:
+    """Public method name -> (class name, signature, self parameter name) of a set of involved classes; a
+    later class wins a name clash, as in the official mapping."""
+    table: dict[str, tuple[str, inspect.Signature, str]] = {}
+    for class_name in involved_classes:
+        for name, signature, self_name in _public_methods(backend_class(class_name)):
+            table[name] = (class_name, signature, self_name)
+    return table
 
 
 def warm_up() -> None:

@@ -118,7 +118,7 @@ def _check_turn(
     failed = [i for i, r in enumerate(model_results) if is_error_result(r)]
     # Every value below is the verifier's own, of its field's type (tests hold every stored trace to the
     # schema), so this per-turn hot path skips pydantic's validation.
-    return TurnChecks.model_construct(
+    return TurnChecks.construct_full(dict(
         gt_calls=list(gt_calls),
         model_calls=[call.render() for call in calls],
         gt_results=[clip(r) for r in gt_results],
@@ -136,7 +136,7 @@ def _check_turn(
         missing_results=[clip(m) for m in missing],
         checker_error=checker_error,
         error_type=_turn_error_type(gt_calls, calls, checker_error, state_ok, not missing),
-    )
+    ))
 
 
 def _run_model_calls(backend: Backend, calls: list[ParsedCall]) -> tuple[list[str], list[int]]:

@@ -36,12 +36,6 @@ def build_environment(ctx: RunContext) -> BfclEnvironment:
     return environment
 
 
-def _is_bfcl(environment: Any) -> bool:
-    from .environment import BfclEnvironment
-
-    return isinstance(environment, BfclEnvironment)
-
-
 @hookimpl
 def register_settings() -> dict[str, Any]:
     from .settings import BfclSettings
@@ -100,9 +94,8 @@ def evaluate(
 
 
 @hookimpl
-def diagnose(ctx: RunContext, environment: Any, trajectories: list[Trajectory], step: int) -> list[TurnLabel]:
-    if not _is_bfcl(environment):
-        return []
+def diagnose(trajectories: list[Trajectory]) -> list[TurnLabel]:
+    """Called by the core only in runs of the ``bfcl`` environment (the diagnoser's ``environments``)."""
     from .diagnoser import diagnose as run
 
     return run(trajectories)

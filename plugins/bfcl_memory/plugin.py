@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import EnvironmentSpec
-from seal_platform.types import EvalResult, Interface, SamplingParams, Task
+from seal_platform.stages import sampling_for
+from seal_platform.types import Interface, SamplingParams, Task
 
 NAME = "bfcl_memory"
 SCENARIOS = ("customer", "finance", "healthcare", "notetaker", "student")
@@ -38,7 +39,8 @@ class MemorySettings(BaseModel):
     tool_call_format: Literal["hermes", "python"] = "hermes"
     compact_tools: bool = False
     max_steps: int = Field(default=20, ge=1, le=1000, description="Model generations per user turn (official BFCL: 20).")
-    max_new_tokens: int | None = Field(default=None, ge=1, le=1_048_576, description="Per generation; null: the recipe's.")
+    max_new_tokens: int | None = Field(default=None, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens. In evaluation, evaluation.max_new_tokens "
+                                  "comes first when set (the core's rule, seal_platform.stages.sampling_for).")
 
 
 class MemoryEnvironment:
@@ -65,7 +67,7 @@ class MemoryEnvironment:
 def _limits(env: MemoryEnvironment, max_new: int) -> Any:
     from .episode import EpisodeLimits
 
-    return EpisodeLimits(max_steps=env.settings.max_steps, max_new_tokens=env.settings.max_new_tokens or max_new)
+    return EpisodeLimits(max_steps=env.settings.max_steps, max_new_tokens=max_new)  # the sampling's: own cap in it
 
 
 def _play(ctx: Any, env: MemoryEnvironment, engine: Any, tasks: list[Task], sampling: SamplingParams,
@@ -99,22 +101,14 @@ def register_environments() -> list[EnvironmentSpec]:
 def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list:
     if not isinstance(environment, MemoryEnvironment):
         return None
-    rollout = ctx.config.rollout
-    sampling = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
-                              max_new_tokens=environment.settings.max_new_tokens or rollout.max_new_tokens)
+    sampling = sampling_for(ctx.config, evaluation=False, max_new_tokens=environment.settings.max_new_tokens)
     return _play(ctx, environment, engine, tasks, sampling, group_size, lambda t: f"{step}:{t.id}")
 
 
 @hookimpl
-def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> EvalResult:
+def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> list | None:
+    """Greedy answers to every question, verified; the core scores them per category."""
     if not isinstance(environment, MemoryEnvironment):
         return None
-    max_new = environment.settings.max_new_tokens or ctx.config.evaluation.max_new_tokens or ctx.config.rollout.max_new_tokens
-    trajs = _play(ctx, environment, engine, tasks, SamplingParams(temperature=0.0, max_new_tokens=max_new), 1,
-                  lambda t: f"eval:{t.id}")
-    per_cat: dict[str, list[float]] = {}
-    for t in trajs:
-        per_cat.setdefault(t.category, []).append(t.reward)
-    return EvalResult(split=tasks[0].split if tasks else "all",
-                      per_category={c: 100.0 * sum(v) / len(v) for c, v in sorted(per_cat.items())},
-                      n_tasks=len(tasks), trajectories=trajs)
+    sampling = sampling_for(ctx.config, evaluation=True, max_new_tokens=environment.settings.max_new_tokens)
+    return _play(ctx, environment, engine, tasks, sampling, 1, lambda t: f"eval:{t.id}")

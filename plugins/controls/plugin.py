@@ -15,8 +15,7 @@ CACHE = "controls.seen"
 
 
 def _enabled(ctx: Any, name: str) -> bool:
-    enabled = ctx.config.diagnosis.diagnosers
-    return enabled is not None and name in enabled
+    return name in ctx.diagnosers  # the core's list: controls are explicit, so only when the recipe names them
 
 
 @hookimpl
@@ -27,15 +26,16 @@ def register_settings() -> dict[str, type]:
 @hookimpl
 def register_diagnosers() -> list[DiagnoserSpec]:
     return [
-        DiagnoserSpec(RANDOM, "control: labels drawn (seeded) from the label distribution the run has seen so far"),
-        DiagnoserSpec(FIXED, "control: the same label on every turn"),
+        DiagnoserSpec(RANDOM, "control: labels drawn (seeded) from the label distribution the run has seen so far",
+                      explicit=True),
+        DiagnoserSpec(FIXED, "control: the same label on every turn", explicit=True),
     ]
 
 
 @hookimpl
 def diagnose(ctx: Any, trajectories: list, step: int) -> list:
-    """Only the control diagnosers the recipe names explicitly run (``diagnosis.diagnosers: null`` enables
-    every registered diagnoser; controls must be asked for)."""
+    """Only the control diagnosers the run enabled (``ctx.diagnosers``) label; both are ``explicit``, so the
+    core enables them only when the recipe names them (``diagnosis.diagnosers: null`` leaves them out)."""
     settings = ctx.settings_for(SECTION, ControlSettings)
     out = []
     if _enabled(ctx, FIXED):

@@ -76,8 +76,7 @@ def _sources(run: Any, judge: str | None, heuristic: str | None) -> tuple[str, s
     """The judge's and the heuristic's sources: as given, else as the run's recipe resolved them."""
     from seal_platform.config import stored_config
 
-    from .judge import SOURCE
-    from .plugin import heuristic_source
+    from .judge import SOURCE, heuristic_source
     from .settings import DiagnosisLlmSettings
 
     if heuristic is None:

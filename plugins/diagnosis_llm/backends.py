@@ -267,10 +267,7 @@ def build_local_engine(ctx: RunContext, settings: LocalJudgeSettings) -> Any:
 
     child = local_context(ctx, settings)
     host = make_plugin_manager(allow=ctx.config.plugins.allow, block=ctx.config.plugins.block)
-    engines = host.engines()
-    if settings.engine not in engines:
-        known = ", ".join(sorted(engines)) or "none"
-        raise ConfigError(f"settings.diagnosis_llm.local.engine: no loaded plugin registers rollout engine "
-                          f"{settings.engine!r} (registered: {known}).")
-    _, spec = engines[settings.engine]
+    if problem := host.missing("engine", settings.engine):
+        raise ConfigError(f"settings.diagnosis_llm.local.engine: {problem[0]} ({problem[1]}).")
+    _, spec = host.engines()[settings.engine]
     return spec.factory(child)

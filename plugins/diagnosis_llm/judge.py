@@ -39,6 +39,16 @@ USAGE_NAMESPACE = "diagnosis_llm.usage"
 PROMPT_VERSION = 2
 MAX_RAW_CHARS = 2000  # of a raw answer kept in an event
 
+
+def heuristic_source(config: Any, settings: Any) -> str | None:
+    """The diagnoser whose labels the judge refines and falls back to."""
+    if settings.heuristic:
+        return settings.heuristic
+    primary = config.diagnosis.primary
+    if primary and primary != SOURCE:
+        return primary
+    return config.environment
+
 # The label set, with what each means to the judge. The reference taxonomy first (its A-Patch weights
 # apply directly), then the finer labels of the paper's Table 5.
 LABELS: dict[str, str] = {

@@ -34,8 +34,7 @@ def _settings(ctx: RunContext) -> Any:
 def _enabled(ctx: RunContext) -> bool:
     from .judge import SOURCE
 
-    diagnosers = ctx.config.diagnosis.diagnosers
-    return (diagnosers is None or SOURCE in diagnosers) and _settings(ctx).backend != "none"
+    return SOURCE in ctx.diagnosers and _settings(ctx).backend != "none"  # the core's list of enabled diagnosers
 
 
 @hookimpl
@@ -83,18 +82,6 @@ def start_run(ctx: RunContext, resumed: bool) -> None:
     api_key(settings.openai)  # raises, naming the variable, when it is not set
 
 
-def heuristic_source(config: Any, settings: Any) -> str | None:
-    """The diagnoser whose labels the judge refines and falls back to."""
-    from .judge import SOURCE
-
-    if settings.heuristic:
-        return settings.heuristic
-    primary = config.diagnosis.primary
-    if primary and primary != SOURCE:
-        return primary
-    return config.environment
-
-
 def _backend(ctx: RunContext, settings: Any) -> Any:
     """The judge's backend, built on first use and kept for the run (closed at ``end_run``)."""
     backend = ctx.shared.get(BACKEND_KEY)
@@ -123,6 +110,8 @@ def diagnose(ctx: RunContext, environment: Any, trajectories: list[Trajectory], 
     if not _enabled(ctx):
         return results
     settings = _settings(ctx)
+    from .judge import heuristic_source
+
     source = heuristic_source(ctx.config, settings)
     heuristic = [lab for labels in results for lab in (labels or []) if getattr(lab, "source", None) == source]
     return [*results, _judge(ctx, settings, trajectories, heuristic, step)]

@@ -45,8 +45,10 @@ from typing import Any, Sequence
 from seal_platform.types import Message
 
 
-# Episodes build prompts from many threads; a fast tokenizer raises "Already borrowed" if its Rust state is
-# touched from two threads at once (it is, when a call changes padding or truncation settings).
+# Episodes build prompts from many threads. Calling a fast tokenizer (``tokenizer(text)``) resets the Rust
+# tokenizer's padding and truncation settings -- a mutable borrow -- so two threads calling it at once raise
+# "Already borrowed"; :func:`_tokenize` therefore encodes with the Rust tokenizer directly, which only reads
+# it, and takes this lock only for slow (Python) tokenizers and tokenizers with padding or truncation set.
 _TOKENIZER_LOCK = threading.Lock()
 
 
@@ -126,6 +128,9 @@ def render(tokenizer: Any, messages: Sequence[Message], add_generation_prompt: b
 def _tokenize(tokenizer: Any, text: str) -> list[int]:
     if not text:
         return []
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is not None and backend.padding is None and backend.truncation is None:
+        return list(backend.encode(text, add_special_tokens=False).ids)  # no lock: a read of the tokenizer
     with _TOKENIZER_LOCK:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
+from seal_platform.stages import sampling_for
 from seal_platform.types import EvalResult, SamplingParams
 
 NAME = "openenv"
@@ -41,9 +42,7 @@ def _build(ctx: Any) -> Any:
 
 
 def _sampling(ctx: Any, greedy: bool, max_new_tokens: int | None) -> SamplingParams:
-    rollout = ctx.config.rollout
-    return SamplingParams(temperature=0.0 if greedy else rollout.temperature, top_p=1.0 if greedy else rollout.top_p,
-                          max_new_tokens=max_new_tokens or rollout.max_new_tokens, stop=["</tool_call>"])
+    return sampling_for(ctx.config, evaluation=greedy, max_new_tokens=max_new_tokens, stop=["</tool_call>"])
 
 
 @hookimpl
@@ -90,9 +89,8 @@ def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) ->
         return None
     from .episode import run_episodes
 
-    max_new = ctx.config.evaluation.max_new_tokens or environment.settings.max_new_tokens
     trajs = run_episodes(environment, engine, [(t, f"eval{step}:{t.id}", 0) for t in tasks],
-                         environment.pristine_interface(), _sampling(ctx, True, max_new))
+                         environment.pristine_interface(), _sampling(ctx, True, environment.settings.max_new_tokens))
     # An episode lost to a server failure says nothing of the policy: scored over the others.
     result = EvalResult.from_trajectories(tasks[0].split if tasks else ctx.config.evaluation.split,
                                           [t for t in trajs if not t.infra_failure])
@@ -101,9 +99,8 @@ def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) ->
 
 
 @hookimpl
-def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
-    if not _is_ours(environment):
-        return []
+def diagnose(trajectories: list) -> list:
+    """Called by the core only in runs of this plugin's environment (the diagnoser's ``environments``)."""
     from .diagnoser import diagnose as run
 
     return run(trajectories)

@@ -8,7 +8,8 @@ from typing import Any
 
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.types import EvalResult, SamplingParams
+from seal_platform.stages import sampling_for
+from seal_platform.types import SamplingParams
 
 NAME = "smarthome"
 
@@ -19,12 +20,6 @@ def _settings(ctx: Any) -> Any:
     return ctx.settings_for(NAME, SmartHomeSettings)
 
 
-def _is_ours(environment: Any) -> bool:
-    from .environment import SmartHomeEnvironment
-
-    return isinstance(environment, SmartHomeEnvironment)
-
-
 def _build(ctx: Any) -> Any:
     from .environment import SmartHomeEnvironment
 
@@ -32,9 +27,7 @@ def _build(ctx: Any) -> Any:
 
 
 def _sampling(ctx: Any, greedy: bool, max_new_tokens: int | None) -> SamplingParams:
-    rollout = ctx.config.rollout
-    return SamplingParams(temperature=0.0 if greedy else rollout.temperature, top_p=1.0 if greedy else rollout.top_p,
-                          max_new_tokens=max_new_tokens or rollout.max_new_tokens, stop=["</tool_call>"])
+    return sampling_for(ctx.config, evaluation=greedy, max_new_tokens=max_new_tokens, stop=["</tool_call>"])
 
 
 @hookimpl
@@ -54,7 +47,8 @@ def register_environments() -> list[EnvironmentSpec]:
 def register_diagnosers() -> list[DiagnoserSpec]:
     from .diagnoser import LABELS
 
-    return [DiagnoserSpec(NAME, "per-turn labels from the smart-home verifier (BFCL taxonomy)", labels=LABELS)]
+    return [DiagnoserSpec(NAME, "per-turn labels from the smart-home verifier (BFCL taxonomy)", labels=LABELS,
+                          environments=(NAME,))]
 
 
 @hookimpl
@@ -68,25 +62,19 @@ def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any
 
 
 @hookimpl
-def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> EvalResult:
+def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> list:
+    """Verified greedy episodes on the pristine interface; the core scores them per category."""
     from .episode import run_episodes
 
     s = environment.settings
-    max_new = ctx.config.evaluation.max_new_tokens or s.max_new_tokens
-    trajs = run_episodes(engine, [(t, f"eval:{t.id}", 0) for t in tasks], environment.pristine_interface(),
-                         _sampling(ctx, True, max_new), s.attempts_per_turn, s.worked_examples, s.example_results)
-    per_cat: dict[str, list[float]] = {}
-    for t in trajs:
-        per_cat.setdefault(t.category, []).append(t.reward)
-    return EvalResult(split=tasks[0].split if tasks else ctx.config.evaluation.split,
-                      per_category={c: 100.0 * sum(v) / len(v) for c, v in sorted(per_cat.items())},
-                      n_tasks=len(tasks), trajectories=trajs)
+    return run_episodes(engine, [(t, f"eval:{t.id}", 0) for t in tasks], environment.pristine_interface(),
+                        _sampling(ctx, True, s.max_new_tokens), s.attempts_per_turn, s.worked_examples,
+                        s.example_results)
 
 
 @hookimpl
-def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
-    if not _is_ours(environment):
-        return []
+def diagnose(trajectories: list) -> list:
+    """Called by the core only in runs of this plugin's environment (the diagnoser's ``environments``)."""
     from .diagnoser import diagnose as run
 
     return run(trajectories)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from alembic import command
-from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
@@ -32,9 +31,9 @@ from ..infra import mean_reward as policy_mean_reward
 from ..types import EvalResult, Interface, Trajectory, TurnLabel, make_text_valid
 from . import models as m
 from . import readonly, safety
+from .safety import alembic_config
 from .models import utcnow
 
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 # A running run's owner refreshes ``runs.heartbeat_at`` this often (seconds) ...
 HEARTBEAT_S = 30.0
@@ -73,16 +72,6 @@ def _sqlite_read_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA busy_timeout=30000")  # the journal mode is the file's: setting it would write
     cursor.execute("PRAGMA query_only=ON")
     cursor.close()
-
-
-def alembic_config(connection: Any = None, url: str | None = None) -> Config:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    if url:
-        cfg.set_main_option("sqlalchemy.url", url)
-    if connection is not None:
-        cfg.attributes["connection"] = connection
-    return cfg
 
 
 def pack_trajectory(traj: Trajectory) -> bytes:

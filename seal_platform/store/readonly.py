@@ -58,7 +58,7 @@ def check_schema(url: str, engine: Engine, head: str | None, reason: str) -> Non
     from alembic.script import ScriptDirectory
     from alembic.util import CommandError
 
-    from . import alembic_config
+    from .safety import alembic_config
 
     path = sqlite_path(url) or url
     current = current_revision(engine)

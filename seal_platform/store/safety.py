@@ -159,3 +159,19 @@ def current_revision(engine: Engine) -> str | None:
 
 def translate(url: str, engine: Engine, head: str | None, exc: BaseException) -> Any:
     return describe(url, exc, head, current_revision(engine))
+
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(connection: Any = None, url: str | None = None) -> Any:
+    """Alembic's configuration for the store's migrations (on ``connection``, or ``url``)."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    if url:
+        cfg.set_main_option("sqlalchemy.url", url)
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg

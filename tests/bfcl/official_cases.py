@@ -217,7 +217,7 @@ def agreement_cases(entries: list[dict[str, Any]], per_task: int, seed: int) -> 
     Kinds cycle so every kind is used about equally; calls for "spurious" come from other tasks that
     involve the same classes.
     """
-    from seal_platform_plugins.bfcl._worker import _public_methods, backend_class
+    from seal_platform_plugins.bfcl.backend import _public_methods, backend_class
 
     rng = random.Random(seed)
     by_classes: dict[tuple[str, ...], list[str]] = {}

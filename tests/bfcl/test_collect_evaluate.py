@@ -84,7 +84,7 @@ def test_an_agent_that_never_calls_a_tool_passes_nothing(shared_env, tmp_path):
     result = evaluate_with(plugin.evaluate, ctx=ctx, environment=shared_env, engine=SilentEngine(), tasks=tasks, step=4)
     assert result.per_category == {c: 0.0 for c in data.CATEGORIES}
     assert result.average == 0.0 and result.n_tasks == 40
-    labels = plugin.diagnose(ctx=ctx, environment=shared_env, trajectories=result.trajectories, step=4)
+    labels = plugin.diagnose(trajectories=result.trajectories)
     assert {lab.label for lab in labels} <= {"empty_turn_model_response", "correct_abstention"}
     assert len(labels) == sum(len(t.turn_verdicts) for t in result.trajectories)
 
@@ -113,7 +113,7 @@ def test_collect_runs_g_verified_rollouts_per_task_grouped(shared_env, tmp_path)
     assert {(s.temperature, s.top_p) for s in engine.seen} == {(0.7, 0.9)}
     assert max(s.max_new_tokens for s in engine.seen) == 77
     assert len({s.seed for s in engine.seen}) == len(trajectories)
-    labels = plugin.diagnose(ctx=ctx, environment=shared_env, trajectories=trajectories, step=5)
+    labels = plugin.diagnose(trajectories=trajectories)
     assert {lab.label for lab in labels} <= {"pass", "correct_abstention"}
     assert all(isinstance(lab, TurnLabel) and lab.source == "bfcl" for lab in labels)
 
@@ -124,7 +124,7 @@ def test_collect_of_failing_rollouts_is_labelled(shared_env, tmp_path):
     trajectories = collect_with(plugin.collect, ctx=ctx, environment=shared_env, engine=SilentEngine(), tasks=tasks,
                                   interface=Interface(), group_size=2, step=0)
     assert [t.reward for t in trajectories] == [0.0] * 4
-    labels = plugin.diagnose(ctx=ctx, environment=shared_env, trajectories=trajectories, step=0)
+    labels = plugin.diagnose(trajectories=trajectories)
     assert "empty_turn_model_response" in {lab.label for lab in labels}
 
 
@@ -147,8 +147,10 @@ def test_registration_and_factory(tmp_path):
     assert environment._executor is None
 
 
-def test_diagnose_ignores_other_environments(tmp_path):
-    assert plugin.diagnose(ctx=make_ctx(tmp_path), environment=object(), trajectories=[], step=0) == []
+def test_the_diagnoser_declares_its_environment_so_the_core_calls_it_in_bfcl_runs_only():
+    [spec] = plugin.register_diagnosers()
+    assert spec.environments == ("bfcl",)
+    assert spec.labels_environment("bfcl") and not spec.labels_environment("bfcl_memory")
 
 
 def test_evolve_interface_delegates_to_the_evolution_settings(tmp_path):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from seal_platform_plugins.bfcl import _worker
+from seal_platform_plugins.bfcl import backend as _backend
 from seal_platform.toolenv.calls import parse_call
 from seal_platform_plugins.bfcl.executor import ExecutorError, ToolExecutor
 from seal_platform_plugins.bfcl.trace import ERROR_PREFIX
@@ -19,9 +19,9 @@ MATH_TASK = "multi_turn_base_15"
 def test_backend_table_matches_bfcl_eval():
     from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING, STATELESS_CLASSES
 
-    for name, module in _worker.BACKEND_MODULES.items():
+    for name, module in _backend.BACKEND_MODULES.items():
         assert CLASS_FILE_PATH_MAPPING[name] == module
-    assert set(STATELESS_CLASSES) == set(_worker.STATELESS_CLASSES)
+    assert set(STATELESS_CLASSES) == set(_backend.STATELESS_CLASSES)
 
 
 def _official_results(task, calls, long_context=False):
@@ -220,10 +220,10 @@ def test_callable_names_are_the_official_ones():
     # The official executor maps exactly the public bound methods of each instance; so must we.
     import inspect
 
-    for name in _worker.BACKEND_MODULES:
-        cls = _worker.backend_class(name)
+    for name in _backend.BACKEND_MODULES:
+        cls = _backend.backend_class(name)
         official = {m for m, _ in inspect.getmembers(cls(), predicate=inspect.ismethod) if not m.startswith("_")}
-        assert {m for m, _, _ in _worker._public_methods(cls)} == official, name
+        assert {m for m, _, _ in _backend._public_methods(cls)} == official, name
 
 
 def test_a_plain_script_without_a_main_guard_is_not_rerun_by_the_tool_workers(tmp_path):

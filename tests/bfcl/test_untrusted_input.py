@@ -39,7 +39,7 @@ def test_call_parser_never_raises(text):
 def backend(request):
     from seal_platform_plugins.bfcl.data import load_tasks
     from seal_platform_plugins.bfcl.executor import _payload_for_worker
-    from seal_platform_plugins.bfcl._worker import Backend
+    from seal_platform_plugins.bfcl.backend import Backend
 
     task = next(t for t in load_tasks(split="all") if "GorillaFileSystem" in t.payload["involved_classes"])
     return Backend.for_payload(_payload_for_worker(task))

@@ -183,7 +183,7 @@ def test_bad_records_raise_value_error(record, message):
 
 
 def test_replaying_the_same_parsed_calls_is_independent(task_by_id):
-    from seal_platform_plugins.bfcl._worker import Backend
+    from seal_platform_plugins.bfcl.backend import Backend
 
     task = task_by_id["multi_turn_base_4"]  # TwitterAPI, already authenticated
     backend = Backend.for_payload(task.payload)

@@ -157,6 +157,7 @@ def test_the_vector_backend_plays_an_episode_with_the_bundled_encoder():
 def test_evaluate_and_collect_hooks_fill_memory_once_per_scenario(tmp_path):
     from seal_platform.config import RunConfig
     from seal_platform.context import RunContext
+    from seal_platform.stages import evaluate_with
     from seal_platform_plugins.bfcl_memory import plugin
 
     config = RunConfig(environment="bfcl_memory", rollout={"max_new_tokens": 64})
@@ -178,7 +179,8 @@ def test_evaluate_and_collect_hooks_fill_memory_once_per_scenario(tmp_path):
 
     questions_text = {t.payload["question"][0][0]["content"] for t in env.tasks("all")}
     engine = Counting()
-    result = plugin.evaluate(ctx=ctx, environment=env, engine=engine, tasks=tasks, step=0)
+    # Called and scored as the run loop does (the plugin returns verified trajectories; the core scores them).
+    result = evaluate_with(plugin.evaluate, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=0)
     assert set(result.per_category) == {"memory_kv", "memory_rec_sum"} and result.n_tasks == 6
     assert len(result.trajectories) == 6 and all(t.group.startswith("eval:") for t in result.trajectories)
     trajs = plugin.collect(ctx=ctx, environment=env, engine=engine, tasks=tasks[:2], interface=env.pristine_interface(),

@@ -18,8 +18,10 @@ def _trajs(n: int, turns: int = 2) -> list[Trajectory]:
 
 
 def _ctx(tmp_path, diagnosers, seed=0, store=None, run_id="r1"):
+    """A context as the core makes it: ``ctx.diagnosers`` is the run's enabled diagnosers (the plan's)."""
     config = RunConfig(environment="smarthome", seed=seed, diagnosis={"diagnosers": diagnosers})
-    return RunContext(config=config, run_id=run_id, run_dir=tmp_path, store=store)
+    enabled = [] if diagnosers is None else list(diagnosers)
+    return RunContext(config=config, run_id=run_id, run_dir=tmp_path, store=store, diagnosers=enabled)
 
 
 def _store_with_step0(tmp_path) -> tuple[RunStore, list[TurnLabel]]:

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from seal_platform.cli import cli, load_recipe
-from seal_platform.loop import Runner, check_recipe, prepare
+from seal_platform.loop import Runner
+from seal_platform.planning import check_recipe, prepare
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.store import RunStore
 

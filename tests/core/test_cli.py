@@ -197,7 +197,7 @@ def test_compare_lists_runs_side_by_side_and_fits_80_columns(runner, toy_recipe,
     rows = {(r["eval_set"], r["category"]): r["values"] for r in data["rows"]}
     averages = [key for key in rows if key[1] == "average"]
     assert averages and all(len(v) == 2 and None not in v for v in rows.values())
-    from seal_platform.digest import load_digest
+    from seal_platform.present.digest import load_digest
     from seal_platform.store import RunStore
 
     for i, run_id in enumerate(ids):  # each column is that run's final evaluation
@@ -374,7 +374,7 @@ def test_runs_are_named_by_id_unique_prefix_suffix_or_name(runner, toy_recipe, t
 
 
 def test_show_names_why_a_step_did_not_update_instead_of_printing_zeros():
-    from seal_platform.reporting import step_update_text
+    from seal_platform.present.reporting import step_update_text
 
     updated = {"updates": 1.0, "loss": 0.25, "grad_norm": 1.5, "kl": 0.0, "entropy": 0.7, "clip_frac": 0.1, "lr": 1e-5}
     assert step_update_text(updated) == "loss 0.25, grad_norm 1.5, kl 0, entropy 0.7, clip_frac 0.1"

@@ -100,7 +100,8 @@ def test_bad_yaml_and_missing_recipe_are_clear(tmp_path):
 
 
 def test_shipped_recipes_parse_and_ablations_differ_only_in_switches():
-    from seal_platform.config import RECIPES_DIR, load_recipe_data, validate_core
+    from seal_platform.config import load_recipe_data, validate_core
+    from seal_platform.recipe_keys import RECIPES_DIR
 
     recipes = {p.stem: p for p in RECIPES_DIR.glob("*.yaml")}
     assert {"seal", "seal-embedded", "vanilla-grpo", "seal-no-env-adaptation", "seal-no-reweighting",

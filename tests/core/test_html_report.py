@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from seal_platform.cli import cli
-from seal_platform.digest import load_digest
-from seal_platform.html_report import run_report_html, write_run_report
+from seal_platform.present.digest import load_digest
+from seal_platform.present.html_report import run_report_html, write_run_report
 from seal_platform.store import RunStore
-from seal_platform.transcripts import report_transcripts
+from seal_platform.present.transcripts import report_transcripts
 
 REPO = Path(__file__).resolve().parents[2]
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

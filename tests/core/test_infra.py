@@ -10,7 +10,8 @@ import pytest
 from seal_platform.cli import load_recipe
 from seal_platform.executor import LocalExecutor
 from seal_platform.infra import InfraAbort, InfraError, failed_trajectory, mean_reward, triage
-from seal_platform.loop import Runner, check_recipe, prepare
+from seal_platform.loop import Runner
+from seal_platform.planning import check_recipe, prepare
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.store import RunStore
 from seal_platform.types import Task, Trajectory

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from seal_platform.errors import PluginError
-from seal_platform.loop import Runner, prepare, run_plan
-from seal_platform.planning import load_recipe, plan_recipe
+from seal_platform.loop import Runner, run_plan
+from seal_platform.planning import load_recipe, plan_recipe, prepare
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.store import RunStore
 

@@ -133,3 +133,47 @@ def test_every_run_names_the_plugins_that_failed_to_load(broken_site, toy_recipe
     result = CliRunner().invoke(cli, ["run", str(toy_recipe), "training.steps=1", "plugins.allow=[toy,kv]", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "warning: plugin 'kv' (seal-kv) was not loaded: ImportError: kv needs libkv" in result.output
+
+
+OTHER_DIAGNOSERS = '''
+from seal_platform import hookimpl
+from seal_platform.registry import DiagnoserSpec
+
+
+@hookimpl
+def register_diagnosers():
+    return [DiagnoserSpec("elsewhere", environments=("not-toy",)), DiagnoserSpec("control", explicit=True),
+            DiagnoserSpec("anywhere")]
+
+
+@hookimpl
+def diagnose(ctx, trajectories):
+    return []
+'''
+
+
+@pytest.fixture
+def other_site(toy_site, monkeypatch):
+    make_dist(toy_site, "seal-other", "0.1.0", {"other": "other_plugin"}, {"other_plugin.py": OTHER_DIAGNOSERS})
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    return toy_site
+
+
+def test_the_core_enables_diagnosers_by_environment_and_passes_the_list(other_site, toy_recipe, tmp_path):
+    from seal_platform.loop import Runner
+    from seal_platform.store import RunStore
+
+    # Default (null): every diagnoser but the explicit ones, of those that label the run's environment.
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,other]"])
+    assert plan.diagnoser_names == ["anywhere", "toy"] and plan.diagnosers == ["other", "toy"]
+    assert plan.primary_diagnoser == "toy"
+    # Named: an explicit one runs; one for another environment is left out (it would label nothing).
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", "diagnosis.diagnosers=[elsewhere,toy,control]"])
+    assert plan.diagnoser_names == ["toy", "control"] and plan.primary_diagnoser == "toy"
+    # Plugins read the list from the run context the core builds.
+    assert plan.host is not None
+    runner = Runner(plan, plan.host, RunStore(f"sqlite:///{tmp_path / 'store.sqlite'}"))
+    assert runner.ctx.diagnosers == ["toy", "control"]
+    runner.ctx.executor.close()
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", "diagnosis.diagnosers=[elsewhere]"])
+    assert plan.diagnoser_names == [] and plan.diagnosers == [] and plan.primary_diagnoser is None

@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from seal_platform.progress import RichProgress
+from seal_platform.present.progress import RichProgress
 from seal_platform.types import EvalResult
 
 

@@ -29,12 +29,6 @@ def test_the_public_modules_import_without_heavy_libraries():
     assert out.stdout.strip() == ""
 
 
-def test_the_loop_module_still_offers_the_planning_names():
-    from seal_platform import loop, planning
-
-    assert loop.Plan is planning.Plan and loop.check_recipe is planning.check_recipe and loop.prepare is planning.prepare
-
-
 def test_an_assistant_message_keeps_what_the_engine_sampled_it_with():
     from seal_platform.types import Generation, Message
 

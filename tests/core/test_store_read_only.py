@@ -161,7 +161,7 @@ def test_an_empty_read_only_file_is_one_paragraph(tmp_path, lock_down):
 
 
 def test_an_evaluation_over_several_categories_counts_its_tasks_once(tmp_path):
-    from seal_platform.digest import load_digest
+    from seal_platform.present.digest import load_digest
     from seal_platform.store import RunStore
     from seal_platform.types import EvalResult
 

@@ -85,7 +85,9 @@ def heuristic_labels(traj: Trajectory, failing: dict[int, tuple[str, str]]) -> l
 
 
 def make_ctx(tmp_path: Path, judge_engine=None, store=None, **settings) -> tuple[RunContext, Events]:
-    ctx = RunContext(config=RunConfig(environment="bfcl"), run_id="run-1", run_dir=tmp_path, store=store)
+    # As the core makes it with `diagnosis.diagnosers: null`: the judge is among the enabled diagnosers.
+    ctx = RunContext(config=RunConfig(environment="bfcl"), run_id="run-1", run_dir=tmp_path, store=store,
+                     diagnosers=["bfcl", "llm_judge"])
     ctx.settings["diagnosis_llm"] = DiagnosisLlmSettings(**settings)
     if judge_engine is not None:
         ctx.shared["engine"] = judge_engine

@@ -99,9 +99,9 @@ def test_the_fallback_rate_per_step_is_stored_and_shown(tmp_path):
 
     from rich.console import Console
 
-    from seal_platform.digest import load_digest
-    from seal_platform.html_report import run_report_html
-    from seal_platform.reporting import show_run
+    from seal_platform.present.digest import load_digest
+    from seal_platform.present.html_report import run_report_html
+    from seal_platform.present.reporting import show_run
 
     decisions: dict[str, bool] = {}
 

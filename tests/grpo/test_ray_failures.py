@@ -17,7 +17,8 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("bfcl_eval")
 
 from seal_platform.cli import load_recipe, plugin_host_for  # noqa: E402
-from seal_platform.loop import Progress, Runner, prepare  # noqa: E402
+from seal_platform.loop import Progress, Runner  # noqa: E402
+from seal_platform.planning import prepare  # noqa: E402
 from seal_platform.store import RunStore  # noqa: E402
 
 pytestmark = pytest.mark.slow

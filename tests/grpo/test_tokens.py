@@ -178,3 +178,35 @@ def test_cached_splicing_equals_a_full_render_for_growing_and_branching_episodes
     # A later edit of an earlier message is a different prefix: no stale state is reused.
     edited = [base[0], Message(role="user", content="List the files in /var."), *base[2:]]
     assert prompt_ids(tokenizer, edited) == fresh(prompt_ids, edited)
+
+
+def test_tokenizing_from_many_threads_takes_no_lock_and_equals_the_tokenizer_call(tokenizer):
+    """Episode threads tokenize at once: the fast path reads the Rust tokenizer only (no global lock, no
+    "Already borrowed"), and gives exactly what ``tokenizer(text, add_special_tokens=False)`` gives."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seal_platform_plugins.grpo import tokens
+
+    texts = [f"<|im_start|>user\nturn {i}: set_light(room='kitchen', level={i}) é ✓ {'x' * (i % 50)}<|im_end|>\n"
+             for i in range(400)]
+    expected = [list(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    assert getattr(tokenizer, "is_fast", False)
+    held = threading.Event()
+
+    def holder() -> None:  # the global lock is held the whole time: a locked path would block
+        with tokens._TOKENIZER_LOCK:
+            held.set()
+            done.wait(60)
+
+    done = threading.Event()
+    blocker = threading.Thread(target=holder)
+    blocker.start()
+    held.wait(10)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda t: tokens._tokenize(tokenizer, t), texts, timeout=60))
+    finally:
+        done.set()
+        blocker.join()
+    assert got == expected

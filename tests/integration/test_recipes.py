@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seal_platform.config import RECIPES_DIR
+from seal_platform.recipe_keys import RECIPES_DIR
 from seal_platform.planning import check_recipe, load_recipe, plugin_host_for
 
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))

@@ -18,7 +18,7 @@ def test_loading_plugins_and_validating_a_ray_recipe_does_not_import_ray():
     code = (
         "import sys\n"
         "from seal_platform.cli import load_recipe, plugin_host_for\n"
-        "from seal_platform.loop import check_recipe\n"
+        "from seal_platform.planning import check_recipe\n"
         "config, issues, _ = load_recipe('seal-ray', [])\n"
         "assert not issues, issues\n"
         "plan, issues = check_recipe(config, plugin_host_for(config))\n"

@@ -49,9 +49,8 @@ def collect(environment: Any, engine: Any, tasks: list, interface: Any, group_si
 
 
 @hookimpl
-def diagnose(ctx: Any, environment: Any, trajectories: list, step: int) -> list:
-    if not isinstance(environment, ArithmeticEnvironment):
-        return []
+def diagnose(environment: Any, trajectories: list) -> list:
+    # Called only in arithmetic runs: the core honours the diagnoser's `environments`.
     return [environment.diagnose(t, NAME) for t in trajectories]
 
 

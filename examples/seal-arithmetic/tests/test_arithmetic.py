@@ -67,7 +67,7 @@ def test_collect_rewards_and_diagnose_labels():
     assert len(trajs) == 6 and [t.reward for t in trajs] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
     assert trajs[0].group == trajs[1].group != trajs[2].group
     assert trajs[0].messages[-1].role == "tool" and trajs[0].messages[-2].token_ids == [1, 1, 1]
-    labels = plugin.diagnose(ctx=ctx, environment=env, trajectories=trajs, step=0)
+    labels = plugin.diagnose(environment=env, trajectories=trajs)
     assert [lab.label for lab in labels[::2]] == ["pass", "argument_mismatch", "invalid_tool_call"]
     assert labels[4].reference_label == "empty_turn_model_response"
     # The core's rollout sampling, plus this environment's own stop string and token cap.

@@ -42,10 +42,10 @@ def test_a_perfect_agent_passes_and_a_silent_one_is_labelled(tmp_path):
     good = collect_with(plugin.collect, ctx=ctx, environment=env, engine=OracleEngine(skill=1.0), tasks=tasks,
                         interface=env.pristine_interface(), group_size=2, step=0)
     assert [t.reward for t in good] == [1.0] * 6 and good[0].group == good[1].group == f"0:{tasks[0].id}"
-    assert {lab.label for lab in plugin.diagnose(environment=env, trajectories=good)} == {"pass"}
+    assert {lab.label for lab in plugin.diagnose(trajectories=good)} == {"pass"}
     silent = collect_with(plugin.collect, ctx=ctx, environment=env, engine=Silent(), tasks=tasks,
                           interface=env.pristine_interface(), group_size=1, step=0)
-    labels = plugin.diagnose(environment=env, trajectories=silent)
+    labels = plugin.diagnose(trajectories=silent)
     assert all(t.reward == 0.0 for t in silent)
     assert {lab.label for lab in labels} == {"empty_turn_model_response"}
     assert len(labels) == sum(len(t.turn_verdicts) for t in silent)
@@ -57,7 +57,7 @@ def test_malformed_calls_are_rejected_labelled_and_mapped_to_reference_labels(tm
     trajectory = env.play(task, OracleEngine(skill=0.0), env.pristine_interface(), _sampling())
     assert trajectory.reward == 0.0 and trajectory.finish == "step_limit"
     assert all(c.rejected and "not valid JSON" in c.rejected for c in trajectory.tool_calls)
-    labels = plugin.diagnose(environment=env, trajectories=[trajectory])
+    labels = plugin.diagnose(trajectories=[trajectory])
     assert labels[0].label == "invalid_tool_call" and labels[0].reference_label == "empty_turn_model_response"
     assert labels[-1].label == "unreached_turn"
 
@@ -84,7 +84,7 @@ def test_the_interface_evolves_from_the_capability_state(tmp_path):
     trajectories = [env.play(t, OracleEngine(skill=0.0), env.pristine_interface(), _sampling(), group="g")
                     for t in env.tasks("train")[:6]]
     state = CapabilityState()
-    state.update(0, 0, trajectories, plugin.diagnose(environment=env, trajectories=trajectories))
+    state.update(0, 0, trajectories, plugin.diagnose(trajectories=trajectories))
     settings = EvolutionSettings(min_count=3)
     revision = evolve(env.pristine_interface(), state, settings, "base")
     assert revision is not None and revision.spec == {"changes": ["format_example"]}

@@ -35,6 +35,7 @@ from typing import Any
 
 from .base import QueuedEngine, Request
 from .vllm_lora import VLLMLoRAState
+from .vllm_release import forget_reload_info
 
 log = logging.getLogger(__name__)
 
@@ -360,6 +361,7 @@ class VLLMEngine(QueuedEngine):
     def _release(self) -> None:
         llm, self.llm = self.llm, None
         if llm is not None:
+            forget_reload_info(llm)
             try:
                 llm.llm_engine.engine_core.shutdown()
             except Exception:  # already down
@@ -392,3 +394,4 @@ def _final_only() -> Any:
 
 
 __all__ = ["VLLMEngine", "vllm_available"]
+

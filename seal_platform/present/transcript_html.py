@@ -1,5 +1,5 @@
 """Transcripts as HTML, for the run report: the same episodes ``seal-platform transcripts`` prints (decoded by
-:mod:`seal_platform.transcripts`), each folded in a ``<details>`` block.
+:mod:`seal_platform.present.transcripts`), each folded in a ``<details>`` block.
 
 Everything in a transcript is untrusted (model text, tool arguments and results, a verifier's checks,
 a judge's rationale, even task ids): every value goes through :func:`html.escape`, and the page has no
@@ -28,7 +28,7 @@ table.pair td:first-child, table.pair th:first-child { width: 5em; } tr.differs 
 MAX_CHARS = 3000  # of one message, call or check in the report (`seal-platform transcripts --json` has all)
 
 
-def _e(value: Any, limit: int = MAX_CHARS, attribute: bool = False) -> str:
+def esc(value: Any, limit: int = MAX_CHARS, attribute: bool = False) -> str:
     """``value`` as escaped text (quotes too for an ``attribute``), clipped at ``limit`` characters (saying how
     many more there were)."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
@@ -50,13 +50,13 @@ def episode_html(ep: EpisodeView, *, open_: bool = False, shown: dict[str, str] 
     ``shown``: system texts and worked examples already on the page (text -> the episode anchor that has them),
     linked to instead of repeated; this episode's are added."""
     state = "pass" if ep.reward > 0.5 else "fail"
-    head = (f"task {_e(ep.task_id, 200)} ({_e(ep.category, 100)}), sample {ep.sample}: reward {ep.reward:g}, "
-            f"finish {_e(ep.finish, 50)}, interface r{ep.interface_revision}")
-    parts = [f'<details class="episode {state}"{" open" if open_ else ""} id="ep-{_e(ep.trajectory_id, 80, attribute=True)}">'
+    head = (f"task {esc(ep.task_id, 200)} ({esc(ep.category, 100)}), sample {ep.sample}: reward {ep.reward:g}, "
+            f"finish {esc(ep.finish, 50)}, interface r{ep.interface_revision}")
+    parts = [f'<details class="episode {state}"{" open" if open_ else ""} id="ep-{esc(ep.trajectory_id, 80, attribute=True)}">'
              f"<summary>{head}</summary>"]
     if ep.infra_failure:
-        parts.append(f'<p class="verdict-fail">infrastructure failure: {_e(ep.infra_failure)}</p>')
-    anchor = f"ep-{_e(ep.trajectory_id, 80, attribute=True)}"
+        parts.append(f'<p class="verdict-fail">infrastructure failure: {esc(ep.infra_failure)}</p>')
+    anchor = f"ep-{esc(ep.trajectory_id, 80, attribute=True)}"
     context = json.dumps(ep.context, sort_keys=True, ensure_ascii=False) if ep.context else ""
     for kind, key, what in (
             ("system", ep.system, f"system text ({len(ep.system)} characters)"),
@@ -68,7 +68,7 @@ def episode_html(ep: EpisodeView, *, open_: bool = False, shown: dict[str, str] 
             continue
         if shown is not None:
             shown[key] = anchor
-        body = (f'<div class="msg"><pre>{_e(ep.system)}</pre></div>' if kind == "system"
+        body = (f'<div class="msg"><pre>{esc(ep.system)}</pre></div>' if kind == "system"
                 else "".join(_message(m) for m in ep.context))
         parts.append(f"<details><summary>{what}</summary>{body}</details>")
     parts.extend(turn_html(turn) for turn in ep.turns)
@@ -83,7 +83,7 @@ def turn_html(turn: TurnView) -> str:
     if turn.calls:
         parts.append("<ul>" + "".join(f'<li class="call">{_call(c)}</li>' for c in turn.calls) + "</ul>")
     if turn.verdict is not None and turn.verdict.get("checks"):
-        parts.append(f'<div class="msg"><span class="role">checks</span><pre>{_e(turn.verdict["checks"])}</pre></div>')
+        parts.append(f'<div class="msg"><span class="role">checks</span><pre>{esc(turn.verdict["checks"])}</pre></div>')
     if turn.labels:
         parts.append("<ul>" + "".join(f'<li class="label">{_label(lab)}</li>' for lab in turn.labels) + "</ul>")
     parts.append("</div>")
@@ -92,26 +92,26 @@ def turn_html(turn: TurnView) -> str:
 
 def _message(msg: dict[str, Any]) -> str:
     tokens = f", {msg['tokens']} sampled tokens" if msg.get("tokens") else ""
-    return (f'<div class="msg"><span class="role">{_e(msg.get("role", "?"), 40)}{tokens}</span>'
-            f"<pre>{_e(msg.get('content', ''))}</pre></div>")
+    return (f'<div class="msg"><span class="role">{esc(msg.get("role", "?"), 40)}{tokens}</span>'
+            f"<pre>{esc(msg.get('content', ''))}</pre></div>")
 
 
 def _call(call: dict[str, Any]) -> str:
     if call.get("rejected"):
-        outcome = f"rejected: {_e(call['rejected'])}"
+        outcome = f"rejected: {esc(call['rejected'])}"
     elif call.get("error"):
-        outcome = f"error: {_e(call['error'])}"
+        outcome = f"error: {esc(call['error'])}"
     else:
-        outcome = f"&rarr; {_e(call.get('result'))}"
-    return f"call <code>{_e(call.get('name'), 200)}({_e(call.get('arguments'))})</code> {outcome}"
+        outcome = f"&rarr; {esc(call.get('result'))}"
+    return f"call <code>{esc(call.get('name'), 200)}({esc(call.get('arguments'))})</code> {outcome}"
 
 
 def _label(lab: Any) -> str:
-    ref = f" (reference {_e(lab.reference_label, 100)})" if lab.reference_label and lab.reference_label != lab.label else ""
+    ref = f" (reference {esc(lab.reference_label, 100)})" if lab.reference_label and lab.reference_label != lab.label else ""
     weight = "" if lab.weight_after_step is None else f", A-Patch weight {lab.weight_after_step:.3f}"
     conf = "" if lab.confidence is None else f", confidence {lab.confidence:.2f}"
-    why = f": {_e(lab.rationale)}" if lab.rationale else ""
-    return f"[{_e(lab.source, 100)}] <b>{_e(lab.label, 100)}</b>{ref}{conf}{weight}{why}"
+    why = f": {esc(lab.rationale)}" if lab.rationale else ""
+    return f"[{esc(lab.source, 100)}] <b>{esc(lab.label, 100)}</b>{ref}{conf}{weight}{why}"
 
 
 def transcripts_section(steps: list[StepTranscripts]) -> str:
@@ -139,31 +139,3 @@ def link(steps: list[StepTranscripts] | None, phase: str, step: int, text: str) 
     if not steps or not any(b.phase == phase and b.step == step for b in steps):
         return None
     return f'<a href="#transcripts-{phase}-{step}">{html.escape(text)}</a>'
-
-
-def pairs_page(pairs: list[Any], names: dict[str, str]) -> str:
-    """Two runs' episodes of the same tasks side by side as one self-contained page (``transcripts --against
-    --html``): per task both outcomes, then turn by turn both transcripts, the turns that differ shaded."""
-    from .html_report import page
-    from .transcript_pairs import outcome_text
-
-    parts = ["<h1>Transcripts side by side</h1><p class=meta>Turns whose messages, calls or verdict differ are "
-             "shaded.</p>"]
-    for pair in pairs:
-        mark = " (outcomes differ)" if pair.outcome_differs else ""
-        parts.append(f"<h2>task {_e(pair.task_id, 200)} ({_e(pair.category, 100)}){mark}</h2>")
-        head = "".join(f"<th>{_e(names.get(ep.run_id, ep.run_id))} {ep.phase} step {ep.step}<br>"
-                       f"<span class=meta>{_e(outcome_text(ep))}</span></th>" for ep in (pair.a, pair.b))
-        rows = [f'<table class="pair"><tr><th>turn</th>{head}</tr>']
-        turns_a, turns_b = {t.turn: t for t in pair.a.turns}, {t.turn: t for t in pair.b.turns}
-        for n in sorted(set(turns_a) | set(turns_b)):
-            differs = n in pair.differing_turns
-            cells = "".join(f"<td>{turn_html(t) if t is not None else '(no such turn)'}</td>"
-                            for t in (turns_a.get(n), turns_b.get(n)))
-            rows.append(f'<tr class="{"differs" if differs else "same"}"><td>{n}<br>'
-                        f'{"differs" if differs else "same"}</td>{cells}</tr>')
-        rows.append("</table>")
-        parts.append("".join(rows))
-    if not pairs:
-        parts.append("<p>No task has episodes in both runs that match.</p>")
-    return page("seal-platform transcripts side by side", "".join(parts))

@@ -337,7 +337,7 @@ def page(title: str, body: str) -> str:
 
 
 def run_report_html(digest: RunDigest, transcripts: list[StepTranscripts] | None = None) -> str:
-    """The run's report; with ``transcripts`` (:func:`seal_platform.transcripts.report_transcripts`) it embeds
+    """The run's report; with ``transcripts`` (:func:`seal_platform.present.transcripts.report_transcripts`) it embeds
     them and links each evaluation and training step to its episodes."""
     meta = (f"<p class=meta>{html.escape(digest.status)}; recipe {html.escape(digest.recipe or '-')}; seed "
             f"{digest.seed}; started {digest.started_at}; ended {digest.ended_at or '-'}; {len(digest.steps)} "

@@ -20,8 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .loop import Progress
-from .types import EvalResult
+from ..loop import Progress
+from ..types import EvalResult
 
 
 class RichProgress(Progress):

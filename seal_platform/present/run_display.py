@@ -16,7 +16,7 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
     """Run ``runner`` (a :class:`~seal_platform.loop.Runner` built with ``runner.progress`` as the display, or
     none) and print its summary on ``console``; returns the loop's RunSummary. Exceptions propagate after the
     log is closed and the terminal restored."""
-    from .runlog import quiet_terminal
+    from ..runlog import quiet_terminal
 
     log_path = runner.run_dir / LOG_FILE
     console.print(f"run [bold]{runner.run_id}[/] ({runner.config.name}) in {runner.run_dir}", highlight=False)

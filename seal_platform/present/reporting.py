@@ -1,16 +1,15 @@
-"""What ``seal-platform show`` prints and ``seal-platform report`` plots, read from the run store."""
+"""What ``seal-platform show`` prints, read from the run store."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from pathlib import Path
+from collections import Counter
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from ..store import RunStore
 from .digest import benchmark_of
-from .store import RunStore
 
 
 OPTIMIZER_METRICS = ("loss", "grad_norm", "kl", "entropy", "clip_frac")
@@ -134,65 +133,3 @@ def evaluations_by_benchmark(store: RunStore, run: Any) -> dict[str, dict[int, d
     for e in store.evaluations(run.id):
         out.setdefault(benchmark_of(e, own), {}).setdefault(e.step, {})[e.category] = e.pass_rate
     return {b: v for b, v in out.items() if v}
-
-
-def write_report(store: RunStore, run_id: str, out: Path | None = None) -> list[Path]:
-    """PNG plots of a run; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    run = store.get_run(run_id)
-    out = out or Path(run.run_dir) / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    ax = axes[0][0]
-    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for e in store.evaluations(run.id):
-        series[e.category].append((e.step, e.pass_rate))
-    for cat, points in sorted(series.items()):
-        ax.plot(*zip(*points), marker="o", label=cat)
-    ax.set(title="evaluation pass rate (%)", xlabel="training step")
-    if series:
-        ax.legend(fontsize=7)
-
-    ax = axes[0][1]
-    steps = store.steps(run.id)
-    if steps:
-        ax.plot([s.step for s in steps], [s.mean_reward for s in steps], marker=".")
-    ax.set(title="training reward", xlabel="step")
-
-    ax = axes[1][0]
-    counts: dict[str, Counter] = defaultdict(Counter)
-    for row in store.labels(run.id):
-        counts[row.label][row.step] += 1
-    for label, per_step in sorted(counts.items()):
-        xs = sorted(per_step)
-        ax.plot(xs, [per_step[x] for x in xs], label=label)
-    ax.set(title="turn labels per step", xlabel="step")
-    if counts:
-        ax.legend(fontsize=6)
-
-    ax = axes[1][1]
-    weights: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for w in store.label_weights(run.id):
-        weights[w.label].append((w.step, w.weight))
-    for label, points in sorted(weights.items()):
-        ax.plot(*zip(*points), label=label)
-    for rev in store.interfaces(run.id):
-        if rev.step is not None:
-            ax.axvline(rev.step, color="grey", linestyle=":", linewidth=1)
-    ax.set(title="A-Patch label weights (dotted: interface revisions)", xlabel="step")
-    if weights:
-        ax.legend(fontsize=6)
-
-    fig.suptitle(f"run {run.id} ({run.name})")
-    fig.tight_layout()
-    path = out / "report.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-    return written

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .store import RunStore
-from .types import Trajectory
+from ..store import RunStore
+from ..types import Trajectory
 
 
 class LabelView(BaseModel):
@@ -143,8 +143,8 @@ def _steps_of(store: RunStore, run_id: str, phase: str, step: int | None) -> lis
     """(trajectory, step) pairs: the store keeps the step on each trajectory row."""
     from sqlalchemy import select
 
-    from .store import models as m
-    from .store import unpack_trajectory
+    from ..store import models as m
+    from ..store import unpack_trajectory
 
     with store.session() as s:
         q = select(m.TrajectoryRow).where(m.TrajectoryRow.run_id == run_id, m.TrajectoryRow.phase == phase)
@@ -174,8 +174,8 @@ def report_transcripts(store: RunStore, run_id: str, *, eval_limit: int = 20,
     samples (groups whose rewards differ first: they carry the GRPO signal), with their labels."""
     from sqlalchemy import select
 
-    from .store import models as m
-    from .store import unpack_trajectory
+    from ..store import models as m
+    from ..store import unpack_trajectory
 
     run = store.get_run(run_id)
     T = m.TrajectoryRow

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .errors import SealError
-from .store import RunStore
+from ..errors import SealError
+from ..store import RunStore
 from .transcripts import EpisodeView, TurnView, clipper, load_episodes, turn_lines, verdict_word
 
 
@@ -180,8 +180,6 @@ def show_pairs(store: RunStore, run_a: str, run_b: str, *, console: Any, notes: 
     names = ({a.id: f"A {a.name} {a.id[-6:]}", b.id: f"B {b.name} {b.id[-6:]}"} if a.id != b.id
              else {a.id: f"{a.name} {a.id[-6:]}"})
     if html_out:
-        from .transcript_html import pairs_page
-
         Path(html_out).write_text(pairs_page(pairs, names), encoding="utf-8")
         notes.print(f"wrote {html_out}", highlight=False)
     if as_json:
@@ -190,3 +188,31 @@ def show_pairs(store: RunStore, run_a: str, run_b: str, *, console: Any, notes: 
         click.echo(render_plain(pairs, names, width=width))
     else:
         console.print(render_rich(pairs, names, width=width), highlight=False, markup=False)
+
+
+def pairs_page(pairs: list[Any], names: dict[str, str]) -> str:
+    """Two runs' episodes of the same tasks side by side as one self-contained page (``transcripts --against
+    --html``): per task both outcomes, then turn by turn both transcripts, the turns that differ shaded."""
+    from .html_report import page
+    from .transcript_html import esc, turn_html
+
+    parts = ["<h1>Transcripts side by side</h1><p class=meta>Turns whose messages, calls or verdict differ are "
+             "shaded.</p>"]
+    for pair in pairs:
+        mark = " (outcomes differ)" if pair.outcome_differs else ""
+        parts.append(f"<h2>task {esc(pair.task_id, 200)} ({esc(pair.category, 100)}){mark}</h2>")
+        head = "".join(f"<th>{esc(names.get(ep.run_id, ep.run_id))} {ep.phase} step {ep.step}<br>"
+                       f"<span class=meta>{esc(outcome_text(ep))}</span></th>" for ep in (pair.a, pair.b))
+        rows = [f'<table class="pair"><tr><th>turn</th>{head}</tr>']
+        turns_a, turns_b = {t.turn: t for t in pair.a.turns}, {t.turn: t for t in pair.b.turns}
+        for n in sorted(set(turns_a) | set(turns_b)):
+            differs = n in pair.differing_turns
+            cells = "".join(f"<td>{turn_html(t) if t is not None else '(no such turn)'}</td>"
+                            for t in (turns_a.get(n), turns_b.get(n)))
+            rows.append(f'<tr class="{"differs" if differs else "same"}"><td>{n}<br>'
+                        f'{"differs" if differs else "same"}</td>{cells}</tr>')
+        rows.append("</table>")
+        parts.append("".join(rows))
+    if not pairs:
+        parts.append("<p>No task has episodes in both runs that match.</p>")
+    return page("seal-platform transcripts side by side", "".join(parts))

@@ -1,0 +1,87 @@
+"""The verifier's fast paths give what the plain ones give, and the benchmark's thin official command gives
+the official verdicts (benchmarks/official_bfcl_verify.py, the baseline `seal-platform verify` is timed
+against)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from official_cases import official_verdict
+from seal_platform_plugins.bfcl.backend import Backend, _public_methods, backend_class
+from seal_platform_plugins.bfcl.checker import verify_payload
+from seal_platform_plugins.bfcl.trace import CHECK_KEYS, TurnChecks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _same_model(a: TurnChecks, b: TurnChecks) -> None:
+    assert a.__dict__ == b.__dict__ and list(a.__dict__) == list(b.__dict__)
+    assert a.model_fields_set == b.model_fields_set
+    assert a.__pydantic_extra__ == b.__pydantic_extra__ and a.__pydantic_private__ == b.__pydantic_private__
+    assert a.model_dump() == b.model_dump() and a == b
+
+
+def test_construct_full_equals_model_construct(all_tasks):
+    checked = 0
+    for task in all_tasks[::40]:
+        payload = task.payload
+        turns = [[c for c in turn][:-1] or ["ls()"] for turn in payload["ground_truth"]]  # some fail, some pass
+        from seal_platform.toolenv.calls import parse_call
+
+        outcome = verify_payload(payload, [[parse_call(c) for c in turn] for turn in turns])
+        for verdict in outcome.turns:
+            stored = verdict.checks
+            assert list(stored) == list(CHECK_KEYS)
+            _same_model(TurnChecks.construct_full(dict(stored)), TurnChecks.model_construct(**stored))
+            _same_model(TurnChecks.view(stored), TurnChecks.model_construct(**stored))
+            checked += 1
+    assert checked > 50
+    # A partial dict (a trace read back from elsewhere) still gets the defaults.
+    partial = {"gt_calls": ["ls()"], "state_ok": False}
+    view = TurnChecks.view(partial)
+    assert view.model_calls == [] and view.state_ok is False and view.model_fields_set == set(partial)
+
+
+def test_methods_bind_to_the_instances_and_later_classes_win(all_tasks):
+    task = next(t for t in all_tasks if len(t.payload["involved_classes"]) >= 2)
+    backend = Backend.for_payload(task.payload)
+    classes = task.payload["involved_classes"]
+    owner: dict[str, str] = {}
+    for name in classes:
+        for method, _, _ in _public_methods(backend_class(name)):
+            owner[method] = name
+    assert backend.method_names == set(owner)
+    for method, class_name in owner.items():
+        assert backend._methods[method][0] == class_name
+    # A call changes the state of this backend's own instance only.
+    other = Backend.for_payload(task.payload)
+    text = task.payload["ground_truth"][0][0]
+    from seal_platform.toolenv.calls import parse_call
+
+    backend.execute(parse_call(text))
+    assert all(a is not b for a, b in zip(backend.instances.values(), other.instances.values()))
+
+
+def test_thin_official_command_gives_the_official_verdicts(all_tasks, tmp_path):
+    picked = [all_tasks[0], all_tasks[250], all_tasks[450], all_tasks[650]]
+    records = []
+    for task in picked:
+        gt = [list(turn) for turn in task.payload["ground_truth"]]
+        records.append({"task_id": task.id, "turns": gt})
+        records.append({"task_id": task.id, "turns": gt[:-1]})  # wrong number of turns
+        broken = [list(turn) for turn in gt]
+        first = next(i for i, turn in enumerate(broken) if turn)
+        broken[first] = []  # an empty turn where the ground truth has calls
+        records.append({"task_id": task.id, "turns": broken})
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "official_bfcl_verify.py"), str(path)],
+                          capture_output=True, text=True, check=True)
+    got = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert [g["task_id"] for g in got] == [r["task_id"] for r in records]
+    by_id = {task.id: task.payload for task in picked}
+    expected = [official_verdict(by_id[r["task_id"]], r["turns"])[0] for r in records]
+    assert [g["success"] for g in got] == expected == [True, False, False] * len(picked)
