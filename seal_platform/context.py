@@ -14,7 +14,7 @@ from .errors import ConfigError
 from .executor import Executor, LocalExecutor
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .registry import Cluster
+    from .cluster import Cluster
     from .store import RunStore
 
 M = TypeVar("M", bound=BaseModel)

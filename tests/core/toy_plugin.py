@@ -217,7 +217,8 @@ class ToyPlugin:
     @hookimpl
     def check_config(self, config, settings, cluster):
         self.seen_clusters["check_config"] = cluster
-        if settings["toy"].needs_cluster and cluster is None:
+        toy = settings.get("toy")  # absent when the recipe's toy section is invalid (reported already)
+        if toy is not None and toy.needs_cluster and cluster is None:
             return [Issue("settings.toy.needs_cluster", "the toy needs its cluster", "set settings.toy.cluster")]
         return []
 
