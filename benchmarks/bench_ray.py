@@ -32,7 +32,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from seal_platform.config import RayConfig  # noqa: E402
 from seal_platform.executor import LocalExecutor  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 
@@ -55,15 +54,26 @@ def _policy(args: argparse.Namespace) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def _ray(args: argparse.Namespace | None = None) -> Any:
+    """The run's Ray cluster as grpo gets it (``ctx.cluster`` with ``settings.ray.enabled``) and its placement."""
+    from seal_platform_plugins.grpo.on_ray import OnRay
+    from seal_platform_plugins.grpo.settings import PlacementSettings
+    from seal_platform_plugins.ray_backend.cluster import RayCluster
+    from seal_platform_plugins.ray_backend.settings import RaySettings
+
+    cluster = RayCluster(RaySettings(enabled=True, num_cpus=max(8, os.cpu_count() or 1)))
+    return OnRay(cluster, PlacementSettings(engine_cpus=args.engine_cpus) if args else PlacementSettings())
+
+
 def _start(kind: str, model: Any, tokenizer: Any, replicas: int, args: argparse.Namespace) -> Any:
     import ray
 
     from seal_platform_plugins.grpo.engines import EngineSettings
     from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
     from seal_platform_plugins.grpo.tokens import prompt_ids
-    from seal_platform_plugins.ray_backend.engines import start_replicas
+    from seal_platform_plugins.grpo.engines.replicas import start_replicas
 
-    config = RayConfig(enabled=True, num_cpus=max(8, os.cpu_count() or 1), engine_cpus=args.engine_cpus)
+    config = _ray(args)
     settings = EngineSettings()
     settings.hf.max_batch_size = args.hf_batch
     box = [ray.put(_model_blob(model))]
@@ -76,8 +86,6 @@ def _start(kind: str, model: Any, tokenizer: Any, replicas: int, args: argparse.
 def rollout(args: argparse.Namespace) -> list[dict[str, Any]]:
     from bench_rollout import bfcl_prompts
 
-    from seal_platform_plugins.ray_backend import cluster
-
     model, tokenizer = _policy(args)
     if args.prompts == "bfcl":
         prompts = bfcl_prompts(args.tasks, args.split)
@@ -85,7 +93,8 @@ def rollout(args: argparse.Namespace) -> list[dict[str, Any]]:
         prompts = [(f"chat-{i}", [Message(role="system", content="You are a helpful assistant."),
                                   Message(role="user", content=f"Question {i}: list five facts about the number {i}.")])
                    for i in range(args.tasks)]
-    cluster.acquire(RayConfig(enabled=True, num_cpus=max(8, os.cpu_count() or 1)))
+    cluster = _ray().cluster
+    cluster.acquire()
     results = []
     try:
         for k in args.replicas:
@@ -127,11 +136,10 @@ def rollout(args: argparse.Namespace) -> list[dict[str, Any]]:
 def sync(args: argparse.Namespace) -> list[dict[str, Any]]:
     import torch
 
-    from seal_platform_plugins.ray_backend import cluster
-
     model, tokenizer = _policy(args)
     n_params = sum(t.numel() for t in model.state_dict().values())
-    cluster.acquire(RayConfig(enabled=True, num_cpus=max(8, os.cpu_count() or 1)))
+    cluster = _ray().cluster
+    cluster.acquire()
     results = []
     try:
         for k in args.replicas:

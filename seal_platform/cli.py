@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .config import RunConfig, raise_for
+from .config import raise_for, resume_overrides, stored_config
 from .errors import PluginError, SealError, Terminated
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
@@ -95,17 +95,17 @@ def cli() -> None:
               help="With --resume: take over a run the store says is running (its host died, or it ran on another "
                    "machine whose process is known to be gone).")
 @click.option("--store", "store_url", default=None, help="Run store URL (default: the recipe's, else runs/store.sqlite).")
-@click.option("--ray-address", default=None, help="Join an existing Ray cluster (recipes that use Ray).")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
 def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart_from: int | None, takeover: bool,
-        store_url: str | None, ray_address: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
+        store_url: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
     """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
 
     RECIPE is a YAML file or the name of a shipped recipe (default: smarthome-embedded, the stock SEAL loop on
     the CPU-sized smarthome environment with the embedded model; seal-embedded runs it on BFCL). Overrides such
-    as training.steps=2 or settings.grpo.lr=1e-5 change single keys.
+    as training.steps=2 or settings.grpo.lr=1e-5 change single keys; a plugin's options are its settings
+    (join a Ray cluster with settings.ray.enabled=true settings.ray.address=HOST:6379).
     """
     from .loop import Runner
     from .planning import plan_config, recipe_problems
@@ -129,10 +129,10 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                     f"run {row.id} is still running (pid {row.pid} on {row.host}{beat}); stop it before resuming, "
                     f"or, if that process is gone (its machine died), resume with --takeover (a run whose "
                     f"heartbeat is older than {STALE_AFTER_S / 60:.0f} min is taken over without it).")
-        config = RunConfig.model_validate(row.config)
+        config = stored_config(row.config)
         recipe_name = row.recipe
-        if args:
-            raise SealError("a resumed run keeps its recipe and overrides; drop the extra arguments.")
+        if args:  # only where it runs (settings.ray.address=..., say) may change
+            config = resume_overrides(config, list(args), plugin_host_for(config).settings_models())
         if run_dir is not None:
             if not (run_dir / "config.json").is_file():
                 raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
@@ -154,8 +154,6 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         recipe_name = str(path)
         origin = RecipeOrigin(path, overrides)
         store = RunStore(config.store_url())
-    if ray_address:  # join this cluster: the recipe's Ray parts run there (the store stays here)
-        config = config.model_copy(update={"ray": config.ray.model_copy(update={"enabled": True, "address": ray_address})})
     plan = plan_config(config, recipe_name, origin=origin)
     assert plan.host is not None
     _warn_failed_plugins(plan.host)
@@ -556,7 +554,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
         data = {**data, "evaluation": {**data["evaluation"], "split": split}}
     if max_tasks:
         data = {**data, "evaluation": {**data["evaluation"], "max_tasks": max_tasks}}
-    config_ = RunConfig.model_validate(data)
+    config_ = stored_config(data)
     plan = plan_config(config_, row.recipe or row.id)
     assert plan.host is not None
     log_path = Path(row.run_dir) / LOG_FILE

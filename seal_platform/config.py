@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -79,13 +79,8 @@ class RolloutConfig(_Section):
     workers: int = Field(default=8, ge=1, le=4096, description="Episodes run at once (the engine batches their requests).")
     executor: str = Field(
         default="local",
-        description="Where episodes run: `local` (threads in this process) or a registered executor such as "
-        "`ray` (episodes as Ray actors; needs ray.enabled).",
-    )
-    replicas: int = Field(
-        default=1, ge=1, le=1024,
-        description="Rollout engine replicas; more than one runs each as a Ray actor (needs ray.enabled). A "
-        "group's samples go to one replica, so its prompt prefix is cached once.",
+        description="Where episodes run: `local` (threads in this process) or an executor a plugin registers "
+        "(`seal-platform plugins` lists them; one that runs on a cluster needs that cluster enabled).",
     )
     episode_timeout_s: float | None = Field(
         default=None, gt=0.0,
@@ -97,46 +92,7 @@ class RolloutConfig(_Section):
         description="Abort the step when more than this share of its trajectories is masked out because of "
         "infrastructure failures (dead actors, lost nodes, episode time limits).",
     )
-    max_staleness: int = Field(
-        default=0, ge=0, le=1000,
-        description="Samples may be this many policy versions (optimizer updates) older than the trainer's "
-        "policy; older ones are handled as stale_samples says.",
-    )
-    stale_samples: Literal["refuse", "importance_correct"] = Field(
-        default="refuse",
-        description="refuse: stale trajectories are dropped from the update; importance_correct: kept, with "
-        "per-token truncated importance weights min(cap, p_old / p_sampled).",
-    )
-    importance_cap: float = Field(default=2.0, gt=0.0, description="Truncation of the importance weights.")
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
-
-
-class RayConfig(_Section):
-    """Scale-out on Ray. Off by default: the single-machine run never starts Ray."""
-
-    enabled: bool = Field(default=False, description="Use Ray for the parts that ask for it (executor, replicas).")
-    address: str | None = Field(
-        default=None,
-        description="Join this cluster (`auto`, `HOST:6379`, `ray://HOST:10001`); null: start a local Ray "
-        "when enabled. `seal-platform run --ray-address ADDR` sets it.",
-    )
-    namespace: str = Field(default="seal-platform", description="Ray namespace of the run's actors.")
-    colocate: bool = Field(
-        default=False,
-        description="Trainer workers and engine replicas share GPUs (one placement group; engines sleep "
-        "during the update). False: separate bundles.",
-    )
-    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
-        default="PACK", description="Placement-group strategy of the engine (and trainer) bundles."
-    )
-    trainer_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per trainer worker (FSDP rank).")
-    trainer_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated).")
-    engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
-    engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
-    episode_actors: int = Field(default=2, ge=1, le=4096, description="Episode actors of the ray executor (they share "
-                                "rollout.workers concurrent episodes between them).")
-    episode_cpus: float = Field(default=0.25, ge=0.0, description="CPUs reserved per episode actor.")
-    num_cpus: int | None = Field(default=None, ge=1, le=100_000, description="CPUs of a local Ray (null: all).")
 
 
 class BenchmarkEval(_Section):
@@ -199,7 +155,6 @@ class RunConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     diagnosis: DiagnosisConfig = Field(default_factory=DiagnosisConfig)
     stages: StagesConfig = Field(default_factory=StagesConfig)
-    ray: RayConfig = Field(default_factory=RayConfig)
     settings: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per-plugin sections, each validated by the plugin that owns it."
     )
@@ -383,17 +338,91 @@ def _pydantic_issues(exc: ValidationError, prefix: str = "", model: type[BaseMod
     return issues
 
 
+# Keys the core's schema no longer has: the backends' and the optimizer's settings live in their plugins'
+# sections (docs/scaling.md, "Migrating recipes"). Old key -> new key.
+MOVED_KEYS: dict[str, str] = {
+    **{f"ray.{k}": f"settings.ray.{k}" for k in ("enabled", "address", "namespace", "num_cpus", "episode_actors",
+                                                 "episode_cpus")},
+    "ray.colocate": "settings.grpo.placement.colocate",
+    "ray.placement_strategy": "settings.grpo.placement.strategy",
+    **{f"ray.{k}": f"settings.grpo.placement.{k}" for k in ("trainer_cpus", "trainer_gpus", "engine_cpus", "engine_gpus")},
+    **{f"rollout.{k}": f"settings.grpo.{k}" for k in ("replicas", "max_staleness", "stale_samples", "importance_cap")},
+}
+
+
+# Their defaults before they moved (the same as their new keys' defaults): a stored run's config lists every key.
+_MOVED_DEFAULTS: dict[str, Any] = {
+    "ray.enabled": False, "ray.address": None, "ray.namespace": "seal-platform", "ray.num_cpus": None,
+    "ray.episode_actors": 2, "ray.episode_cpus": 0.25, "ray.colocate": False, "ray.placement_strategy": "PACK",
+    "ray.trainer_cpus": 1.0, "ray.trainer_gpus": 0.0, "ray.engine_cpus": 1.0, "ray.engine_gpus": 0.0,
+    "rollout.replicas": 1, "rollout.max_staleness": 0, "rollout.stale_samples": "refuse", "rollout.importance_cap": 2.0,
+}
+
+
+def stored_config(data: dict[str, Any]) -> RunConfig:
+    """The config of a stored run (``resume``, ``eval RUN``). A run stored before Ray's and GRPO's keys moved
+    lists them all: each one whose value is not its default is moved to its new key (the defaults are the
+    same there), the rest dropped, so such runs resume and evaluate as they ran."""
+    if not moved_key_issues(data):
+        return RunConfig.model_validate(data)
+    moved = drop_moved_keys(data)
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        node = data.get(section)
+        if not isinstance(node, dict) or key not in node or node[key] == _MOVED_DEFAULTS[old]:
+            continue
+        target = moved
+        for part in new.split(".")[:-1]:
+            target = target.setdefault(part, {})
+        target[new.split(".")[-1]] = node[key]
+    return RunConfig.model_validate(moved)
+
+
+def moved_key_issues(data: dict[str, Any]) -> list[Issue]:
+    """One issue per key of ``data`` that moved out of the core's schema, naming the key that replaces it."""
+    issues: list[Issue] = []
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        node = data.get(section)
+        if isinstance(node, dict) and key in node:
+            issues.append(Issue(old, f"this key moved to {new} (Ray's and GRPO's settings are their plugins' own "
+                                f"sections now, not core keys)",
+                                f"write it as {new}; see docs/scaling.md, 'Migrating recipes'"))
+    ray = data.get("ray")
+    known = {k.split(".")[1] for k in MOVED_KEYS if k.startswith("ray.")}
+    if "ray" in data and not (isinstance(ray, dict) and ray and set(ray) <= known):
+        issues.append(Issue("ray", "the top-level ray: section moved to settings.ray (connection, executor) and "
+                            "settings.grpo.placement (placement of engine replicas and trainer workers)",
+                            "move its keys there; see docs/scaling.md, 'Migrating recipes'"))
+    return issues
+
+
+def drop_moved_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys :func:`moved_key_issues` reports (so the rest can still be checked)."""
+    data = copy.deepcopy(data)
+    data.pop("ray", None)
+    rollout = data.get("rollout")
+    if isinstance(rollout, dict):
+        for old in MOVED_KEYS:
+            section, key = old.split(".")
+            if section == "rollout":
+                rollout.pop(key, None)
+    return data
+
+
 def validate_core(data: dict[str, Any]) -> tuple[RunConfig | None, list[Issue]]:
+    moved = moved_key_issues(data)
     try:
-        return RunConfig.model_validate(data), []
+        config = RunConfig.model_validate(drop_moved_keys(data) if moved else data)
     except ValidationError as exc:
-        return None, _pydantic_issues(exc, model=RunConfig)
+        return None, moved + _pydantic_issues(exc, model=RunConfig)
+    return (None, moved) if moved else (config, [])
 
 
 def salvage_config(data: dict[str, Any]) -> RunConfig | None:
     """A config from ``data`` with the keys the core rejects left out (defaults in their place), so that
     ``config validate`` can still check plugin settings and stages and report every problem at once."""
-    data = copy.deepcopy(data)
+    data = drop_moved_keys(data)
     for _ in range(5):
         try:
             return RunConfig.model_validate(data)
@@ -435,6 +464,33 @@ def validate_settings(
         except ValidationError as exc:
             issues.extend(_pydantic_issues(exc, prefix=f"settings.{section}", model=model))
     return settings, issues
+
+
+# ``json_schema_extra`` of a plugin setting that says where the run runs, not what it computes (a cluster's
+# address, say): ``run --resume RUN settings.SECTION.KEY=VALUE`` may give it again.
+RUNTIME: dict[str, Any] = {"runtime": True}
+
+
+def runtime_keys(models: dict[str, type[BaseModel]]) -> list[str]:
+    """The ``settings.SECTION.KEY`` of every plugin setting marked :data:`RUNTIME`."""
+    return [f"settings.{section}.{name}" for section, model in sorted(models.items())
+            for name, field in model.model_fields.items()
+            if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("runtime")]
+
+
+def resume_overrides(config: RunConfig, overrides: list[str], models: dict[str, type[BaseModel]]) -> RunConfig:
+    """``config`` (a resumed run's) with ``overrides`` applied: each must name a :data:`RUNTIME` setting (the
+    values are validated with the rest when the run is planned)."""
+    allowed = runtime_keys(models)
+    settings = copy.deepcopy(config.settings)
+    for text in overrides:
+        path, value = parse_override(text)
+        key = ".".join(path)
+        if key not in allowed:
+            raise ConfigError(f"override {text!r}: a resumed run keeps its recipe and overrides; only settings that "
+                              f"say where it runs may be given again ({', '.join(allowed) or 'none'}).")
+        settings.setdefault(path[1], {})[path[2]] = value
+    return config.model_copy(update={"settings": settings})
 
 
 def raise_for(issues: list[Issue], source: str) -> None:

@@ -14,6 +14,7 @@ from .errors import ConfigError
 from .executor import Executor, LocalExecutor
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .cluster import Cluster
     from .store import RunStore
 
 M = TypeVar("M", bound=BaseModel)
@@ -38,6 +39,9 @@ class RunContext:
     # Episodes are submitted here (``ctx.executor.map(run_episode, episodes)``), never to threads of
     # a plugin's own, so a distributed executor can take over.
     executor: Executor = field(default_factory=LocalExecutor)
+    # The compute cluster the recipe enables (``register_clusters``; Ray, say), or None: engine replicas and
+    # trainer groups run on it through its typed contract (:class:`~seal_platform.registry.Cluster`).
+    cluster: Cluster | None = None
     # The diagnosers this run enabled (names), set by the core from the plan: the recipe's
     # diagnosis.diagnosers (or every registered non-explicit one) that label the run's environment. A plugin
     # registering several diagnosers runs those of its own that are listed here.

@@ -5,7 +5,7 @@ There are four kinds of hooks:
 * **setup hooks** (``register_*``), called when a run or a CLI command starts, through which a plugin tells the
   core what it provides: its settings model, environments (benchmarks), diagnosers, rollout engines and CLI
   commands. Every plugin's answer is collected.
-* **lifecycle hooks** (``check_machine``, ``start_run``, ``end_run``, ``save_checkpoint``, ``load_checkpoint``),
+* **lifecycle hooks** (``check_config``, ``check_machine``, ``start_run``, ``end_run``, ``save_checkpoint``, ``load_checkpoint``),
   called on every enabled plugin that implements them.
 * the **tracking hook** (``track``), called on every enabled plugin that implements it as the run records
   step metrics, evaluations, interface revisions and labels (trackers: TensorBoard, MLflow...);
@@ -51,7 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from .capability import CapabilityState
     from .config import RunConfig
     from .context import RunContext
-    from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
+    from .config import Issue
+    from .registry import Cluster, ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
     from .types import (
         EvalResult,
         Interface,
@@ -145,12 +146,31 @@ def register_executors() -> list[ExecutorSpec]:
     ``ctx.executor.map(fn, items, on_infra_failure=...)``. The name ``local`` (threads in the driver
     process) is built into the core and cannot be registered. The core closes the executor when the run ends.
 
-    :returns: a list of :class:`seal_platform.registry.ExecutorSpec` (name, factory, description). The
+    :returns: a list of :class:`seal_platform.registry.ExecutorSpec` (name, factory, description, and the
+        registered cluster it needs, if any: the recipe must enable that cluster). The
         factory returns an object satisfying :class:`seal_platform.executor.Executor`; it must import heavy
         libraries (ray) inside the factory and should start a cluster only on first use. ``fn`` and the
         items may be shipped to other processes or machines (so they must pickle); a unit lost to the
         infrastructure (a dead worker, a lost node, a time limit) is replaced by
         ``on_infra_failure(item, reason)`` when that is given, never silently dropped.
+
+    All results are collected; two plugins registering the same name is an error.
+    """
+
+
+@hookspec
+def register_clusters() -> list[ClusterSpec]:
+    """Declare the compute clusters (Ray, say) this plugin can connect a run to.
+
+    Called when a recipe is checked and when a run starts. ``factory(config, settings)`` returns the cluster
+    the recipe enables in this plugin's own settings section, or None; at most one registered cluster may be
+    enabled. The enabled one (a :class:`seal_platform.registry.Cluster`: ``name``, ``address``,
+    ``acquire``/``release`` leases, ``infra_errors``) is ``ctx.cluster`` during the run and the ``cluster``
+    argument of ``check_config`` and ``check_machine``: executors, engine replicas and trainer groups of any
+    plugin use it through that contract, never by importing the plugin that registered it.
+
+    :returns: a list of :class:`seal_platform.registry.ClusterSpec` (name, factory, description, enable: how a
+        recipe turns it on). The factory must not connect or import heavy libraries.
 
     All results are collected; two plugins registering the same name is an error.
     """
@@ -172,7 +192,24 @@ def register_commands(cli: click.Group) -> None:
 
 
 @hookspec
-def check_machine(config: RunConfig, settings: dict[str, BaseModel]) -> list[str]:
+def check_config(config: RunConfig, settings: dict[str, BaseModel], cluster: Cluster | None) -> list[Issue]:
+    """Problems with the recipe that involve this plugin's settings and something outside them (the cluster,
+    the core's keys): checks a settings model cannot make alone.
+
+    Called on every enabled plugin by ``config validate``, ``run`` and ``eval`` with the other recipe checks,
+    on any machine (check nothing about this machine here: that is ``check_machine``'s).
+
+    :param config: the run's validated config.
+    :param settings: every enabled plugin's validated settings section, by section name.
+    :param cluster: the cluster the recipe enables (``register_clusters``), or None.
+
+    :returns: a list of :class:`seal_platform.config.Issue` (where: the dotted key, what, fix); reported with
+        every other problem of the recipe.
+    """
+
+
+@hookspec
+def check_machine(config: RunConfig, settings: dict[str, BaseModel], cluster: Cluster | None) -> list[str]:
     """Can this machine run what the recipe asks of this plugin? (devices, drivers, Ray resources...)
 
     Called on every enabled plugin by ``seal-platform run`` (new and resumed runs) and ``seal-platform eval``,
@@ -186,6 +223,8 @@ def check_machine(config: RunConfig, settings: dict[str, BaseModel]) -> list[str
 
     :param config: the run's validated config.
     :param settings: every enabled plugin's validated settings section, by section name.
+    :param cluster: the cluster the recipe enables (``register_clusters``), or None; with an ``address`` the
+        work it places runs on that cluster's machines, not this one.
 
     :returns: a list of problems, each one paragraph that says what was asked, what this machine has and what
         to do (an empty list when all is well). Every plugin's answer is collected and all problems are
@@ -454,7 +493,9 @@ CALLED_ON: dict[str, str] = {
     "register_diagnosers": "every loaded plugin",
     "register_rollout_engines": "every loaded plugin",
     "register_executors": "every loaded plugin",
+    "register_clusters": "every loaded plugin",
     "register_commands": "every loaded plugin",
+    "check_config": "every enabled plugin",
     "check_machine": "every enabled plugin",
     "start_run": "every enabled plugin",
     "end_run": "every enabled plugin",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from pydantic import BaseModel
 
@@ -30,7 +30,7 @@ from .config import (
     validate_core,
     validate_settings,
 )
-from .errors import PluginError, SealError
+from .errors import ConfigError, PluginError, SealError
 from .plugins import PluginHost, make_plugin_manager
 from .recipe_keys import RecipeOrigin
 
@@ -130,11 +130,22 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         issues.append(Issue("diagnosis.primary", f"diagnoser {primary!r} is not enabled",
                             _with_failures("add it to diagnosis.diagnosers (diagnoser names, as `seal-platform plugins` lists them)", host)
                             if primary not in registered else "add it to diagnosis.diagnosers"))
-    issues.extend(scaleout.check(config, host))
+    issues.extend(scaleout.check(config, host, settings))
+    issues.extend(_plugin_checks(config, host, settings))
     issues += check_benchmarks(config, host)
     if issues:
         return None, issues
     return Plan(config, settings, env_owner, diagnoser_plugins, primary, diagnoser_names=active), []
+
+
+def _plugin_checks(config: RunConfig, host: PluginHost, settings: dict[str, Any]) -> list[Issue]:
+    """The enabled plugins' own recipe checks (the ``check_config`` hook), given the recipe's cluster."""
+    try:
+        cluster = scaleout.cluster_for(host, config, settings)
+    except ConfigError as exc:
+        return [Issue("settings", str(exc))]
+    return [issue for answer in host.hook.check_config(config=config, settings=settings, cluster=cluster)
+            for issue in answer or []]
 
 
 def _with_failures(hint: str, host: PluginHost) -> str:
@@ -162,7 +173,9 @@ def check_machine(plan: Plan, host: PluginHost | None = None) -> None:
     host = host or plan.host
     if host is None:
         return
-    problems = [p for answer in host.hook.check_machine(config=plan.config, settings=plan.settings) for p in answer or []]
+    cluster = scaleout.cluster_for(host, plan.config, plan.settings)
+    problems = [p for answer in host.hook.check_machine(config=plan.config, settings=plan.settings, cluster=cluster)
+                for p in answer or []]
     if problems:
         raise SealError("this machine cannot run the recipe as written; nothing was started.\n" + "\n".join(
             f"- {problem}" for problem in problems))

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from . import hookspecs
 from .errors import PluginError, SealError
-from .registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
+from .registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
 
 ENTRY_POINT_GROUP = "seal_platform"
 ENV_ALLOW = "SEAL_PLATFORM_PLUGINS"
@@ -197,6 +197,9 @@ class PluginHost:
 
     def executors(self) -> dict[str, tuple[str, ExecutorSpec]]:
         return self._unique("register_executors", "executor")
+
+    def clusters(self) -> dict[str, tuple[str, ClusterSpec]]:
+        return self._unique("register_clusters", "cluster")
 
     # --- "no loaded plugin registers X": said once -------------------------------------------------------
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from .cluster import Cluster
+
 if TYPE_CHECKING:  # pragma: no cover
+    from pydantic import BaseModel
+
+    from .config import RunConfig
     from .context import RunContext
     from .engine import RolloutEngine
     from .environment import Environment
@@ -68,3 +73,20 @@ class ExecutorSpec:
     name: str
     factory: Callable[[RunContext, Callable[[int, int], None] | None], Executor]
     description: str = ""
+    cluster: str | None = None  # the registered cluster it runs on (it must be enabled by the recipe), if any
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A compute cluster (``register_clusters``). ``factory(config, settings)`` returns the cluster the recipe
+    enables in its plugin's settings, or None when the recipe does not use it; it must not connect (the users'
+    ``acquire`` does). At most one registered cluster may be enabled by a recipe. ``enable`` says how a recipe
+    turns it on (shown by the errors of users that need it)."""
+
+    name: str
+    factory: Callable[[RunConfig, dict[str, BaseModel]], Cluster | None]
+    description: str = ""
+    enable: str = ""
+
+
+__all__ = ["Cluster", "ClusterSpec", "DiagnoserSpec", "EngineSpec", "EnvironmentSpec", "ExecutorSpec"]

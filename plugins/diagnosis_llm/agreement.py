@@ -74,14 +74,14 @@ def confusion(run_id: str, rows: Iterable[Any], judge: str, heuristic: str) -> A
 
 def _sources(run: Any, judge: str | None, heuristic: str | None) -> tuple[str, str]:
     """The judge's and the heuristic's sources: as given, else as the run's recipe resolved them."""
-    from seal_platform.config import RunConfig
+    from seal_platform.config import stored_config
 
     from .judge import SOURCE, heuristic_source
     from .settings import DiagnosisLlmSettings
 
     if heuristic is None:
         try:
-            config = RunConfig.model_validate(run.config)
+            config = stored_config(run.config)
             settings = DiagnosisLlmSettings.model_validate(config.settings.get("diagnosis_llm") or {})
             heuristic = heuristic_source(config, settings)
         except Exception:  # a run made by another version: the usual heuristic

@@ -256,7 +256,7 @@ def local_context(ctx: RunContext, settings: LocalJudgeSettings) -> RunContext:
     config = ctx.config.model_copy(update={"rollout": rollout})
     return RunContext(
         config=config, run_id=ctx.run_id, run_dir=ctx.run_dir / "diagnosis_llm", settings=sections,
-        store=ctx.store, shared={}, executor=ctx.executor,
+        store=ctx.store, shared={}, executor=ctx.executor, cluster=ctx.cluster,
     )
 
 

@@ -18,7 +18,12 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .settings import GRPOSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seal_platform.registry import Cluster
 
 # The oldest Linux driver each CUDA major version runs on (NVIDIA's CUDA toolkit release notes, "minor version
 # compatibility": 12.x needs >= 525.60.13, 13.x >= 580.65.06, 11.x >= 450.80.02).
@@ -72,24 +77,31 @@ def cuda_unusable_reason() -> str | None:
             "(torch.cuda.is_available() is False: check CUDA_VISIBLE_DEVICES and the container's GPU access)")
 
 
-def problems(config: Any, policy: Any, uses_policy: bool, train_workers: int = 1) -> list[str]:
+def problems(config: Any, policy: Any, uses_policy: bool, grpo: GRPOSettings | None = None,
+             cluster: Cluster | None = None) -> list[str]:
     """The device problems of a run of ``config`` whose policy settings are ``policy`` (``uses_policy``: the
-    run loads grpo's policy, i.e. trains with grpo or rolls out on one of its engines; ``train_workers``:
-    ``grpo.train_workers``, above 1 the update runs in trainer actors placed by Ray when Ray is on)."""
+    run loads grpo's policy, i.e. trains with grpo or rolls out on one of its engines; ``grpo``: its settings,
+    whose ``train_workers`` above 1 run the update in trainer actors placed by Ray per ``grpo.placement`` when
+    ``cluster``, the run's cluster (:class:`seal_platform.registry.Cluster`), is Ray)."""
+    from .on_ray import RAY
+
+    grpo = grpo or GRPOSettings()
     out: list[str] = []
-    ray = config.ray
-    ray_gpus = bool(ray.enabled and (ray.trainer_gpus > 0 or ray.engine_gpus > 0))
-    ray_trainers = ray.enabled and train_workers > 1 and config.stages.optimize == "grpo"
-    if uses_policy and ray_trainers and ray.engine_gpus > 0 and ray.trainer_gpus == 0:
-        out.append(f"ray.engine_gpus is {ray.engine_gpus} but ray.trainer_gpus is 0 with {train_workers} trainer "
-                   "actors: Ray would hide the GPUs from them and the update would run on their CPUs; set "
-                   "ray.trainer_gpus (e.g. 1, or 0.5 with ray.colocate: true), or ray.engine_gpus: 0 for a CPU run")
+    place, train_workers = grpo.placement, grpo.train_workers
+    on_ray = cluster is not None and cluster.name == RAY
+    ray_gpus = bool(on_ray and (place.trainer_gpus > 0 or place.engine_gpus > 0))
+    ray_trainers = on_ray and train_workers > 1 and config.stages.optimize == "grpo"
+    if uses_policy and ray_trainers and place.engine_gpus > 0 and place.trainer_gpus == 0:
+        out.append(f"grpo.placement.engine_gpus is {place.engine_gpus} but grpo.placement.trainer_gpus is 0 with "
+                   f"{train_workers} trainer actors: Ray would hide the GPUs from them and the update would run on "
+                   "their CPUs; set settings.grpo.placement.trainer_gpus (e.g. 1, or 0.5 with "
+                   "settings.grpo.placement.colocate: true), or settings.grpo.placement.engine_gpus: 0 for a CPU run")
     device = str(policy.device)
     asked = device.startswith("cuda")
     auto_gpu = device == "auto" and has_nvidia_gpu()
     if not (uses_policy and (asked or auto_gpu)) and not ray_gpus:
         return out
-    if ray_gpus and ray.address:
+    if ray_gpus and cluster is not None and cluster.address:
         return out  # the GPUs are the cluster's, not this machine's: Ray places the actors there
     reason = cuda_unusable_reason()
     if reason is None:
@@ -103,7 +115,8 @@ def problems(config: Any, policy: Any, uses_policy: bool, train_workers: int = 1
         return out
     what = (f"settings.policy.device is {device!r}" if asked else
             "settings.policy.device is 'auto' on a machine with an NVIDIA GPU" if auto_gpu else
-            f"the recipe places Ray actors on GPUs (ray.trainer_gpus {ray.trainer_gpus}, ray.engine_gpus {ray.engine_gpus})")
+            f"the recipe places Ray actors on GPUs (grpo.placement.trainer_gpus {place.trainer_gpus}, "
+            f"grpo.placement.engine_gpus {place.engine_gpus})")
     out.append(f"{what}, but CUDA is not usable: {reason}. The run does not fall back to the CPU; for a CPU run "
-               "set settings.policy.device=cpu" + (" and ray.trainer_gpus=0 ray.engine_gpus=0" if ray_gpus else "") + ".")
+               "set settings.policy.device=cpu" + (" and settings.grpo.placement.trainer_gpus=0 settings.grpo.placement.engine_gpus=0" if ray_gpus else "") + ".")
     return out

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .on_ray import OnRay
 from .policy import PolicySettings
 from .samples import Sample
 from .settings import GRPOSettings
@@ -183,20 +184,20 @@ class GroupTrainer:
     ``model.safetensors`` checkpoints hold), overwritten with the group's weights at start and after every step.
 
     The group is a :class:`LocalTrainerGroup` (worker processes on the driver's machine) or, when the recipe
-    turns Ray on (``ray``: a :class:`~seal_platform.config.RayConfig` with ``enabled``), a
-    :class:`~seal_platform_plugins.ray_backend.trainers.RayTrainerGroup` (one actor per rank in a placement
-    group, possibly on other nodes); both run the same :class:`TrainerWorker`."""
+    turns Ray on (``ray``: an :class:`~.on_ray.OnRay`, the run's Ray cluster and ``grpo.placement``), a
+    :class:`~.ray_trainers.RayTrainerGroup` (one actor per rank in a placement group, possibly on other nodes);
+    both run the same :class:`TrainerWorker`."""
 
     def __init__(self, model: Any, settings: GRPOSettings, policy: PolicySettings | None, *, temperature: float = 1.0,
-                 pad_id: int = 0, seed: int = 0, ray: Any = None):
+                 pad_id: int = 0, seed: int = 0, ray: OnRay | None = None):
         self.model = model
         self.settings = settings
         self.device = next(model.parameters()).device
         self.updates = 0
         options = WorkerOptions(grpo=settings, policy=policy or PolicySettings(), temperature=temperature,
                                 pad_id=pad_id, seed=seed)
-        if ray is not None and ray.enabled:
-            from seal_platform_plugins.ray_backend.trainers import RayTrainerGroup
+        if ray is not None:
+            from .ray_trainers import RayTrainerGroup
 
             self.group = RayTrainerGroup(TrainerWorker, settings.train_workers, options, ray)
         else:

@@ -26,7 +26,7 @@ driver copy
     ``policy.device``: N x b on GPU 0 unless ``settings.policy.device: cpu``.
 per process and GPU: 1 GiB of CUDA context and allocator slack.
 
-Colocated engines (``ray.colocate`` with ``engine.vllm.sleep_mode``) sleep during the update: a shared GPU
+Colocated engines (``grpo.placement.colocate`` with ``engine.vllm.sleep_mode``) sleep during the update: a shared GPU
 needs max(rollout phase, update phase), where the trainer's resident part (weights, moments, reference) is
 held in both and its transient part (gradients, activations, log-probs, compute copies) in the update only.
 """
@@ -229,9 +229,11 @@ def engine_parts(shape: Shape, vllm: Any, capacity: float, max_model_len: int, s
     return parts, kv
 
 
-def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, nodes: int = 1) -> MemoryPlan:
+def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, nodes: int = 1,
+         on_ray: bool = False) -> MemoryPlan:
     """The memory plan of ``config`` (with its plugins' validated ``settings``) on ``nodes`` machines of ``gpus``
-    GPUs of ``gpu_memory`` GiB each."""
+    GPUs of ``gpu_memory`` GiB each; ``on_ray``: the run's cluster is Ray (engine replicas and trainer workers
+    are actors placed per ``grpo.placement``)."""
     from .engines.settings import EngineSettings
     from .policy import PolicySettings
     from .settings import GRPOSettings
@@ -240,11 +242,11 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
     policy = settings.get("policy") or PolicySettings()
     engine = settings.get("engine") or EngineSettings()
     shape = shape_for(policy.model)
-    ray = config.ray
+    place = grpo.placement
     world = grpo.train_workers
-    replicas = config.rollout.replicas
+    replicas = grpo.replicas
     vllm = config.rollout.engine == "vllm"
-    colocate = bool(ray.enabled and ray.colocate)
+    colocate = bool(on_ray and place.colocate)
     sleeping = colocate and engine.vllm.sleep_mode
     total = gpus * nodes
     devices = [GPU(index=k % gpus, node=k // gpus) for k in range(total)]
@@ -258,22 +260,22 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
         trainer_gpus = list(range(world))
     elif policy_on_gpu:
         trainer_gpus = [0]
-    if ray.enabled and world > 1 and ray.trainer_gpus == 0:
+    if on_ray and world > 1 and place.trainer_gpus == 0:
         trainer_gpus = []
-        result.notes.append("trainer actors without GPUs (ray.trainer_gpus 0): the update runs on their CPUs")
+        result.notes.append("trainer actors without GPUs (grpo.placement.trainer_gpus 0): the update runs on their CPUs")
     engine_gpus: list[int] = []
     if vllm:
-        if ray.enabled and replicas >= 1 and ray.engine_gpus > 0:
+        if on_ray and replicas >= 1 and place.engine_gpus > 0:
             start = 0 if colocate else len(trainer_gpus)
             engine_gpus = [start + r for r in range(replicas)]
-        elif not ray.enabled:
+        elif not on_ray:
             engine_gpus = [0] if policy_on_gpu else []
     needed = max([*trainer_gpus, *engine_gpus, -1]) + 1
     if needed > total:
         result.problems.append(
             f"the placement needs {needed} GPUs ({len(trainer_gpus)} for trainer ranks, {len(engine_gpus)} for "
             f"vLLM replicas{', shared' if colocate else ''}) but {nodes} node(s) x {gpus} = {total} are given: "
-            "set grpo.train_workers / rollout.replicas, or ray.colocate: true")
+            "set grpo.train_workers / grpo.replicas, or grpo.placement.colocate: true")
         return result
     for rank, k in enumerate(trainer_gpus):
         devices[k].holders.append(f"trainer rank {rank}" if world > 1 else "trainer")
@@ -366,16 +368,22 @@ def add_command(cli: Any) -> None:
         from seal_platform.cli import _split_recipe_args, console
         from seal_platform.config import raise_for
         from seal_platform.planning import check_recipe, load_recipe, plugin_host_for
+        from seal_platform.scaleout import cluster_for
+
+        from .on_ray import RAY
 
         recipe, overrides = _split_recipe_args(args)
         config, issues, path = load_recipe(recipe, overrides)
         if config is None:
             raise_for(issues, str(path))
-        checked, issues = check_recipe(config, plugin_host_for(config))
+        host = plugin_host_for(config)
+        checked, issues = check_recipe(config, host)
         if checked is None:
             raise_for(issues, str(path))
+        cluster = cluster_for(host, checked.config, checked.settings)
         try:
-            result = plan(checked.config, checked.settings, gpus, gpu_memory, nodes)
+            result = plan(checked.config, checked.settings, gpus, gpu_memory, nodes,
+                          on_ray=cluster is not None and cluster.name == RAY)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         if as_json:

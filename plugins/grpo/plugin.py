@@ -13,15 +13,22 @@ tokenizer), read by the engines; ``grpo.apatch``, the label weights; ``grpo.run`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 
 from .apatch import APatch
-from .engines import engine_specs
+from .engines import REPLICATED, engine_specs
 from .engines.settings import EngineSettings
+from .on_ray import on_ray
 from .policy import PolicySettings
 from .settings import APatchSettings, GRPOSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seal_platform.registry import Cluster
+
+    from .engines.replicas import RayEngineClient
 
 NAME = "grpo"
 POLICY = "grpo.policy"
@@ -64,13 +71,24 @@ def register_rollout_engines() -> list:
 
 
 @hookimpl
-def check_machine(config: Any, settings: dict[str, Any]) -> list[str]:
+def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None) -> list[Issue]:
+    grpo = settings.get("grpo") or GRPOSettings()
+    if grpo.replicas > 1 and on_ray(cluster, grpo.placement) is None:
+        return [Issue("settings.grpo.replicas", "more than one engine replica runs on Ray",
+                      "set settings.ray.enabled: true (and settings.ray.address to join a cluster), or "
+                      "settings.grpo.replicas: 1")]
+    return []
+
+
+@hookimpl
+def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None) -> list[str]:
     from .devices import problems
 
     uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
     grpo = settings.get("grpo") or GRPOSettings()
-    found = problems(config, settings.get("policy") or PolicySettings(), uses_policy, grpo.train_workers)
-    if found or not uses_policy or config.ray.address:
+    found = problems(config, settings.get("policy") or PolicySettings(), uses_policy, grpo, cluster)
+    ray = on_ray(cluster, grpo.placement)
+    if found or not uses_policy or (cluster is not None and cluster.address):
         return found
     import torch
 
@@ -82,7 +100,7 @@ def check_machine(config: Any, settings: dict[str, Any]) -> list[str]:
     gpus = torch.cuda.device_count()
     memory = min(torch.cuda.get_device_properties(i).total_memory for i in range(gpus)) / 2**30
     try:
-        result = plan(config, settings, gpus, memory)
+        result = plan(config, settings, gpus, memory, on_ray=ray is not None)
     except ValueError:
         return found  # a model of unknown shape: nothing to check against
     return [f"memory plan (`seal-platform plan` prints it): {p}" for p in result.problems]
@@ -121,13 +139,15 @@ def start_run(ctx: Any, resumed: bool) -> None:
     ctx.shared[POLICY] = (model, tokenizer)
     ctx.shared[RUN] = GRPORun(
         model, tokenizer, settings, _apatch(ctx), temperature=_temperature(ctx, settings), train=optimizes,
-        policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed, ray=ctx.config.ray,
+        policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed,
+        ray=on_ray(ctx.cluster, settings.placement),
     )
 
 
 def _colocated(ctx: Any) -> bool:
-    """Engines share the trainer's GPUs (Ray, ``ray.colocate``): they sleep during the update."""
-    return bool(ctx.config.ray.enabled and ctx.config.ray.colocate)
+    """Engines share the trainer's GPUs (Ray, ``grpo.placement.colocate``): they sleep during the update."""
+    placement = ctx.settings_for("grpo", GRPOSettings).placement
+    return on_ray(ctx.cluster, placement) is not None and placement.colocate
 
 
 @hookimpl
@@ -140,19 +160,19 @@ def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int
     run = ctx.shared.get(RUN)
     if run is None:
         raise RuntimeError("grpo's optimize was called before its start_run: the run loop must call start_run first")
-    metrics = run.optimize(engine, trajectories, weights, rollout=ctx.config.rollout, sleep_engines=_colocated(ctx))
-    _report_lost_replicas(ctx, engine)
+    replicated = ctx.shared.get(REPLICATED)
+    sleep = replicated.sleep if replicated is not None and _colocated(ctx) else None
+    metrics = run.optimize(engine, trajectories, weights, screen_stale=True, sleep=sleep)
+    if replicated is not None:
+        _report_lost_replicas(ctx, replicated)
     return metrics
 
 
-def _report_lost_replicas(ctx: Any, engine: Any) -> None:
+def _report_lost_replicas(ctx: Any, engine: RayEngineClient) -> None:
     """An event for each engine replica found dead since the last report (replicated engines on Ray); the
     replicas are asked, so a replica lost while nothing was sent to it is reported in this step too."""
-    probe = getattr(engine, "probe", None)
-    replicas = getattr(engine, "replicas", None)
-    if not callable(probe) or replicas is None:
-        return
-    dead = set(range(len(replicas))) - set(probe())
+    replicas = engine.replicas
+    dead = set(range(len(replicas))) - set(engine.probe())
     reported = ctx.shared.setdefault("grpo.lost_replicas", set())
     for index in sorted(dead - reported):
         ctx.event("engine_replica_lost", f"rollout engine replica {index} of {len(replicas)} died; its requests "

@@ -8,7 +8,7 @@ weights pushed into the rollout engine.
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from seal_platform.types import Trajectory
 
@@ -42,30 +42,32 @@ class GRPORun:
             )
 
     def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float],
-                 rollout: Any = None, sleep_engines: bool = False) -> dict[str, float]:
+                 screen_stale: bool = False, sleep: Callable[[], None] | None = None) -> dict[str, float]:
         """Build samples, update the policy, push the new weights into ``engine``; return metrics.
 
-        ``rollout`` (the recipe's ``rollout`` section) brings the staleness rule (see :mod:`.staleness`) and
-        ``sleep_engines``: engines that share the trainer's GPUs sleep during the update (their ``sleep``)."""
+        ``screen_stale`` applies the staleness rule of the settings (``grpo.max_staleness``,
+        ``grpo.stale_samples``, ``grpo.importance_cap``; see :mod:`.staleness`) and
+        ``sleep``: engines that share the trainer's GPUs (colocated replicas) are put to sleep with it for the
+        update."""
         from . import staleness
 
         if self.trainer is None:
             raise RuntimeError("the grpo plugin was started without a trainer (stages.optimize is not grpo)")
         screened = None
-        if rollout is not None:
-            screened = staleness.screen(trajectories, self.trainer.updates, rollout.max_staleness, rollout.stale_samples)
+        settings = self.settings
+        if screen_stale:
+            screened = staleness.screen(trajectories, self.trainer.updates, settings.max_staleness, settings.stale_samples)
             trajectories = screened.kept
         samples = build_samples(self.tokenizer, trajectories, weights, self.settings)
         if screened is not None and screened.corrected:
             if self.temperature != 1.0:
-                raise ValueError("rollout.stale_samples = importance_correct needs sampling at temperature 1 "
+                raise ValueError("grpo.stale_samples = importance_correct needs sampling at temperature 1 "
                                  "(engines report log-probs at temperature 1); use refuse")
             for sample in samples:
                 if sample.id in screened.corrected:
-                    sample.importance_cap = rollout.importance_cap
-        sleeper = getattr(engine, "sleep", None) if sleep_engines else None
-        if callable(sleeper):
-            sleeper()  # colocated engines give the GPU memory to the update; the weight push wakes them
+                    sample.importance_cap = settings.importance_cap
+        if sleep is not None:
+            sleep()  # colocated engines give the GPU memory to the update; the weight push wakes them
         metrics = self.trainer.step(samples)
         if screened is not None:
             metrics.update(screened.metrics)

@@ -35,6 +35,24 @@ class _Section(BaseModel):
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+class PlacementSettings(_Section):
+    """``grpo.placement``: where grpo's Ray actors (engine replicas, trainer workers) go when the recipe enables
+    the Ray cluster (``settings.ray.enabled``; the ray_backend plugin). Ignored without it."""
+
+    colocate: bool = Field(
+        default=False,
+        description="Trainer workers and engine replicas share GPUs (one placement group; engines sleep "
+        "during the update). False: separate bundles.",
+    )
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        default="PACK", description="Placement-group strategy of the engine (and trainer) bundles."
+    )
+    trainer_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per trainer worker (FSDP rank).")
+    trainer_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated).")
+    engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
+    engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
+
+
 class LoRASettings(_Section):
     """``grpo.lora``: train low-rank adapters (peft) on a frozen base instead of every weight.
 
@@ -189,6 +207,26 @@ class GRPOSettings(_Section):
         description="LoRA adapters on a frozen base (rank, alpha, dropout, target_modules); null: full "
         "fine-tuning. E.g. settings.grpo.lora.rank=16 turns it on with the other defaults.",
     )
+    replicas: int = Field(
+        default=1, ge=1, le=1024,
+        description="Replicas of grpo's rollout engine (hf or vllm) on Ray, each an actor (needs "
+        "settings.ray.enabled). A group's samples go to one replica, so its prompt prefix is cached once.",
+    )
+    placement: PlacementSettings = Field(
+        default_factory=PlacementSettings,
+        description="Where engine replicas and trainer workers go on Ray (colocate, strategy, CPUs and GPUs each).",
+    )
+    max_staleness: int = Field(
+        default=0, ge=0, le=1000,
+        description="Samples may be this many policy versions (optimizer updates) older than the trainer's "
+        "policy; older ones are handled as stale_samples says.",
+    )
+    stale_samples: Literal["refuse", "importance_correct"] = Field(
+        default="refuse",
+        description="refuse: stale trajectories are dropped from the update; importance_correct: kept, with "
+        "per-token truncated importance weights min(cap, p_old / p_sampled).",
+    )
+    importance_cap: float = Field(default=2.0, gt=0.0, description="Truncation of the importance weights.")
 
     @model_validator(mode="after")
     def _check(self) -> GRPOSettings:

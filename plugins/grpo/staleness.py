@@ -4,7 +4,7 @@ Every :class:`~seal_platform.types.Generation` carries the policy version its en
 trainer's optimizer-update count at the last weight push, :attr:`GRPOTrainer.updates`); the episode copies it
 onto the assistant message, and a trajectory's version is its oldest message's. At the start of an update the
 trainer's version is ``trainer.updates``; a trajectory ``updates - version`` behind is *stale* when that exceeds
-``rollout.max_staleness``. Stale trajectories are, by ``rollout.stale_samples``:
+``grpo.max_staleness``. Stale trajectories are, by ``grpo.stale_samples``:
 
 * ``refuse`` (default): dropped from the update (the group's advantage is computed over the rest);
 * ``importance_correct``: kept, each generated token's advantage scaled by the truncated importance weight
@@ -49,7 +49,7 @@ def screen(trajectories: Sequence[Trajectory], current: int, max_staleness: int,
     if mode == "importance_correct":
         metrics["stale_corrected_frac"] = len(stale) / n
         return Screened(list(trajectories), {t.id for t in stale}, metrics)
-    raise ValueError(f"unknown rollout.stale_samples {mode!r}: use refuse or importance_correct")
+    raise ValueError(f"unknown grpo.stale_samples {mode!r}: use refuse or importance_correct")
 
 
 def importance_weights(old_logp, engine_logp: Sequence[float | None], cap: float):

@@ -100,15 +100,37 @@ def test_step_aborts_above_the_threshold(toy_site, toy_recipe):
 
 
 def test_scale_out_keys_are_checked(toy_site, toy_recipe):
-    config, issues, _ = load_recipe(str(toy_recipe), ["rollout.replicas=2", "rollout.executor=nowhere"])
+    config, issues, _ = load_recipe(str(toy_recipe), ["rollout.executor=nowhere"])
     assert not issues
     host = make_plugin_manager(allow=config.plugins.allow)
     _, problems = check_recipe(config, host)
     where = {p.where: str(p) for p in problems}
     assert "no loaded plugin registers executor 'nowhere'" in where["rollout.executor"]
-    assert "ray.enabled" in where["rollout.replicas"]
     config, issues, _ = load_recipe(str(toy_recipe), [])
-    assert config.ray.enabled is False and config.rollout.executor == "local" and config.rollout.replicas == 1
+    assert config.rollout.executor == "local" and not hasattr(config, "ray")
+
+
+def test_keys_that_moved_to_plugin_settings_name_their_new_key(toy_site, toy_recipe):
+    """Ray's and GRPO's keys left the core's schema; a recipe still using them gets one issue per key naming
+    where it went, and nothing is validated as if they were not there."""
+    old = ["ray.enabled=true", "ray.colocate=true", "rollout.replicas=2", "rollout.max_staleness=1",
+           "rollout.stale_samples=importance_correct", "rollout.importance_cap=3"]
+    config, issues, _ = load_recipe(str(toy_recipe), old)
+    assert config is None
+    moved = {i.where: i.what for i in issues}
+    assert moved == {
+        "ray.enabled": moved["ray.enabled"], "ray.colocate": moved["ray.colocate"],
+        "rollout.replicas": moved["rollout.replicas"], "rollout.max_staleness": moved["rollout.max_staleness"],
+        "rollout.stale_samples": moved["rollout.stale_samples"], "rollout.importance_cap": moved["rollout.importance_cap"],
+    }
+    assert "settings.ray.enabled" in moved["ray.enabled"]
+    assert "settings.grpo.placement.colocate" in moved["ray.colocate"]
+    assert "settings.grpo.replicas" in moved["rollout.replicas"]
+    assert "settings.grpo.importance_cap" in moved["rollout.importance_cap"]
+    assert all("Migrating recipes" in i.fix and "\n" not in str(i) for i in issues)
+    # A ray: section with nothing but unknown keys is still named as moved.
+    _, issues, _ = load_recipe(str(toy_recipe), ["ray.adress=auto"])
+    assert [i.where for i in issues] == ["ray"] and "settings.ray" in issues[0].what
 
 
 def test_a_registered_executor_runs_the_episodes(toy_site, toy_recipe):
@@ -120,3 +142,48 @@ def test_a_registered_executor_runs_the_episodes(toy_site, toy_recipe):
     assert executor.mapped == 8 and executor.closed  # the core closes what it built
     lost = [t for t in store.trajectories(runner.run_id, step=0) if t.infra_failure]
     assert [t.infra_failure for t in lost] == ["serial: toy engine replica died"]
+
+
+def test_a_run_stored_before_the_keys_moved_gets_them_in_their_new_place():
+    """Stored runs list every key of their day: resume and eval read them with what differs from a default moved
+    to its new key (the defaults did not change), so they run as they ran."""
+    from seal_platform.config import RunConfig, stored_config
+
+    data = RunConfig(environment="toy").model_dump(mode="json")
+    data["ray"] = {"enabled": True, "address": "auto", "namespace": "seal-platform", "colocate": False,
+                   "placement_strategy": "SPREAD", "trainer_cpus": 1.0, "trainer_gpus": 0.0, "engine_cpus": 1.0,
+                   "engine_gpus": 1.0, "episode_actors": 2, "episode_cpus": 0.25, "num_cpus": None}
+    data["rollout"].update(replicas=3, max_staleness=0, stale_samples="importance_correct", importance_cap=2.0)
+    config = stored_config(data)
+    assert config.settings == {
+        "ray": {"enabled": True, "address": "auto"},
+        "grpo": {"replicas": 3, "stale_samples": "importance_correct",
+                 "placement": {"strategy": "SPREAD", "engine_gpus": 1.0}},
+    }
+    fresh = RunConfig(environment="toy")
+    assert stored_config(fresh.model_dump(mode="json")) == fresh
+
+
+def test_the_cluster_a_recipe_enables_reaches_checks_executor_and_context(toy_site, toy_recipe):
+    """A plugin registers a cluster (register_clusters) that its settings enable; the core names no backend: it
+    refuses an executor whose cluster is off (with the cluster's own enable hint), passes the cluster to
+    check_config and check_machine, and hands it to the run as ctx.cluster."""
+    config, issues, _ = load_recipe(str(toy_recipe), ["rollout.executor=toy-clustered", "settings.toy.needs_cluster=true"])
+    assert not issues
+    host = make_plugin_manager(allow=config.plugins.allow)
+    _, problems = check_recipe(config, host)
+    where = {p.where: p for p in problems}
+    assert set(where) == {"rollout.executor", "settings.toy.needs_cluster"}
+    assert "runs on the toy-cluster cluster" in where["rollout.executor"].what
+    assert "set settings.toy.cluster: ADDRESS" in where["rollout.executor"].fix
+    assert sys.modules["toy_plugin"].plugin.seen_clusters["check_config"] is None
+
+    runner, store = _runner(toy_recipe, ["training.steps=1", "rollout.executor=toy-clustered",
+                                         "settings.toy.needs_cluster=true", "settings.toy.cluster=head:1"])
+    runner.run()
+    plugin = sys.modules["toy_plugin"].plugin
+    seen = plugin.seen_clusters
+    assert seen["executor"] is runner.ctx.cluster and runner.ctx.cluster.name == "toy-cluster"
+    assert runner.ctx.cluster.address == "head:1" and runner.ctx.cluster.leases == 1
+    assert seen["check_machine"].address == "head:1" and seen["check_config"].address == "head:1"
+    assert store.get_run(runner.run_id).status == "completed"

@@ -21,17 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "seal_platform_plugins"  # plugins/ is installed under this name
 SKIPPED_DIRS = {"build", "dist", "__pycache__", "node_modules"}
 
-# The cross-plugin imports still allowed, as (file, imported module) pairs, and no others: grpo's remote
-# engine and distributed trainers use ray_backend's engine replication (pack/unpack/start_replicas, the
-# cluster) and its RayTrainerGroup. Moved by issue 24 item 2, pending: when they move, delete the pairs here
-# (the test below fails while a listed pair no longer occurs, so this list cannot go stale).
-PENDING_EDGES: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("plugins/grpo/engines/remote.py", "seal_platform_plugins.ray_backend.engines"),
-        ("plugins/grpo/engines/remote.py", "seal_platform_plugins.ray_backend.cluster"),
-        ("plugins/grpo/distributed.py", "seal_platform_plugins.ray_backend.trainers"),
-    }
-)
+# The cross-plugin imports still allowed, as (file, imported module) pairs, and no others (issue 24 item 2 moved
+# the last ones: grpo's Ray engine replicas and trainer groups live in grpo and reach the Ray cluster through
+# the core's typed contract, ``ctx.cluster``). Add none: the test below fails while a listed pair no longer
+# occurs, so this list cannot go stale.
+PENDING_EDGES: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

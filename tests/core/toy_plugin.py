@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict
 
 from seal_platform.hookspecs import hookimpl
 from seal_platform.infra import InfraError, failed_trajectory
-from seal_platform.registry import DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
+from seal_platform.config import Issue
+from seal_platform.registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
 from seal_platform.types import (
     EvalResult,
     Generation,
@@ -48,6 +49,29 @@ class ToySettings(BaseModel):
     optimize_sleep_s: float = 0.0
     # A problem `check_machine` reports (as a plugin would report a GPU this machine lacks).
     refuse_machine: str | None = None
+    # Enables the `toy-cluster` (register_clusters) at this address; `needs_cluster`: check_config refuses a
+    # recipe without it (as grpo refuses replicas without Ray).
+    cluster: str | None = None
+    needs_cluster: bool = False
+
+
+class ToyCluster:
+    """A cluster (the core's ``Cluster`` contract) that only counts its leases."""
+
+    name = "toy-cluster"
+
+    def __init__(self, address: str):
+        self.address = address
+        self.leases = 0
+
+    def acquire(self) -> None:
+        self.leases += 1
+
+    def release(self) -> None:
+        self.leases -= 1
+
+    def infra_errors(self) -> tuple[type[BaseException], ...]:
+        return (ConnectionError,)
 
 
 class ToyEnvironment:
@@ -146,6 +170,7 @@ class ToyPlugin:
         self.calls: list[str] = []
         self.seen_kwargs: dict[str, set[str]] = {}
         self.seen_trajectories: dict[str, list[str]] = {}
+        self.seen_clusters: dict[str, object] = {}  # hook or factory -> the cluster it was given
 
     def _note(self, name: str, ctx, **kwargs) -> ToySettings:
         self.calls.append(name)
@@ -173,16 +198,39 @@ class ToyPlugin:
 
     @hookimpl
     def register_executors(self):
-        return [ExecutorSpec("toy-serial", lambda ctx, on_progress: SerialExecutor(on_progress), "one at a time")]
+        def on_cluster(ctx, on_progress):
+            self.seen_clusters["executor"] = ctx.cluster
+            ctx.cluster.acquire()
+            return SerialExecutor(on_progress)
+
+        return [ExecutorSpec("toy-serial", lambda ctx, on_progress: SerialExecutor(on_progress), "one at a time"),
+                ExecutorSpec("toy-clustered", on_cluster, "one at a time, on the toy cluster", cluster="toy-cluster")]
+
+    @hookimpl
+    def register_clusters(self):
+        def build(config, settings):
+            address = settings["toy"].cluster if "toy" in settings else None
+            return ToyCluster(address) if address else None
+
+        return [ClusterSpec("toy-cluster", build, "leases only", enable="set settings.toy.cluster: ADDRESS")]
+
+    @hookimpl
+    def check_config(self, config, settings, cluster):
+        self.seen_clusters["check_config"] = cluster
+        toy = settings.get("toy")  # absent when the recipe's toy section is invalid (reported already)
+        if toy is not None and toy.needs_cluster and cluster is None:
+            return [Issue("settings.toy.needs_cluster", "the toy needs its cluster", "set settings.toy.cluster")]
+        return []
 
     @hookimpl
     def register_diagnosers(self):
         return [DiagnoserSpec("toy", "right or wrong", ("pass", "wrong_sum"))]
 
     @hookimpl
-    def check_machine(self, config, settings):
+    def check_machine(self, config, settings, cluster):
         self.calls.append("check_machine")
-        self.seen_kwargs["check_machine"] = {"config", "settings"}
+        self.seen_kwargs["check_machine"] = {"config", "settings", "cluster"}
+        self.seen_clusters["check_machine"] = cluster
         refuse = settings["toy"].refuse_machine
         return [refuse] if refuse else []
 

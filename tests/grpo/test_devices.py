@@ -12,12 +12,24 @@ torch = pytest.importorskip("torch")
 from seal_platform.config import RunConfig  # noqa: E402
 from seal_platform_plugins.grpo.devices import MIN_DRIVER, cuda_unusable_reason, problems  # noqa: E402
 from seal_platform_plugins.grpo.policy import PolicySettings  # noqa: E402
+from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from seal_platform_plugins.ray_backend.cluster import RayCluster  # noqa: E402
+from seal_platform_plugins.ray_backend.settings import RaySettings  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusals on a machine without CUDA")
 
 
-def _config(**ray) -> RunConfig:
-    return RunConfig(environment="bfcl", stages={"optimize": "grpo"}, ray={"enabled": bool(ray), **ray})
+def _config() -> RunConfig:
+    return RunConfig(environment="bfcl", stages={"optimize": "grpo"})
+
+
+def _ray(address: str | None = None) -> RayCluster:
+    """The run's cluster when the recipe enables Ray (``settings.ray``), as the core hands it to check_machine."""
+    return RayCluster(RaySettings(enabled=True, address=address))
+
+
+def _grpo(train_workers: int, **placement: float) -> GRPOSettings:
+    return GRPOSettings(train_workers=train_workers, placement=placement)
 
 
 def test_asking_for_cuda_without_it_is_one_paragraph_saying_why_and_what_to_do():
@@ -36,15 +48,17 @@ def test_what_a_cpu_run_asks_for_passes():
 
 
 def test_ray_gpus_without_trainer_gpus_and_gpu_actors_on_a_cpu_machine_are_refused():
-    config = _config(engine_gpus=1.0, trainer_gpus=0.0)
-    found = problems(config, PolicySettings(device="cpu"), uses_policy=True, train_workers=2)
-    assert any("ray.trainer_gpus is 0 with 2 trainer actors" in p for p in found)
+    config, gpus = _config(), {"engine_gpus": 1.0, "trainer_gpus": 0.0}
+    found = problems(config, PolicySettings(device="cpu"), True, _grpo(2, **gpus), _ray())
+    assert any("grpo.placement.trainer_gpus is 0 with 2 trainer actors" in p for p in found)
     assert any("places Ray actors on GPUs" in p for p in found)  # local Ray on a machine with no usable GPU
     # One trainer in the driver: trainer_gpus does not apply; GPU actors are still impossible here.
-    assert not any("trainer actors" in p for p in problems(config, PolicySettings(device="cpu"), True, train_workers=1))
-    # On a cluster (ray.address) the GPUs are the cluster's: nothing to check on this machine.
-    remote = _config(engine_gpus=1.0, trainer_gpus=1.0, address="ray://head:10001")
-    assert problems(remote, PolicySettings(device="cpu"), uses_policy=True, train_workers=2) == []
+    assert not any("trainer actors" in p for p in problems(config, PolicySettings(device="cpu"), True, _grpo(1, **gpus), _ray()))
+    # Without Ray the placement is not used: nothing placed on GPUs.
+    assert problems(config, PolicySettings(device="cpu"), True, _grpo(2, **gpus), None) == []
+    # On a cluster (settings.ray.address) the GPUs are the cluster's: nothing to check on this machine.
+    remote = _grpo(2, engine_gpus=1.0, trainer_gpus=1.0)
+    assert problems(config, PolicySettings(device="cpu"), True, remote, _ray("ray://head:10001")) == []
 
 
 def test_the_minimum_drivers_are_ordered_by_cuda_version():

@@ -68,11 +68,10 @@ def test_shape_from_a_model_folder_and_an_unknown_name(tmp_path):
 
 
 def test_a_placement_needing_more_gpus_than_given_is_refused():
-    config = RunConfig(environment="bfcl", stages={"optimize": "grpo"}, ray={"enabled": True, "trainer_gpus": 1,
-                                                                          "engine_gpus": 1}, rollout={"replicas": 4, "engine": "vllm"})
-    settings = {"grpo": GRPOSettings(train_workers=4), "policy": PolicySettings(model="Qwen/Qwen2.5-3B", device="cpu"),
-                "engine": EngineSettings()}
-    result = plan(config, settings, gpus=4, gpu_memory=80)
+    config = RunConfig(environment="bfcl", stages={"optimize": "grpo"}, rollout={"engine": "vllm"})
+    grpo = GRPOSettings(train_workers=4, replicas=4, placement={"trainer_gpus": 1, "engine_gpus": 1})
+    settings = {"grpo": grpo, "policy": PolicySettings(model="Qwen/Qwen2.5-3B", device="cpu"), "engine": EngineSettings()}
+    result = plan(config, settings, gpus=4, gpu_memory=80, on_ray=True)
     assert result.problems and "needs 8 GPUs" in result.problems[0]
 
 

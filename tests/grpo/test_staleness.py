@@ -8,7 +8,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from seal_platform.config import RolloutConfig  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo import staleness  # noqa: E402
 from seal_platform_plugins.grpo.run import GRPORun  # noqa: E402
@@ -56,10 +55,10 @@ def test_screen_refuses_or_marks_stale_trajectories(tokenizer):
 
 def test_trainer_refuses_stale_samples(tiny_policy):
     model, tokenizer = tiny_policy
-    run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4), apatch=None)
+    run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4, max_staleness=1), apatch=None)
     run.trainer.updates = 3
     trajs = _stamp(make_trajectories(tokenizer), [3, 3, 1, 3, 3, 3])
-    metrics = run.optimize(None, trajs, {}, rollout=RolloutConfig(max_staleness=1))
+    metrics = run.optimize(None, trajs, {}, screen_stale=True)
     assert metrics["stale_refused_frac"] == pytest.approx(1 / 6)
     # The refused sample is g0's third: g0 trains on rewards (1, 0), g1 on (0, 1, 1); all 5 have an advantage.
     assert metrics["trained_sequences"] == 5.0
@@ -115,8 +114,9 @@ def test_colocated_engines_sleep_during_the_update_and_get_the_new_version(tiny_
             calls.append(("update_weights", version))
 
     run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4), apatch=None)
-    run.optimize(Engine(), make_trajectories(tokenizer), {}, rollout=RolloutConfig(), sleep_engines=True)
+    engine = Engine()
+    run.optimize(engine, make_trajectories(tokenizer), {}, screen_stale=True, sleep=engine.sleep)
     assert calls == [("sleep", 0), ("update_weights", run.trainer.updates)] and run.trainer.updates >= 1
     calls.clear()
-    run.optimize(Engine(), make_trajectories(tokenizer), {}, rollout=RolloutConfig())
+    run.optimize(Engine(), make_trajectories(tokenizer), {}, screen_stale=True)
     assert [c[0] for c in calls] == ["update_weights"]

@@ -12,7 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from seal_platform.config import RayConfig  # noqa: E402
+from seal_platform_plugins.ray_backend.settings import RaySettings  # noqa: E402
 from seal_platform.infra import InfraError  # noqa: E402
 
 
@@ -20,7 +20,7 @@ from seal_platform.infra import InfraError  # noqa: E402
 def executor(local_ray):
     from seal_platform_plugins.ray_backend.executor import RayExecutor
 
-    ex = RayExecutor(RayConfig(enabled=True, num_cpus=4, episode_actors=2, episode_cpus=0.25), workers=4,
+    ex = RayExecutor(RaySettings(enabled=True, num_cpus=4, episode_actors=2, episode_cpus=0.25), workers=4,
                      episode_timeout_s=3.0)
     yield ex
     ex.close()

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seal_platform.engine import RolloutEngine
 
 POLICY_KEY = "grpo.policy"
+REPLICATED = "grpo.replicated"  # the run's RayEngineClient when the engine is replicated on Ray
 
 
 def _policy(ctx: RunContext) -> tuple[Any, Any]:
@@ -43,13 +44,22 @@ def _policy(ctx: RunContext) -> tuple[Any, Any]:
 
 
 def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
-    """With ``ray.enabled`` the engine runs as ``rollout.replicas`` Ray actors (see :mod:`.remote`)."""
-    if not ctx.config.ray.enabled:
+    """On the run's Ray cluster (``settings.ray.enabled``) the engine runs as ``grpo.replicas`` Ray actors placed
+    per ``grpo.placement`` (see :mod:`.remote`)."""
+    from ..on_ray import on_ray
+    from ..settings import GRPOSettings
+
+    grpo = ctx.settings_for("grpo", GRPOSettings)
+    on = on_ray(ctx.cluster, grpo.placement)
+    if on is None:
         return None
     from .remote import start_replicated
 
     model, tokenizer = _policy(ctx)
-    return start_replicated(kind, ctx, model, tokenizer, ctx.settings_for("engine", EngineSettings))
+    client = start_replicated(kind, on, grpo.replicas, ctx.seed, model, tokenizer,
+                              ctx.settings_for("engine", EngineSettings))
+    ctx.shared[REPLICATED] = client  # what grpo's optimize puts to sleep (colocated) and asks for lost replicas
+    return client
 
 
 def _hf_factory(ctx: RunContext) -> RolloutEngine:
@@ -89,4 +99,4 @@ def engine_specs() -> list[EngineSpec]:
     ]
 
 
-__all__ = ["POLICY_KEY", "engine_specs"]
+__all__ = ["POLICY_KEY", "REPLICATED", "engine_specs"]

@@ -1,19 +1,21 @@
-"""grpo's engines as Ray replicas (``ray.enabled``): what runs inside each replica actor, and the factory.
+"""grpo's engines as Ray replicas (the run's cluster is Ray): what runs inside each replica actor, and the factory.
 
 The driver puts the policy's config and weights into the object store once; every replica rebuilds the model
 from them (no shared file system needed across nodes) and wraps it in the recipe's engine (``hf`` with its
-own copy of the weights, or ``vllm``). Routing, weight sync and failure handling are the ray_backend
-plugin's (:mod:`seal_platform_plugins.ray_backend.engines`).
+own copy of the weights, or ``vllm``). Routing, weight sync and failure handling are :mod:`.replicas`'.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..on_ray import OnRay
 
 
 def _model_blob(model: Any) -> dict[str, Any]:
-    from seal_platform_plugins.ray_backend.engines import pack
+    from .shipping import pack
 
     return {"config": model.config.to_dict(), "dtype": str(model.dtype).removeprefix("torch."),
             "weights": pack(model.state_dict())}
@@ -25,7 +27,7 @@ def build_engine(kind: str, settings: Any, blob_box: list[Any], tokenizer: Any, 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from seal_platform_plugins.ray_backend.engines import unpack
+    from .shipping import unpack
 
     blob = ray.get(blob_box[0])
     config_dict = dict(blob["config"])
@@ -50,22 +52,21 @@ def build_engine(kind: str, settings: Any, blob_box: list[Any], tokenizer: Any, 
     return VLLMEngine(model, tokenizer, settings.vllm, seed=seed)
 
 
-def start_replicated(kind: str, ctx: Any, model: Any, tokenizer: Any, settings: Any) -> Any:
-    """K = ``rollout.replicas`` replicas of the ``kind`` engine on Ray, behind one routing client."""
+def start_replicated(kind: str, on: OnRay, replicas: int, seed: int, model: Any, tokenizer: Any,
+                     settings: Any) -> Any:
+    """K = ``grpo.replicas`` replicas of the ``kind`` engine on the run's Ray cluster, behind one routing client."""
     import ray
 
-    from seal_platform_plugins.ray_backend import cluster
-    from seal_platform_plugins.ray_backend.engines import start_replicas
-
+    from .. import on_ray
     from ..tokens import prompt_ids
+    from .replicas import start_replicas
 
-    cluster.acquire(ctx.config.ray)
+    on_ray.acquire(on)
     try:
         box = [ray.put(_model_blob(model))]
-        builder = functools.partial(build_engine, kind, settings, box, tokenizer, ctx.seed)
-        client = start_replicas(kind, ctx.config.ray, ctx.config.rollout.replicas, builder,
-                                functools.partial(prompt_ids, tokenizer))
+        builder = functools.partial(build_engine, kind, settings, box, tokenizer, seed)
+        client = start_replicas(kind, on, replicas, builder, functools.partial(prompt_ids, tokenizer))
     finally:
-        cluster.release()
+        on_ray.release(on)
     client.mark_synced(model)
     return client

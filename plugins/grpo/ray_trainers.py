@@ -4,9 +4,10 @@
 ``worker_cls(rank, world_size, address, port, options)``, every method collective) exactly as the local
 process group does, with the same methods (``step``, ``full_state_dict``, ``save``, ``load``, ``updates``,
 ``close``), so the trainer that holds it need not know where the ranks run. The ranks go into one placement
-group of ``ray.trainer_cpus`` / ``ray.trainer_gpus`` bundles (``ray.placement_strategy``); rank 0's node and a
-free port on it are the rendezvous. With ``ray.colocate`` the group is the one the engine replicas share
-(:func:`.cluster.colocated`), bundle by bundle, and the engines sleep during the update.
+group of ``grpo.placement.trainer_cpus`` / ``trainer_gpus`` bundles (``grpo.placement.strategy``) on the run's
+Ray cluster; rank 0's node and a free port on it are the rendezvous. With ``grpo.placement.colocate`` the group
+is the one the engine replicas share (:func:`.on_ray.colocated`), bundle by bundle, and the engines sleep
+during the update.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Sequence
 
 import ray
 
-from . import cluster
+from . import on_ray
 
 
 @ray.remote(num_cpus=0)
@@ -45,24 +46,27 @@ def _actor_class(worker_cls: type) -> Any:
 class RayTrainerGroup:
     """N training ranks as Ray actors; methods mirror the worker's and return rank 0's result."""
 
-    def __init__(self, worker_cls: type, world_size: int, options: Any, config: Any, timeout_s: float = 900.0):
+    def __init__(self, worker_cls: type, world_size: int, options: Any, config: on_ray.OnRay,
+                 timeout_s: float = 900.0):
         self.world_size = world_size
-        self.config = config
+        self.config: on_ray.OnRay | None = config
+        self._infra = on_ray.infra_errors(config)
         self.timeout_s = timeout_s
         self.actors: list[Any] = []
         self._group = None
-        cluster.acquire(config)
+        on_ray.acquire(config)
+        place = config.placement
         try:
-            if config.colocate:
-                strategies = cluster.colocated(config, world_size)
+            if place.colocate:
+                strategies = on_ray.colocated(config, world_size)
             else:
-                bundles = [{"CPU": config.trainer_cpus, "GPU": config.trainer_gpus}] * world_size
-                strategies, self._group = cluster.placement(config, bundles, name=f"seal-trainers-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                bundles = [{"CPU": place.trainer_cpus, "GPU": place.trainer_gpus}] * world_size
+                strategies, self._group = on_ray.placement(config, bundles, name=f"seal-trainers-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             address, port = ray.get(_rendezvous.options(scheduling_strategy=strategies[0]).remote(), timeout=120)
             cls = _actor_class(worker_cls)
-            gpus = config.trainer_gpus
+            gpus = place.trainer_gpus
             self.actors = [
-                cls.options(num_cpus=config.trainer_cpus, num_gpus=gpus, scheduling_strategy=strategies[rank])
+                cls.options(num_cpus=place.trainer_cpus, num_gpus=gpus, scheduling_strategy=strategies[rank])
                 .remote(rank, world_size, address, port, options)
                 for rank in range(world_size)
             ]
@@ -77,7 +81,7 @@ class RayTrainerGroup:
         refs = [getattr(a, method).remote(*args) for a in self.actors]
         try:
             return ray.get(refs, timeout=self.timeout_s)[0]
-        except cluster.infra_errors() as exc:
+        except self._infra as exc:
             raise RuntimeError(f"a training worker died ({type(exc).__name__}); the sharded group cannot go on "
                                "without it: resume the run from its last checkpoint") from exc
 
@@ -119,8 +123,8 @@ class RayTrainerGroup:
                 pass
             self._group = None
         if self.config is not None:
-            self.config = None
-            cluster.release()
+            config, self.config = self.config, None
+            on_ray.release(config)
 
     def __enter__(self) -> RayTrainerGroup:
         return self

@@ -1,7 +1,7 @@
 """Rollout-engine replicas as Ray actors, a router that keeps a group on one replica, and weight sync.
 
 :func:`start_replicas` places K :class:`EngineReplica` actors in one placement group (one bundle each:
-``ray.engine_cpus`` / ``ray.engine_gpus``), each building its engine with a picklable ``builder`` the engine's
+``grpo.placement.engine_cpus`` / ``engine_gpus``), each building its engine with a picklable ``builder`` the engine's
 plugin supplies (grpo builds its ``hf`` or ``vllm`` engine from the policy's config and weights, shipped once
 through the object store). The returned :class:`RayEngineClient` satisfies the core's ``RolloutEngine``; it
 pickles (actor handles and a tokenizer-bound prompt function), so episodes running in Ray actors use it too.
@@ -35,87 +35,8 @@ import ray
 from seal_platform.infra import InfraError
 from seal_platform.types import Generation, Message, SamplingParams
 
-from . import cluster
-
-# --- weights through the object store --------------------------------------------------------------------
-
-
-def pack(named: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """Tensors as (dtype, numpy array) pairs: numpy arrays travel through the object store without copies."""
-    import torch
-
-    out = {}
-    for name, tensor in named.items():
-        t = tensor.detach().cpu().contiguous()
-        if t.dtype == torch.bfloat16:
-            out[name] = ("bfloat16", t.view(torch.int16).numpy())
-        else:
-            out[name] = (str(t.dtype).removeprefix("torch."), t.numpy())
-    return out
-
-
-def unpack(blob: dict[str, tuple[str, Any]]) -> dict[str, Any]:
-    import warnings
-
-    import torch
-
-    out = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only arrays from the object store: we only read
-        for name, (dtype, array) in blob.items():
-            t = torch.from_numpy(array)
-            out[name] = t.view(torch.bfloat16) if dtype == "bfloat16" else t
-    return out
-
-
-class ChangeTracker:
-    """Which tensors of a state dict changed since the last :meth:`mark` (torch's in-place version counter
-    and storage pointer; the first call reports all)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[int, int]] = {}
-
-    @staticmethod
-    def _stamp(tensor: Any) -> tuple[int, int]:
-        return (tensor.data_ptr(), tensor._version)
-
-    def changed(self, state: dict[str, Any], everything: bool = False) -> dict[str, Any]:
-        """The changed tensors (``everything``: all of them), each storage once: a tensor tied to one listed
-        before it (the output layer of a model with ``tie_word_embeddings``, tied to the input embedding) is
-        left out; :meth:`ties` names it, so the replica can put it back without it travelling twice."""
-        tied = self.ties(state)
-        return {name: tensor for name, tensor in state.items()
-                if name not in tied and (everything or self._seen.get(name) != self._stamp(tensor))}
-
-    @staticmethod
-    def _storage(tensor: Any) -> tuple[Any, ...]:
-        return (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
-
-    @classmethod
-    def ties(cls, state: dict[str, Any]) -> dict[str, str]:
-        """Name of a tensor left out by :meth:`changed` -> name of the tensor it is tied to."""
-        first: dict[tuple[Any, ...], str] = {}
-        out = {}
-        for name, tensor in state.items():
-            kept = first.setdefault(cls._storage(tensor), name)
-            if kept != name:
-                out[name] = kept
-        return out
-
-    def mark(self, state: dict[str, Any]) -> None:
-        self._seen = {n: self._stamp(t) for n, t in state.items()}
-
-
-def with_ties(named: dict[str, Any], ties: dict[str, str]) -> dict[str, Any]:
-    """``named`` with every tied tensor put back under its own name (the same tensor, not a copy) where the
-    one it is tied to is there. Engines expect them: vLLM's in-place reload of a Llama with tied embeddings
-    applies the final norm only when the output layer comes in the same reload."""
-    out = dict(named)
-    for name, kept in ties.items():
-        if kept in out and name not in out:
-            out[name] = out[kept]
-    return out
-
+from .. import on_ray
+from .shipping import ChangeTracker, pack, unpack, with_ties
 
 # --- actors ------------------------------------------------------------------------------------------------
 
@@ -256,7 +177,7 @@ class RayEngineClient:
     def probe(self, timeout_s: float = 30.0) -> list[int]:
         """Ask every replica thought alive whether it still is (a replica killed while no request or weight
         push reached it is otherwise found only by the next one); mark the dead ones; the live indices."""
-        infra = cluster.infra_errors()
+        infra = on_ray.infra_errors(self.config)
         refs = [(i, self.replicas[i].ready.remote()) for i in self.live()]
         for index, ref in refs:
             try:
@@ -282,7 +203,7 @@ class RayEngineClient:
             self._many(prompts, keys, params)
 
     def _one(self, prompt: list[int], key: str, sampling: SamplingParams) -> Generation:
-        infra = cluster.infra_errors()
+        infra = on_ray.infra_errors(self.config)
         while True:
             index = self._route(key)
             try:
@@ -293,7 +214,7 @@ class RayEngineClient:
     def _many(self, prompts: list[list[int]], keys: list[str], params: list[SamplingParams]) -> list[Generation]:
         refs = [(self._route(k), p, k, s) for p, k, s in zip(prompts, keys, params)]
         submitted = [(i, self.replicas[i].generate_ids.remote([p], s)) for i, p, _, s in refs]
-        infra = cluster.infra_errors()
+        infra = on_ray.infra_errors(self.config)
         out = []
         for (index, ref), (_, prompt, key, sampling) in zip(submitted, refs):
             try:
@@ -347,7 +268,7 @@ class RayEngineClient:
         self._asleep = False
 
     def _broadcast(self, method: str, *args: Any) -> list[Any]:
-        infra = cluster.infra_errors()
+        infra = on_ray.infra_errors(self.config)
         live = self.live()
         refs = [(i, getattr(self.replicas[i], method).remote(*args)) for i in live]
         out = []
@@ -379,23 +300,24 @@ class RayEngineClient:
                 ray.util.remove_placement_group(self._group)
             except Exception:
                 pass
-        cluster.release()
+        on_ray.release(self.config)
 
 
-def start_replicas(kind: str, config: Any, n: int, builder: Callable[[], Any],
+def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[], Any],
                    prompt_fn: Callable[[list[Message]], list[int]]) -> RayEngineClient:
-    """K replicas of an engine (``builder()`` runs in each replica's actor), placed per ``config`` (the
-    recipe's ``ray`` section), and the client that routes to them."""
-    cluster.acquire(config)
+    """K replicas of an engine (``builder()`` runs in each replica's actor), placed per ``config`` (the run's
+    Ray cluster and ``grpo.placement``), and the client that routes to them."""
+    on_ray.acquire(config)
     try:
-        if config.colocate:  # the trainer workers' bundles, shared (engines sleep during the update)
-            strategies, group = cluster.colocated(config, n), None
+        place = config.placement
+        if place.colocate:  # the trainer workers' bundles, shared (engines sleep during the update)
+            strategies, group = on_ray.colocated(config, n), None
         else:
-            bundles = [{"CPU": config.engine_cpus, "GPU": config.engine_gpus}] * n
-            strategies, group = cluster.placement(config, bundles, name=f"seal-engines-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            bundles = [{"CPU": place.engine_cpus, "GPU": place.engine_gpus}] * n
+            strategies, group = on_ray.placement(config, bundles, name=f"seal-engines-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         replicas = [
             EngineReplica.options(
-                num_cpus=config.engine_cpus, num_gpus=config.engine_gpus, max_concurrency=256,
+                num_cpus=place.engine_cpus, num_gpus=place.engine_gpus, max_concurrency=256,
                 scheduling_strategy=strategies[i],
             ).remote(builder, i)
             for i in range(n)
@@ -403,6 +325,6 @@ def start_replicas(kind: str, config: Any, n: int, builder: Callable[[], Any],
         ray.get([r.ready.remote() for r in replicas])
         router = Router.remote(n)
     except BaseException:
-        cluster.release()
+        on_ray.release(config)
         raise
     return RayEngineClient(kind, replicas, router, prompt_fn, config, group)
