@@ -248,7 +248,7 @@ def test_the_diagnosers_labels_close_the_loop(setup: Any) -> None:
         update={"evolution": EvolutionSettings(min_count=2, min_evidence=4)}
     )
     trajs = collect_with(plugin.collect, ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=Interface(), group_size=2, step=0)
-    labels = plugin.diagnose(ctx=ctx, environment=env, trajectories=trajs, step=0)
+    labels = plugin.diagnose(trajectories=trajs)
     seen = {lab.label for lab in labels}
     assert {"recovery_failure", "invalid_tool_call"} <= seen
     state = CapabilityState()
