@@ -203,8 +203,8 @@ def check_config(config: RunConfig, settings: dict[str, BaseModel], cluster: Clu
     :param settings: every enabled plugin's validated settings section, by section name.
     :param cluster: the cluster the recipe enables (``register_clusters``), or None.
 
-    :returns: a list of :class:`seal_platform.config.Issue` (where: the dotted key, what, fix); reported with
-        every other problem of the recipe.
+    :returns: a list of :class:`seal_platform.config.Issue` (where: the dotted key, what, fix); the lists of
+        all plugins are collected and reported with every other problem of the recipe.
     """
 
 
