@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from seal_platform.toolenv.schemadocs import switch_on_changes
 from seal_platform.types import Interface
 
 from .settings import OpenEnvEvolutionSettings
@@ -30,22 +31,4 @@ TRIGGERS = {
 
 
 def evolve(interface: Interface, state: Any, settings: OpenEnvEvolutionSettings) -> Interface | None:
-    if not settings.enabled:
-        return None
-    window = state.window
-    active = set(interface.spec.get("changes", []))
-    driven_by: list[str] = []
-    for change, labels in TRIGGERS.items():
-        for label in labels:
-            share = window.prevalence(label, exclude=("unreached_turn",))
-            if window.count(label) >= settings.min_count and share >= settings.min_prevalence:
-                if change not in active:
-                    driven_by.append(label)
-                active.add(change)
-                break
-    if not driven_by:
-        return None
-    changes = sorted(active)
-    return Interface(spec={"changes": changes},
-                     changes=[f"added {c}" for c in changes if c not in interface.spec.get("changes", [])],
-                     driven_by=sorted(set(driven_by)))
+    return switch_on_changes(interface, state, settings, TRIGGERS)

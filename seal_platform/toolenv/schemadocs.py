@@ -104,3 +104,32 @@ def recovery_hint(doc: dict[str, Any] | None, error: str, tool_names: list[str])
     if not parts:
         parts.append("check the arguments against the tool's description")
     return "Hint: " + "; ".join(parts) + ". Try again."
+
+
+def switch_on_changes(interface: Any, state: Any, settings: Any,
+                      triggers: dict[str, tuple[str, ...]]) -> Any:
+    """The next training interface of schema-doc environments (``mcp``, ``openenv``): each change of
+    ``triggers`` (change -> labels that switch it on) is switched on once one of its labels reaches
+    ``settings.min_count`` turns and ``settings.min_prevalence`` of the reached turns in the state's window.
+    The spec lists the active changes (sorted); None when the evolution is off or nothing new switches on."""
+    from seal_platform.types import Interface
+
+    if not settings.enabled:
+        return None
+    window = state.window
+    active = set(interface.spec.get("changes", []))
+    driven_by: list[str] = []
+    for change, labels in triggers.items():
+        for label in labels:
+            share = window.prevalence(label, exclude=("unreached_turn",))
+            if window.count(label) >= settings.min_count and share >= settings.min_prevalence:
+                if change not in active:
+                    driven_by.append(label)
+                active.add(change)
+                break
+    if not driven_by:
+        return None
+    changes = sorted(active)
+    return Interface(spec={"changes": changes},
+                     changes=[f"added {c}" for c in changes if c not in interface.spec.get("changes", [])],
+                     driven_by=sorted(set(driven_by)))
