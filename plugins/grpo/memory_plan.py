@@ -234,7 +234,7 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
     """The memory plan of ``config`` (with its plugins' validated ``settings``) on ``nodes`` machines of ``gpus``
     GPUs of ``gpu_memory`` GiB each; ``on_ray``: the run's cluster is Ray (engine replicas and trainer workers
     are actors placed per ``grpo.placement``)."""
-    from .engines.settings import EngineSettings
+    from .engines.settings import EngineSettings, local_devices
     from .policy import PolicySettings
     from .settings import GRPOSettings
 
@@ -268,8 +268,9 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
         if on_ray and replicas >= 1 and place.engine_gpus > 0:
             start = 0 if colocate else len(trainer_gpus)
             engine_gpus = [start + r for r in range(replicas)]
-        elif not on_ray:
-            engine_gpus = [0] if policy_on_gpu else []
+        elif not on_ray:  # one in-process engine beside the trainer, or a local replica per GPU (engine.gpus)
+            local = local_devices(engine, gpus)
+            engine_gpus = ([0] if policy_on_gpu else []) if local is None else [d for d in local if d is not None]
     needed = max([*trainer_gpus, *engine_gpus, -1]) + 1
     if needed > total:
         result.problems.append(

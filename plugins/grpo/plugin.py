@@ -73,10 +73,16 @@ def register_rollout_engines() -> list:
 @hookimpl
 def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None) -> list[Issue]:
     grpo = settings.get("grpo") or GRPOSettings()
-    if grpo.replicas > 1 and on_ray(cluster, grpo.placement) is None:
-        return [Issue("settings.grpo.replicas", "more than one engine replica runs on Ray",
-                      "set settings.ray.enabled: true (and settings.ray.address to join a cluster), or "
+    engine = settings.get("engine") or EngineSettings()
+    ray = on_ray(cluster, grpo.placement)
+    if grpo.replicas > 1 and ray is None:
+        return [Issue("settings.grpo.replicas", "grpo.replicas counts engine replicas on Ray (Ray actors)",
+                      "set settings.ray.enabled: true (and settings.ray.address to join a cluster); without Ray "
+                      "use settings.engine.replicas (local processes; by default one per GPU), and "
                       "settings.grpo.replicas: 1")]
+    if engine.replicas is not None and ray is not None:
+        return [Issue("settings.engine.replicas", "engine.replicas counts local engine processes, which a run on "
+                      "Ray does not start", "set settings.grpo.replicas (Ray actors) and drop settings.engine.replicas")]
     return []
 
 
@@ -92,6 +98,16 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None
         return found
     import torch
 
+    if ray is None and config.rollout.engine in {spec.name for spec in engine_specs()}:
+        from seal_platform.errors import ConfigError
+
+        from .engines.settings import local_devices
+
+        try:  # engine.gpus naming GPUs this machine does not have
+            local_devices(settings.get("engine") or EngineSettings(),
+                          torch.cuda.device_count() if torch.cuda.is_available() else 0)
+        except ConfigError as exc:
+            return [str(exc)]
     if not torch.cuda.is_available():
         return found
     from .memory_plan import plan

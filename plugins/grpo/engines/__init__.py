@@ -3,6 +3,10 @@
 Both satisfy :class:`seal_platform.engine.RolloutEngine` and add ``update_weights(model)``, which the trainer
 calls after each optimizer update to make the engine sample from the new policy without restarting it.
 
+Without Ray, a machine with several GPUs gets one engine replica per GPU, each a local process
+(:mod:`.local`; ``engine.gpus`` / ``engine.replicas``); on Ray, ``grpo.replicas`` actors (:mod:`.replicas`).
+Both sit behind the same routing client (:mod:`.routing`), which is itself a rollout engine.
+
 Engines own no episode logic: they turn conversations into token sequences (with
 :func:`seal_platform_plugins.grpo.tokens.prompt_ids`, the same splicing the trainer uses) and sequences into
 generations. Episodes run in the run's executor (``ctx.executor``, one thread per episode locally) and call
@@ -21,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from seal_platform.registry import EngineSpec
 
-from .settings import EngineSettings
+from .settings import EngineSettings, for_run, local_devices
 
 if TYPE_CHECKING:  # pragma: no cover
     from seal_platform.context import RunContext
     from seal_platform.engine import RolloutEngine
 
 POLICY_KEY = "grpo.policy"
-REPLICATED = "grpo.replicated"  # the run's RayEngineClient when the engine is replicated on Ray
+REPLICATED = "grpo.replicated"  # the run's replica client (Ray actors, or local processes) when replicated
 
 
 def _policy(ctx: RunContext) -> tuple[Any, Any]:
@@ -56,31 +60,54 @@ def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
     from .remote import start_replicated
 
     model, tokenizer = _policy(ctx)
-    client = start_replicated(kind, on, grpo.replicas, ctx.seed, model, tokenizer,
-                              ctx.settings_for("engine", EngineSettings))
+    client = start_replicated(kind, on, grpo.replicas, ctx.seed, model, tokenizer, _settings(ctx, grpo.replicas))
     ctx.shared[REPLICATED] = client  # what grpo's optimize puts to sleep (colocated) and asks for lost replicas
+    return client
+
+
+def _settings(ctx: RunContext, replicas: int = 1) -> EngineSettings:
+    """The ``engine`` section with what the run derives filled in (vLLM's ``max_num_seqs`` per replica)."""
+    return for_run(ctx.settings_for("engine", EngineSettings), ctx.config, replicas)
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _local(ctx: RunContext, kind: str) -> RolloutEngine | None:
+    """Without Ray, on a machine with several GPUs (or with ``engine.replicas`` set): one replica process per
+    GPU (:mod:`.local`), behind the same routing client as the Ray replicas."""
+    devices = local_devices(ctx.settings_for("engine", EngineSettings), _gpu_count())
+    if devices is None:
+        return None
+    from .local import start_local_replicas
+
+    model, tokenizer = _policy(ctx)
+    client = start_local_replicas(kind, model, tokenizer, _settings(ctx, len(devices)), devices, ctx.seed)
+    ctx.shared[REPLICATED] = client
     return client
 
 
 def _hf_factory(ctx: RunContext) -> RolloutEngine:
     from .hf import HFEngine
 
-    remote = _on_ray(ctx, "hf")
-    if remote is not None:
-        return remote
+    replicated = _on_ray(ctx, "hf") or _local(ctx, "hf")
+    if replicated is not None:
+        return replicated
     model, tokenizer = _policy(ctx)
-    return HFEngine(model, tokenizer, ctx.settings_for("engine", EngineSettings).hf, seed=ctx.seed)
+    return HFEngine(model, tokenizer, _settings(ctx).hf, seed=ctx.seed)
 
 
 def _vllm_factory(ctx: RunContext) -> RolloutEngine:
     from .vllm import VLLMEngine
 
-    remote = _on_ray(ctx, "vllm")
-    if remote is not None:
-        return remote
+    replicated = _on_ray(ctx, "vllm") or _local(ctx, "vllm")
+    if replicated is not None:
+        return replicated
     model, tokenizer = _policy(ctx)
-    return VLLMEngine(model, tokenizer, ctx.settings_for("engine", EngineSettings).vllm, seed=ctx.seed,
-                      concurrency=ctx.config.rollout.workers)
+    return VLLMEngine(model, tokenizer, _settings(ctx).vllm, seed=ctx.seed, concurrency=ctx.config.rollout.workers)
 
 
 def engine_specs() -> list[EngineSpec]:

@@ -24,20 +24,29 @@ def _model_blob(model: Any) -> dict[str, Any]:
 def build_engine(kind: str, settings: Any, blob_box: list[Any], tokenizer: Any, seed: int | None) -> Any:
     """Inside a replica actor: the model from the shipped config and weights, in the ``kind`` engine."""
     import ray
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     from .shipping import unpack
 
     blob = ray.get(blob_box[0])
-    config_dict = dict(blob["config"])
+    return engine_from_weights(kind, settings, blob["config"], blob["dtype"], unpack(blob["weights"]), tokenizer,
+                               seed)
+
+
+def engine_from_weights(kind: str, settings: Any, config: dict[str, Any], dtype: str, weights: dict[str, Any],
+                        tokenizer: Any, seed: int | None) -> Any:
+    """The ``kind`` engine over a model rebuilt from its config (``config.to_dict()``), dtype name and state
+    dict (a tied output layer may be missing), on CUDA where this process has a GPU. What a replica (a Ray
+    actor, or a local process) builds."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config_dict = dict(config)
     model_type = config_dict.pop("model_type")
-    config = AutoConfig.for_model(model_type, **config_dict)
-    dtype = getattr(torch, blob["dtype"])
+    model_config = AutoConfig.for_model(model_type, **config_dict)
     with torch.device("cpu"):
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
-    missing, unexpected = model.load_state_dict(unpack(blob["weights"]), strict=False)
-    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+        model = AutoModelForCausalLM.from_config(model_config, torch_dtype=getattr(torch, dtype))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = {"lm_head.weight"} if getattr(model_config, "tie_word_embeddings", False) else set()
     if set(missing) - tied or unexpected:
         raise RuntimeError(f"replica weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     if torch.cuda.is_available():

@@ -9,7 +9,9 @@ pickles (actor handles and a tokenizer-bound prompt function), so episodes runni
 Routing: a conversation's key is its opening (everything up to the first user message: the system prompt and
 the task), which every sample of a GRPO group and every turn of a dialogue share. A small router actor assigns
 each new key to the live replica with the fewest keys and remembers it, so a group's prompt prefix is
-prefilled (and, with vLLM, prefix-cached) on one replica only, and the groups spread evenly.
+prefilled (and, with vLLM, prefix-cached) on one replica only, and the groups spread evenly. Routing, retries
+and the push bookkeeping are :class:`.routing.ReplicaClient`'s, shared with the replicas that run as local
+processes without Ray (:mod:`.local`); this module is the Ray transport.
 
 Weight sync (``update_weights``): the tensors that changed since the last push (torch's in-place version
 counters tell; a full fine-tune changes all, a frozen part is never re-sent) are put into the object store
@@ -24,19 +26,19 @@ retried on another replica (same prompt, same seed); with none left, ``generate`
 
 from __future__ import annotations
 
-import hashlib
 import os
-import uuid
 import threading
+import time
+import uuid
 from typing import Any, Callable
 
 import ray
 
-from seal_platform.infra import InfraError
 from seal_platform.types import Generation, Message, SamplingParams
 
 from .. import on_ray
-from .shipping import ChangeTracker, pack, unpack, with_ties
+from .routing import ReplicaClient, StickyRouter, routing_key
+from .shipping import pack, unpack, with_ties
 
 # --- actors ------------------------------------------------------------------------------------------------
 
@@ -76,73 +78,22 @@ class EngineReplica:
         self.engine.close()
 
 
-@ray.remote(max_restarts=-1)
-class Router:
-    """Sticky least-loaded assignment of conversation keys to live replicas."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self.assigned: dict[str, int] = {}
-        self.keys = [0] * n
-        self.dead: set[int] = set()
-
-    def route(self, key: str) -> int:
-        index = self.assigned.get(key)
-        if index is None or index in self.dead:
-            live = [i for i in range(self.n) if i not in self.dead]
-            if not live:
-                return -1
-            index = min(live, key=lambda i: (self.keys[i], i))
-            self.assigned[key] = index
-            self.keys[index] += 1
-        return index
-
-    def mark_dead(self, index: int) -> list[int]:
-        self.dead.add(index)
-        return sorted(self.dead)
-
-    def live(self) -> list[int]:
-        return [i for i in range(self.n) if i not in self.dead]
-
-    def assignment(self) -> dict[str, int]:
-        return dict(self.assigned)
+Router = ray.remote(max_restarts=-1)(StickyRouter)
 
 
 # --- the client ----------------------------------------------------------------------------------------------
 
 
-def routing_key(conversation: list[Message]) -> str:
-    """Everything up to and including the first user message (a group's and a dialogue's shared opening)."""
-    opening = []
-    for message in conversation:
-        opening.append(f"{message.role}\x00{message.content}")
-        if message.role == "user":
-            break
-    return hashlib.sha1("\x01".join(opening).encode()).hexdigest()
-
-
-class RayEngineClient:
+class RayEngineClient(ReplicaClient):
     """A ``RolloutEngine`` (and ``TrainableEngine``) over K replica actors. Thread-safe; picklable."""
 
     def __init__(self, kind: str, replicas: list[Any], router: Any, prompt_fn: Callable[[list[Message]], list[int]],
                  config: Any, group: Any = None):
-        self.name = f"{kind}x{len(replicas)}@ray"
-        self.replicas = replicas
+        super().__init__(f"{kind}x{len(replicas)}@ray", replicas, prompt_fn, whole_state=kind == "vllm")
         self.router = router
-        self.prompt_fn = prompt_fn
         self.config = config
-        self.policy_version = 0
         self._group = group
         self._owner = True  # the driver's copy owns the actors (closes them, tracks weight changes)
-        self._tracker = ChangeTracker()
-        # vLLM's in-place reload processes a layer once all of its weights have come (q/k/v and gate/up are
-        # fused into one layer, the final norm goes with the output layer): a partial push would leave the
-        # rest of a layer uninitialised, so its replicas get every tensor each time (each storage once).
-        self._whole_state = kind == "vllm"
-        self._lock = threading.Lock()
-        self._routes: dict[str, int] = {}
-        self.sync_stats: dict[str, float] = {}
-        self._asleep = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -153,136 +104,31 @@ class RayEngineClient:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    # --- routing ---------------------------------------------------------------------------------------
+    # --- the transport ---------------------------------------------------------------------------------
 
-    def _route(self, key: str) -> int:
-        with self._lock:
-            index = self._routes.get(key)
-        if index is None:
-            index = ray.get(self.router.route.remote(key))
-            if index < 0:
-                raise InfraError("no rollout engine replica is alive")
-            with self._lock:
-                self._routes[key] = index
-        return index
+    def _submit(self, index: int, method: str, *args: Any) -> Any:
+        return getattr(self.replicas[index], method).remote(*args)
 
-    def _lost(self, index: int) -> None:
-        ray.get(self.router.mark_dead.remote(index))
-        with self._lock:
-            self._routes = {k: v for k, v in self._routes.items() if v != index}
+    def _result(self, handle: Any, timeout: float | None = None) -> Any:
+        return ray.get(handle, timeout=timeout)
 
-    def live(self) -> list[int]:
-        return ray.get(self.router.live.remote())
+    def _router_call(self, method: str, *args: Any) -> Any:
+        return ray.get(getattr(self.router, method).remote(*args))
 
-    def probe(self, timeout_s: float = 30.0) -> list[int]:
-        """Ask every replica thought alive whether it still is (a replica killed while no request or weight
-        push reached it is otherwise found only by the next one); mark the dead ones; the live indices."""
-        infra = on_ray.infra_errors(self.config)
-        refs = [(i, self.replicas[i].ready.remote()) for i in self.live()]
-        for index, ref in refs:
-            try:
-                ray.get(ref, timeout=timeout_s)
-            except infra:
-                self._lost(index)
-            except ray.exceptions.GetTimeoutError:  # busy (a long generation): alive as far as we know
-                pass
-        return self.live()
+    def _infra_errors(self) -> tuple[type[BaseException], ...]:
+        return on_ray.infra_errors(self.config)
 
-    # --- RolloutEngine -------------------------------------------------------------------------------------
-
-    def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
-        """Each conversation on its group's replica; retried elsewhere if that replica dies."""
-        prompts = [self.prompt_fn(conv) for conv in conversations]
-        keys = [routing_key(conv) for conv in conversations]
-        params = [
-            sampling.model_copy(update={"seed": sampling.seed + i}) if sampling.seed is not None and len(prompts) > 1
-            else sampling
-            for i in range(len(prompts))
-        ]
-        return [self._one(p, k, s) for p, k, s in zip(prompts, keys, params)] if len(prompts) == 1 else \
-            self._many(prompts, keys, params)
-
-    def _one(self, prompt: list[int], key: str, sampling: SamplingParams) -> Generation:
-        infra = on_ray.infra_errors(self.config)
-        while True:
-            index = self._route(key)
-            try:
-                return ray.get(self.replicas[index].generate_ids.remote([prompt], sampling))[0]
-            except infra:
-                self._lost(index)
-
-    def _many(self, prompts: list[list[int]], keys: list[str], params: list[SamplingParams]) -> list[Generation]:
-        refs = [(self._route(k), p, k, s) for p, k, s in zip(prompts, keys, params)]
-        submitted = [(i, self.replicas[i].generate_ids.remote([p], s)) for i, p, _, s in refs]
-        infra = on_ray.infra_errors(self.config)
-        out = []
-        for (index, ref), (_, prompt, key, sampling) in zip(submitted, refs):
-            try:
-                out.append(ray.get(ref)[0])
-            except infra:
-                self._lost(index)
-                out.append(self._one(prompt, key, sampling))
-        return out
-
-    def count_tokens(self, conversation: list[Message]) -> int:
-        return len(self.prompt_fn(conversation))
-
-    # --- TrainableEngine -------------------------------------------------------------------------------
-
-    def update_weights(self, model: Any, version: int | None = None) -> None:
-        """Push the tensors of ``model`` that changed since the last push to every live replica."""
-        import time
-
+    def _check_owner(self) -> None:
         if not self._owner:
             raise RuntimeError("update_weights is called on the driver's engine, not on a copy in an episode")
+
+    def _push(self, changed: dict[str, Any], ties: dict[str, str], version: int) -> dict[str, float]:
+        """The changed tensors go into the object store once; every live replica loads them."""
         started = time.perf_counter()
-        if self._asleep:
-            self.wake_up()
-        state = model.state_dict()
-        changed = self._tracker.changed(state, everything=self._whole_state)
-        version = self.policy_version + 1 if version is None else int(version)
-        packed = pack(changed)
-        box = [ray.put((packed, ChangeTracker.ties(state)))]
+        box = [ray.put((pack(changed), ties))]
         put_s = time.perf_counter() - started
         self._broadcast("load_weights", box, version)
-        self._tracker.mark(state)
-        self.policy_version = version
-        self.sync_stats = {
-            "tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),
-            "bytes": float(sum(a.nbytes for _, a in packed.values())), "put_s": put_s,
-            "total_s": time.perf_counter() - started,
-        }
-
-    def mark_synced(self, model: Any) -> None:
-        """The replicas were built from ``model``'s current weights: the next push sends only changes."""
-        self._tracker.mark(model.state_dict())
-
-    def sleep(self) -> None:
-        """Engines give their accelerator memory back during the update (colocated placement); the next
-        ``update_weights`` wakes them first."""
-        self._broadcast("sleep")
-        self._asleep = True
-
-    def wake_up(self) -> None:
-        self._broadcast("wake_up")
-        self._asleep = False
-
-    def _broadcast(self, method: str, *args: Any) -> list[Any]:
-        infra = on_ray.infra_errors(self.config)
-        live = self.live()
-        refs = [(i, getattr(self.replicas[i], method).remote(*args)) for i in live]
-        out = []
-        for index, ref in refs:
-            try:
-                out.append(ray.get(ref))
-            except infra:
-                self._lost(index)
-        if not self.live():
-            raise InfraError("no rollout engine replica is alive")
-        return out
-
-    def stats(self) -> list[dict[str, Any]]:
-        return [ray.get(self.replicas[i].stats.remote()) for i in self.live()]
+        return {"put_s": put_s}
 
     def close(self) -> None:
         if not self._owner:
@@ -328,3 +174,6 @@ def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[]
         on_ray.release(config)
         raise
     return RayEngineClient(kind, replicas, router, prompt_fn, config, group)
+
+
+__all__ = ["EngineReplica", "RayEngineClient", "Router", "routing_key", "start_replicas"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from seal_platform.errors import ConfigError
 
 
 def available_cpus() -> list[int]:
@@ -64,7 +66,13 @@ class VLLMEngineSettings(_Section):
     max_model_len: int | None = Field(
         default=None, ge=1, le=10_485_760, description="Longest prompt + generation in tokens; null: the model's context length."
     )
-    max_num_seqs: int = Field(default=32, ge=1, le=65_536, description="Most sequences the scheduler runs at once.")
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, le=65_536,
+        description="Most sequences the scheduler runs at once. null: the step's episodes in flight, i.e. "
+        "min(rollout.workers, training.tasks_per_step x training.group_size), shared out over the replicas "
+        "whole groups at a time (a group's samples go to one replica), so no episode waits for a free "
+        "sequence slot.",
+    )
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=100_000_000, description="Prefill chunk budget; null: vLLM's.")
     enable_prefix_caching: bool = Field(
         default=True, description="Reuse the KV cache of shared prefixes (a group's prompt, a dialogue's history)."
@@ -86,7 +94,7 @@ class VLLMEngineSettings(_Section):
     cpu_kv_cache_gib: float | None = Field(
         default=None, gt=0.0,
         description="KV cache size on CPU in GiB (passed as kv_cache_memory_bytes; allocated up front). null: "
-        "sized to the recipe: rollout.workers concurrent sequences (at most max_num_seqs) of max_model_len "
+        "sized to the recipe: max_num_seqs concurrent sequences (at most rollout.workers) of max_model_len "
         "tokens each.",
     )
     gpu_memory_utilization: float = Field(
@@ -108,7 +116,77 @@ class VLLMEngineSettings(_Section):
 
 
 class EngineSettings(_Section):
-    """Settings section ``engine``: options of each rollout engine (the recipe's ``rollout.engine`` picks one)."""
+    """Settings section ``engine``: options of each rollout engine (the recipe's ``rollout.engine`` picks one),
+    and how many replicas of it run on this machine without Ray."""
 
     hf: HFEngineSettings = Field(default_factory=HFEngineSettings)
     vllm: VLLMEngineSettings = Field(default_factory=VLLMEngineSettings)
+    gpus: Literal["auto"] | list[int] = Field(
+        default="auto",
+        description="Without Ray: the GPUs (CUDA indices as this process sees them) that get an engine replica "
+        "each, a local process pinned to its GPU (CUDA_VISIBLE_DEVICES), behind one routing client. auto: every "
+        "GPU this process sees. One GPU (or none) keeps the engine in this process. On Ray: ignored "
+        "(settings.grpo.replicas and grpo.placement place the replicas).",
+    )
+    replicas: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="Without Ray: local engine replica processes, spread round-robin over engine.gpus (on the "
+        "CPU when there are none, each with its share of the cores). null: one per GPU of engine.gpus, and the "
+        "engine in this process when that is one GPU or none. 1: one engine in a process of its own.",
+    )
+
+    @field_validator("gpus")
+    @classmethod
+    def _distinct_gpus(cls, value: Any) -> Any:
+        if isinstance(value, list) and (len(set(value)) != len(value) or any(g < 0 for g in value)):
+            raise ValueError(f"engine.gpus must list distinct GPU indices (0, 1, ...), not {value}")
+        return value
+
+
+# --- what a run derives from these settings --------------------------------------------------------------------
+
+DEFAULT_MAX_NUM_SEQS = 32  # an engine built outside a run (no recipe to derive its concurrency from)
+
+
+def step_concurrency(config: Any) -> int:
+    """Episodes of a step in flight at once: ``min(rollout.workers, tasks_per_step x group_size)``."""
+    episodes = int(config.training.tasks_per_step) * int(config.training.group_size)
+    return max(1, min(int(config.rollout.workers), episodes))
+
+
+def per_replica(concurrency: int, replicas: int, group_size: int = 1) -> int:
+    """Sequences one of ``replicas`` replicas must run at once for ``concurrency`` episodes in flight, groups of
+    ``group_size`` staying whole on one replica (routing keeps a group together)."""
+    replicas, group = max(1, replicas), max(1, group_size)
+    groups = -(-concurrency // group)
+    return max(1, min(concurrency, -(-groups // replicas) * group))
+
+
+def for_run(settings: EngineSettings, config: Any, replicas: int = 1) -> EngineSettings:
+    """``settings`` with what the run decides filled in: vLLM's ``max_num_seqs`` (when null) from the step's
+    episodes in flight, per replica."""
+    if settings.vllm.max_num_seqs is not None:
+        return settings
+    seqs = per_replica(step_concurrency(config), replicas, int(config.training.group_size))
+    return settings.model_copy(update={"vllm": settings.vllm.model_copy(update={"max_num_seqs": seqs})})
+
+
+def local_devices(settings: EngineSettings, gpu_count: int) -> list[int | None] | None:
+    """Without Ray: the device of each local replica process (a CUDA index, or None for a CPU replica), or None
+    when the engine runs in this process (one GPU or none, and no ``engine.replicas``)."""
+    if settings.gpus == "auto":
+        gpus = list(range(gpu_count))
+    else:
+        gpus = list(settings.gpus)
+        unknown = [g for g in gpus if g >= gpu_count]
+        if unknown:
+            raise ConfigError(
+                f"settings.engine.gpus names GPU(s) {unknown}, but this process sees {gpu_count} GPU(s) "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): name GPUs 0 to "
+                f"{gpu_count - 1}, or set settings.engine.gpus: auto")
+    count = settings.replicas if settings.replicas is not None else len(gpus)
+    if settings.replicas is None and count <= 1:
+        return None
+    if not gpus:
+        return [None] * count
+    return [gpus[i % len(gpus)] for i in range(count)]

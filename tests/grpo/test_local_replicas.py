@@ -1,0 +1,189 @@
+"""Engine replicas as local processes without Ray (``engine.replicas`` / ``engine.gpus``): two hf replicas on
+the CPU built by the engine factory, both serving, routed by group, equal to the trainer after a weight push,
+failing over when one dies, and gone after close; the shared-memory weight buckets; the derived settings."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from seal_platform.config import RunConfig  # noqa: E402
+from seal_platform.context import RunContext  # noqa: E402
+from seal_platform.errors import ConfigError  # noqa: E402
+from seal_platform.infra import InfraError  # noqa: E402
+from seal_platform.types import Message, SamplingParams  # noqa: E402
+from seal_platform_plugins.grpo.engines import POLICY_KEY, REPLICATED, buckets, engine_specs  # noqa: E402
+from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
+    EngineSettings,
+    for_run,
+    local_devices,
+    per_replica,
+    step_concurrency,
+)
+from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
+from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
+
+
+def _conversation(task: int, turn: str = "") -> list[Message]:
+    msgs = [Message(role="system", content="You are a helpful assistant."),
+            Message(role="user", content=f"Task {task}: name three colours.")]
+    if turn:
+        msgs += [Message(role="assistant", content="Red."), Message(role="user", content=turn)]
+    return msgs
+
+
+def _trainer_logprobs(model, prompt: list[int], generated: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt + generated])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+    return token_logprobs(logits, torch.tensor(generated))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def local_pair(tokenizer, tmp_path_factory):
+    """Two hf replicas on the CPU, built by the grpo engine factory from a run context (module-scoped: the
+    tests run in file order, the replica kill and the shutdown last)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, hidden_size=64,
+                         intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=1024, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    ctx = RunContext(config=RunConfig(environment="toy", rollout={"engine": "hf", "workers": 4}), run_id="r",
+                     run_dir=tmp_path_factory.mktemp("local-replicas"))
+    ctx.shared[POLICY_KEY] = (model, tokenizer)
+    ctx.settings["engine"] = EngineSettings.model_validate({"replicas": 2, "hf": {"max_batch_size": 4}})
+    client = {spec.name: spec for spec in engine_specs()}["hf"].factory(ctx)
+    yield client, model, tokenizer, ctx
+    client.close()
+
+
+def test_the_factory_starts_one_process_per_replica_on_the_cpu(local_pair):
+    client, _, _, ctx = local_pair
+    assert ctx.shared[REPLICATED] is client and client.name == "hfx2@local-cpu"
+    info = [client._result(client._submit(i, "ready")) for i in range(2)]
+    pids = [i["pid"] for i in info]
+    assert len(set(pids)) == 2 and os.getpid() not in pids and pids == client.pids()
+    assert [i["cuda_visible_devices"] for i in info] == ["", ""]  # CPU replicas see no GPU
+    assert client.max_model_len == 1024
+
+
+def test_both_replicas_serve_and_a_group_stays_on_one(local_pair):
+    client, _, _, _ = local_pair
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=4, seed=1)
+    first = client.generate([_conversation(0)] * 3, sampling)
+    client.generate([_conversation(0, "And two more?")], sampling)
+    client.generate([_conversation(1)] * 3, sampling)
+    assert all(g.token_ids and len(g.logprobs) == len(g.token_ids) for g in first)
+    assert sorted(client.assignment().values()) == [0, 1]  # two groups, one per replica
+    assert sorted(s["requests"] for s in client.stats()) == [3, 4]  # group 0 and its next turn, group 1
+
+
+def test_replicas_logprobs_equal_the_trainers_after_a_weight_push(local_pair):
+    client, model, tokenizer, _ = local_pair
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    prompt = prompt_ids(tokenizer, _conversation(10))
+    before = client._result(client._submit(0, "generate_ids", [prompt], greedy))[0]
+    with torch.no_grad():  # an "update": every weight moves
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    client.update_weights(model, version=3)
+    assert client.sync_stats["tensors"] == len(model.state_dict()) - 1  # the tied output layer travels once
+    assert client.policy_version == 3
+    for index in range(2):
+        gen = client._result(client._submit(index, "generate_ids", [prompt], greedy))[0]
+        assert gen.policy_version == 3 and gen.token_ids
+        ours = _trainer_logprobs(model, prompt, gen.token_ids)
+        assert torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-4), (index, gen.logprobs, ours.tolist())
+        if gen.token_ids == before.token_ids:  # same continuation: its log-probs must have moved with the weights
+            assert not torch.allclose(torch.tensor(gen.logprobs), torch.tensor(before.logprobs), atol=1e-4)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(1.5)
+    client.update_weights(model)  # hf replicas get only what changed
+    assert client.sync_stats["tensors"] == 1 and client.policy_version == 4
+    gen = client._result(client._submit(1, "generate_ids", [prompt], greedy))[0]
+    assert torch.allclose(torch.tensor(gen.logprobs), _trainer_logprobs(model, prompt, gen.token_ids), atol=1e-4)
+
+
+def test_a_dead_replicas_requests_go_to_the_other(local_pair):
+    client, _, _, _ = local_pair
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
+    before = client.generate([_conversation(20)], greedy)[0]
+    from seal_platform_plugins.grpo.engines.routing import routing_key
+
+    index = client.assignment()[routing_key(_conversation(20))]
+    os.kill(client.pids()[index], signal.SIGKILL)
+    client.replicas[index].process.join(timeout=30)
+    assert client.probe(timeout_s=10) == [1 - index]
+    after = client.generate([_conversation(20)], greedy)[0]
+    assert after.token_ids == before.token_ids  # same weights, same greedy continuation, on the other replica
+    client.update_weights(local_pair[1])  # a push reaches the live replica only, and does not fail
+    assert client.policy_version == 5 and client.live() == [1 - index]
+
+
+def test_close_stops_every_replica_process(local_pair):
+    client, _, _, _ = local_pair
+    pids = client.pids()
+    client.close()
+    assert not any(_alive(pid) for pid in pids)
+    assert not any(r.process.is_alive() for r in client.replicas)
+    with pytest.raises(InfraError):
+        client.generate([_conversation(30)], SamplingParams(max_new_tokens=2))
+    client.close()  # twice is fine
+
+
+def test_buckets_carry_tensors_of_every_dtype_through_one_file():
+    named = {"a": torch.randn(3, 5), "b": torch.randn(7).to(torch.bfloat16), "c": torch.arange(6).view(2, 3),
+             "d": torch.tensor([True, False, True]), "e": torch.randn(4, 6).t()}  # "e" is not contiguous
+    bucket = buckets.write(named)
+    try:
+        assert Path(bucket.path).is_file()
+        back = buckets.read(bucket.to_dict())
+        assert set(back) == set(named)
+        for name, tensor in named.items():
+            assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor), name
+    finally:
+        bucket.remove()
+    assert not Path(bucket.path).exists()
+
+
+def test_max_num_seqs_is_derived_from_the_steps_episodes():
+    config = RunConfig(environment="toy", rollout={"workers": 64}, training={"tasks_per_step": 32, "group_size": 8})
+    assert step_concurrency(config) == 64
+    assert for_run(EngineSettings(), config).vllm.max_num_seqs == 64
+    assert for_run(EngineSettings(), config, replicas=4).vllm.max_num_seqs == 16
+    assert for_run(EngineSettings(), config, replicas=3).vllm.max_num_seqs == 24  # 8 groups: 3 + 3 + 2, whole
+    few = RunConfig(environment="toy", rollout={"workers": 64}, training={"tasks_per_step": 2, "group_size": 4})
+    assert for_run(EngineSettings(), few).vllm.max_num_seqs == 8  # the step has only 8 episodes
+    fixed = EngineSettings.model_validate({"vllm": {"max_num_seqs": 5}})
+    assert for_run(fixed, config, replicas=4).vllm.max_num_seqs == 5  # a set value stands
+    assert per_replica(10, 4, 1) == 3 and per_replica(1, 8, 8) == 1
+
+
+def test_local_devices_one_replica_per_gpu_or_as_set():
+    auto = EngineSettings()
+    assert local_devices(auto, 0) is None and local_devices(auto, 1) is None  # in this process, as before
+    assert local_devices(auto, 4) == [0, 1, 2, 3]
+    assert local_devices(EngineSettings(gpus=[2, 3]), 4) == [2, 3]
+    assert local_devices(EngineSettings(replicas=2), 0) == [None, None]  # on the CPU
+    assert local_devices(EngineSettings(replicas=3, gpus=[0, 1]), 2) == [0, 1, 0]
+    assert local_devices(EngineSettings(replicas=1), 1) == [0]  # one engine, in a process of its own
+    with pytest.raises(ConfigError, match="engine.gpus names GPU"):
+        local_devices(EngineSettings(gpus=[4]), 2)
+    with pytest.raises(ValueError, match="distinct"):
+        EngineSettings(gpus=[1, 1])
