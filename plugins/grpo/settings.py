@@ -210,7 +210,8 @@ class GRPOSettings(_Section):
     replicas: int = Field(
         default=1, ge=1, le=1024,
         description="Replicas of grpo's rollout engine (hf or vllm) on Ray, each an actor (needs "
-        "settings.ray.enabled). A group's samples go to one replica, so its prompt prefix is cached once.",
+        "settings.ray.enabled). A group's samples go to one replica, so its prompt prefix is cached once. "
+        "Without Ray: settings.engine.gpus / engine.replicas (local processes, by default one per GPU).",
     )
     placement: PlacementSettings = Field(
         default_factory=PlacementSettings,

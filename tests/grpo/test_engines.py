@@ -276,7 +276,8 @@ def test_vllm_logprobs_match_trainer_and_follow_weight_updates(policy, request):
         from seal_platform_plugins.grpo.policy import load_policy
 
         model, tokenizer = load_policy()
-    engine = VLLMEngine(model, tokenizer, EngineSettings().vllm, seed=0)
+    # In this process: the test reaches into the served model (apply_model) to check its release on close.
+    engine = VLLMEngine(model, tokenizer, EngineSettings().vllm.model_copy(update={"in_process": True}), seed=0)
     try:
         sampling = SamplingParams(temperature=1.0, max_new_tokens=16, seed=11)
         messages = run_dialogue(engine, sampling)

@@ -58,7 +58,8 @@ def engine_from_weights(kind: str, settings: Any, config: dict[str, Any], dtype:
         return HFEngine(model, tokenizer, settings.hf.model_copy(update={"share_model": True}), seed=seed)
     from .vllm import VLLMEngine
 
-    return VLLMEngine(model, tokenizer, settings.vllm, seed=seed)
+    # A replica is a process of its own already: vLLM's engine core runs inside it, not in a third process.
+    return VLLMEngine(model, tokenizer, settings.vllm.model_copy(update={"in_process": True}), seed=seed)
 
 
 def start_replicated(kind: str, on: OnRay, replicas: int, seed: int, model: Any, tokenizer: Any,

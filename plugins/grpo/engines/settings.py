@@ -31,6 +31,12 @@ def default_threads_bind() -> str:
     return ",".join(str(c) for c in cpus)
 
 
+# TO BE CONFIRMED by benchmarks/bench_engine_process.py run idle: vLLM's engine core in a process of its own
+# (false) measured faster than in the driver's process (true) on this 2-core CPU, in two runs with the machine
+# heavily loaded by other work (load average 12-15). Flip it here if the idle run says otherwise.
+DEFAULT_IN_PROCESS = False
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -84,9 +90,13 @@ class VLLMEngineSettings(_Section):
         "run float32 faster).",
     )
     in_process: bool = Field(
-        default=True,
-        description="Run vLLM's engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight updates "
-        "are in-memory copies and no worker processes are spawned.",
+        default=DEFAULT_IN_PROCESS,
+        description="true: vLLM's engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight "
+        "updates are in-memory copies, no process is spawned, but the model's steps share the GIL with the "
+        "episode threads. false: vLLM V1's engine-core process runs scheduling and the model beside this one "
+        "(weight updates through a shared-memory file). Replica processes (local or Ray) always run it in "
+        "their own process. Default false: measured faster by benchmarks/bench_engine_process.py on a loaded "
+        "2-core CPU, to be confirmed idle (docs/scaling.md).",
     )
     cpu_threads_bind: str | None = Field(
         default=None, description="VLLM_CPU_OMP_THREADS_BIND (CPU only); null: every available core, e.g. '0-1'."
