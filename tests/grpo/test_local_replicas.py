@@ -187,3 +187,48 @@ def test_local_devices_one_replica_per_gpu_or_as_set():
         local_devices(EngineSettings(gpus=[4]), 2)
     with pytest.raises(ValueError, match="distinct"):
         EngineSettings(gpus=[1, 1])
+
+
+def test_replica_settings_are_checked_against_where_the_run_goes():
+    pytest.importorskip("ray")
+    from seal_platform.planning import recipe_problems
+
+    _, issues, _ = recipe_problems("seal-ray", ["settings.engine.replicas=2"])
+    where = {i.where: str(i) for i in issues}
+    assert set(where) == {"settings.engine.replicas"} and "settings.grpo.replicas" in where["settings.engine.replicas"]
+    _, issues, _ = recipe_problems("seal-ray", ["settings.ray.enabled=false", "rollout.executor=local"])
+    where = {i.where: str(i) for i in issues}
+    assert set(where) == {"settings.grpo.replicas"} and "settings.engine.replicas" in where["settings.grpo.replicas"]
+    _, issues, _ = recipe_problems("seal", ["settings.engine.replicas=2", "settings.engine.gpus=[0,1]"])
+    assert not issues  # local replicas without Ray are fine (the GPUs are checked on the machine that runs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_engine_gpus_this_machine_lacks_are_refused_before_the_run():
+    from seal_platform_plugins.grpo.plugin import check_machine
+    from seal_platform_plugins.grpo.policy import PolicySettings
+
+    config = RunConfig(environment="toy", rollout={"engine": "hf"})
+    settings = {"policy": PolicySettings(device="cpu"), "engine": EngineSettings(gpus=[0, 1])}
+    (problem,) = check_machine(config, settings, None)
+    assert "settings.engine.gpus names GPU(s) [0, 1]" in problem and "sees 0 GPU(s)" in problem
+    assert check_machine(config, {"policy": PolicySettings(device="cpu"), "engine": EngineSettings(replicas=2)},
+                         None) == []  # CPU replicas need no GPU
+
+
+def test_the_memory_plan_puts_a_local_vllm_replica_on_every_gpu():
+    from seal_platform_plugins.grpo.memory_plan import plan
+    from seal_platform_plugins.grpo.policy import PolicySettings
+    from seal_platform_plugins.grpo.settings import GRPOSettings
+
+    config = RunConfig(environment="bfcl", stages={"optimize": "grpo"}, rollout={"engine": "vllm"})
+    settings = {"grpo": GRPOSettings(), "policy": PolicySettings(model="Qwen/Qwen2.5-3B", device="cuda"),
+                "engine": EngineSettings()}
+    result = plan(config, settings, gpus=4, gpu_memory=80)
+    assert [d.holders for d in result.gpus] == [["trainer", "vLLM replica 0"], ["vLLM replica 1"],
+                                                   ["vLLM replica 2"], ["vLLM replica 3"]]
+    one = plan(config, settings, gpus=1, gpu_memory=80)  # one GPU: the engine in the trainer's process, as before
+    assert [d.holders for d in one.gpus] == [["trainer", "vLLM"]]
+    settings["engine"] = EngineSettings(gpus=[2, 3])
+    assert [d.holders for d in plan(config, settings, gpus=4, gpu_memory=80).gpus] == [
+        ["trainer"], [], ["vLLM replica 0"], ["vLLM replica 1"]]
