@@ -33,7 +33,9 @@ def _conversation(task: int, turn: str = "") -> list[Message]:
     msgs = [Message(role="system", content="You are a helpful assistant."),
             Message(role="user", content=f"Task {task}: name three colours.")]
     if turn:
-        msgs += [Message(role="assistant", content="Red."), Message(role="user", content=turn)]
+        # A sampled reply (as Message.from_generation builds it): the dialogue's key stops before it.
+        msgs += [Message(role="assistant", content="Red.", token_ids=[1], trainable=True),
+                 Message(role="user", content=turn)]
     return msgs
 
 
@@ -232,3 +234,44 @@ def test_the_memory_plan_puts_a_local_vllm_replica_on_every_gpu():
     settings["engine"] = EngineSettings(gpus=[2, 3])
     assert [d.holders for d in plan(config, settings, gpus=4, gpu_memory=80).gpus] == [
         ["trainer"], [], ["vLLM replica 0"], ["vLLM replica 1"]]
+
+
+def test_a_run_with_two_local_replicas_completes_and_leaves_no_process(tmp_path, tiny_model_dir):
+    psutil = pytest.importorskip("psutil")
+    from seal_platform.loop import Runner
+    from seal_platform.planning import plan_recipe
+    from seal_platform.store import RunStore
+
+    small = ["training.steps=1", "training.tasks_per_step=2", "training.group_size=2", "rollout.workers=4",
+             "rollout.max_new_tokens=8", "evaluation.max_new_tokens=8", "evaluation.before_training=false",
+             "settings.smarthome.n_eval=2", "settings.grpo.train_layers=1", "rollout.engine=hf",
+             "settings.engine.replicas=2", f"runs_dir={tmp_path}", f"settings.policy.model={tiny_model_dir}"]
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    plan = plan_recipe("smarthome-fixed-label", small)
+    store = RunStore(plan.config.store_url())
+    runner = Runner(plan, plan.host, store, recipe=plan.source)
+    runner.run()
+    assert store.get_run(runner.run_id).status == "completed"
+    trajs = store.trajectories(runner.run_id, step=0, phase="train")
+    assert len(trajs) >= 4 and all(t.infra_failure is None for t in trajs)
+    client = runner.ctx.shared[REPLICATED]  # the run's engine was the two local replicas, now closed
+    assert client.name == "hfx2@local-cpu" and all(n > 0 for n in client.requests), client.requests  # both served
+    assert not any(r.process.is_alive() for r in client.replicas)
+    left = [p for p in me.children(recursive=True) if p.pid not in before
+            and not any("resource_tracker" in part for part in p.cmdline())]
+    _, alive = psutil.wait_procs(left, timeout=30)
+    assert not alive, f"processes left after the run: {[(p.pid, p.cmdline()) for p in alive]}"
+
+
+def test_the_routing_key_is_the_prompt_before_the_first_sampled_message():
+    from seal_platform_plugins.grpo.engines.routing import routing_key
+
+    few_shot = [Message(role="system", content="Tools: ..."), Message(role="user", content="Example: lights on"),
+                Message(role="assistant", content="<tool_call>{...}</tool_call>"), Message(role="tool", content="ok")]
+    task_a = [*few_shot, Message(role="user", content="Turn the heater off")]
+    task_b = [*few_shot, Message(role="user", content="Lock the door")]
+    assert routing_key(task_a) != routing_key(task_b)  # a shared few-shot opening does not merge the tasks
+    sampled = Message(role="assistant", content="<tool_call>...</tool_call>", token_ids=[5, 6], trainable=True)
+    later = [*task_a, sampled, Message(role="tool", content="done"), Message(role="user", content="And the fan?")]
+    assert routing_key(later) == routing_key(task_a)  # the dialogue's later turns stay with its group

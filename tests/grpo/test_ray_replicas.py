@@ -63,7 +63,9 @@ def _conversation(task: int, turn: str = "") -> list[Message]:
     msgs = [Message(role="system", content="You are a helpful assistant."),
             Message(role="user", content=f"Task {task}: name three colours.")]
     if turn:
-        msgs += [Message(role="assistant", content="Red."), Message(role="user", content=turn)]
+        # A sampled reply (as Message.from_generation builds it): the dialogue's key stops before it.
+        msgs += [Message(role="assistant", content="Red.", token_ids=[1], trainable=True),
+                 Message(role="user", content=turn)]
     return msgs
 
 

@@ -234,6 +234,7 @@ class LocalEngineClient(ReplicaClient):
         self._router_lock = threading.Lock()
         self._closed = False
         self.max_model_len = 0
+        self.requests = [0] * len(replicas)  # prompts sent to each replica (retries included)
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("local engine replicas are driven from the process that started them; on Ray use "
@@ -242,6 +243,9 @@ class LocalEngineClient(ReplicaClient):
     # --- the transport ---------------------------------------------------------------------------------
 
     def _submit(self, index: int, method: str, *args: Any) -> Future:
+        if method == "generate_ids":
+            with self._router_lock:
+                self.requests[index] += len(args[0])
         return self.replicas[index].call("call", method, *args)
 
     def _result(self, handle: Future, timeout: float | None = None) -> Any:

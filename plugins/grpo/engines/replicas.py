@@ -6,8 +6,8 @@ plugin supplies (grpo builds its ``hf`` or ``vllm`` engine from the policy's con
 through the object store). The returned :class:`RayEngineClient` satisfies the core's ``RolloutEngine``; it
 pickles (actor handles and a tokenizer-bound prompt function), so episodes running in Ray actors use it too.
 
-Routing: a conversation's key is its opening (everything up to the first user message: the system prompt and
-the task), which every sample of a GRPO group and every turn of a dialogue share. A small router actor assigns
+Routing: a conversation's key is its opening (everything before the first message an engine sampled: the
+system prompt, any few-shot examples and the task), which every sample of a GRPO group and every turn of a dialogue share. A small router actor assigns
 each new key to the live replica with the fewest keys and remembers it, so a group's prompt prefix is
 prefilled (and, with vLLM, prefix-cached) on one replica only, and the groups spread evenly. Routing, retries
 and the push bookkeeping are :class:`.routing.ReplicaClient`'s, shared with the replicas that run as local

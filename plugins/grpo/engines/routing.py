@@ -9,8 +9,9 @@ reaches replica ``i`` (:meth:`ReplicaClient._submit` / :meth:`ReplicaClient._res
 asked (:meth:`ReplicaClient._router_call`), which exceptions mean "that replica is gone"
 (:meth:`ReplicaClient._infra_errors`) and how a weight push travels (:meth:`ReplicaClient._push`).
 
-Routing: a conversation's key is its opening (everything up to the first user message: the system prompt and
-the task), which every sample of a GRPO group and every turn of a dialogue share. The router
+Routing: a conversation's key is its opening (everything before the first message an engine sampled: the system
+prompt, any few-shot examples and the task), which every sample of a GRPO group and every turn of a dialogue
+share. The router
 (:class:`StickyRouter`) assigns each new key to the live replica with the fewest keys and remembers it, so a
 group's prompt prefix is prefilled (and, with vLLM, prefix-cached) on one replica only, and the groups spread
 evenly.
@@ -30,12 +31,15 @@ from .shipping import ChangeTracker
 
 
 def routing_key(conversation: list[Message]) -> str:
-    """Everything up to and including the first user message (a group's and a dialogue's shared opening)."""
+    """Everything before the first message an engine sampled (an assistant message built with
+    ``Message.from_generation``: trainable, with its token ids): the prompt a group's samples share, which
+    every later turn of their dialogues starts with. Canned assistant messages (few-shot examples in the
+    opening) are part of it, so tasks that share a few-shot opening still get keys of their own."""
     opening = []
     for message in conversation:
-        opening.append(f"{message.role}\x00{message.content}")
-        if message.role == "user":
+        if message.role == "assistant" and (message.trainable or message.token_ids is not None):
             break
+        opening.append(f"{message.role}\x00{message.content}")
     return hashlib.sha1("\x01".join(opening).encode()).hexdigest()
 
 
