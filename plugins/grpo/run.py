@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from seal_platform.types import Trajectory
 
-from .samples import build_samples
+from .samples import build_samples, overlong
 from .settings import GRPOSettings
 from .trainer import GRPOTrainer
 
@@ -72,6 +72,8 @@ class GRPORun:
         if screened is not None:
             metrics.update(screened.metrics)
         metrics["truncated_sequences"] = float(sum(x.truncated for x in samples))
+        if settings.overlong_filter:
+            metrics["overlong_masked"] = float(sum(overlong(t) for t in trajectories))
         advantages = [x.advantage for x in samples]
         if advantages:
             metrics["advantage_abs_mean"] = sum(abs(a) for a in advantages) / len(advantages)

@@ -146,6 +146,12 @@ class GRPOSettings(_Section):
         "importable, else SDPA with a block-diagonal causal mask). Same loss and gradients up to float rounding; "
         "prefix sharing still applies except under flash_attention_2 (see docs/scaling.md, 'Packed updates').",
     )
+    overlong_filter: bool = Field(
+        default=False,
+        description="Give no loss to an episode cut off by a token limit (a generation stopped at max_new_tokens, "
+        "or the episode at the context limit): DAPO's overlong filtering. Its reward still counts in its group's "
+        "advantages; the step reports how many were masked (overlong_masked).",
+    )
     response_window_tokens: int | None = Field(
         default=None, ge=1, le=10_485_760,
         description="Train only on generated tokens within the first N tokens of the response, counted from the "
