@@ -626,7 +626,7 @@ def build_cli() -> click.Group:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     # A built-in command needs no plugin commands: finding and loading every plugin for them would only
-    # slow its start (``verify`` loads the one plugin it uses itself). Anything else (a plugin's command,
+    # slow its start (``verify`` loads the plugins itself, once). Anything else (a plugin's command,
     # ``--help``, a misspelt command) gets the full CLI.
     group = cli if args and args[0] in cli.commands else build_cli()
-    group.main(args=args, prog_name="seal-platform")
+    group.main(args=argv, prog_name="seal-platform")
