@@ -596,8 +596,14 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     """
     from .verify import verify_lines
 
-    for line in verify_lines(benchmark, file, list(overrides)):
-        click.echo(line)
+    # Written as they come (a terminal still gets each line at once: its stream is line-buffered); one
+    # click.echo per line would flush the stream after every record.
+    out = sys.stdout
+    try:
+        for line in verify_lines(benchmark, file, list(overrides)):
+            out.write(line + "\n")
+    finally:
+        out.flush()
 
 
 @cli.command()
@@ -626,4 +632,9 @@ def build_cli() -> click.Group:
 
 
 def main(argv: list[str] | None = None) -> None:
-    build_cli().main(args=argv, prog_name="seal-platform")
+    args = sys.argv[1:] if argv is None else list(argv)
+    # A built-in command needs no plugin commands: finding and loading every plugin for them would only
+    # slow its start (``verify`` loads the plugins itself, once). Anything else (a plugin's command,
+    # ``--help``, a misspelt command) gets the full CLI.
+    group = cli if args and args[0] in cli.commands else build_cli()
+    group.main(args=argv, prog_name="seal-platform")

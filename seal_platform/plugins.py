@@ -308,14 +308,14 @@ def make_plugin_manager(
 
     records: list[PluginRecord] = []
     eps = list(entry_points) if entry_points is not None else _entry_points()
+    described: dict[int, tuple[str | None, str | None]] = {}  # per distribution: its metadata file is parsed once
     for ep in eps:
         dist = getattr(ep, "dist", None)
-        record = PluginRecord(
-            name=ep.name,
-            distribution=dist.metadata["Name"] if dist is not None else None,
-            version=dist.version if dist is not None else None,
-            value=ep.value,
-        )
+        if dist is not None and id(dist) not in described:
+            meta = dist.metadata
+            described[id(dist)] = (meta["Name"], meta["Version"])
+        name_version = described[id(dist)] if dist is not None else (None, None)
+        record = PluginRecord(name=ep.name, distribution=name_version[0], version=name_version[1], value=ep.value)
         records.append(record)
         if ep.name in blocked:
             record.status = "blocked"
