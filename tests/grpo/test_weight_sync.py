@@ -189,3 +189,37 @@ def test_lora_pushes_only_the_adapters_and_the_receiver_follows():
     for k, (names, _, want, version, got) in enumerate(rows):
         assert names and all(".lora_A." in n or ".lora_B." in n for n in names), names[:3]
         assert torch.equal(got, want), f"sync {k}: receiver differs by {(got - want).abs().max():.3g}"
+
+
+def test_group_trainer_collective_sync_equals_the_host_path(tiny_model_dir, tokenizer):
+    """2 FSDP2 workers: the driver's copy (what the hf engine samples from) after the collective push equals
+    the one the host path (full state dict through the pipe) gives, at start and after a step."""
+    from test_trainer import make_trajectories
+
+    from seal_platform_plugins.grpo.distributed import GroupTrainer
+    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_plugins.grpo.samples import build_samples
+    from seal_platform_plugins.grpo.settings import GRPOSettings
+
+    policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    initial = {k: v.clone() for k, v in load_policy(policy)[0].state_dict().items()}
+    got = {}
+    for mode in ("collective", "host"):
+        settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, micro_batch_size=2, lr=1e-3, adam_eps=1e-6,
+                                train_workers=2, weight_sync=mode, weight_sync_bucket_mb=1)
+        model, _ = load_policy(policy)
+        with torch.no_grad():  # the driver's copy starts wrong: the first sync must overwrite all of it
+            for p in model.parameters():
+                p.mul_(0.5)
+        trainer = GroupTrainer(model, settings, policy, pad_id=tokenizer.pad_token_id)
+        try:
+            assert all(torch.equal(model.state_dict()[k], initial[k]) for k in initial)
+            if mode == "collective":
+                assert trainer.sync_stats["buckets"] > 2 and trainer.sync_stats["bytes"] > 0
+            trainer.step(build_samples(tokenizer, make_trajectories(tokenizer, seed=0), settings=settings))
+            got[mode] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        finally:
+            trainer.close()
+    moved = max(float((got["host"][k] - initial[k]).abs().max()) for k in initial)
+    assert moved > 1e-4
+    assert max(float((got["collective"][k] - got["host"][k]).abs().max()) for k in initial) <= 1e-6
