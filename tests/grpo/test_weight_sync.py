@@ -223,3 +223,50 @@ def test_group_trainer_collective_sync_equals_the_host_path(tiny_model_dir, toke
     moved = max(float((got["host"][k] - initial[k]).abs().max()) for k in initial)
     assert moved > 1e-4
     assert max(float((got["collective"][k] - got["host"][k]).abs().max()) for k in initial) <= 1e-6
+
+
+def test_ray_replicas_receive_collective_pushes_and_sample_with_the_trainers_weights(local_ray, tokenizer,
+                                                                                     new_tiny_model):
+    """hf replicas on Ray under ``grpo.weight_sync: collective``: each push goes over the gloo group (buckets
+    counted; the object-store fallback records none), and every replica's log-probs equal the trainer's."""
+    pytest.importorskip("ray")
+    import ray
+
+    from seal_platform.types import Message, SamplingParams
+    from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
+    from seal_platform_plugins.grpo.engines.replicas import start_replicas
+    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_plugins.grpo.objective import token_logprobs
+    from seal_platform_plugins.grpo.tokens import prompt_ids
+
+    model = new_tiny_model()
+    settings = EngineSettings()
+    settings.hf.max_batch_size = 1
+    builder = functools.partial(build_engine, "hf", settings, [ray.put(_model_blob(model))], tokenizer, 0)
+    client = start_replicas("hf", local_ray, 2, builder, functools.partial(prompt_ids, tokenizer),
+                            weight_sync="collective", bucket_bytes=2**20)
+    client.mark_synced(model)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    try:
+        for version in (1, 2):
+            with torch.no_grad():  # an "update": every weight moves
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p) * 0.05)
+            client.update_weights(model, version=version)
+            assert client.sync_stats["buckets"] > 2
+            assert client.sync_stats["tensors"] == len(model.state_dict()) - 1  # the tied head travels once
+            for index in range(2):
+                conversation = [Message(role="user", content=f"Task {index}: name three colours.")]
+                prompt = prompt_ids(tokenizer, conversation)
+                gen = ray.get(client.replicas[index].generate_ids.remote([prompt], greedy))[0]
+                assert gen.policy_version == version and gen.token_ids
+                with torch.no_grad():
+                    logits = model(input_ids=torch.tensor([prompt + gen.token_ids])).logits[0, len(prompt) - 1:-1]
+                ours = token_logprobs(logits, torch.tensor(gen.token_ids))
+                assert torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-4), (gen.logprobs, ours.tolist())
+        with torch.no_grad():  # only what changed travels
+            model.model.norm.weight.mul_(1.5)
+        client.update_weights(model, version=3)
+        assert client.sync_stats["tensors"] == 1 and client.sync_stats["buckets"] == 1
+    finally:
+        client.close()

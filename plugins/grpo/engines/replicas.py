@@ -15,7 +15,10 @@ Weight sync (``update_weights``): the tensors that changed since the last push (
 counters tell; a full fine-tune changes all, a frozen part is never re-sent) are put into the object store
 once and every live replica loads them, between its batches, with the new policy version; every Generation
 carries the version it was sampled with. On one node the object store is shared memory; across nodes each
-replica pulls one copy (a torch.distributed broadcast group would avoid the copies for very large models).
+replica pulls one copy. With ``grpo.weight_sync: collective`` (the default) the same tensors go instead from
+the driver's model straight to the replicas over a torch.distributed group (driver rank 0, replicas 1..K;
+NCCL when model and replicas are on GPUs, else gloo) in size-bounded buckets (:mod:`..weight_sync`), each
+replica receiving into its engine between batches; a failed collective push falls back to the object store.
 
 Failures: a replica that dies (killed, its node lost) is marked dead at the router and its requests are
 retried on another replica (same prompt, same seed); with none left, ``generate`` raises
@@ -60,6 +63,19 @@ class EngineReplica:
         packed, ties = ray.get(box[0])
         self.engine.load_weights(with_ties(unpack(packed), ties), version)
         return int(getattr(self.engine, "policy_version", version or 0))
+
+    def receive_weights(self, address: str, port: int, rank: int, world_size: int, backend: str) -> int:
+        """Join the client's weight-sync group (once per group) and receive one push into the engine."""
+        from ..weight_sync import SyncGroup
+
+        key = (address, port, rank, world_size, backend)
+        if getattr(self, "_sync_key", None) != key:
+            old = getattr(self, "_sync", None)
+            if old is not None:
+                old.close()
+            self._sync = SyncGroup(address, port, rank, world_size, backend=backend)
+            self._sync_key = key
+        return int(self.engine.receive_weights(self._sync))
 
     def sleep(self) -> None:
         if callable(getattr(self.engine, "sleep", None)):
@@ -111,6 +127,12 @@ class Router:
 # --- the client ----------------------------------------------------------------------------------------------
 
 
+def _is_lora(model: Any) -> bool:
+    from ..lora import is_lora
+
+    return is_lora(model)
+
+
 def routing_key(conversation: list[Message]) -> str:
     """Everything up to and including the first user message (a group's and a dialogue's shared opening)."""
     opening = []
@@ -125,7 +147,7 @@ class RayEngineClient:
     """A ``RolloutEngine`` (and ``TrainableEngine``) over K replica actors. Thread-safe; picklable."""
 
     def __init__(self, kind: str, replicas: list[Any], router: Any, prompt_fn: Callable[[list[Message]], list[int]],
-                 config: Any, group: Any = None):
+                 config: Any, group: Any = None, weight_sync: str = "host", bucket_bytes: int = 256 * 2**20):
         self.name = f"{kind}x{len(replicas)}@ray"
         self.replicas = replicas
         self.router = router
@@ -143,10 +165,16 @@ class RayEngineClient:
         self._routes: dict[str, int] = {}
         self.sync_stats: dict[str, float] = {}
         self._asleep = False
+        # grpo.weight_sync: collective pushes go over a group of the driver (rank 0) and the live replicas,
+        # rebuilt when the live set changes (see _push_collective); host: the object store.
+        self.weight_sync = weight_sync
+        self.bucket_bytes = bucket_bytes
+        self._sync: Any = None
+        self._sync_key: tuple[Any, ...] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_owner=False, _tracker=None, _lock=None, _routes={}, _group=None)
+        state.update(_owner=False, _tracker=None, _lock=None, _routes={}, _group=None, _sync=None, _sync_key=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -235,12 +263,16 @@ class RayEngineClient:
 
         if not self._owner:
             raise RuntimeError("update_weights is called on the driver's engine, not on a copy in an episode")
+        version = self.policy_version + 1 if version is None else int(version)
+        # vLLM serves a LoRA policy's adapters as LoRA requests, which a sync group does not feed.
+        if self.weight_sync == "collective" and not (self._whole_state and _is_lora(model)):
+            if self._push_collective(model, version):
+                return
         started = time.perf_counter()
         if self._asleep:
             self.wake_up()
         state = model.state_dict()
         changed = self._tracker.changed(state, everything=self._whole_state)
-        version = self.policy_version + 1 if version is None else int(version)
         packed = pack(changed)
         box = [ray.put((packed, ChangeTracker.ties(state)))]
         put_s = time.perf_counter() - started
@@ -252,6 +284,57 @@ class RayEngineClient:
             "bytes": float(sum(a.nbytes for _, a in packed.values())), "put_s": put_s,
             "total_s": time.perf_counter() - started,
         }
+
+    def _push_collective(self, model: Any, version: int) -> bool:
+        """Push the changed tensors (vLLM: all of them) straight from ``model`` to every live replica over the
+        weight-sync group (:mod:`..weight_sync`; NCCL when the model and the replicas are on GPUs, else gloo).
+        A sleeping vLLM replica wakes inside its receive. False (the caller falls back to the object store)
+        when the push failed, e.g. a replica died: the dead are marked and the group is rebuilt next time."""
+        import time
+
+        from ..distributed import free_port
+        from ..weight_sync import SyncGroup, push, sync_tensors
+
+        started = time.perf_counter()
+        live = self.live()
+        on_gpu = next(model.parameters()).is_cuda and float(getattr(self.config.placement, "engine_gpus", 0)) > 0
+        backend = "nccl" if on_gpu else "gloo"
+        key = (tuple(live), backend)
+        if self._sync_key != key:
+            self._close_sync()
+            address = str(ray.util.get_node_ip_address())
+            self._sync_key = key + (address, free_port("0.0.0.0"))
+        address, port = self._sync_key[2], self._sync_key[3]
+        refs = [(i, self.replicas[i].receive_weights.remote(address, port, j + 1, len(live) + 1, backend))
+                for j, i in enumerate(live)]
+        named, ties = sync_tensors(model, everything=True)
+        changed = self._tracker.changed(named, everything=self._whole_state)
+        try:
+            if self._sync is None:
+                device = next(model.parameters()).device if on_gpu else "cpu"
+                self._sync = SyncGroup(address, port, 0, len(live) + 1, host_store=True, backend=backend,
+                                       device=device, timeout_s=300.0)
+            stats = push(changed, self._sync, version=version, ties=ties, bucket_bytes=self.bucket_bytes)
+            ray.get([ref for _, ref in refs])
+        except Exception:
+            import logging
+
+            logging.getLogger(__name__).exception("collective weight push failed; pushing through the object store")
+            self._close_sync()
+            self.probe()
+            return False
+        self._tracker.mark(named)
+        self.policy_version = version
+        self._asleep = False
+        self.sync_stats = {"tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),
+                           "bytes": stats["bytes"], "buckets": stats["buckets"], "put_s": 0.0,
+                           "total_s": time.perf_counter() - started}
+        return True
+
+    def _close_sync(self) -> None:
+        sync, self._sync, self._sync_key = self._sync, None, None
+        if sync is not None:
+            sync.close()
 
     def mark_synced(self, model: Any) -> None:
         """The replicas were built from ``model``'s current weights: the next push sends only changes."""
@@ -288,6 +371,7 @@ class RayEngineClient:
         if not self._owner:
             return
         self._owner = False
+        self._close_sync()
         for replica in self.replicas:
             try:
                 ray.get(replica.close.remote(), timeout=30)
@@ -304,9 +388,11 @@ class RayEngineClient:
 
 
 def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[], Any],
-                   prompt_fn: Callable[[list[Message]], list[int]]) -> RayEngineClient:
+                   prompt_fn: Callable[[list[Message]], list[int]], weight_sync: str = "host",
+                   bucket_bytes: int = 256 * 2**20) -> RayEngineClient:
     """K replicas of an engine (``builder()`` runs in each replica's actor), placed per ``config`` (the run's
-    Ray cluster and ``grpo.placement``), and the client that routes to them."""
+    Ray cluster and ``grpo.placement``), and the client that routes to them (pushing weights as
+    ``weight_sync`` says: ``collective`` or ``host``, see :class:`RayEngineClient`)."""
     on_ray.acquire(config)
     try:
         place = config.placement
@@ -327,4 +413,5 @@ def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[]
     except BaseException:
         on_ray.release(config)
         raise
-    return RayEngineClient(kind, replicas, router, prompt_fn, config, group)
+    return RayEngineClient(kind, replicas, router, prompt_fn, config, group, weight_sync=weight_sync,
+                           bucket_bytes=bucket_bytes)
