@@ -283,6 +283,7 @@ def test_vllm_engine_receives_collective_pushes_and_samples_with_the_trainers_we
     from test_engines import assert_logprobs_match, run_dialogue
 
     from seal_platform.types import SamplingParams
+    from seal_platform_plugins.grpo.engines.collective import receive_into
     from seal_platform_plugins.grpo.engines.settings import EngineSettings
     from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
 
@@ -309,7 +310,7 @@ def test_vllm_engine_receives_collective_pushes_and_samples_with_the_trainers_we
             sender = threading.Thread(target=push, args=(named, groups[0]),
                                       kwargs=dict(version=version, ties=ties, bucket_bytes=2**20))
             sender.start()
-            assert engine.receive_weights(groups[1]) == version
+            assert receive_into(engine, groups[1]) == version
             sender.join()
             messages = run_dialogue(engine, sampling, turns=2)
             assert engine.generate([messages[:2]], sampling)[0].policy_version == version

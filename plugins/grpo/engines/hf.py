@@ -120,26 +120,6 @@ class HFEngine(QueuedEngine):
 
         self.call_in_worker(load)
 
-    def receive_weights(self, group: Any) -> int:
-        """Receive one push over a weight-sync group (:mod:`..weight_sync`, ``grpo.weight_sync: collective``)
-        into the engine's model, in place, between batches: no generation sees a half-loaded model. The
-        push's version becomes the policy version (a LoRA policy also starts a new adapter version)."""
-        from ..weight_sync import Incoming, load_into
-
-        def load() -> int:
-            incoming = Incoming(group)
-            try:
-                load_into(self.model, incoming)
-            finally:
-                incoming.drain()
-            if _is_lora(self.model):
-                self._adapter_pushes += 1
-                self.adapter_version = _adapter_name(self._adapter_pushes)
-            self._set_version(incoming.version)
-            return self.policy_version
-
-        return self.call_in_worker(load)
-
     def _set_version(self, version: int | None) -> None:
         self.policy_version = self.policy_version + 1 if version is None else int(version)
 

@@ -28,6 +28,7 @@ retried on another replica (same prompt, same seed); with none left, ``generate`
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import uuid
 import threading
@@ -40,6 +41,8 @@ from seal_platform.types import Generation, Message, SamplingParams
 
 from .. import on_ray
 from .shipping import ChangeTracker, pack, unpack, with_ties
+
+log = logging.getLogger(__name__)
 
 # --- actors ------------------------------------------------------------------------------------------------
 
@@ -65,17 +68,12 @@ class EngineReplica:
         return int(getattr(self.engine, "policy_version", version or 0))
 
     def receive_weights(self, address: str, port: int, rank: int, world_size: int, backend: str) -> int:
-        """Join the client's weight-sync group (once per group) and receive one push into the engine."""
-        from ..weight_sync import SyncGroup
+        """Receive one collective push into the engine (joining the client's group when it changed)."""
+        if not hasattr(self, "_receiver"):
+            from .collective import ReplicaReceiver
 
-        key = (address, port, rank, world_size, backend)
-        if getattr(self, "_sync_key", None) != key:
-            old = getattr(self, "_sync", None)
-            if old is not None:
-                old.close()
-            self._sync = SyncGroup(address, port, rank, world_size, backend=backend)
-            self._sync_key = key
-        return int(self.engine.receive_weights(self._sync))
+            self._receiver = ReplicaReceiver()
+        return self._receiver.receive(self.engine, address, port, rank, world_size, backend)
 
     def sleep(self) -> None:
         if callable(getattr(self.engine, "sleep", None)):
@@ -165,16 +163,16 @@ class RayEngineClient:
         self._routes: dict[str, int] = {}
         self.sync_stats: dict[str, float] = {}
         self._asleep = False
-        # grpo.weight_sync: collective pushes go over a group of the driver (rank 0) and the live replicas,
-        # rebuilt when the live set changes (see _push_collective); host: the object store.
-        self.weight_sync = weight_sync
-        self.bucket_bytes = bucket_bytes
-        self._sync: Any = None
-        self._sync_key: tuple[Any, ...] | None = None
+        self.weight_sync = weight_sync  # grpo.weight_sync: collective (a group with the replicas) or host
+        self._pusher: Any = None
+        if weight_sync == "collective":
+            from .collective import ReplicaPusher
+
+            self._pusher = ReplicaPusher(bucket_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_owner=False, _tracker=None, _lock=None, _routes={}, _group=None, _sync=None, _sync_key=None)
+        state.update(_owner=False, _tracker=None, _lock=None, _routes={}, _group=None, _pusher=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -265,7 +263,7 @@ class RayEngineClient:
             raise RuntimeError("update_weights is called on the driver's engine, not on a copy in an episode")
         version = self.policy_version + 1 if version is None else int(version)
         # vLLM serves a LoRA policy's adapters as LoRA requests, which a sync group does not feed.
-        if self.weight_sync == "collective" and not (self._whole_state and _is_lora(model)):
+        if self._pusher is not None and not (self._whole_state and _is_lora(model)):
             if self._push_collective(model, version):
                 return
         started = time.perf_counter()
@@ -286,55 +284,26 @@ class RayEngineClient:
         }
 
     def _push_collective(self, model: Any, version: int) -> bool:
-        """Push the changed tensors (vLLM: all of them) straight from ``model`` to every live replica over the
-        weight-sync group (:mod:`..weight_sync`; NCCL when the model and the replicas are on GPUs, else gloo).
-        A sleeping vLLM replica wakes inside its receive. False (the caller falls back to the object store)
-        when the push failed, e.g. a replica died: the dead are marked and the group is rebuilt next time."""
-        import time
+        """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync group
+        (NCCL when model and replicas are on GPUs, else gloo; see :mod:`.collective`). False when it failed
+        (e.g. a replica died: marked dead by a probe): the caller pushes through the object store instead."""
+        from ..weight_sync import sync_tensors
 
-        from ..distributed import free_port
-        from ..weight_sync import SyncGroup, push, sync_tensors
-
-        started = time.perf_counter()
-        live = self.live()
-        on_gpu = next(model.parameters()).is_cuda and float(getattr(self.config.placement, "engine_gpus", 0)) > 0
-        backend = "nccl" if on_gpu else "gloo"
-        key = (tuple(live), backend)
-        if self._sync_key != key:
-            self._close_sync()
-            address = str(ray.util.get_node_ip_address())
-            self._sync_key = key + (address, free_port("0.0.0.0"))
-        address, port = self._sync_key[2], self._sync_key[3]
-        refs = [(i, self.replicas[i].receive_weights.remote(address, port, j + 1, len(live) + 1, backend))
-                for j, i in enumerate(live)]
         named, ties = sync_tensors(model, everything=True)
         changed = self._tracker.changed(named, everything=self._whole_state)
+        on_gpu = next(model.parameters()).is_cuda and float(self.config.placement.engine_gpus) > 0
         try:
-            if self._sync is None:
-                device = next(model.parameters()).device if on_gpu else "cpu"
-                self._sync = SyncGroup(address, port, 0, len(live) + 1, host_store=True, backend=backend,
-                                       device=device, timeout_s=300.0)
-            stats = push(changed, self._sync, version=version, ties=ties, bucket_bytes=self.bucket_bytes)
-            ray.get([ref for _, ref in refs])
+            stats = self._pusher.push(self.replicas, self.live(), changed, ties, version, on_gpu)
         except Exception:
-            import logging
-
-            logging.getLogger(__name__).exception("collective weight push failed; pushing through the object store")
-            self._close_sync()
+            log.exception("collective weight push failed; pushing through the object store")
             self.probe()
             return False
         self._tracker.mark(named)
-        self.policy_version = version
-        self._asleep = False
+        self.policy_version, self._asleep = version, False
         self.sync_stats = {"tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),
                            "bytes": stats["bytes"], "buckets": stats["buckets"], "put_s": 0.0,
-                           "total_s": time.perf_counter() - started}
+                           "total_s": stats["seconds"]}
         return True
-
-    def _close_sync(self) -> None:
-        sync, self._sync, self._sync_key = self._sync, None, None
-        if sync is not None:
-            sync.close()
 
     def mark_synced(self, model: Any) -> None:
         """The replicas were built from ``model``'s current weights: the next push sends only changes."""
@@ -371,7 +340,8 @@ class RayEngineClient:
         if not self._owner:
             return
         self._owner = False
-        self._close_sync()
+        if self._pusher is not None:
+            self._pusher.close()
         for replica in self.replicas:
             try:
                 ray.get(replica.close.remote(), timeout=30)

@@ -232,35 +232,6 @@ class VLLMEngine(QueuedEngine):
 
         self.call_in_worker(reload)
 
-    def receive_weights(self, group: Any) -> int:
-        """Receive one push over a weight-sync group (:mod:`..weight_sync`, ``grpo.weight_sync: collective``)
-        between engine steps, streaming each bucket into vLLM's in-place reload as it arrives (tied tensors
-        come last, under their own names, as :meth:`load_weights` needs); then the prefix cache is reset. A
-        sleeping engine (``sleep_mode``) is woken first, in the same step, so it never serves the weights it
-        slept with. The push's version becomes the policy version. Full fine-tunes only (a LoRA policy's
-        adapters are loaded as a LoRA request: :meth:`update_weights`)."""
-        from ..weight_sync import Incoming
-
-        if self._lora:
-            raise NotImplementedError("vLLM LoRA adapters are loaded as LoRA requests, not over a sync group")
-
-        def reload() -> int:
-            incoming = Incoming(group)
-            try:
-                if self._on_cuda and self.settings.sleep_mode and self.llm.llm_engine.is_sleeping():
-                    self.llm.wake_up()
-                weights = ((name, tensor) for name, tensor in incoming)
-                self.llm.collective_rpc(
-                    "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
-                )
-                self.llm.reset_prefix_cache()
-            finally:
-                incoming.drain()
-            self.policy_version = incoming.version
-            return self.policy_version
-
-        return self.call_in_worker(reload)
-
     def sleep(self) -> None:
         """Free the GPU memory while a colocated trainer updates (``sleep_mode`` on CUDA; else nothing)."""
         if self._on_cuda and self.settings.sleep_mode:
