@@ -204,7 +204,7 @@ class Incoming:
         group.broadcast(size)
         data = torch.empty(int(size.item()), dtype=torch.uint8, device=group.device)
         group.broadcast(data)
-        header = json.loads(bytes(data.cpu().tolist()).decode())
+        header = json.loads(data.cpu().numpy().tobytes().decode())
         self.version = int(header["version"])
         self.ties: dict[str, str] = dict(header["ties"])
         self.buckets = [(dtype, [(n, tuple(shape)) for n, shape in slots]) for dtype, slots in header["buckets"]]
@@ -222,6 +222,7 @@ class Incoming:
         import torch
 
         kept: dict[str, Any] = {}
+        targets = set(self.ties.values())
         for dtype, slots in self.buckets:
             numel = sum(_numel(shape) for _, shape in slots)
             flat = torch.empty(numel, dtype=getattr(torch, dtype), device=self.group.device)
@@ -232,7 +233,7 @@ class Incoming:
                 n = _numel(shape)
                 tensor = flat[offset:offset + n].view(shape)
                 offset += n
-                if name in self.ties.values():
+                if name in targets:
                     kept[name] = tensor
                 yield name, tensor
         for name, target in self.ties.items():

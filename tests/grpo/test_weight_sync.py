@@ -192,6 +192,7 @@ def test_lora_pushes_only_the_adapters_and_the_receiver_follows():
         assert torch.equal(got, want), f"sync {k}: receiver differs by {(got - want).abs().max():.3g}"
 
 
+@pytest.mark.slow  # two training groups of 2 worker processes start (as test_distributed.py's 2-worker tests)
 def test_group_trainer_collective_sync_equals_the_host_path(tiny_model_dir, tokenizer):
     """2 FSDP2 workers: the driver's copy (what the hf engine samples from) after the collective push equals
     the one the host path (full state dict through the pipe) gives, at start and after a step."""
