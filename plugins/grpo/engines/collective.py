@@ -76,6 +76,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Per-operation timeout (seconds) of the replicas' group: a bucket broadcast, or the rendezvous. A member that
+# died mid-push leaves the others waiting this long at most (the driver falls back to the object store).
+REPLICA_GROUP_TIMEOUT_S = 120.0
+
+
 class ReplicaReceiver:
     """What a replica actor keeps: its membership of the client's group (re-joined when the group changes)."""
 
@@ -89,7 +94,8 @@ class ReplicaReceiver:
         key = (address, port, rank, world_size, backend)
         if self.key != key:
             self.close()
-            self.group = SyncGroup(address, port, rank, world_size, backend=backend)
+            self.group = SyncGroup(address, port, rank, world_size, backend=backend,
+                                   timeout_s=REPLICA_GROUP_TIMEOUT_S)
             self.key = key
         return receive_into(engine, self.group)
 
@@ -106,6 +112,11 @@ class ReplicaPusher:
         self.bucket_bytes = bucket_bytes
         self.group: Any = None
         self.key: tuple[Any, ...] | None = None
+
+    def forms_group(self, live: list[int], on_gpu: bool) -> bool:
+        """Whether the next push to ``live`` builds a new group (the caller probes the replicas first: a
+        rendezvous with a dead member would wait for the whole timeout)."""
+        return self.key is None or self.key[:2] != (tuple(live), "nccl" if on_gpu else "gloo")
 
     def push(self, replicas: list[Any], live: list[int], changed: dict[str, Any], ties: dict[str, str],
              version: int, on_gpu: bool) -> dict[str, float]:
@@ -127,7 +138,7 @@ class ReplicaPusher:
             if self.group is None:
                 device = None if on_gpu else "cpu"  # NCCL: this process's current CUDA device
                 self.group = SyncGroup(address, port, 0, len(live) + 1, host_store=True, backend=backend,
-                                       device=device, timeout_s=300.0)
+                                       device=device, timeout_s=REPLICA_GROUP_TIMEOUT_S)
             stats = push(changed, self.group, version=version, ties=ties, bucket_bytes=self.bucket_bytes)
             ray.get(refs)
         except BaseException:

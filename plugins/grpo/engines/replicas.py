@@ -292,8 +292,13 @@ class RayEngineClient:
         named, ties = sync_tensors(model, everything=True)
         changed = self._tracker.changed(named, everything=self._whole_state)
         on_gpu = next(model.parameters()).is_cuda and float(self.config.placement.engine_gpus) > 0
+        live = self.live()
+        if self._pusher.forms_group(live, on_gpu):
+            live = self.probe()  # no rendezvous with a replica that died unnoticed
+        if not live:
+            return False  # the object-store path raises the InfraError
         try:
-            stats = self._pusher.push(self.replicas, self.live(), changed, ties, version, on_gpu)
+            stats = self._pusher.push(self.replicas, live, changed, ties, version, on_gpu)
         except Exception:
             log.exception("collective weight push failed; pushing through the object store")
             self.probe()
