@@ -218,6 +218,21 @@ class GRPOSettings(_Section):
         description="Replicas of grpo's rollout engine (hf or vllm) on Ray, each an actor (needs "
         "settings.ray.enabled). A group's samples go to one replica, so its prompt prefix is cached once.",
     )
+    weight_sync: Literal["collective", "host"] = Field(
+        default="collective",
+        description="How new weights reach the policy's other copies after an update where they live in other "
+        "processes (grpo.train_workers > 1: trainer rank 0 to the driver's copy; grpo.replicas on Ray: the "
+        "trainer to every engine replica). collective: pushed over a torch.distributed group of their own (NCCL "
+        "on CUDA, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, received "
+        "straight into the receiver's parameters (plugins/grpo/weight_sync.py). host: the full state dict "
+        "through the worker pipe or Ray's object store (the earlier path, kept for comparison). In-process "
+        "engines need neither (the hf engine shares the model; vllm copies it in memory).",
+    )
+    weight_sync_bucket_mb: int = Field(
+        default=256, ge=1, le=65_536,
+        description="Most megabytes (MiB) per weight-sync bucket (grpo.weight_sync: collective); a larger "
+        "tensor travels alone.",
+    )
     placement: PlacementSettings = Field(
         default_factory=PlacementSettings,
         description="Where engine replicas and trainer workers go on Ray (colocate, strategy, CPUs and GPUs each).",
