@@ -340,7 +340,11 @@ def collect(
 ) -> list[Trajectory]:
     """Run on-policy rollouts of a batch of training tasks and verify them.
 
-    Called once per training step, first, on the plugin that registered the recipe's environment only.
+    Called once per training step, first, on the plugin that registered the recipe's environment only (with
+    dynamic sampling, once more per further round). With ``rollout.overlap`` the call for step ``t + 1`` is
+    made from a background thread of the core while step ``t``'s ``reweight`` and ``optimize`` run (never
+    alongside another ``collect``, ``diagnose``, ``evolve_interface`` or ``evaluate``); its engine samples
+    with the weights from before step ``t``'s update (see :mod:`seal_platform.rollouts`).
 
     :param ctx: the run context.
     :param environment: the environment object built from that plugin's ``EnvironmentSpec``.
