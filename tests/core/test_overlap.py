@@ -18,8 +18,8 @@ from seal_platform.store import RunStore
 
 from .conftest import make_dist
 
-# Episodes slow enough (6 of them at 0.1 s) that the next step's collect is still running when optimize starts.
-SLOW = ["training.tasks_per_step=3", "training.group_size=2", "settings.toy.generate_sleep_s=0.1",
+# Episodes slow enough (6 of them at 0.15 s) that the next step's collect is still running when optimize starts.
+SLOW = ["training.tasks_per_step=3", "training.group_size=2", "settings.toy.generate_sleep_s=0.15",
         "evaluation.every=0", "evaluation.before_training=false"]
 
 
