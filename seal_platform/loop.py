@@ -264,7 +264,7 @@ class Runner:
         cfg, owner = self.config, self.plan.env_owner
         trajs = wrap("collect", owner, lambda: self.host.call_owned(
             "collect", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks,
-            interface=interface or self.interface, group_size=cfg.training.group_size, step=step,
+            interface=self.interface if interface is None else interface, group_size=cfg.training.group_size, step=step,
             sampling=collect_sampling(cfg),
         ))
         return expect_list_of(trajs, Trajectory, "collect", owner)
