@@ -102,6 +102,12 @@ class RolloutConfig(_Section):
         "infrastructure failures (dead actors, lost nodes, episode time limits).",
     )
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    overlap: bool = Field(
+        default=False,
+        description="Collect the next step's rollouts while this step trains (one step off-policy, the "
+        "optimizer's staleness rule applies; never across a checkpoint). Needs an optimizer whose `optimize` "
+        "takes `rollouts` (grpo does). See seal_platform.rollouts and docs/scaling.md.",
+    )
 
 
 class BenchmarkEval(_Section):

@@ -125,6 +125,13 @@ class PluginHost:
             impl.plugin is plugin for impl in getattr(self.pm.hook, hook).get_hookimpls()
         )
 
+    def takes(self, name: str, hook: str, argument: str) -> bool:
+        """Whether plugin ``name``'s implementation of ``hook`` takes ``argument`` (pluggy passes only the
+        arguments an implementation names)."""
+        plugin = self.pm.get_plugin(name)
+        return any(impl.plugin is plugin and argument in impl.argnames
+                   for impl in getattr(self.pm.hook, hook).get_hookimpls())
+
     def _why_missing(self, name: str) -> str:
         for record in self.records:
             if record.name == name and record.status != "loaded":
