@@ -43,6 +43,7 @@ def main() -> None:
     from seal_arithmetic.env import ArithmeticEnvironment, ArithmeticSettings
 
     from seal_platform.capability import CapabilityState
+    from seal_platform.rollouts import NOTHING_IN_FLIGHT
     from seal_platform.config import RunConfig
     from seal_platform.context import RunContext
     from seal_platform.stages import collect_with
@@ -112,7 +113,8 @@ def main() -> None:
         labels = arith.diagnose(ctx=ctx, environment=env, trajectories=trajs, step=step)
         state.update(step, 0, trajs, labels)
         rw = grpo.reweight(ctx=ctx, trajectories=trajs, labels=labels, state=state, step=step)
-        metrics = grpo.optimize(ctx=ctx, engine=engine, trajectories=trajs, weights=rw.trajectory_weights, step=step)
+        metrics = grpo.optimize(ctx=ctx, engine=engine, trajectories=trajs, weights=rw.trajectory_weights, step=step,
+                                rollouts=NOTHING_IN_FLIGHT)
         reward = sum(t.reward for t in trajs) / len(trajs)
         row = {"step": step, "reward": reward, "collect_s": t_collect, **{k: metrics[k] for k in (
             "loss", "kl", "clip_frac", "grad_norm", "tokens_per_s", "update_s", "trained_sequences")}}

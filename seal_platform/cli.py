@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .config import raise_for, resume_overrides, stored_config
+from .config import as_store_url, raise_for, resume_overrides, stored_config
 from .errors import PluginError, SealError, Terminated
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
@@ -50,7 +50,11 @@ def _split_recipe_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def default_store_url() -> str:
-    return os.environ.get(ENV_STORE) or f"sqlite:///{Path('runs').resolve() / 'store.sqlite'}"
+    return as_store_url(os.environ.get(ENV_STORE) or "runs/store.sqlite")
+
+
+def _store_option_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    return as_store_url(value) if value else value
 
 
 def open_store(url: str | None, *, write: bool = False) -> Any:
@@ -66,7 +70,9 @@ def open_store(url: str | None, *, write: bool = False) -> Any:
     return RunStore(url, read_only=not write and url.startswith("sqlite:"))
 
 
-store_option = click.option("--store", "store_url", default=None, help=f"Run store URL (default: ${ENV_STORE} or runs/store.sqlite).")
+store_option = click.option("--store", "store_url", default=None, callback=_store_option_url,
+                            help=f"Run store: an SQLAlchemy URL or an SQLite file's path (default: ${ENV_STORE} or "
+                                 "runs/store.sqlite).")
 
 
 @click.group(cls=SealGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -94,7 +100,9 @@ def cli() -> None:
 @click.option("--takeover", is_flag=True,
               help="With --resume: take over a run the store says is running (its host died, or it ran on another "
                    "machine whose process is known to be gone).")
-@click.option("--store", "store_url", default=None, help="Run store URL (default: the recipe's, else runs/store.sqlite).")
+@click.option("--store", "store_url", default=None, callback=_store_option_url,
+              help="Run store: an SQLAlchemy URL or an SQLite file's path (default: the recipe's, else "
+                   "runs/store.sqlite).")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
@@ -588,8 +596,14 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     """
     from .verify import verify_lines
 
-    for line in verify_lines(benchmark, file, list(overrides)):
-        click.echo(line)
+    # Written as they come (a terminal still gets each line at once: its stream is line-buffered); one
+    # click.echo per line would flush the stream after every record.
+    out = sys.stdout
+    try:
+        for line in verify_lines(benchmark, file, list(overrides)):
+            out.write(line + "\n")
+    finally:
+        out.flush()
 
 
 @cli.command()
@@ -618,4 +632,9 @@ def build_cli() -> click.Group:
 
 
 def main(argv: list[str] | None = None) -> None:
-    build_cli().main(args=argv, prog_name="seal-platform")
+    args = sys.argv[1:] if argv is None else list(argv)
+    # A built-in command needs no plugin commands: finding and loading every plugin for them would only
+    # slow its start (``verify`` loads the plugins itself, once). Anything else (a plugin's command,
+    # ``--help``, a misspelt command) gets the full CLI.
+    group = cli if args and args[0] in cli.commands else build_cli()
+    group.main(args=argv, prog_name="seal-platform")

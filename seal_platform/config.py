@@ -23,6 +23,15 @@ from .errors import ConfigError
 from .recipe_keys import close_key, known_keys, resolve_recipe_path
 
 
+
+def as_store_url(store: str) -> str:
+    """A run store as an SQLAlchemy URL: a URL (``sqlite:///runs/store.sqlite``, ``postgresql://...``) as it is,
+    anything else as the path of an SQLite file (relative to the current directory, ``~`` expanded)."""
+    if "://" in store:
+        return store
+    return f"sqlite:///{Path(store).expanduser().resolve()}"
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -93,6 +102,12 @@ class RolloutConfig(_Section):
         "infrastructure failures (dead actors, lost nodes, episode time limits).",
     )
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    overlap: bool = Field(
+        default=False,
+        description="Collect the next step's rollouts while this step trains (one step off-policy, the "
+        "optimizer's staleness rule applies; never across a checkpoint). Needs an optimizer whose `optimize` "
+        "takes `rollouts` (grpo does). See seal_platform.rollouts and docs/scaling.md.",
+    )
 
 
 class BenchmarkEval(_Section):
@@ -148,7 +163,8 @@ class RunConfig(_Section):
     seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Seeds every random choice of the run (0 to 2**32 - 1).")
     environment: str = Field(description="A registered environment, e.g. `bfcl`.")
     runs_dir: str = Field(default="runs", description="Where run directories and the default store live.")
-    store: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite under runs_dir.")
+    store: str | None = Field(default=None, description="SQLAlchemy URL or the path of an SQLite file; default: "
+                              "SQLite under runs_dir.")
     plugins: PluginSelection = Field(default_factory=PluginSelection)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
@@ -167,7 +183,7 @@ class RunConfig(_Section):
 
     def store_url(self) -> str:
         if self.store:
-            return self.store
+            return as_store_url(self.store)
         return f"sqlite:///{Path(self.runs_dir).resolve() / 'store.sqlite'}"
 
     def canonical_json(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,6 +49,8 @@ class RunContext:
     diagnosers: list[str] = field(default_factory=list)
     # Metrics of the training step under way from plugins other than the optimizer (see add_step_metrics).
     step_metrics: dict[str, float] = field(default_factory=dict)
+    # Threads whose step metrics go elsewhere (an overlapped collect's, for the step it collects for).
+    _metric_sinks: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
 
     @property
     def seed(self) -> int:
@@ -70,8 +73,18 @@ class RunContext:
         """Record metrics of the training step under way (a diagnoser's rates, say) with the step's own: they
         are stored in the step row's metrics next to the optimizer's, shown by ``show`` and the report and
         handed to trackers. Called from a hook of the step (``collect`` .. ``optimize``); a name the optimizer
-        also returns is overwritten by the optimizer's value."""
-        self.step_metrics.update({k: float(v) for k, v in metrics.items()})
+        also returns is overwritten by the optimizer's value. With ``rollout.overlap``, what a ``collect``
+        running in the background adds from its own thread goes to the step it collects for."""
+        sink = self._metric_sinks.get(threading.get_ident(), self.step_metrics)
+        sink.update({k: float(v) for k, v in metrics.items()})
+
+    def redirect_step_metrics(self, sink: dict[str, float] | None) -> None:
+        """Send this thread's :meth:`add_step_metrics` to ``sink`` (None: back to the step under way); the
+        core's, for overlapped rollouts (:mod:`seal_platform.rollouts`)."""
+        if sink is None:
+            self._metric_sinks.pop(threading.get_ident(), None)
+        else:
+            self._metric_sinks[threading.get_ident()] = sink
 
     def take_step_metrics(self) -> dict[str, float]:
         """The metrics recorded since the last call (the loop takes them once per step)."""

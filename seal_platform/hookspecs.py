@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     )
     from .engine import RolloutEngine
     from .environment import Environment
+    from .rollouts import RolloutsInFlight
 
 PROJECT = "seal_platform"
 
@@ -339,7 +340,11 @@ def collect(
 ) -> list[Trajectory]:
     """Run on-policy rollouts of a batch of training tasks and verify them.
 
-    Called once per training step, first, on the plugin that registered the recipe's environment only.
+    Called once per training step, first, on the plugin that registered the recipe's environment only (with
+    dynamic sampling, once more per further round). With ``rollout.overlap`` the call for step ``t + 1`` is
+    made from a background thread of the core while step ``t``'s ``reweight`` and ``optimize`` run (never
+    alongside another ``collect``, ``diagnose``, ``evolve_interface`` or ``evaluate``); its engine samples
+    with the weights from before step ``t``'s update (see :mod:`seal_platform.rollouts`).
 
     :param ctx: the run context.
     :param environment: the environment object built from that plugin's ``EnvironmentSpec``.
@@ -440,16 +445,26 @@ def optimize(
     trajectories: list[Trajectory],
     weights: dict[str, float],
     step: int,
+    rollouts: RolloutsInFlight,
 ) -> dict[str, float]:
     """Do one policy update on this step's trajectories and push the new weights into the engine.
 
     Called once per training step, last, on the plugin named by the recipe's ``stages.optimize`` only.
 
     :param ctx: the run context.
-    :param engine: the rollout engine, which must generate with the updated policy from the next step on.
+    :param engine: the rollout engine, which must generate with the updated policy from the next step on
+        (from the step after the next one when that step's rollouts are already in flight, see ``rollouts``).
     :param trajectories: this step's trajectories (token ids, log-probs and loss masks on their messages).
+        With ``rollout.overlap`` they may be one step older than the policy (``Message.policy_version``):
+        apply your staleness rule to them.
     :param weights: the advantage scale per trajectory id from ``reweight``.
     :param step: the training step.
+    :param rollouts: the next step's rollouts, which with ``rollout.overlap`` the core collects while this
+        hook runs (a :class:`seal_platform.rollouts.RolloutsInFlight`). Call ``rollouts.wait()`` before
+        anything that changes the weights the engine samples with (pushing the new weights, putting
+        engines to sleep, updating a model object the engine generates with), so that no trajectory mixes
+        policy versions; it returns at once when nothing is in flight. Take this argument only if your
+        implementation does so: ``rollout.overlap`` is refused with an optimizer that does not take it.
     :returns: metrics (loss, KL, clip fraction, grad norm, tokens/s, ...) as a flat dict of floats.
 
     First result wins (only one plugin is called).

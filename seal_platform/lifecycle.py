@@ -71,10 +71,12 @@ def lifecycle(
 ) -> Iterator[Lifecycle]:
     """Start the run's plugins, hand the body a :class:`Lifecycle`, and always end and close what was
     started (see the module docs for the order)."""
-    from .store import Heartbeat
-
     store = ctx.store
-    heartbeat = Heartbeat(store, ctx.run_id).__enter__() if owns_run and store is not None else None
+    heartbeat = None
+    if owns_run and store is not None:
+        from .store import Heartbeat  # SQLAlchemy and Alembic: only for a run that has a store row
+
+        heartbeat = Heartbeat(store, ctx.run_id).__enter__()
     status, error, started = "failed", None, False
 
     def call(hook: str, **kwargs: Any) -> None:

@@ -29,17 +29,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from . import dynamic_sampling, infra, scaleout
+from . import infra, rollouts, scaleout
 from .benchmarks import evaluate_benchmarks
 from .capability import CapabilityState
 from .checkpoints import (
     CoreState,
     durable_checkpoints,
     load_plugin_checkpoints,
-    read_core_state,
-    remove_partial_checkpoints,
     rotate_checkpoints,
     write_checkpoint,
 )
@@ -51,6 +49,7 @@ from .lifecycle import lifecycle
 from .planning import Plan, check_machine
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, expect_list_of, score_evaluation, wrap
+from .resume import restore_run
 from .store import RunStore, is_stale
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
@@ -224,12 +223,26 @@ class Runner:
             self._evolve(env, step=0)
 
         self.progress.start(total, self.start_step)
-        step = self.start_step - 1
+
+        def batch_of(step: int) -> list[Task]:
+            epoch = step // steps_per_epoch
+            return _batches(train_tasks, cfg.training.tasks_per_step, cfg.seed, epoch)[step % steps_per_epoch]
+
+        def prefetch_after(step: int) -> rollouts.Prefetch | None:
+            """Step + 1's collect, started in the background (rollout.overlap; see seal_platform.rollouts)."""
+            if not rollouts.may_prefetch(cfg, step, total):
+                return None
+            after, interface = step + 1, self.interface
+            return rollouts.Prefetch(after, lambda: rollouts.collect_step(
+                lambda tasks: self._collect(env, engine, tasks, after, interface), cfg, batch_of(after),
+                train_tasks, after), self.ctx)
+
+        prefetched: rollouts.Prefetch | None = None
         for step in range(self.start_step, total):
             self._heartbeat.check()  # stop here if another process has taken the run over
-            epoch = step // steps_per_epoch
-            batch = _batches(train_tasks, cfg.training.tasks_per_step, cfg.seed, epoch)[step % steps_per_epoch]
-            self._step(env, engine, step, epoch, batch, train_tasks)
+            collected = prefetched.result() if prefetched is not None else None
+            prefetched = self._step(env, engine, step, step // steps_per_epoch, batch_of(step), train_tasks,
+                                    collected, prefetch_after)
             done = step + 1
             if cfg.training.checkpoint_every and done % cfg.training.checkpoint_every == 0 and done < total:
                 self._checkpoint(step)
@@ -246,43 +259,29 @@ class Runner:
         every = self.config.evaluation.every
         return bool(every) and done % every == 0 and done < total
 
-    def _collect(self, env: Environment, engine: Any, tasks: list[Task], step: int) -> list[Trajectory]:
+    def _collect(self, env: Environment, engine: Any, tasks: list[Task], step: int,
+                 interface: Interface | None = None) -> list[Trajectory]:
         cfg, owner = self.config, self.plan.env_owner
         trajs = wrap("collect", owner, lambda: self.host.call_owned(
             "collect", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks,
-            interface=self.interface, group_size=cfg.training.group_size, step=step,
+            interface=self.interface if interface is None else interface, group_size=cfg.training.group_size, step=step,
             sampling=collect_sampling(cfg),
         ))
         return expect_list_of(trajs, Trajectory, "collect", owner)
 
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task],
-              train_tasks: list[Task]) -> None:
+              train_tasks: list[Task], collected: rollouts.Collected | None,
+              prefetch_after: Callable[[int], rollouts.Prefetch | None]) -> rollouts.Prefetch | None:
+        """One training step; ``collected``: its rollouts when a prefetch collected them. Returns the
+        prefetch of the next step's rollouts it started, if any (finished by the time this returns)."""
         cfg, plan, timer = self.config, self.plan, _Timer()
         self.ctx.take_step_metrics()  # nothing from an earlier, failed attempt at a step
-        dyn = cfg.rollout.dynamic_sampling
-        selection: dynamic_sampling.Selection | None = None
         self.progress.stage(step, "collect")
-        with timer("collect"):
-            if dyn.enabled:
-                # Round 1 is the scheduled batch, topped up to tasks_per_round with drawn tasks.
-                wanted = cfg.training.tasks_per_step
-                pool = dynamic_sampling.draw_order(train_tasks, batch, cfg.seed, step)
-                per_round = dyn.tasks_per_round or wanted
-                top_up = max(0, per_round - len(batch))
-                batch, pool = batch + pool[:top_up], pool[top_up:]
-            trajs = self._collect(env, engine, batch, step)
-            health = infra.triage(trajs)
-            if dyn.enabled:
-                rounds = 1
-                while rounds < dyn.max_rounds and pool and dynamic_sampling.count_mixed(health.trainable) < wanted:
-                    extra, pool = pool[:per_round], pool[per_round:]
-                    rounds += 1
-                    self.progress.stage(step, f"collect (round {rounds})")
-                    more = self._collect(env, engine, extra, step)
-                    trajs = trajs + dynamic_sampling.separate_groups(trajs, more, rounds)
-                    health = infra.triage(trajs)
-                drawn = len(dynamic_sampling.groups_of(trajs))
-                selection = dynamic_sampling.select(health.trainable, wanted, rounds, drawn)
+        if collected is None:
+            collected = rollouts.collect_step(lambda tasks: self._collect(env, engine, tasks, step), cfg, batch,
+                                              train_tasks, step, lambda stage: self.progress.stage(step, stage))
+        timer.timings["collect"] = collected.seconds
+        trajs, health, selection = collected.trajectories, collected.health, collected.selection
         # Episodes lost to the infrastructure are stored but never diagnosed nor trained on (see infra.py).
         if health.failed:
             self.ctx.event("infra_failure", f"step {step}: {health.summary()}", step=step,
@@ -306,8 +305,36 @@ class Runner:
             with timer("evolve_interface"):
                 self._evolve(env, step)
 
-        # Dynamic sampling trains on its mixed groups only; every rollout is diagnosed and stored all the same.
-        trainable = selection.kept if selection is not None else health.trainable
+        # The next step's rollouts need only the interface and state settled above: they may start now.
+        prefetch = prefetch_after(step)
+        in_flight = rollouts.RolloutsInFlight(prefetch)
+        try:
+            # Dynamic sampling trains on its mixed groups only; every rollout is diagnosed and stored all the same.
+            trainable = selection.kept if selection is not None else health.trainable
+            metrics, label_weights = self._train_on(engine, step, timer, trainable, primary, in_flight)
+        finally:
+            in_flight.wait()  # whatever optimize did, the next step's rollouts are over before this step ends
+        if prefetch is not None:
+            timer.timings["rollout_wait"] = round(in_flight.waited_s, 4)
+        metrics = {**collected.metrics, **self.ctx.take_step_metrics(), **metrics, "infra_masked_frac": health.masked_frac}
+        if selection is not None:
+            metrics.update(selection.metrics())
+        if collected.overlapped:
+            metrics["rollouts_overlapped"] = 1.0
+
+        self.store.record_step(
+            self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
+            state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
+        )
+        track(self.host, self.ctx, "labels", step, labels=labels)
+        track(self.host, self.ctx, "step", step, metrics=step_metrics(trajs, metrics, timer.timings))
+        self.progress.step_done(step, infra.mean_reward(trajs), metrics)
+        return prefetch
+
+    def _train_on(self, engine: Any, step: int, timer: _Timer, trainable: list[Trajectory], primary: list[TurnLabel],
+                  in_flight: rollouts.RolloutsInFlight) -> tuple[dict[str, float], dict[str, float]]:
+        """``reweight`` and ``optimize`` on the step's trainable trajectories: (optimizer metrics, label weights)."""
+        cfg = self.config
         weights = {t.id: 1.0 for t in trainable}
         label_weights: dict[str, float] = {}
         reweighter = cfg.stages.reweight
@@ -331,18 +358,9 @@ class Runner:
             with timer("optimize"):
                 metrics = wrap("optimize", optimizer, lambda: self.host.call_owned(
                     "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
+                    rollouts=in_flight,
                 )) or {}
-        metrics = {**self.ctx.take_step_metrics(), **metrics, "infra_masked_frac": health.masked_frac}
-        if selection is not None:
-            metrics.update(selection.metrics())
-
-        self.store.record_step(
-            self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
-            state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
-        )
-        track(self.host, self.ctx, "labels", step, labels=labels)
-        track(self.host, self.ctx, "step", step, metrics=step_metrics(trajs, metrics, timer.timings))
-        self.progress.step_done(step, infra.mean_reward(trajs), metrics)
+        return metrics, label_weights
 
     def _evolve(self, env: Environment, step: int) -> None:
         evolver = self.config.stages.evolve_interface
@@ -392,56 +410,13 @@ class Runner:
                                  f"{', '.join(map(str, removed))}", {"removed": removed})
         return path
 
-    def _restart_point(self, durable: list[Any]) -> list[Any]:
-        """The durable checkpoints a ``--restart-from-step N`` resume keeps: those up to step N - 1."""
-        n = self.restart_from
-        assert n is not None
-        if n > 0 and not any(c.step == n - 1 for c in durable):
-            have = ", ".join(str(c.step) for c in durable) or "none"
-            raise SealError(f"--restart-from-step {n}: run {self.run_id} has no durable checkpoint after step {n - 1} "
-                            f"(durable checkpoints after steps: {have}); nothing was changed.")
-        self.store.add_event(self.run_id, "resume", f"restart from step {n} asked for (--restart-from-step {n})")
-        return [c for c in durable if c.step <= n - 1]
-
     def _restore(self, engine: Any) -> None:
-        recorded = self.store.checkpoints(self.run_id)
-        removed, quarantined = remove_partial_checkpoints(self.run_dir / "checkpoints", recorded)
-        if removed:
-            self.store.add_event(self.run_id, "resume", f"removed {len(removed)} partial checkpoint director"
-                                 f"{'y' if len(removed) == 1 else 'ies'}: {', '.join(p.name for p in removed)}")
-        if quarantined:
-            self.store.add_event(self.run_id, "resume", f"kept aside {len(quarantined)} complete checkpoint(s) the "
-                                 f"store does not know: {', '.join(str(p) for p in quarantined)}")
-        durable = durable_checkpoints(self.store, self.run_id)
-        if self.restart_from is not None:
-            durable = self._restart_point(durable)
-        elif recorded and not durable:
-            steps = self.store.steps(self.run_id)
-            raise SealError(
-                f"run {self.run_id}: the store records {len(recorded)} checkpoint(s) (last: step {recorded[-1].step} "
-                f"at {recorded[-1].path}) but none of them is on disk there (a moved runs directory? an unmounted "
-                f"volume?), and it holds {len(steps)} step(s) of history; nothing was changed. Point the resume at "
-                f"the run's folder with --run-dir PATH, or, to throw history away, say from which step to train "
-                f"again with --restart-from-step N (0: from the start; N > 0 needs the checkpoint after step N - 1)."
-            )
-        if not durable:
-            dropped = self.store.discard_after(self.run_id, -1)
-            self.store.add_event(self.run_id, "resume", f"no checkpoint: restarting from step 0 ({dropped} step(s) discarded)")
-            # Killed before the pristine interface was stored: _train stores it as for a new run.
-            stored = any(r.revision == 0 for r in self.store.interfaces(self.run_id))
-            self.interface = self.store.interface(self.run_id, 0) if stored else None  # type: ignore[assignment]
-            self.start_step = 0
-            return
-        last = durable[-1]
-        core = read_core_state(Path(last.path))
-        dropped = self.store.discard_after(self.run_id, last.step)
-        self.state = core.state
-        self.interface = self.store.interface(self.run_id, core.interface_revision)
-        load_plugin_checkpoints(self.host, self.ctx, Path(last.path), last.step)
-        self.start_step = last.step + 1
-        self.store.add_event(
-            self.run_id, "resume", f"resumed after step {last.step} from {last.path} ({dropped} later step(s) re-done)",
-        )
+        restored = restore_run(self.store, self.host, self.ctx, self.run_dir, self.restart_from)
+        self.start_step = restored.start_step
+        if restored.state is not None:
+            self.state = restored.state
+        # None: killed before the pristine interface was stored (_train stores it as for a new run).
+        self.interface = restored.interface  # type: ignore[assignment]
 
 
 def _eval_tasks(env: Environment, owner: str, config: RunConfig) -> list[Task]:

@@ -109,6 +109,11 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
             issues.append(Issue(f"stages.{stage}", host._why_missing(owner), "name a loaded plugin (see `seal-platform plugins`; stages name plugins, not environments or diagnosers) or null to switch the stage off"))
         elif not host.implements(owner, stage):
             issues.append(Issue(f"stages.{stage}", f"plugin {owner!r} does not implement {stage!r}", "name a plugin that does"))
+        elif stage == "optimize" and config.rollout.overlap and not host.takes(owner, stage, "rollouts"):
+            issues.append(Issue("rollout.overlap", f"the optimizer {owner!r} cannot run with overlapped rollouts: its "
+                                "'optimize' does not take `rollouts`, so it could change the engine's weights while "
+                                "the next step's episodes sample from it", "set rollout.overlap: false, or name an "
+                                "optimizer whose optimize waits for `rollouts` (grpo does)"))
     registered = host.diagnosers()
     named = config.diagnosis.diagnosers
     enabled = named if named is not None else sorted(n for n, (_, spec) in registered.items() if not spec.explicit)

@@ -125,6 +125,13 @@ class PluginHost:
             impl.plugin is plugin for impl in getattr(self.pm.hook, hook).get_hookimpls()
         )
 
+    def takes(self, name: str, hook: str, argument: str) -> bool:
+        """Whether plugin ``name``'s implementation of ``hook`` takes ``argument`` (pluggy passes only the
+        arguments an implementation names)."""
+        plugin = self.pm.get_plugin(name)
+        return any(impl.plugin is plugin and argument in impl.argnames
+                   for impl in getattr(self.pm.hook, hook).get_hookimpls())
+
     def _why_missing(self, name: str) -> str:
         for record in self.records:
             if record.name == name and record.status != "loaded":
@@ -308,14 +315,14 @@ def make_plugin_manager(
 
     records: list[PluginRecord] = []
     eps = list(entry_points) if entry_points is not None else _entry_points()
+    described: dict[int, tuple[str | None, str | None]] = {}  # per distribution: its metadata file is parsed once
     for ep in eps:
         dist = getattr(ep, "dist", None)
-        record = PluginRecord(
-            name=ep.name,
-            distribution=dist.metadata["Name"] if dist is not None else None,
-            version=dist.version if dist is not None else None,
-            value=ep.value,
-        )
+        if dist is not None and id(dist) not in described:
+            meta = dist.metadata
+            described[id(dist)] = (meta["Name"], meta["Version"])
+        name_version = described[id(dist)] if dist is not None else (None, None)
+        record = PluginRecord(name=ep.name, distribution=name_version[0], version=name_version[1], value=ep.value)
         records.append(record)
         if ep.name in blocked:
             record.status = "blocked"

@@ -47,6 +47,8 @@ class Message(BaseModel):
     policy_version: int | None = None
     # The adapter version (e.g. LoRA) that sampled it, when the engine serves adapters on a frozen base.
     adapter: str | None = None
+    # The engine stopped this generation at its token limit (finish_reason "length"): the text is incomplete.
+    cut_off: bool = False
 
     @classmethod
     def from_generation(cls, generation: Generation) -> Message:
@@ -56,7 +58,7 @@ class Message(BaseModel):
         return cls(
             role="assistant", content=generation.text, token_ids=list(generation.token_ids),
             logprobs=list(generation.logprobs), trainable=True, policy_version=generation.policy_version,
-            adapter=generation.adapter,
+            adapter=generation.adapter, cut_off=generation.finish_reason == "length",
         )
 
     def chat(self) -> dict[str, str]:

@@ -92,24 +92,26 @@ def _verify_in_batches(env: BatchVerifyingEnvironment, lines: Iterable[str | byt
     def flush(batch: list[tuple[int, dict | None, dict | None]]) -> Iterator[str]:
         records = [record for _, record, _ in batch if record is not None]
         results: list[dict[str, Any] | None]
+        texts: list[str | None]
         try:
             results = list(env.verify_records(records)) if records else []
-            json.dumps(results)
             if len(results) != len(records):
                 raise ValueError(f"{len(results)} results for {len(records)} records")
+            texts = [json.dumps(result) for result in results]  # all JSON-able, each encoded once
         except Exception:
-            results = [None] * len(records)
-        pending = iter(results)
+            results, texts = [None] * len(records), [None] * len(records)
+        pending = iter(zip(results, texts))
         for number, record, error in batch:
             if record is None:
                 yield json.dumps(error)
                 continue
-            result = next(pending)
+            result, text = next(pending)
             if result is None:
-                result = _score_record(env, number, record, owner)
+                yield json.dumps(_score_record(env, number, record, owner))
             elif set(result) == {"error"}:
-                result = {"error": f"line {number}: {result['error']}"}
-            yield json.dumps(result)
+                yield json.dumps({"error": f"line {number}: {result['error']}"})
+            else:
+                yield text  # type: ignore[misc]  # encoded with its result above
 
     batch: list[tuple[int, dict | None, dict | None]] = []
     for number, line in enumerate(lines, start=1):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from seal_platform.engine import RolloutEngine
 from seal_platform.infra import failed_trajectory
 from seal_platform.toolenv.formats import ToolCallFormat, get_format
+from seal_platform.toolenv.episodes import evaluation_group, training_group
 from seal_platform.types import EvalResult, Interface, SamplingParams, Task, Trajectory
 
 from . import data
@@ -193,11 +194,11 @@ class BfclEnvironment:
             task, j = job
             # Distinct seeds per sample: G rollouts with one seed would be G copies of one rollout.
             params = sampling.model_copy(update={"seed": _seed(seed, step, task.id, j)})
-            return self.play(task, engine, interface, params, group=f"{step}:{task.id}", sample=j)
+            return self.play(task, engine, interface, params, group=training_group(step, task.id), sample=j)
 
         def lost(job: tuple[Task, int], reason: str) -> Trajectory:
             task, j = job
-            return failed_trajectory(task, f"{step}:{task.id}", j, reason, interface.revision)
+            return failed_trajectory(task, training_group(step, task.id), j, reason, interface.revision)
 
         return list(mapper(one, jobs, on_infra_failure=lost))
 
@@ -208,7 +209,7 @@ class BfclEnvironment:
         interface = self.pristine_interface()
 
         def one(task: Task) -> Trajectory:
-            return self.play(task, engine, interface, sampling, group=f"eval{step}:{task.id}")
+            return self.play(task, engine, interface, sampling, group=evaluation_group(step, task.id))
 
         return list(mapper(one, list(tasks)))
 

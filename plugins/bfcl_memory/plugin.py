@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import EnvironmentSpec
 from seal_platform.stages import sampling_for
+from seal_platform.toolenv.episodes import evaluation_group, training_group
 from seal_platform.types import Interface, SamplingParams, Task
 
 NAME = "bfcl_memory"
@@ -102,7 +103,7 @@ def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any
     if not isinstance(environment, MemoryEnvironment):
         return None
     sampling = sampling_for(ctx.config, evaluation=False, max_new_tokens=environment.settings.max_new_tokens)
-    return _play(ctx, environment, engine, tasks, sampling, group_size, lambda t: f"{step}:{t.id}")
+    return _play(ctx, environment, engine, tasks, sampling, group_size, lambda t: training_group(step, t.id))
 
 
 @hookimpl
@@ -111,4 +112,4 @@ def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) ->
     if not isinstance(environment, MemoryEnvironment):
         return None
     sampling = sampling_for(ctx.config, evaluation=True, max_new_tokens=environment.settings.max_new_tokens)
-    return _play(ctx, environment, engine, tasks, sampling, 1, lambda t: f"eval:{t.id}")
+    return _play(ctx, environment, engine, tasks, sampling, 1, lambda t: evaluation_group(step, t.id))

@@ -131,6 +131,10 @@ class LocalTrainerGroup:
         """See :meth:`TrainerWorker.full_state_dict` (rank 0's)."""
         return self._call("full_state_dict")
 
+    def push_weights(self, *args: Any) -> dict[str, float] | None:
+        """See :meth:`TrainerWorker.push_weights` (rank 0's statistics)."""
+        return self._call("push_weights", *args)
+
     def save(self, directory: str | os.PathLike) -> None:
         """See :meth:`TrainerWorker.save`."""
         self._call("save", str(directory))
@@ -202,12 +206,57 @@ class GroupTrainer:
             self.group = RayTrainerGroup(TrainerWorker, settings.train_workers, options, ray)
         else:
             self.group = LocalTrainerGroup(settings.train_workers, options)
-        self.sync()
+        self._ray = ray is not None
+        self._sync_group: Any = None
+        self._sync_at: tuple[str, int] | None = None
+        self.sync_stats: dict[str, float] = {}
+        self.sync(everything=True)
 
     @torch.no_grad()
-    def sync(self) -> None:
-        """Copy the group's weights into the driver's model (in place: the engine's references stay valid)."""
-        self.model.load_state_dict(self.group.full_state_dict(), strict=True)
+    def sync(self, everything: bool = False) -> None:
+        """Bring the group's weights into the driver's model, in place (the engine's references stay valid):
+        pushed by rank 0 over a weight-sync group (``grpo.weight_sync: collective``; ``everything``: every
+        parameter, else the trainable ones) or gathered and sent through the worker pipe / Ray (``host``)."""
+        if self.settings.weight_sync == "host":
+            self.model.load_state_dict(self.group.full_state_dict(), strict=True)
+            return
+        self._receive(everything)
+
+    def _receive(self, everything: bool) -> None:
+        """One collective push from rank 0 into the driver's model. The driver hosts the group's store and is
+        its rank 1; the driver's copy lives in host memory (or on a GPU rank 0 may use too), so the group is
+        gloo: each bucket crosses to the host once, no full state dict is gathered, piped or pickled."""
+        import threading
+
+        from .weight_sync import SyncGroup, load_into, receive
+
+        if self._sync_at is None:
+            address = _driver_address() if self._ray else "127.0.0.1"
+            self._sync_at = (address, free_port("0.0.0.0" if self._ray else address))
+        address, port = self._sync_at
+        outcome: dict[str, Any] = {}
+
+        def receiver() -> None:
+            try:
+                if self._sync_group is None:
+                    self._sync_group = SyncGroup(address, port, 1, 2, host_store=True, backend="gloo",
+                                                 device="cpu")
+                outcome["received"] = receive(self._sync_group, lambda incoming: load_into(self.model, incoming))
+            except BaseException as exc:  # raised in the caller
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=receiver, name="grpo-weight-sync", daemon=True)
+        thread.start()
+        try:
+            stats = self.group.push_weights(address, port, 2, self.updates, everything,
+                                            self.settings.weight_sync_bucket_mb * 2**20, "gloo")
+        except BaseException:
+            self._sync_group, self._sync_at = None, None  # the receiver may still wait: a fresh group next time
+            raise
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        self.sync_stats = dict(stats or {})
 
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One step's update on the group; the driver's model then holds the new weights."""
@@ -223,7 +272,7 @@ class GroupTrainer:
     def load_sharded(self, directory: Path) -> None:
         """Restore a DCP checkpoint (any worker count) into the group and the driver's model."""
         self.updates = int(self.group.load(directory)["updates"])
-        self.sync()
+        self.sync(everything=True)
 
     def load_single_process(self, trainer_file: Path) -> None:
         """Resume from a single-process trainer's checkpoint: the driver's model already holds its weights
@@ -246,3 +295,13 @@ class GroupTrainer:
 
     def close(self) -> None:
         self.group.close()
+        if self._sync_group is not None:
+            self._sync_group.close()
+            self._sync_group = None
+
+
+def _driver_address() -> str:
+    """This (the driver's) node's address as the Ray cluster sees it: where remote ranks find the store."""
+    import ray
+
+    return str(ray.util.get_node_ip_address())

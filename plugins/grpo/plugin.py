@@ -83,6 +83,11 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None)
     if engine.replicas is not None and ray is not None:
         return [Issue("settings.engine.replicas", "engine.replicas counts local engine processes, which a run on "
                       "Ray does not start", "set settings.grpo.replicas (Ray actors) and drop settings.engine.replicas")]
+    if config.rollout.overlap and config.stages.optimize == NAME:
+        from .staleness import overlap_issues
+
+        return overlap_issues(config, grpo, settings.get("engine") or EngineSettings(),
+                              on_ray(cluster, grpo.placement) is not None)
     return []
 
 
@@ -172,13 +177,14 @@ def reweight(ctx: Any, trajectories: list, labels: list, state: Any, step: int) 
 
 
 @hookimpl
-def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int) -> dict[str, float]:
+def optimize(ctx: Any, engine: Any, trajectories: list, weights: dict, step: int, rollouts: Any) -> dict[str, float]:
     run = ctx.shared.get(RUN)
     if run is None:
         raise RuntimeError("grpo's optimize was called before its start_run: the run loop must call start_run first")
     replicated = ctx.shared.get(REPLICATED)
     sleep = replicated.sleep if replicated is not None and _colocated(ctx) else None
-    metrics = run.optimize(engine, trajectories, weights, screen_stale=True, sleep=sleep)
+    metrics = run.optimize(engine, trajectories, weights, screen_stale=True, sleep=sleep,
+                           wait_for_rollouts=rollouts.wait)
     if replicated is not None:
         _report_lost_replicas(ctx, replicated)
     return metrics

@@ -92,6 +92,9 @@ class RayTrainerGroup:
     def full_state_dict(self) -> dict[str, Any]:
         return self._call("full_state_dict")
 
+    def push_weights(self, *args: Any) -> dict[str, float] | None:
+        return self._call("push_weights", *args)
+
     def save(self, directory: Any) -> None:
         self._call("save", str(directory))
 

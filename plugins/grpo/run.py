@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from seal_platform.types import Trajectory
 
-from .samples import build_samples
+from .samples import build_samples, overlong
 from .settings import GRPOSettings
 from .trainer import GRPOTrainer
 
@@ -42,13 +42,17 @@ class GRPORun:
             )
 
     def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float],
-                 screen_stale: bool = False, sleep: Callable[[], None] | None = None) -> dict[str, float]:
+                 screen_stale: bool = False, sleep: Callable[[], None] | None = None,
+                 wait_for_rollouts: Callable[[], None] | None = None) -> dict[str, float]:
         """Build samples, update the policy, push the new weights into ``engine``; return metrics.
 
         ``screen_stale`` applies the staleness rule of the settings (``grpo.max_staleness``,
         ``grpo.stale_samples``, ``grpo.importance_cap``; see :mod:`.staleness`) and
         ``sleep``: engines that share the trainer's GPUs (colocated replicas) are put to sleep with it for the
-        update."""
+        update. ``wait_for_rollouts`` (overlapped rollouts, the core's ``rollouts.wait``): returns once the
+        next step's rollouts, sampled from the engine's current weights, are over; it is called before the
+        weights the engine samples with change: before the push, or before the update itself when the engine
+        generates with the trainer's own model object or must sleep for it."""
         from . import staleness
 
         if self.trainer is None:
@@ -66,17 +70,23 @@ class GRPORun:
             for sample in samples:
                 if sample.id in screened.corrected:
                     sample.importance_cap = settings.importance_cap
+        wait = wait_for_rollouts or (lambda: None)
+        if sleep is not None or getattr(engine, "model", None) is self.model:
+            wait()  # the update itself changes (or takes the memory of) what the engine samples with
         if sleep is not None:
             sleep()  # colocated engines give the GPU memory to the update; the weight push wakes them
         metrics = self.trainer.step(samples)
         if screened is not None:
             metrics.update(screened.metrics)
         metrics["truncated_sequences"] = float(sum(x.truncated for x in samples))
+        if settings.overlong_filter:
+            metrics["overlong_masked"] = float(sum(overlong(t) for t in trajectories))
         advantages = [x.advantage for x in samples]
         if advantages:
             metrics["advantage_abs_mean"] = sum(abs(a) for a in advantages) / len(advantages)
             metrics["zero_advantage_frac"] = sum(1 for a in advantages if a == 0.0) / len(advantages)
         started = time.perf_counter()
+        wait()  # the engine's weights change only between rollout batches: one policy version per trajectory
         if metrics.get("updates", 1.0) > 0:  # unchanged weights (no update this step) need no push
             staleness.push_weights(engine, self.model, self.trainer.updates)
         metrics["weight_push_s"] = time.perf_counter() - started

@@ -109,13 +109,21 @@ def keep_policy_logprobs(micro: Sequence[Sample], logp: torch.Tensor, as_referen
             x.old_logp = part.clone()
 
 
+def overlong(trajectory: Trajectory) -> bool:
+    """Cut off by a token limit: a generation the engine stopped at its ``max_new_tokens``, or an episode
+    ended at the context limit (what ``grpo.overlong_filter`` masks from the loss)."""
+    return trajectory.finish == "context_limit" or any(m.cut_off for m in trajectory.messages if m.trainable)
+
+
 def build_samples(
     tokenizer: Any,
     trajectories: Sequence[Trajectory],
     weights: dict[str, float] | None = None,
     settings: GRPOSettings | None = None,
 ) -> list[Sample]:
-    """Samples for a step's trajectories: exact token sequences and A-Patch-scaled group advantages."""
+    """Samples for a step's trajectories: exact token sequences and A-Patch-scaled group advantages. With
+    ``grpo.overlong_filter`` the :func:`overlong` ones get no sample (after their rewards counted in their
+    groups' advantages)."""
     from .tokens import encode_episode
 
     settings = settings or GRPOSettings()
@@ -123,6 +131,8 @@ def build_samples(
     advantages = step_advantages(trajectories, settings)
     samples = []
     for traj, adv in zip(trajectories, advantages):
+        if settings.overlong_filter and overlong(traj):
+            continue
         episode = encode_episode(tokenizer, traj.messages)
         # Position 0 has no context to be predicted from.
         positions = [i for i, m in enumerate(episode.loss_mask) if m and i > 0]

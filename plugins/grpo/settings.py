@@ -146,6 +146,12 @@ class GRPOSettings(_Section):
         "importable, else SDPA with a block-diagonal causal mask). Same loss and gradients up to float rounding; "
         "prefix sharing still applies except under flash_attention_2 (see docs/scaling.md, 'Packed updates').",
     )
+    overlong_filter: bool = Field(
+        default=False,
+        description="Give no loss to an episode cut off by a token limit (a generation stopped at max_new_tokens, "
+        "or the episode at the context limit): DAPO's overlong filtering. Its reward still counts in its group's "
+        "advantages; the step reports how many were masked (overlong_masked).",
+    )
     response_window_tokens: int | None = Field(
         default=None, ge=1, le=10_485_760,
         description="Train only on generated tokens within the first N tokens of the response, counted from the "
@@ -212,6 +218,21 @@ class GRPOSettings(_Section):
         description="Replicas of grpo's rollout engine (hf or vllm) on Ray, each an actor (needs "
         "settings.ray.enabled). A group's samples go to one replica, so its prompt prefix is cached once. "
         "Without Ray: settings.engine.gpus / engine.replicas (local processes, by default one per GPU).",
+    )
+    weight_sync: Literal["collective", "host"] = Field(
+        default="collective",
+        description="How new weights reach the policy's other copies after an update where they live in other "
+        "processes (grpo.train_workers > 1: trainer rank 0 to the driver's copy; grpo.replicas on Ray: the "
+        "trainer to every engine replica). collective: pushed over a torch.distributed group of their own (NCCL "
+        "on CUDA, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, received "
+        "straight into the receiver's parameters (plugins/grpo/weight_sync.py). host: the full state dict "
+        "through the worker pipe or Ray's object store (the earlier path, kept for comparison). In-process "
+        "engines need neither (the hf engine shares the model; vllm copies it in memory).",
+    )
+    weight_sync_bucket_mb: int = Field(
+        default=256, ge=1, le=65_536,
+        description="Most megabytes (MiB) per weight-sync bucket (grpo.weight_sync: collective); a larger "
+        "tensor travels alone.",
     )
     placement: PlacementSettings = Field(
         default_factory=PlacementSettings,

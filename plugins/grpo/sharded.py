@@ -268,6 +268,33 @@ class TrainerWorker:
             state = {k: v.detach().clone() for k, v in state.items()}
         return state
 
+    def push_weights(self, address: str, port: int, world_size: int, version: int, everything: bool,
+                     bucket_bytes: int, backend: str = "gloo") -> dict[str, float] | None:
+        """Push the policy's weights over a weight-sync group (``grpo.weight_sync: collective``; see
+        :mod:`.weight_sync`): every rank gathers the shards bucket by bucket, rank 0 sends each bucket to the
+        group's receivers (it joins the group at ``address:port`` as its rank 0 on the first call). Collective.
+        ``everything``: all parameters, else the trainable ones. Rank 0's push statistics, None elsewhere."""
+        from .weight_sync import SyncGroup, push, sync_tensors
+
+        group = None
+        if self.rank == 0:
+            key = (address, int(port), int(world_size), backend)
+            if getattr(self, "_sync_key", None) != key:
+                self._close_sync()
+                device = self.device if backend == "nccl" else "cpu"
+                self._sync = SyncGroup(address, port, 0, world_size, backend=backend, device=device)
+                self._sync_key = key
+            group = self._sync
+        named, ties = sync_tensors(self.model, everything)
+        stats = push(named, group, version=version, ties=ties, bucket_bytes=bucket_bytes)
+        return stats if self.rank == 0 else None
+
+    def _close_sync(self) -> None:
+        sync = getattr(self, "_sync", None)
+        if sync is not None:
+            sync.close()
+        self._sync, self._sync_key = None, None
+
     def save(self, directory: str | os.PathLike) -> None:
         """Write this group's sharded checkpoint into ``directory`` (DCP: policy and optimizer shards, every
         rank its own; plus ``trainer_state.json`` with the update counter and the world size)."""
@@ -303,6 +330,7 @@ class TrainerWorker:
         """Leave the process group (when this worker created it). Not collective."""
         import torch.distributed as dist
 
+        self._close_sync()
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_group = False

@@ -14,13 +14,21 @@ trainer's version is ``trainer.updates``; a trajectory ``updates - version`` beh
   off-policy RL training").
 
 A trajectory with no version (an engine that does not track versions) counts as current.
+
+With overlapped rollouts (the core's ``rollout.overlap``), a step's trajectories were sampled while the step
+before it trained, with the weights from before that step's update: they are as many versions old as that
+step made optimizer updates (:func:`updates_per_step`), and :func:`overlap_issues` refuses a recipe whose rule
+would drop them all. The optimizer waits for them (``rollouts.wait``) before it changes the engine's weights,
+so every trajectory's tokens come from one version.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+import math
+from typing import Any, Sequence
 
+from seal_platform.config import Issue
 from seal_platform.types import Trajectory
 
 
@@ -79,3 +87,40 @@ def push_weights(engine: object, model: object, version: int) -> bool:
     else:
         update(model)
     return True
+
+
+def updates_per_step(config: Any, settings: Any) -> int:
+    """The most optimizer updates one training step makes: ``epochs_per_step`` passes over mini-batches of
+    ``mini_batch_tasks`` of the step's ``training.tasks_per_step`` groups."""
+    tasks = config.training.tasks_per_step
+    return math.ceil(tasks / max(1, min(settings.mini_batch_tasks, tasks))) * settings.epochs_per_step
+
+
+def overlap_issues(config: Any, settings: Any, engine: Any, ray: bool) -> list[Issue]:
+    """What keeps grpo from training on overlapped rollouts (``rollout.overlap``) with this recipe."""
+    issues = []
+    lag = updates_per_step(config, settings)
+    if settings.stale_samples == "refuse" and settings.max_staleness < lag:
+        issues.append(Issue(
+            "settings.grpo.max_staleness",
+            f"with rollout.overlap a step trains on rollouts sampled before the previous step's {lag} optimizer "
+            f"update(s), which grpo.max_staleness {settings.max_staleness} refuses: every overlapped step "
+            "would train on nothing",
+            f"set settings.grpo.max_staleness: {lag} (or more), or settings.grpo.stale_samples: importance_correct, "
+            "or rollout.overlap: false"))
+    # (local replica processes, engine.replicas, hold copies of their own)
+    if config.rollout.engine == "hf" and not ray and engine.hf.share_model and engine.replicas is None:
+        issues.append(Issue(
+            "settings.engine.hf.share_model",
+            "with rollout.overlap the hf engine must not generate with the trainer's own model object: the update "
+            "would change it while the next step's episodes sample from it (so grpo would wait for them and "
+            "nothing would overlap)",
+            "set settings.engine.hf.share_model: false (the engine keeps a copy and receives the new weights "
+            "between rollout batches), or rollout.overlap: false"))
+    if ray and settings.placement.colocate:
+        issues.append(Issue(
+            "settings.grpo.placement.colocate",
+            "with rollout.overlap the engines keep sampling while the trainer updates, so they cannot sleep on "
+            "the trainer's GPUs",
+            "give engines GPUs of their own (settings.grpo.placement.colocate: false), or rollout.overlap: false"))
+    return issues

@@ -7,8 +7,9 @@ from typing import Any
 
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.stages import sampling_for
-from seal_platform.types import EvalResult, SamplingParams
+from seal_platform.toolenv.episodes import (evaluation_episodes, scored_without_infra_failures, tool_call_sampling,
+                                           training_episodes)
+from seal_platform.types import EvalResult
 
 NAME = "mcp"
 
@@ -39,10 +40,6 @@ def _build(ctx: Any) -> Any:
     return MCPEnvironment(settings)
 
 
-def _sampling(ctx: Any, greedy: bool, max_new_tokens: int | None) -> SamplingParams:
-    return sampling_for(ctx.config, evaluation=greedy, max_new_tokens=max_new_tokens, stop=["</tool_call>"])
-
-
 @hookimpl
 def register_settings() -> dict[str, type]:
     from .settings import MCPSettings
@@ -70,9 +67,8 @@ def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any
         return None
     from .episode import run_episodes
 
-    episodes = [(task, f"{step}:{task.id}", j) for task in tasks for j in range(group_size)]
-    return run_episodes(environment, engine, episodes, interface,
-                        _sampling(ctx, False, environment.settings.max_new_tokens))
+    return run_episodes(environment, engine, training_episodes(tasks, group_size, step), interface,
+                        tool_call_sampling(ctx, False, environment.settings.max_new_tokens))
 
 
 @hookimpl
@@ -81,13 +77,9 @@ def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) ->
         return None
     from .episode import run_episodes
 
-    trajs = run_episodes(environment, engine, [(t, f"eval{step}:{t.id}", 0) for t in tasks],
-                         environment.pristine_interface(), _sampling(ctx, True, environment.settings.max_new_tokens))
-    # An episode lost to a server failure says nothing of the policy: scored over the others.
-    result = EvalResult.from_trajectories(tasks[0].split if tasks else ctx.config.evaluation.split,
-                                          [t for t in trajs if not t.infra_failure])
-    result.trajectories = trajs
-    return result
+    trajs = run_episodes(environment, engine, evaluation_episodes(tasks, step), environment.pristine_interface(),
+                         tool_call_sampling(ctx, True, environment.settings.max_new_tokens))
+    return scored_without_infra_failures(ctx, tasks, trajs)
 
 
 @hookimpl

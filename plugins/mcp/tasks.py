@@ -11,12 +11,12 @@ same arguments.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from seal_platform.toolenv.episodes import load_task_file
 from seal_platform.types import Task
 
 
@@ -46,21 +46,5 @@ class TaskSpec(BaseModel):
 
 def load_tasks(path: str | Path) -> list[Task]:
     """Every task of the file; a bad line is reported with its number and nothing is half-loaded."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"mcp task file {str(path)!r} not found (settings.mcp.tasks; relative paths are read "
-                         "from the current directory)")
-    tasks, seen = [], set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            spec = TaskSpec.model_validate(json.loads(line))
-        except (json.JSONDecodeError, ValidationError) as exc:
-            raise ValueError(f"{path}:{number}: not a valid task: {str(exc).splitlines()[0]}") from None
-        if spec.id in seen:
-            raise ValueError(f"{path}:{number}: task id {spec.id!r} repeats")
-        seen.add(spec.id)
-        tasks.append(Task(id=spec.id, category=spec.category, split=spec.split,
-                          payload={"turns": [t.model_dump() for t in spec.turns]}))
-    return tasks
+    return load_task_file(path, TaskSpec, "settings.mcp.tasks",
+                          lambda spec: {"turns": [t.model_dump() for t in spec.turns]})

@@ -4,13 +4,13 @@ action doc the agent reads (from the server's action schema), and the tasks (res
 from __future__ import annotations
 
 import atexit
-import json
 import weakref
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from seal_platform.toolenv.episodes import load_task_file
 from seal_platform.types import Interface, Task
 
 from .client import HTTPSession, LocalServer, OpenEnvUnavailable, WSSession, probe
@@ -30,23 +30,7 @@ class TaskSpec(BaseModel):
 
 def load_tasks(path: str | Path) -> list[Task]:
     """Every task of a JSON Lines file; a bad line is reported with its number and nothing is half-loaded."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"openenv task file {str(path)!r} not found (settings.openenv.tasks; relative paths are "
-                         "read from the current directory)")
-    tasks, seen = [], set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            spec = TaskSpec.model_validate(json.loads(line))
-        except (json.JSONDecodeError, ValidationError) as exc:
-            raise ValueError(f"{path}:{number}: not a valid task: {str(exc).splitlines()[0]}") from None
-        if spec.id in seen:
-            raise ValueError(f"{path}:{number}: task id {spec.id!r} repeats")
-        seen.add(spec.id)
-        tasks.append(Task(id=spec.id, category=spec.category, split=spec.split, payload={"reset": spec.reset}))
-    return tasks
+    return load_task_file(path, TaskSpec, "settings.openenv.tasks", lambda spec: {"reset": spec.reset})
 
 
 def seed_tasks(n_train: int, n_eval: int) -> list[Task]:

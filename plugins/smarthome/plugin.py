@@ -8,8 +8,7 @@ from typing import Any
 
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.stages import sampling_for
-from seal_platform.types import SamplingParams
+from seal_platform.toolenv.episodes import evaluation_episodes, tool_call_sampling, training_episodes
 
 NAME = "smarthome"
 
@@ -24,10 +23,6 @@ def _build(ctx: Any) -> Any:
     from .environment import SmartHomeEnvironment
 
     return SmartHomeEnvironment(_settings(ctx))
-
-
-def _sampling(ctx: Any, greedy: bool, max_new_tokens: int | None) -> SamplingParams:
-    return sampling_for(ctx.config, evaluation=greedy, max_new_tokens=max_new_tokens, stop=["</tool_call>"])
 
 
 @hookimpl
@@ -56,8 +51,8 @@ def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any
     from .episode import run_episodes
 
     s = environment.settings
-    episodes = [(task, f"{step}:{task.id}", j) for task in tasks for j in range(group_size)]
-    return run_episodes(engine, episodes, interface, _sampling(ctx, False, s.max_new_tokens),
+    return run_episodes(engine, training_episodes(tasks, group_size, step), interface,
+                        tool_call_sampling(ctx, False, s.max_new_tokens),
                         s.attempts_per_turn, s.worked_examples, s.example_results)
 
 
@@ -67,8 +62,8 @@ def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) ->
     from .episode import run_episodes
 
     s = environment.settings
-    return run_episodes(engine, [(t, f"eval:{t.id}", 0) for t in tasks], environment.pristine_interface(),
-                        _sampling(ctx, True, s.max_new_tokens), s.attempts_per_turn, s.worked_examples,
+    return run_episodes(engine, evaluation_episodes(tasks, step), environment.pristine_interface(),
+                        tool_call_sampling(ctx, True, s.max_new_tokens), s.attempts_per_turn, s.worked_examples,
                         s.example_results)
 
 

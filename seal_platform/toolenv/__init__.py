@@ -18,6 +18,9 @@ library or any plugin):
 * :mod:`.schemadocs` and :mod:`.jsoncalls`: the same jobs for tools described by JSON schemas (MCP's
   ``inputSchema``), rendered as text lines, with argument validation, and a lenient guarded parser of
   ``<tool_call>`` JSON blocks.
+* :mod:`.episodes`: what environments' ``collect``/``evaluate`` hooks share: the episodes of a step and their
+  group keys, the sampling of a tool-call turn, an evaluation scored without infrastructure failures, and the
+  JSON Lines task file.
 * :mod:`.bfcl_data`: the installed ``bfcl-eval`` package's data folder, for the environments built on BFCL's
   data.
 """

@@ -158,6 +158,7 @@ def test_evaluate_and_collect_hooks_fill_memory_once_per_scenario(tmp_path):
     from seal_platform.config import RunConfig
     from seal_platform.context import RunContext
     from seal_platform.stages import evaluate_with
+    from seal_platform.toolenv.episodes import evaluation_group, training_group
     from seal_platform_plugins.bfcl_memory import plugin
 
     config = RunConfig(environment="bfcl_memory", rollout={"max_new_tokens": 64})
@@ -182,10 +183,10 @@ def test_evaluate_and_collect_hooks_fill_memory_once_per_scenario(tmp_path):
     # Called and scored as the run loop does (the plugin returns verified trajectories; the core scores them).
     result = evaluate_with(plugin.evaluate, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=0)
     assert set(result.per_category) == {"memory_kv", "memory_rec_sum"} and result.n_tasks == 6
-    assert len(result.trajectories) == 6 and all(t.group.startswith("eval:") for t in result.trajectories)
+    assert len(result.trajectories) == 6 and all(t.group == evaluation_group(0, t.task_id) for t in result.trajectories)
     trajs = plugin.collect(ctx=ctx, environment=env, engine=engine, tasks=tasks[:2], interface=env.pristine_interface(),
                            group_size=2, step=4)
-    assert len(trajs) == 4 and {t.group for t in trajs} == {f"4:{t.id}" for t in tasks[:2]}
+    assert len(trajs) == 4 and {t.group for t in trajs} == {training_group(4, t.id) for t in tasks[:2]}
     assert all(m.trainable for t in trajs for m in t.messages if m.role == "assistant")
     # Environments of other plugins are not ours.
     assert plugin.evaluate(ctx=ctx, environment=object(), engine=engine, tasks=tasks, step=0) is None

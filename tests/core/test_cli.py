@@ -63,7 +63,7 @@ def test_config_validate_accepts_a_good_recipe(runner, toy_recipe, toy_site):
     assert "ok (config hash" in result.output
 
 
-def test_run_runs_show_and_report(runner, toy_recipe, toy_site, tmp_path):
+def test_run_runs_show_and_report(runner, toy_recipe, toy_site, tmp_path, monkeypatch):
     result = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=4", "--quiet"], terminal_width=200)
     assert result.exit_code == 0, result.output
     run_id = result.output.split("run ", 1)[1].split()[0]
@@ -93,6 +93,11 @@ def test_run_runs_show_and_report(runner, toy_recipe, toy_site, tmp_path):
 
     as_json = runner.invoke(cli, ["runs", "--store", store, "--json"])
     assert [r["id"] for r in json.loads(as_json.output)] == [run_id]
+    # --store also takes the SQLite file's path, relative or absolute, as the help says.
+    monkeypatch.chdir(tmp_path)
+    for path in (str(tmp_path / "runs" / "store.sqlite"), "runs/store.sqlite"):
+        by_path = runner.invoke(cli, ["runs", "--store", path, "--json"])
+        assert by_path.exit_code == 0 and by_path.output == as_json.output, by_path.output
     digest = json.loads(runner.invoke(cli, ["show", run_id, "--store", store, "--json"]).output)
     assert digest["id"] == run_id and len(digest["steps"]) == 4
     assert digest["revisions"][1]["driven_by"] == ["wrong_sum"]

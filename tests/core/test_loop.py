@@ -43,7 +43,7 @@ def test_one_step_calls_every_stage_in_order_with_keywords(toy_site, toy_recipe)
         "end_run:completed",
     ]
     assert plugin.seen_kwargs["collect"] == {"ctx", "environment", "engine", "tasks", "interface", "group_size", "step"}
-    assert plugin.seen_kwargs["optimize"] == {"ctx", "engine", "trajectories", "weights", "step"}
+    assert plugin.seen_kwargs["optimize"] == {"ctx", "engine", "trajectories", "weights", "step", "rollouts"}
     assert plugin.seen_kwargs["reweight"] == {"ctx", "trajectories", "labels", "state", "step"}
 
 

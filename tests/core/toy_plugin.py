@@ -53,6 +53,11 @@ class ToySettings(BaseModel):
     # recipe without it (as grpo refuses replicas without Ray).
     cluster: str | None = None
     needs_cluster: bool = False
+    # Checkpoints hold the engine's whole random state (so a resumed run samples exactly what an
+    # uninterrupted one did, with outcomes "engine"); off, only the skill is restored.
+    restore_rng: bool = False
+    # Seconds each episode's generation takes (rollouts long enough to overlap an update).
+    generate_sleep_s: float = 0.0
 
 
 class ToyCluster:
@@ -100,17 +105,24 @@ class ToyEnvironment:
 class ToyEngine:
     name = "toy-engine"
 
-    def __init__(self, skill: float, seed: int):
+    def __init__(self, skill: float, seed: int, sleep_s: float = 0.0):
         self.skill = skill
         self.rng = random.Random(seed)
+        self.version = 0  # the policy version: optimize updates applied ("weights pushed")
+        self.sleep_s = sleep_s
 
     def generate(self, conversations, sampling):
         out = []
         for conv in conversations:
+            version, skill = self.version, self.skill  # what this generation samples with
+            if self.sleep_s:
+                import time
+
+                time.sleep(self.sleep_s)
             a, b = json.loads(conv[-1].content)
-            right = self.rng.random() < self.skill
+            right = self.rng.random() < skill
             text = str(a + b if right else a + b + 1)
-            out.append(Generation(text=text, token_ids=[len(text)], logprobs=[-0.5]))
+            out.append(Generation(text=text, token_ids=[len(text)], logprobs=[-0.5], policy_version=version))
         return out
 
     def count_tokens(self, conversation):
@@ -128,7 +140,8 @@ def _episode(engine: ToyEngine, task: Task, interface: Interface, group: str, sa
     ok = gen.text == str(task.payload["a"] + task.payload["b"])
     if outcomes != "engine":
         ok = outcomes == "every_third" and int(task.id.split("-")[1]) % 3 == 0 and sample == 0
-    reply = Message(role="assistant", content=gen.text, token_ids=gen.token_ids, logprobs=gen.logprobs, trainable=True)
+    reply = Message(role="assistant", content=gen.text, token_ids=gen.token_ids, logprobs=gen.logprobs, trainable=True,
+                    policy_version=gen.policy_version)
     return Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
                       interface_revision=interface.revision, messages=[*prompt, reply], reward=float(ok),
                       turn_verdicts=[TurnVerdict(turn=0, passed=ok)])
@@ -171,6 +184,8 @@ class ToyPlugin:
         self.seen_kwargs: dict[str, set[str]] = {}
         self.seen_trajectories: dict[str, list[str]] = {}
         self.seen_clusters: dict[str, object] = {}  # hook or factory -> the cluster it was given
+        self.seen_versions: dict[int, tuple[int, list]] = {}  # step -> (engine version, trajectories' versions)
+        self.in_flight_at_update: dict[int, bool] = {}  # step -> the next step's rollouts were being collected
 
     def _note(self, name: str, ctx, **kwargs) -> ToySettings:
         self.calls.append(name)
@@ -193,7 +208,7 @@ class ToyPlugin:
     @hookimpl
     def register_rollout_engines(self):
         def build(ctx):
-            return ToyEngine(ctx.shared["toy.skill"], ctx.seed)
+            return ToyEngine(ctx.shared["toy.skill"], ctx.seed, ctx.settings_for("toy", ToySettings).generate_sleep_s)
         return [EngineSpec("toy-engine", build, "a scripted engine whose skill grows")]
 
     @hookimpl
@@ -285,14 +300,20 @@ class ToyPlugin:
                               label_weights={"pass": 1.0, "wrong_sum": 1.5})
 
     @hookimpl
-    def optimize(self, ctx, engine, trajectories, weights, step):
-        settings = self._note("optimize", ctx, engine=engine, trajectories=trajectories, weights=weights, step=step)
+    def optimize(self, ctx, engine, trajectories, weights, step, rollouts):
+        settings = self._note("optimize", ctx, engine=engine, trajectories=trajectories, weights=weights, step=step,
+                              rollouts=rollouts)
+        # The trajectories' policy versions as the update saw them (the staleness a real optimizer screens).
+        self.seen_versions[step] = (engine.version, sorted({t.policy_version for t in trajectories}, key=str))
+        self.in_flight_at_update[step] = rollouts.pending
         if settings.optimize_sleep_s:
             import time
 
             time.sleep(settings.optimize_sleep_s)
         _maybe_interrupt(settings, "optimize", step)
+        rollouts.wait()  # the "weights" change below: no rollout may be sampling now
         engine.skill = min(1.0, engine.skill + settings.skill_step)
+        engine.version += 1
         return {"loss": 1.0 - engine.skill, "skill": engine.skill}
 
     @hookimpl
@@ -312,13 +333,21 @@ class ToyPlugin:
         if ctx.settings_for("toy", ToySettings).fail_in == "save_checkpoint":
             raise OSError(28, "No space left on device")
         engine = ctx.shared["engine"]
-        (Path(directory) / "toy.json").write_text(json.dumps({"skill": engine.skill, "rng": engine.rng.getstate()[1][:5]}))
+        (Path(directory) / "toy.json").write_text(json.dumps({"skill": engine.skill, "rng": engine.rng.getstate()[1][:5],
+                                                               "version": engine.version,
+                                                               "rng_state": engine.rng.getstate()}))
         return {"toy": "skill"}
 
     @hookimpl
     def load_checkpoint(self, ctx, directory, step):
         self.calls.append("load_checkpoint")
-        ctx.shared["engine"].skill = json.loads((Path(directory) / "toy.json").read_text())["skill"]
+        saved = json.loads((Path(directory) / "toy.json").read_text())
+        engine = ctx.shared["engine"]
+        engine.skill = saved["skill"]
+        engine.version = saved.get("version", 0)
+        if ctx.settings_for("toy", ToySettings).restore_rng:
+            version, state, gauss = saved["rng_state"]
+            engine.rng.setstate((version, tuple(state), gauss))
 
 
 plugin = ToyPlugin()

@@ -13,6 +13,7 @@ np = pytest.importorskip("numpy")
 from seal_platform.capability import CapabilityState  # noqa: E402
 from seal_platform.config import RunConfig  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
+from seal_platform.rollouts import NOTHING_IN_FLIGHT  # noqa: E402
 from seal_platform.types import TurnLabel  # noqa: E402
 from seal_platform_plugins.grpo import plugin  # noqa: E402
 from seal_platform_plugins.grpo.policy import PolicySettings  # noqa: E402
@@ -52,7 +53,7 @@ def do_step(ctx, tokenizer, step: int, state: CapabilityState) -> dict:
     state.update(step, 0, trajs, labels)
     result = plugin.reweight(ctx=ctx, trajectories=trajs, labels=labels, state=state, step=step)
     return plugin.optimize(ctx=ctx, engine=ctx.shared["engine"], trajectories=trajs,
-                           weights=result.trajectory_weights, step=step)
+                           weights=result.trajectory_weights, step=step, rollouts=NOTHING_IN_FLIGHT)
 
 
 def test_resume_gives_the_uninterrupted_runs_next_loss(tmp_path, tiny_model_dir, tokenizer):

@@ -120,3 +120,50 @@ def test_colocated_engines_sleep_during_the_update_and_get_the_new_version(tiny_
     calls.clear()
     run.optimize(Engine(), make_trajectories(tokenizer), {}, screen_stale=True)
     assert [c[0] for c in calls] == ["update_weights"]
+
+
+def test_overlapped_rollouts_end_before_the_engine_gets_new_weights(tiny_policy):
+    """With rollouts in flight the update overlaps them; the push waits for them (one version per
+    trajectory), and an engine that generates with the trainer's own model waits before the update."""
+    model, tokenizer = tiny_policy
+    calls = []
+
+    class Engine:
+        def update_weights(self, model, version=None):
+            calls.append(("update_weights", version))
+
+    def wait():
+        calls.append(("wait", run.trainer.updates))
+
+    run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4), apatch=None)
+    run.optimize(Engine(), make_trajectories(tokenizer), {}, screen_stale=True, wait_for_rollouts=wait)
+    updated = run.trainer.updates
+    assert updated >= 1 and calls == [("wait", updated), ("update_weights", updated)]  # the update ran first
+
+    calls.clear()
+    sharing = Engine()
+    sharing.model = model  # the hf engine's default: the trainer's own model object
+    run.optimize(sharing, make_trajectories(tokenizer), {}, screen_stale=True, wait_for_rollouts=wait)
+    assert calls[0] == ("wait", updated) and calls[-1] == ("update_weights", run.trainer.updates)
+    assert run.trainer.updates > updated
+
+
+def test_overlap_is_refused_where_grpo_would_drop_or_mix_its_rollouts():
+    from seal_platform.config import RunConfig
+    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+
+    config = RunConfig.model_validate({"environment": "bfcl", "rollout": {"overlap": True},
+                                       "training": {"tasks_per_step": 32}, "stages": {"optimize": "grpo"}})
+    private = EngineSettings.model_validate({"hf": {"share_model": False}})
+    # 32 tasks in mini-batches of 8: 4 updates per step, so overlapped rollouts are 4 versions old.
+    assert staleness.updates_per_step(config, GRPOSettings()) == 4
+    assert staleness.updates_per_step(config, GRPOSettings(mini_batch_tasks=64, epochs_per_step=2)) == 2
+    found = staleness.overlap_issues(config, GRPOSettings(), private, ray=False)
+    assert [i.where for i in found] == ["settings.grpo.max_staleness"] and "max_staleness: 4" in found[0].fix
+    assert not staleness.overlap_issues(config, GRPOSettings(max_staleness=4), private, ray=False)
+    assert not staleness.overlap_issues(config, GRPOSettings(stale_samples="importance_correct"), private, ray=False)
+    shared = staleness.overlap_issues(config, GRPOSettings(max_staleness=4), EngineSettings(), ray=False)
+    assert [i.where for i in shared] == ["settings.engine.hf.share_model"]
+    colocated = GRPOSettings(max_staleness=4, placement={"colocate": True})
+    assert [i.where for i in staleness.overlap_issues(config, colocated, EngineSettings(), ray=True)] == [
+        "settings.grpo.placement.colocate"]

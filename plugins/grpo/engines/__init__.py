@@ -60,7 +60,8 @@ def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
     from .remote import start_replicated
 
     model, tokenizer = _policy(ctx)
-    client = start_replicated(kind, on, grpo.replicas, ctx.seed, model, tokenizer, _settings(ctx, grpo.replicas))
+    client = start_replicated(kind, on, grpo.replicas, ctx.seed, model, tokenizer, _settings(ctx, grpo.replicas),
+                              weight_sync=grpo.weight_sync, bucket_bytes=grpo.weight_sync_bucket_mb * 2**20)
     ctx.shared[REPLICATED] = client  # what grpo's optimize puts to sleep (colocated) and asks for lost replicas
     return client
 

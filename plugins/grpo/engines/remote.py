@@ -63,7 +63,7 @@ def engine_from_weights(kind: str, settings: Any, config: dict[str, Any], dtype:
 
 
 def start_replicated(kind: str, on: OnRay, replicas: int, seed: int, model: Any, tokenizer: Any,
-                     settings: Any) -> Any:
+                     settings: Any, weight_sync: str = "host", bucket_bytes: int = 256 * 2**20) -> Any:
     """K = ``grpo.replicas`` replicas of the ``kind`` engine on the run's Ray cluster, behind one routing client."""
     import ray
 
@@ -75,7 +75,8 @@ def start_replicated(kind: str, on: OnRay, replicas: int, seed: int, model: Any,
     try:
         box = [ray.put(_model_blob(model))]
         builder = functools.partial(build_engine, kind, settings, box, tokenizer, seed)
-        client = start_replicas(kind, on, replicas, builder, functools.partial(prompt_ids, tokenizer))
+        client = start_replicas(kind, on, replicas, builder, functools.partial(prompt_ids, tokenizer),
+                                weight_sync=weight_sync, bucket_bytes=bucket_bytes)
     finally:
         on_ray.release(on)
     client.mark_synced(model)

