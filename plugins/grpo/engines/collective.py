@@ -61,8 +61,13 @@ def _into_vllm(engine: Any, group: Any) -> int:
         llm = engine.llm
         if engine._on_cuda and engine.settings.sleep_mode and llm.llm_engine.is_sleeping():
             llm.wake_up()
-        weights = ((name, tensor) for name, tensor in incoming)
-        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        if engine.settings.in_process:
+            weights = ((name, tensor) for name, tensor in incoming)
+            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        else:  # vLLM's engine core in its own process: the buckets cross in one shared-memory file
+            from .vllm_worker import load_through_shared_memory
+
+            load_through_shared_memory(llm, dict(incoming))
         llm.reset_prefix_cache()
     finally:
         incoming.drain()
