@@ -32,8 +32,9 @@ def default_threads_bind() -> str:
 
 
 # TO BE CONFIRMED by benchmarks/bench_engine_process.py run idle: vLLM's engine core in a process of its own
-# (false) measured faster than in the driver's process (true) on this 2-core CPU, in two runs with the machine
-# heavily loaded by other work (load average 12-15). Flip it here if the idle run says otherwise.
+# (false) measured faster than in the driver's process (true) on this 2-core CPU, in three small runs (8
+# episodes x 2 turns, both mode orders) with the machine loaded by other work (load average 6-15). Flip it here
+# if the idle run says otherwise.
 DEFAULT_IN_PROCESS = False
 
 
