@@ -57,10 +57,18 @@ def test_uniform_groups_exhaust_the_draw_limit_and_train_nothing(tmp_path, tiny_
     assert store.label_weights(run_id), "A-Patch stored no label weights"
 
 
+# One step, rounds of the 2 scheduled tasks x 4 samples (one hf batch of 8 each), one eval task, two trained
+# layers: the recipe's rounds of 6 tasks x 8 samples over 2 steps (up to 18 hf batches of 16) ran for more than
+# 15 minutes under a load of 6-12 without finishing.
+EMBEDDED_SMALL = ["training.steps=1", "training.group_size=4", "rollout.dynamic_sampling.tasks_per_round=2",
+                  "rollout.dynamic_sampling.max_rounds=3", "settings.smarthome.n_eval=1",
+                  "evaluation.before_training=false", "settings.grpo.train_layers=2", "rollout.engine=hf"]
+
+
 @pytest.mark.slow
 def test_the_embedded_model_yields_mixed_groups_that_are_trained_on(tmp_path):
-    run_id, store = _run("smarthome-embedded", [f"runs_dir={tmp_path}", "training.steps=2", "rollout.engine=hf",
-                                                "settings.smarthome.n_eval=4"])
+    run_id, store = _run("smarthome-embedded", [*EMBEDDED_SMALL, f"runs_dir={tmp_path}"])
+    assert store.get_run(run_id).status == "completed"
     steps = store.steps(run_id)
     kept = sum(s.metrics["ds_groups_kept"] for s in steps)
     assert kept >= 1 and sum(s.metrics.get("updates", 0) for s in steps) >= 1

@@ -50,12 +50,22 @@ def test_the_example_recipe_runs_against_the_real_server(tmp_path, tiny_model_di
     print(step.metrics)
 
 
+# The smallest run that still shows the claim: one step on the first two train tasks (single-turn, so one
+# generation round of 8 episodes), one eval task, two trained layers. Each hf generation round of 8 episodes
+# costs about 2 CPU-minutes on this 2-core machine (2 steps of 2-turn tasks + 4 eval tasks need 8+ rounds:
+# an hour or more of wall time under a load of 10, where 2 CPU-minutes take 7); see docs/mcp.md.
+EMBEDDED_SMALL = ["training.steps=1", "training.tasks_per_step=2", "training.group_size=4", "settings.mcp.n_train=2",
+                  "settings.mcp.n_eval=1", "evaluation.before_training=false", "settings.grpo.train_layers=2",
+                  "rollout.engine=hf"]
+
+
 @pytest.mark.slow
 def test_the_embedded_model_is_trained_on_the_example(tmp_path, monkeypatch):
-    """The embedded SmolLM2-135M passes some episodes and fails others: mixed groups give an update."""
+    """The embedded SmolLM2-135M passes some episodes and fails others against the real server process:
+    mixed groups give an update of the embedded model."""
     monkeypatch.chdir(ROOT)
-    run_id, store = _run([f"runs_dir={tmp_path}", "training.steps=2", "rollout.engine=hf", "settings.mcp.n_eval=4",
-                          "evaluation.before_training=false"])
+    run_id, store = _run([*EMBEDDED_SMALL, f"runs_dir={tmp_path}"])
+    assert store.get_run(run_id).status == "completed"
     steps = store.steps(run_id)
     trajs = [t for s in steps for t in store.trajectories(run_id, step=s.step, phase="train")]
     assert not any(t.infra_failure for t in trajs), [t.infra_failure for t in trajs if t.infra_failure]
@@ -86,9 +96,9 @@ class ScriptedCalls:
         if call is None:
             return "Done."
         call = json.loads(json.dumps(call))
-        if self.rng.random() < 0.5:
-            key = next(k for k in self.OTHER if k in call["arguments"])
-            call["arguments"][key] = self.OTHER[key][call["arguments"][key]]
+        keys = [k for k in self.OTHER if k in call["arguments"]]  # add_stock/remove_stock calls may have none
+        if keys and self.rng.random() < 0.5:
+            call["arguments"][keys[0]] = self.OTHER[keys[0]][call["arguments"][keys[0]]]
         return f"<tool_call>{json.dumps(call)}</tool_call>"
 
     def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
@@ -124,13 +134,10 @@ class ScriptedCallsPlugin:
                            "test: ground-truth or altered calls of the mcp example's tasks")]
 
 
-def test_a_short_run_on_the_example_makes_a_policy_update(tmp_path, tiny_model_dir, monkeypatch):
-    """The example's first train task (a set_status call), 8 samples: some pass the verifier against the real
-    server and some fail it, so the group has an advantage and the grpo stage updates the tiny policy."""
-    monkeypatch.chdir(ROOT)
-    overrides = ["training.steps=1", "training.tasks_per_step=1", "training.group_size=8",
-                 "evaluation.before_training=false", "settings.mcp.n_train=1", "settings.mcp.n_eval=2",
-                 "settings.grpo.train_layers=1", "settings.grpo.micro_batch_size=4", "settings.grpo.mini_batch_tasks=1",
+def _run_scripted(tmp_path, tiny_model_dir, overrides: list[str]):
+    """The example recipe with the tiny policy and the scripted_calls engine, against the real server."""
+    overrides = [*overrides, "evaluation.before_training=false", "settings.mcp.n_eval=2", "settings.grpo.train_layers=1",
+                 "settings.grpo.micro_batch_size=4", "settings.grpo.mini_batch_tasks=1",
                  "rollout.engine=scripted_calls", f"runs_dir={tmp_path}", f"settings.policy.model={tiny_model_dir}"]
     config, issues, path = load_recipe(ROOT / "recipes" / "mcp-example.yaml", overrides)
     assert config is not None, issues
@@ -142,10 +149,43 @@ def test_a_short_run_on_the_example_makes_a_policy_update(tmp_path, tiny_model_d
     runner = Runner(plan, plan.host, store, recipe=plan.source)
     runner.run()
     assert store.get_run(runner.run_id).status == "completed"
-    (step,) = store.steps(runner.run_id)
-    trajs = store.trajectories(runner.run_id, step=0, phase="train")
+    return runner.run_id, store
+
+
+def test_a_short_run_on_the_example_makes_a_policy_update(tmp_path, tiny_model_dir, monkeypatch):
+    """The example's first train task (a set_status call), 8 samples: some pass the verifier against the real
+    server and some fail it, so the group has an advantage and the grpo stage updates the tiny policy."""
+    monkeypatch.chdir(ROOT)
+    run_id, store = _run_scripted(tmp_path, tiny_model_dir, ["training.steps=1", "training.tasks_per_step=1",
+                                                             "training.group_size=8", "settings.mcp.n_train=1"])
+    (step,) = store.steps(run_id)
+    trajs = store.trajectories(run_id, step=0, phase="train")
     assert len(trajs) == 8 and not any(t.infra_failure for t in trajs)
     assert {t.reward for t in trajs} == {0.0, 1.0}, [t.tool_calls[0].arguments for t in trajs]  # a mixed group
-    labels = {row.label for row in store.labels(runner.run_id, step=0)}
+    labels = {row.label for row in store.labels(run_id, step=0)}
     assert labels == {"pass", "argument_mismatch"}
     assert step.metrics["updates"] >= 1 and step.metrics["trained_sequences"] == 8, step.metrics
+
+
+def test_dynamic_sampling_trains_the_grpo_learner_on_the_kept_mixed_groups_only(tmp_path, tiny_model_dir, monkeypatch):
+    """The fast counterpart of the slow embedded-model test in tests/grpo/test_dynamic_sampling_grpo.py: real
+    rollouts against the real server with mixed and uniform groups (pairs of scripted samples), dynamic sampling
+    on. The step keeps one mixed group, and the grpo learner trains on exactly its two sequences, not on the
+    uniform groups nor on the surplus mixed ones."""
+    monkeypatch.chdir(ROOT)
+    run_id, store = _run_scripted(tmp_path, tiny_model_dir, [
+        "training.steps=1", "training.tasks_per_step=1", "training.group_size=2", "settings.mcp.n_train=8",
+        "rollout.dynamic_sampling.enabled=true", "rollout.dynamic_sampling.tasks_per_round=3",
+        "rollout.dynamic_sampling.max_rounds=2"])
+    (step,) = store.steps(run_id)
+    m = step.metrics
+    trajs = store.trajectories(run_id, step=0, phase="train")
+    assert not any(t.infra_failure for t in trajs)
+    groups = {t.group for t in trajs}
+    mixed = {g for g in groups if len({t.reward for t in trajs if t.group == g}) > 1}
+    # What makes this a test of the filter: the drawn groups include both kinds (seeded, so always the same).
+    assert mixed and mixed != groups, {g: [t.reward for t in trajs if t.group == g] for g in groups}
+    assert m["ds_groups_drawn"] == len(groups) and m["ds_groups_kept"] == 1, m
+    assert m["updates"] >= 1 and m["trained_sequences"] == 2, m
+    # Every rollout, kept or not, was labelled by the mcp diagnoser.
+    assert {row.trajectory_id for row in store.labels(run_id, step=0)} == {t.id for t in trajs}
