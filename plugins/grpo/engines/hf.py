@@ -18,23 +18,12 @@ import logging
 from typing import Any
 
 from .base import QueuedEngine, Request, sampling_key
+from .settings import engine_section
 
 log = logging.getLogger(__name__)
 
 # Stop strings are searched for in the text of the last this-many generated tokens.
 _STOP_WINDOW = 32
-
-
-def _settings(settings: Any):
-    from .settings import EngineSettings, HFEngineSettings
-
-    if settings is None:
-        return HFEngineSettings()
-    if isinstance(settings, EngineSettings):
-        return settings.hf
-    if isinstance(settings, HFEngineSettings):
-        return settings
-    raise TypeError(f"HFEngine settings must be HFEngineSettings or EngineSettings, not {type(settings).__name__}")
 
 
 def _is_lora(model: Any) -> bool:
@@ -55,7 +44,7 @@ class HFEngine(QueuedEngine):
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any, settings: Any = None, seed: int | None = None):
-        self.settings = _settings(settings)
+        self.settings = engine_section(settings, "hf")
         limit = self.settings.max_model_len or getattr(model.config, "max_position_embeddings", None) or 4096
         super().__init__(tokenizer, int(limit))
         self.model = model if self.settings.share_model else copy.deepcopy(model)

@@ -201,18 +201,20 @@ def local_devices(settings: EngineSettings, gpu_count: int) -> list[int | None] 
     return [gpus[i % len(gpus)] for i in range(count)]
 
 
-# --- helpers of the vllm engine that need no vllm import ---------------------------------------------
+# --- helpers of the engines that need no vllm import ---------------------------------------------
 
 
-def vllm_settings(settings: Any) -> Any:
-    """The vLLM section of ``settings`` (engine settings, the section itself, or None: the defaults)."""
+def engine_section(settings: Any, name: str) -> Any:
+    """An engine's section (``hf`` or ``vllm``) of ``settings``: the whole engine settings, the section
+    itself, or None (the section's defaults)."""
+    section = {"hf": HFEngineSettings, "vllm": VLLMEngineSettings}[name]
     if settings is None:
-        return VLLMEngineSettings()
+        return section()
     if isinstance(settings, EngineSettings):
-        return settings.vllm
-    if isinstance(settings, VLLMEngineSettings):
+        return getattr(settings, name)
+    if isinstance(settings, section):
         return settings
-    raise TypeError(f"VLLMEngine settings must be VLLMEngineSettings or EngineSettings, not {type(settings).__name__}")
+    raise TypeError(f"{name} engine settings must be {section.__name__} or EngineSettings, not {type(settings).__name__}")
 
 
 def vllm_available() -> bool:

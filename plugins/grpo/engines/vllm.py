@@ -40,8 +40,7 @@ from typing import Any
 from .base import QueuedEngine, Request
 from .vllm_lora import VLLMLoRAState
 from .vllm_release import forget_reload_info
-from .settings import engine_dtype, vllm_available
-from .settings import vllm_settings as _settings
+from .settings import engine_dtype, engine_section, vllm_available
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ class VLLMEngine(QueuedEngine):
 
     def __init__(self, model: Any, tokenizer: Any, settings: Any = None, seed: int | None = None,
                  model_path: str | os.PathLike | None = None, concurrency: int | None = None):
-        self.settings = _settings(settings)
+        self.settings = engine_section(settings, "vllm")
         # Sequences generated at once (the run's episode workers); sizes the KV cache on CPU.
         self.concurrency = concurrency
         self._model_config = getattr(model, "config", None)
