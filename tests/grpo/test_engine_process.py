@@ -13,15 +13,8 @@ psutil = pytest.importorskip("psutil")
 
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
-from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
+from tests.grpo.engine_checks import trainer_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
-
-
-def _trainer_logprobs(model, prompt: list[int], generated: list[int]) -> torch.Tensor:
-    ids = torch.tensor([prompt + generated])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
-    return token_logprobs(logits, torch.tensor(generated))
 
 
 def _check(engine, model, tokenizer, task: int) -> None:
@@ -29,7 +22,7 @@ def _check(engine, model, tokenizer, task: int) -> None:
     prompt = prompt_ids(tokenizer, conversation)
     gen = engine.generate([conversation], SamplingParams(temperature=0.0, max_new_tokens=8))[0]
     assert gen.token_ids and gen.policy_version == engine.policy_version
-    ours = _trainer_logprobs(model, prompt, gen.token_ids)
+    ours = trainer_logprobs(model, prompt, gen.token_ids)
     assert torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-3), (gen.logprobs, ours.tolist())
 
 

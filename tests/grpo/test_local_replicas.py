@@ -25,25 +25,8 @@ from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
     per_replica,
     step_concurrency,
 )
-from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
+from tests.grpo.engine_checks import conversation, trainer_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
-
-
-def _conversation(task: int, turn: str = "") -> list[Message]:
-    msgs = [Message(role="system", content="You are a helpful assistant."),
-            Message(role="user", content=f"Task {task}: name three colours.")]
-    if turn:
-        # A sampled reply (as Message.from_generation builds it): the dialogue's key stops before it.
-        msgs += [Message(role="assistant", content="Red.", token_ids=[1], trainable=True),
-                 Message(role="user", content=turn)]
-    return msgs
-
-
-def _trainer_logprobs(model, prompt: list[int], generated: list[int]) -> torch.Tensor:
-    ids = torch.tensor([prompt + generated])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
-    return token_logprobs(logits, torch.tensor(generated))
 
 
 def _alive(pid: int) -> bool:
@@ -88,9 +71,9 @@ def test_the_factory_starts_one_process_per_replica_on_the_cpu(local_pair):
 def test_both_replicas_serve_and_a_group_stays_on_one(local_pair):
     client, _, _, _ = local_pair
     sampling = SamplingParams(temperature=1.0, max_new_tokens=4, seed=1)
-    first = client.generate([_conversation(0)] * 3, sampling)
-    client.generate([_conversation(0, "And two more?")], sampling)
-    client.generate([_conversation(1)] * 3, sampling)
+    first = client.generate([conversation(0)] * 3, sampling)
+    client.generate([conversation(0, "And two more?")], sampling)
+    client.generate([conversation(1)] * 3, sampling)
     assert all(g.token_ids and len(g.logprobs) == len(g.token_ids) for g in first)
     assert sorted(client.assignment().values()) == [0, 1]  # two groups, one per replica
     assert sorted(s["requests"] for s in client.stats()) == [3, 4]  # group 0 and its next turn, group 1
@@ -99,7 +82,7 @@ def test_both_replicas_serve_and_a_group_stays_on_one(local_pair):
 def test_replicas_logprobs_equal_the_trainers_after_a_weight_push(local_pair):
     client, model, tokenizer, _ = local_pair
     greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
-    prompt = prompt_ids(tokenizer, _conversation(10))
+    prompt = prompt_ids(tokenizer, conversation(10))
     before = client._result(client._submit(0, "generate_ids", [prompt], greedy))[0]
     with torch.no_grad():  # an "update": every weight moves
         for p in model.parameters():
@@ -110,7 +93,7 @@ def test_replicas_logprobs_equal_the_trainers_after_a_weight_push(local_pair):
     for index in range(2):
         gen = client._result(client._submit(index, "generate_ids", [prompt], greedy))[0]
         assert gen.policy_version == 3 and gen.token_ids
-        ours = _trainer_logprobs(model, prompt, gen.token_ids)
+        ours = trainer_logprobs(model, prompt, gen.token_ids)
         assert torch.allclose(torch.tensor(gen.logprobs), ours, atol=1e-4), (index, gen.logprobs, ours.tolist())
         if gen.token_ids == before.token_ids:  # same continuation: its log-probs must have moved with the weights
             assert not torch.allclose(torch.tensor(gen.logprobs), torch.tensor(before.logprobs), atol=1e-4)
@@ -119,20 +102,20 @@ def test_replicas_logprobs_equal_the_trainers_after_a_weight_push(local_pair):
     client.update_weights(model)  # hf replicas get only what changed
     assert client.sync_stats["tensors"] == 1 and client.policy_version == 4
     gen = client._result(client._submit(1, "generate_ids", [prompt], greedy))[0]
-    assert torch.allclose(torch.tensor(gen.logprobs), _trainer_logprobs(model, prompt, gen.token_ids), atol=1e-4)
+    assert torch.allclose(torch.tensor(gen.logprobs), trainer_logprobs(model, prompt, gen.token_ids), atol=1e-4)
 
 
 def test_a_dead_replicas_requests_go_to_the_other(local_pair):
     client, _, _, _ = local_pair
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
-    before = client.generate([_conversation(20)], greedy)[0]
+    before = client.generate([conversation(20)], greedy)[0]
     from seal_platform_plugins.grpo.engines.routing import routing_key
 
-    index = client.assignment()[routing_key(_conversation(20))]
+    index = client.assignment()[routing_key(conversation(20))]
     os.kill(client.pids()[index], signal.SIGKILL)
     client.replicas[index].process.join(timeout=30)
     assert client.probe(timeout_s=10) == [1 - index]
-    after = client.generate([_conversation(20)], greedy)[0]
+    after = client.generate([conversation(20)], greedy)[0]
     assert after.token_ids == before.token_ids  # same weights, same greedy continuation, on the other replica
     client.update_weights(local_pair[1])  # a push reaches the live replica only, and does not fail
     assert client.policy_version == 5 and client.live() == [1 - index]
@@ -145,7 +128,7 @@ def test_close_stops_every_replica_process(local_pair):
     assert not any(_alive(pid) for pid in pids)
     assert not any(r.process.is_alive() for r in client.replicas)
     with pytest.raises(InfraError):
-        client.generate([_conversation(30)], SamplingParams(max_new_tokens=2))
+        client.generate([conversation(30)], SamplingParams(max_new_tokens=2))
     client.close()  # twice is fine
 
 

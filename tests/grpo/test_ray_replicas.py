@@ -25,9 +25,9 @@ def _grpo_fixtures():
 make_tiny_model = _grpo_fixtures().make_tiny_model
 
 from seal_platform.infra import InfraError  # noqa: E402
-from seal_platform.types import Message, SamplingParams  # noqa: E402
+from seal_platform.types import SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
-from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
+from tests.grpo.engine_checks import conversation, trainer_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
 
 
@@ -59,29 +59,12 @@ def _distinct(model) -> int:
     return len({t.data_ptr() for t in model.state_dict().values()})
 
 
-def _conversation(task: int, turn: str = "") -> list[Message]:
-    msgs = [Message(role="system", content="You are a helpful assistant."),
-            Message(role="user", content=f"Task {task}: name three colours.")]
-    if turn:
-        # A sampled reply (as Message.from_generation builds it): the dialogue's key stops before it.
-        msgs += [Message(role="assistant", content="Red.", token_ids=[1], trainable=True),
-                 Message(role="user", content=turn)]
-    return msgs
-
-
-def trainer_logprobs(model, prompt: list[int], generated: list[int]) -> torch.Tensor:
-    ids = torch.tensor([prompt + generated])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
-    return token_logprobs(logits, torch.tensor(generated))
-
-
 def test_a_group_and_its_dialogue_stay_on_one_replica_and_groups_spread(replicated):
     client, _, _ = replicated
     sampling = SamplingParams(temperature=1.0, max_new_tokens=4, seed=1)
-    client.generate([_conversation(0)] * 3, sampling)
-    client.generate([_conversation(0, "And two more?")], sampling)
-    client.generate([_conversation(1)] * 3, sampling)
+    client.generate([conversation(0)] * 3, sampling)
+    client.generate([conversation(0, "And two more?")], sampling)
+    client.generate([conversation(1)] * 3, sampling)
     assignment = ray.get(client.router.assignment.remote())
     assert len(assignment) == 2 and sorted(assignment.values()) == [0, 1]  # two groups, one per replica
     served = [s["requests"] for s in client.stats()]
@@ -97,7 +80,7 @@ def test_replicas_logprobs_equal_the_trainers_after_a_sync(replicated):
     assert client.sync_stats["tensors"] == _distinct(model) == len(model.state_dict()) - 1
     greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
     for index in range(2):
-        prompt = prompt_ids(tokenizer, _conversation(10 + index))
+        prompt = prompt_ids(tokenizer, conversation(10 + index))
         gen = ray.get(client.replicas[index].generate_ids.remote([prompt], greedy))[0]
         assert gen.policy_version == 3 and len(gen.token_ids) > 0
         ours = trainer_logprobs(model, prompt, gen.token_ids)
@@ -122,18 +105,18 @@ def test_only_changed_tensors_are_sent(replicated):
 def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_error(replicated):
     client, _, _ = replicated
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
-    before = client.generate([_conversation(20)], greedy)[0]
+    before = client.generate([conversation(20)], greedy)[0]
     from seal_platform_plugins.grpo.engines.replicas import routing_key
 
-    index = ray.get(client.router.assignment.remote())[routing_key(_conversation(20))]
+    index = ray.get(client.router.assignment.remote())[routing_key(conversation(20))]
     ray.kill(client.replicas[index], no_restart=True)
     assert client.probe(timeout_s=10) == [1 - index]  # found dead before any request reached it
-    after = client.generate([_conversation(20)], greedy)[0]
+    after = client.generate([conversation(20)], greedy)[0]
     assert after.token_ids == before.token_ids  # same weights, same greedy continuation, on the other replica
     assert client.live() == [1 - index]
     ray.kill(client.replicas[1 - index], no_restart=True)
     with pytest.raises(InfraError, match="no rollout engine replica"):
-        client.generate([_conversation(21)], greedy)
+        client.generate([conversation(21)], greedy)
 
 
 @pytest.mark.vllm
@@ -161,7 +144,7 @@ def test_vllm_replicas_logprobs_equal_the_trainers_after_a_sync(local_ray, token
             client.update_weights(model)
             assert client.sync_stats["tensors"] == _distinct(model)
             for index in range(2):
-                prompt = prompt_ids(tokenizer, _conversation(30 + index))
+                prompt = prompt_ids(tokenizer, conversation(30 + index))
                 gen = ray.get(client.replicas[index].generate_ids.remote([prompt], greedy))[0]
                 assert gen.policy_version == client.policy_version
                 ours = trainer_logprobs(model, prompt, gen.token_ids)
