@@ -8,20 +8,11 @@ import sys
 import pytest
 
 from seal_platform import dynamic_sampling as ds
-from seal_platform.loop import Runner
-from seal_platform.planning import plan_recipe
-from seal_platform.store import RunStore
 from seal_platform.types import Task, Trajectory
+from tests.core.test_loop import _runner
 
 DS = ["rollout.dynamic_sampling.enabled=true", "training.tasks_per_step=2", "training.group_size=3",
       "training.checkpoint_every=0", "evaluation.every=0", "settings.toy.n_tasks=12"]
-
-
-def _run(recipe, overrides, resume=None):
-    plan = plan_recipe(recipe, overrides)
-    store = RunStore(plan.config.store_url())
-    runner = Runner(plan, plan.host, store, recipe=plan.source, resume_run_id=resume)
-    return runner, store
 
 
 def _mixed(trajs):
@@ -60,7 +51,7 @@ def test_later_rounds_get_group_names_that_do_not_collide():
 
 
 def test_only_mixed_groups_are_trained_on_and_the_counts_are_stored(toy_site, toy_recipe):
-    runner, store = _run(toy_recipe, DS + ["training.steps=2", "rollout.dynamic_sampling.tasks_per_round=4",
+    runner, store = _runner(toy_recipe, DS + ["training.steps=2", "rollout.dynamic_sampling.tasks_per_round=4",
                                            "rollout.dynamic_sampling.max_rounds=3", "settings.toy.outcomes=every_third"])
     runner.run()
     plugin = sys.modules["toy_plugin"].plugin
@@ -89,7 +80,7 @@ def test_only_mixed_groups_are_trained_on_and_the_counts_are_stored(toy_site, to
 
 
 def test_the_draw_limit_holds_when_no_group_is_mixed(toy_site, toy_recipe):
-    runner, store = _run(toy_recipe, DS + ["training.steps=2", "rollout.dynamic_sampling.max_rounds=3",
+    runner, store = _runner(toy_recipe, DS + ["training.steps=2", "rollout.dynamic_sampling.max_rounds=3",
                                            "settings.toy.outcomes=never"])
     runner.run()
     plugin = sys.modules["toy_plugin"].plugin
@@ -102,7 +93,7 @@ def test_the_draw_limit_holds_when_no_group_is_mixed(toy_site, toy_recipe):
 
 
 def test_the_pool_running_out_ends_the_rounds(toy_site, toy_recipe):
-    runner, store = _run(toy_recipe, DS + ["training.steps=1", "rollout.dynamic_sampling.max_rounds=50",
+    runner, store = _runner(toy_recipe, DS + ["training.steps=1", "rollout.dynamic_sampling.max_rounds=50",
                                            "settings.toy.n_tasks=5", "settings.toy.outcomes=never"])
     runner.run()
     (step,) = store.steps(runner.run_id)
@@ -110,7 +101,7 @@ def test_the_pool_running_out_ends_the_rounds(toy_site, toy_recipe):
 
 
 def test_off_by_default_nothing_is_filtered(toy_site, toy_recipe):
-    runner, store = _run(toy_recipe, ["training.steps=1", "training.checkpoint_every=0", "settings.toy.outcomes=never"])
+    runner, store = _runner(toy_recipe, ["training.steps=1", "training.checkpoint_every=0", "settings.toy.outcomes=never"])
     runner.run()
     plugin = sys.modules["toy_plugin"].plugin
     assert plugin.calls.count("collect") == 1 and "optimize" in plugin.calls
@@ -120,7 +111,7 @@ def test_off_by_default_nothing_is_filtered(toy_site, toy_recipe):
 def test_a_resumed_run_draws_and_keeps_what_the_uninterrupted_run_did(toy_site, toy_recipe, tmp_path):
     common = DS + ["training.steps=4", "training.checkpoint_every=1", "rollout.dynamic_sampling.tasks_per_round=3",
                    "settings.toy.outcomes=every_third"]
-    whole, store = _run(toy_recipe, common + [f"runs_dir={tmp_path / 'whole'}"])
+    whole, store = _runner(toy_recipe, common + [f"runs_dir={tmp_path / 'whole'}"])
     whole.run()
     expected = {s.step: (s.metrics, sorted((t.task_id, t.group, t.sample, t.reward)
                                            for t in store.trajectories(whole.run_id, step=s.step, phase="train")))
@@ -130,11 +121,11 @@ def test_a_resumed_run_draws_and_keeps_what_the_uninterrupted_run_did(toy_site, 
     flag = tmp_path / "interrupt"
     flag.touch()
     cut = common + [f"runs_dir={tmp_path / 'cut'}", f"settings.toy.interrupt_file={flag}", "settings.toy.interrupt_step=2"]
-    first, store2 = _run(toy_recipe, cut)
+    first, store2 = _runner(toy_recipe, cut)
     with pytest.raises(KeyboardInterrupt):
         first.run()
     sys.modules.pop("toy_plugin", None)
-    resumed, store2 = _run(toy_recipe, cut, resume=first.run_id)
+    resumed, store2 = _runner(toy_recipe, cut, resume=first.run_id)
     resumed.run()
     got = {s.step: (s.metrics, sorted((t.task_id, t.group, t.sample, t.reward)
                                       for t in store2.trajectories(first.run_id, step=s.step, phase="train")))

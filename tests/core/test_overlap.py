@@ -12,21 +12,14 @@ import pytest
 from seal_platform import infra, rollouts
 from seal_platform.context import RunContext
 from seal_platform.errors import ConfigError
-from seal_platform.loop import Runner
 from seal_platform.planning import plan_recipe
-from seal_platform.store import RunStore
 
 from .conftest import make_dist
+from tests.core.test_loop import _runner
 
 # Episodes slow enough (6 of them at 0.15 s) that the next step's collect is still running when optimize starts.
 SLOW = ["training.tasks_per_step=3", "training.group_size=2", "settings.toy.generate_sleep_s=0.15",
         "evaluation.every=0", "evaluation.before_training=false"]
-
-
-def _run(recipe, overrides, resume=None):
-    plan = plan_recipe(recipe, overrides)
-    store = RunStore(plan.config.store_url())
-    return Runner(plan, plan.host, store, recipe=plan.source, resume_run_id=resume), store
 
 
 def _versions(store, run_id, step):
@@ -36,7 +29,7 @@ def _versions(store, run_id, step):
 
 
 def test_overlapped_steps_are_one_version_each_and_at_most_one_step_behind(toy_site, toy_recipe):
-    runner, store = _run(toy_recipe, SLOW + ["rollout.overlap=true", "training.steps=6", "training.checkpoint_every=3"])
+    runner, store = _runner(toy_recipe, SLOW + ["rollout.overlap=true", "training.steps=6", "training.checkpoint_every=3"])
     runner.run()
     plugin = sys.modules["toy_plugin"].plugin
     # Prefetched: every step but the first and the one after the checkpoint (after step 2).
@@ -61,7 +54,7 @@ def test_overlapped_steps_are_one_version_each_and_at_most_one_step_behind(toy_s
 
 
 def test_overlap_off_is_the_synchronous_loop(toy_site, toy_recipe):
-    runner, store = _run(toy_recipe, SLOW + ["training.steps=3", "training.checkpoint_every=0"])
+    runner, store = _runner(toy_recipe, SLOW + ["training.steps=3", "training.checkpoint_every=0"])
     runner.run()
     plugin = sys.modules["toy_plugin"].plugin
     stages = [c for c in plugin.calls if c in ("collect", "diagnose", "evolve_interface", "reweight", "optimize")]
@@ -93,7 +86,7 @@ def test_a_killed_and_resumed_overlapped_run_stores_the_uninterrupted_history(to
     common = SLOW + ["rollout.overlap=true", "training.steps=6", "training.checkpoint_every=2",
                      "rollout.dynamic_sampling.enabled=true", "rollout.dynamic_sampling.max_rounds=2",
                      "settings.toy.restore_rng=true", "evaluation.every=2", "rollout.executor=toy-serial"]
-    whole, store = _run(toy_recipe, common + [f"runs_dir={tmp_path / 'whole'}"])
+    whole, store = _runner(toy_recipe, common + [f"runs_dir={tmp_path / 'whole'}"])
     whole.run()
     expected = _history(store, whole.run_id)
 
@@ -102,12 +95,12 @@ def test_a_killed_and_resumed_overlapped_run_stores_the_uninterrupted_history(to
     flag.touch()
     # Killed in step 2's update, while step 3's rollouts are being collected; resumed after step 1's checkpoint.
     cut = common + [f"runs_dir={tmp_path / 'cut'}", f"settings.toy.interrupt_file={flag}", "settings.toy.interrupt_step=2"]
-    first, store2 = _run(toy_recipe, cut)
+    first, store2 = _runner(toy_recipe, cut)
     with pytest.raises(KeyboardInterrupt):
         first.run()
     assert sys.modules["toy_plugin"].plugin.in_flight_at_update[2]
     sys.modules.pop("toy_plugin", None)
-    resumed, store2 = _run(toy_recipe, cut, resume=first.run_id)
+    resumed, store2 = _runner(toy_recipe, cut, resume=first.run_id)
     resumed.run()
     got = _history(store2, first.run_id)
     assert sorted(got[0]) == sorted(expected[0]) == [0, 1, 2, 3, 4, 5]
