@@ -13,7 +13,7 @@ psutil = pytest.importorskip("psutil")
 
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
-from tests.grpo.engine_checks import trainer_logprobs  # noqa: E402
+from tests.grpo.checks import trainer_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
 
 

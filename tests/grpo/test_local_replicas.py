@@ -25,7 +25,7 @@ from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
     per_replica,
     step_concurrency,
 )
-from tests.grpo.engine_checks import conversation, trainer_logprobs  # noqa: E402
+from tests.grpo.checks import conversation, trainer_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
 
 

@@ -12,6 +12,7 @@ from seal_platform_plugins.grpo.packing import packed_micro_batches, prefix_bloc
 from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
+from tests.grpo.checks import capture_grads  # noqa: E402
 
 # Mixed lengths: two groups, each sharing a prompt of its own, with rollouts from 14 to 300 tokens.
 LENGTHS = {"g0": [300, 41, 160, 14], "g1": [95, 230, 27]}
@@ -31,18 +32,6 @@ def mixed_samples(vocab: int, seed: int = 0) -> list[Sample]:
             out.append(Sample(id=f"{g}-{j}", group=g, input_ids=ids, positions=positions,
                               advantage=rng.uniform(-1.5, 1.5)))
     return out
-
-
-def capture_grads(trainer: GRPOTrainer) -> list[list[torch.Tensor]]:
-    """Replace the optimizer step with a recorder of the (clipped) gradients it would apply."""
-    seen: list[list[torch.Tensor]] = []
-    params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
-
-    def step(*args, **kwargs):
-        seen.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
-
-    trainer.optimizer.step = step
-    return seen
 
 
 def test_packed_micro_batches_respect_token_and_sequence_caps():

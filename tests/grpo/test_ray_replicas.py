@@ -27,7 +27,7 @@ make_tiny_model = _grpo_fixtures().make_tiny_model
 from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
-from tests.grpo.engine_checks import conversation, trainer_logprobs  # noqa: E402
+from tests.grpo.checks import conversation, trainer_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
 
 

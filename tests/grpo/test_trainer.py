@@ -16,6 +16,7 @@ from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.tokens import encode_episode  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
+from tests.grpo.checks import capture_grads  # noqa: E402
 
 
 def make_trajectories(tokenizer, rewards=((1.0, 0.0, 0.0), (0.0, 1.0, 1.0)), seed=0):
@@ -38,18 +39,6 @@ def make_trajectories(tokenizer, rewards=((1.0, 0.0, 0.0), (0.0, 1.0, 1.0)), see
             out.append(Trajectory(task_id=str(t), category="c", group=f"g{t}", sample=j, messages=messages,
                                   reward=reward))
     return out
-
-
-def capture_grads(trainer: GRPOTrainer) -> list[list[torch.Tensor]]:
-    """Replace the optimizer step with a recorder of the (clipped) gradients it would apply."""
-    seen: list[list[torch.Tensor]] = []
-    params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
-
-    def step(*args, **kwargs):
-        seen.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
-
-    trainer.optimizer.step = step
-    return seen
 
 
 def reference_loss(model, tokenizer, trajectories, settings: GRPOSettings, temperature: float = 1.0):

@@ -1,5 +1,6 @@
-"""What the engine tests compare with (not a test module): a trainer's log-probs of generated tokens, and a
-dialogue whose routing key stops before its first sampled reply."""
+"""What several grpo tests compare with (not a test module): a trainer's log-probs of generated tokens, a
+dialogue whose routing key stops before its first sampled reply, and the gradients a trainer's update
+would apply."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 
 from seal_platform.types import Message
 from seal_platform_plugins.grpo.objective import token_logprobs
+from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
 
 def trainer_logprobs(model, prompt: list[int], generated: list[int]) -> torch.Tensor:
@@ -26,3 +28,15 @@ def conversation(task: int, turn: str = "") -> list[Message]:
         msgs += [Message(role="assistant", content="Red.", token_ids=[1], trainable=True),
                  Message(role="user", content=turn)]
     return msgs
+
+
+def capture_grads(trainer: GRPOTrainer) -> list[list[torch.Tensor]]:
+    """Replace the optimizer step with a recorder of the (clipped) gradients it would apply."""
+    seen: list[list[torch.Tensor]] = []
+    params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
+
+    def step(*args, **kwargs):
+        seen.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+
+    trainer.optimizer.step = step
+    return seen
