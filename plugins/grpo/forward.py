@@ -17,7 +17,9 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from .objective import chunked_logprobs, entropy_from_logits, token_logprobs
-from .packing import FLASH_IMPLEMENTATIONS, attention_implementation, packed_micro_batches, packed_row, prefix_block_mask
+from .packing import (
+    FLASH_IMPLEMENTATIONS, PACKED_SDPA, attention_implementation, packed_micro_batches, packed_row, prefix_block_mask,
+)
 from .samples import Sample
 from .settings import GRPOSettings
 
@@ -93,7 +95,9 @@ class LogprobPasses:
     def _packed_logits(self, model: Any, batch: Sequence[Sample], hidden: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`_logits` with the sequences packed into one row (see :mod:`.packing`)."""
         rows = [s.input_ids for s in batch]
-        flash = attention_implementation(model) in FLASH_IMPLEMENTATIONS
+        implementation = attention_implementation(model)
+        flash = implementation in FLASH_IMPLEMENTATIONS
+        per_sequence = implementation == PACKED_SDPA
         # flash-attn's varlen kernels take no mask that lets packed suffixes see a cached prefix: packing wins.
         shared = 0 if flash else self._shared_prefix(batch)
         suffixes = [r[shared:] for r in rows]
@@ -103,9 +107,12 @@ class LogprobPasses:
         cols = [start + p - 1 - shared for s, start in zip(batch, starts) for p in s.positions]
         row_idx = torch.zeros(len(cols), dtype=torch.long)
         dev = self.device
-        packed = packed_row(suffixes, start=shared, flash=flash)
+        # The sequence boundaries (cu_seq_lens) serve flash-attn's varlen kernels and the per-sequence SDPA.
+        packed = packed_row(suffixes, start=shared, flash=flash or per_sequence)
         kwargs: dict[str, Any] = {k: (v.to(dev) if torch.is_tensor(v) else v) for k, v in packed.items()}
-        if shared:
+        if shared and per_sequence:  # each sequence sees the cached prefix whole: no dense mask needed
+            kwargs.update(past_key_values=self._prefix_cache(model, rows[0][:shared]), use_cache=True)
+        elif shared:
             eager = attention_implementation(model) == "eager"
             dtype = next(model.parameters()).dtype
             mask = prefix_block_mask([len(r) for r in suffixes], shared, dtype, additive=eager)

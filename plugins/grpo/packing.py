@@ -7,15 +7,21 @@ attention is kept inside each sequence:
 * the row is built by transformers' :class:`~transformers.DataCollatorWithFlattening` (position ids that
   restart at every sequence; with ``flash_attention_2`` also the ``cu_seq_lens`` / ``max_length`` boundary
   kwargs that flash-attn's varlen kernels take), as transformers' padding-free training does;
-* with ``sdpa`` or ``eager`` attention (CPU, or CUDA without flash-attn) transformers builds the block-diagonal
-  causal mask itself from those position ids when no attention mask and no cache are passed
-  (``masking_utils.find_packed_sequence_indices``);
 * on CUDA, :func:`prefer_flash_attention` switches the policy to ``flash_attention_2`` when flash-attn is
-  importable (SDPA with the block mask is the fallback).
+  importable;
+* elsewhere (CPU, or CUDA without flash-attn) a policy running ``sdpa`` is switched to
+  :data:`PACKED_SDPA`, registered with transformers' ``AttentionInterface``: :func:`packed_sdpa_attention`
+  runs SDPA once per packed sequence (boundaries from the same ``cu_seq_lens``), causal, so the row's
+  attention costs the sum of its sequences' squares, not the square of their sum, and SDPA's fused CPU/flash
+  kernels apply; unpacked calls (generation, padded batches) go to transformers' own SDPA unchanged;
+* with ``eager`` attention transformers builds the dense block-diagonal causal mask itself from the position
+  ids when no attention mask and no cache are passed (``masking_utils.find_packed_sequence_indices``): exact,
+  but (row tokens)^2 per head and layer, so only for small rows.
 
-Prefix sharing (``grpo.shared_prefix``) composes with packing where the attention takes an explicit mask
-(``sdpa``, ``eager``): the prompt shared by the micro-batch's sequences runs once, the suffixes are packed
-after it, and :func:`prefix_block_mask` lets every suffix token see the prefix and its own sequence only.
+Prefix sharing (``grpo.shared_prefix``) composes with packing under :data:`PACKED_SDPA` and ``eager``: the
+prompt shared by the micro-batch's sequences runs once into a KV cache and the suffixes are packed after it;
+each suffix token sees the prefix and its own sequence only (per sequence in :func:`packed_sdpa_attention`,
+through the dense :func:`prefix_block_mask` under ``eager``).
 flash-attn's varlen kernels take no such mask, so with ``flash_attention_2`` packing wins and each sequence
 runs its prefix itself: packing removes the padding of every layer and every token, prefix sharing only the
 prefix's repetition, and the flash kernels do not materialise the mask at all.
@@ -27,12 +33,15 @@ episodes) and ``grpo.micro_batch_size`` sequences.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from typing import Any, Sequence
 
 import torch
 
 FLASH_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3")
+# The attention implementation of packed rows without flash-attn: SDPA per packed sequence (see the module doc).
+PACKED_SDPA = "seal_packed_sdpa"
 
 
 def flash_attn_importable() -> bool:
@@ -59,6 +68,76 @@ def prefer_flash_attention(model: Any) -> bool:
         return False
     model.set_attn_implementation("flash_attention_2")
     return True
+
+
+def packed_sdpa_attention(
+    module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The attention function of :data:`PACKED_SDPA` (transformers' ``AttentionInterface`` signature).
+
+    A packed row (one row with ``cu_seq_lens_q`` among the kwargs, as :func:`packed_row` passes them) runs
+    SDPA once per sequence, causal, and ignores ``attention_mask``; keys beyond the queries' length at the
+    front are a shared prefix in the KV cache, which every sequence sees whole. Any other call (generation,
+    padded batches, the prefix pass itself) is transformers' ``sdpa_attention_forward`` as is.
+
+    The row is cut with ``split`` (whose backward is one concatenation; slicing would allocate a zero
+    gradient of the whole row per sequence) and the outputs are joined before the one transpose."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    bounds = kwargs.pop("cu_seq_lens_q", None)
+    for name in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
+        kwargs.pop(name, None)
+    if bounds is None or query.shape[0] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    cuts = [int(b) for b in bounds.tolist()]
+    lengths = [b - a for a, b in zip(cuts, cuts[1:])]
+    prefix = key.shape[2] - query.shape[2]
+    if prefix:
+        (key_prefix, *keys), (value_prefix, *values) = key.split([prefix, *lengths], 2), value.split([prefix, *lengths], 2)
+    else:
+        keys, values = list(key.split(lengths, 2)), list(value.split(lengths, 2))
+    options: dict[str, Any] = {"dropout_p": float(kwargs.get("dropout", 0.0)), "scale": kwargs.get("scaling")}
+    if getattr(module, "num_key_value_groups", 1) > 1:
+        options["enable_gqa"] = True
+    outputs = []
+    for n, q, k, v in zip(lengths, query.split(lengths, 2), keys, values):
+        if n == 0:
+            continue
+        if prefix:
+            k, v = torch.cat([key_prefix, k], dim=2), torch.cat([value_prefix, v], dim=2)
+            mask = _prefix_causal_mask(n, prefix, str(query.device))
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, **options)
+        else:
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=n > 1, **options)
+        outputs.append(out)
+    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+
+
+@functools.lru_cache(maxsize=32)
+def _prefix_causal_mask(n: int, prefix: int, device: str) -> torch.Tensor:
+    """(n, prefix + n) boolean: every query sees the prefix, then causally its own sequence (kept across layers)."""
+    mask = torch.ones(n, prefix + n, dtype=torch.bool, device=device)
+    mask[:, prefix:] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    return mask
+
+
+def use_packed_sdpa(model: Any) -> bool:
+    """Switch a ``model`` running ``sdpa`` to :data:`PACKED_SDPA` (registered with transformers on first
+    use; its masks are SDPA's); True when it runs :data:`PACKED_SDPA` afterwards. Other implementations
+    (``eager``, flash) are left as they are."""
+    current = attention_implementation(model)
+    if current == PACKED_SDPA:
+        return True
+    if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return False
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(PACKED_SDPA, packed_sdpa_attention)
+    AttentionMaskInterface.register(PACKED_SDPA, sdpa_mask)
+    model.set_attn_implementation(PACKED_SDPA)
+    return attention_implementation(model) == PACKED_SDPA
 
 
 def packed_micro_batches(samples: Sequence[Any], max_sequences: int, max_tokens: int | None) -> list[list[Any]]:

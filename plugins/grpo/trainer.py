@@ -31,7 +31,7 @@ import torch
 
 from .forward import LogprobPasses
 from .objective import LossTerms, grpo_token_loss
-from .packing import prefer_flash_attention
+from .packing import prefer_flash_attention, use_packed_sdpa
 from .samples import (
     LOSS_PARTS,
     Sample,
@@ -137,10 +137,10 @@ class GRPOTrainer(LogprobPasses):
         self.policy_is_reference = bool(policy_is_reference and ref_model is not None)
         if s.gradient_checkpointing:
             enable_gradient_checkpointing(model, keep_attention=s.checkpoint_keep_attention)
-        if s.pack_sequences:  # on CUDA with flash-attn: packed rows run its varlen kernels (see .packing)
+        if s.pack_sequences:  # flash-attn's varlen kernels on CUDA, else SDPA per packed sequence (see .packing)
             for m in (model, ref_model):
-                if m is not None and hasattr(m, "set_attn_implementation"):
-                    prefer_flash_attention(m)
+                if m is not None and hasattr(m, "set_attn_implementation") and not prefer_flash_attention(m):
+                    use_packed_sdpa(m)
 
     @classmethod
     def with_reference(cls, model: Any, settings: GRPOSettings | None = None, **kwargs: Any) -> GRPOTrainer:

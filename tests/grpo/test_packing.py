@@ -8,7 +8,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from seal_platform_plugins.grpo.packing import packed_micro_batches, prefix_block_mask  # noqa: E402
+from seal_platform_plugins.grpo.packing import (  # noqa: E402
+    PACKED_SDPA,
+    attention_implementation,
+    packed_micro_batches,
+    packed_sdpa_attention,
+    prefix_block_mask,
+)
 from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
@@ -136,3 +142,82 @@ def test_packed_update_equals_padded_update(tokenizer, new_tiny_model, terms):
         assert torch.allclose(a.old_logp, b.old_logp, atol=2e-5, rtol=1e-5)
         if terms["kl_coef"]:
             assert torch.allclose(a.ref_logp, b.ref_logp, atol=2e-5, rtol=1e-5)
+
+
+class _SDPACalls(torch.overrides.TorchFunctionMode):
+    """Records the query length of every scaled_dot_product_attention call made while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query_lengths: list[int] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            self.query_lengths.append(args[0].shape[-2])
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("prefix", [0, 5])
+def test_packed_sdpa_attention_equals_dense_block_mask(prefix):
+    class GroupedQueryAttention(torch.nn.Module):  # what the function reads from a transformers attention layer
+        num_key_value_groups = 3
+        is_causal = True
+
+    gen = torch.Generator().manual_seed(0)
+    lengths = [7, 1, 12, 4]
+    total = sum(lengths)
+    q = torch.randn(1, 6, total, 8, generator=gen)
+    k = torch.randn(1, 2, prefix + total, 8, generator=gen)
+    v = torch.randn(1, 2, prefix + total, 8, generator=gen)
+    cu = torch.tensor([0, 7, 8, 20, 24], dtype=torch.int32)
+    out, _ = packed_sdpa_attention(GroupedQueryAttention(), q, k, v, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                                   max_length_q=12, max_length_k=12, scaling=0.3)
+    assert out.shape == (1, total, 6, 8)
+    mask = prefix_block_mask(lengths, prefix, torch.float32, additive=False)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1), attn_mask=mask, scale=0.3)
+    assert torch.allclose(out, want.transpose(1, 2), atol=1e-6)
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_packed_rows_attend_per_sequence_under_sdpa(tokenizer, new_tiny_model, shared_prefix):
+    """A policy on sdpa runs packed rows with one SDPA call per sequence: no attention over the whole row."""
+    model = new_tiny_model()
+    model.set_attn_implementation("sdpa")
+    settings = GRPOSettings(kl_coef=0.0, micro_batch_size=4, pack_sequences=True, shared_prefix=shared_prefix,
+                            max_tokens_per_micro_batch=700)
+    trainer = GRPOTrainer(model, settings, pad_id=tokenizer.pad_token_id)
+    assert attention_implementation(model) == PACKED_SDPA
+    samples = mixed_samples(len(tokenizer))
+    with _SDPACalls() as calls:
+        trainer.fill_logprobs(model, samples, "old_logp")
+    longest = max(len(x.input_ids) for x in samples)
+    layers = model.config.num_hidden_layers
+    # Every layer: one call per sequence (and, with a shared prefix, one per micro-batch for the prefix pass).
+    assert len(calls.query_lengths) == layers * (len(samples) + (len(LENGTHS) if shared_prefix else 0))
+    assert max(calls.query_lengths) <= longest
+
+
+def test_packed_lora_update_equals_padded(tokenizer, new_tiny_model):
+    """LoRA (peft) policy and its adapters-off reference run the per-sequence attention too, same results."""
+    from seal_platform_plugins.grpo import lora
+    from seal_platform_plugins.grpo.settings import LoRASettings
+
+    adapters = LoRASettings(rank=4, alpha=8)
+
+    def run(pack: bool):
+        model = lora.wrap(new_tiny_model(), adapters)
+        settings = GRPOSettings(lr=1e-2, kl_coef=0.05, mini_batch_tasks=1, micro_batch_size=3,
+                                max_tokens_per_micro_batch=520, pack_sequences=pack, zero_advantage="compute",
+                                lora=adapters)
+        trainer = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id)
+        if pack:
+            assert attention_implementation(model) == attention_implementation(trainer.ref_model) == PACKED_SDPA
+        samples = mixed_samples(len(tokenizer))
+        trainer.step(samples)
+        trainer.step(samples)  # the adapters have moved: policy and reference now differ
+        return samples
+
+    for a, b in zip(run(False), run(True)):
+        assert torch.allclose(a.old_logp, b.old_logp, atol=2e-5, rtol=1e-5)
+        assert torch.allclose(a.ref_logp, b.ref_logp, atol=2e-5, rtol=1e-5)
