@@ -11,10 +11,17 @@ machine). ``--set key=value`` applies the same override to every run.
 
 Every finished run is appended to the results file (JSON lines) at once, and runs already in it are skipped,
 so the work can be split over several invocations (``--max-runs``, or stop it any time) and the table
-rebuilt from whatever is there. The evaluation before training is the same for every run (greedy decoding,
-the same initial weights and held-out tasks), so it is done once (``base model`` row) and the training runs
-only evaluate after their steps (``evaluation.every`` of the recipes: a learning curve per run). Checkpoints
-are deleted after each run unless ``--keep-checkpoints``.
+rebuilt from whatever is there. A run cut off half-way (its process killed: session end, SIGKILL, restart)
+is resumed, not started again: training runs write a checkpoint every ``--checkpoint-every`` steps (default
+1; the last and the best are kept), and the next invocation that claims (recipe, seed) resumes the newest
+crashed or interrupted run of the same recipe and config (seed and overrides included) from its last durable
+checkpoint, under the same run id. Its row holds the whole run's evaluations (from the store),
+``resumed_from_step``, ``wall_parts_s`` (each part; a cut-off part is timed from its start to its last
+heartbeat) with ``wall_s`` their sum, and ``load_at_resume`` (docs/ablation.md: what is exact). The
+evaluation before training is the same for every run (greedy decoding, the same initial weights and held-out
+tasks), so it is done once (``base model`` row) and the training runs only evaluate after their steps
+(``evaluation.every`` of the recipes: a learning curve per run). Checkpoints are deleted after each run
+unless ``--keep-checkpoints``.
 
 The table gives, per recipe, the final held-out pass rate as the mean over seeds with a 95% bootstrap
 interval (seeds resampled), the paired difference to vanilla GRPO (same seed, same held-out tasks) with its
