@@ -11,10 +11,17 @@ machine). ``--set key=value`` applies the same override to every run.
 
 Every finished run is appended to the results file (JSON lines) at once, and runs already in it are skipped,
 so the work can be split over several invocations (``--max-runs``, or stop it any time) and the table
-rebuilt from whatever is there. The evaluation before training is the same for every run (greedy decoding,
-the same initial weights and held-out tasks), so it is done once (``base model`` row) and the training runs
-only evaluate after their steps (``evaluation.every`` of the recipes: a learning curve per run). Checkpoints
-are deleted after each run unless ``--keep-checkpoints``.
+rebuilt from whatever is there. A run cut off half-way (its process killed: session end, SIGKILL, restart)
+is resumed, not started again: training runs write a checkpoint every ``--checkpoint-every`` steps (default
+1; the last and the best are kept), and the next invocation that claims (recipe, seed) resumes the newest
+crashed or interrupted run of the same recipe and config (seed and overrides included) from its last durable
+checkpoint, under the same run id. Its row holds the whole run's evaluations (from the store),
+``resumed_from_step``, ``wall_parts_s`` (each part; a cut-off part is timed from its start to its last
+heartbeat) with ``wall_s`` their sum, and ``load_at_resume`` (docs/ablation.md: what is exact). The
+evaluation before training is the same for every run (greedy decoding, the same initial weights and held-out
+tasks), so it is done once (``base model`` row) and the training runs only evaluate after their steps
+(``evaluation.every`` of the recipes: a learning curve per run). Checkpoints are deleted after each run
+unless ``--keep-checkpoints``.
 
 The table gives, per recipe, the final held-out pass rate as the mean over seeds with a 95% bootstrap
 interval (seeds resampled), the paired difference to vanilla GRPO (same seed, same held-out tasks) with its
@@ -34,7 +41,9 @@ import socket
 import statistics
 import sys
 import time
+from datetime import timezone
 from pathlib import Path
+from typing import Any
 
 DEFAULT_RECIPES = [
     "smarthome-vanilla-grpo",
@@ -65,7 +74,9 @@ def _label(recipe: str) -> str:
 
 
 def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints: bool) -> dict:
-    """One run through the core's loop; returns its evaluations and wall time."""
+    """One run through the core's loop; returns its evaluations and wall time. A run of the same recipe and
+    config (seed and overrides included) that an earlier invocation left unfinished with a durable checkpoint
+    is resumed (same run id, from its last checkpoint) instead of started again from step 0."""
     from seal_platform.cli import load_recipe, plugin_host_for
     from seal_platform.config import raise_for
     from seal_platform.loop import Runner
@@ -79,26 +90,99 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
     plan = prepare(config, host, str(path))
     store = RunStore(config.store_url())
     load_before = os.getloadavg()[0]
+    found = find_resumable(store, str(path), config.config_hash())
+    if found is None:
+        runner = Runner(plan, host, store, recipe=str(path))
+        from_step, previous_wall = 0, None
+    else:
+        run, from_step = found
+        previous_wall = previous_part_wall(store, run)
+        print(f"   resuming run {run.id} ({run.status}) from step {from_step}, after its checkpoint of step "
+              f"{from_step - 1}", flush=True)
+        runner = Runner(plan, host, store, recipe=str(path), resume_run_id=run.id, takeover=True)
+    # Written before the part runs, so that a later resume can time this part if it is cut off too.
+    store.add_event(runner.run_id, PART_EVENT, f"ablation harness: from step {from_step} (load {load_before:.2f})",
+                    {"from_step": from_step, "load": round(load_before, 2), "pid": os.getpid(),
+                     "previous_part_wall_s": None if previous_wall is None else round(previous_wall, 1)})
     started = time.perf_counter()
-    summary = Runner(plan, host, store, recipe=str(path)).run()
+    summary = runner.run()
     wall = time.perf_counter() - started
     if not keep_checkpoints:
         shutil.rmtree(summary.run_dir / "checkpoints", ignore_errors=True)
     from seal_platform.present.digest import load_digest
 
-    evals = {str(step): {"average": r.average, "per_category": r.per_category, "n_tasks": r.n_tasks}
-             for step, r in summary.evaluations.items()}
     digest = load_digest(store, summary.run_id)
-    return {"run_id": summary.run_id, "environment": config.environment, "steps": summary.steps_done,
-            "interface_revision": summary.interface_revision, "evaluations": evals, "wall_s": round(wall, 1),
-            # 1-minute load average when the run started and ended: wall times are only comparable when these are.
-            "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            # The per-label evidence: what the diagnosers saw, what A-Patch made of it, what the interface became.
-            "updates": digest.updates(), "train_rewards": [round(st.mean_reward, 4) for st in digest.steps],
-            "dynamic_sampling": digest.dynamic_sampling(), "labels": digest.labels,
-            "label_weights": digest.final_label_weights(),
-            "revisions": [{"revision": r.revision, "step": r.step, "changes": r.changes, "driven_by": r.driven_by}
-                          for r in digest.revisions]}
+    row = {"run_id": summary.run_id, "environment": config.environment, "steps": summary.steps_done,
+           "interface_revision": summary.interface_revision,
+           # From the store: the whole run's evaluations, those before a resume included.
+           "evaluations": stored_evaluations(store, summary.run_id, config.environment),
+           "wall_s": round(wall, 1),
+           # 1-minute load average when the run started and ended: wall times are only comparable when these are.
+           "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+           "checkpoint_every": config.training.checkpoint_every,
+           # The per-label evidence: what the diagnosers saw, what A-Patch made of it, what the interface became.
+           "updates": digest.updates(), "train_rewards": [round(st.mean_reward, 4) for st in digest.steps],
+           "dynamic_sampling": digest.dynamic_sampling(), "labels": digest.labels,
+           "label_weights": digest.final_label_weights(),
+           "revisions": [{"revision": r.revision, "step": r.step, "changes": r.changes, "driven_by": r.driven_by}
+                         for r in digest.revisions]}
+    parts = [e.data for e in store.events(summary.run_id) if e.kind == PART_EVENT]
+    resumes = [p for p in parts if p.get("from_step")]
+    if resumes:
+        walls = [p["previous_part_wall_s"] for p in resumes]
+        row.update(
+            wall_s=round(sum(w or 0.0 for w in walls) + wall, 1), wall_parts_s=[*walls, round(wall, 1)],
+            wall_s_is="the sum of the run's parts (wall_parts_s, in order); a part that was cut off is timed from "
+                      "its start to its process's last heartbeat (or its end when interrupted), so up to 30 s of "
+                      "each cut-off part is missing; the steps after its last checkpoint, done again, are counted "
+                      "twice; null: not known",
+            resumed_from_step=[p["from_step"] for p in resumes],
+            load=[parts[0]["load"] if parts[0].get("from_step") == 0 else None, row["load"][1]],
+            load_at_resume=[p["load"] for p in resumes])
+    return row
+
+
+PART_EVENT = "ablation_part"  # the store event each part of a run (its start, or a resume) begins with
+RESUMABLE = ("crashed", "interrupted")  # a `running` row whose local process is gone reads `crashed`
+
+
+def find_resumable(store: Any, recipe_path: str, config_hash: str) -> tuple[Any, int] | None:
+    """The newest run of this recipe with this config (seed and overrides are in its hash) that was cut off
+    (crashed, interrupted) after a durable checkpoint, and the step it resumes at; None: start a new run. The
+    caller holds the (recipe, seed) claim, so no other invocation is running it."""
+    from seal_platform.checkpoints import durable_checkpoints
+
+    for run in store.list_runs():  # newest first
+        if run.recipe != recipe_path or run.config_hash != config_hash or run.status not in RESUMABLE:
+            continue
+        durable = durable_checkpoints(store, run.id)
+        if durable:
+            return run, durable[-1].step + 1
+    return None
+
+
+def previous_part_wall(store: Any, run: Any) -> float | None:
+    """Seconds the run's last part ran: from its start (its ``ablation_part`` event, else the run's start) to
+    its end (interrupted) or its last heartbeat (killed: the heartbeat is written every 30 s)."""
+    parts = [e for e in store.events(run.id) if e.kind == PART_EVENT]
+    start = parts[-1].at if parts else run.started_at
+    end = run.ended_at or run.heartbeat_at
+    if start is None or end is None:
+        return None
+    utc = [t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in (start, end)]
+    return max(0.0, (utc[1] - utc[0]).total_seconds())
+
+
+def stored_evaluations(store: Any, run_id: str, environment: str) -> dict[str, dict]:
+    """The run's evaluations of its own environment, by step: the average over categories, the per-category
+    pass rates and the number of tasks (as the loop's summary gives them, but for the whole run)."""
+    by_step: dict[int, dict] = {}
+    for e in store.evaluations(run_id):  # ordered by step, then category
+        if e.benchmark in ("", environment):
+            entry = by_step.setdefault(e.step, {"per_category": {}, "n_tasks": e.n_tasks})
+            entry["per_category"][e.category] = e.pass_rate
+    return {str(step): {"average": sum(r["per_category"].values()) / len(r["per_category"]), **r}
+            for step, r in sorted(by_step.items())}
 
 
 def _claim(runs_dir: Path, recipe: str, seed: int | None) -> bool:
@@ -107,7 +191,7 @@ def _claim(runs_dir: Path, recipe: str, seed: int | None) -> bool:
     over, so an interrupted ablation goes on where it stopped when started again."""
     claims = runs_dir / "claims"
     claims.mkdir(parents=True, exist_ok=True)
-    path = claims / f"{recipe.replace(' ', '_')}.{seed}"
+    path = claims / f"{recipe.replace(' ', '_').replace(os.sep, '_')}.{seed}"
     me = f"{socket.gethostname()} {os.getpid()}"
     for _ in range(2):
         try:
@@ -248,6 +332,9 @@ def main() -> None:
     parser.add_argument("--budget-min", type=float, default=None,
                         help="start no new run once this many minutes have passed (to hand the machine on)")
     parser.add_argument("--keep-checkpoints", action="store_true")
+    parser.add_argument("--checkpoint-every", type=int, default=1, metavar="N",
+                        help="training runs write a checkpoint every N steps (keeping the last and the best), so "
+                             "that a run cut off is resumed from there (default 1; 0: the recipe's own setting)")
     parser.add_argument("--table-only", action="store_true")
     parser.add_argument("--plot", type=Path, default=None, help="write the learning curves (PNG) here")
     args = parser.parse_args()
@@ -259,6 +346,10 @@ def main() -> None:
         if not args.no_base:
             # Before training, greedy: one evaluation stands for every recipe and seed.
             todo.append((BASE, None, ["training.steps=0", "evaluation.before_training=true"]))
+        # Checkpoints change nothing a run computes (they only read the weights, optimizer and random states);
+        # before --set, so that an override there wins.
+        ckpt = ([f"training.checkpoint_every={args.checkpoint_every}", "training.keep_checkpoints=1"]
+                if args.checkpoint_every > 0 else [])
         todo += [(r, s, [f"seed={s}", "evaluation.before_training=false"]) for s in args.seeds for r in args.recipes]
         # Seed by seed: an interrupted ablation leaves whole seeds (paired comparisons) rather than whole recipes.
         done = {(r["recipe"], r["seed"]) for r in rows}
@@ -275,7 +366,8 @@ def main() -> None:
                 continue
             source = args.recipes[1] if recipe == BASE and len(args.recipes) > 1 else args.recipes[0]
             print(f"== {recipe} seed {seed}", flush=True)
-            row = run_one(source if recipe == BASE else recipe, [*args.overrides, *extra], args.runs_dir,
+            row = run_one(source if recipe == BASE else recipe,
+                          [*([] if recipe == BASE else ckpt), *args.overrides, *extra], args.runs_dir,
                           args.keep_checkpoints)
             row.update(recipe=recipe, seed=seed, overrides=args.overrides)
             final = row["evaluations"][max(row["evaluations"], key=int)]
