@@ -6,7 +6,8 @@ multi-turn episode after its prompt: 64 generated tokens (the loss tokens), then
 output, and so on. Both runs use the same recipe (KL 0.001 k3, one update per ``--tasks-per-update`` groups,
 micro-batches of at most ``--micro`` sequences and ``--max-tokens-per-micro`` tokens - padded tokens for the
 padded path, the sum of the lengths for the packed one) on a fresh copy of the model; tokens/s = the batch's
-tokens / wall seconds of one step, median of ``--repeats`` steps after a warm-up step. On CPU it also prints
+tokens / wall seconds of one step, median of ``--repeats`` steps after a warm-up step. Each path runs in a
+process of its own and its peak resident memory is printed too. On CPU it also prints
 the roofline of bench_grpo_update.py (the step's matrix-product FLOPs on the unpadded sequences against this
 CPU's float32 matmul peak) and each path's fraction of it.
 
@@ -19,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -105,6 +108,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--only", choices=("padded", "packed"), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     import torch
@@ -117,12 +121,33 @@ def main() -> None:
     path = args.model or str(model_dir(PolicySettings()))
     batch = make_mixed_batch(args.sequences, args.group, args.prompt_tokens, args.min_tokens, args.max_tokens, seed=0)
     tokens = sum(len(ids) for _, ids, _ in batch)
-    print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
-          f"groups of {args.group}; micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
-          f"{args.device}", flush=True)
+    if not args.only:
+        print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
+              f"groups of {args.group}; micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
+              f"{args.device}", flush=True)
+    if args.only:  # a child of the run below: one path, its figures as the last line
+        print(json.dumps(run(path, batch, args, args.only == "packed")))
+        return
     results: dict[str, float] = {}
-    for pack in (False, True):
-        results.update(run(path, batch, args, pack))
+    for name in ("padded", "packed"):
+        # Each path in a process of its own, so that each one's peak memory is its own (os.wait4's rusage).
+        argv = [a for a in sys.argv[1:]]
+        if "--out" in argv:
+            del argv[argv.index("--out"): argv.index("--out") + 2]
+        child = subprocess.Popen([sys.executable, __file__, *argv, "--only", name], stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        lines = []
+        for line in child.stdout:
+            if not line.startswith("{"):
+                print(line, end="", flush=True)
+            lines.append(line)
+        _, status, usage = os.wait4(child.pid, 0)
+        if status != 0:
+            sys.exit(f"the {name} path failed (wait status {status}); peak RSS {usage.ru_maxrss / 1e6:.1f} GB")
+        results.update(json.loads(lines[-1]))
+        results[f"{name}_peak_rss_gb"] = usage.ru_maxrss / 1e6  # kilobytes on Linux
+        print(f"{name}: peak RSS {usage.ru_maxrss / 1e6:.2f} GB (its whole process: model, reference, optimizer)",
+              flush=True)
     speedup = results["packed_tokens_per_s"] / results["padded_tokens_per_s"]
     results["packed_over_padded"] = speedup
     print(f"packed / padded: {speedup:.2f}x", flush=True)

@@ -98,8 +98,9 @@ class LogprobPasses:
         implementation = attention_implementation(model)
         flash = implementation in FLASH_IMPLEMENTATIONS
         per_sequence = implementation == PACKED_SDPA
-        # flash-attn's varlen kernels take no mask that lets packed suffixes see a cached prefix: packing wins.
-        shared = 0 if flash else self._shared_prefix(batch)
+        # Per-sequence attention (flash-attn's varlen kernels, PACKED_SDPA) runs without a KV cache: packing
+        # wins over prefix sharing there (see .packing).
+        shared = 0 if flash or per_sequence else self._shared_prefix(batch)
         suffixes = [r[shared:] for r in rows]
         starts = [0]
         for r in suffixes[:-1]:
@@ -110,9 +111,7 @@ class LogprobPasses:
         # The sequence boundaries (cu_seq_lens) serve flash-attn's varlen kernels and the per-sequence SDPA.
         packed = packed_row(suffixes, start=shared, flash=flash or per_sequence)
         kwargs: dict[str, Any] = {k: (v.to(dev) if torch.is_tensor(v) else v) for k, v in packed.items()}
-        if shared and per_sequence:  # each sequence sees the cached prefix whole: no dense mask needed
-            kwargs.update(past_key_values=self._prefix_cache(model, rows[0][:shared]), use_cache=True)
-        elif shared:
+        if shared:
             eager = attention_implementation(model) == "eager"
             dtype = next(model.parameters()).dtype
             mask = prefix_block_mask([len(r) for r in suffixes], shared, dtype, additive=eager)

@@ -83,12 +83,15 @@ def test_packed_logprobs_equal_padded_per_sample(tokenizer, new_tiny_model, shar
         hook.remove()
         got[pack], shapes[pack] = samples, seen
     total = sum(len(x.input_ids) for x in got[True])
-    # Packed: one row per micro-batch, no padding; the shared prompts run once per micro-batch (a 1-row pass).
+    # Packed: one row per micro-batch, no padding; under eager the shared prompts run once per micro-batch (a
+    # 1-row pass); per-sequence SDPA runs every sequence whole (packing wins over prefix sharing).
     assert all(rows == 1 for rows, _ in shapes[True])
+    assert attention_implementation(model) == (PACKED_SDPA if attn == "sdpa" else attn)
+    prefix_pass = shared_prefix and attn == "eager"
     # Both groups fit one micro-batch each (4 and 3 sequences, 515 and 352 tokens).
-    assert len(shapes[True]) == len(LENGTHS) * (2 if shared_prefix else 1)
+    assert len(shapes[True]) == len(LENGTHS) * (2 if prefix_pass else 1)
     run_tokens = sum(n for _, n in shapes[True])
-    if shared_prefix:
+    if prefix_pass:
         assert run_tokens < total
     else:
         assert run_tokens == total
@@ -157,8 +160,7 @@ class _SDPACalls(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("prefix", [0, 5])
-def test_packed_sdpa_attention_equals_dense_block_mask(prefix):
+def test_packed_sdpa_attention_equals_dense_block_mask():
     class GroupedQueryAttention(torch.nn.Module):  # what the function reads from a transformers attention layer
         num_key_value_groups = 3
         is_causal = True
@@ -167,16 +169,21 @@ def test_packed_sdpa_attention_equals_dense_block_mask(prefix):
     lengths = [7, 1, 12, 4]
     total = sum(lengths)
     q = torch.randn(1, 6, total, 8, generator=gen)
-    k = torch.randn(1, 2, prefix + total, 8, generator=gen)
-    v = torch.randn(1, 2, prefix + total, 8, generator=gen)
+    k = torch.randn(1, 2, total, 8, generator=gen)
+    v = torch.randn(1, 2, total, 8, generator=gen)
     cu = torch.tensor([0, 7, 8, 20, 24], dtype=torch.int32)
-    out, _ = packed_sdpa_attention(GroupedQueryAttention(), q, k, v, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
-                                   max_length_q=12, max_length_k=12, scaling=0.3)
+    module = GroupedQueryAttention()
+    out, _ = packed_sdpa_attention(module, q, k, v, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=12,
+                                   max_length_k=12, scaling=0.3)
     assert out.shape == (1, total, 6, 8)
-    mask = prefix_block_mask(lengths, prefix, torch.float32, additive=False)
+    mask = prefix_block_mask(lengths, 0, torch.float32, additive=False)
     want = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1), attn_mask=mask, scale=0.3)
     assert torch.allclose(out, want.transpose(1, 2), atol=1e-6)
+    # Keys beyond the queries (a KV cache) are not a packed row's: refused, not attended to silently.
+    longer = torch.randn(1, 2, total + 3, 8, generator=gen)
+    with pytest.raises(ValueError, match="without a KV cache"):
+        packed_sdpa_attention(module, q, longer, longer, None, cu_seq_lens_q=cu)
 
 
 @pytest.mark.parametrize("shared_prefix", [False, True])
@@ -193,8 +200,8 @@ def test_packed_rows_attend_per_sequence_under_sdpa(tokenizer, new_tiny_model, s
         trainer.fill_logprobs(model, samples, "old_logp")
     longest = max(len(x.input_ids) for x in samples)
     layers = model.config.num_hidden_layers
-    # Every layer: one call per sequence (and, with a shared prefix, one per micro-batch for the prefix pass).
-    assert len(calls.query_lengths) == layers * (len(samples) + (len(LENGTHS) if shared_prefix else 0))
+    # Every layer: one call per sequence, with or without shared_prefix (packing wins: no prefix pass).
+    assert len(calls.query_lengths) == layers * len(samples)
     assert max(calls.query_lengths) <= longest
 
 
