@@ -86,7 +86,9 @@ def test_a_killed_run_is_resumed_from_its_checkpoint_and_ends_as_an_uninterrupte
     [row] = _rows(runs)
     assert f"resuming run {killed.id} (crashed) from step {last + 1}" in out
     assert row["run_id"] == killed.id and [r.id for r in store.list_runs()] == [killed.id]  # no new run
-    assert store.get_run(killed.id).status == "completed"
+    ended = store.get_run(killed.id)
+    events = [(e.kind, e.message) for e in store.events(killed.id)]
+    assert ended.status == "completed", (ended.status, ended.pid, ended.error, ended.heartbeat_at, events, out[-3000:])
     assert row["resumed_from_step"] == [last + 1] and row["checkpoint_every"] == 1
     first, second = row["wall_parts_s"]
     assert first is not None and first >= 0 and second > 0 and row["wall_s"] == round(first + second, 1)
