@@ -121,20 +121,18 @@ def main() -> None:
     path = args.model or str(model_dir(PolicySettings()))
     batch = make_mixed_batch(args.sequences, args.group, args.prompt_tokens, args.min_tokens, args.max_tokens, seed=0)
     tokens = sum(len(ids) for _, ids, _ in batch)
-    if not args.only:
-        print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
-              f"groups of {args.group}; micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
-              f"{args.device}", flush=True)
     if args.only:  # a child of the run below: one path, its figures as the last line
         print(json.dumps(run(path, batch, args, args.only == "packed")))
         return
+    print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
+          f"groups of {args.group}; micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
+          f"{args.device}", flush=True)
     results: dict[str, float] = {}
     for name in ("padded", "packed"):
         # Each path in a process of its own, so that each one's peak memory is its own (os.wait4's rusage).
-        argv = [a for a in sys.argv[1:]]
-        if "--out" in argv:
-            del argv[argv.index("--out"): argv.index("--out") + 2]
-        child = subprocess.Popen([sys.executable, __file__, *argv, "--only", name], stdout=subprocess.PIPE, text=True)
+        # (A child returns before --out is written: only this process writes it.)
+        child = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--only", name], stdout=subprocess.PIPE,
+                                 text=True)
         assert child.stdout is not None
         lines = []
         for line in child.stdout:

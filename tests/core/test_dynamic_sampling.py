@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import sys
 
-import pytest
-
 from seal_platform import dynamic_sampling as ds
 from seal_platform.types import Task, Trajectory
 from tests.core.test_loop import _runner
+from tests.core.test_resume_reliability import interrupted_then_resumed
 
 DS = ["rollout.dynamic_sampling.enabled=true", "training.tasks_per_step=2", "training.group_size=3",
       "training.checkpoint_every=0", "evaluation.every=0", "settings.toy.n_tasks=12"]
@@ -108,28 +107,23 @@ def test_off_by_default_nothing_is_filtered(toy_site, toy_recipe):
     assert not any(k.startswith("ds_") for k in store.steps(runner.run_id)[0].metrics)
 
 
+def _train_history(store, run_id):
+    """Per step: its metrics and its training trajectories (task, group, sample, reward)."""
+    return {s.step: (s.metrics, sorted((t.task_id, t.group, t.sample, t.reward)
+                                       for t in store.trajectories(run_id, step=s.step, phase="train")))
+            for s in store.steps(run_id)}
+
+
 def test_a_resumed_run_draws_and_keeps_what_the_uninterrupted_run_did(toy_site, toy_recipe, tmp_path):
     common = DS + ["training.steps=4", "training.checkpoint_every=1", "rollout.dynamic_sampling.tasks_per_round=3",
                    "settings.toy.outcomes=every_third"]
     whole, store = _runner(toy_recipe, common + [f"runs_dir={tmp_path / 'whole'}"])
     whole.run()
-    expected = {s.step: (s.metrics, sorted((t.task_id, t.group, t.sample, t.reward)
-                                           for t in store.trajectories(whole.run_id, step=s.step, phase="train")))
-                for s in store.steps(whole.run_id)}
+    expected = _train_history(store, whole.run_id)
 
-    sys.modules.pop("toy_plugin", None)
-    flag = tmp_path / "interrupt"
-    flag.touch()
-    cut = common + [f"runs_dir={tmp_path / 'cut'}", f"settings.toy.interrupt_file={flag}", "settings.toy.interrupt_step=2"]
-    first, store2 = _runner(toy_recipe, cut)
-    with pytest.raises(KeyboardInterrupt):
-        first.run()
-    sys.modules.pop("toy_plugin", None)
-    resumed, store2 = _runner(toy_recipe, cut, resume=first.run_id)
-    resumed.run()
-    got = {s.step: (s.metrics, sorted((t.task_id, t.group, t.sample, t.reward)
-                                      for t in store2.trajectories(first.run_id, step=s.step, phase="train")))
-           for s in store2.steps(first.run_id)}
+    cut = common + [f"runs_dir={tmp_path / 'cut'}", "settings.toy.interrupt_step=2"]
+    run_id, store2, _ = interrupted_then_resumed(toy_recipe, tmp_path, cut)
+    got = _train_history(store2, run_id)
     assert sorted(got) == sorted(expected) == [0, 1, 2, 3]
     for step in expected:
         ds_metrics = {k: v for k, v in expected[step][0].items() if k.startswith("ds_")}

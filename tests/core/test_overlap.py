@@ -16,6 +16,7 @@ from seal_platform.planning import plan_recipe
 
 from .conftest import make_dist
 from tests.core.test_loop import _runner
+from tests.core.test_resume_reliability import interrupted_then_resumed
 
 # Episodes slow enough (6 of them at 0.15 s) that the next step's collect is still running when optimize starts.
 SLOW = ["training.tasks_per_step=3", "training.group_size=2", "settings.toy.generate_sleep_s=0.15",
@@ -90,19 +91,11 @@ def test_a_killed_and_resumed_overlapped_run_stores_the_uninterrupted_history(to
     whole.run()
     expected = _history(store, whole.run_id)
 
-    sys.modules.pop("toy_plugin", None)
-    flag = tmp_path / "interrupt"
-    flag.touch()
     # Killed in step 2's update, while step 3's rollouts are being collected; resumed after step 1's checkpoint.
-    cut = common + [f"runs_dir={tmp_path / 'cut'}", f"settings.toy.interrupt_file={flag}", "settings.toy.interrupt_step=2"]
-    first, store2 = _runner(toy_recipe, cut)
-    with pytest.raises(KeyboardInterrupt):
-        first.run()
-    assert sys.modules["toy_plugin"].plugin.in_flight_at_update[2]
-    sys.modules.pop("toy_plugin", None)
-    resumed, store2 = _runner(toy_recipe, cut, resume=first.run_id)
-    resumed.run()
-    got = _history(store2, first.run_id)
+    cut = common + [f"runs_dir={tmp_path / 'cut'}", "settings.toy.interrupt_step=2"]
+    run_id, store2, interrupted = interrupted_then_resumed(toy_recipe, tmp_path, cut)
+    assert interrupted.in_flight_at_update[2]
+    got = _history(store2, run_id)
     assert sorted(got[0]) == sorted(expected[0]) == [0, 1, 2, 3, 4, 5]
     assert any("rollouts_overlapped" in metrics for metrics, *_ in got[0].values())
     for step in expected[0]:

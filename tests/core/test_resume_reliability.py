@@ -10,17 +10,21 @@ import pytest
 from tests.core.test_loop import _runner
 
 
-def _interrupted_then_resumed(toy_recipe, tmp_path, overrides):
+def interrupted_then_resumed(toy_recipe, tmp_path, overrides):
+    """Run ``overrides`` (which name ``settings.toy.interrupt_step``) until the toy plugin interrupts it, then
+    resume it in a fresh plugin module to the end. Returns the run id, the store after the resume and the toy
+    plugin object of the interrupted process (what it saw before the interruption)."""
     flag = tmp_path / "interrupt"
     flag.touch()
     overrides = [*overrides, f"settings.toy.interrupt_file={flag}"]
+    sys.modules.pop("toy_plugin", None)
     runner, store = _runner(toy_recipe, overrides)
     with pytest.raises(KeyboardInterrupt):
         runner.run()
-    sys.modules.pop("toy_plugin", None)
+    interrupted = sys.modules.pop("toy_plugin").plugin
     resumed, store2 = _runner(toy_recipe, overrides, resume=runner.run_id)
     resumed.run()
-    return runner.run_id, store2
+    return runner.run_id, store2, interrupted
 
 
 def _evaluation_steps(store, run_id):
@@ -31,7 +35,7 @@ def test_a_kill_after_a_checkpoint_loses_no_evaluation(toy_site, toy_recipe, tmp
     # Checkpoint after step 1, evaluation at 2, killed in step 3: resuming from the checkpoint re-does the
     # evaluation at 2 (dropped with everything after the checkpoint) before step 2.
     base = ["training.steps=5", "training.checkpoint_every=2", "evaluation.every=2"]
-    run_id, store = _interrupted_then_resumed(toy_recipe, tmp_path, [*base, "settings.toy.interrupt_step=3"])
+    run_id, store, _ = interrupted_then_resumed(toy_recipe, tmp_path, [*base, "settings.toy.interrupt_step=3"])
     assert store.get_run(run_id).status == "completed"
     assert _evaluation_steps(store, run_id) == [0, 2, 4, 5]
     assert [s.step for s in store.steps(run_id)] == [0, 1, 2, 3, 4]
@@ -40,7 +44,7 @@ def test_a_kill_after_a_checkpoint_loses_no_evaluation(toy_site, toy_recipe, tmp
 def test_a_kill_during_the_final_evaluation_is_resumed_into_it(toy_site, toy_recipe, tmp_path):
     base = ["training.steps=3", "training.checkpoint_every=0", "evaluation.every=0",
             "settings.toy.interrupt_stage=evaluate", "settings.toy.interrupt_step=3"]
-    run_id, store = _interrupted_then_resumed(toy_recipe, tmp_path, base)
+    run_id, store, _ = interrupted_then_resumed(toy_recipe, tmp_path, base)
     assert store.get_run(run_id).status == "completed"
     assert _evaluation_steps(store, run_id) == [0, 3]
     assert len([e for e in store.evaluations(run_id) if e.step == 3]) == 2  # both categories, once each
