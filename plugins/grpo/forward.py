@@ -112,7 +112,7 @@ class LogprobPasses:
         packed = packed_row(suffixes, start=shared, flash=flash or per_sequence)
         kwargs: dict[str, Any] = {k: (v.to(dev) if torch.is_tensor(v) else v) for k, v in packed.items()}
         if shared:
-            eager = attention_implementation(model) == "eager"
+            eager = implementation == "eager"
             dtype = next(model.parameters()).dtype
             mask = prefix_block_mask([len(r) for r in suffixes], shared, dtype, additive=eager)
             kwargs.update(past_key_values=self._prefix_cache(model, rows[0][:shared]), attention_mask=mask.to(dev),
