@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, delete, event, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, object_session, sessionmaker
+from sqlalchemy.orm.attributes import set_committed_value
 
 from ..capability import CapabilityState
 from ..errors import StoreError
@@ -57,14 +58,15 @@ def is_stale(run: m.Run) -> bool:
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    # WAL: readers (`seal-platform runs` during a run) never block the writer, and a crash mid-write
-    # leaves the last committed step intact.
-    # The busy timeout first: switching to WAL itself waits on another process's lock.
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
+    with safety.FILE_LOCK:  # the connection's first lock on the file: not while check_file reads its header
+        cursor = dbapi_connection.cursor()
+        # WAL: readers (`seal-platform runs` during a run) never block the writer, and a crash mid-write
+        # leaves the last committed step intact.
+        # The busy timeout first: switching to WAL itself waits on another process's lock.
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
 
 
 def _sqlite_read_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -253,13 +255,17 @@ class RunStore:
 
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> bool:
         """Record how the run ended -- only while this process still owns it: a process whose run was taken
-        over by another must not overwrite the new owner's row (False then)."""
+        over by another must not overwrite the new owner's row (False then). One compare-and-set on the row's
+        owner, so a takeover landing between a read and the write cannot be overwritten either."""
         with self.session() as s:
             run = self._get_run(s, run_id)
-            if run.status == "running" and (run.pid, run.host) != (os.getpid(), socket.gethostname()):
-                return False
-            run.status, run.ended_at, run.error = status, utcnow(), error
-            return True
+            result = s.execute(
+                update(m.Run)
+                .where(m.Run.id == run.id, m.Run.pid == os.getpid(), m.Run.host == socket.gethostname())
+                .values(status=status, ended_at=utcnow(), error=error)
+                .execution_options(synchronize_session=False)
+            )
+            return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
     def _get_run(self, s: Session, run_id: str) -> m.Run:
         if not run_id.strip():  # a prefix of every id: never "the only run"
@@ -289,10 +295,29 @@ class RunStore:
             return run
 
     def _mark_if_crashed(self, run: m.Run) -> None:
-        if run.status == "running" and run.host == socket.gethostname() and not _pid_alive(run.pid):
-            if self.read_only:  # shown as crashed, not written
-                object_session(run).expunge(run)  # type: ignore[union-attr]
+        """A ``running`` row whose owner on this host is gone reads ``crashed`` and is marked so -- with one
+        compare-and-set on the row as read (status, owner, heartbeat): a resume may claim the run, and even
+        finish it, between this read and the write, and its row must not be marked."""
+        if not (run.status == "running" and run.host == socket.gethostname() and not _pid_alive(run.pid)):
+            return
+        s = object_session(run)
+        assert s is not None
+        if self.read_only:  # shown as crashed, not written
+            s.expunge(run)
             run.status = "crashed"
+            return
+        result = s.execute(
+            update(m.Run)
+            .where(m.Run.id == run.id, m.Run.status == "running", m.Run.host == run.host,
+                   m.Run.pid.is_(None) if run.pid is None else m.Run.pid == run.pid,
+                   m.Run.heartbeat_at.is_(None) if run.heartbeat_at is None else m.Run.heartbeat_at == run.heartbeat_at)
+            .values(status="crashed")
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount == 1:  # type: ignore[attr-defined]
+            set_committed_value(run, "status", "crashed")
+        else:  # changed since it was read: as it is now
+            s.refresh(run)
 
     def list_runs(self) -> list[m.Run]:
         with self.session() as s:

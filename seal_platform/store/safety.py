@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -84,10 +85,11 @@ def migration_engine(engine: Engine) -> Iterator[Engine]:
     @event.listens_for(migrator, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # no implicit BEGIN/COMMIT by the driver
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.close()
+        with FILE_LOCK:  # its first lock on the file: not while check_file holds a descriptor of it
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.close()
 
     @event.listens_for(migrator, "begin")
     def _begin(conn: Any) -> None:
@@ -105,20 +107,52 @@ def _single_use_pool() -> Any:
     return NullPool
 
 
+# Held while this process reads a store file's header with a descriptor of its own (check_file) and while a
+# store connection takes its first lock on the file (the connect listeners): see check_file.
+FILE_LOCK = threading.Lock()
+
+
+def open_in_this_process(path: Path) -> bool:
+    """Whether this process already has ``path`` open (an SQLite connection to it, most likely)."""
+    try:
+        st = path.stat()
+        fds = os.listdir("/dev/fd")
+    except OSError:  # no /dev/fd: assume not
+        return False
+    for fd in fds:
+        try:
+            other = os.fstat(int(fd))
+        except (OSError, ValueError):
+            continue
+        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            return True
+    return False
+
+
 def check_file(url: str) -> None:
-    """Refuse, before SQLite touches it, a store path that is a directory or a file that is not SQLite."""
+    """Refuse, before SQLite touches it, a store path that is a directory or a file that is not SQLite.
+
+    The header is read only when no descriptor of this process has the file open. Closing any descriptor of a
+    file drops every POSIX lock the process holds on it -- the SQLite connections' locks included, while
+    SQLite still believes it holds them. Another process closing its last connection then takes the file for
+    unused, checkpoints and deletes the write-ahead log, and the connections here go on reading the deleted
+    log: a run finished by that process still reads as it was (seen in CI: a resumed run read ``crashed``).
+    A file SQLite has open was a database when it was opened; SQLite itself reports one that is not."""
     path = sqlite_path(url)
     if path is None or not path.exists():
         return
     if path.is_dir():
         raise StoreError(f"run store {path} is a directory, not a database file: give --store a file path "
                          f"such as sqlite:///{path / 'store.sqlite'}.")
-    try:
-        with open(path, "rb") as fh:
-            header = fh.read(16)
-    except PermissionError:
-        raise StoreError(f"run store {path} cannot be read (permission denied): make it readable "
-                         f"(chmod u+r {path}) or give another --store.") from None
+    with FILE_LOCK:
+        if open_in_this_process(path):
+            return
+        try:
+            with open(path, "rb") as fh:
+                header = fh.read(16)
+        except PermissionError:
+            raise StoreError(f"run store {path} cannot be read (permission denied): make it readable "
+                             f"(chmod u+r {path}) or give another --store.") from None
     if header and header != b"SQLite format 3\x00":
         raise StoreError(f"run store {path} is not a seal-platform database (not an SQLite file): give --store "
                          f"the store.sqlite file of a runs directory, or a new path to start a new store.")
