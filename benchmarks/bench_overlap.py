@@ -34,22 +34,9 @@ from pathlib import Path
 
 def _tiny_model(directory: Path) -> Path:
     """A 2-layer random Llama with the embedded model's tokenizer, saved as a model directory."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from seal_platform_plugins.grpo.testing import save_tiny_llama
 
-    from seal_platform_plugins.grpo.policy import ensure_converted
-
-    tok = AutoTokenizer.from_pretrained(ensure_converted())
-    config = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         tie_word_embeddings=True)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.save_pretrained(directory, safe_serialization=True)
-    tok.save_pretrained(directory)
-    return directory
+    return save_tiny_llama(directory)
 
 
 def _overrides(args: argparse.Namespace, runs_dir: Path, overlap: bool) -> list[str]:

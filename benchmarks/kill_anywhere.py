@@ -49,22 +49,9 @@ import yaml  # noqa: E402
 STEPS = 6
 
 _MAKE_TINY = """
-import sys, torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-from seal_platform_plugins.grpo.policy import ensure_converted
-src, out = ensure_converted(), sys.argv[1]
-tok = AutoTokenizer.from_pretrained(src)
-if tok.pad_token is None:
-    tok.pad_token = tok.eos_token
-config = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                     pad_token_id=tok.pad_token_id, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-                     tie_word_embeddings=True)
-torch.manual_seed(0)
-model = LlamaForCausalLM(config)
-model.generation_config.eos_token_id = tok.eos_token_id
-model.save_pretrained(out, safe_serialization=True)
-tok.save_pretrained(out)
+import sys
+from seal_platform_plugins.grpo.testing import save_tiny_llama
+save_tiny_llama(sys.argv[1], hidden_size=64, intermediate_size=128, max_position_embeddings=2048)
 """
 
 

@@ -22,24 +22,17 @@ pytest.importorskip("transformers")
 @pytest.fixture(scope="module")
 def tiny_judge_dir(tmp_path_factory) -> Path:
     """A 2-layer random Llama with the embedded model's tokenizer, saved as a Hugging Face directory."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     from seal_platform_plugins.grpo.policy import ensure_converted
+    from seal_platform_plugins.grpo.testing import save_tiny_llama
 
     try:
         source = ensure_converted()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-judge")
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-judge"), AutoTokenizer.from_pretrained(source),
+                           hidden_size=64, intermediate_size=128)
 
 
 def run_settings() -> dict:

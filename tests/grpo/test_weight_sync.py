@@ -28,13 +28,10 @@ TIMEOUT_S = 180.0
 
 def tiny_model(seed: int, lora: bool = False):
     """A 2-layer Llama (vocabulary 256, tied embeddings), float32, built from a config (no download)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from seal_platform_plugins.grpo.testing import tiny_llama
 
-    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                         tie_word_embeddings=True)
-    torch.manual_seed(0)  # the same base everywhere ...
-    model = LlamaForCausalLM(config)
+    # the same base everywhere (seed 0) ...
+    model = tiny_llama(vocab_size=256, hidden_size=64, intermediate_size=128, max_position_embeddings=128)
     if lora:
         from peft import LoraConfig, get_peft_model
 
