@@ -377,6 +377,10 @@ def main() -> None:
             rows.append(row)
             new += 1
     print(table(rows, args.recipes))
+    from ablation_evidence import evidence_table  # benchmarks/ (the script's folder)
+
+    print("\nPer-label evidence (means over each recipe's runs):\n")
+    print(evidence_table([r for r in rows if r["recipe"] != BASE], args.recipes, _label))
     if args.plot:
         plot_curves(rows, args.recipes, args.plot)
         print(f"learning curves: {args.plot}")

@@ -71,3 +71,29 @@ def test_a_claim_is_held_while_its_process_lives_and_taken_over_when_it_is_gone(
     assert claim.read_text().endswith(f" {__import__('os').getpid()}")
     claim.write_text(f"another-host {gone.stdout.strip()}")  # another machine's claim: not ours to judge
     assert not ablation._claim(tmp_path, "smarthome-seal", 0)
+
+
+def test_evidence_table_reads_each_recipes_labels_weights_revisions_and_sampling_from_its_rows():
+    spec = importlib.util.spec_from_file_location("ablation_evidence", ROOT / "benchmarks" / "ablation_evidence.py")
+    evidence = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evidence)
+    revisions = [{"revision": 0, "changes": []},
+                 {"revision": 1, "changes": ["named: +required_markers (invalid_tool_call n=12 ...)",
+                                             "named: guidelines invalid_tool_call n=12", "direct: guidelines x"]}]
+    seal = [{**_row("smarthome-seal", seed, 50.0, 10), "revisions": revisions,
+             "labels": {"smarthome": {"pass": 3, "invalid_tool_call": 1}},
+             "label_weights": {"pass": 1.0, "invalid_tool_call": w},
+             "dynamic_sampling": {"drawn": d, "kept": 40, "uniform": 10}} for seed, w, d in ((0, 2.0, 100), (1, 1.0, 120))]
+    fixed = {**_row("smarthome-fixed-label", 0, 50.0, 10), "revisions": revisions[:1],
+             "labels": {"fixed_label": {"state_mismatch": 8}, "smarthome": {"pass": 2, "argument_mismatch": 6}},
+             "label_weights": {"state_mismatch": 1.5}}
+    vanilla = {**_row("smarthome-vanilla-grpo", 0, 50.0, 10), "labels": {}, "label_weights": {}}
+    lines = evidence.evidence_table([*seal, fixed, vanilla], ["smarthome-vanilla-grpo", "smarthome-seal",
+                                                               "smarthome-fixed-label", "smarthome-no-reweighting"],
+                                    lambda r: r.removeprefix("smarthome-")).splitlines()
+    assert len(lines) == 5  # header, rule, three recipes with rows (no-reweighting has none)
+    assert lines[2] == "| vanilla-grpo | 1 | none | none | none | 0.0: none | - |"
+    assert lines[3] == ("| seal | 2 | pass 75, invalid_tool_call 25 | pass 75, invalid_tool_call 25 | "
+                        "invalid_tool_call 1.50, pass 1.00 | 1.0: guidelines 2.0, +required_markers 1.0 | 110 / 40 / 10 |")
+    # a label control: the labels it trained on and, apart, what the environment's diagnoser saw
+    assert lines[4].startswith("| fixed-label | 1 | state_mismatch 100 | argument_mismatch 75, pass 25 | state_mismatch 1.50 | 0.0: none |")
