@@ -87,7 +87,9 @@ class GRPORun:
             metrics["zero_advantage_frac"] = sum(1 for a in advantages if a == 0.0) / len(advantages)
         started = time.perf_counter()
         wait()  # the engine's weights change only between rollout batches: one policy version per trajectory
-        if metrics.get("updates", 1.0) > 0:  # unchanged weights (no update this step) need no push
+        # Unchanged weights (no update this step) need no push, unless the engines slept for the update: the
+        # push is what wakes them (a vLLM engine asleep at level 2 has no weights until it).
+        if metrics.get("updates", 1.0) > 0 or sleep is not None:
             staleness.push_weights(engine, self.model, self.trainer.updates)
         metrics["weight_push_s"] = time.perf_counter() - started
         return metrics

@@ -266,6 +266,39 @@ needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason
 # (so CI shows vLLM's log-probs match the trainer's), the real SmolLM2 only in `make test-slow`.
 @pytest.mark.vllm
 @needs_vllm
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="vLLM's sleep mode needs CUDA")
+@pytest.mark.parametrize("level", [1, 2])
+def test_a_sleeping_vllm_engine_serves_only_the_weights_pushed_after_the_sleep(level, tiny_policy):
+    """Colocated engines sleep through the update (issue 26 item 1): at level 2 the weights are dropped and the
+    push refills them; either way, what the engine serves after the push is the trainer's new model."""
+    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+
+    model, tokenizer = tiny_policy
+    settings = EngineSettings().vllm.model_copy(update={"in_process": True, "sleep_mode": True, "sleep_level": level,
+                                                        "gpu_memory_utilization": 0.3})
+    engine = VLLMEngine(model, tokenizer, settings, seed=0)
+    try:
+        sampling = SamplingParams(temperature=1.0, max_new_tokens=16, seed=11)
+        assert_logprobs_match(model, tokenizer, run_dialogue(engine, sampling))
+        for round_ in range(2):
+            engine.sleep()
+            if level == 2:  # nothing to serve and nothing to wake with until the push
+                with pytest.raises(RuntimeError, match="level 2"):
+                    engine.generate([[Message(role="user", content="hi")]], sampling)
+                with pytest.raises(RuntimeError, match="push the weights"):
+                    engine.wake_up()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(1.05)
+            engine.update_weights(model)
+            assert not engine.llm.llm_engine.is_sleeping()
+            assert_logprobs_match(model, tokenizer, run_dialogue(engine, sampling, turns=2))
+    finally:
+        engine.close()
+
+
+@pytest.mark.vllm
+@needs_vllm
 @pytest.mark.parametrize("policy", ["tiny", pytest.param("smollm2", marks=pytest.mark.slow)])
 def test_vllm_logprobs_match_trainer_and_follow_weight_updates(policy, request):
     from seal_platform_plugins.grpo.engines.vllm import VLLMEngine

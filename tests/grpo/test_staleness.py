@@ -120,6 +120,17 @@ def test_colocated_engines_sleep_during_the_update_and_get_the_new_version(tiny_
     calls.clear()
     run.optimize(Engine(), make_trajectories(tokenizer), {}, screen_stale=True)
     assert [c[0] for c in calls] == ["update_weights"]
+    # A step that trains nothing (every group uniform): an engine that slept for it still gets the weights,
+    # since the push is what wakes it (a vLLM engine asleep at level 2 has none); one that did not sleep gets none.
+    calls.clear()
+    before = run.trainer.updates
+    uniform = make_trajectories(tokenizer, rewards=((1.0, 1.0, 1.0), (0.0, 0.0, 0.0)))
+    metrics = run.optimize(engine, uniform, {}, screen_stale=True, sleep=engine.sleep)
+    assert metrics["updates"] == 0 and run.trainer.updates == before
+    assert calls == [("sleep", before), ("update_weights", before)]
+    calls.clear()
+    run.optimize(Engine(), uniform, {}, screen_stale=True)
+    assert calls == []
 
 
 def test_overlapped_rollouts_end_before_the_engine_gets_new_weights(tiny_policy):

@@ -10,7 +10,8 @@ version (what every later Generation carries):
 * ``vllm``: the buckets are streamed, as they arrive, into vLLM's in-place ``reload_weights`` (checkpoint
   names; the tied output layer comes last under its own name, which vLLM's reload of a tied Llama needs),
   then the prefix cache is reset. A sleeping engine (``sleep_mode``) is woken in the same worker step, so it
-  never serves the weights it slept with. A LoRA policy's adapters are vLLM LoRA requests, not reloaded
+  never serves the weights it slept with (after a level-2 sleep: its weight memory first, the KV cache once
+  the push is in). A LoRA policy's adapters are vLLM LoRA requests, not reloaded
   weights: those engines keep the host path.
 
 Client side, :class:`ReplicaPusher`: the driver (rank 0) and the live replicas (ranks 1..K) form one group,
@@ -59,8 +60,7 @@ def _into_vllm(engine: Any, group: Any) -> int:
     incoming = Incoming(group)
     try:
         llm = engine.llm
-        if engine._on_cuda and engine.settings.sleep_mode and llm.llm_engine.is_sleeping():
-            llm.wake_up()
+        engine.wake_for_weights()
         if engine.settings.in_process:
             weights = ((name, tensor) for name, tensor in incoming)
             llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
@@ -68,6 +68,7 @@ def _into_vllm(engine: Any, group: Any) -> int:
             from .vllm_worker import load_through_shared_memory
 
             load_through_shared_memory(llm, dict(incoming))
+        engine.weights_loaded()
         llm.reset_prefix_cache()
     finally:
         incoming.drain()

@@ -207,14 +207,12 @@ class ReplicaClient:
         self._check_owner()
         assert self._tracker is not None
         started = time.perf_counter()
-        if self._asleep:
-            self.wake_up()
         state = model.state_dict()
         changed = self._tracker.changed(state, everything=self._whole_state)
         version = self.policy_version + 1 if version is None else int(version)
         extra = self._push(changed, ChangeTracker.ties(state), version)
         self._tracker.mark(state)
-        self.policy_version = version
+        self.policy_version, self._asleep = version, False
         self.sync_stats = {
             "tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),
             "bytes": float(sum(t.numel() * t.element_size() for t in changed.values())), **extra,
@@ -228,7 +226,8 @@ class ReplicaClient:
 
     def sleep(self) -> None:
         """Engines give their accelerator memory back during the update (colocated placement); the next
-        ``update_weights`` wakes them first."""
+        ``update_weights`` wakes them: each replica as it receives the push (a vLLM engine asleep at level 2 has
+        no weights to wake with before it)."""
         self._broadcast("sleep")
         self._asleep = True
 

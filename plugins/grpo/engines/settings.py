@@ -119,6 +119,13 @@ class VLLMEngineSettings(_Section):
         description="CUDA: build vLLM with sleep mode so a colocated engine (ray.colocate) frees its GPU memory "
         "(weights offloaded, KV cache dropped) while the trainer updates. No effect on CPU.",
     )
+    sleep_level: Literal[1, 2] = Field(
+        default=2,
+        description="With sleep_mode: 2 drops the weights while asleep (every push after the update is a whole "
+        "state, so nothing is copied to host and back; the KV cache is allocated again only once the new "
+        "weights are in); 1 copies them to host memory and back. A LoRA policy always sleeps at level 1 (its "
+        "base weights are never pushed).",
+    )
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="Further keyword arguments for vllm.LLM (engine arguments)."
     )

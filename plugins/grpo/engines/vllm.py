@@ -88,6 +88,7 @@ class VLLMEngine(QueuedEngine):
         self._ids = itertools.count()
         self.llm: Any = None
         self._on_cuda = False
+        self._weights_dropped = False  # asleep at level 2: only a weight push wakes the engine
         self._warned_seed = False
         self._ready: Future = Future()
         super().__init__(tokenizer, max_model_len=1)  # the real limit is known once the engine is built
@@ -193,6 +194,7 @@ class VLLMEngine(QueuedEngine):
             request = self._lora.write(model)
 
             def swap() -> None:
+                self.wake_for_weights()  # a LoRA policy's engine sleeps at level 1: its base weights come back
                 self._lora.activate(self.llm.llm_engine, request)
                 self.adapter_version = request.lora_name
                 self.policy_version = self.policy_version + 1 if version is None else int(version)
@@ -205,6 +207,7 @@ class VLLMEngine(QueuedEngine):
         """Load some named tensors (checkpoint-format names; a subset is fine) into the running engine."""
 
         def reload() -> None:
+            self.wake_for_weights()
             if self.settings.in_process:
                 weights = ((name, tensor.detach()) for name, tensor in named.items())
                 self.llm.collective_rpc(
@@ -214,20 +217,53 @@ class VLLMEngine(QueuedEngine):
                 from .vllm_worker import load_through_shared_memory
 
                 load_through_shared_memory(self.llm, named)
+            self.weights_loaded()
             self.llm.reset_prefix_cache()
             self.policy_version = self.policy_version + 1 if version is None else int(version)
 
         self.call_in_worker(reload)
 
+    # --- sleep (colocated engines, CUDA) -------------------------------------------------------------------
+
+    def sleep_level(self) -> int:
+        """The vLLM sleep level :meth:`sleep` uses: ``sleep_level`` of the settings, but 1 for a LoRA policy
+        (its base weights are loaded once and never pushed again, so they must survive the sleep)."""
+        return 1 if self._lora else int(self.settings.sleep_level)
+
     def sleep(self) -> None:
-        """Free the GPU memory while a colocated trainer updates (``sleep_mode`` on CUDA; else nothing)."""
+        """Free the GPU memory while a colocated trainer updates (``sleep_mode`` on CUDA; else nothing).
+
+        Level 1 copies the weights to host memory and back; level 2 drops them (vLLM keeps only the model's
+        buffers, e.g. rotary tables, on the host): the next weight push allocates them again and fills them,
+        and only then is the KV cache allocated again (:meth:`wake_for_weights`, :meth:`weights_loaded`).
+        Until that push the engine serves nothing: a request fails with a clear error."""
         if self._on_cuda and self.settings.sleep_mode:
-            self.call_in_worker(lambda: self.llm.sleep(level=1))
+            level = self.sleep_level()
+            self.call_in_worker(lambda: self.llm.sleep(level=level))
+            self._weights_dropped = level == 2
 
     def wake_up(self) -> None:
-        """Back from :meth:`sleep` (before new weights are loaded)."""
+        """Back from a level-1 :meth:`sleep` with the weights it slept with. After a level-2 sleep there are no
+        weights to wake with: a weight push (``update_weights``/``load_weights``, or a collective push) wakes it."""
+        if self._weights_dropped:
+            raise RuntimeError("this vLLM engine slept at level 2 (its weights were dropped): push the weights "
+                               "to wake it (update_weights), or set engine.vllm.sleep_level: 1")
         if self._on_cuda and self.settings.sleep_mode:
             self.call_in_worker(lambda: self.llm.wake_up())
+
+    def wake_for_weights(self) -> None:
+        """On the worker thread, before new weights are loaded: a sleeping engine gets its weight memory back
+        (level 2: only the weights, still without the KV cache, so the push needs no room beside it; level 1:
+        everything, the old weights included, which the push then overwrites)."""
+        if self._on_cuda and self.settings.sleep_mode and self.llm.llm_engine.is_sleeping():
+            self.llm.wake_up(tags=["weights"] if self._weights_dropped else None)
+
+    def weights_loaded(self) -> None:
+        """On the worker thread, after a push was loaded: after a level-2 sleep, the KV cache comes back and the
+        engine schedules again."""
+        if self._weights_dropped:
+            self.llm.wake_up(tags=["kv_cache"])
+            self._weights_dropped = False
 
     # --- worker ----------------------------------------------------------------------------------------
 
@@ -335,6 +371,8 @@ class VLLMEngine(QueuedEngine):
 
     def _add(self, request: Request, active: dict[str, Request]) -> None:
         try:
+            if self._weights_dropped:
+                raise RuntimeError("this vLLM engine is asleep at level 2 (no weights) until the next weight push")
             params = self._sampling_params(request)
             request_id = f"seal-{next(self._ids)}"
             params.output_kind = _final_only()
