@@ -9,13 +9,12 @@ tool-worker server :mod:`._worker` calls :func:`verify_texts` for untrusted tran
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from seal_platform.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 from seal_platform.types import TurnVerdict
 
 from .backend import Backend
-from .gt_replay import ClassState, compare_recorded, gt_replay
 from .trace import (
     CHECKER_ERROR,
     EMPTY_TURN,
@@ -63,21 +62,16 @@ def _missing(expected: list[str], got: list[str]) -> list[str]:
     return missing
 
 
-def verify_payload(
-    payload: dict[str, Any], model_turns: list[list[ParsedCall]], replay_ground_truth: bool = False
-) -> VerifyOutcome:
+def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]]) -> VerifyOutcome:
     """Score a transcript against a task's ground truth with the official multi-turn semantics.
 
     ``payload`` is a BFCL entry with ``ground_truth``; ``model_turns`` has, per turn, the model's calls.
     Executes in this process on fresh instances (use the executor for untrusted input that must be
-    time-limited). With ``replay_ground_truth`` the ground truth's side of a task that allows it is run
-    once per process and its recording reused (:mod:`.gt_replay`: the same results and states); without,
-    both sides run afresh.
+    time-limited).
     """
     gt_turns: list[list[str]] = payload["ground_truth"]
     n_model = len(model_turns)
-    replay = gt_replay(payload) if replay_ground_truth else None
-    backends, build_error = _build_backends(payload, model_only=replay is not None)
+    backends, build_error = _build_backends(payload)
     checked: list[tuple[TurnVerdict, TurnChecks]] = []
     all_model_results: list[str] = []  # the model's results of every turn so far (the response check's pool)
     for index, gt_calls in enumerate(gt_turns):
@@ -88,24 +82,18 @@ def verify_payload(
             checks = TurnChecks.unreached(gt_calls)
             verdict = TurnVerdict(turn=index, passed=False, reached=False)
         else:
-            recorded = (replay.results[index], replay.states[index]) if replay is not None else None
-            checks = _check_turn(gt_calls, model_turns[index], backends, all_model_results, recorded)
+            checks = _check_turn(gt_calls, model_turns[index], *backends, all_model_results)
             verdict = TurnVerdict(turn=index, passed=checks.error_type is None, reached=True)
         verdict.checks = checks.stored()
         checked.append((verdict, checks))
     return _outcome(checked, len(gt_turns), n_model, build_error)
 
 
-def _build_backends(
-    payload: dict[str, Any], model_only: bool = False
-) -> tuple[tuple[Backend, ...], str | None]:
+def _build_backends(payload: dict[str, Any]) -> tuple[tuple[Backend, Backend] | tuple[()], str | None]:
     """The model's and the ground truth's instance sets (sharing long-context objects as the official
-    checker's do; only the model's with ``model_only``), or the reason they cannot be built: a broken task,
-    not the model's fault."""
+    checker's do), or the reason they cannot be built: a broken task, not the model's fault."""
     try:
         shared: dict[tuple[Any, ...], Any] = {}
-        if model_only:
-            return (Backend.for_payload(payload, shared),), None
         return (Backend.for_payload(payload, shared), Backend.for_payload(payload, shared)), None
     except Exception as exc:
         return (), f"{type(exc).__name__}: {exc}"
@@ -117,27 +105,13 @@ def _unbuilt_turn(gt_calls: list[str], build_error: str) -> TurnChecks:
 
 
 def _check_turn(
-    gt_calls: list[str],
-    calls: list[ParsedCall],
-    backends: tuple[Backend, ...],
-    all_model_results: list[str],
-    recorded: tuple[list[str], list[ClassState]] | None = None,
+    gt_calls: list[str], calls: list[ParsedCall], model_backend: Backend, gt_backend: Backend, all_model_results: list[str]
 ) -> TurnChecks:
-    """Run one turn on both instance sets (state carries over from the turns before) and check it; with
-    ``recorded`` (the ground truth's results and state after this turn, :mod:`.gt_replay`) only the model's
-    set runs."""
-    model_backend = backends[0]
+    """Run one turn on both instance sets (state carries over from the turns before) and check it."""
     model_results, rejected = _run_model_calls(model_backend, calls)
-    if recorded is None:
-        gt_backend = backends[1]
-        gt_results = [gt_backend.execute(parse_call_shared(text))[0] for text in gt_calls]
-        instance_ok = set(model_backend.instances) == set(gt_backend.instances)
-        state_diff, checker_error = _check_state(lambda: _compare(model_backend.instances, gt_backend.instances))
-    else:
-        gt_results, state = recorded
-        instance_ok = set(model_backend.instances) == {class_name for class_name, _, _ in state}
-        state_diff, checker_error = _check_state(lambda: compare_recorded(model_backend.instances, state))
+    gt_results = [gt_backend.execute(parse_call_shared(text))[0] for text in gt_calls]
     all_model_results.extend(model_results)
+    state_diff, checker_error = _check_state(model_backend, gt_backend)
     state_ok = checker_error is None and not state_diff
     # The official response check: every GT result of the turn among the model's results so far.
     missing = _missing(gt_results, all_model_results)
@@ -155,7 +129,7 @@ def _check_turn(
         rejected_calls=rejected,
         empty_gt=not gt_calls,
         empty_model=not calls,
-        instance_ok=instance_ok,
+        instance_ok=set(model_backend.instances) == set(gt_backend.instances),
         state_ok=state_ok,
         state_diff=state_diff,
         response_ok=not missing,
@@ -179,11 +153,10 @@ def _run_model_calls(backend: Backend, calls: list[ParsedCall]) -> tuple[list[st
     return results, rejected
 
 
-def _check_state(compare: Callable[[], dict[str, list[str]]]) -> tuple[dict[str, list[str]], str | None]:
-    """The official state check ``compare()``: (class -> differing attributes, None), or ({}, the error it
-    raised)."""
+def _check_state(model_backend: Backend, gt_backend: Backend) -> tuple[dict[str, list[str]], str | None]:
+    """The official state check: (class -> differing attributes, None), or ({}, the error it raised)."""
     try:
-        return compare(), None
+        return _compare(model_backend.instances, gt_backend.instances), None
     except Exception as exc:
         return {}, f"{type(exc).__name__}: {exc}"
 

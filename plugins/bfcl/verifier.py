@@ -43,22 +43,19 @@ def verify(
     task: Task,
     model_turns: Sequence[Sequence[ParsedCall | str]],
     executor: "ToolExecutor | None" = None,
-    replay_ground_truth: bool = False,
 ) -> VerifyOutcome:
     """Verify one transcript: per GT turn, the model's calls (``ParsedCall`` s or BFCL call strings).
 
     With ``executor`` the replay runs in one of its worker processes under its time limit (use this for
     model output during training: a call like ``power(base=10, exponent=10**12)`` written as a literal can
-    run for ages); without, it runs in this process (fast; for tests, benchmarks and trusted input), and
-    ``replay_ground_truth`` reuses the ground truth's run of a task checked before in this process where
-    that gives the same result (:mod:`.gt_replay`).
+    run for ages); without, it runs in this process (fast; for tests, benchmarks and trusted input).
     """
     turns = [_as_calls(turn) for turn in model_turns]
     if executor is not None:
         return executor.verify(task, turns)
     from .checker import verify_payload
 
-    return verify_payload(task.payload, turns, replay_ground_truth=replay_ground_truth)
+    return verify_payload(task.payload, turns)
 
 
 def reference_labels(outcome: VerifyOutcome) -> list[str]:
@@ -159,9 +156,7 @@ def verify_records(
         return output(task_id, task, outcome_of(task, parse_turns(turns)))
 
     def scored(record: Any) -> dict[str, Any]:
-        # In this (forked) process, a task's ground-truth run is recorded once and reused by its later
-        # records where that provably gives the same result (.gt_replay).
-        return answer(record, lambda task, turns: verify(task, turns, replay_ground_truth=True))
+        return answer(record, verify)
 
     def failed(record: Any, reason: str) -> dict[str, Any]:
         return answer(record, lambda task, turns: _failed_outcome(task, turns, reason))
