@@ -136,9 +136,13 @@ def run_long(model_dir: str, tokenizer, args) -> dict[str, float]:
     trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
     episodes = make_long_batch(tokenizer, args.episode_tokens, args.group, seed=0)
     rows = []
+    no_grad = []
     for r in range(args.repeats):
         samples = [Sample(id=str(i), group="g", input_ids=ids, positions=pos, advantage=1.0 if i % 2 == 0 else -1.0)
                    for i, (ids, pos) in enumerate(episodes)]
+        # The first step takes its KL reference log-probs from its training pass (the policy equals the
+        # reference); later ones run the reference model too.
+        no_grad.append(step_no_grad_episodes(trainer, samples))
         with PeakMemory(args.device) as memory:
             t0 = time.perf_counter()
             metrics = trainer.step(samples)
@@ -152,30 +156,51 @@ def run_long(model_dir: str, tokenizer, args) -> dict[str, float]:
     out = {"long_tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
            "long_peak_bytes_per_token": statistics.median(r["peak_bytes_per_token"] for r in rows)}
     if args.device == "cpu":
-        out.update(roofline(model.config, episodes, settings, trainer, out["long_tokens_per_s"]))
+        out.update(roofline(model.config, episodes, settings, trainer, [r["tokens_per_s"] for r in rows], no_grad))
     return out
 
 
 def step_flops(config, episodes: list[tuple[list[int], list[int]]], recompute_forward: bool, shared: int = 0,
-               recompute_attention: bool = True) -> float:
+               recompute_attention: bool = True, no_grad: list[tuple[list[int], list[int]]] = ()) -> float:
     """Floating-point operations of one update on ``episodes`` (forward + backward = 3 forwards, plus one
     more forward with gradient checkpointing -- without its attention unless ``recompute_attention``),
     counting only matrix products: the layers' weights (2 per weight per token), causal attention (QK^T and
     AV: 4 x hidden per earlier position per layer) and the output layer at the loss positions only.
-    ``shared`` leading tokens are computed once for all."""
+    ``shared`` leading tokens are computed once for all.
+
+    ``no_grad``: episodes the step also runs through a forward pass without gradient (one forward each, never
+    sharing a prefix): the KL reference's log-probs and old log-probs recomputed before the first update
+    (:func:`step_no_grad_episodes`). A step performs those passes, so a roofline that left them out would
+    put the ceiling too high."""
     hidden, layers = config.hidden_size, config.num_hidden_layers
     kv = hidden * config.num_key_value_heads // config.num_attention_heads
     per_layer = 2 * (hidden * hidden * 2 + hidden * kv * 2 + 3 * hidden * config.intermediate_size)
-    forward = attention = 0.0
-    for index, (ids, positions) in enumerate(episodes):
-        start = shared if index else 0  # the shared prefix counted once, with the first episode
-        n = len(ids) - start
-        attention += layers * 4 * hidden * sum(range(start + 1, len(ids) + 1))  # position p attends to p keys
-        forward += per_layer * layers * n + 2 * hidden * config.vocab_size * len(positions)
+
+    def one_forward(runs: list[tuple[list[int], list[int]]], shared: int) -> tuple[float, float]:
+        dense = attention = 0.0
+        for index, (ids, positions) in enumerate(runs):
+            start = shared if index else 0  # the shared prefix counted once, with the first episode
+            n = len(ids) - start
+            attention += layers * 4 * hidden * sum(range(start + 1, len(ids) + 1))  # position p attends to p keys
+            dense += per_layer * layers * n + 2 * hidden * config.vocab_size * len(positions)
+        return dense, attention
+
+    forward, attention = one_forward(episodes, shared)
     total = 3 * (forward + attention)
     if recompute_forward:
         total += forward + (attention if recompute_attention else 0.0)
-    return total
+    return total + sum(one_forward(list(no_grad), 0))
+
+
+def step_no_grad_episodes(trainer, samples) -> list[tuple[list[int], list[int]]]:
+    """(input ids, loss positions) of every forward pass without gradient that ``trainer.step(samples)``
+    will run, as the trainer stands now (:func:`~seal_platform_plugins.grpo.skipping.no_grad_passes`): old
+    log-probs recomputed for the mini-batches after the first, and the KL reference's log-probs once the
+    policy has moved off the reference (with ``kl_coef`` 0 there is no reference pass)."""
+    from seal_platform_plugins.grpo.skipping import no_grad_passes
+
+    passes = no_grad_passes(trainer.mini_batches(samples), trainer.settings, trainer.policy_is_reference)
+    return [(list(x.input_ids), list(x.positions)) for part in passes.values() for x in part]
 
 
 def matmul_peak_gflops(size: int = 2048, repeats: int = 5) -> float:
@@ -192,28 +217,32 @@ def matmul_peak_gflops(size: int = 2048, repeats: int = 5) -> float:
     return 2 * size**3 / best / 1e9
 
 
-def roofline(config, episodes, settings, trainer, tokens_per_s: float) -> dict[str, float]:
-    """How far the measured rate is from what this CPU could do at all: the step's matrix-product FLOPs per
-    trained token, the measured float32 matmul peak, and the tokens/s that peak would give if the update were
-    nothing but matrix products running at it."""
+def roofline(config, episodes, settings, trainer, rates: list[float], no_grad: list[list]) -> dict[str, float]:
+    """How far the measured rates (one per step) are from what this CPU could do at all: each step's
+    matrix-product FLOPs per trained token (with the no-grad passes that step ran, ``no_grad``: see
+    :func:`step_flops`), the measured float32 matmul peak, and the tokens/s that peak would give if the update
+    were nothing but matrix products running at it; medians over the steps."""
     tokens = sum(len(ids) for ids, _ in episodes)
     recompute = dict(recompute_forward=settings.gradient_checkpointing,
                      recompute_attention=not settings.checkpoint_keep_attention)
-    flops = step_flops(config, episodes, **recompute) / tokens
+    flops = [step_flops(config, episodes, no_grad=extra, **recompute) / tokens for extra in no_grad]
     peak = matmul_peak_gflops()
-    ceiling = peak * 1e9 / flops
+    ceilings = [peak * 1e9 / f for f in flops]
+    fractions = [rate / c for rate, c in zip(rates, ceilings)]
     again = ""
     if settings.gradient_checkpointing:
         again = " + recomputed forward" + (" less attention" if settings.checkpoint_keep_attention else "")
-    print(f"roofline: {flops / 1e9:.2f} GFLOP of matrix products per trained token (forward + backward"
-          f"{again}); float32 matmul peak "
-          f"{peak:.0f} GFLOPS -> at most {ceiling:.0f} tokens/s; measured {tokens_per_s:.0f} tokens/s = "
-          f"{100 * tokens_per_s / ceiling:.0f}% of that ceiling", flush=True)
+    for r, (f, c, rate) in enumerate(zip(flops, ceilings, rates)):
+        passes = f" + {len(no_grad[r])} no-grad forward passes (KL reference / old log-probs)" if no_grad[r] else ""
+        print(f"roofline, step {r}: {f / 1e9:.2f} GFLOP of matrix products per trained token (forward + backward"
+              f"{again}{passes}); float32 matmul peak {peak:.0f} GFLOPS -> at most {c:.0f} tokens/s; measured "
+              f"{rate:.0f} tokens/s = {100 * rate / c:.0f}% of that ceiling", flush=True)
     prompt = _common_prefix([ids for ids, _ in episodes])
-    best = peak * 1e9 * tokens / step_flops(config, episodes, shared=prompt, **recompute)
-    print(f"roofline with the group's {prompt}-token prompt computed once (shared_prefix, both episodes in one "
-          f"micro-batch): at most {best:.0f} tokens/s", flush=True)
-    return {"gflop_per_token": flops / 1e9, "matmul_peak_gflops": peak, "ceiling_tokens_per_s": ceiling,
+    best = peak * 1e9 * tokens / step_flops(config, episodes, shared=prompt, no_grad=no_grad[-1], **recompute)
+    print(f"roofline of the last step with the group's {prompt}-token prompt computed once in its training pass "
+          f"(shared_prefix, both episodes in one micro-batch): at most {best:.0f} tokens/s", flush=True)
+    return {"gflop_per_token": statistics.median(flops) / 1e9, "matmul_peak_gflops": peak,
+            "ceiling_tokens_per_s": statistics.median(ceilings), "roofline_fraction": statistics.median(fractions),
             "ceiling_shared_prompt_tokens_per_s": best}
 
 

@@ -9,7 +9,10 @@ padded path, the sum of the lengths for the packed one) on a fresh copy of the m
 tokens / wall seconds of one step, median of ``--repeats`` steps after a warm-up step. Each path runs in a
 process of its own and its peak resident memory is printed too. On CPU it also prints
 the roofline of bench_grpo_update.py (the step's matrix-product FLOPs on the unpadded sequences against this
-CPU's float32 matmul peak) and each path's fraction of it.
+CPU's float32 matmul peak) and each path's fraction of it. The FLOPs are those of the passes a timed step
+runs: forward + backward of every sequence, and the no-grad forwards of the KL reference (every sequence: after
+the warm-up step the policy no longer equals the reference) and of the old log-probs (the mini-batches after
+the first).
 
     .venv/bin/python benchmarks/bench_packed_update.py                   # SmolLM2-135M, 200-5,000 tokens
     .venv/bin/python benchmarks/bench_packed_update.py --sequences 4 --min-tokens 60 --max-tokens 400 --repeats 1
@@ -77,10 +80,17 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
     # Token slots the forward passes run: each micro-batch's row (packed) or rows at its longest length (padded).
     widths = [[len(x.input_ids) for x in m] for m in trainer._micro_batches(samples())]
     run_tokens = sum(sum(w) if pack else max(w) * len(w) for w in widths)
-    rates = []
+    from bench_grpo_update import step_flops, step_no_grad_episodes
+
+    episodes = [(ids, pos) for _, ids, pos in batch]
+    rates, flops = [], []
     for r in range(args.repeats + 1):
+        step_samples = samples()
+        # The matrix-product work of this step, its no-grad passes included (KL reference, old log-probs).
+        flops.append(step_flops(model.config, episodes, recompute_forward=args.gradient_checkpointing,
+                                recompute_attention=False, no_grad=step_no_grad_episodes(trainer, step_samples)))
         t0 = time.perf_counter()
-        trainer.step(samples())
+        trainer.step(step_samples)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
@@ -90,7 +100,8 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
     rate = statistics.median(rates)
     print(f"{name}: {rate:.1f} tokens/s (steps: {[round(x, 1) for x in rates]}); micro-batches run {run_tokens} "
           f"token slots for {tokens} tokens ({100 * (1 - tokens / run_tokens):.0f}% padding)", flush=True)
-    return {f"{name}_tokens_per_s": rate, f"{name}_token_slots": float(run_tokens)}
+    return {f"{name}_tokens_per_s": rate, f"{name}_token_slots": float(run_tokens),
+            f"{name}_step_flops": statistics.median(flops[1:])}
 
 
 def main() -> None:
@@ -150,11 +161,14 @@ def main() -> None:
     results["packed_over_padded"] = speedup
     print(f"packed / padded: {speedup:.2f}x", flush=True)
     if args.device == "cpu":
-        episodes = [(ids, pos) for _, ids, pos in batch]
-        flops = step_flops(AutoConfig.from_pretrained(path), episodes, recompute_forward=args.gradient_checkpointing,
-                           recompute_attention=False)
+        # Both paths run the same passes (the timed steps' training passes plus their no-grad forwards of the
+        # KL reference and of the old log-probs): the same FLOPs, counted on the unpadded sequences.
+        flops = results["packed_step_flops"]
+        assert flops == results["padded_step_flops"], (flops, results["padded_step_flops"])
         peak = matmul_peak_gflops()
         ceiling = peak * 1e9 * tokens / flops
+        training = step_flops(AutoConfig.from_pretrained(path), [(ids, pos) for _, ids, pos in batch],
+                              recompute_forward=args.gradient_checkpointing, recompute_attention=False)
         results.update(matmul_peak_gflops=peak, ceiling_tokens_per_s=ceiling)
         parts = []
         for name in ("padded", "packed"):
@@ -162,8 +176,9 @@ def main() -> None:
             results[f"{name}_roofline_fraction"] = frac
             parts.append(f"{name} {100 * frac:.0f}%")
         print(f"roofline: {flops / tokens / 1e9:.2f} GFLOP of matrix products per token (unpadded, no prefix "
-              f"sharing); float32 matmul peak {peak:.0f} GFLOPS -> at most {ceiling:.0f} tokens/s; "
-              + ", ".join(parts) + " of that ceiling", flush=True)
+              f"sharing; {training / tokens / 1e9:.2f} of them forward + backward, the rest the no-grad forward "
+              f"passes of the KL reference and old log-probs); float32 matmul peak {peak:.0f} GFLOPS -> at most "
+              f"{ceiling:.0f} tokens/s; " + ", ".join(parts) + " of that ceiling", flush=True)
     print(json.dumps(results))
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))

@@ -81,7 +81,8 @@ def packed_sdpa_attention(
     call (generation, padded batches) is transformers' ``sdpa_attention_forward`` as is.
 
     The row is cut with ``split`` (whose backward is one concatenation; slicing would allocate a zero
-    gradient of the whole row per sequence) and the outputs are joined before the one transpose."""
+    gradient of the whole row per sequence), in the (1, tokens, heads, dim) layout of the projections, and the
+    outputs are joined in that layout (no transposing copy either way)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     bounds = kwargs.pop("cu_seq_lens_q", None)
@@ -97,12 +98,21 @@ def packed_sdpa_attention(
     options: dict[str, Any] = {"dropout_p": float(kwargs.get("dropout", 0.0)), "scale": kwargs.get("scaling")}
     if getattr(module, "num_key_value_groups", 1) > 1:
         options["enable_gqa"] = True
+    # The projections' outputs are laid out (1, tokens, heads, dim) and reach here transposed: cut along the
+    # tokens in that layout, so each sequence is one contiguous block, the backward's joining of the pieces'
+    # gradients (one concatenation: ``split``, unlike slicing, allocates no zero gradient of the whole row)
+    # gives that layout again, and no copy is needed to feed the projections' backward. SDPA's CPU kernel
+    # writes its output (1, tokens, heads, dim) too: joined in that layout it is the result, no transpose copy.
+    pieces = [t.transpose(1, 2).split(lengths, 1) for t in (query, key, value)]
     outputs = [
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=n > 1, **options)
-        for n, q, k, v in zip(lengths, query.split(lengths, 2), key.split(lengths, 2), value.split(lengths, 2))
+        torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=n > 1, **options
+        ).transpose(1, 2)
+        for n, q, k, v in zip(lengths, *pieces)
         if n
     ]
-    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+    out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+    return out.contiguous(), None
 
 
 def use_packed_sdpa(model: Any) -> bool:

@@ -176,6 +176,12 @@ class GRPOSettings(_Section):
         "and entropy run per chunk and are recomputed in backward (torch.utils.checkpoint) instead of kept. "
         "null: all of a micro-batch's logits at once (through the model's own forward).",
     )
+    fused_rotary: bool = Field(
+        default=True,
+        description="Rotary position embeddings of the policy and its reference through grpo.rotary's fused "
+        "function and backward (the same values bit for bit, fewer passes over memory) where the model's "
+        "architecture uses the standard rotation; false: transformers' own.",
+    )
     gradient_checkpointing: bool = Field(
         default=False,
         description="Trade compute for activation memory: each decoder layer's activations are recomputed in backward.",

@@ -69,3 +69,34 @@ def predicted_runs(batches: Sequence[Sequence[Any]], settings: GRPOSettings, at_
         if active:
             at_reference = False
     return out
+
+
+def no_grad_passes(
+    batches: Sequence[Sequence[Any]], settings: GRPOSettings, at_reference: bool
+) -> dict[str, list[Any]]:
+    """The samples a step on ``batches`` (its mini-batches; the policy ``at_reference`` or not when it starts)
+    runs through a no-grad forward pass besides its training passes, as :class:`~.trainer.GRPOTrainer` does:
+
+    * ``old``: old log-probs recomputed before the first update (:func:`predicted_runs`; with
+      ``old_logprobs: engine`` only the samples the engine did not report every log-prob of);
+    * ``reference``: the KL reference's log-probs (``kl_coef > 0`` only; none while the policy still equals the
+      reference: the training pass gives them), at most once per sample over the step's epochs.
+
+    For the cost accounting of benchmarks (a roofline must count the forward passes a step performs)."""
+    old = predicted_runs(batches, settings, at_reference)
+    if settings.old_logprobs == "engine":
+        old = [x for x in old if not (x.n_tokens and all(lp is not None for lp in x.engine_logprobs))]
+    reference: list[Any] = []
+    if settings.kl_coef > 0:
+        done: set[int] = set()
+        for _ in range(settings.epochs_per_step):
+            for batch in batches:
+                active = [x for x in batch if not can_skip(x, settings, at_reference)]
+                for x in active:
+                    if id(x) not in done:
+                        done.add(id(x))
+                        if not at_reference:
+                            reference.append(x)
+                if active:
+                    at_reference = False
+    return {"old": old, "reference": reference}

@@ -99,7 +99,15 @@ def build_optimizer(params: Iterable[Any], settings: GRPOSettings) -> torch.opti
     """The policy's optimizer (AdamW with ``grpo``'s learning rate, betas, eps and weight decay): the one
     place it is built, for the single-process trainer, each sharded rank and a resume onto workers."""
     s = settings
-    return torch.optim.AdamW(params, lr=s.lr, betas=tuple(s.betas), eps=s.adam_eps, weight_decay=s.weight_decay)
+    params = list(params)
+    # torch's fused AdamW (one kernel over all of a tensor's update; on CPU about 5x less time than the
+    # per-operation foreach path, measured on SmolLM2-135M: ~5% of a GRPO step) where every parameter allows
+    # it: plain CPU/CUDA floating-point tensors, not the sharded (DTensor) parameters of FSDP2.
+    fused = bool(params) and all(
+        p.device.type in ("cpu", "cuda") and p.is_floating_point() and not hasattr(p, "placements") for p in params
+    )
+    return torch.optim.AdamW(params, lr=s.lr, betas=tuple(s.betas), eps=s.adam_eps, weight_decay=s.weight_decay,
+                             fused=fused or None)
 
 
 class GRPOTrainer(LogprobPasses):
@@ -137,6 +145,12 @@ class GRPOTrainer(LogprobPasses):
         self.policy_is_reference = bool(policy_is_reference and ref_model is not None)
         if s.gradient_checkpointing:
             enable_gradient_checkpointing(model, keep_attention=s.checkpoint_keep_attention)
+        if s.fused_rotary:
+            from .rotary import use_fused_rotary
+
+            for m in (model, ref_model):
+                if m is not None:
+                    use_fused_rotary(m)
         if s.pack_sequences:  # flash-attn's varlen kernels on CUDA, else SDPA per packed sequence (see .packing)
             for m in (model, ref_model):
                 if m is not None and hasattr(m, "set_attn_implementation") and not prefer_flash_attention(m):
