@@ -58,22 +58,14 @@ def is_stale(run: m.Run) -> bool:
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    with safety.FILE_LOCK:  # the connection's first lock on the file: not while check_file reads its header
-        cursor = dbapi_connection.cursor()
-        # WAL: readers (`seal-platform runs` during a run) never block the writer, and a crash mid-write
-        # leaves the last committed step intact.
-        # The busy timeout first: switching to WAL itself waits on another process's lock.
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
+    # WAL: readers (`seal-platform runs` during a run) never block the writer, and a crash mid-write
+    # leaves the last committed step intact.
+    safety.set_pragmas(dbapi_connection, "journal_mode=WAL", "foreign_keys=ON")
 
 
 def _sqlite_read_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout=30000")  # the journal mode is the file's: setting it would write
-    cursor.execute("PRAGMA query_only=ON")
-    cursor.close()
+    # The journal mode is the file's: setting it would write.
+    safety.set_pragmas(dbapi_connection, "query_only=ON")
 
 
 def pack_trajectory(traj: Trajectory) -> bytes:
@@ -309,8 +301,7 @@ class RunStore:
         result = s.execute(
             update(m.Run)
             .where(m.Run.id == run.id, m.Run.status == "running", m.Run.host == run.host,
-                   m.Run.pid.is_(None) if run.pid is None else m.Run.pid == run.pid,
-                   m.Run.heartbeat_at.is_(None) if run.heartbeat_at is None else m.Run.heartbeat_at == run.heartbeat_at)
+                   m.Run.pid.is_not_distinct_from(run.pid), m.Run.heartbeat_at.is_not_distinct_from(run.heartbeat_at))
             .values(status="crashed")
             .execution_options(synchronize_session=False)
         )

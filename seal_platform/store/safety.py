@@ -85,11 +85,7 @@ def migration_engine(engine: Engine) -> Iterator[Engine]:
     @event.listens_for(migrator, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # no implicit BEGIN/COMMIT by the driver
-        with FILE_LOCK:  # its first lock on the file: not while check_file holds a descriptor of it
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA busy_timeout=30000")
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.close()
+        set_pragmas(dbapi_connection, "journal_mode=WAL")
 
     @event.listens_for(migrator, "begin")
     def _begin(conn: Any) -> None:
@@ -110,6 +106,19 @@ def _single_use_pool() -> Any:
 # Held while this process reads a store file's header with a descriptor of its own (check_file) and while a
 # store connection takes its first lock on the file (the connect listeners): see check_file.
 FILE_LOCK = threading.Lock()
+
+
+def set_pragmas(dbapi_connection: Any, *pragmas: str) -> None:
+    """A new SQLite connection's set-up: ``PRAGMA busy_timeout=30000``, then each of ``pragmas``, under
+    :data:`FILE_LOCK` (the connection's first lock on the file is not taken while :func:`check_file` holds a
+    descriptor of it). The busy timeout comes first: switching to WAL itself waits on another process's lock."""
+    with FILE_LOCK:
+        cursor = dbapi_connection.cursor()
+        try:
+            for pragma in ("busy_timeout=30000", *pragmas):
+                cursor.execute(f"PRAGMA {pragma}")
+        finally:
+            cursor.close()
 
 
 def open_in_this_process(path: Path) -> bool:

@@ -89,7 +89,6 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
         self._ids = itertools.count()
         self.llm: Any = None
         self._on_cuda = False
-        self._weights_dropped = False  # asleep at level 2: only a weight push wakes the engine
         self._warned_seed = False
         self._ready: Future = Future()
         super().__init__(tokenizer, max_model_len=1)  # the real limit is known once the engine is built
