@@ -224,8 +224,10 @@ class GroupTrainer:
 
     def _receive(self, everything: bool) -> None:
         """One collective push from rank 0 into the driver's model. The driver hosts the group's store and is
-        its rank 1; the driver's copy lives in host memory (or on a GPU rank 0 may use too), so the group is
-        gloo: each bucket crosses to the host once, no full state dict is gathered, piped or pickled."""
+        its rank 1. A driver's copy in host memory (the recipes') makes the group gloo: each bucket crosses to
+        the host once, no full state dict is gathered, piped or pickled. A copy on a GPU makes it ``auto``
+        (:func:`.ipc_sync.choose_backend`): CUDA IPC on rank 0's GPU, NCCL on another one, gloo if rank 0
+        is on the CPU."""
         import threading
 
         from .weight_sync import SyncGroup, load_into, receive
@@ -235,12 +237,14 @@ class GroupTrainer:
             self._sync_at = (address, free_port("0.0.0.0" if self._ray else address))
         address, port = self._sync_at
         outcome: dict[str, Any] = {}
+        device = next(self.model.parameters()).device
+        backend = "auto" if device.type == "cuda" else "gloo"
 
         def receiver() -> None:
             try:
                 if self._sync_group is None:
-                    self._sync_group = SyncGroup(address, port, 1, 2, host_store=True, backend="gloo",
-                                                 device="cpu")
+                    self._sync_group = SyncGroup(address, port, 1, 2, host_store=True, backend=backend,
+                                                 device=device)
                 outcome["received"] = receive(self._sync_group, lambda incoming: load_into(self.model, incoming))
             except BaseException as exc:  # raised in the caller
                 outcome["error"] = exc
@@ -249,7 +253,7 @@ class GroupTrainer:
         thread.start()
         try:
             stats = self.group.push_weights(address, port, 2, self.updates, everything,
-                                            self.settings.weight_sync_bucket_mb * 2**20, "gloo")
+                                            self.settings.weight_sync_bucket_mb * 2**20, backend)
         except BaseException:
             self._sync_group, self._sync_at = None, None  # the receiver may still wait: a fresh group next time
             raise

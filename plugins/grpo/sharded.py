@@ -272,7 +272,8 @@ class TrainerWorker:
                      bucket_bytes: int, backend: str = "gloo") -> dict[str, float] | None:
         """Push the policy's weights over a weight-sync group (``grpo.weight_sync: collective``; see
         :mod:`.weight_sync`): every rank gathers the shards bucket by bucket, rank 0 sends each bucket to the
-        group's receivers (it joins the group at ``address:port`` as its rank 0 on the first call). Collective.
+        group's receivers (it joins the group at ``address:port`` as its rank 0 on the first call; ``backend``:
+        gloo, or auto/nccl/ipc on this rank's device, see :class:`.weight_sync.SyncGroup`). Collective.
         ``everything``: all parameters, else the trainable ones. Rank 0's push statistics, None elsewhere."""
         from .weight_sync import SyncGroup, push, sync_tensors
 
@@ -281,7 +282,7 @@ class TrainerWorker:
             key = (address, int(port), int(world_size), backend)
             if getattr(self, "_sync_key", None) != key:
                 self._close_sync()
-                device = self.device if backend == "nccl" else "cpu"
+                device = self.device if backend in ("nccl", "ipc", "auto") else "cpu"
                 self._sync = SyncGroup(address, port, 0, world_size, backend=backend, device=device)
                 self._sync_key = key
             group = self._sync

@@ -3,9 +3,11 @@ collective``).
 
 The sender (the trainer, or rank 0 of a sharded training group) and the receivers (the driver's copy of the
 policy, rollout engines) form a :class:`SyncGroup`: a torch.distributed process group built directly on a
-``TCPStore`` (NCCL when every member is on CUDA, gloo otherwise), separate from the default group, so FSDP's
-own group is untouched (the pattern of vLLM's ``stateless_init_torch_distributed_process_group`` and
-OpenRLHF's / verl's weight-update groups). One push is:
+``TCPStore``, separate from the default group, so FSDP's own group is untouched (the pattern of vLLM's
+``stateless_init_torch_distributed_process_group`` and OpenRLHF's / verl's weight-update groups). Its backend:
+NCCL when every member is on a GPU of its own, CUDA IPC over a gloo control group when every member is on the
+sender's GPU (colocated: NCCL refuses two ranks on one GPU; :mod:`.ipc_sync`), gloo through host memory
+otherwise; ``backend="auto"`` lets the members pick it from their GPUs' UUIDs. One push is:
 
 1. a header, broadcast as bytes: the policy version, the bucket plan (per bucket: one dtype, and each tensor's
    name, shape and offset in the bucket's flat buffer) and the tied names;
@@ -23,12 +25,15 @@ its adapters only, a frozen base is never re-sent.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Sequence
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,12 @@ class SyncGroup:
     """A process group for weight pushes, apart from the default one: ``rank`` 0 sends, the others receive.
 
     ``host_store``: this member runs the ``TCPStore`` at ``address:port`` (the driver, whose address every
-    member knows); the others connect to it. ``backend``: ``nccl`` or ``gloo`` (default: nccl when CUDA is
-    available, else gloo); every member must pass the same one. Construction blocks until all members joined.
+    member knows); the others connect to it. ``backend``: ``nccl``, ``ipc`` (CUDA IPC, every member on the
+    sender's GPU), ``gloo``, or ``auto``: every member publishes its ``device``'s GPU UUID in the store and all
+    pick the same backend with :func:`.ipc_sync.choose_backend` (a membership it cannot serve on the GPUs
+    falls back to gloo on the CPU, the reason logged). Default: nccl when CUDA is available, else gloo; every
+    member must pass the same one. ``device``: where this member's buffers live (default: the current CUDA
+    device for nccl, ipc and auto with CUDA, else the CPU). Construction blocks until all members joined.
     """
 
     def __init__(self, address: str, port: int, rank: int, world_size: int, *, host_store: bool = False,
@@ -95,24 +104,46 @@ class SyncGroup:
         self.rank, self.world_size = rank, world_size
         if backend is None:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
-        self.backend = backend
+        if backend not in ("nccl", "ipc", "gloo", "auto"):
+            raise ValueError(f"weight sync backend {backend!r}: use nccl, ipc, gloo or auto")
+        on_gpu = backend != "gloo" and torch.cuda.is_available()
         self.device = torch.device(device) if device is not None else (
-            torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu"))
+            torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"))
         timeout = timedelta(seconds=timeout_s)
         self._store = dist.TCPStore(address, port, world_size, is_master=host_store, timeout=timeout,
                                     wait_for_workers=False)
-        store = dist.PrefixStore(name, self._store)
+        if backend == "auto":
+            backend = self._agree(dist.PrefixStore(name + "/devices", self._store))
         if backend == "gloo":
+            self.device = torch.device("cpu")
+        self.backend = backend
+        store = dist.PrefixStore(name, self._store)
+        if backend in ("gloo", "ipc"):  # ipc: gloo carries the handles, the payload stays on the GPU
             self.pg: Any = dist.ProcessGroupGloo(store, rank, world_size, timeout)
-        elif backend == "nccl":
+        else:
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = timeout
             self.pg = dist.ProcessGroupNCCL(store, rank, world_size, options)
-        else:
-            raise ValueError(f"weight sync backend {backend!r}: use nccl or gloo")
+
+    def _agree(self, store: Any) -> str:
+        """Every member's GPU through the store, then the backend they all pick from the same list."""
+        from .ipc_sync import choose_backend, gpu_uuid
+
+        store.set(str(self.rank), gpu_uuid(self.device) or "")
+        gpus = [store.get(str(r)).decode() or None for r in range(self.world_size)]
+        backend, why = choose_backend(gpus)
+        if self.rank == 0:
+            (log.warning if backend == "gloo" and None not in gpus else log.info)(
+                "weight-sync group of %d: %s (%s)", self.world_size, backend, why)
+        return backend
 
     def broadcast(self, tensor: Any) -> None:
-        self.pg.broadcast(tensor, 0).wait()
+        if self.backend == "ipc" and tensor.is_cuda:
+            from .ipc_sync import ipc_broadcast
+
+            ipc_broadcast(self.pg, self.rank, tensor)
+        else:
+            self.pg.broadcast(tensor, 0).wait()
 
     def close(self) -> None:
         pg, self.pg = self.pg, None

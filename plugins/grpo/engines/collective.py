@@ -16,7 +16,10 @@ version (what every later Generation carries):
 
 Client side, :class:`ReplicaPusher`: the driver (rank 0) and the live replicas (ranks 1..K) form one group,
 kept while the live set is unchanged; each push sends the tensors the caller chose straight from the
-trainer's model.
+trainer's model. Its backend: gloo when the model is on the CPU, else ``auto``: the members compare their GPUs'
+UUIDs when the group forms (:func:`..ipc_sync.choose_backend`): CUDA IPC when every replica is on the model's
+GPU (colocated), NCCL when every member has a GPU of its own, and gloo through host memory, with a logged
+warning naming the GPU-sharing members, for a mixed membership (NCCL refuses two ranks on one GPU).
 """
 
 from __future__ import annotations
@@ -122,7 +125,7 @@ class ReplicaPusher:
     def forms_group(self, live: list[int], on_gpu: bool) -> bool:
         """Whether the next push to ``live`` builds a new group (the caller probes the replicas first: a
         rendezvous with a dead member would wait for the whole timeout)."""
-        return self.key is None or self.key[:2] != (tuple(live), "nccl" if on_gpu else "gloo")
+        return self.key is None or self.key[:2] != (tuple(live), "auto" if on_gpu else "gloo")
 
     def push(self, replicas: list[Any], live: list[int], changed: dict[str, Any], ties: dict[str, str],
              version: int, on_gpu: bool) -> dict[str, float]:
@@ -133,7 +136,7 @@ class ReplicaPusher:
         from ..weight_sync import SyncGroup, push
 
         started = time.perf_counter()
-        backend = "nccl" if on_gpu else "gloo"
+        backend = "auto" if on_gpu else "gloo"  # auto: ipc, nccl or gloo from the members' GPUs
         if self.key is None or self.key[:2] != (tuple(live), backend):
             self.close()
             self.key = (tuple(live), backend, str(ray.util.get_node_ip_address()), free_port())
@@ -142,7 +145,8 @@ class ReplicaPusher:
                 for j, i in enumerate(live)]
         try:
             if self.group is None:
-                device = None if on_gpu else "cpu"  # NCCL: this process's current CUDA device
+                # on a GPU: the model's (the one colocation is about); nothing changed: the current one
+                device = (next(iter(changed.values())).device if changed else None) if on_gpu else "cpu"
                 self.group = SyncGroup(address, port, 0, len(live) + 1, host_store=True, backend=backend,
                                        device=device, timeout_s=REPLICA_GROUP_TIMEOUT_S)
             stats = push(changed, self.group, version=version, ties=ties, bucket_bytes=self.bucket_bytes)
