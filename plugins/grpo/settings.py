@@ -230,7 +230,7 @@ class GRPOSettings(_Section):
         description="How new weights reach the policy's other copies after an update where they live in other "
         "processes (grpo.train_workers > 1: trainer rank 0 to the driver's copy; grpo.replicas on Ray: the "
         "trainer to every engine replica). collective: pushed over a torch.distributed group of their own (NCCL "
-        "on CUDA, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, received "
+        "between distinct GPUs, CUDA IPC between processes on one GPU, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, received "
         "straight into the receiver's parameters (plugins/grpo/weight_sync.py). host: the full state dict "
         "through the worker pipe or Ray's object store (the earlier path, kept for comparison). In-process "
         "engines need neither (the hf engine shares the model; vllm copies it in memory).",

@@ -8,6 +8,7 @@ log-probs must equal the sender's bit for bit after each push."""
 
 from __future__ import annotations
 
+import pickle
 import queue as queue_mod
 import socket
 import threading
@@ -98,6 +99,10 @@ def _logprobs(model):
     return out[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1).cpu()
 
 
+# Rows cross the queue as plain pickled bytes: a tensor put as such is shared through a file descriptor that
+# dies with its process, which may exit before the test reads it.
+
+
 def _state(model):
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
@@ -114,7 +119,7 @@ def _sender(port: int, pushes: int, results) -> None:
                     p.add_(torch.randn_like(p) * 0.05)
         named, ties = sync_tensors(model)
         stats = push(named, group, version=k, ties=ties, bucket_bytes=BUCKET_BYTES)
-        results.put(("sender", k, group.backend, stats["buckets"], _state(model), _logprobs(model)))
+        results.put(pickle.dumps(("sender", k, group.backend, stats["buckets"], _state(model), _logprobs(model))))
     group.close()
 
 
@@ -123,7 +128,7 @@ def _receiver(port: int, pushes: int, results) -> None:
     group = SyncGroup("127.0.0.1", port, 1, 2, backend="auto", device="cuda:0", timeout_s=TIMEOUT_S)
     for k in range(pushes):
         version, _ = receive(group, lambda incoming: load_into(model, incoming))
-        results.put(("receiver", k, group.backend, version, _state(model), _logprobs(model)))
+        results.put(pickle.dumps(("receiver", k, group.backend, version, _state(model), _logprobs(model))))
     group.close()
 
 
@@ -142,7 +147,7 @@ def test_colocated_processes_sync_over_cuda_ipc_exactly():
     rows: dict[tuple[str, int], tuple] = {}
     try:
         for _ in range(2 * pushes):
-            item = results.get(timeout=TIMEOUT_S)
+            item = pickle.loads(results.get(timeout=TIMEOUT_S))
             rows[item[0], item[1]] = item[2:]
     except queue_mod.Empty:
         pytest.fail(f"sync processes stopped answering (exit codes {[p.exitcode for p in procs]})")

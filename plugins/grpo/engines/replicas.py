@@ -19,7 +19,8 @@ once and every live replica loads them, between its batches, with the new policy
 carries the version it was sampled with. On one node the object store is shared memory; across nodes each
 replica pulls one copy. With ``grpo.weight_sync: collective`` (the default) the same tensors go instead from
 the driver's model straight to the replicas over a torch.distributed group (driver rank 0, replicas 1..K;
-NCCL when model and replicas are on GPUs, else gloo) in size-bounded buckets (:mod:`..weight_sync`), each
+on GPUs: CUDA IPC when colocated on the model's GPU, NCCL on distinct GPUs; else gloo; see
+:mod:`.collective`) in size-bounded buckets (:mod:`..weight_sync`), each
 replica receiving into its engine between batches; a failed collective push falls back to the object store.
 
 Failures: a replica that dies (killed, its node lost) is marked dead at the router and its requests are
@@ -169,7 +170,7 @@ class RayEngineClient(ReplicaClient):
 
     def _push_collective(self, model: Any, version: int) -> bool:
         """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync group
-        (NCCL when model and replicas are on GPUs, else gloo; see :mod:`.collective`). False when it failed
+        (on GPUs: CUDA IPC or NCCL, picked from the members' GPUs; else gloo; see :mod:`.collective`). False when it failed
         (e.g. a replica died: marked dead by a probe): the caller pushes through the object store instead."""
         from ..weight_sync import sync_tensors
 
