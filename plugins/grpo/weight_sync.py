@@ -114,8 +114,8 @@ class SyncGroup:
                                     wait_for_workers=False)
         if backend == "auto":
             backend = self._agree(dist.PrefixStore(name + "/devices", self._store))
-        if backend == "gloo":
-            self.device = torch.device("cpu")
+            if backend == "gloo":  # some member on the CPU, or a mixed membership: through host memory
+                self.device = torch.device("cpu")
         self.backend = backend
         store = dist.PrefixStore(name, self._store)
         if backend in ("gloo", "ipc"):  # ipc: gloo carries the handles, the payload stays on the GPU
