@@ -16,6 +16,7 @@ the first).
 
     .venv/bin/python benchmarks/bench_packed_update.py                   # SmolLM2-135M, 200-5,000 tokens
     .venv/bin/python benchmarks/bench_packed_update.py --sequences 4 --min-tokens 60 --max-tokens 400 --repeats 1
+    python benchmarks/bench_packed_update.py --shape qwen2.5-1.5b --sequences 32 --micro 4   # on a GPU machine
 """
 
 from __future__ import annotations
@@ -63,7 +64,13 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
     from seal_platform_plugins.grpo.settings import GRPOSettings
     from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(args.device)
+    if args.shape:  # random weights of a published shape (bench_gpu_step's), built here: nothing to load
+        from bench_gpu_step import build_model
+
+        torch.manual_seed(0)
+        model = build_model(args.shape, "sdpa", args.device)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(args.device)
     model.eval()
     settings = GRPOSettings(
         kl_coef=0.001, lr=1e-6, mini_batch_tasks=args.tasks_per_update, micro_batch_size=args.micro,
@@ -98,8 +105,16 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
             rates.append(tokens / dt)
     name = "packed" if pack else "padded"
     rate = statistics.median(rates)
+    gpu = ""
+    if args.device.startswith("cuda"):  # matrix-product FLOPs of the step over its time, against the bf16 peak
+        from bench_gpu_step import PEAKS
+
+        peak = next((v for k, v in PEAKS.items() if k in torch.cuda.get_device_name()), None)
+        gpu = f"; peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+        if peak:
+            gpu += f", MFU {100 * statistics.median(flops[1:]) * rate / tokens / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s"
     print(f"{name}: {rate:.1f} tokens/s (steps: {[round(x, 1) for x in rates]}); micro-batches run {run_tokens} "
-          f"token slots for {tokens} tokens ({100 * (1 - tokens / run_tokens):.0f}% padding)", flush=True)
+          f"token slots for {tokens} tokens ({100 * (1 - tokens / run_tokens):.0f}% padding){gpu}", flush=True)
     return {f"{name}_tokens_per_s": rate, f"{name}_token_slots": float(run_tokens),
             f"{name}_step_flops": statistics.median(flops[1:])}
 
@@ -107,6 +122,8 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="HF model directory; default: the embedded SmolLM2-135M")
+    parser.add_argument("--shape", default=None, help="instead of --model: random weights of one of "
+                        "bench_gpu_step.py's shapes (e.g. qwen2.5-1.5b), for a GPU machine without model files")
     parser.add_argument("--sequences", type=int, default=8)
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--prompt-tokens", type=int, default=150)
@@ -129,7 +146,7 @@ def main() -> None:
     from seal_platform_plugins.grpo.policy import PolicySettings, model_dir
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    path = args.model or str(model_dir(PolicySettings()))
+    path = "" if args.shape else (args.model or str(model_dir(PolicySettings())))
     batch = make_mixed_batch(args.sequences, args.group, args.prompt_tokens, args.min_tokens, args.max_tokens, seed=0)
     tokens = sum(len(ids) for _, ids, _ in batch)
     if args.only:  # a child of the run below: one path, its figures as the last line
@@ -167,7 +184,14 @@ def main() -> None:
         assert flops == results["padded_step_flops"], (flops, results["padded_step_flops"])
         peak = matmul_peak_gflops()
         ceiling = peak * 1e9 * tokens / flops
-        training = step_flops(AutoConfig.from_pretrained(path), [(ids, pos) for _, ids, pos in batch],
+        if args.shape:
+            from bench_gpu_step import SHAPES
+            from transformers import Qwen2Config
+
+            config = Qwen2Config(**SHAPES[args.shape])
+        else:
+            config = AutoConfig.from_pretrained(path)
+        training = step_flops(config, [(ids, pos) for _, ids, pos in batch],
                               recompute_forward=args.gradient_checkpointing, recompute_attention=False)
         results.update(matmul_peak_gflops=peak, ceiling_tokens_per_s=ceiling)
         parts = []

@@ -200,9 +200,9 @@ class TrainerWorker:
 
         self.rank, self.world_size, self.options = rank, world_size, options
         cuda = torch.cuda.is_available() and options.device != "cpu"
-        if options.device:
+        if options.device and not (options.device == "cuda" and cuda):
             self.device = torch.device(options.device)
-        elif cuda:
+        elif cuda:  # "cuda" without an index too: this rank's own GPU (torch.cuda.set_device needs the index)
             self.device = torch.device("cuda", rank % torch.cuda.device_count())
         else:
             self.device = torch.device("cpu")

