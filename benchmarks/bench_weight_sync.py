@@ -15,6 +15,7 @@ GB (1e9 bytes). Every receiver's copy is checked against the sender's after the 
 
     .venv/bin/python benchmarks/bench_weight_sync.py --size-mb 1024 --replicas 2
     .venv/bin/python benchmarks/bench_weight_sync.py --size-mb 16 --repeats 1   # a quick check
+    python benchmarks/bench_weight_sync.py --device cuda --size-mb 4096   # one GPU: CUDA IPC vs host path
 
 Numbers depend on the machine and its load; nothing here is asserted. Needs ray for the second hop
 (``--no-ray`` skips it).
@@ -59,15 +60,21 @@ def _free_port() -> int:
 # --- hop 1: a trainer process -> the driver ------------------------------------------------------------------
 
 
-def _trainer(n: int, numel: int, rounds: int, mode: str, port: int, bucket_bytes: int, conn: Any) -> None:
+def _backend(device: str) -> str:
+    """Both processes on one GPU: CUDA IPC (NCCL refuses two ranks on one GPU); on the CPU: gloo."""
+    return "ipc" if device.startswith("cuda") else "gloo"
+
+
+def _trainer(n: int, numel: int, rounds: int, mode: str, port: int, bucket_bytes: int, conn: Any,
+             device: str = "cpu") -> None:
     torch.set_num_threads(1)
-    model = Blob(n, numel)
-    group = SyncGroup("127.0.0.1", port, 0, 2, backend="gloo") if mode == "collective" else None
+    model = Blob(n, numel).to(device)
+    group = SyncGroup("127.0.0.1", port, 0, 2, backend=_backend(device), device=device) if mode == "collective" else None
     for k in range(rounds):
         conn.recv()  # the driver is ready
         model.bump()
-        if group is None:
-            conn.send({name: t.detach().clone() for name, t in model.state_dict().items()})
+        if group is None:  # the host path: a state dict in host memory through the pipe (full_state_dict's)
+            conn.send({name: t.detach().to("cpu", copy=True) for name, t in model.state_dict().items()})
         else:
             named, ties = sync_tensors(model)
             push(named, group, version=k, ties=ties, bucket_bytes=bucket_bytes)
@@ -84,10 +91,12 @@ def hop_trainer_to_driver(args: argparse.Namespace, mode: str) -> tuple[list[flo
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     port = _free_port()
-    proc = ctx.Process(target=_trainer, args=(n, numel, rounds, mode, port, args.bucket_mb * 2**20, child), daemon=True)
+    proc = ctx.Process(target=_trainer, args=(n, numel, rounds, mode, port, args.bucket_mb * 2**20, child,
+                                              args.device), daemon=True)
     proc.start()
-    driver = Blob(n, numel)
-    group = SyncGroup("127.0.0.1", port, 1, 2, host_store=True, backend="gloo") if mode == "collective" else None
+    driver = Blob(n, numel).to(args.device)
+    group = (SyncGroup("127.0.0.1", port, 1, 2, host_store=True, backend=_backend(args.device), device=args.device)
+             if mode == "collective" else None)
     times = []
     for _ in range(rounds):
         parent.send("go")
@@ -96,6 +105,8 @@ def hop_trainer_to_driver(args: argparse.Namespace, mode: str) -> tuple[list[flo
             driver.load_state_dict(parent.recv())
         else:
             receive(group, functools.partial(load_into, driver))
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
     parent.send("stop")
     proc.join(timeout=60)
@@ -183,7 +194,12 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=2, help="engine replicas of the second hop")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-ray", action="store_true", help="only the rank -> driver hop")
+    parser.add_argument("--device", default="cpu", help="where both ends of the rank -> driver hop hold the "
+                        "weights; cuda: both on one GPU (colocated), collective = CUDA IPC, host = through host "
+                        "memory and the pipe (implies --no-ray)")
     args = parser.parse_args()
+    if args.device != "cpu":
+        args.no_ray = True
     n, numel = _shape(args)
     gb = n * numel * 4 / 1e9
     print(f"weights: {n} float32 tensors of {numel * 4 / 2**20:.1f} MiB = {gb:.3f} GB; bucket {args.bucket_mb} MiB; "
