@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import pickle
 import queue as queue_mod
 
 import pytest
@@ -75,7 +76,7 @@ def _trainer(port: int, syncs: int, lora: bool, results) -> None:
             model.eval()
         named, ties = sync_tensors(model, everything=(k == 0 and not lora))
         stats = push(named, group, version=k, ties=ties, bucket_bytes=BUCKET_BYTES)
-        results.put(("trainer", k, sorted(named), stats["buckets"], logprobs(model)))
+        results.put(pickle.dumps(("trainer", k, sorted(named), stats["buckets"], logprobs(model))))
     group.close()
 
 
@@ -95,7 +96,7 @@ def _receiver(port: int, syncs: int, lora: bool, faults: dict[int, str], results
         mode = faults.get(k)
         sink = functools.partial(load_into, model) if mode is None else functools.partial(faulty, mode)
         version, _ = receive(group, sink)
-        results.put(("receiver", k, version, logprobs(model)))
+        results.put(pickle.dumps(("receiver", k, version, logprobs(model))))
     group.close()
 
 
@@ -131,7 +132,9 @@ def run_pair(syncs: int, lora: bool = False, faults: dict[int, str] | None = Non
     trainer, receiver = {}, {}
     try:
         for _ in range(2 * syncs):
-            item = results.get(timeout=TIMEOUT_S)
+            # Rows travel as pickled bytes: a tensor put on the queue as such is shared through a file
+            # descriptor of the child, which dies with the child if it exits before this process reads it.
+            item = pickle.loads(results.get(timeout=TIMEOUT_S))
             (trainer if item[0] == "trainer" else receiver)[item[1]] = item[2:]
     except queue_mod.Empty:
         pytest.fail(f"sync processes stopped answering (exit codes {[p.exitcode for p in procs]})")
