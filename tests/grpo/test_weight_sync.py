@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import pickle
-import queue as queue_mod
 
 import pytest
 
@@ -19,6 +18,7 @@ if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
+from tests.grpo.processes import collect_rows  # noqa: E402
 from seal_platform_plugins.grpo.weight_sync import (  # noqa: E402
     SyncGroup, load_into, plan_buckets, push, receive, sync_tensors,
 )
@@ -120,30 +120,10 @@ class _filtered:
 def run_pair(syncs: int, lora: bool = False, faults: dict[int, str] | None = None):
     """Trainer and receiver processes; per sync: (trainer names, buckets, trainer log-probs, receiver version,
     receiver log-probs)."""
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_trainer, args=(port, syncs, lora, results), daemon=True),
-             ctx.Process(target=_receiver, args=(port, syncs, lora, faults or {}, results), daemon=True)]
-    for p in procs:
-        p.start()
-    trainer, receiver = {}, {}
-    try:
-        for _ in range(2 * syncs):
-            # Rows travel as pickled bytes: a tensor put on the queue as such is shared through a file
-            # descriptor of the child, which dies with the child if it exits before this process reads it.
-            item = pickle.loads(results.get(timeout=TIMEOUT_S))
-            (trainer if item[0] == "trainer" else receiver)[item[1]] = item[2:]
-    except queue_mod.Empty:
-        pytest.fail(f"sync processes stopped answering (exit codes {[p.exitcode for p in procs]})")
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
-    return [(*trainer[k], *receiver[k]) for k in range(syncs)]
+    rows = collect_rows([(_trainer, (port, syncs, lora)), (_receiver, (port, syncs, lora, faults or {}))],
+                        2 * syncs, TIMEOUT_S)
+    return [(*rows["trainer", k], *rows["receiver", k]) for k in range(syncs)]
 
 
 def test_plan_buckets_groups_by_dtype_bounds_size_and_covers_every_tensor_once():

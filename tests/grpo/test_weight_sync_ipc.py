@@ -9,7 +9,6 @@ log-probs must equal the sender's bit for bit after each push."""
 from __future__ import annotations
 
 import pickle
-import queue as queue_mod
 import socket
 import threading
 
@@ -23,6 +22,7 @@ if not dist.is_available():  # pragma: no cover
 
 from seal_platform_plugins.grpo.ipc_sync import IPCSyncError, choose_backend, local_index  # noqa: E402
 from seal_platform_plugins.grpo.weight_sync import SyncGroup, load_into, push, receive, sync_tensors  # noqa: E402
+from tests.grpo.processes import collect_rows  # noqa: E402
 
 BUCKET_BYTES = 24 * 1024  # small: the tiny model travels in many buckets
 TIMEOUT_S = 180.0
@@ -99,8 +99,7 @@ def _logprobs(model):
     return out[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1).cpu()
 
 
-# Rows cross the queue as plain pickled bytes: a tensor put as such is shared through a file descriptor that
-# dies with its process, which may exit before the test reads it.
+# Rows cross the queue as pickled bytes (tests/grpo/processes.py says why).
 
 
 def _state(model):
@@ -134,29 +133,9 @@ def _receiver(port: int, pushes: int, results) -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
 def test_colocated_processes_sync_over_cuda_ipc_exactly():
-    import torch.multiprocessing as mp
-
-    pushes = 2
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_sender, args=(port, pushes, results), daemon=True),
-             ctx.Process(target=_receiver, args=(port, pushes, results), daemon=True)]
-    for p in procs:
-        p.start()
-    rows: dict[tuple[str, int], tuple] = {}
-    try:
-        for _ in range(2 * pushes):
-            item = pickle.loads(results.get(timeout=TIMEOUT_S))
-            rows[item[0], item[1]] = item[2:]
-    except queue_mod.Empty:
-        pytest.fail(f"sync processes stopped answering (exit codes {[p.exitcode for p in procs]})")
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
+    pushes, port = 2, free_port()
+    rows = collect_rows([(_sender, (port, pushes)), (_receiver, (port, pushes))], 2 * pushes, TIMEOUT_S,
+                        clean_exit=True)
     previous = None
     for k in range(pushes):
         backend, buckets, want_state, want_lp = rows["sender", k]
