@@ -104,6 +104,9 @@ def ipc_broadcast(pg: Any, rank: int, tensor: Any) -> None:
         # the bytes come from rank 0 of this job's own group (the trainer), never from model output
         uuid, rebuild, args = pickle.loads(payload.numpy().tobytes())
         args = list(args)
+        if len(args) < 8 or not isinstance(args[6], int):  # another torch's rebuild_cuda_tensor signature
+            raise IPCSyncError(f"CUDA IPC weight push: torch {torch.__version__}'s reduce_tensor gave arguments "
+                               "this receiver does not know (storage_device expected 7th); use backend='gloo'")
         args[6] = local_index(uuid)  # rebuild_cuda_tensor's storage_device: the sender's GPU, numbered here
         shared = rebuild(*args)
         tensor.copy_(shared)
