@@ -1,6 +1,6 @@
 """Tiny random Llama models for tests, benchmarks and smoke runs (no download: built from a config).
 
-One builder instead of one per test file: :func:`tiny_llama` gives a float32 model in eval mode whose
+One builder instead of one per test file (and :func:`sequence_logprobs`, a bit-exact weight-sync check): :func:`tiny_llama` gives a float32 model in eval mode whose
 vocabulary and special tokens are a tokenizer's (the embedded SmolLM2 one, usually), and
 :func:`save_tiny_llama` writes it, with that tokenizer, as a Hugging Face model directory that a recipe can
 name as its policy (``policy.path``) and that both engines load.
@@ -66,3 +66,24 @@ def save_tiny_llama(directory: str | Path, tokenizer: Any = None, *, seed: int =
     tiny_llama(tokenizer, seed=seed, **shape).save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def sequence_logprobs(model: Any, sequences: list[list[int]]) -> list[list[float]]:
+    """log p of each token of each sequence after the ones before it, by one forward pass per sequence on one
+    torch thread: two processes holding the same weights get the same numbers bit for bit (a weight-sync
+    check; a local engine replica answers it as its ``score`` call)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = []
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            for seq in sequences:
+                ids = torch.tensor([list(seq)], device=device)
+                logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+                out.append(logp.gather(-1, ids[0, 1:, None]).squeeze(-1).cpu().tolist())
+        return out
+    finally:
+        torch.set_num_threads(threads)
