@@ -155,6 +155,8 @@ def _call(index: int, engine: Any, receiver: Any, method: str, args: tuple[Any, 
     if method == "score":  # log-probs of fixed sequences under the engine's current weights (a sync check)
         from ..testing import sequence_logprobs
 
+        if getattr(engine, "model", None) is None:
+            raise ValueError(f"a {engine.name} replica holds no torch model to score with (hf replicas do)")
         return engine.call_in_worker(lambda: sequence_logprobs(engine.model, args[0]))
     if method in ("sleep", "wake_up"):
         fn = getattr(engine, method, None)
