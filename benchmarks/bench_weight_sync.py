@@ -8,6 +8,11 @@
 * **driver -> K replicas** (``grpo.replicas`` on Ray): host: ``pack`` + ``ray.put`` once, each replica actor
   ``ray.get`` + ``unpack`` + copy into its model (``RayEngineClient``'s object-store path). collective: the
   driver pushes over one gloo group to the K actors, each receiving into its model.
+* **driver -> K local replica processes** (``engine.replicas`` / ``engine.gpus`` without Ray): host: the
+  tensors copied once into one shared-memory file (``engines/buckets.py``), each process maps it and copies
+  into its model (``LocalEngineClient``'s host path). collective: the driver pushes over one gloo group to the
+  K processes, each receiving into its model (a ``receive`` request over its pipe first, as the client's
+  ``receive_weights`` call).
 
 The weights are ``--size-mb`` MiB of float32 tensors of ``--tensor-mb`` MiB each (a model's layers). Each
 path is timed ``--repeats`` times after one warm-up push; the table gives the median seconds and seconds per
@@ -18,7 +23,7 @@ GB (1e9 bytes). Every receiver's copy is checked against the sender's after the 
     python benchmarks/bench_weight_sync.py --device cuda --size-mb 4096   # one GPU: CUDA IPC vs host path
 
 Numbers depend on the machine and its load; nothing here is asserted. Needs ray for the second hop
-(``--no-ray`` skips it).
+(``--no-ray`` skips it; the local-replicas hop needs no Ray).
 """
 
 from __future__ import annotations
@@ -181,6 +186,79 @@ def hop_driver_to_replicas(args: argparse.Namespace, mode: str) -> tuple[list[fl
     return times[1:], ok
 
 
+# --- hop 3: the driver -> K local replica processes (no Ray) ------------------------------------------------------
+
+
+def _local_replica(n: int, numel: int, conn: Any) -> None:
+    from seal_platform_plugins.grpo.engines import buckets
+
+    torch.set_num_threads(1)
+    model, group = Blob(n, numel), None
+    while True:
+        message = conn.recv()
+        if message[0] == "load":  # the host path: map the shared-memory file, copy into the model
+            params = model.state_dict()
+            with torch.no_grad():
+                for name, tensor in buckets.read(message[1]).items():
+                    params[name].copy_(tensor)
+        elif message[0] == "receive":
+            if group is None:
+                group = SyncGroup(*message[1:], backend="gloo")
+            receive(group, functools.partial(load_into, model))
+        else:
+            conn.send(model.first())
+            break
+        conn.send(None)
+    if group is not None:
+        group.close()
+
+
+def hop_driver_to_local_replicas(args: argparse.Namespace, mode: str) -> tuple[list[float], bool]:
+    import multiprocessing
+
+    from seal_platform_plugins.grpo.engines import buckets
+
+    n, numel = _shape(args)
+    ctx = multiprocessing.get_context("spawn")
+    pipes = [ctx.Pipe() for _ in range(args.replicas)]
+    procs = [ctx.Process(target=_local_replica, args=(n, numel, child), daemon=True) for _, child in pipes]
+    for proc in procs:
+        proc.start()
+    conns = [parent for parent, _ in pipes]
+    driver = Blob(n, numel)
+    port, group = _free_port(), None
+    times = []
+    for k in range(args.repeats + 1):
+        driver.bump()
+        started = time.perf_counter()
+        if mode == "host":
+            bucket = buckets.write(dict(driver.state_dict()))
+            for conn in conns:
+                conn.send(("load", bucket.to_dict()))
+            for conn in conns:
+                conn.recv()
+            bucket.remove()
+        else:
+            for j, conn in enumerate(conns):
+                conn.send(("receive", "127.0.0.1", port, j + 1, len(conns) + 1))
+            if group is None:
+                group = SyncGroup("127.0.0.1", port, 0, len(conns) + 1, host_store=True, backend="gloo")
+            named, ties = sync_tensors(driver)
+            push(named, group, version=k, ties=ties, bucket_bytes=args.bucket_mb * 2**20)
+            for conn in conns:
+                conn.recv()
+        times.append(time.perf_counter() - started)
+    firsts = []
+    for conn in conns:
+        conn.send(("stop",))
+        firsts.append(conn.recv())
+    for proc in procs:
+        proc.join(timeout=60)
+    if group is not None:
+        group.close()
+    return times[1:], all(v == driver.first() for v in firsts)
+
+
 def _shape(args: argparse.Namespace) -> tuple[int, int]:
     per = max(1, int(args.tensor_mb * 2**20) // 4)
     return max(1, int(args.size_mb * 2**20) // (per * 4)), per
@@ -206,6 +284,8 @@ def main() -> None:
           f"{args.repeats} timed pushes per path (median)")
     rows = []
     hops = [("rank -> driver", hop_trainer_to_driver)]
+    if args.device == "cpu":
+        hops.append((f"driver -> {args.replicas} local procs", hop_driver_to_local_replicas))
     if not args.no_ray:
         import ray
 
@@ -223,9 +303,9 @@ def main() -> None:
     finally:
         if not args.no_ray:
             ray.shutdown()
-    print(f"\n{'hop':<24} {'host s':>9} {'host s/GB':>10} {'coll. s':>9} {'coll. s/GB':>11} {'host/coll.':>10}")
+    print(f"\n{'hop':<28} {'host s':>9} {'host s/GB':>10} {'coll. s':>9} {'coll. s/GB':>11} {'host/coll.':>10}")
     for label, host, coll in rows:
-        print(f"{label:<24} {host:>9.3f} {host / gb:>10.3f} {coll:>9.3f} {coll / gb:>11.3f} {host / coll:>10.2f}")
+        print(f"{label:<28} {host:>9.3f} {host / gb:>10.3f} {coll:>9.3f} {coll / gb:>11.3f} {host / coll:>10.2f}")
 
 
 if __name__ == "__main__":

@@ -228,11 +228,12 @@ class GRPOSettings(_Section):
     weight_sync: Literal["collective", "host"] = Field(
         default="collective",
         description="How new weights reach the policy's other copies after an update where they live in other "
-        "processes (grpo.train_workers > 1: trainer rank 0 to the driver's copy; grpo.replicas on Ray: the "
-        "trainer to every engine replica). collective: pushed over a torch.distributed group of their own (NCCL "
+        "processes (grpo.train_workers > 1: trainer rank 0 to the driver's copy; grpo.replicas on Ray, or local "
+        "replicas without Ray (engine.gpus / engine.replicas): the trainer to every engine replica). collective: pushed over a torch.distributed group of their own (NCCL "
         "between distinct GPUs, CUDA IPC between processes on one GPU, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, received "
         "straight into the receiver's parameters (plugins/grpo/weight_sync.py). host: the full state dict "
-        "through the worker pipe or Ray's object store (the earlier path, kept for comparison). In-process "
+        "through the worker pipe, Ray's object store or (local replicas) one shared-memory file (the earlier "
+        "path, kept for comparison; also the fallback when a collective push fails). In-process "
         "engines need neither (the hf engine shares the model; vllm copies it in memory).",
     )
     weight_sync_bucket_mb: int = Field(

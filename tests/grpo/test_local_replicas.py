@@ -1,11 +1,14 @@
 """Engine replicas as local processes without Ray (``engine.replicas`` / ``engine.gpus``): two hf replicas on
-the CPU built by the engine factory, both serving, routed by group, equal to the trainer after a weight push,
-failing over when one dies, and gone after close; the shared-memory weight buckets; the derived settings."""
+the CPU built by the engine factory, both serving, routed by group, equal to the trainer bit for bit after each
+weight push over the sync group (gloo; ``grpo.weight_sync: host``: the shared-memory file), a push reaching the
+live replica when the other was killed unnoticed, failing over when one dies, and gone after close; the
+shared-memory weight buckets; the derived settings."""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,8 @@ from seal_platform.errors import ConfigError  # noqa: E402
 from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.engines import POLICY_KEY, REPLICATED, buckets, engine_specs  # noqa: E402
+from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from seal_platform_plugins.grpo.testing import sequence_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
     EngineSettings,
     for_run,
@@ -27,6 +32,37 @@ from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
 )
 from tests.grpo.checks import conversation, trainer_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
+
+
+# a fixed sequence whose log-probs every replica must give exactly as the trainer does
+SEQUENCES = [[1, 17, 230, 5, 99, 42, 7, 7, 311, 2], [3, 1000, 4, 4, 4]]
+
+
+def _scores_equal_the_trainers(client, model) -> None:
+    """Every live replica's log-probs of :data:`SEQUENCES` equal the trainer's bit for bit."""
+    ours = sequence_logprobs(model, SEQUENCES)
+    for index in client.live():
+        theirs = client._result(client._submit(index, "score", SEQUENCES), timeout=60)
+        assert theirs == ours, (index, theirs, ours)
+
+
+def _bounded(fn, seconds: float):
+    """``fn()`` in a thread; fails the test (instead of hanging it) when it takes longer than ``seconds``."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # handed to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
 
 
 def _alive(pid: int) -> bool:
@@ -48,6 +84,7 @@ def local_pair(tokenizer, tmp_path_factory):
                      run_dir=tmp_path_factory.mktemp("local-replicas"))
     ctx.shared[POLICY_KEY] = (model, tokenizer)
     ctx.settings["engine"] = EngineSettings.model_validate({"replicas": 2, "hf": {"max_batch_size": 4}})
+    ctx.settings["grpo"] = GRPOSettings(weight_sync_bucket_mb=1)  # collective (the default), in many buckets
     client = {spec.name: spec for spec in engine_specs()}["hf"].factory(ctx)
     yield client, model, tokenizer, ctx
     client.close()
@@ -84,7 +121,7 @@ def test_replicas_logprobs_equal_the_trainers_after_a_weight_push(local_pair):
             p.add_(torch.randn_like(p) * 0.05)
     client.update_weights(model, version=3)
     assert client.sync_stats["tensors"] == len(model.state_dict()) - 1  # the tied output layer travels once
-    assert client.policy_version == 3
+    assert client.sync_stats["buckets"] > 1 and client.policy_version == 3  # over the sync group
     for index in range(2):
         gen = client._result(client._submit(index, "generate_ids", [prompt], greedy))[0]
         assert gen.policy_version == 3 and gen.token_ids
@@ -98,22 +135,73 @@ def test_replicas_logprobs_equal_the_trainers_after_a_weight_push(local_pair):
     assert client.sync_stats["tensors"] == 1 and client.policy_version == 4
     gen = client._result(client._submit(1, "generate_ids", [prompt], greedy))[0]
     assert torch.allclose(torch.tensor(gen.logprobs), trainer_logprobs(model, prompt, gen.token_ids), atol=1e-4)
+    _scores_equal_the_trainers(client, model)
 
 
-def test_a_dead_replicas_requests_go_to_the_other(local_pair):
-    client, _, _, _ = local_pair
+def test_after_each_of_several_updates_every_replica_equals_the_trainer_bit_for_bit(local_pair):
+    client, model, tokenizer, _ = local_pair
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    ids = torch.tensor([SEQUENCES[0]])
+    pusher = client._pusher
+    for k in range(3):  # a real update each time: a loss, its gradients, an optimizer step
+        model.train()
+        loss = -torch.log_softmax(model(input_ids=ids).logits, -1)[:, :-1].gather(-1, ids[:, 1:, None]).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        model.eval()
+        version = client.policy_version + 1
+        _bounded(lambda: client.update_weights(model), 120)
+        assert client.policy_version == version and client.sync_stats["buckets"] > 1
+        assert client.sync_stats["put_s"] == 0.0  # nothing went through the shared-memory file
+        assert client._pusher is pusher and pusher.group is not None and pusher.key[0] == (0, 1)  # one group, kept
+        _scores_equal_the_trainers(client, model)
+        gen = client._result(client._submit(k % 2, "generate_ids", [SEQUENCES[1]], SamplingParams(max_new_tokens=2)))[0]
+        assert gen.policy_version == version
+
+
+def test_weight_sync_host_pushes_through_the_shared_memory_file(tokenizer):
+    from seal_platform_plugins.grpo.engines.local import start_local_replicas
+    from seal_platform_plugins.grpo.testing import tiny_llama
+
+    model = tiny_llama(tokenizer, hidden_size=64, intermediate_size=128, max_position_embeddings=256)
+    client = start_local_replicas("hf", model, tokenizer, EngineSettings(), [None], seed=0, weight_sync="host")
+    try:
+        assert client._pusher is None
+        for k in range(2):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p) * 0.05)
+            _bounded(lambda: client.update_weights(model), 120)
+            assert client.policy_version == k + 1 and "buckets" not in client.sync_stats
+            assert client.sync_stats["put_s"] > 0
+            _scores_equal_the_trainers(client, model)
+    finally:
+        client.close()
+
+
+def test_a_push_reaches_the_live_replica_and_requests_fail_over_when_one_dies(local_pair):
+    client, model, tokenizer, _ = local_pair
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
-    before = client.generate([conversation(20)], greedy)[0]
+    client.generate([conversation(20)], greedy)
     from seal_platform_plugins.grpo.engines.routing import routing_key
 
     index = client.assignment()[routing_key(conversation(20))]
-    os.kill(client.pids()[index], signal.SIGKILL)
+    assert client._pusher.key[0] == (0, 1)  # the group of both, from the pushes before
+    os.kill(client.pids()[index], signal.SIGKILL)  # nothing tells the client (no request, no probe)
     client.replicas[index].process.join(timeout=30)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(0.9)
+    version = client.policy_version + 1
+    _bounded(lambda: client.update_weights(model), 60)  # no rendezvous waits for the dead replica
+    assert client.live() == [1 - index] and client.policy_version == version
+    assert client._pusher.key[0] == (1 - index,) and client.sync_stats["tensors"] == 1  # a new group, the live one
+    _scores_equal_the_trainers(client, model)
+    prompt = prompt_ids(tokenizer, conversation(20))
+    alone = client._result(client._submit(1 - index, "generate_ids", [prompt], greedy))[0]
+    after = client.generate([conversation(20)], greedy)[0]  # its group's replica is gone: served by the other
+    assert after.token_ids == alone.token_ids and after.policy_version == version
     assert client.probe(timeout_s=10) == [1 - index]
-    after = client.generate([conversation(20)], greedy)[0]
-    assert after.token_ids == before.token_ids  # same weights, same greedy continuation, on the other replica
-    client.update_weights(local_pair[1])  # a push reaches the live replica only, and does not fail
-    assert client.policy_version == 5 and client.live() == [1 - index]
 
 
 def test_close_stops_every_replica_process(local_pair):

@@ -83,10 +83,13 @@ def _local(ctx: RunContext, kind: str) -> RolloutEngine | None:
     devices = local_devices(ctx.settings_for("engine", EngineSettings), _gpu_count())
     if devices is None:
         return None
+    from ..settings import GRPOSettings
     from .local import start_local_replicas
 
+    grpo = ctx.settings_for("grpo", GRPOSettings)
     model, tokenizer = _policy(ctx)
-    client = start_local_replicas(kind, model, tokenizer, _settings(ctx, len(devices)), devices, ctx.seed)
+    client = start_local_replicas(kind, model, tokenizer, _settings(ctx, len(devices)), devices, ctx.seed,
+                                  weight_sync=grpo.weight_sync, bucket_bytes=grpo.weight_sync_bucket_mb * 2**20)
     ctx.shared[REPLICATED] = client
     return client
 

@@ -14,7 +14,8 @@ version (what every later Generation carries):
   the push is in). A LoRA policy's adapters are vLLM LoRA requests, not reloaded
   weights: those engines keep the host path.
 
-Client side, :class:`ReplicaPusher`: the driver (rank 0) and the live replicas (ranks 1..K) form one group,
+Client side, :class:`ReplicaPusher` (used by both replica transports, Ray actors and local processes, through
+:class:`.routing.ReplicaClient`): the driver (rank 0) and the live replicas (ranks 1..K) form one group,
 kept while the live set is unchanged; each push sends the tensors the caller chose straight from the
 trainer's model. Its backend: gloo when the model is on the CPU, else ``auto``: the members compare their GPUs'
 UUIDs when the group forms (:func:`..ipc_sync.choose_backend`): CUDA IPC when every replica is on the model's
@@ -115,10 +116,16 @@ class ReplicaReceiver:
 
 
 class ReplicaPusher:
-    """The driver's side: pushes to the live replicas over one group (driver rank 0, hosting the store)."""
+    """The driver's side: pushes to the live replicas over one group (driver rank 0, hosting the store).
 
-    def __init__(self, bucket_bytes: int):
+    Transport-agnostic: the replicas are reached through a :class:`.routing.ReplicaClient` (Ray actors or
+    local processes), whose ``receive_weights`` call on replica ``i`` joins the group and returns once the
+    push is in (each replica runs :class:`ReplicaReceiver`); ``client._sync_address()`` is the address the
+    replicas reach the driver's store at."""
+
+    def __init__(self, bucket_bytes: int, timeout_s: float = REPLICA_GROUP_TIMEOUT_S):
         self.bucket_bytes = bucket_bytes
+        self.timeout_s = timeout_s
         self.group: Any = None
         self.key: tuple[Any, ...] | None = None
 
@@ -127,30 +134,30 @@ class ReplicaPusher:
         rendezvous with a dead member would wait for the whole timeout)."""
         return self.key is None or self.key[:2] != (tuple(live), "auto" if on_gpu else "gloo")
 
-    def push(self, replicas: list[Any], live: list[int], changed: dict[str, Any], ties: dict[str, str],
+    def push(self, client: Any, live: list[int], changed: dict[str, Any], ties: dict[str, str],
              version: int, on_gpu: bool) -> dict[str, float]:
-        """Send ``changed`` (name -> tensor of the trainer's model) to replicas ``live``; every replica
-        receives into its engine. Raises when any member fails (the caller falls back and re-probes)."""
-        import ray
-
+        """Send ``changed`` (name -> tensor of the trainer's model) to ``client``'s replicas ``live``; every
+        replica receives into its engine. Raises when any member fails (the caller falls back and re-probes)."""
         from ..weight_sync import SyncGroup, push
 
         started = time.perf_counter()
         backend = "auto" if on_gpu else "gloo"  # auto: ipc, nccl or gloo from the members' GPUs
         if self.key is None or self.key[:2] != (tuple(live), backend):
             self.close()
-            self.key = (tuple(live), backend, str(ray.util.get_node_ip_address()), free_port())
+            self.key = (tuple(live), backend, client._sync_address(), free_port())
         address, port = self.key[2], self.key[3]
-        refs = [replicas[i].receive_weights.remote(address, port, j + 1, len(live) + 1, backend)
-                for j, i in enumerate(live)]
+        # the receives first: each returns once its replica has the whole push
+        handles = [client._submit(i, "receive_weights", address, port, j + 1, len(live) + 1, backend)
+                   for j, i in enumerate(live)]
         try:
             if self.group is None:
                 # on a GPU: the model's (the one colocation is about); nothing changed: the current one
                 device = (next(iter(changed.values())).device if changed else None) if on_gpu else "cpu"
                 self.group = SyncGroup(address, port, 0, len(live) + 1, host_store=True, backend=backend,
-                                       device=device, timeout_s=REPLICA_GROUP_TIMEOUT_S)
+                                       device=device, timeout_s=self.timeout_s)
             stats = push(changed, self.group, version=version, ties=ties, bucket_bytes=self.bucket_bytes)
-            ray.get(refs)
+            for handle in handles:
+                client._result(handle, timeout=self.timeout_s)
         except BaseException:
             self.close()
             raise

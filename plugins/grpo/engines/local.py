@@ -9,9 +9,16 @@ request is submitted to the engine's queue at once (so requests from many episod
 replica), and its result goes back when done.
 
 The returned :class:`LocalEngineClient` is the same :class:`.routing.ReplicaClient` the Ray replicas use:
-sticky group routing, retry of a dead replica's requests on another one (same prompt and seed), weight pushes
-of the changed tensors (vLLM: all) through one shared-memory file per push, sleep / wake. A replica process
-that exits is found by its pipe closing; its pending calls fail over.
+sticky group routing, retry of a dead replica's requests on another one (same prompt and seed), sleep / wake,
+and weight pushes of the changed tensors (vLLM: all). With ``grpo.weight_sync: collective`` (the default) a
+push goes from the trainer's model straight to the live replicas over one sync group (driver rank 0, replicas
+1..K; gloo when the model is on the CPU, else ``auto``: CUDA IPC / NCCL / gloo from the members' GPUs): each
+replica's ``receive_weights`` call joins the group and receives into its engine on the engine's worker thread,
+between batches (:mod:`.collective`, the same code as the Ray replicas'), and returns once the push is in. The
+shared-memory file carries the initial weights, every push with ``grpo.weight_sync: host`` or for a vLLM
+replica of a LoRA policy, and a push whose collective attempt failed. A replica process that exits is found by
+its pipe closing (or, before a push, by its process being gone); its pending calls fail over, and the next
+collective push re-forms the group with the live replicas.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from .shipping import ChangeTracker, with_ties
 log = logging.getLogger(__name__)
 
 # Calls a replica answers (nothing else is looked up on the engine).
-_METHODS = ("generate_ids", "ready", "load_bucket", "sleep", "wake_up", "stats")
+_METHODS = ("generate_ids", "ready", "load_bucket", "receive_weights", "score", "sleep", "wake_up", "stats")
 
 
 class ReplicaLost(RuntimeError):
@@ -92,6 +99,9 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
         send((0, "error", traceback.format_exc()))
         return
     send((0, "ok", _info(index, engine)))
+    from .collective import ReplicaReceiver
+
+    receiver = ReplicaReceiver()  # this replica's membership of the client's sync group
 
     def reply(rid: int, fn: Callable[[], Any]) -> None:
         try:
@@ -111,7 +121,8 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
                 return
             future.add_done_callback(lambda f: reply(rid, lambda: [f.result()]))
             return
-        threading.Thread(target=reply, args=(rid, lambda: _call(index, engine, method, args)), daemon=True).start()
+        threading.Thread(target=reply, args=(rid, lambda: _call(index, engine, receiver, method, args)),
+                         daemon=True).start()
 
     while True:
         try:
@@ -119,6 +130,7 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
         except (EOFError, OSError):  # the driver is gone
             break
         if kind == "close":
+            receiver.close()
             reply(rid, engine.close)
             break
         run(rid, method, args)
@@ -129,7 +141,7 @@ def _info(index: int, engine: Any) -> dict[str, Any]:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
 
 
-def _call(index: int, engine: Any, method: str, args: tuple[Any, ...]) -> Any:
+def _call(index: int, engine: Any, receiver: Any, method: str, args: tuple[Any, ...]) -> Any:
     if method == "generate_ids":
         return engine.generate_ids(*args)
     if method == "ready":
@@ -138,6 +150,14 @@ def _call(index: int, engine: Any, method: str, args: tuple[Any, ...]) -> Any:
         bucket, ties, version = args
         engine.load_weights(with_ties(buckets.read(bucket), ties), version)
         return int(getattr(engine, "policy_version", version or 0))
+    if method == "receive_weights":  # (address, port, rank, world_size, backend): returns once the push is in
+        return receiver.receive(engine, *args)
+    if method == "score":  # log-probs of fixed sequences under the engine's current weights (a sync check)
+        from ..testing import sequence_logprobs
+
+        if getattr(engine, "model", None) is None:
+            raise ValueError(f"a {engine.name} replica holds no torch model to score with (hf replicas do)")
+        return engine.call_in_worker(lambda: sequence_logprobs(engine.model, args[0]))
     if method in ("sleep", "wake_up"):
         fn = getattr(engine, method, None)
         return fn() if callable(fn) else None
@@ -225,7 +245,7 @@ class LocalEngineClient(ReplicaClient):
     (episodes run in this process's threads)."""
 
     def __init__(self, kind: str, replicas: list[_Replica], prompt_fn: Callable[[list[Message]], list[int]],
-                 devices: list[str | None]):
+                 devices: list[str | None], weight_sync: str = "collective", bucket_bytes: int = 256 * 2**20):
         where = "cpu" if all(d is None for d in devices) else "gpu"
         super().__init__(f"{kind}x{len(replicas)}@local-{where}", replicas, prompt_fn, whole_state=kind == "vllm")
         self.kind = kind
@@ -235,6 +255,11 @@ class LocalEngineClient(ReplicaClient):
         self._closed = False
         self.max_model_len = 0
         self.requests = [0] * len(replicas)  # prompts sent to each replica (retries included)
+        self.weight_sync = weight_sync  # grpo.weight_sync: collective (a group with the replicas) or host
+        if weight_sync == "collective":
+            from .collective import ReplicaPusher
+
+            self._pusher = ReplicaPusher(bucket_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("local engine replicas are driven from the process that started them; on Ray use "
@@ -262,8 +287,19 @@ class LocalEngineClient(ReplicaClient):
         if self._closed:
             raise RuntimeError("the local engine replicas are closed")
 
+    def _collective_on_gpu(self, model: Any) -> bool:
+        return bool(next(model.parameters()).is_cuda) and any(d is not None for d in self.devices)
+
+    def live(self) -> list[int]:
+        """The replicas not marked dead, after marking those whose process is gone (no push waits for one)."""
+        for index in super().live():
+            replica = self.replicas[index]
+            if not replica.alive or not replica.process.is_alive():
+                self._lost(index)
+        return super().live()
+
     def _push(self, changed: dict[str, Any], ties: dict[str, str], version: int) -> dict[str, float]:
-        """One shared-memory file for all replicas; removed once every live one has loaded it."""
+        """The host path: one shared-memory file for all replicas; removed once every live one has loaded it."""
         started = time.perf_counter()
         bucket = buckets.write(changed)
         put_s = time.perf_counter() - started
@@ -282,6 +318,8 @@ class LocalEngineClient(ReplicaClient):
         if self._closed:
             return
         self._closed = True
+        if self._pusher is not None:
+            self._pusher.close()
         threads = [threading.Thread(target=r.stop, args=(timeout_s,)) for r in self.replicas]
         for thread in threads:
             thread.start()
@@ -289,40 +327,20 @@ class LocalEngineClient(ReplicaClient):
             thread.join()
 
 
-def _cpu_shares(n: int) -> list[list[int]]:
-    """The cores this process may use, split into ``n`` disjoint shares (shared round-robin when fewer)."""
-    from .settings import available_cpus
-
-    cpus = available_cpus()
-    if len(cpus) < n:
-        return [[cpus[i % len(cpus)]] for i in range(n)]
-    size = len(cpus) // n
-    return [cpus[i * size:(i + 1) * size] for i in range(n)]
-
-
-def _visible(device: int | None) -> str | None:
-    """CUDA index ``device`` as this process sees it -> the value a child's CUDA_VISIBLE_DEVICES needs."""
-    if device is None:
-        return None
-    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if mask:
-        ids = [d.strip() for d in mask.split(",") if d.strip()]
-        if device < len(ids):
-            return ids[device]
-    return str(device)
-
-
 def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, devices: list[int | None],
-                         seed: int | None, timeout_s: float = 900.0) -> LocalEngineClient:
+                         seed: int | None, timeout_s: float = 900.0, weight_sync: str = "collective",
+                         bucket_bytes: int = 256 * 2**20) -> LocalEngineClient:
     """One replica process of the ``kind`` engine per entry of ``devices`` (a CUDA index as this process sees
-    it, or None: on CPU), started together from ``model``'s current weights; the routing client over them."""
+    it, or None: on CPU), started together from ``model``'s current weights; the routing client over them
+    (pushing weights as ``weight_sync`` says: ``collective`` or ``host``, see :class:`LocalEngineClient`)."""
     from ..tokens import prompt_ids
+    from .settings import cpu_shares, visible_device
 
     if not devices:
         raise ValueError("start_local_replicas needs at least one device entry (None for a CPU replica)")
-    cuda = [_visible(d) for d in devices]
+    cuda = [visible_device(d) for d in devices]
     on_cpu = [i for i, d in enumerate(cuda) if d is None]
-    shares = _cpu_shares(len(on_cpu)) if on_cpu else []
+    shares = cpu_shares(len(on_cpu)) if on_cpu else []
     state = model.state_dict()
     ties = ChangeTracker.ties(state)
     bucket = buckets.write({n: t for n, t in state.items() if n not in ties})
@@ -356,7 +374,8 @@ def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, d
         raise
     finally:
         bucket.remove()
-    client = LocalEngineClient(kind, replicas, functools.partial(prompt_ids, tokenizer), cuda)
+    client = LocalEngineClient(kind, replicas, functools.partial(prompt_ids, tokenizer), cuda, weight_sync,
+                               bucket_bytes)
     client.max_model_len = min(int(r.started.result()["max_model_len"]) for r in replicas)
     client.mark_synced(model)
     return client

@@ -21,7 +21,8 @@ replica pulls one copy. With ``grpo.weight_sync: collective`` (the default) the 
 the driver's model straight to the replicas over a torch.distributed group (driver rank 0, replicas 1..K;
 on GPUs: CUDA IPC when colocated on the model's GPU, NCCL on distinct GPUs; else gloo; see
 :mod:`.collective`) in size-bounded buckets (:mod:`..weight_sync`), each
-replica receiving into its engine between batches; a failed collective push falls back to the object store.
+replica receiving into its engine between batches; a failed collective push falls back to the object store
+(the collective push is :class:`.routing.ReplicaClient`'s, shared with the local replicas).
 
 Failures: a replica that dies (killed, its node lost) is marked dead at the router and its requests are
 retried on another replica (same prompt, same seed); with none left, ``generate`` raises
@@ -99,12 +100,6 @@ Router = ray.remote(max_restarts=-1)(StickyRouter)
 # --- the client ----------------------------------------------------------------------------------------------
 
 
-def _is_lora(model: Any) -> bool:
-    from ..lora import is_lora
-
-    return is_lora(model)
-
-
 class RayEngineClient(ReplicaClient):
     """A ``RolloutEngine`` (and ``TrainableEngine``) over K replica actors. Thread-safe; picklable."""
 
@@ -116,7 +111,6 @@ class RayEngineClient(ReplicaClient):
         self._group = group
         self._owner = True  # the driver's copy owns the actors (closes them, tracks weight changes)
         self.weight_sync = weight_sync  # grpo.weight_sync: collective (a group with the replicas) or host
-        self._pusher: Any = None
         if weight_sync == "collective":
             from .collective import ReplicaPusher
 
@@ -157,44 +151,11 @@ class RayEngineClient(ReplicaClient):
         self._broadcast("load_weights", box, version)
         return {"put_s": put_s}
 
-    def update_weights(self, model: Any, version: int | None = None) -> None:
-        """Push the changed tensors (vLLM: all) to every live replica: over the sync group with
-        ``grpo.weight_sync: collective``, else (or when that push fails) through the object store."""
-        self._check_owner()
-        version = self.policy_version + 1 if version is None else int(version)
-        # vLLM serves a LoRA policy's adapters as LoRA requests, which a sync group does not feed.
-        if self._pusher is not None and not (self._whole_state and _is_lora(model)):
-            if self._push_collective(model, version):
-                return
-        super().update_weights(model, version)
+    def _sync_address(self) -> str:
+        return str(ray.util.get_node_ip_address())
 
-    def _push_collective(self, model: Any, version: int) -> bool:
-        """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync group
-        (on GPUs: CUDA IPC or NCCL, picked from the members' GPUs; else gloo; see :mod:`.collective`). False when it failed
-        (e.g. a replica died: marked dead by a probe): the caller pushes through the object store instead."""
-        from ..weight_sync import sync_tensors
-
-        assert self._tracker is not None
-        named, ties = sync_tensors(model, everything=True)
-        changed = self._tracker.changed(named, everything=self._whole_state)
-        on_gpu = next(model.parameters()).is_cuda and float(self.config.placement.engine_gpus) > 0
-        live = self.live()
-        if self._pusher.forms_group(live, on_gpu):
-            live = self.probe()  # no rendezvous with a replica that died unnoticed
-        if not live:
-            return False  # the object-store path raises the InfraError
-        try:
-            stats = self._pusher.push(self.replicas, live, changed, ties, version, on_gpu)
-        except Exception:
-            log.exception("collective weight push failed; pushing through the object store")
-            self.probe()
-            return False
-        self._tracker.mark(named)
-        self.policy_version, self._asleep = version, False
-        self.sync_stats = {"tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),
-                           "bytes": stats["bytes"], "buckets": stats["buckets"], "put_s": 0.0,
-                           "total_s": stats["seconds"]}
-        return True
+    def _collective_on_gpu(self, model: Any) -> bool:
+        return bool(next(model.parameters()).is_cuda) and float(self.config.placement.engine_gpus) > 0
 
     def close(self) -> None:
         if not self._owner:

@@ -7,7 +7,14 @@ placement-group bundle, possibly on other nodes) and processes on this machine
 (:class:`.local.LocalEngineClient`, one per GPU, or per ``engine.replicas``). A subclass says how a call
 reaches replica ``i`` (:meth:`ReplicaClient._submit` / :meth:`ReplicaClient._result`), how the router is
 asked (:meth:`ReplicaClient._router_call`), which exceptions mean "that replica is gone"
-(:meth:`ReplicaClient._infra_errors`) and how a weight push travels (:meth:`ReplicaClient._push`).
+(:meth:`ReplicaClient._infra_errors`) and how a weight push travels through host memory
+(:meth:`ReplicaClient._push`: Ray's object store, or one shared-memory file).
+
+Weight pushes with ``grpo.weight_sync: collective`` (a subclass sets :attr:`ReplicaClient._pusher`, a
+:class:`.collective.ReplicaPusher`) are this module's for both transports: the changed tensors go from the
+trainer's model straight to the live replicas over one sync group (driver rank 0, replicas 1..K), each replica
+receiving into its engine between batches (its ``receive_weights`` call); a push that fails (a replica died)
+falls back to the host path after a probe, and the next push re-forms the group with the live replicas.
 
 Routing: a conversation's key is its opening (everything before the first message an engine sampled: the system
 prompt, any few-shot examples and the task), which every sample of a GRPO group and every turn of a dialogue
@@ -41,6 +48,12 @@ def routing_key(conversation: list[Message]) -> str:
             break
         opening.append(f"{message.role}\x00{message.content}")
     return hashlib.sha1("\x01".join(opening).encode()).hexdigest()
+
+
+def _is_lora(model: Any) -> bool:
+    from ..lora import is_lora
+
+    return is_lora(model)
 
 
 class StickyRouter:
@@ -95,6 +108,7 @@ class ReplicaClient:
         self._routes: dict[str, int] = {}
         self.sync_stats: dict[str, float] = {}
         self._asleep = False
+        self._pusher: Any = None  # a .collective.ReplicaPusher with grpo.weight_sync: collective
 
     # --- the transport (subclasses) ------------------------------------------------------------------------
 
@@ -120,6 +134,15 @@ class ReplicaClient:
 
     def _check_owner(self) -> None:
         """Raise where this copy of the client may not push weights (a pickled copy in an episode actor)."""
+
+    def _sync_address(self) -> str:
+        """The address the replicas reach this process at (the sync group's store)."""
+        return "127.0.0.1"
+
+    def _collective_on_gpu(self, model: Any) -> bool:
+        """Whether a collective push is a GPU one (``auto``: ipc / nccl / gloo from the members' GPUs) rather
+        than gloo from the CPU: the model is on a GPU (a subclass adds: and the replicas have GPUs)."""
+        return bool(next(model.parameters()).is_cuda)
 
     # --- routing ---------------------------------------------------------------------------------------
 
@@ -203,13 +226,19 @@ class ReplicaClient:
     # --- TrainableEngine -------------------------------------------------------------------------------
 
     def update_weights(self, model: Any, version: int | None = None) -> None:
-        """Push the tensors of ``model`` that changed since the last push (vLLM: all) to every live replica."""
+        """Push the tensors of ``model`` that changed since the last push (vLLM: all) to every live replica:
+        over the sync group with ``grpo.weight_sync: collective``, else (or when that push fails) through host
+        memory (:meth:`_push`)."""
         self._check_owner()
+        version = self.policy_version + 1 if version is None else int(version)
+        # vLLM serves a LoRA policy's adapters as LoRA requests, which a sync group does not feed.
+        if self._pusher is not None and not (self._whole_state and _is_lora(model)):
+            if self._push_collective(model, version):
+                return
         assert self._tracker is not None
         started = time.perf_counter()
         state = model.state_dict()
         changed = self._tracker.changed(state, everything=self._whole_state)
-        version = self.policy_version + 1 if version is None else int(version)
         extra = self._push(changed, ChangeTracker.ties(state), version)
         self._tracker.mark(state)
         self.policy_version, self._asleep = version, False
@@ -218,6 +247,36 @@ class ReplicaClient:
             "bytes": float(sum(t.numel() * t.element_size() for t in changed.values())), **extra,
             "total_s": time.perf_counter() - started,
         }
+
+    def _push_collective(self, model: Any, version: int) -> bool:
+        """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync
+        group (see :mod:`.collective`). False when it failed (e.g. a replica died: marked dead by a probe):
+        the caller pushes through host memory instead."""
+        import logging
+
+        from ..weight_sync import sync_tensors
+
+        assert self._tracker is not None
+        named, ties = sync_tensors(model, everything=True)
+        changed = self._tracker.changed(named, everything=self._whole_state)
+        on_gpu = self._collective_on_gpu(model)
+        live = self.live()
+        if self._pusher.forms_group(live, on_gpu):
+            live = self.probe()  # no rendezvous with a replica that died unnoticed
+        if not live:
+            return False  # the host path raises the InfraError
+        try:
+            stats = self._pusher.push(self, live, changed, ties, version, on_gpu)
+        except Exception:
+            logging.getLogger(__name__).exception("collective weight push failed; pushing through host memory")
+            self.probe()
+            return False
+        self._tracker.mark(named)
+        self.policy_version, self._asleep = version, False
+        self.sync_stats = {"tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),
+                           "bytes": stats["bytes"], "buckets": stats["buckets"], "put_s": 0.0,
+                           "total_s": stats["seconds"]}
+        return True
 
     def mark_synced(self, model: Any) -> None:
         """The replicas were built from ``model``'s current weights: the next push sends only changes."""

@@ -187,6 +187,27 @@ def for_run(settings: EngineSettings, config: Any, replicas: int = 1) -> EngineS
     return settings.model_copy(update={"vllm": settings.vllm.model_copy(update={"max_num_seqs": seqs})})
 
 
+def cpu_shares(n: int) -> list[list[int]]:
+    """The cores this process may use, split into ``n`` disjoint shares (shared round-robin when fewer)."""
+    cpus = available_cpus()
+    if len(cpus) < n:
+        return [[cpus[i % len(cpus)]] for i in range(n)]
+    size = len(cpus) // n
+    return [cpus[i * size:(i + 1) * size] for i in range(n)]
+
+
+def visible_device(device: int | None) -> str | None:
+    """CUDA index ``device`` as this process sees it -> the value a child's CUDA_VISIBLE_DEVICES needs."""
+    if device is None:
+        return None
+    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if mask:
+        ids = [d.strip() for d in mask.split(",") if d.strip()]
+        if device < len(ids):
+            return ids[device]
+    return str(device)
+
+
 def local_devices(settings: EngineSettings, gpu_count: int) -> list[int | None] | None:
     """Without Ray: the device of each local replica process (a CUDA index, or None for a CPU replica), or None
     when the engine runs in this process (one GPU or none, and no ``engine.replicas``)."""
