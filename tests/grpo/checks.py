@@ -1,6 +1,6 @@
 """What several grpo tests compare with (not a test module): a trainer's log-probs of generated tokens, a
-dialogue whose routing key stops before its first sampled reply, and the gradients a trainer's update
-would apply."""
+dialogue whose routing key stops before its first sampled reply, the gradients a trainer's update would
+apply, and a plain language-model update that changes a policy before a weight push."""
 
 from __future__ import annotations
 
@@ -40,3 +40,14 @@ def capture_grads(trainer: GRPOTrainer) -> list[list[torch.Tensor]]:
 
     trainer.optimizer.step = step
     return seen
+
+
+def language_model_step(model, ids: torch.Tensor, optimizer) -> None:
+    """One real update of ``model``: next-token loss on ``ids``, its gradients, an optimizer step (eval mode
+    after, as a policy between updates)."""
+    model.train()
+    loss = -torch.log_softmax(model(input_ids=ids).logits, -1)[:, :-1].gather(-1, ids[:, 1:, None]).mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    model.eval()

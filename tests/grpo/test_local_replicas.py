@@ -23,6 +23,7 @@ from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.engines import POLICY_KEY, REPLICATED, buckets, engine_specs  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.testing import sequence_logprobs  # noqa: E402
+from tests.grpo.checks import language_model_step  # noqa: E402
 from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
     EngineSettings,
     for_run,
@@ -144,12 +145,7 @@ def test_after_each_of_several_updates_every_replica_equals_the_trainer_bit_for_
     ids = torch.tensor([SEQUENCES[0]])
     pusher = client._pusher
     for k in range(3):  # a real update each time: a loss, its gradients, an optimizer step
-        model.train()
-        loss = -torch.log_softmax(model(input_ids=ids).logits, -1)[:, :-1].gather(-1, ids[:, 1:, None]).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        model.eval()
+        language_model_step(model, ids, optimizer)
         version = client.policy_version + 1
         _bounded(lambda: client.update_weights(model), 120)
         assert client.policy_version == version and client.sync_stats["buckets"] > 1

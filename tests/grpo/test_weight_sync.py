@@ -18,6 +18,7 @@ if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
+from tests.grpo.checks import language_model_step  # noqa: E402
 from tests.grpo.processes import collect_rows  # noqa: E402
 from seal_platform_plugins.grpo.weight_sync import (  # noqa: E402
     SyncGroup, load_into, plan_buckets, push, receive, sync_tensors,
@@ -68,12 +69,7 @@ def _trainer(port: int, syncs: int, lora: bool, results) -> None:
     ids = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(1))
     for k in range(syncs):
         if k:  # sync 0 pushes the initial weights, each later one follows an update
-            model.train()
-            loss = -torch.log_softmax(model(input_ids=ids).logits, -1)[:, :-1].gather(-1, ids[:, 1:, None]).mean()
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            model.eval()
+            language_model_step(model, ids, optimizer)
         named, ties = sync_tensors(model, everything=(k == 0 and not lora))
         stats = push(named, group, version=k, ties=ties, bucket_bytes=BUCKET_BYTES)
         results.put(pickle.dumps(("trainer", k, sorted(named), stats["buckets"], logprobs(model))))
