@@ -85,7 +85,7 @@ def local_pair(tokenizer, tmp_path_factory):
                      run_dir=tmp_path_factory.mktemp("local-replicas"))
     ctx.shared[POLICY_KEY] = (model, tokenizer)
     ctx.settings["engine"] = EngineSettings.model_validate({"replicas": 2, "hf": {"max_batch_size": 4}})
-    ctx.settings["grpo"] = GRPOSettings(weight_sync_bucket_mb=1)  # collective (the default), in many buckets
+    ctx.settings["grpo"] = GRPOSettings(weight_sync="collective", weight_sync_bucket_mb=1)  # in many buckets
     client = {spec.name: spec for spec in engine_specs()}["hf"].factory(ctx)
     yield client, model, tokenizer, ctx
     client.close()
@@ -156,14 +156,17 @@ def test_after_each_of_several_updates_every_replica_equals_the_trainer_bit_for_
         assert gen.policy_version == version
 
 
-def test_weight_sync_host_pushes_through_the_shared_memory_file(tokenizer):
+@pytest.mark.parametrize("mode", ["host", "auto"])
+def test_weight_sync_host_pushes_through_the_shared_memory_file(tokenizer, mode):
+    """``host``, and ``auto`` (the default) for a policy in host memory: the shared-memory file, not a group."""
     from seal_platform_plugins.grpo.engines.local import start_local_replicas
     from seal_platform_plugins.grpo.testing import tiny_llama
 
     model = tiny_llama(tokenizer, hidden_size=64, intermediate_size=128, max_position_embeddings=256)
-    client = start_local_replicas("hf", model, tokenizer, EngineSettings(), [None], seed=0, weight_sync="host")
+    client = start_local_replicas("hf", model, tokenizer, EngineSettings(), [None], seed=0, weight_sync=mode)
     try:
-        assert client._pusher is None
+        assert (client._pusher is None) == (mode == "host")
+        assert GRPOSettings().weight_sync == "auto"
         for k in range(2):
             with torch.no_grad():
                 for p in model.parameters():

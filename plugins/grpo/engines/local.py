@@ -10,7 +10,7 @@ replica), and its result goes back when done.
 
 The returned :class:`LocalEngineClient` is the same :class:`.routing.ReplicaClient` the Ray replicas use:
 sticky group routing, retry of a dead replica's requests on another one (same prompt and seed), sleep / wake,
-and weight pushes of the changed tensors (vLLM: all). With ``grpo.weight_sync: collective`` (the default) a
+and weight pushes of the changed tensors (vLLM: all). With ``grpo.weight_sync: collective`` (or ``auto``, the default, for a model on a GPU) a
 push goes from the trainer's model straight to the live replicas over one sync group (driver rank 0, replicas
 1..K; gloo when the model is on the CPU, else ``auto``: CUDA IPC / NCCL / gloo from the members' GPUs): each
 replica's ``receive_weights`` call joins the group and receives into its engine on the engine's worker thread,
@@ -245,7 +245,7 @@ class LocalEngineClient(ReplicaClient):
     (episodes run in this process's threads)."""
 
     def __init__(self, kind: str, replicas: list[_Replica], prompt_fn: Callable[[list[Message]], list[int]],
-                 devices: list[str | None], weight_sync: str = "collective", bucket_bytes: int = 256 * 2**20):
+                 devices: list[str | None], weight_sync: str = "auto", bucket_bytes: int = 256 * 2**20):
         where = "cpu" if all(d is None for d in devices) else "gpu"
         super().__init__(f"{kind}x{len(replicas)}@local-{where}", replicas, prompt_fn, whole_state=kind == "vllm")
         self.kind = kind
@@ -255,8 +255,8 @@ class LocalEngineClient(ReplicaClient):
         self._closed = False
         self.max_model_len = 0
         self.requests = [0] * len(replicas)  # prompts sent to each replica (retries included)
-        self.weight_sync = weight_sync  # grpo.weight_sync: collective (a group with the replicas) or host
-        if weight_sync == "collective":
+        self.weight_sync = weight_sync  # grpo.weight_sync: auto, collective (a group with the replicas) or host
+        if weight_sync in ("collective", "auto"):
             from .collective import ReplicaPusher
 
             self._pusher = ReplicaPusher(bucket_bytes)
@@ -328,7 +328,7 @@ class LocalEngineClient(ReplicaClient):
 
 
 def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, devices: list[int | None],
-                         seed: int | None, timeout_s: float = 900.0, weight_sync: str = "collective",
+                         seed: int | None, timeout_s: float = 900.0, weight_sync: str = "auto",
                          bucket_bytes: int = 256 * 2**20) -> LocalEngineClient:
     """One replica process of the ``kind`` engine per entry of ``devices`` (a CUDA index as this process sees
     it, or None: on CPU), started together from ``model``'s current weights; the routing client over them

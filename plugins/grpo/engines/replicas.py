@@ -17,7 +17,7 @@ Weight sync (``update_weights``): the tensors that changed since the last push (
 counters tell; a full fine-tune changes all, a frozen part is never re-sent) are put into the object store
 once and every live replica loads them, between its batches, with the new policy version; every Generation
 carries the version it was sampled with. On one node the object store is shared memory; across nodes each
-replica pulls one copy. With ``grpo.weight_sync: collective`` (the default) the same tensors go instead from
+replica pulls one copy. With ``grpo.weight_sync: collective`` (or ``auto``, the default, for a model on a GPU) the same tensors go instead from
 the driver's model straight to the replicas over a torch.distributed group (driver rank 0, replicas 1..K;
 on GPUs: CUDA IPC when colocated on the model's GPU, NCCL on distinct GPUs; else gloo; see
 :mod:`.collective`) in size-bounded buckets (:mod:`..weight_sync`), each
@@ -110,8 +110,8 @@ class RayEngineClient(ReplicaClient):
         self.config = config
         self._group = group
         self._owner = True  # the driver's copy owns the actors (closes them, tracks weight changes)
-        self.weight_sync = weight_sync  # grpo.weight_sync: collective (a group with the replicas) or host
-        if weight_sync == "collective":
+        self.weight_sync = weight_sync  # grpo.weight_sync: auto, collective (a group with the replicas) or host
+        if weight_sync in ("collective", "auto"):
             from .collective import ReplicaPusher
 
             self._pusher = ReplicaPusher(bucket_bytes)

@@ -108,7 +108,8 @@ class ReplicaClient:
         self._routes: dict[str, int] = {}
         self.sync_stats: dict[str, float] = {}
         self._asleep = False
-        self._pusher: Any = None  # a .collective.ReplicaPusher with grpo.weight_sync: collective
+        self._pusher: Any = None  # a .collective.ReplicaPusher with grpo.weight_sync: collective or auto
+        self.weight_sync = "host"  # grpo.weight_sync (a subclass that can push collectively sets it)
 
     # --- the transport (subclasses) ------------------------------------------------------------------------
 
@@ -232,9 +233,8 @@ class ReplicaClient:
         self._check_owner()
         version = self.policy_version + 1 if version is None else int(version)
         # vLLM serves a LoRA policy's adapters as LoRA requests, which a sync group does not feed.
-        if self._pusher is not None and not (self._whole_state and _is_lora(model)):
-            if self._push_collective(model, version):
-                return
+        if self._uses_collective(model) and self._push_collective(model, version):
+            return
         assert self._tracker is not None
         started = time.perf_counter()
         state = model.state_dict()
@@ -247,6 +247,15 @@ class ReplicaClient:
             "bytes": float(sum(t.numel() * t.element_size() for t in changed.values())), **extra,
             "total_s": time.perf_counter() - started,
         }
+
+    def _uses_collective(self, model: Any) -> bool:
+        """Whether this push goes over the sync group: ``grpo.weight_sync`` collective, or auto with the model
+        on a GPU (from host memory the host path is faster: one shared-memory copy or object-store put that
+        every replica reads, against gloo's loopback TCP); never a LoRA policy to vLLM replicas, which serve its
+        adapters as LoRA requests that a sync group does not feed."""
+        if self._pusher is None or (self._whole_state and _is_lora(model)):
+            return False
+        return self.weight_sync != "auto" or self._collective_on_gpu(model)
 
     def _push_collective(self, model: Any, version: int) -> bool:
         """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync
