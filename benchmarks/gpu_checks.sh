@@ -32,3 +32,5 @@ part "seal-platform run on CUDA (hf engine, tiny random model, smarthome-seal)" 
 part "GRPO step, Qwen2.5-1.5B shape, 1-process FSDP2 over NCCL" 70 timeout 70 python3 benchmarks/bench_gpu_step.py --fsdp --steps 1
 part "GRPO step, Qwen2.5-1.5B shape, plain trainer" 60 timeout 60 python3 benchmarks/bench_gpu_step.py --steps 1
 part "probe: NCCL with two ranks on one GPU (expected: Duplicate GPU detected)" 45 timeout 45 python3 benchmarks/probe_nccl_same_gpu.py
+part "weight sync per GB on one GPU: CUDA IPC vs host path" 90 timeout 90 python3 benchmarks/bench_weight_sync.py \
+  --device cuda --size-mb 4096 --tensor-mb 64 --repeats 3
