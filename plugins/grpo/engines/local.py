@@ -46,6 +46,14 @@ log = logging.getLogger(__name__)
 _METHODS = ("generate_ids", "ready", "load_bucket", "receive_weights", "score", "sleep", "wake_up", "stats")
 
 
+def _exited(process: Any) -> bool:
+    """Whether a replica process has exited. Its sentinel, not ``is_alive()``: once anything else in this
+    process reaps children (a ``waitpid(-1)``, a SIGCHLD handler), ``is_alive()`` stays True for a dead child."""
+    from multiprocessing.connection import wait
+
+    return bool(wait([process.sentinel], timeout=0)) or process.exitcode is not None
+
+
 class ReplicaLost(RuntimeError):
     """The replica's process is gone (exited, killed) or its pipe broke."""
 
@@ -294,7 +302,7 @@ class LocalEngineClient(ReplicaClient):
         """The replicas not marked dead, after marking those whose process is gone (no push waits for one)."""
         for index in super().live():
             replica = self.replicas[index]
-            if not replica.alive or not replica.process.is_alive():
+            if not replica.alive or _exited(replica.process):
                 self._lost(index)
         return super().live()
 
