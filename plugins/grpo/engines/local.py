@@ -255,7 +255,8 @@ class LocalEngineClient(ReplicaClient):
     def __init__(self, kind: str, replicas: list[_Replica], prompt_fn: Callable[[list[Message]], list[int]],
                  devices: list[str | None], weight_sync: str = "auto", bucket_bytes: int = 256 * 2**20):
         where = "cpu" if all(d is None for d in devices) else "gpu"
-        super().__init__(f"{kind}x{len(replicas)}@local-{where}", replicas, prompt_fn, whole_state=kind == "vllm")
+        super().__init__(f"{kind}x{len(replicas)}@local-{where}", replicas, prompt_fn, whole_state=kind == "vllm",
+                         weight_sync=weight_sync, bucket_bytes=bucket_bytes)
         self.kind = kind
         self.devices = devices
         self.router = StickyRouter(len(replicas))
@@ -263,11 +264,6 @@ class LocalEngineClient(ReplicaClient):
         self._closed = False
         self.max_model_len = 0
         self.requests = [0] * len(replicas)  # prompts sent to each replica (retries included)
-        self.weight_sync = weight_sync  # grpo.weight_sync: auto, collective (a group with the replicas) or host
-        if weight_sync in ("collective", "auto"):
-            from .collective import ReplicaPusher
-
-            self._pusher = ReplicaPusher(bucket_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("local engine replicas are driven from the process that started them; on Ray use "

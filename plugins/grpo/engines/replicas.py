@@ -105,16 +105,12 @@ class RayEngineClient(ReplicaClient):
 
     def __init__(self, kind: str, replicas: list[Any], router: Any, prompt_fn: Callable[[list[Message]], list[int]],
                  config: Any, group: Any = None, weight_sync: str = "host", bucket_bytes: int = 256 * 2**20):
-        super().__init__(f"{kind}x{len(replicas)}@ray", replicas, prompt_fn, whole_state=kind == "vllm")
+        super().__init__(f"{kind}x{len(replicas)}@ray", replicas, prompt_fn, whole_state=kind == "vllm",
+                         weight_sync=weight_sync, bucket_bytes=bucket_bytes)
         self.router = router
         self.config = config
         self._group = group
         self._owner = True  # the driver's copy owns the actors (closes them, tracks weight changes)
-        self.weight_sync = weight_sync  # grpo.weight_sync: auto, collective (a group with the replicas) or host
-        if weight_sync in ("collective", "auto"):
-            from .collective import ReplicaPusher
-
-            self._pusher = ReplicaPusher(bucket_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

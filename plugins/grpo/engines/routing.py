@@ -27,6 +27,7 @@ evenly.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from typing import Any, Callable
@@ -36,6 +37,7 @@ from seal_platform.types import Generation, Message, SamplingParams
 
 from .shipping import ChangeTracker
 
+log = logging.getLogger(__name__)
 
 def routing_key(conversation: list[Message]) -> str:
     """Everything before the first message an engine sampled (an assistant message built with
@@ -97,7 +99,7 @@ class ReplicaClient:
     """
 
     def __init__(self, name: str, replicas: list[Any], prompt_fn: Callable[[list[Message]], list[int]],
-                 whole_state: bool):
+                 whole_state: bool, weight_sync: str = "host", bucket_bytes: int = 256 * 2**20):
         self.name = name
         self.replicas = replicas
         self.prompt_fn = prompt_fn
@@ -108,8 +110,12 @@ class ReplicaClient:
         self._routes: dict[str, int] = {}
         self.sync_stats: dict[str, float] = {}
         self._asleep = False
-        self._pusher: Any = None  # a .collective.ReplicaPusher with grpo.weight_sync: collective or auto
-        self.weight_sync = "host"  # grpo.weight_sync (a subclass that can push collectively sets it)
+        self.weight_sync = weight_sync  # grpo.weight_sync: auto, collective (a group with the replicas) or host
+        self._pusher: Any = None
+        if weight_sync in ("collective", "auto"):
+            from .collective import ReplicaPusher
+
+            self._pusher = ReplicaPusher(bucket_bytes)
 
     # --- the transport (subclasses) ------------------------------------------------------------------------
 
@@ -232,7 +238,6 @@ class ReplicaClient:
         memory (:meth:`_push`)."""
         self._check_owner()
         version = self.policy_version + 1 if version is None else int(version)
-        # vLLM serves a LoRA policy's adapters as LoRA requests, which a sync group does not feed.
         if self._uses_collective(model) and self._push_collective(model, version):
             return
         assert self._tracker is not None
@@ -261,8 +266,6 @@ class ReplicaClient:
         """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync
         group (see :mod:`.collective`). False when it failed (e.g. a replica died: marked dead by a probe):
         the caller pushes through host memory instead."""
-        import logging
-
         from ..weight_sync import sync_tensors
 
         assert self._tracker is not None
@@ -277,7 +280,7 @@ class ReplicaClient:
         try:
             stats = self._pusher.push(self, live, changed, ties, version, on_gpu)
         except Exception:
-            logging.getLogger(__name__).exception("collective weight push failed; pushing through host memory")
+            log.exception("collective weight push failed; pushing through host memory")
             self.probe()
             return False
         self._tracker.mark(named)
