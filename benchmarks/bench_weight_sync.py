@@ -120,6 +120,16 @@ def hop_trainer_to_driver(args: argparse.Namespace, mode: str) -> tuple[list[flo
     return times[1:], driver.first() == float(rounds)
 
 
+def _driver_push(driver: Blob, group: Any, port: int, world: int, version: int, args: argparse.Namespace) -> Any:
+    """The driver's side of one collective push to its replicas (gloo rank 0, hosting the store; the group is
+    formed on the first push and kept); returns the group."""
+    if group is None:
+        group = SyncGroup("127.0.0.1", port, 0, world, host_store=True, backend="gloo")
+    named, ties = sync_tensors(driver)
+    push(named, group, version=version, ties=ties, bucket_bytes=args.bucket_mb * 2**20)
+    return group
+
+
 # --- hop 2: the driver -> K replica actors ---------------------------------------------------------------------
 
 
@@ -172,10 +182,7 @@ def hop_driver_to_replicas(args: argparse.Namespace, mode: str) -> tuple[list[fl
             ray.get([r.load.remote(box) for r in replicas])
         else:
             refs = [r.receive.remote("127.0.0.1", port, j + 1, len(replicas) + 1) for j, r in enumerate(replicas)]
-            if group is None:
-                group = SyncGroup("127.0.0.1", port, 0, len(replicas) + 1, host_store=True, backend="gloo")
-            named, ties = sync_tensors(driver)
-            push(named, group, version=k, ties=ties, bucket_bytes=args.bucket_mb * 2**20)
+            group = _driver_push(driver, group, port, len(replicas) + 1, k, args)
             ray.get(refs)
         times.append(time.perf_counter() - started)
     ok = all(v == driver.first() for v in ray.get([r.first.remote() for r in replicas]))
@@ -241,10 +248,7 @@ def hop_driver_to_local_replicas(args: argparse.Namespace, mode: str) -> tuple[l
         else:
             for j, conn in enumerate(conns):
                 conn.send(("receive", "127.0.0.1", port, j + 1, len(conns) + 1))
-            if group is None:
-                group = SyncGroup("127.0.0.1", port, 0, len(conns) + 1, host_store=True, backend="gloo")
-            named, ties = sync_tensors(driver)
-            push(named, group, version=k, ties=ties, bucket_bytes=args.bucket_mb * 2**20)
+            group = _driver_push(driver, group, port, len(conns) + 1, k, args)
             for conn in conns:
                 conn.recv()
         times.append(time.perf_counter() - started)
