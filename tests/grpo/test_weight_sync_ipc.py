@@ -9,7 +9,6 @@ log-probs must equal the sender's bit for bit after each push."""
 from __future__ import annotations
 
 import pickle
-import socket
 import threading
 
 import pytest
@@ -20,6 +19,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
+from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from seal_platform_plugins.grpo.ipc_sync import IPCSyncError, choose_backend, local_index  # noqa: E402
 from seal_platform_plugins.grpo.weight_sync import SyncGroup, load_into, push, receive, sync_tensors  # noqa: E402
 from tests.grpo.processes import collect_rows  # noqa: E402
@@ -27,12 +27,6 @@ from tests.grpo.processes import collect_rows  # noqa: E402
 BUCKET_BYTES = 24 * 1024  # small: the tiny model travels in many buckets
 TIMEOUT_S = 180.0
 VOCAB = 256
-
-
-def free_port() -> int:  # not grpo.distributed's: that imports pydantic, which the GPU machine lacks
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_choose_backend_ipc_when_colocated_nccl_when_distinct_gloo_otherwise():
