@@ -280,6 +280,27 @@ def table(rows: list[dict], recipes: list[str]) -> str:
     return "\n".join(out)
 
 
+def category_table(rows: list[dict], recipes: list[str]) -> str:
+    """Markdown table: per recipe and held-out category, the paired difference of the final pass rate to
+    vanilla GRPO (same seed; mean over the seeds both have, 95% bootstrap interval), so that a difference
+    in the average can be traced to the kind of request it comes from."""
+    vanilla = next((r for r in recipes if r.endswith("vanilla-grpo")), None)
+    finals = {(r["recipe"], r["seed"]): r["evaluations"][max(r["evaluations"], key=int)]["per_category"]
+              for r in rows if r["recipe"] != BASE}
+    cats = sorted({c for per_cat in finals.values() for c in per_cat})
+    out = ["| recipe | " + " | ".join(cats) + " |", "|---|" + "---|" * len(cats)]
+    for recipe in recipes:
+        seeds = sorted(s for (r, s) in finals if r == recipe and (vanilla, s) in finals)
+        if recipe == vanilla or not seeds:
+            continue
+        cells = []
+        for c in cats:
+            diffs = [finals[(recipe, s)].get(c, 0.0) - finals[(vanilla, s)].get(c, 0.0) for s in seeds]
+            cells.append(_fmt(statistics.fmean(diffs), bootstrap_ci(diffs), sign=True))
+        out.append(f"| {_label(recipe)} (n={len(seeds)}) | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def plot_curves(rows: list[dict], recipes: list[str], path: Path) -> None:
     """Held-out pass rate against step, one line per recipe (mean over seeds), a band from the lowest to the
     highest seed; step 0 is the base model's evaluation."""
@@ -377,6 +398,8 @@ def main() -> None:
             rows.append(row)
             new += 1
     print(table(rows, args.recipes))
+    print("\nPaired difference to vanilla GRPO per held-out category (points, mean [95% CI] over seeds):\n")
+    print(category_table(rows, args.recipes))
     from ablation_evidence import evidence_table  # benchmarks/ (the script's folder)
 
     print("\nPer-label evidence (means over each recipe's runs):\n")

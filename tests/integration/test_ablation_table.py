@@ -56,6 +56,18 @@ def test_table_reports_intervals_paired_differences_and_gains(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
 
+def test_category_table_pairs_each_category_with_vanilla_on_the_seeds_both_have():
+    ablation = _module()
+    rows = [_row("smarthome-vanilla-grpo", 0, 10.0, 1), _row("smarthome-vanilla-grpo", 1, 30.0, 1),
+            _row("smarthome-seal", 0, 20.0, 1), _row("smarthome-seal", 1, 20.0, 1), _row("smarthome-seal", 2, 90.0, 1)]
+    rows[2]["evaluations"]["3"]["per_category"] = {"direct": 40.0}  # a category missing from a row counts as 0
+    lines = ablation.category_table(rows, ["smarthome-vanilla-grpo", "smarthome-seal"]).splitlines()
+    assert lines[0] == "| recipe | direct | paraphrase |" and len(lines) == 3  # no row for vanilla itself
+    # seed 2 has no vanilla run; direct: 40 - 15 and 25 - 35; paraphrase: 0 - 5 and 15 - 25
+    low, high = ablation.bootstrap_ci([25.0, -10.0])
+    assert lines[2] == f"| SEAL (n=2) | +7.5 [{low:+.1f}, {high:+.1f}] | -7.5 [-10.0, -5.0] |"
+
+
 def test_a_claim_is_held_while_its_process_lives_and_taken_over_when_it_is_gone(tmp_path):
     import subprocess
     import sys
