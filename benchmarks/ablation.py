@@ -280,25 +280,60 @@ def table(rows: list[dict], recipes: list[str]) -> str:
     return "\n".join(out)
 
 
+def _is(recipe: str, suffix: str) -> bool:
+    return recipe == suffix or recipe.endswith("-" + suffix)
+
+
+def _finals(rows: list[dict]) -> dict[tuple[str, int], dict]:
+    """(recipe, seed) -> the training run's last evaluation."""
+    return {(r["recipe"], r["seed"]): r["evaluations"][max(r["evaluations"], key=int)]
+            for r in rows if r["recipe"] != BASE}
+
+
+def _paired_cells(finals: dict[tuple[str, int], dict], recipe: str, other: str, keys: list[str]) -> tuple[int, list[str]]:
+    """``recipe`` minus ``other`` on the seeds both have, per key (``average`` or a category; a category
+    missing from a row counts as 0): the number of seeds and one "mean [95% CI]" cell per key."""
+    seeds = sorted(s for (r, s) in finals if r == recipe and (other, s) in finals)
+
+    def value(key: str, final: dict) -> float:
+        return final["average"] if key == "average" else final["per_category"].get(key, 0.0)
+
+    cells = []
+    for key in keys:
+        diffs = [value(key, finals[(recipe, s)]) - value(key, finals[(other, s)]) for s in seeds]
+        cells.append(_fmt(statistics.fmean(diffs), bootstrap_ci(diffs), sign=True) if diffs else "-")
+    return len(seeds), cells
+
+
 def category_table(rows: list[dict], recipes: list[str]) -> str:
     """Markdown table: per recipe and held-out category, the paired difference of the final pass rate to
     vanilla GRPO (same seed; mean over the seeds both have, 95% bootstrap interval), so that a difference
     in the average can be traced to the kind of request it comes from."""
-    vanilla = next((r for r in recipes if r.endswith("vanilla-grpo")), None)
-    finals = {(r["recipe"], r["seed"]): r["evaluations"][max(r["evaluations"], key=int)]["per_category"]
-              for r in rows if r["recipe"] != BASE}
-    cats = sorted({c for per_cat in finals.values() for c in per_cat})
+    vanilla = next((r for r in recipes if _is(r, "vanilla-grpo")), None)
+    finals = _finals(rows)
+    cats = sorted({c for f in finals.values() for c in f["per_category"]})
     out = ["| recipe | " + " | ".join(cats) + " |", "|---|" + "---|" * len(cats)]
     for recipe in recipes:
-        seeds = sorted(s for (r, s) in finals if r == recipe and (vanilla, s) in finals)
-        if recipe == vanilla or not seeds:
+        if vanilla is None or recipe == vanilla:
             continue
-        cells = []
-        for c in cats:
-            diffs = [finals[(recipe, s)].get(c, 0.0) - finals[(vanilla, s)].get(c, 0.0) for s in seeds]
-            cells.append(_fmt(statistics.fmean(diffs), bootstrap_ci(diffs), sign=True))
-        out.append(f"| {_label(recipe)} (n={len(seeds)}) | " + " | ".join(cells) + " |")
+        n, cells = _paired_cells(finals, recipe, vanilla, cats)
+        if n:
+            out.append(f"| {_label(recipe)} (n={n}) | " + " | ".join(cells) + " |")
     return "\n".join(out)
+
+
+def controls_table(rows: list[dict], recipes: list[str]) -> str:
+    """Markdown table: each label control against SEAL (real labels), paired by seed: the difference of the
+    final held-out pass rate, overall and per category (mean [95% bootstrap CI]); empty without both."""
+    seal = next((r for r in recipes if _is(r, "seal")), None)
+    finals = _finals(rows)
+    cats = sorted({c for f in finals.values() for c in f["per_category"]})
+    out = ["| control - SEAL | average | " + " | ".join(cats) + " |", "|---|---|" + "---|" * len(cats)]
+    for control in (r for r in recipes if _is(r, "random-labels") or _is(r, "fixed-label")):
+        n, cells = _paired_cells(finals, control, seal, ["average", *cats]) if seal else (0, [])
+        if n:
+            out.append(f"| {_label(control)} (n={n}) | " + " | ".join(cells) + " |")
+    return "\n".join(out) if len(out) > 2 else ""
 
 
 def plot_curves(rows: list[dict], recipes: list[str], path: Path) -> None:
@@ -400,6 +435,10 @@ def main() -> None:
     print(table(rows, args.recipes))
     print("\nPaired difference to vanilla GRPO per held-out category (points, mean [95% CI] over seeds):\n")
     print(category_table(rows, args.recipes))
+    controls = controls_table(rows, args.recipes)
+    if controls:
+        print("\nThe label controls against SEAL's real labels, paired by seed (points, mean [95% CI]):\n")
+        print(controls)
     from ablation_evidence import evidence_table  # benchmarks/ (the script's folder)
 
     print("\nPer-label evidence (means over each recipe's runs):\n")

@@ -68,6 +68,21 @@ def test_category_table_pairs_each_category_with_vanilla_on_the_seeds_both_have(
     assert lines[2] == f"| SEAL (n=2) | +7.5 [{low:+.1f}, {high:+.1f}] | -7.5 [-10.0, -5.0] |"
 
 
+def test_controls_table_pairs_each_label_control_with_seal_by_seed():
+    ablation = _module()
+    rows = [_row("smarthome-seal", 0, 50.0, 1), _row("smarthome-seal", 1, 60.0, 1),
+            _row("smarthome-random-labels", 0, 54.0, 1), _row("smarthome-random-labels", 1, 58.0, 1),
+            _row("smarthome-random-labels", 2, 99.0, 1), _row("smarthome-fixed-label", 3, 70.0, 1)]
+    recipes = ["smarthome-vanilla-grpo", "smarthome-seal", "smarthome-random-labels", "smarthome-fixed-label"]
+    lines = ablation.controls_table(rows, recipes).splitlines()
+    # seed 2 has no SEAL run and fixed label shares no seed with SEAL: one row, over seeds 0 and 1 (+4, -2)
+    assert lines[0] == "| control - SEAL | average | direct | paraphrase |" and len(lines) == 3
+    low, high = ablation.bootstrap_ci([4.0, -2.0])
+    cell = f"+1.0 [{low:+.1f}, {high:+.1f}]"
+    assert lines[2] == f"| random labels (control) (n=2) | {cell} | {cell} | {cell} |"
+    assert ablation.controls_table(rows[:2], recipes) == ""  # no control: no table
+
+
 def test_a_claim_is_held_while_its_process_lives_and_taken_over_when_it_is_gone(tmp_path):
     import subprocess
     import sys
