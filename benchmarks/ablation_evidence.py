@@ -10,8 +10,9 @@ markdown table, means over the recipe's seeds:
   read (the label controls' ``random_labels`` / ``fixed_label``; the environment's own diagnoser otherwise);
 - **what the agent did**: the shares from the environment's own diagnoser, which every labelled run records
   (for the controls beside the labels they trained on), so the recipes' failures can be compared;
-- the final A-Patch weights, the number of interface revisions and their most frequent kinds of change, and
-  the groups drawn / kept / found uniform by dynamic sampling.
+- the final A-Patch weights, the number of interface revisions and their most frequent kinds of change, the
+  groups drawn / kept / found uniform by dynamic sampling, and the mean training reward (on the interface the
+  run trained with) of the first and of the last five steps (``train_rewards``).
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def evidence_table(rows: list[dict], recipes: list[str], label_of=lambda r: r) -
     """Markdown: one line per recipe that has rows, means over its seeds (see the module docstring)."""
     out = ["| recipe | runs | labels that drove training (% of rollouts) | what the agent did: environment "
            "diagnoser's labels (%) | final A-Patch weights | interface revisions: mean, most frequent changes "
-           "| groups drawn / kept / uniform per run |",
-           "|---|---|---|---|---|---|---|"]
+           "| groups drawn / kept / uniform per run | training reward, first / last 5 steps |",
+           "|---|---|---|---|---|---|---|---|"]
     for recipe in recipes:
         mine = [r for r in rows if r.get("recipe") == recipe]
         if not mine:
@@ -82,7 +83,10 @@ def evidence_table(rows: list[dict], recipes: list[str], label_of=lambda r: r) -
         sampling = [r["dynamic_sampling"] for r in mine if r.get("dynamic_sampling")]
         drawn = (" / ".join(f"{statistics.fmean(s[k] for s in sampling):.0f}" for k in ("drawn", "kept", "uniform"))
                  if sampling else "-")
+        rewards = [r["train_rewards"] for r in mine if r.get("train_rewards")]
+        reward = (f"{statistics.fmean(statistics.fmean(t[:5]) for t in rewards):.2f} / "
+                  f"{statistics.fmean(statistics.fmean(t[-5:]) for t in rewards):.2f}" if rewards else "-")
         out.append(f"| {label_of(recipe)} | {len(mine)} | {_fmt(_mean_dicts(driving), 0) if driving else 'none'} | "
                    f"{_fmt(_mean_dicts(own), 0) if own else 'none'} | {_fmt(weights, 2) if weights else 'none'} | "
-                   f"{revisions:.1f}: {top} | {drawn} |")
+                   f"{revisions:.1f}: {top} | {drawn} | {reward} |")
     return "\n".join(out)

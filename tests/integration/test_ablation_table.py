@@ -110,7 +110,8 @@ def test_evidence_table_reads_each_recipes_labels_weights_revisions_and_sampling
     seal = [{**_row("smarthome-seal", seed, 50.0, 10), "revisions": revisions,
              "labels": {"smarthome": {"pass": 3, "invalid_tool_call": 1}},
              "label_weights": {"pass": 1.0, "invalid_tool_call": w},
-             "dynamic_sampling": {"drawn": d, "kept": 40, "uniform": 10}} for seed, w, d in ((0, 2.0, 100), (1, 1.0, 120))]
+             "dynamic_sampling": {"drawn": d, "kept": 40, "uniform": 10},
+             "train_rewards": [0.0] * 5 + [0.5] * 10 + [r] * 5} for seed, w, d, r in ((0, 2.0, 100, 0.6), (1, 1.0, 120, 0.8))]
     fixed = {**_row("smarthome-fixed-label", 0, 50.0, 10), "revisions": revisions[:1],
              "labels": {"fixed_label": {"state_mismatch": 8}, "smarthome": {"pass": 2, "argument_mismatch": 6}},
              "label_weights": {"state_mismatch": 1.5}}
@@ -119,8 +120,9 @@ def test_evidence_table_reads_each_recipes_labels_weights_revisions_and_sampling
                                                                "smarthome-fixed-label", "smarthome-no-reweighting"],
                                     lambda r: r.removeprefix("smarthome-")).splitlines()
     assert len(lines) == 5  # header, rule, three recipes with rows (no-reweighting has none)
-    assert lines[2] == "| vanilla-grpo | 1 | none | none | none | 0.0: none | - |"
+    assert lines[2] == "| vanilla-grpo | 1 | none | none | none | 0.0: none | - | - |"
     assert lines[3] == ("| seal | 2 | pass 75, invalid_tool_call 25 | pass 75, invalid_tool_call 25 | "
-                        "invalid_tool_call 1.50, pass 1.00 | 1.0: guidelines 2.0, +required_markers 1.0 | 110 / 40 / 10 |")
+                        "invalid_tool_call 1.50, pass 1.00 | 1.0: guidelines 2.0, +required_markers 1.0 | 110 / 40 / 10 | "
+                        "0.00 / 0.70 |")
     # a label control: the labels it trained on and, apart, what the environment's diagnoser saw
     assert lines[4].startswith("| fixed-label | 1 | state_mismatch 100 | argument_mismatch 75, pass 25 | state_mismatch 1.50 | 0.0: none |")
