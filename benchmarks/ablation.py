@@ -66,9 +66,14 @@ LABELS = {
 BASE = "base model"
 
 
+def _is(recipe: str, suffix: str) -> bool:
+    """Whether ``recipe`` is the recipe ``suffix`` names (``seal``: ``seal`` or ``smarthome-seal``)."""
+    return recipe == suffix or recipe.endswith("-" + suffix)
+
+
 def _label(recipe: str) -> str:
     for suffix, text in LABELS.items():
-        if recipe == suffix or recipe.endswith("-" + suffix):
+        if _is(recipe, suffix):
             return text
     return recipe
 
@@ -233,8 +238,13 @@ def bootstrap_ci(values: list[float], n: int = 10_000, seed: int = 0) -> tuple[f
     return means[int(0.025 * n)], means[int(0.975 * n) - 1]
 
 
+def final_evaluation(row: dict) -> dict:
+    """A run's last evaluation (its ``average`` and ``per_category`` pass rates)."""
+    return row["evaluations"][max(row["evaluations"], key=int)]
+
+
 def final_average(row: dict) -> float:
-    return row["evaluations"][max(row["evaluations"], key=int)]["average"]
+    return final_evaluation(row)["average"]
 
 
 def _fmt(mean: float, ci: tuple[float, float], sign: bool = False) -> str:
@@ -250,14 +260,14 @@ def table(rows: list[dict], recipes: list[str]) -> str:
            "|---|---|---|---|---|---|---|---|"]
     base_rows = [r for r in rows if r["recipe"] == BASE]
     base = final_average(base_rows[0]) if base_rows else None
-    vanilla = next((r for r in recipes if r.endswith("vanilla-grpo")), None)
+    vanilla = next((r for r in recipes if _is(r, "vanilla-grpo")), None)
     by_seed = {(r["recipe"], r["seed"]): final_average(r) for r in rows if r["recipe"] != BASE}
     order = [BASE, *recipes] if base_rows else recipes
     for recipe in order:
         mine = sorted((r for r in rows if r["recipe"] == recipe), key=lambda r: r["seed"] if r["seed"] is not None else -1)
         if not mine:
             continue
-        finals = [r["evaluations"][max(r["evaluations"], key=int)] for r in mine]
+        finals = [final_evaluation(r) for r in mine]
         values = [f["average"] for f in finals]
         mean = statistics.fmean(values)
         paired = "-"
@@ -280,14 +290,9 @@ def table(rows: list[dict], recipes: list[str]) -> str:
     return "\n".join(out)
 
 
-def _is(recipe: str, suffix: str) -> bool:
-    return recipe == suffix or recipe.endswith("-" + suffix)
-
-
 def _finals(rows: list[dict]) -> dict[tuple[str, int], dict]:
     """(recipe, seed) -> the training run's last evaluation."""
-    return {(r["recipe"], r["seed"]): r["evaluations"][max(r["evaluations"], key=int)]
-            for r in rows if r["recipe"] != BASE}
+    return {(r["recipe"], r["seed"]): final_evaluation(r) for r in rows if r["recipe"] != BASE}
 
 
 def _paired_cells(finals: dict[tuple[str, int], dict], recipe: str, other: str, keys: list[str]) -> tuple[int, list[str]]:
@@ -426,7 +431,7 @@ def main() -> None:
                           [*([] if recipe == BASE else ckpt), *args.overrides, *extra], args.runs_dir,
                           args.keep_checkpoints)
             row.update(recipe=recipe, seed=seed, overrides=args.overrides)
-            final = row["evaluations"][max(row["evaluations"], key=int)]
+            final = final_evaluation(row)
             print(f"   held-out {final['average']:.1f}%  {final['per_category']}  wall {row['wall_s']:.0f}s", flush=True)
             with results.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
