@@ -13,7 +13,9 @@ Prints per-case times and the ratio official / ours. Run by hand:
 thinnest official command: bfcl_eval's data files read with ``json``, ``multi_turn_checker`` called directly),
 start-up and imports included, same Python, both with their bytecode compiled (as ``make`` leaves ours),
 run alternately ``--rounds`` times each (median reported) with the load average printed; the verdicts must
-agree line by line.
+agree line by line. ``seal-platform verify`` forks one lane per CPU it may use and the official command runs in
+one process, so the ratio depends on the machine's cores: ``taskset -c 0-3 python benchmarks/bench_verifier.py
+--commands`` measures both on four of them (``benchmarks/cpu_scaling_verify.sh`` runs 1, 2, 4, ... CPUs).
 """
 
 from __future__ import annotations
@@ -117,8 +119,10 @@ def time_commands(cases: list, rounds: int) -> int:
     # `make` compiled it (where PYTHONDONTWRITEBYTECODE is set nothing else writes it).
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "seal_platform"), str(ROOT / "plugins")],
                    check=True, stdout=subprocess.DEVNULL)
-    bindir = Path(sys.executable).parent
-    ours = [sys.executable, str(bindir / "seal-platform"), "verify", "--benchmark", "bfcl", fh.name]
+    script = Path(sys.executable).parent / "seal-platform"
+    # The console script where it is installed; else (a machine with the checkout on PYTHONPATH) the module.
+    entry = [str(script)] if script.exists() else ["-m", "seal_platform"]
+    ours = [sys.executable, *entry, "verify", "--benchmark", "bfcl", fh.name]
     official = [sys.executable, str(ROOT / "benchmarks" / "official_bfcl_verify.py"), fh.name]
 
     def cpu_of_children() -> float:
@@ -156,9 +160,13 @@ def time_commands(cases: list, rounds: int) -> int:
     print(f"official thin command:                {official_s:6.2f} s  (rounds: {[round(t, 2) for t in times['official']]})")
     print(f"ratio official/ours: {official_s / ours_s:.2f}x  (verdicts agree on all {len(cases)} cases)")
     print(f"CPU time (user+sys, all processes; median): ours {statistics.median(cpu['ours']):.2f} s, "
-          f"official {statistics.median(cpu['official']):.2f} s (under load, the wall-time ratio of a 2-process "
+          f"official {statistics.median(cpu['official']):.2f} s (under load, the wall-time ratio of a forking "
           "command drifts towards the CPU-time ratio)")
-    print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs")
+    # seal-platform verify forks one lane per CPU it may run on (fork_verify.default_lanes); the official
+    # command runs in one process whatever the machine.
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs, "
+          f"{usable} usable by these commands (verify's lanes)")
     return 0
 
 
