@@ -16,6 +16,7 @@ the first).
 
     .venv/bin/python benchmarks/bench_packed_update.py                   # SmolLM2-135M, 200-5,000 tokens
     .venv/bin/python benchmarks/bench_packed_update.py --sequences 4 --min-tokens 60 --max-tokens 400 --repeats 1
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 .venv/bin/python benchmarks/bench_packed_update.py
     python benchmarks/bench_packed_update.py --shape qwen2.5-1.5b --sequences 32 --micro 4   # on a GPU machine
 """
 
@@ -54,6 +55,13 @@ def make_mixed_batch(sequences: int, group: int, prompt_tokens: int, lo: int, hi
             ids += [rng.randint(200, 20000) for _ in range(min(200, n - len(ids)))]
         out.append((str(i // group), ids, positions))
     return out
+
+
+def allocator() -> str:
+    """The C allocator the processes run with: what LD_PRELOAD puts first, else the C library's malloc. On the
+    CPU it matters (docs/scaling.md, "Packed updates": glibc maps and faults in every tensor above 32 MiB anew)."""
+    preload = [p for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split() if "alloc" in p]
+    return os.path.basename(preload[0]) if preload else "the C library's malloc"
 
 
 def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
@@ -154,7 +162,7 @@ def main() -> None:
         return
     print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
           f"groups of {args.group}; micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
-          f"{args.device}", flush=True)
+          f"{args.device}; allocator: {allocator()}", flush=True)
     results: dict[str, float] = {}
     for name in ("padded", "packed"):
         # Each path in a process of its own, so that each one's peak memory is its own (os.wait4's rusage).

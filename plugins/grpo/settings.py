@@ -143,8 +143,9 @@ class GRPOSettings(_Section):
         "micro-batches are filled up to max_tokens_per_micro_batch tokens (the sum of their lengths, still a hard "
         "cap) and micro_batch_size sequences; attention stays within each sequence (position ids restart per "
         "sequence: on CUDA flash-attn's varlen kernels through transformers' flash_attention_2 when flash-attn is "
-        "importable, else SDPA with a block-diagonal causal mask). Same loss and gradients up to float rounding; "
-        "prefix sharing still applies except under flash_attention_2 (see docs/scaling.md, 'Packed updates').",
+        "importable, else SDPA once per packed sequence (grpo.packing's seal_packed_sdpa); an eager model gets a "
+        "block-diagonal causal mask). Same loss and gradients up to float rounding; prefix sharing gives way to "
+        "per-sequence attention and applies under eager only (see docs/scaling.md, 'Packed updates').",
     )
     overlong_filter: bool = Field(
         default=False,
