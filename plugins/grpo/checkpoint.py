@@ -26,6 +26,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from .lora import is_lora
+
 SUBDIR = "grpo"
 SHARDED = "sharded"  # grpo/sharded/: the DCP checkpoint of a sharded (grpo.train_workers > 1) trainer
 FORMAT_VERSION = 1
@@ -62,7 +64,7 @@ def save(directory: Path, *, model: Any, trainer: Any, apatch: Any, step: int) -
 
     out = Path(directory) / SUBDIR
     out.mkdir(parents=True, exist_ok=True)
-    lora = trainer is not None and _is_lora(model)
+    lora = trainer is not None and is_lora(model)
     if lora:
         _save_lora(out, model)
         torch.save(trainer.state_dict(), out / "trainer.pt")
@@ -106,9 +108,9 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
     state = json.loads(state_file.read_text())
     if state.get("format") != FORMAT_VERSION:
         raise ValueError(f"{state_file}: checkpoint format {state.get('format')!r}, this version reads {FORMAT_VERSION}")
-    if trainer is not None and (bool(state.get("lora")) != _is_lora(model)):
+    if trainer is not None and (bool(state.get("lora")) != is_lora(model)):
         saved, live = ("LoRA adapters" if state.get("lora") else "full weights"), (
-            "a LoRA policy" if _is_lora(model) else "full fine-tuning")
+            "a LoRA policy" if is_lora(model) else "full fine-tuning")
         raise ValueError(f"{src} holds {saved} but this run uses {live}: set grpo.lora as the run that wrote it did.")
     if trainer is not None and state.get("lora"):
         _load_lora(src, model)
@@ -143,12 +145,6 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
 
 ADAPTER_DIR = "adapter"
 BASE_FILE = "base.json"
-
-
-def _is_lora(model: Any) -> bool:
-    from .lora import is_lora
-
-    return is_lora(model)
 
 
 def _save_lora(out: Path, model: Any) -> None:

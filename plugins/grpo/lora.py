@@ -11,7 +11,8 @@ What this module gives the rest of the plugin:
   and ``peft.PeftModel.from_pretrained`` read as they are), :func:`base_identity` (what the adapters were
   trained on top of) and :func:`merged_model` for export.
 
-peft and torch are imported inside the functions: the plugin imports this module only when LoRA is on.
+peft and torch are imported inside the functions, so importing this module costs nothing: the engines and
+the checkpoints import it to ask :func:`is_lora`.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import copy
 import logging
 from typing import Any
 
+from ..lora import adapter_name, is_lora
 from .base import QueuedEngine, Request, sampling_key
 from .settings import engine_section
 
@@ -24,18 +25,6 @@ log = logging.getLogger(__name__)
 
 # Stop strings are searched for in the text of the last this-many generated tokens.
 _STOP_WINDOW = 32
-
-
-def _is_lora(model: Any) -> bool:
-    from ..lora import is_lora
-
-    return is_lora(model)
-
-
-def _adapter_name(version: int) -> str:
-    from ..lora import adapter_name
-
-    return adapter_name(version)
 
 
 class HFEngine(QueuedEngine):
@@ -58,8 +47,8 @@ class HFEngine(QueuedEngine):
         self.eos_ids = sorted(eos)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self._adapter_pushes = 1  # the adapters it starts with are version 1 (as in the vllm engine)
-        if _is_lora(model):
-            self.adapter_version = _adapter_name(1)
+        if is_lora(model):
+            self.adapter_version = adapter_name(1)
 
     def update_weights(self, model: Any, version: int | None = None) -> None:
         """Make the engine sample from ``model``'s weights. Free when the engine shares the trainer's model.
@@ -68,7 +57,7 @@ class HFEngine(QueuedEngine):
         (``Generation.adapter``). A private copy receives the adapters only (the base never changes).
         ``version``: the policy version the new weights are (default: the current one plus 1).
         """
-        lora = _is_lora(model)
+        lora = is_lora(model)
         if model is self.model and not lora:
             self.call_in_worker(lambda: self._set_version(version))
             return
@@ -86,7 +75,7 @@ class HFEngine(QueuedEngine):
 
                     set_peft_model_state_dict(self.model, state)
                 self._adapter_pushes += 1
-                self.adapter_version = _adapter_name(self._adapter_pushes)
+                self.adapter_version = adapter_name(self._adapter_pushes)
             else:
                 self.model.load_state_dict(state)
             self._set_version(version)

@@ -35,6 +35,7 @@ from typing import Any, Callable
 from seal_platform.infra import InfraError
 from seal_platform.types import Generation, Message, SamplingParams
 
+from ..lora import is_lora
 from .shipping import ChangeTracker
 
 log = logging.getLogger(__name__)
@@ -50,12 +51,6 @@ def routing_key(conversation: list[Message]) -> str:
             break
         opening.append(f"{message.role}\x00{message.content}")
     return hashlib.sha1("\x01".join(opening).encode()).hexdigest()
-
-
-def _is_lora(model: Any) -> bool:
-    from ..lora import is_lora
-
-    return is_lora(model)
 
 
 class StickyRouter:
@@ -258,7 +253,7 @@ class ReplicaClient:
         on a GPU (from host memory the host path is faster: one shared-memory copy or object-store put that
         every replica reads, against gloo's loopback TCP); never a LoRA policy to vLLM replicas, which serve its
         adapters as LoRA requests that a sync group does not feed."""
-        if self._pusher is None or (self._whole_state and _is_lora(model)):
+        if self._pusher is None or (self._whole_state and is_lora(model)):
             return False
         return self.weight_sync != "auto" or self._collective_on_gpu(model)
 
