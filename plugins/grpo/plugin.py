@@ -163,6 +163,8 @@ def start_run(ctx: Any, resumed: bool) -> None:
         policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed,
         ray=on_ray(ctx.cluster, settings.placement),
     )
+    if ctx.shared[RUN].allocator_advice:
+        ctx.event("cpu_allocator", ctx.shared[RUN].allocator_advice)
 
 
 def _colocated(ctx: Any) -> bool:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from seal_platform.types import Trajectory
 
+from . import allocator
 from .samples import build_samples, overlong
 from .settings import GRPOSettings
 from .trainer import GRPOTrainer
@@ -40,6 +41,11 @@ class GRPORun:
             self.trainer = (
                 GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
             )
+        # What to tell the user when a CPU update runs on glibc's malloc (see .allocator); None: nothing.
+        self.allocator_advice = (
+            allocator.advice(tcmalloc=allocator.installed_tcmalloc())
+            if isinstance(self.trainer, GRPOTrainer) and self.trainer.device.type == "cpu" else None
+        )
 
     def optimize(self, engine: Any, trajectories: Sequence[Trajectory], weights: dict[str, float],
                  screen_stale: bool = False, sleep: Callable[[], None] | None = None,
