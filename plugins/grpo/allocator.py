@@ -44,6 +44,5 @@ def advice(env: Mapping[str, str] | None = None, tcmalloc: str | None = None, pl
            "install tcmalloc (Debian/Ubuntu: libtcmalloc-minimal4) and preload it with LD_PRELOAD")
     return ("training on the CPU with the C library's malloc, which maps and faults in every tensor above 32 MiB "
             f"anew at each allocation; tcmalloc reuses them: {how} (make run does when it is installed). "
-            "Measured here: the default run in 17-24% less time with 10% less memory, packed updates 1.33x padded instead "
-            "of 1.15x (docs/scaling.md, 'The C allocator').")
-
+            "Measured here: the default run in 17-24% less time with 10% less memory, packed updates 1.33x "
+            "padded instead of 1.15x (docs/scaling.md, 'The C allocator').")
