@@ -3,7 +3,7 @@
 PyTorch's CPU tensors come from ``malloc``. glibc serves a request above its mmap threshold (at most 32 MiB)
 with a fresh ``mmap`` and unmaps it when freed, so every large activation is faulted in and zeroed anew.
 tcmalloc keeps freed memory for reuse. Preloaded, it made the packed update of bench_packed_update.py 1.33x
-the padded one instead of 1.15x, and the default run 2:34-2:45 instead of 3:06-3:36 with 4.95 GB instead of 5.5
+the padded one instead of 1.08-1.15x, and the default run 2:34-2:45 instead of 3:06-3:36 with 4.95 GB instead of 5.5
 (docs/scaling.md, "The C allocator"). Setting glibc's options from inside the process does not do the same
 (see there), so this module only detects and advises (a CPU run records the advice as a ``cpu_allocator``
 event); ``make run`` preloads tcmalloc where it is installed.
@@ -45,4 +45,4 @@ def advice(env: Mapping[str, str] | None = None, tcmalloc: str | None = None, pl
     return ("training on the CPU with the C library's malloc, which maps and faults in every tensor above 32 MiB "
             f"anew at each allocation; tcmalloc reuses them: {how} (make run does when it is installed). "
             "Measured here: the default run in 17-24% less time with 10% less memory, packed updates 1.33x "
-            "padded instead of 1.15x (docs/scaling.md, 'The C allocator').")
+            "padded instead of 1.08-1.15x (docs/scaling.md, 'The C allocator').")
