@@ -15,9 +15,10 @@ ARGS   ?=
 # tcmalloc, where the system has it (Debian: libgoogle-perftools4 or libtcmalloc-minimal4), for `make run`: a
 # CPU run with glibc's malloc faults every tensor above 32 MiB in anew; the default run took 2:34-2:45
 # instead of 3:06-3:36 and 4.95 GB instead of 5.5 (docs/scaling.md, "The C allocator"). TCMALLOC= turns it off.
-TCMALLOC ?= $(firstword $(wildcard /usr/lib/*-linux-gnu/libtcmalloc.so.4 /usr/lib/*-linux-gnu/libtcmalloc_minimal.so.4 \
-              /usr/lib64/libtcmalloc.so.4 /usr/lib64/libtcmalloc_minimal.so.4))
-PRELOAD := $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC)$(if $(LD_PRELOAD),:$(LD_PRELOAD)),)
+# The library is found by plugins/grpo/allocator.py (stdlib only; -P: nothing of plugins/grpo shadows it), which
+# holds the one list of places; both variables expand when `run`'s recipe does, after the install.
+TCMALLOC ?= $(shell $(PY) -P plugins/grpo/allocator.py 2>/dev/null)
+PRELOAD = $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC)$(if $(LD_PRELOAD),:$(LD_PRELOAD)),)
 
 .PHONY: install run test test-slow lint clean bytecode
 

@@ -7,9 +7,9 @@
 #   ROUNDS=3 bash benchmarks/cpu_scaling_verify.sh   # fewer rounds per side
 #
 # On a machine without the project installed (a lent device machine: Python and pip only), it installs the
-# wheels in .whl/ (pydantic, bfcl-eval, click, ... for that machine's Python, with --no-deps) into /tmp/site
-# and runs the checkout from PYTHONPATH, as benchmarks/gpu_checks.sh does; seal_platform.egg-info must come
-# along (the plugins are found through its entry points). Run it on an otherwise idle machine.
+# wheels in .whl/ (pydantic, bfcl-eval, click, ... for that machine's Python) and runs the checkout from
+# PYTHONPATH (benchmarks/device_site.sh, as gpu_checks.sh does); seal_platform.egg-info must come along.
+# Run it on an otherwise idle machine.
 set -u
 export PYTHONUNBUFFERED=1
 if [ -n "${PYTHON:-}" ]; then
@@ -17,11 +17,7 @@ if [ -n "${PYTHON:-}" ]; then
 elif [ -x .venv/bin/python ]; then
   PY=.venv/bin/python
 else
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .whl/*.whl || exit 1
-  ln -sfn plugins seal_platform_plugins
-  ln -sfn recipes seal_platform_recipes
-  export PYTHONPATH=/tmp/site:$PWD
+  source benchmarks/device_site.sh || exit 1
   PY=python3
 fi
 usable=$("$PY" -c "import os; print(len(os.sched_getaffinity(0)))")

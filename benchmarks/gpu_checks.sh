@@ -7,10 +7,8 @@ set -u
 export PYTHONUNBUFFERED=1
 LOG=${OUT:-/tmp}/gpu-checks.log
 exec > >(tee "$LOG") 2>&1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-ln -sfn plugins seal_platform_plugins
-ln -sfn recipes seal_platform_recipes
-export PYTHONPATH=/tmp/site:$PWD SEAL_PLATFORM_TEST_TOKENIZER=$PWD/.gpu/tokenizer
+source benchmarks/device_site.sh || exit 1
+export SEAL_PLATFORM_TEST_TOKENIZER=$PWD/.gpu/tokenizer
 nvidia-smi -L
 python3 -c "import torch, transformers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
 part() { echo; echo "=== $1 (limit $2 s) ==="; local t0=$SECONDS; shift 2; "$@"; echo "=== rc $? in $((SECONDS - t0)) s ==="; }
