@@ -36,6 +36,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+PATHS = ("padded", "packed", "packed_unshared")
+
+
 def make_mixed_batch(sequences: int, group: int, prompt_tokens: int, lo: int, hi: int, seed: int
                      ) -> list[tuple[str, list[int], list[int]]]:
     """(group, input ids, loss positions) per rollout: mixed lengths in [lo, hi], a shared prompt per group."""
@@ -64,7 +67,8 @@ def allocator() -> str:
     return os.path.basename(preload[0]) if preload else "the C library's malloc"
 
 
-def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
+def run(model_dir: str, batch, args, name: str) -> dict[str, float]:
+    """One path (``padded``, ``packed`` or ``packed_unshared``: packed with ``grpo.shared_prefix`` off), timed."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -72,6 +76,7 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
     from seal_platform_plugins.grpo.settings import GRPOSettings
     from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
+    pack, shared_prefix = name != "padded", name != "packed_unshared"
     if args.shape:  # random weights of a published shape (bench_gpu_step's), built here: nothing to load
         from bench_gpu_step import build_model
 
@@ -82,7 +87,7 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
     model.eval()
     settings = GRPOSettings(
         kl_coef=0.001, lr=1e-6, mini_batch_tasks=args.tasks_per_update, micro_batch_size=args.micro,
-        max_tokens_per_micro_batch=args.max_tokens_per_micro, pack_sequences=pack,
+        max_tokens_per_micro_batch=args.max_tokens_per_micro, pack_sequences=pack, shared_prefix=shared_prefix,
         gradient_checkpointing=args.gradient_checkpointing, zero_advantage="compute",
     )
     trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
@@ -92,9 +97,19 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
                 for i, (g, ids, pos) in enumerate(batch)]
 
     tokens = sum(len(ids) for _, ids, _ in batch)
-    # Token slots the forward passes run: each micro-batch's row (packed) or rows at its longest length (padded).
-    widths = [[len(x.input_ids) for x in m] for m in trainer._micro_batches(samples())]
-    run_tokens = sum(sum(w) if pack else max(w) * len(w) for w in widths)
+    # Token slots the forward passes run: each micro-batch's row (packed: a shared prompt once per run of a group's
+    # sequences) or its rows at the longest length (padded: after a prompt all of them share, run once).
+    from seal_platform_plugins.grpo.forward import _group_runs
+
+    run_tokens = 0
+    for micro in trainer._micro_batches(samples()):
+        if pack:
+            for part in _group_runs(micro):
+                shared = trainer._shared_prefix(part, in_row=True) if shared_prefix else 0
+                run_tokens += sum(len(x.input_ids) for x in part) - (len(part) - 1) * shared
+        else:
+            shared = trainer._shared_prefix(micro)
+            run_tokens += shared + (max(len(x.input_ids) for x in micro) - shared) * len(micro)
     from bench_grpo_update import step_flops, step_no_grad_episodes
 
     episodes = [(ids, pos) for _, ids, pos in batch]
@@ -111,7 +126,6 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
         dt = time.perf_counter() - t0
         if r:  # the first step warms up
             rates.append(tokens / dt)
-    name = "packed" if pack else "padded"
     rate = statistics.median(rates)
     gpu = ""
     if args.device.startswith("cuda"):  # matrix-product FLOPs of the step over its time, against the bf16 peak
@@ -122,7 +136,7 @@ def run(model_dir: str, batch, args, pack: bool) -> dict[str, float]:
         if peak:
             gpu += f", MFU {100 * statistics.median(flops[1:]) * rate / tokens / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s"
     print(f"{name}: {rate:.1f} tokens/s (steps: {[round(x, 1) for x in rates]}); micro-batches run {run_tokens} "
-          f"token slots for {tokens} tokens ({100 * (1 - tokens / run_tokens):.0f}% padding){gpu}", flush=True)
+          f"token slots for {tokens} tokens{gpu}", flush=True)
     return {f"{name}_tokens_per_s": rate, f"{name}_token_slots": float(run_tokens),
             f"{name}_step_flops": statistics.median(flops[1:])}
 
@@ -144,7 +158,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--only", choices=("padded", "packed"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--unshared", action="store_true", help="also run the packed path with grpo.shared_prefix "
+                        "off (each sequence runs its own prompt), to measure what prefix sharing in the rows gives")
+    parser.add_argument("--only", choices=PATHS, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     import torch
@@ -158,13 +174,14 @@ def main() -> None:
     batch = make_mixed_batch(args.sequences, args.group, args.prompt_tokens, args.min_tokens, args.max_tokens, seed=0)
     tokens = sum(len(ids) for _, ids, _ in batch)
     if args.only:  # a child of the run below: one path, its figures as the last line
-        print(json.dumps(run(path, batch, args, args.only == "packed")))
+        print(json.dumps(run(path, batch, args, args.only)))
         return
     print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
           f"groups of {args.group}; micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
           f"{args.device}; allocator: {allocator()}", flush=True)
     results: dict[str, float] = {}
-    for name in ("padded", "packed"):
+    paths = PATHS if args.unshared else PATHS[:2]
+    for name in paths:
         # Each path in a process of its own, so that each one's peak memory is its own (os.wait4's rusage).
         # (A child returns before --out is written: only this process writes it.)
         child = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--only", name], stdout=subprocess.PIPE,
@@ -185,11 +202,14 @@ def main() -> None:
     speedup = results["packed_tokens_per_s"] / results["padded_tokens_per_s"]
     results["packed_over_padded"] = speedup
     print(f"packed / padded: {speedup:.2f}x", flush=True)
+    if args.unshared:
+        results["packed_over_unshared"] = results["packed_tokens_per_s"] / results["packed_unshared_tokens_per_s"]
+        print(f"packed / packed without prefix sharing: {results['packed_over_unshared']:.2f}x", flush=True)
     if args.device == "cpu":
         # Both paths run the same passes (the timed steps' training passes plus their no-grad forwards of the
         # KL reference and of the old log-probs): the same FLOPs, counted on the unpadded sequences.
         flops = results["packed_step_flops"]
-        assert flops == results["padded_step_flops"], (flops, results["padded_step_flops"])
+        assert all(results[f"{name}_step_flops"] == flops for name in paths), results
         peak = matmul_peak_gflops()
         ceiling = peak * 1e9 * tokens / flops
         if args.shape:
@@ -203,7 +223,7 @@ def main() -> None:
                               recompute_forward=args.gradient_checkpointing, recompute_attention=False)
         results.update(matmul_peak_gflops=peak, ceiling_tokens_per_s=ceiling)
         parts = []
-        for name in ("padded", "packed"):
+        for name in paths:
             frac = results[f"{name}_tokens_per_s"] / ceiling
             results[f"{name}_roofline_fraction"] = frac
             parts.append(f"{name} {100 * frac:.0f}%")

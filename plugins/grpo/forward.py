@@ -19,6 +19,7 @@ import torch
 from .objective import chunked_logprobs, entropy_from_logits, token_logprobs
 from .packing import (
     FLASH_IMPLEMENTATIONS, PACKED_SDPA, attention_implementation, packed_micro_batches, packed_row, prefix_block_mask,
+    prefixed_packed_row,
 )
 from .samples import Sample
 from .settings import GRPOSettings
@@ -36,6 +37,17 @@ def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
         if any(r[i] != t for r in rows[1:]):
             return i
     return n
+
+
+def _group_runs(batch: Sequence[Sample]) -> list[list[Sample]]:
+    """``batch`` cut into runs of consecutive samples of one group (a group's rollouts share its prompt)."""
+    runs: list[list[Sample]] = []
+    for sample in batch:
+        if runs and runs[-1][0].group == sample.group:
+            runs[-1].append(sample)
+        else:
+            runs.append([sample])
+    return runs
 
 
 class LogprobPasses:
@@ -56,10 +68,12 @@ class LogprobPasses:
         target = torch.float16 if mode == "float16" else torch.bfloat16
         return torch.autocast(device_type=self.device.type, dtype=target)
 
-    def _shared_prefix(self, batch: Sequence[Sample]) -> int:
-        """Tokens at the start of every row of ``batch`` run once for all of them (0: none)."""
+    def _shared_prefix(self, batch: Sequence[Sample], in_row: bool = False) -> int:
+        """Tokens at the start of every row of ``batch`` run once for all of them (0: none). ``in_row``: the
+        prefix is the first piece of a packed row (:func:`~.packing.prefixed_packed_row`), not a separate
+        pass into a KV cache, so gradient checkpointing does not rule it out."""
         rows = [s.input_ids for s in batch]
-        if not self.settings.shared_prefix or len(rows) < 2 or self.settings.gradient_checkpointing:
+        if not self.settings.shared_prefix or len(rows) < 2 or (self.settings.gradient_checkpointing and not in_row):
             return 0
         first_loss = min(s.positions[0] for s in batch)
         # Every logit we need is at position >= first_loss - 1, so all of them fall in the suffix.
@@ -94,22 +108,22 @@ class LogprobPasses:
 
     def _packed_logits(self, model: Any, batch: Sequence[Sample], hidden: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`_logits` with the sequences packed into one row (see :mod:`.packing`)."""
-        rows = [s.input_ids for s in batch]
         implementation = attention_implementation(model)
+        if implementation == PACKED_SDPA:
+            return self._prefixed_row_logits(model, batch, hidden)
+        rows = [s.input_ids for s in batch]
         flash = implementation in FLASH_IMPLEMENTATIONS
-        per_sequence = implementation == PACKED_SDPA
-        # Per-sequence attention (flash-attn's varlen kernels, PACKED_SDPA) runs without a KV cache: packing
-        # wins over prefix sharing there (see .packing).
-        shared = 0 if flash or per_sequence else self._shared_prefix(batch)
+        # Eager attention runs the shared prompt into a KV cache first; flash-attn's varlen kernels run every
+        # sequence whole (see .packing).
+        shared = 0 if flash else self._shared_prefix(batch)
         suffixes = [r[shared:] for r in rows]
         starts = [0]
         for r in suffixes[:-1]:
             starts.append(starts[-1] + len(r))
         cols = [start + p - 1 - shared for s, start in zip(batch, starts) for p in s.positions]
-        row_idx = torch.zeros(len(cols), dtype=torch.long)
         dev = self.device
-        # The sequence boundaries (cu_seq_lens) serve flash-attn's varlen kernels and the per-sequence SDPA.
-        packed = packed_row(suffixes, start=shared, flash=flash or per_sequence)
+        # The sequence boundaries (cu_seq_lens) serve flash-attn's varlen kernels.
+        packed = packed_row(suffixes, start=shared, flash=flash)
         kwargs: dict[str, Any] = {k: (v.to(dev) if torch.is_tensor(v) else v) for k, v in packed.items()}
         if shared:
             eager = implementation == "eager"
@@ -120,7 +134,32 @@ class LogprobPasses:
         else:
             # No mask and no cache: transformers derives the block-diagonal causal mask from the position ids.
             kwargs.update(use_cache=False)
-        return self._select(model, batch, kwargs, row_idx, cols, hidden)
+        return self._select(model, batch, kwargs, torch.zeros(len(cols), dtype=torch.long), cols, hidden)
+
+    def _prefixed_row_logits(self, model: Any, batch: Sequence[Sample], hidden: bool
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_packed_logits` under :data:`~.packing.PACKED_SDPA`: each run of consecutive samples of one
+        group has the prompt its rows share once in the row, before what follows it in each row
+        (:func:`~.packing.prefixed_packed_row`; no separate pass, so gradient checkpointing keeps it)."""
+        runs: list[tuple[list[int], list[list[int]]]] = []
+        cols: list[int] = []
+        offset = 0
+        for run in _group_runs(batch):
+            shared = self._shared_prefix(run, in_row=True)
+            prompt = list(run[0].input_ids[:shared])
+            offset += shared
+            rests = []
+            for sample in run:
+                rest = list(sample.input_ids[shared:])
+                cols.extend(offset + p - 1 - shared for p in sample.positions)
+                rests.append(rest)
+                offset += len(rest)
+            runs.append((prompt, rests))
+        dev = self.device
+        kwargs: dict[str, Any] = {k: (v.to(dev) if torch.is_tensor(v) else v)
+                                  for k, v in prefixed_packed_row(runs).items()}
+        kwargs.update(use_cache=False)
+        return self._select(model, batch, kwargs, torch.zeros(len(cols), dtype=torch.long), cols, hidden)
 
     def _prefix_cache(self, model: Any, prefix: Sequence[int]) -> Any:
         """The KV cache of ``prefix`` (one row) under ``model``."""

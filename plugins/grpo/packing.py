@@ -42,6 +42,9 @@ import torch
 FLASH_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3")
 # The attention implementation of packed rows without flash-attn: SDPA per packed sequence (see the module doc).
 PACKED_SDPA = "seal_packed_sdpa"
+# The keyword argument (passed through the model's forward to its attention function) that says which pieces of
+# a packed row are prompts that later pieces continue: per piece, the index of its prompt piece or -1.
+PREFIX_KWARG = "seal_shared_prefix"
 
 
 def flash_attn_importable() -> bool:
@@ -77,8 +80,10 @@ def packed_sdpa_attention(
     """The attention function of :data:`PACKED_SDPA` (transformers' ``AttentionInterface`` signature).
 
     A packed row (one row with ``cu_seq_lens_q`` among the kwargs, as :func:`packed_row` passes them) runs
-    SDPA once per sequence, causal (SDPA's fused kernel, no mask), and ignores ``attention_mask``. Any other
-    call (generation, padded batches) is transformers' ``sdpa_attention_forward`` as is.
+    SDPA once per sequence, causal (SDPA's fused kernel, no mask), and ignores ``attention_mask``. With
+    :data:`PREFIX_KWARG` (:func:`prefixed_packed_row`) some of the row's pieces are prompts that the pieces
+    after them continue: see :func:`_prefixed_attention`. Any other call (generation, padded batches) is
+    transformers' ``sdpa_attention_forward`` as is.
 
     The row is cut with ``split`` (whose backward is one concatenation; slicing would allocate a zero
     gradient of the whole row per sequence), in the (1, tokens, heads, dim) layout of the projections, and the
@@ -86,13 +91,14 @@ def packed_sdpa_attention(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     bounds = kwargs.pop("cu_seq_lens_q", None)
+    prompt_of = kwargs.pop(PREFIX_KWARG, None)
     for name in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
         kwargs.pop(name, None)
     if bounds is None or query.shape[0] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     if key.shape[2] != query.shape[2]:
         raise ValueError(f"{PACKED_SDPA}: a packed row of {query.shape[2]} queries got {key.shape[2]} keys; packed "
-                         "rows run without a KV cache (no shared prefix)")
+                         "rows run without a KV cache")
     cuts = [int(b) for b in bounds.tolist()]
     lengths = [b - a for a, b in zip(cuts, cuts[1:])]
     options: dict[str, Any] = {"dropout_p": float(kwargs.get("dropout", 0.0)), "scale": kwargs.get("scaling")}
@@ -104,15 +110,74 @@ def packed_sdpa_attention(
     # gives that layout again, and no copy is needed to feed the projections' backward. SDPA's CPU kernel
     # writes its output (1, tokens, heads, dim) too: joined in that layout it is the result, no transpose copy.
     pieces = [t.transpose(1, 2).split(lengths, 1) for t in (query, key, value)]
-    outputs = [
-        torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=n > 1, **options
-        ).transpose(1, 2)
-        for n, q, k, v in zip(lengths, *pieces)
-        if n
-    ]
+    if prompt_of is not None:
+        outputs = _prefixed_attention(*pieces, _checked_prompts(prompt_of, lengths), options)
+    else:
+        outputs = [_sdpa(q, k, v, options) for n, q, k, v in zip(lengths, *pieces) if n]
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
     return out.contiguous(), None
+
+
+def _checked_prompts(prompt_of: Sequence[int], lengths: Sequence[int]) -> list[int]:
+    """``prompt_of`` (:data:`PREFIX_KWARG`) as a list, after checking it describes the row's pieces: one entry
+    per piece, each -1 or an earlier piece that is itself no continuation (ValueError otherwise)."""
+    try:
+        out = [int(i) for i in prompt_of]
+    except (TypeError, ValueError):
+        out = []
+    bad = len(out) != len(lengths) or any(
+        not (i == -1 or (0 <= i < j and out[i] == -1 and lengths[i] > 0)) for j, i in enumerate(out))
+    if bad:
+        raise ValueError(f"{PACKED_SDPA}: {PREFIX_KWARG}={out} does not describe a row of pieces of {list(lengths)} "
+                         "tokens (one entry per piece: -1, or the earlier prompt piece it continues)")
+    return out
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str, Any],
+          mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal SDPA of one sequence in the (1, tokens, heads, dim) layout (in and out); with ``mask``, that
+    mask instead of SDPA's own causal one."""
+    if mask is None:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=q.shape[1] > 1, **options)
+    else:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, **options)
+    return out.transpose(1, 2)
+
+
+def _prefixed_attention(queries: Sequence[torch.Tensor], keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
+                        prompt_of: Sequence[int], options: dict[str, Any]) -> list[torch.Tensor]:
+    """The attention outputs, in row order, of a row's pieces where piece ``j`` continues the prompt piece
+    ``prompt_of[j]`` (-1: a sequence of its own, or a prompt).
+
+    A continuation attends to ``[prompt; itself]``: each of its tokens sees the whole prompt and its own
+    earlier tokens. The prompt's keys and values enter every continuation's call, so their gradients add up over
+    all of them, as if each sequence had run its own copy of the prompt. The first continuation of a prompt runs
+    causal SDPA over ``[prompt; continuation]``, which also gives the prompt's own outputs. Later ones take the
+    cheaper of two exact forms: when the continuation is shorter than the prompt, only its queries, with the
+    causal mask aligned to the bottom right (SDPA's masked kernel computes the whole rectangle of scores:
+    ``n (P + n)``); otherwise causal SDPA over ``[prompt; continuation]`` again, the prompt's outputs dropped
+    (``(P + n)^2 / 2`` scores on the fused causal kernel, which ran about as fast per score on this CPU)."""
+    outputs: list[torch.Tensor] = []
+    continued: set[int] = set()
+    for j, (q, k, v) in enumerate(zip(queries, keys, values)):
+        n, p = q.shape[1], prompt_of[j]
+        if p < 0:
+            if j not in prompt_of:  # a prompt's output comes with its first continuation's
+                outputs.append(_sdpa(q, k, v, options))
+            continue
+        prompt = queries[p].shape[1]
+        k, v = torch.cat([keys[p], k], dim=1), torch.cat([values[p], v], dim=1)
+        if p not in continued:
+            continued.add(p)
+            outputs.extend(_sdpa(torch.cat([queries[p], q], dim=1), k, v, options).split([prompt, n], 1))
+        elif n < prompt:
+            mask = torch.ones(n, prompt + n, dtype=torch.bool, device=q.device).tril(diagonal=prompt)
+            outputs.append(_sdpa(q, k, v, options, mask=mask))
+        else:
+            outputs.append(_sdpa(torch.cat([queries[p], q], dim=1), k, v, options).split([prompt, n], 1)[1])
+    return outputs
 
 
 def use_packed_sdpa(model: Any) -> bool:
@@ -163,6 +228,41 @@ def packed_row(suffixes: Sequence[Sequence[int]], start: int, flash: bool) -> di
     batch = collate([{"input_ids": list(s)} for s in suffixes], return_tensors="pt")
     batch.pop("labels", None)
     return dict(batch)
+
+
+def prefixed_packed_row(runs: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]) -> dict[str, Any]:
+    """One packed row for :data:`PACKED_SDPA` of ``runs`` of sequences, each run ``(prompt, rests)``: sequences
+    that all start with ``prompt`` (empty: none shared), given by what follows it. Each prompt appears once,
+    before its run's rests; position ids count from 0 in a prompt and from ``len(prompt)`` in each rest.
+
+    Returns ``input_ids`` and ``position_ids`` (1, tokens), the pieces' boundaries (``cu_seq_lens_q/k``,
+    ``max_length_q/k``, as :func:`packed_row` gives them) and :data:`PREFIX_KWARG`: per piece, the index of
+    the prompt piece it continues, or -1."""
+    ids: list[int] = []
+    positions: list[torch.Tensor] = []
+    lengths: list[int] = []
+    prompt_of: list[int] = []
+    for prompt, rests in runs:
+        shared = len(prompt)
+        piece = -1
+        if shared:
+            piece = len(lengths)
+            ids.extend(prompt)
+            positions.append(torch.arange(shared))
+            lengths.append(shared)
+            prompt_of.append(-1)
+        for rest in rests:
+            ids.extend(rest)
+            positions.append(torch.arange(shared, shared + len(rest)))
+            lengths.append(len(rest))
+            prompt_of.append(piece)
+    bounds = torch.tensor([0, *lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    longest = max(lengths, default=0)
+    return {
+        "input_ids": torch.tensor([ids], dtype=torch.long), "position_ids": torch.cat(positions)[None],
+        "cu_seq_lens_q": bounds, "cu_seq_lens_k": bounds, "max_length_q": longest, "max_length_k": longest,
+        PREFIX_KWARG: tuple(prompt_of),
+    }
 
 
 def prefix_block_mask(lengths: Sequence[int], prefix: int, dtype: torch.dtype, additive: bool) -> torch.Tensor:

@@ -16,8 +16,9 @@ decides which samples this rank trains and keeps the ranks' collective calls in 
   must make the same number of model calls: a rank with fewer micro-batches runs zero-weight one-token passes;
 * loss parts and counts are summed over ranks (``ratio_max``: the max), the gradient norm is the global one.
 
-Prefix sharing (``grpo.shared_prefix``) is off on the sharded path: its extra prefix pass would make ranks'
-call sequences differ. It is an exact speed-up only, so the result is unchanged.
+Prefix sharing (``grpo.shared_prefix``) is on on the sharded path only with packed rows under per-sequence SDPA
+(the prompt at the head of each row, :mod:`.packing`); elsewhere its extra prefix pass would make ranks' call
+sequences differ. It is an exact speed-up only, so the result is unchanged.
 
 Checkpoints are written sharded with ``torch.distributed.checkpoint`` (DCP): every rank writes its own shards
 of the policy and the optimizer state under fully-qualified parameter names; DCP reshards on load, so a
@@ -38,6 +39,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from .packing import PACKED_SDPA, attention_implementation
 from .policy import PolicySettings
 from .samples import Sample, StepTally, engine_diff_sums
 from .settings import GRPOSettings
@@ -98,9 +100,15 @@ class ShardedGRPOTrainer(GRPOTrainer):
         import torch.distributed as dist
 
         # The output layer runs inside the sharded model's own forward (not chunked outside it, where its
-        # parameters are not gathered), and every rank makes the same collective calls.
-        settings = settings.model_copy(update={"shared_prefix": False, "logits_chunk_tokens": None})
+        # parameters are not gathered).
+        settings = settings.model_copy(update={"logits_chunk_tokens": None})
         super().__init__(model, settings, **kwargs)
+        # Every rank must make the same collective calls: prefix sharing stays on only where the prompt runs at
+        # the head of a packed row (per-sequence SDPA), not in a pass of its own.
+        in_row = settings.pack_sequences and all(
+            attention_implementation(m) == PACKED_SDPA for m in (model, self.ref_model) if m is not None)
+        if not in_row:
+            self.settings = self.settings.model_copy(update={"shared_prefix": False})
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
 

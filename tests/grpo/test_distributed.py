@@ -11,6 +11,7 @@ if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from seal_platform_plugins.grpo.distributed import LocalTrainerGroup, free_port  # noqa: E402
+from seal_platform_plugins.grpo.packing import PREFIX_KWARG  # noqa: E402
 from seal_platform_plugins.grpo.policy import PolicySettings, load_policy  # noqa: E402
 from seal_platform_plugins.grpo.samples import Sample, build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
@@ -46,11 +47,13 @@ def test_balanced_slices_cover_every_sample_once_and_balance_tokens():
     assert balanced_slices(samples[:1], 3)[1:] == [[], []]
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize(("checkpointing", "packed"), [(False, False), (True, False), (True, True)])
 def test_one_sharded_worker_equals_the_single_process_trainer_and_reloads_its_checkpoint(tiny_model_dir, tokenizer,
-                                                                                        tmp_path, checkpointing):
+                                                                                        tmp_path, checkpointing,
+                                                                                        packed):
     """The FSDP2 code path in this process (world size 1, gloo): same update as GRPOTrainer (also with
-    gradient checkpointing, attention kept, on the sharded side only); DCP save/load."""
+    gradient checkpointing, attention kept, and with packed rows whose groups' prompts run once, on the sharded
+    side only); DCP save/load."""
     from test_trainer import make_trajectories
 
     settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=2, lr=1e-3, adam_eps=1e-6)
@@ -59,11 +62,19 @@ def test_one_sharded_worker_equals_the_single_process_trainer_and_reloads_its_ch
     model, _ = load_policy(policy)
     want = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id).step(
         build_samples(tokenizer, trajs, settings=settings))
-    sharded = settings.model_copy(update={"gradient_checkpointing": checkpointing})
+    sharded = settings.model_copy(update={"gradient_checkpointing": checkpointing, "pack_sequences": packed})
     options = WorkerOptions(grpo=sharded, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
     worker = TrainerWorker(0, 1, "127.0.0.1", free_port(), options)
     try:
+        # Packed rows under per-sequence SDPA keep prefix sharing (the prompt at the row's head); padded
+        # micro-batches drop it on the sharded path (its prefix pass would be an extra collective call).
+        assert worker.trainer.settings.shared_prefix is packed
+        prompts: list[int] = []  # per model call, the pieces of its packed row that later pieces continue
+        worker.trainer.model.register_forward_pre_hook(
+            lambda module, args, kwargs: prompts.append(len(set(kwargs.get(PREFIX_KWARG, ())) - {-1})),
+            with_kwargs=True)
         got = worker.step(build_samples(tokenizer, trajs, settings=settings))
+        assert (max(prompts) > 0) is packed  # the groups' prompts ran once each, in the rows
         assert_same_metrics(got, want)
         weights = worker.full_state_dict()
         assert max_diff(weights, model.state_dict()) <= 1e-4

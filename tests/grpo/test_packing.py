@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from seal_platform_plugins.grpo.packing import (  # noqa: E402
     PACKED_SDPA,
+    PREFIX_KWARG,
     attention_implementation,
     packed_micro_batches,
     packed_sdpa_attention,
@@ -38,6 +39,18 @@ def mixed_samples(vocab: int, seed: int = 0) -> list[Sample]:
             out.append(Sample(id=f"{g}-{j}", group=g, input_ids=ids, positions=positions,
                               advantage=rng.uniform(-1.5, 1.5)))
     return out
+
+
+def groups(samples: list[Sample]) -> list[list[Sample]]:
+    return [[x for x in samples if x.group == g] for g in LENGTHS]
+
+
+def shared_prompt(group: list[Sample]) -> int:
+    """The tokens a group's rows share that prefix sharing runs once: the common prefix, up to the token before
+    the first loss token (every logit the loss needs lies after it)."""
+    rows = [x.input_ids for x in group]
+    common = next((i for i in range(min(map(len, rows))) if len({r[i] for r in rows}) > 1), min(map(len, rows)))
+    return min(common, min(x.positions[0] for x in group) - 1)
 
 
 def test_packed_micro_batches_respect_token_and_sequence_caps():
@@ -83,18 +96,17 @@ def test_packed_logprobs_equal_padded_per_sample(tokenizer, new_tiny_model, shar
         hook.remove()
         got[pack], shapes[pack] = samples, seen
     total = sum(len(x.input_ids) for x in got[True])
-    # Packed: one row per micro-batch, no padding; under eager the shared prompts run once per micro-batch (a
-    # 1-row pass); per-sequence SDPA runs every sequence whole (packing wins over prefix sharing).
+    # Packed: one row per micro-batch, no padding. With shared_prefix each group's prompt runs once: under
+    # eager in a 1-row pass into a KV cache, under per-sequence SDPA at the head of the group's row.
     assert all(rows == 1 for rows, _ in shapes[True])
     assert attention_implementation(model) == (PACKED_SDPA if attn == "sdpa" else attn)
     prefix_pass = shared_prefix and attn == "eager"
     # Both groups fit one micro-batch each (4 and 3 sequences, 515 and 352 tokens).
     assert len(shapes[True]) == len(LENGTHS) * (2 if prefix_pass else 1)
     run_tokens = sum(n for _, n in shapes[True])
-    if prefix_pass:
-        assert run_tokens < total
-    else:
-        assert run_tokens == total
+    saved = sum((len(group) - 1) * shared_prompt(group) for group in groups(got[True]))
+    assert saved > 0
+    assert run_tokens == (total - saved if shared_prefix else total)
     assert run_tokens < sum(rows * n for rows, n in shapes[False])
     for padded, packed in zip(got[False], got[True]):
         assert padded.old_logp.shape == packed.old_logp.shape == (padded.n_tokens,)
@@ -180,6 +192,31 @@ def test_packed_sdpa_attention_equals_dense_block_mask():
     want = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1), attn_mask=mask, scale=0.3)
     assert torch.allclose(out, want.transpose(1, 2), atol=1e-6)
+    # Prompts that later pieces of the row continue: piece 0 (7 tokens) is continued by pieces 1-3, piece 4 is
+    # a sequence of its own, piece 5 (3 tokens) is continued by pieces 6-8. The continuations after a prompt's
+    # first one are shorter than the prompt (4, 2 tokens: the masked form) or not (12, 3 tokens).
+    lengths = [7, 1, 12, 4, 5, 3, 6, 2, 3]
+    prompt_of = (-1, 0, 0, 0, -1, -1, 5, 5, 5)
+    total = sum(lengths)
+    q, k, v = (torch.randn(1, heads, total, 8, generator=gen, requires_grad=True) for heads in (6, 2, 2))
+    cu = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
+    out, _ = packed_sdpa_attention(module, q, k, v, None, cu_seq_lens_q=cu, scaling=0.3, **{PREFIX_KWARG: prompt_of})
+    weights = torch.randn(out.shape, generator=gen)
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
+    piece = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    position = torch.arange(total)
+    sees = (piece[:, None] == piece[None, :]) & (position[None, :] <= position[:, None])
+    prompt = torch.tensor(prompt_of)[piece]
+    sees |= (prompt[:, None] >= 0) & (piece[None, :] == prompt[:, None])  # a continuation sees its whole prompt
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1), attn_mask=sees[None, None], scale=0.3)
+    assert torch.allclose(out, want.transpose(1, 2), atol=1e-6)
+    # The prompts' keys and values get the gradients of all their continuations.
+    for got, expected in zip(grads, torch.autograd.grad((want.transpose(1, 2) * weights).sum(), (q, k, v))):
+        assert torch.allclose(got, expected, atol=1e-5)
+    for bad in ((-1, 0, 1, -1, -1, -1, 5, 5, 5), (-1, 0), (-1, 4, 0, 0, -1, -1, 5, 5, 5), 7):
+        with pytest.raises(ValueError, match="does not describe"):  # a continuation's continuation; wrong length
+            packed_sdpa_attention(module, q, k, v, None, cu_seq_lens_q=cu, **{PREFIX_KWARG: bad})
     # Keys beyond the queries (a KV cache) are not a packed row's: refused, not attended to silently.
     longer = torch.randn(1, 2, total + 3, 8, generator=gen)
     with pytest.raises(ValueError, match="without a KV cache"):
@@ -200,7 +237,8 @@ def test_packed_rows_attend_per_sequence_under_sdpa(tokenizer, new_tiny_model, s
         trainer.fill_logprobs(model, samples, "old_logp")
     longest = max(len(x.input_ids) for x in samples)
     layers = model.config.num_hidden_layers
-    # Every layer: one call per sequence, with or without shared_prefix (packing wins: no prefix pass).
+    # Every layer: one call per sequence, with or without shared_prefix (no separate prefix pass), none longer
+    # than the longest sequence.
     assert len(calls.query_lengths) == layers * len(samples)
     assert max(calls.query_lengths) <= longest
 
