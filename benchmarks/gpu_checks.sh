@@ -14,8 +14,9 @@ python3 -c "import torch, transformers, sys; print('python', sys.version.split()
 part() { echo; echo "=== $1 (limit $2 s) ==="; local t0=$SECONDS; shift 2; "$@"; echo "=== rc $? in $((SECONDS - t0)) s ==="; }
 part "pytest: CUDA tests, IPC weight sync, precision, packing" 150 timeout 150 python3 -m pytest -q -p no:cacheprovider \
   tests/grpo/test_cuda.py tests/grpo/test_weight_sync_ipc.py tests/grpo/test_precision.py tests/grpo/test_packing.py
-part "packed vs padded, Qwen2.5-1.5B shape, 200-5000 tokens" 110 timeout 110 python3 benchmarks/bench_packed_update.py \
-  --shape qwen2.5-1.5b --sequences 16 --group 4 --micro 8 --max-tokens-per-micro 16384 --repeats 2
+part "packed (prompts shared in the rows) vs padded vs packed unshared, Qwen2.5-1.5B shape, 200-5000 tokens" 150 \
+  timeout 150 python3 benchmarks/bench_packed_update.py \
+  --shape qwen2.5-1.5b --sequences 16 --group 4 --micro 8 --max-tokens-per-micro 16384 --repeats 2 --unshared
 python3 - <<'PY'
 from seal_platform_plugins.grpo.testing import save_tiny_llama
 from transformers import AutoTokenizer

@@ -3,8 +3,9 @@
 :class:`LogprobPasses` is the part of :class:`~.trainer.GRPOTrainer` that runs the model: it pads a
 micro-batch's sequences into one batch (or, with ``grpo.pack_sequences``, packs them into one row: see
 :mod:`.packing`), keeps only the logits it needs, and has two exact speed-ups: the
-prompt a micro-batch's sequences share (a group's system prompt and task) is run once and its KV cache
-expanded to the rows (``grpo.shared_prefix``); log-probs come from the final hidden states through the output
+prompt a micro-batch's sequences share (a group's system prompt and task) is run once (``grpo.shared_prefix``:
+its KV cache expanded to the padded rows; in packed rows under per-sequence SDPA, once per run of a group's
+sequences at the head of the run); log-probs come from the final hidden states through the output
 layer in chunks that are recomputed in backward (``grpo.logits_chunk_tokens``), so no sequence's
 full-vocabulary logits are kept.
 """

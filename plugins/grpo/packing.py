@@ -18,14 +18,15 @@ attention is kept inside each sequence:
   ids when no attention mask and no cache are passed (``masking_utils.find_packed_sequence_indices``): exact,
   but (row tokens)^2 per head and layer, so only for small rows.
 
-Prefix sharing (``grpo.shared_prefix``) composes with packing only under ``eager``: the prompt shared by the
-micro-batch's sequences runs once into a KV cache, the suffixes are packed after it, and the dense
-:func:`prefix_block_mask` lets each suffix token see the prefix and its own sequence only. Under
-:data:`PACKED_SDPA` and flash-attn packing wins and each sequence runs its own prompt: measured on CPU
-(SmolLM2-135M, 4 sequences of 200-1,500 tokens sharing a 150-token prompt, one GRPO step), per-sequence SDPA
-with a cached prefix (a mask per sequence, so SDPA's masked kernel, and the prefix concatenated to every
-sequence's keys) took 102 s where running the prompts again took 79 s (padded with prefix sharing: 113 s;
-2026-11-25, load 3.5 from a niced experiment, two runs each).
+Prefix sharing (``grpo.shared_prefix``) composes with packing. Under :data:`PACKED_SDPA` each run of a group's
+consecutive sequences in a micro-batch has the prompt they share once in the row, before what follows it in
+each of them (:func:`prefixed_packed_row`); :func:`packed_sdpa_attention` lets each continuation attend to its
+prompt and itself. No separate pass runs, so it works with gradient checkpointing and on the sharded path
+too. Under ``eager`` the micro-batch's common prompt runs once into a KV cache, the suffixes are packed after
+it, and the dense :func:`prefix_block_mask` lets each suffix token see the prefix and its own sequence only.
+Under flash-attn's varlen kernels every sequence runs its own prompt. (An earlier form for SDPA, the prompt in a
+KV cache and a mask per sequence, was slower than running the prompts again: 102 s against 79 s on CPU,
+SmolLM2-135M, 4 sequences of 200-1,500 tokens sharing a 150-token prompt, one GRPO step, 2026-11-25, load 3.5.)
 
 Micro-batches are token-budgeted: sequences are added while the packed row stays within
 ``grpo.max_tokens_per_micro_batch`` tokens (a hard cap: :func:`~.samples.build_samples` already cuts longer

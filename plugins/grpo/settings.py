@@ -162,7 +162,9 @@ class GRPOSettings(_Section):
     shared_prefix: bool = Field(
         default=True,
         description="Run the prompt a group's rollouts share once per micro-batch and only the rest per "
-        "rollout (same loss and gradients up to float rounding; much faster when prompts are long).",
+        "rollout (same loss and gradients up to float rounding; much faster when prompts are long). Padded "
+        "micro-batches: without gradient checkpointing, not on the sharded path. Packed rows (pack_sequences) "
+        "under per-sequence SDPA: always, once per run of a group's rollouts in the row; not with flash-attn.",
     )
     zero_advantage: Literal["skip", "compute"] = Field(
         default="skip",
