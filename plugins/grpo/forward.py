@@ -71,8 +71,8 @@ class LogprobPasses:
 
     def _shared_prefix(self, batch: Sequence[Sample], in_row: bool = False) -> int:
         """Tokens at the start of every row of ``batch`` run once for all of them (0: none). ``in_row``: the
-        prefix is the first piece of a packed row (:func:`~.packing.prefixed_packed_row`), not a separate
-        pass into a KV cache, so gradient checkpointing does not rule it out."""
+        prefix is a piece of a packed row before the rest of each sequence (:func:`~.packing.prefixed_packed_row`),
+        not a separate pass into a KV cache, so gradient checkpointing does not rule it out."""
         rows = [s.input_ids for s in batch]
         if not self.settings.shared_prefix or len(rows) < 2 or (self.settings.gradient_checkpointing and not in_row):
             return 0
