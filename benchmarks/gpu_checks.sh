@@ -17,6 +17,10 @@ part "pytest: CUDA tests, IPC weight sync, precision, packing" 150 timeout 150 p
 part "packed (prompts shared in the rows) vs padded vs packed unshared, Qwen2.5-1.5B shape, 200-5000 tokens" 150 \
   timeout 150 python3 benchmarks/bench_packed_update.py \
   --shape qwen2.5-1.5b --sequences 16 --group 4 --micro 8 --max-tokens-per-micro 16384 --repeats 2 --unshared
+part "the same on a BFCL-shaped batch: one group of 8, 2,000-token prompt, gradient checkpointing" 120 \
+  timeout 120 python3 benchmarks/bench_packed_update.py --shape qwen2.5-1.5b --sequences 8 --group 8 \
+  --prompt-tokens 2000 --min-tokens 4000 --max-tokens 5000 --micro 8 --max-tokens-per-micro 40960 \
+  --gradient-checkpointing --repeats 2 --unshared
 python3 - <<'PY'
 from seal_platform_plugins.grpo.testing import save_tiny_llama
 from transformers import AutoTokenizer
