@@ -137,11 +137,19 @@ def _checked_prompts(prompt_of: Sequence[int], lengths: Sequence[int]) -> list[i
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str, Any],
           mask: torch.Tensor | None = None) -> torch.Tensor:
     """Causal SDPA of one sequence in the (1, tokens, heads, dim) layout (in and out); with ``mask``, that
-    mask instead of SDPA's own causal one."""
+    mask instead of SDPA's own causal one.
+
+    With a mask the key/value heads are repeated to the query heads instead of passing ``enable_gqa``: CUDA's
+    fused kernels take a mask or grouped heads, not both, and would fall back to the math kernel, which
+    materializes every score (transformers' ``use_gqa_in_sdpa`` makes the same choice)."""
     if mask is None:
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=q.shape[1] > 1, **options)
     else:
+        if options.get("enable_gqa"):
+            groups = q.shape[2] // k.shape[2]
+            k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
+            options = {**options, "enable_gqa": False}
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, **options)
     return out.transpose(1, 2)

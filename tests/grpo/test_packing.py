@@ -165,11 +165,16 @@ class _SDPACalls(torch.overrides.TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.query_lengths: list[int] = []
+        self.masked: list[bool] = []  # per call: whether it passed a mask
+        self.masked_gqa = 0  # calls with a mask and grouped key/value heads (CUDA's math-kernel fallback)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention:
             self.query_lengths.append(args[0].shape[-2])
-        return func(*args, **(kwargs or {}))
+            self.masked.append(kwargs.get("attn_mask") is not None)
+            self.masked_gqa += self.masked[-1] and bool(kwargs.get("enable_gqa"))
+        return func(*args, **kwargs)
 
 
 def test_packed_sdpa_attention_equals_dense_block_mask():
@@ -200,7 +205,13 @@ def test_packed_sdpa_attention_equals_dense_block_mask():
     total = sum(lengths)
     q, k, v = (torch.randn(1, heads, total, 8, generator=gen, requires_grad=True) for heads in (6, 2, 2))
     cu = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
-    out, _ = packed_sdpa_attention(module, q, k, v, None, cu_seq_lens_q=cu, scaling=0.3, **{PREFIX_KWARG: prompt_of})
+    with _SDPACalls() as calls:
+        out, _ = packed_sdpa_attention(module, q, k, v, None, cu_seq_lens_q=cu, scaling=0.3,
+                                       **{PREFIX_KWARG: prompt_of})
+    # One call per continuation or sequence of its own; the two continuations shorter than their prompt (after
+    # its first) are masked, with the key/value heads repeated rather than grouped.
+    assert calls.query_lengths == [7 + 1, 12 + 7, 4, 5, 3 + 6, 2, 3 + 3]
+    assert calls.masked == [False, False, True, False, False, True, False] and calls.masked_gqa == 0
     weights = torch.randn(out.shape, generator=gen)
     grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
     piece = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
