@@ -201,15 +201,6 @@ class Backend:
         self._methods = _method_table(tuple(involved_classes))
 
     @classmethod
-    def of_instances(cls, instances: dict[str, Any]) -> "Backend":
-        """A backend over ready instances (e.g. unpickled from :func:`.checker`'s pristine snapshots), keyed
-        by class name in ``involved_classes`` order."""
-        backend = cls.__new__(cls)
-        backend.instances = instances
-        backend._methods = _method_table(tuple(instances))
-        return backend
-
-    @classmethod
     def for_payload(cls, payload: dict[str, Any], shared: dict[tuple[Any, ...], Any] | None = None) -> "Backend":
         """The backend of a task entry; backends built with the same ``shared`` dict share long-context
         module objects as the official checker's two instance sets do (see :func:`_long_context_objects`)."""
