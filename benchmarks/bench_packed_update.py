@@ -97,19 +97,15 @@ def run(model_dir: str, batch, args, name: str) -> dict[str, float]:
                 for i, (g, ids, pos) in enumerate(batch)]
 
     tokens = sum(len(ids) for _, ids, _ in batch)
-    # Token slots the forward passes run: each micro-batch's row (packed: a shared prompt once per run of a group's
-    # sequences) or its rows at the longest length (padded: after a prompt all of them share, run once).
-    from seal_platform_plugins.grpo.forward import _group_runs
+    # Token slots the training passes run, counted on the policy's own calls during the warm-up step (the calls
+    # with gradients: one per micro-batch, plus a padded micro-batch's shared-prompt pass): a packed row with each
+    # group's prompt once, or padded rows at their longest length.
+    slots: list[int] = []
 
-    run_tokens = 0
-    for micro in trainer._micro_batches(samples()):
-        if pack:
-            for part in _group_runs(micro):
-                shared = trainer._shared_prefix(part, in_row=True) if shared_prefix else 0
-                run_tokens += sum(len(x.input_ids) for x in part) - (len(part) - 1) * shared
-        else:
-            shared = trainer._shared_prefix(micro)
-            run_tokens += shared + (max(len(x.input_ids) for x in micro) - shared) * len(micro)
+    def count(module, args, kwargs) -> None:
+        if torch.is_grad_enabled():
+            slots.append(kwargs["input_ids"].numel())
+
     from bench_grpo_update import step_flops, step_no_grad_episodes
 
     episodes = [(ids, pos) for _, ids, pos in batch]
@@ -119,13 +115,17 @@ def run(model_dir: str, batch, args, name: str) -> dict[str, float]:
         # The matrix-product work of this step, its no-grad passes included (KL reference, old log-probs).
         flops.append(step_flops(model.config, episodes, recompute_forward=args.gradient_checkpointing,
                                 recompute_attention=False, no_grad=step_no_grad_episodes(trainer, step_samples)))
+        hook = None if r else model.register_forward_pre_hook(count, with_kwargs=True)
         t0 = time.perf_counter()
         trainer.step(step_samples)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
+        if hook is not None:
+            hook.remove()
         if r:  # the first step warms up
             rates.append(tokens / dt)
+    run_tokens = sum(slots)
     rate = statistics.median(rates)
     gpu = ""
     if args.device.startswith("cuda"):  # matrix-product FLOPs of the step over its time, against the bf16 peak
