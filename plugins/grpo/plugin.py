@@ -163,8 +163,9 @@ def start_run(ctx: Any, resumed: bool) -> None:
         policy=ctx.settings_for("policy", PolicySettings), seed=ctx.seed,
         ray=on_ray(ctx.cluster, settings.placement),
     )
-    if ctx.shared[RUN].allocator_advice:
-        ctx.event("cpu_allocator", ctx.shared[RUN].allocator_advice)
+    advice = ctx.shared[RUN].allocator_advice
+    if advice:
+        ctx.event("cpu_allocator", advice)
 
 
 def _colocated(ctx: Any) -> bool:
