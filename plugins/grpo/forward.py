@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from .objective import chunked_logprobs, entropy_from_logits, token_logprobs
+from .attention_limits import attention_patterns
 from .packing import (
     FLASH_IMPLEMENTATIONS, PACKED_SDPA, attention_implementation, packed_micro_batches, packed_row, prefix_block_mask,
     prefixed_packed_row,
@@ -115,8 +116,11 @@ class LogprobPasses:
         rows = [s.input_ids for s in batch]
         flash = implementation in FLASH_IMPLEMENTATIONS
         # Eager attention runs the shared prompt into a KV cache first; flash-attn's varlen kernels run every
-        # sequence whole (see .packing).
-        shared = 0 if flash else self._shared_prefix(batch)
+        # sequence whole (see .packing), and so does a model with layers that do not see every earlier token
+        # (a sliding window, chunks): the dense prefix mask below cannot express them, and a sliding layer's
+        # KV cache keeps only its window.
+        full = attention_patterns(model) == {"full_attention"}
+        shared = self._shared_prefix(batch) if full and not flash else 0
         suffixes = [r[shared:] for r in rows]
         starts = [0]
         for r in suffixes[:-1]:

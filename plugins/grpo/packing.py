@@ -40,12 +40,18 @@ from typing import Any, Sequence
 
 import torch
 
+from .attention_limits import NO_LIMITS, LayerLimits, attention_patterns, causal_mask, layer_limits, model_config
+
 FLASH_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3")
 # The attention implementation of packed rows without flash-attn: SDPA per packed sequence (see the module doc).
 PACKED_SDPA = "seal_packed_sdpa"
 # The keyword argument (passed through the model's forward to its attention function) that says which pieces of
 # a packed row are prompts that later pieces continue: per piece, the index of its prompt piece or -1.
 PREFIX_KWARG = "seal_shared_prefix"
+# The layer attention patterns (transformers' ``layer_types``) PACKED_SDPA runs (see :func:`layer_limits`).
+PACKED_SDPA_PATTERNS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+# Those transformers' own masks get right in a packed row (from the position ids): its chunks count row indices.
+ROW_MASK_PATTERNS = frozenset({"full_attention", "sliding_attention"})
 
 
 def flash_attn_importable() -> bool:
@@ -55,10 +61,7 @@ def flash_attn_importable() -> bool:
 
 def attention_implementation(model: Any) -> str:
     """The attention backend ``model`` runs (a wrapper such as the LoRA adapters-off reference: its model's)."""
-    config = getattr(model, "config", None)
-    if config is None and hasattr(model, "model"):
-        config = getattr(model.model, "config", None)
-    return str(getattr(config, "_attn_implementation", None) or "sdpa")
+    return str(getattr(model_config(model), "_attn_implementation", None) or "sdpa")
 
 
 def prefer_flash_attention(model: Any) -> bool:
@@ -93,6 +96,7 @@ def packed_sdpa_attention(
 
     bounds = kwargs.pop("cu_seq_lens_q", None)
     prompt_of = kwargs.pop(PREFIX_KWARG, None)
+    limits = layer_limits(module, kwargs.pop("sliding_window", None))
     for name in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
         kwargs.pop(name, None)
     if bounds is None or query.shape[0] != 1:
@@ -112,9 +116,9 @@ def packed_sdpa_attention(
     # writes its output (1, tokens, heads, dim) too: joined in that layout it is the result, no transpose copy.
     pieces = [t.transpose(1, 2).split(lengths, 1) for t in (query, key, value)]
     if prompt_of is not None:
-        outputs = _prefixed_attention(*pieces, _checked_prompts(prompt_of, lengths), options)
+        outputs = _prefixed_attention(*pieces, _checked_prompts(prompt_of, lengths), options, limits)
     else:
-        outputs = [_sdpa(q, k, v, options) for n, q, k, v in zip(lengths, *pieces) if n]
+        outputs = [_sdpa(q, k, v, options, limits) for n, q, k, v in zip(lengths, *pieces) if n]
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
     return out.contiguous(), None
 
@@ -135,28 +139,33 @@ def _checked_prompts(prompt_of: Sequence[int], lengths: Sequence[int]) -> list[i
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str, Any],
-          mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Causal SDPA of one sequence in the (1, tokens, heads, dim) layout (in and out); with ``mask``, that
-    mask instead of SDPA's own causal one.
+          limits: LayerLimits = NO_LIMITS) -> torch.Tensor:
+    """Causal SDPA of one sequence in the (1, tokens, heads, dim) layout (in and out). The queries are the last
+    ``q.shape[1]`` of the keys' positions (causal alignment to the bottom right), under the layer's ``limits``.
+    With as many queries as keys and no limit narrower than the keys, SDPA's own causal flag (its fused
+    kernels); otherwise an explicit mask (:func:`causal_mask`).
 
     With a mask the key/value heads are repeated to the query heads instead of passing ``enable_gqa``: CUDA's
     fused kernels take a mask or grouped heads, not both, and would fall back to the math kernel, which
     materializes every score (transformers' ``use_gqa_in_sdpa`` makes the same choice)."""
-    if mask is None:
+    n_queries, n_keys = q.shape[1], k.shape[1]
+    if n_queries == n_keys and not limits.narrower_than(n_keys):
         out = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=q.shape[1] > 1, **options)
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=n_queries > 1, **options)
     else:
         if options.get("enable_gqa"):
             groups = q.shape[2] // k.shape[2]
             k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
             options = {**options, "enable_gqa": False}
+        mask = causal_mask(n_queries, n_keys, limits, q.device)
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, **options)
     return out.transpose(1, 2)
 
 
 def _prefixed_attention(queries: Sequence[torch.Tensor], keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
-                        prompt_of: Sequence[int], options: dict[str, Any]) -> list[torch.Tensor]:
+                        prompt_of: Sequence[int], options: dict[str, Any], limits: LayerLimits = NO_LIMITS
+                        ) -> list[torch.Tensor]:
     """The attention outputs, in row order, of a row's pieces where piece ``j`` continues the prompt piece
     ``prompt_of[j]`` (-1: a sequence of its own, or a prompt).
 
@@ -167,36 +176,39 @@ def _prefixed_attention(queries: Sequence[torch.Tensor], keys: Sequence[torch.Te
     cheaper of two exact forms: when the continuation is shorter than the prompt, only its queries, with the
     causal mask aligned to the bottom right (SDPA's masked kernel computes the whole rectangle of scores:
     ``n (P + n)``); otherwise causal SDPA over ``[prompt; continuation]`` again, the prompt's outputs dropped
-    (``(P + n)^2 / 2`` scores on the fused causal kernel, which ran about as fast per score on this CPU)."""
+    (``(P + n)^2 / 2`` scores on the fused causal kernel, which ran about as fast per score on this CPU).
+    ``limits``: the layer's (see :func:`_sdpa`), in the sequence's own positions."""
     outputs: list[torch.Tensor] = []
     continued: set[int] = set()
     for j, (q, k, v) in enumerate(zip(queries, keys, values)):
         n, p = q.shape[1], prompt_of[j]
         if p < 0:
             if j not in prompt_of:  # a prompt's output comes with its first continuation's
-                outputs.append(_sdpa(q, k, v, options))
+                outputs.append(_sdpa(q, k, v, options, limits))
             continue
         prompt = queries[p].shape[1]
         k, v = torch.cat([keys[p], k], dim=1), torch.cat([values[p], v], dim=1)
         if p not in continued:
             continued.add(p)
-            outputs.extend(_sdpa(torch.cat([queries[p], q], dim=1), k, v, options).split([prompt, n], 1))
-        elif n < prompt:
-            mask = torch.ones(n, prompt + n, dtype=torch.bool, device=q.device).tril(diagonal=prompt)
-            outputs.append(_sdpa(q, k, v, options, mask=mask))
+            outputs.extend(_sdpa(torch.cat([queries[p], q], dim=1), k, v, options, limits).split([prompt, n], 1))
+        elif n < prompt:  # its own queries only: the mask aligned to the bottom right
+            outputs.append(_sdpa(q, k, v, options, limits))
         else:
-            outputs.append(_sdpa(torch.cat([queries[p], q], dim=1), k, v, options).split([prompt, n], 1)[1])
+            outputs.append(_sdpa(torch.cat([queries[p], q], dim=1), k, v, options, limits).split([prompt, n], 1)[1])
     return outputs
 
 
 def use_packed_sdpa(model: Any) -> bool:
     """Switch a ``model`` running ``sdpa`` to :data:`PACKED_SDPA` (registered with transformers on first
     use; its masks are SDPA's); True when it runs :data:`PACKED_SDPA` afterwards. Other implementations
-    (``eager``, flash) are left as they are."""
+    (``eager``, flash) are left as they are, and so is a model with layers of a pattern outside
+    :data:`PACKED_SDPA_PATTERNS`."""
     current = attention_implementation(model)
     if current == PACKED_SDPA:
         return True
     if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return False
+    if attention_patterns(model) - PACKED_SDPA_PATTERNS:
         return False
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -205,6 +217,21 @@ def use_packed_sdpa(model: Any) -> bool:
     AttentionMaskInterface.register(PACKED_SDPA, sdpa_mask)
     model.set_attn_implementation(PACKED_SDPA)
     return attention_implementation(model) == PACKED_SDPA
+
+
+def check_packable(model: Any) -> None:
+    """ValueError when ``model``'s packed rows would run under transformers' own masks (``eager``, or an ``sdpa``
+    model that could not switch to :data:`PACKED_SDPA`) and it has layers those masks get wrong in a packed row
+    (Llama 4's chunks are counted over the row, not per sequence)."""
+    implementation = attention_implementation(model)
+    if implementation in FLASH_IMPLEMENTATIONS or implementation == PACKED_SDPA:
+        return
+    wrong = attention_patterns(model) - ROW_MASK_PATTERNS
+    if wrong:
+        raise ValueError(
+            f"grpo.pack_sequences: under {implementation} attention a packed row would get the {sorted(wrong)} layers "
+            f"wrong (transformers' masks count them over the whole row); run the model with sdpa attention (packed "
+            f"rows then run {PACKED_SDPA}) or set grpo.pack_sequences: false")
 
 
 def packed_micro_batches(samples: Sequence[Any], max_sequences: int, max_tokens: int | None) -> list[list[Any]]:

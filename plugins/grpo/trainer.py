@@ -31,7 +31,7 @@ import torch
 
 from .forward import LogprobPasses
 from .objective import LossTerms, grpo_token_loss
-from .packing import prefer_flash_attention, use_packed_sdpa
+from .packing import check_packable, prefer_flash_attention, use_packed_sdpa
 from .samples import (
     LOSS_PARTS,
     Sample,
@@ -155,6 +155,8 @@ class GRPOTrainer(LogprobPasses):
             for m in (model, ref_model):
                 if m is not None and hasattr(m, "set_attn_implementation") and not prefer_flash_attention(m):
                     use_packed_sdpa(m)
+                if m is not None:
+                    check_packable(m)
 
     @classmethod
     def with_reference(cls, model: Any, settings: GRPOSettings | None = None, **kwargs: Any) -> GRPOTrainer:
