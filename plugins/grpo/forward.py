@@ -17,8 +17,9 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from .objective import chunked_logprobs, entropy_from_logits, token_logprobs
 from .attention_limits import attention_patterns
+from .objective import chunked_logprobs, entropy_from_logits, token_logprobs
+from .output_head import output_head
 from .packing import (
     FLASH_IMPLEMENTATIONS, PACKED_SDPA, attention_implementation, packed_micro_batches, packed_row, prefix_block_mask,
     prefixed_packed_row,
@@ -69,6 +70,14 @@ class LogprobPasses:
             return contextlib.nullcontext()
         target = torch.float16 if mode == "float16" else torch.bfloat16
         return torch.autocast(device_type=self.device.type, dtype=target)
+
+    def _output_head(self, model: Any) -> Any:
+        """``model``'s :func:`~.output_head.output_head`, probed once (the trainer probes its policy and reference
+        when it is built, so that no step runs the probe's forward) and then kept."""
+        heads: dict[int, Any] = self.__dict__.setdefault("_output_heads", {})
+        if id(model) not in heads:
+            heads[id(model)] = output_head(model, self.device)
+        return heads[id(model)]
 
     def _shared_prefix(self, batch: Sequence[Sample], in_row: bool = False) -> int:
         """Tokens at the start of every row of ``batch`` run once for all of them (0: none). ``in_row``: the
@@ -192,15 +201,16 @@ class LogprobPasses:
 
     def _forward(self, model: Any, batch: Sequence[Sample], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs (and entropies) of ``batch``'s loss tokens, concatenated in sample order."""
-        # A wrapper without its own output layer (the LoRA adapters-off reference) gets its logits whole.
+        # A wrapper without its own output layer (the LoRA adapters-off reference), or a model whose logits the
+        # output layer does not reproduce (see .output_head), gets its logits whole from its own forward.
         chunk = self.settings.logits_chunk_tokens if hasattr(model, "get_output_embeddings") else None
         if chunk:
             with self._autocast():
-                states, targets = self._logits(model, batch, hidden=True)
-                return chunked_logprobs(
-                    states, model.get_output_embeddings(), targets, self.temperature, chunk=chunk,
-                    entropy=entropy, entropy_grad=self.settings.entropy_coef > 0,
-                )
+                head = self._output_head(model)
+                if head is not None:
+                    states, targets = self._logits(model, batch, hidden=True)
+                    return chunked_logprobs(states, head, targets, self.temperature, chunk=chunk, entropy=entropy,
+                                            entropy_grad=self.settings.entropy_coef > 0)
         with self._autocast():
             logits, targets = self._logits(model, batch)
         logp = token_logprobs(logits, targets, self.temperature)

@@ -157,6 +157,11 @@ class GRPOTrainer(LogprobPasses):
                     use_packed_sdpa(m)
                 if m is not None:
                     check_packable(m)
+        if s.logits_chunk_tokens:  # each model's output head is probed here, before any step (see .output_head)
+            with self._autocast():
+                for m in (model, ref_model):
+                    if m is not None and hasattr(m, "get_output_embeddings"):
+                        self._output_head(m)
 
     @classmethod
     def with_reference(cls, model: Any, settings: GRPOSettings | None = None, **kwargs: Any) -> GRPOTrainer:
