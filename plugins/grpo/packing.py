@@ -222,7 +222,15 @@ def use_packed_sdpa(model: Any) -> bool:
 def check_packable(model: Any) -> None:
     """ValueError when ``model``'s packed rows would run under transformers' own masks (``eager``, or an ``sdpa``
     model that could not switch to :data:`PACKED_SDPA`) and it has layers those masks get wrong in a packed row
-    (Llama 4's chunks are counted over the row, not per sequence)."""
+    (Llama 4's chunks are counted over the row, not per sequence); or when its attention does not go through
+    transformers' attention interface at all (Falcon, Bloom, MPT: their own masks would let a packed row's
+    sequences attend to each other)."""
+    legacy = sorted({type(m).__name__ for m in (model.modules() if hasattr(model, "modules") else ())
+                     if getattr(type(m), "_supports_attention_backend", True) is False})
+    if legacy:
+        raise ValueError(f"grpo.pack_sequences: {legacy[0]} computes its attention outside transformers' attention "
+                         "interface, so a packed row's sequences would attend to each other; set "
+                         "grpo.pack_sequences: false")
     implementation = attention_implementation(model)
     if implementation in FLASH_IMPLEMENTATIONS or implementation == PACKED_SDPA:
         return

@@ -63,23 +63,36 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          position_ids: Any = None, unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' ``apply_rotary_pos_emb`` (same signature and values) through :func:`rotary`."""
+    """transformers' ``apply_rotary_pos_emb`` (same signature and values) through :func:`rotary`. With ``cos``
+    narrower than the heads (partial rotary: GPT-NeoX, Phi), the first ``cos.shape[-1]`` features rotate and
+    the rest pass through, as those architectures' own function does."""
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-    return rotary(q, cos, sin), rotary(k, cos, sin)
+    dim = cos.shape[-1]
+    if dim == q.shape[-1]:
+        return rotary(q, cos, sin), rotary(k, cos, sin)
+    return tuple(torch.cat([rotary(x[..., :dim], cos, sin), x[..., dim:]], dim=-1) for x in (q, k))  # type: ignore[return-value]
 
 
 def _standard_rotary(original: Any) -> bool:
-    """Whether ``original`` computes what :func:`apply_rotary_pos_emb` does (values and gradients), on a
-    small random input."""
+    """Whether ``original`` computes what :func:`apply_rotary_pos_emb` does (values and gradients), on small
+    random inputs: rotating every feature, and, where ``original`` takes it, only the first half of them."""
+    full = _same_rotary(original, rotated=8)
+    partial = _same_rotary(original, rotated=4)
+    return bool(full) and partial is not False
+
+
+def _same_rotary(original: Any, rotated: int) -> bool | None:
+    """Whether ``original`` and :func:`apply_rotary_pos_emb` agree on heads of 8 features, ``rotated`` of them
+    rotated (None: ``original`` refuses that input)."""
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(1, 3, 5, 8, generator=gen, dtype=torch.float64, requires_grad=True)
     k = torch.randn(1, 1, 5, 8, generator=gen, dtype=torch.float64, requires_grad=True)
-    angles = torch.randn(1, 5, 4, generator=gen, dtype=torch.float64).repeat(1, 1, 2)
+    angles = torch.randn(1, 5, rotated // 2, generator=gen, dtype=torch.float64).repeat(1, 1, 2)
     cos, sin = angles.cos(), angles.sin()
     try:
         want = original(q, k, cos, sin)
-    except Exception:  # noqa: BLE001 - another signature: not the standard function
-        return False
+    except Exception:  # noqa: BLE001 - another signature or no partial rotary: not this input's function
+        return None
     got = apply_rotary_pos_emb(q, k, cos, sin)
     if not all(isinstance(w, torch.Tensor) and w.shape == g.shape and torch.allclose(w, g)
                for w, g in zip(want, got)):

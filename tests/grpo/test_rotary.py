@@ -86,3 +86,24 @@ def test_fused_rotary_model_gives_the_same_logits(new_tiny_model):
     finally:
         modeling_llama.apply_rotary_pos_emb = saved
     assert torch.equal(want, got)
+
+
+def test_partial_rotation_is_kept_or_refused():
+    """GPT-NeoX's function rotates the first ``cos.shape[-1]`` features and passes the rest: ours does the same
+    (and is installed); a function that rotates the last ones instead is refused."""
+    from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb as neox
+
+    def rotates_the_tail(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+        d = cos.shape[-1]
+        if d == q.shape[-1]:
+            return neox(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+        head_q, head_k = neox(q[..., -d:], k[..., -d:], cos, sin, unsqueeze_dim=unsqueeze_dim)
+        return torch.cat([q[..., :-d], head_q], -1), torch.cat([k[..., :-d], head_k], -1)
+
+    assert rotary._standard_rotary(neox)
+    assert not rotary._standard_rotary(rotates_the_tail)
+    q, k = torch.randn(2, 3, 5, 16), torch.randn(2, 1, 5, 16)
+    angles = torch.randn(2, 5, 2).repeat(1, 1, 2)
+    for got, want in zip(rotary.apply_rotary_pos_emb(q, k, angles.cos(), angles.sin()),
+                         neox(q, k, angles.cos(), angles.sin())):
+        assert torch.equal(got, want)
