@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 # Values of each base tensor hashed into the base model's fingerprint (a cheap check, not a full digest).
 _FINGERPRINT_VALUES = 256
+
+
+log = logging.getLogger(__name__)
 
 
 def adapter_name(version: int) -> str:
@@ -63,6 +67,7 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
         task_type="CAUSAL_LM",
     )
     was_training = model.training
+    unmatched = unmatched_targets(model, targets)
     try:
         peft_model = get_peft_model(model, config)
     except ValueError as exc:  # e.g. target modules not found in the model
@@ -70,7 +75,20 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
     if gradient_checkpointing:
         peft_model.enable_input_require_grads()
     peft_model.train(was_training)
+    if unmatched:  # e.g. the Llama names on Phi-3, whose q/k/v and gate/up projections are fused
+        log.warning("grpo.lora.target_modules %s match no module of %s: adapters only on %s (['all-linear'] adapts "
+                    "every linear layer of any architecture)", unmatched, type(model).__name__,
+                    sorted(set(targets) - set(unmatched)) if isinstance(targets, list) else targets)
     return peft_model
+
+
+def unmatched_targets(model: Any, targets: Any) -> list[str]:
+    """The names in ``targets`` (a list of module-name suffixes, as peft matches them) that no module of
+    ``model`` ends with; none for ``"all-linear"``."""
+    if not isinstance(targets, list):
+        return []
+    names = [name for name, _ in model.named_modules()]
+    return [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
 
 
 def base_model(model: Any) -> Any:

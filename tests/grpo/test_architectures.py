@@ -41,10 +41,18 @@ def samples() -> list[Sample]:
     return out
 
 
-def step(architecture: str, options: dict) -> tuple[dict, list, list[Sample]]:
-    """One step (KL term on, the policy moved off its reference first): metrics, gradients applied, samples."""
+def step(architecture: str, options: dict, lora: bool = False) -> tuple[dict, list, list[Sample]]:
+    """One step (KL term on, the policy moved off its reference first): metrics, gradients applied, samples.
+    ``lora``: rank-4 adapters on every linear layer, the reference being the adapters-off model."""
+    from seal_platform_plugins.grpo import lora as peft_lora
+    from seal_platform_plugins.grpo.settings import LoRASettings
+
     model = tiny_causal_lm(architecture)
-    settings = GRPOSettings(kl_coef=0.05, micro_batch_size=3, mini_batch_tasks=1, zero_advantage="compute", **options)
+    adapters = LoRASettings(rank=4, alpha=8, target_modules=["all-linear"]) if lora else None
+    if adapters is not None:
+        model = peft_lora.wrap(model, adapters, gradient_checkpointing=options["gradient_checkpointing"])
+    settings = GRPOSettings(kl_coef=0.05, micro_batch_size=3, mini_batch_tasks=1, zero_advantage="compute",
+                            lora=adapters, **options)
     trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
     grads = capture_grads(trainer)
     with torch.no_grad():
@@ -54,12 +62,17 @@ def step(architecture: str, options: dict) -> tuple[dict, list, list[Sample]]:
     return trainer.step(batch), grads, batch
 
 
-@pytest.mark.parametrize("architecture", [a for a in TINY_ARCHITECTURES if a != "falcon"])
-def test_speed_ups_are_exact_on_each_architecture(architecture):
-    plain_metrics, plain_grads, plain = step(architecture, PLAIN)
+# peft's "all-linear" adapters break Llama 4's expert router (a tuple where peft expects a tensor): nothing of ours.
+CASES = [(a, lora) for a in TINY_ARCHITECTURES if a != "falcon" for lora in (False, True)
+         if not (lora and a == "llama4")]
+
+
+@pytest.mark.parametrize("architecture,lora", CASES, ids=[f"{a}-{'lora' if lora else 'full'}" for a, lora in CASES])
+def test_speed_ups_are_exact_on_each_architecture(architecture, lora):
+    plain_metrics, plain_grads, plain = step(architecture, PLAIN, lora)
     assert len(plain_grads) == 2 and any(g.abs().sum() > 0 for g in plain_grads[0])  # one update per group
     for options in (FAST, FAST_PADDED):
-        metrics, grads, fast = step(architecture, options)
+        metrics, grads, fast = step(architecture, options, lora)
         for key in ("loss", "pg_loss", "kl", "grad_norm"):
             assert metrics[key] == pytest.approx(plain_metrics[key], rel=1e-4, abs=1e-7), key
         for plain_update, update in zip(plain_grads, grads):
@@ -80,3 +93,49 @@ def test_packing_is_refused_where_attention_bypasses_the_interface():
     assert metrics["loss"] == pytest.approx(plain_metrics["loss"], rel=1e-4, abs=1e-7)
     for a, b in zip(plain_grads[0], grads[0]):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
+
+
+@pytest.mark.parametrize("architecture", list(TINY_ARCHITECTURES))
+def test_hf_engine_and_trainer_agree_on_each_architecture(tokenizer, architecture):
+    """The log-probs the hf engine records while it samples (batched, left-padded, a repeated prompt prefilled
+    once) are the trainer's for the same tokens, with the trainer's speed-ups on: what the importance ratio of
+    the first update compares."""
+    from seal_platform.types import SamplingParams
+    from seal_platform_plugins.grpo.engines.hf import HFEngine
+    from seal_platform_plugins.grpo.engines.settings import HFEngineSettings
+
+    model = tiny_causal_lm(architecture)
+    settings = GRPOSettings(kl_coef=0.0, pack_sequences=architecture != "falcon", logits_chunk_tokens=16)
+    trainer = GRPOTrainer(model, settings, pad_id=0)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, ARCHITECTURE_SHAPE["vocab_size"]) for _ in range(n)] for n in (30, 12)]
+    engine = HFEngine(model, tokenizer, HFEngineSettings(batch_wait_ms=50))
+    try:
+        generations = engine.generate_ids([*prompts, prompts[0]], SamplingParams(temperature=1.0, max_new_tokens=40,
+                                                                                  seed=3))
+    finally:
+        engine.close()
+    for prompt, generation in zip([*prompts, prompts[0]], generations):
+        assert generation.token_ids
+        n = len(prompt)
+        sample = Sample(id="s", group="g", input_ids=prompt + generation.token_ids,
+                        positions=list(range(n, n + len(generation.token_ids))), advantage=1.0)
+        trainer.fill_logprobs(model, [sample], "old_logp")
+        assert torch.allclose(sample.old_logp, torch.tensor(generation.logprobs), atol=1e-5), architecture
+
+
+def test_lora_names_the_targets_an_architecture_lacks(caplog):
+    """The default targets are Llama's names: on Phi-3 (fused q/k/v and gate/up projections) only two of them
+    exist; the adapters go there and the log says which names matched nothing."""
+    from seal_platform_plugins.grpo import lora
+    from seal_platform_plugins.grpo.settings import LoRASettings
+
+    with caplog.at_level("WARNING", logger="seal_platform_plugins.grpo.lora"):
+        model = lora.wrap(tiny_causal_lm("phi3"), LoRASettings(rank=4))
+    adapted = {name.split(".lora_A")[0].rsplit(".", 1)[-1] for name, _ in model.named_parameters() if ".lora_A" in name}
+    assert adapted == {"o_proj", "down_proj"}
+    assert "['q_proj', 'k_proj', 'v_proj', 'gate_proj', 'up_proj'] match no module of Phi3ForCausalLM" in caplog.text
+    with caplog.at_level("WARNING", logger="seal_platform_plugins.grpo.lora"):
+        caplog.clear()
+        lora.wrap(tiny_causal_lm("llama"), LoRASettings(rank=4))
+    assert "match no module" not in caplog.text
