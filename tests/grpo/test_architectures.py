@@ -139,3 +139,36 @@ def test_lora_names_the_targets_an_architecture_lacks(caplog):
         caplog.clear()
         lora.wrap(tiny_causal_lm("llama"), LoRASettings(rank=4))
     assert "match no module" not in caplog.text
+
+
+@pytest.mark.parametrize("architecture", ["gemma2", "granite", "qwen2_window"])
+def test_sharded_worker_equals_the_trainer_on_other_architectures(architecture, tokenizer, tmp_path):
+    """The FSDP2 path (one gloo worker in this process, packed rows, gradient checkpointing, chunked log-probs
+    through the architecture's output head) gives the single-process update on models with soft-capped or
+    scaled logits and sliding windows."""
+    dist = pytest.importorskip("torch.distributed")
+    from seal_platform_plugins.grpo.distributed import free_port
+    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
+
+    tiny_causal_lm(architecture).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=2, lr=1e-3, adam_eps=1e-6,
+                            logits_chunk_tokens=16)
+    policy = PolicySettings(model=str(tmp_path), device="cpu", dtype="float32")
+    model, _ = load_policy(policy)
+    want = GRPOTrainer.with_reference(model, settings, pad_id=0).step(samples())
+    sharded = settings.model_copy(update={"gradient_checkpointing": True, "pack_sequences": True})
+    worker = TrainerWorker(0, 1, "127.0.0.1", free_port(), WorkerOptions(grpo=sharded, policy=policy, pad_id=0,
+                                                                          device="cpu"))
+    try:
+        got = worker.step(samples())
+        weights = worker.full_state_dict()
+    finally:
+        worker.close()
+    assert not dist.is_initialized()
+    for key in ("loss", "pg_loss", "kl", "grad_norm", "trained_tokens"):
+        assert got[key] == pytest.approx(want[key], abs=1e-4, rel=1e-5), key
+    start = load_policy(policy)[0].state_dict()
+    assert max(float((weights[k] - start[k]).abs().max()) for k in weights) > 1e-4  # the update moved them
+    assert max(float((weights[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-5
