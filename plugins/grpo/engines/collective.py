@@ -65,13 +65,13 @@ def _into_vllm(engine: Any, group: Any) -> int:
     try:
         llm = engine.llm
         engine.wake_for_weights()
+        weights = engine.loadable(incoming, incoming.ties)
         if engine.settings.in_process:
-            weights = ((name, tensor) for name, tensor in incoming)
             llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
         else:  # vLLM's engine core in its own process: the buckets cross in one shared-memory file
             from .vllm_worker import load_through_shared_memory
 
-            load_through_shared_memory(llm, dict(incoming))
+            load_through_shared_memory(llm, dict(weights))
         engine.weights_loaded()
         llm.reset_prefix_cache()
     finally:

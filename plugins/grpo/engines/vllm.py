@@ -35,7 +35,7 @@ import shutil
 import tempfile
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection, Iterable, Iterator
 
 from .base import QueuedEngine, Request
 from .vllm_lora import VLLMLoRAState
@@ -68,6 +68,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
                 "on CUDA `pip install vllm`; or set rollout.engine=hf."
             )
         self._tmpdir: str | None = None
+        self._vllm_children: frozenset[str] | None = None  # see loadable
         self._lora = VLLMLoRAState.for_model(model)
         path = Path(model_path) if model_path else None
         if path is None:
@@ -205,23 +206,41 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
 
     def load_weights(self, named: dict[str, Any], version: int | None = None) -> None:
         """Load some named tensors (checkpoint-format names; a subset is fine) into the running engine."""
+        from .shipping import ChangeTracker
 
         def reload() -> None:
             self.wake_for_weights()
+            weights = self.loadable(named.items(), ChangeTracker.ties(named))
             if self.settings.in_process:
-                weights = ((name, tensor.detach()) for name, tensor in named.items())
                 self.llm.collective_rpc(
-                    "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+                    "reload_weights",
+                    kwargs={"weights_iterator": ((n, t.detach()) for n, t in weights), "is_checkpoint_format": True},
                 )
             else:
                 from .vllm_worker import load_through_shared_memory
 
-                load_through_shared_memory(self.llm, named)
+                load_through_shared_memory(self.llm, dict(weights))
             self.weights_loaded()
             self.llm.reset_prefix_cache()
             self.policy_version = self.policy_version + 1 if version is None else int(version)
 
         self.call_in_worker(reload)
+
+    def loadable(self, weights: Iterable[tuple[str, Any]], tied: Collection[str]) -> Iterator[tuple[str, Any]]:
+        """``weights`` without the ``tied`` names (a tensor sent again under the name of a layer tied to it)
+        that vLLM's model has no module or parameter for: vLLM's Gemma 2 has no output layer of its own (its
+        logits come from the embeddings) and its reload refuses ``lm_head.weight``, while its Llama keeps a tied
+        ``lm_head`` and its in-place reload wants it. vLLM's top-level names are asked once, in its worker."""
+        if self._vllm_children is None:
+            from .vllm_worker import model_children
+
+            # In its own process the engine core takes method names only (its extension's); here, the function.
+            method: Any = model_children if self.settings.in_process else "seal_model_children"
+            self._vllm_children = frozenset(self.llm.collective_rpc(method)[0])
+        for name, tensor in weights:
+            if name in tied and name.split(".", 1)[0] not in self._vllm_children:
+                continue
+            yield name, tensor
 
     # --- worker ----------------------------------------------------------------------------------------
 

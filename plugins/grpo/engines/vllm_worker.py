@@ -26,6 +26,16 @@ class SharedWeightsLoader:
         self.reload_weights(weights_iterator=iter(named.items()), is_checkpoint_format=True)  # type: ignore[attr-defined]
         return len(named)
 
+    def seal_model_children(self) -> list[str]:
+        """:func:`model_children` of this worker's model."""
+        return model_children(self)
+
+
+def model_children(worker: Any) -> list[str]:
+    """The top-level module and parameter names of a vLLM worker's model (run in the worker)."""
+    model = worker.model_runner.get_model()
+    return [name for name, _ in model.named_children()] + [name for name, _ in model.named_parameters(recurse=False)]
+
 
 def load_through_shared_memory(llm: Any, named: dict[str, Any]) -> None:
     """Load ``named`` into ``llm`` (engine core in its own process, built with :data:`EXTENSION`)."""
