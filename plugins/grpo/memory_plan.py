@@ -3,7 +3,9 @@
 ``seal-platform plan RECIPE [key=value ...] --gpus N --gpu-memory GiB [--nodes M]`` prints it (registered by
 the grpo plugin's ``register_commands``); ``run`` performs the same check before loading anything on CUDA
 (grpo's ``check_machine``, with this machine's GPUs). The figures are the formulas of ``docs/scaling.md``
-("Memory plan"), in GiB (2^30 bytes), for decoder-only transformers of the Llama/Qwen family:
+("Memory plan"), in GiB (2^30 bytes), for decoder-only transformers of the Llama/Qwen family (N and the
+block and root sizes are counted on the architecture itself when the model's ``config.json`` is on disk:
+:func:`counted_params`; the activation formulas stay those of a dense model):
 
 trainer rank (full fine-tune, FSDP2 over W ranks; W = 1 is the single-process trainer)
     master weights (policy dtype) N x b / W; gradients (same dtype) N x b / W; AdamW moments 2 x N x b / W;
@@ -56,6 +58,9 @@ class Shape:
     vocab: int
     tied: bool
     head_dim: int = 0
+    # (parameters of one decoder block, of the rest) counted on the architecture itself (see counted_params);
+    # None: the Llama/Qwen formulas below.
+    counted: tuple[int, int] | None = None
 
     @property
     def hd(self) -> int:
@@ -63,12 +68,16 @@ class Shape:
 
     def block_params(self) -> int:
         """One decoder block: attention (q, k, v with biases as Qwen2 has them, o), SwiGLU MLP, two norms."""
+        if self.counted is not None:
+            return self.counted[0]
         q, kv = self.heads * self.hd, self.kv_heads * self.hd
         attention = self.hidden * q + q + 2 * (self.hidden * kv + kv) + q * self.hidden
         return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
 
     def root_params(self) -> int:
         """Embeddings, the output layer (when not tied) and the final norm."""
+        if self.counted is not None:
+            return self.counted[1]
         return self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
 
     def params(self) -> int:
@@ -92,7 +101,34 @@ class Shape:
                    layers=int(text["num_hidden_layers"]), heads=heads,
                    kv_heads=int(text.get("num_key_value_heads") or heads), vocab=int(text["vocab_size"]),
                    tied=bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-                   head_dim=int(text.get("head_dim") or 0))
+                   head_dim=int(text.get("head_dim") or 0), counted=counted_params(config))
+
+
+def counted_params(config: dict[str, Any]) -> tuple[int, int] | None:
+    """(parameters of one decoder block, of everything else) of the model a ``config.json`` describes, counted
+    on an empty model that transformers builds on the meta device (no memory, no weights read): exact for any
+    architecture it knows, mixtures of experts included, which the dense formulas undercount many times over
+    (Qwen3-30B-A3B's config as dense: 3.3 B instead of 30.5 B). None when the config names no ``model_type`` transformers
+    can build."""
+    if "model_type" not in config:
+        return None
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        fields = {k: v for k, v in config.items() if k != "model_type"}
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **fields))
+    except Exception:  # noqa: BLE001 - an architecture this transformers cannot build: the formulas stand
+        return None
+    text = config.get("text_config", config)
+    layers = int(text["num_hidden_layers"])
+    stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers]
+    if not stacks:
+        return None
+    blocks = max(sum(p.numel() for p in stack.parameters()) for stack in stacks)
+    total = sum(p.numel() for p in model.parameters())  # each shared (tied) parameter once
+    return blocks // layers, total - blocks
 
 
 # Shapes of published checkpoints (their config.json), for planning without the model on disk.

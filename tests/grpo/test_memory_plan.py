@@ -3,6 +3,7 @@ shapes, and the shipped GPU recipes' verdicts on the GPUs they are written for."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -65,6 +66,26 @@ def test_shape_from_a_model_folder_and_an_unknown_name(tmp_path):
     assert shape_for("/models/Qwen3-8B") == KNOWN["qwen3-8b"] and shape_for("Qwen/Qwen2.5-3B-Instruct") == KNOWN["qwen2.5-3b"]
     with pytest.raises(ValueError, match="no known shape"):
         shape_for("/models/mystery-13b")
+
+
+def test_a_model_folder_with_a_model_type_is_counted_on_its_architecture(tmp_path):
+    """With ``model_type`` in config.json the parameters are counted on an empty model of that architecture:
+    exact for a mixture of experts, which the dense formulas undercount about ninefold."""
+    from seal_platform_plugins.grpo.testing import tiny_causal_lm
+
+    model = tiny_causal_lm("qwen3_moe")
+    model.config.save_pretrained(tmp_path / "tiny")
+    shape = shape_for(str(tmp_path / "tiny"))
+    assert shape.params() == sum(p.numel() for p in model.parameters())
+    assert shape.block_params() == sum(p.numel() for p in model.model.layers[0].parameters())
+    qwen3_30b_a3b = dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                         num_experts=128, num_experts_per_tok=8, num_hidden_layers=48, num_attention_heads=32,
+                         num_key_value_heads=4, head_dim=128, vocab_size=151936, tie_word_embeddings=False)
+    (tmp_path / "moe").mkdir()
+    (tmp_path / "moe" / "config.json").write_text(json.dumps(qwen3_30b_a3b))
+    shape = shape_for(str(tmp_path / "moe"))
+    assert shape.params() == pytest.approx(30.53e9, rel=1e-3)  # the published model's 30.5 B
+    assert dataclasses.replace(shape, counted=None).params() < shape.params() / 9
 
 
 def test_a_placement_needing_more_gpus_than_given_is_refused():
