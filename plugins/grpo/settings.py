@@ -65,7 +65,7 @@ class LoRASettings(_Section):
     dropout: float = Field(
         default=0.0, ge=0.0, lt=1.0,
         description="lora_dropout on the adapter's input. It acts only in train mode, which the trainer uses "
-        "only with gradient_checkpointing (otherwise old and new log-probs would not match): keep 0.",
+        "only with gradient_checkpointing, where it is refused (old and new log-probs would not match): keep 0.",
     )
     target_modules: list[str] = Field(
         default_factory=lambda: list(DEFAULT_LORA_TARGETS),
@@ -267,6 +267,12 @@ class GRPOSettings(_Section):
         if self.clip_ratio_low >= 1.0:
             raise ValueError("clip_ratio_low must be below 1 (the ratio's lower bound is 1 - clip_ratio_low)")
         _check_lora_composes(self)
+        if self.lora is not None and self.lora.dropout > 0 and self.gradient_checkpointing:
+            raise ValueError(
+                f"grpo.lora.dropout = {self.lora.dropout} with grpo.gradient_checkpointing: checkpointing runs the "
+                "policy in train mode, where the adapters' dropout acts, so the update's log-probs would not be "
+                "the rollouts'. Set grpo.lora.dropout: 0 (the trainer switches every other dropout off)."
+            )
         if self.train_layers is not None and (self.lora is not None or self.train_workers > 1):
             raise ValueError(
                 "grpo.train_layers (a partial fine-tune) works with the single-process trainer and no LoRA: set "

@@ -83,9 +83,18 @@ TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", dict(sliding_window=16)),
     "llama4": ("Llama4ForCausalLM", "Llama4TextConfig",  # chunked attention layers
                dict(attention_chunk_size=16, intermediate_size_mlp=128, num_local_experts=2, head_dim=16)),
-    "falcon": ("FalconForCausalLM", "FalconConfig",  # attention outside transformers' attention interface
-               dict(new_decoder_architecture=True, num_kv_heads=2)),
+    "seed_oss": ("SeedOssForCausalLM", "SeedOssConfig", dict(head_dim=16)),  # dropout 0.1 by default
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config",  # learned positions, dropout 0.1
+             dict(n_embd=64, n_layer=4, n_head=4, n_positions=1024)),
+    "opt": ("OPTForCausalLM", "OPTConfig", dict(ffn_dim=128, word_embed_proj_dim=64)),  # positions from the mask
+    "gpt_bigcode": ("GPTBigCodeForCausalLM", "GPTBigCodeConfig",  # one key/value head, dropout 0.1
+                    dict(n_embd=64, n_layer=4, n_head=4, n_positions=1024)),
+    # Attention outside transformers' attention interface: packing refused.
+    "falcon": ("FalconForCausalLM", "FalconConfig", dict(new_decoder_architecture=True, num_kv_heads=2)),
+    "stablelm": ("StableLmForCausalLM", "StableLmConfig", {}),
 }
+# Those whose attention bypasses transformers' attention interface (no packed rows).
+OWN_ATTENTION = ("falcon", "stablelm")
 ARCHITECTURE_SHAPE: dict[str, Any] = dict(
     vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
     num_key_value_heads=2, max_position_embeddings=1024, pad_token_id=0, bos_token_id=1, eos_token_id=2,

@@ -31,6 +31,7 @@ import torch
 
 from .forward import LogprobPasses
 from .objective import LossTerms, grpo_token_loss
+from .dropout import disable_dropout, train_mode_is_eval_mode
 from .packing import check_packable, prefer_flash_attention, use_packed_sdpa
 from .samples import (
     LOSS_PARTS,
@@ -143,8 +144,17 @@ class GRPOTrainer(LogprobPasses):
         # True while the policy's weights equal the reference's (no update since it was copied): zero-advantage
         # trajectories then change nothing even with a KL term (see .skipping).
         self.policy_is_reference = bool(policy_is_reference and ref_model is not None)
+        for m in (model, ref_model):  # no dropout in any pass, whatever the mode (see .dropout)
+            if m is not None:
+                disable_dropout(m)
         if s.gradient_checkpointing:
             enable_gradient_checkpointing(model, keep_attention=s.checkpoint_keep_attention)
+            if not train_mode_is_eval_mode(model, self.device):
+                raise ValueError(
+                    "grpo.gradient_checkpointing runs the policy in train mode, and this model's outputs there differ "
+                    "from eval mode even with its dropout switched off (randomness such as a router's jitter "
+                    "noise): the update's log-probs would not be the rollouts'. Set grpo.gradient_checkpointing: "
+                    "false")
         if s.fused_rotary:
             from .rotary import use_fused_rotary
 

@@ -15,7 +15,12 @@ pytest.importorskip("transformers")
 
 from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_plugins.grpo.testing import ARCHITECTURE_SHAPE, TINY_ARCHITECTURES, tiny_causal_lm  # noqa: E402
+from seal_platform_plugins.grpo.testing import (  # noqa: E402
+    ARCHITECTURE_SHAPE,
+    OWN_ATTENTION,
+    TINY_ARCHITECTURES,
+    tiny_causal_lm,
+)
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 from tests.grpo.checks import capture_grads  # noqa: E402
 
@@ -63,7 +68,7 @@ def step(architecture: str, options: dict, lora: bool = False) -> tuple[dict, li
 
 
 # peft's "all-linear" adapters break Llama 4's expert router (a tuple where peft expects a tensor): nothing of ours.
-CASES = [(a, lora) for a in TINY_ARCHITECTURES if a != "falcon" for lora in (False, True)
+CASES = [(a, lora) for a in TINY_ARCHITECTURES if a not in OWN_ATTENTION for lora in (False, True)
          if not (lora and a == "llama4")]
 
 
@@ -83,13 +88,16 @@ def test_speed_ups_are_exact_on_each_architecture(architecture, lora):
             assert torch.allclose(a.ref_logp, b.ref_logp, atol=2e-5, rtol=1e-5), a.id
 
 
-def test_packing_is_refused_where_attention_bypasses_the_interface():
-    """Falcon computes its attention (and masks) itself: a packed row's sequences would see each other, so
-    packing is refused at start; its other speed-ups stay exact."""
-    with pytest.raises(ValueError, match="FalconForCausalLM computes its attention outside"):
-        step("falcon", FAST)
-    plain_metrics, plain_grads, _ = step("falcon", PLAIN)
-    metrics, grads, _ = step("falcon", FAST_PADDED)
+@pytest.mark.parametrize("architecture", OWN_ATTENTION)
+def test_packing_is_refused_where_attention_bypasses_the_interface(architecture):
+    """Falcon and StableLM compute their attention (and masks) themselves: a packed row's sequences would see
+    each other (Falcon's log-probs moved by 0.075), so packing is refused at start; the other speed-ups stay
+    exact."""
+    name = TINY_ARCHITECTURES[architecture][0]
+    with pytest.raises(ValueError, match=f"{name} computes its attention outside"):
+        step(architecture, FAST)
+    plain_metrics, plain_grads, _ = step(architecture, PLAIN)
+    metrics, grads, _ = step(architecture, FAST_PADDED)
     assert metrics["loss"] == pytest.approx(plain_metrics["loss"], rel=1e-4, abs=1e-7)
     for a, b in zip(plain_grads[0], grads[0]):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
@@ -105,7 +113,7 @@ def test_hf_engine_and_trainer_agree_on_each_architecture(tokenizer, architectur
     from seal_platform_plugins.grpo.engines.settings import HFEngineSettings
 
     model = tiny_causal_lm(architecture)
-    settings = GRPOSettings(kl_coef=0.0, pack_sequences=architecture != "falcon", logits_chunk_tokens=16)
+    settings = GRPOSettings(kl_coef=0.0, pack_sequences=architecture not in OWN_ATTENTION, logits_chunk_tokens=16)
     trainer = GRPOTrainer(model, settings, pad_id=0)
     rng = random.Random(0)
     prompts = [[rng.randrange(3, ARCHITECTURE_SHAPE["vocab_size"]) for _ in range(n)] for n in (30, 12)]
@@ -172,3 +180,24 @@ def test_sharded_worker_equals_the_trainer_on_other_architectures(architecture, 
     start = load_policy(policy)[0].state_dict()
     assert max(float((weights[k] - start[k]).abs().max()) for k in weights) > 1e-4  # the update moved them
     assert max(float((weights[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-5
+
+
+def test_dropout_is_off_in_every_mode():
+    """GPT-2's config has dropout 0.1 in four places; gradient checkpointing runs the policy in train mode,
+    where it acted (log-probs moved by 0.12 against eval mode). The trainer switches it off, LoRA's own
+    adapter dropout aside, which the settings refuse under gradient checkpointing instead."""
+    from seal_platform_plugins.grpo import lora
+    from seal_platform_plugins.grpo.dropout import train_mode_is_eval_mode
+    from seal_platform_plugins.grpo.settings import LoRASettings
+
+    model = tiny_causal_lm("gpt2")
+    assert not train_mode_is_eval_mode(model, torch.device("cpu"))
+    GRPOTrainer(model, GRPOSettings(kl_coef=0.0), pad_id=0)
+    assert train_mode_is_eval_mode(model, torch.device("cpu")) and not model.training
+    assert all(m.p == 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    adapters = LoRASettings(rank=4, dropout=0.2, target_modules=["all-linear"])
+    with pytest.raises(ValueError, match="grpo.lora.dropout: 0"):
+        GRPOSettings(kl_coef=0.0, lora=adapters, gradient_checkpointing=True)
+    wrapped = lora.wrap(tiny_causal_lm("llama"), adapters)
+    GRPOTrainer(wrapped, GRPOSettings(kl_coef=0.0, lora=adapters), pad_id=0)  # eval mode throughout: allowed
+    assert any(m.p == 0.2 for name, m in wrapped.named_modules() if name.endswith("lora_dropout.default"))

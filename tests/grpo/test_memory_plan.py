@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from seal_platform.cli import build_cli
 from seal_platform.config import RunConfig
 from seal_platform_plugins.grpo.engines.settings import EngineSettings
-from seal_platform_plugins.grpo.memory_plan import GIB, KNOWN, Shape, plan, shape_for, trainer_parts
+from seal_platform_plugins.grpo.memory_plan import GIB, plan, trainer_parts
+from seal_platform_plugins.grpo.model_shape import KNOWN, Shape, shape_for
 from seal_platform_plugins.grpo.policy import PolicySettings
 from seal_platform_plugins.grpo.settings import GRPOSettings
 
