@@ -20,12 +20,13 @@ import torch
 
 
 def _is_rate(name: str, value: Any) -> bool:
-    return isinstance(value, float) and not isinstance(value, bool) and ("dropout" in name or name.endswith("pdrop"))
+    return isinstance(value, float) and ("dropout" in name or name.endswith("pdrop") or name == "layerdrop")
 
 
 def disable_dropout(model: Any) -> int:
     """Set every dropout rate of ``model`` to 0 (``nn.Dropout`` modules and modules' float ``*dropout*`` /
-    ``*pdrop`` attributes), except LoRA's adapter dropout; returns how many were above 0."""
+    ``*pdrop`` attributes, and ``layerdrop``: OPT's chance of skipping a layer in train mode), except LoRA's
+    adapter dropout; returns how many were above 0."""
     changed = 0
     if not hasattr(model, "named_modules"):  # a wrapper (the LoRA adapters-off reference): its model is the policy
         return 0

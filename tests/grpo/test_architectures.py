@@ -195,6 +195,9 @@ def test_dropout_is_off_in_every_mode():
     GRPOTrainer(model, GRPOSettings(kl_coef=0.0), pad_id=0)
     assert train_mode_is_eval_mode(model, torch.device("cpu")) and not model.training
     assert all(m.p == 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    skipping = tiny_causal_lm("opt", layerdrop=0.5)  # OPT skips each layer with this chance in train mode
+    GRPOTrainer(skipping, GRPOSettings(kl_coef=0.0, gradient_checkpointing=True), pad_id=0)
+    assert train_mode_is_eval_mode(skipping, torch.device("cpu"))
     adapters = LoRASettings(rank=4, dropout=0.2, target_modules=["all-linear"])
     with pytest.raises(ValueError, match="grpo.lora.dropout: 0"):
         GRPOSettings(kl_coef=0.0, lora=adapters, gradient_checkpointing=True)
