@@ -127,7 +127,9 @@ def stage_of(mark: str | None) -> str:
     if mark is None or mark == "startup done" or mark.startswith("resume:"):
         return "startup"
     for prefix, stage in (("collect", "rollout"), ("optimize", "update"), ("store write", "store write"),
-                          ("checkpoint write", "checkpoint write"), ("evaluate", "evaluation"),
+                          ("checkpoint write", "checkpoint write"),
+                          ("checkpoint (", "checkpoint write"),  # the loop's own progress mark inside the write
+                          ("evaluate", "evaluation"),
                           ("evaluation ", "evaluation"),  # "evaluation N stored": the rest of _evaluate
                           ("diagnose", "diagnosis, A-Patch"), ("reweight", "diagnosis, A-Patch"),
                           ("evolve_interface", "diagnosis, A-Patch")):
