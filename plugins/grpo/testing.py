@@ -83,6 +83,10 @@ TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", dict(sliding_window=16)),
     "llama4": ("Llama4ForCausalLM", "Llama4TextConfig",  # chunked attention layers
                dict(attention_chunk_size=16, intermediate_size_mlp=128, num_local_experts=2, head_dim=16)),
+    "deepseek_v3": ("DeepseekV3ForCausalLM", "DeepseekV3Config",  # latent attention (MLA) and routed experts
+                    dict(num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
+                         qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2,
+                         moe_intermediate_size=32, first_k_dense_replace=1, n_group=1, topk_group=1)),
     "seed_oss": ("SeedOssForCausalLM", "SeedOssConfig", dict(head_dim=16)),  # dropout 0.1 by default
     "gpt2": ("GPT2LMHeadModel", "GPT2Config",  # learned positions, dropout 0.1
              dict(n_embd=64, n_layer=4, n_head=4, n_positions=1024)),
