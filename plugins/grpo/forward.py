@@ -62,6 +62,7 @@ class LogprobPasses:
     device: Any
     pad_id: int
     temperature: float
+    _output_heads: dict[int, Any]  # id(model) -> its output head (None: logits from its own forward)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         mode = self.settings.autocast
@@ -73,11 +74,10 @@ class LogprobPasses:
 
     def _output_head(self, model: Any) -> Any:
         """``model``'s :func:`~.output_head.output_head`, probed once (the trainer probes its policy and reference
-        when it is built, so that no step runs the probe's forward) and then kept."""
-        heads: dict[int, Any] = self.__dict__.setdefault("_output_heads", {})
-        if id(model) not in heads:
-            heads[id(model)] = output_head(model, self.device)
-        return heads[id(model)]
+        when it is built, so that no step runs the probe's forward) and then kept in ``_output_heads``."""
+        if id(model) not in self._output_heads:
+            self._output_heads[id(model)] = output_head(model, self.device)
+        return self._output_heads[id(model)]
 
     def _shared_prefix(self, batch: Sequence[Sample], in_row: bool = False) -> int:
         """Tokens at the start of every row of ``batch`` run once for all of them (0: none). ``in_row``: the

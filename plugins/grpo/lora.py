@@ -78,7 +78,7 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
     if unmatched:  # e.g. the Llama names on Phi-3, whose q/k/v and gate/up projections are fused
         log.warning("grpo.lora.target_modules %s match no module of %s: adapters only on %s (['all-linear'] adapts "
                     "every linear layer of any architecture)", unmatched, type(model).__name__,
-                    sorted(set(targets) - set(unmatched)) if isinstance(targets, list) else targets)
+                    sorted(set(targets) - set(unmatched)))
     return peft_model
 
 

@@ -96,11 +96,11 @@ def packed_sdpa_attention(
 
     bounds = kwargs.pop("cu_seq_lens_q", None)
     prompt_of = kwargs.pop(PREFIX_KWARG, None)
-    limits = layer_limits(module, kwargs.pop("sliding_window", None))
     for name in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
         kwargs.pop(name, None)
     if bounds is None or query.shape[0] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    limits = layer_limits(module, kwargs.pop("sliding_window", None))
     if key.shape[2] != query.shape[2]:
         raise ValueError(f"{PACKED_SDPA}: a packed row of {query.shape[2]} queries got {key.shape[2]} keys; packed "
                          "rows run without a KV cache")

@@ -138,6 +138,7 @@ class GRPOTrainer(LogprobPasses):
         self.temperature = float(temperature)
         self.pad_id = int(pad_id)
         self.device = next(model.parameters()).device
+        self._output_heads = {}
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(params, s)
         self.updates = 0

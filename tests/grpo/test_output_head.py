@@ -26,10 +26,6 @@ VOCAB = ARCHITECTURE_SHAPE["vocab_size"]
 FAMILIES = ["llama", "gemma2", "cohere", "granite", "hyperclovax"]
 
 
-def tiny(family: str):
-    return tiny_causal_lm(family)
-
-
 def samples() -> list[Sample]:
     rng = random.Random(0)
     out = []
@@ -49,7 +45,7 @@ def own_logprobs(model, sample: Sample) -> torch.Tensor:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_chunked_logprobs_are_the_models_own(family):
-    model = tiny(family)
+    model = tiny_causal_lm(family)
     head = output_head(model, torch.device("cpu"))
     assert (head is None) == (family == "hyperclovax")  # a step the head does not know: no chunks
     got = samples()
@@ -62,7 +58,7 @@ def test_chunked_logprobs_are_the_models_own(family):
 def test_chunked_update_equals_unchunked(family):
     """The head's steps are in the backward too: the same gradients as the model's own logits give."""
     def run(chunk):
-        model = tiny(family)
+        model = tiny_causal_lm(family)
         trainer = GRPOTrainer(model, GRPOSettings(kl_coef=0.0, logits_chunk_tokens=chunk, zero_advantage="compute"),
                               pad_id=0)
         grads = capture_grads(trainer)

@@ -26,11 +26,6 @@ from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 VOCAB = ARCHITECTURE_SHAPE["vocab_size"]
 
 
-def tiny(kind: str):
-    """A random 4-layer model of ``kind`` whose layers' attention is limited to 16 positions."""
-    return tiny_causal_lm(kind)
-
-
 def samples() -> list[Sample]:
     """One group of three rollouts (60-120 tokens) sharing a 24-token prompt, longer than the windows and chunks."""
     rng = random.Random(0)
@@ -44,9 +39,9 @@ def samples() -> list[Sample]:
 
 
 def test_attention_patterns_read_from_the_config():
-    assert attention_patterns(tiny("mistral")) == {"sliding_attention"}
-    assert attention_patterns(tiny("qwen2_moe_window")) == {"full_attention", "sliding_attention"}
-    assert attention_patterns(tiny("llama4")) == {"full_attention", "chunked_attention"}
+    assert attention_patterns(tiny_causal_lm("mistral")) == {"sliding_attention"}
+    assert attention_patterns(tiny_causal_lm("qwen2_moe_window")) == {"full_attention", "sliding_attention"}
+    assert attention_patterns(tiny_causal_lm("llama4")) == {"full_attention", "chunked_attention"}
     no_window = tiny_causal_lm("mistral", sliding_window=None)
     assert attention_patterns(no_window) == {"full_attention"}
 
@@ -105,7 +100,7 @@ def test_packed_sdpa_attention_keeps_the_window_with_shared_prompts():
 @pytest.mark.parametrize("kind,attn", [("mistral", "sdpa"), ("mistral", "eager"), ("qwen2_moe_window", "sdpa"),
                                        ("llama4", "sdpa")])
 def test_packed_logprobs_keep_windows_and_chunks(kind, attn, shared_prefix):
-    model = tiny(kind)
+    model = tiny_causal_lm(kind)
     model.set_attn_implementation(attn)
     alone = samples()
     GRPOTrainer(model, GRPOSettings(kl_coef=0.0, micro_batch_size=1), pad_id=0).fill_logprobs(model, alone, "old_logp")
@@ -120,7 +115,7 @@ def test_packed_logprobs_keep_windows_and_chunks(kind, attn, shared_prefix):
 
 def test_packing_refuses_chunks_under_eager():
     """transformers' own masks count Llama 4's chunks over the whole packed row: refused, not trained on."""
-    model = tiny("llama4")
+    model = tiny_causal_lm("llama4")
     model.set_attn_implementation("eager")
     with pytest.raises(ValueError, match="chunked_attention"):
         GRPOTrainer(model, GRPOSettings(kl_coef=0.0, pack_sequences=True), pad_id=0)
