@@ -46,23 +46,24 @@ def samples() -> list[Sample]:
     return out
 
 
-def step(architecture: str, options: dict, lora: bool = False) -> tuple[dict, list, list[Sample]]:
+def step(architecture: str, options: dict, lora: bool = False, device: str = "cpu") -> tuple[dict, list, list[Sample]]:
     """One step (KL term on, the policy moved off its reference first): metrics, gradients applied, samples.
-    ``lora``: rank-4 adapters on every linear layer, the reference being the adapters-off model."""
+    ``lora``: rank-4 adapters on every linear layer, the reference being the adapters-off model. ``device``:
+    where the model runs (float32 throughout: autocast off)."""
     from seal_platform_plugins.grpo import lora as peft_lora
     from seal_platform_plugins.grpo.settings import LoRASettings
 
-    model = tiny_causal_lm(architecture)
+    model = tiny_causal_lm(architecture).to(device)
     adapters = LoRASettings(rank=4, alpha=8, target_modules=["all-linear"]) if lora else None
     if adapters is not None:
         model = peft_lora.wrap(model, adapters, gradient_checkpointing=options["gradient_checkpointing"])
     settings = GRPOSettings(kl_coef=0.05, micro_batch_size=3, mini_batch_tasks=1, zero_advantage="compute",
-                            lora=adapters, **options)
+                            lora=adapters, autocast="off", **options)
     trainer = GRPOTrainer.with_reference(model, settings, pad_id=0)
     grads = capture_grads(trainer)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+            p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())).to(device))
     batch = samples()
     return trainer.step(batch), grads, batch
 

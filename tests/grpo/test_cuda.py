@@ -183,3 +183,36 @@ def test_a_one_rank_fsdp2_worker_on_cuda_updates_like_the_single_process_trainer
         assert restored is not None and all(torch.equal(restored[n], after[n]) for n in after)
     finally:
         worker.close()
+
+
+def _architecture_cases() -> list[str]:
+    from seal_platform_plugins.grpo.testing import OWN_ATTENTION, TINY_ARCHITECTURES
+
+    return [a for a in TINY_ARCHITECTURES if a not in OWN_ATTENTION]
+
+
+@pytest.mark.parametrize("architecture", _architecture_cases())
+def test_speed_ups_are_exact_on_cuda_for_each_architecture(architecture):
+    """test_architectures.py's check on the GPU, float32: packed rows with shared prompts (the per-sequence SDPA
+    calls, windows and chunks as masks), gradient checkpointing, the fused rotary and chunked log-probs (soft caps
+    and logit scales) give one step the same loss, gradients and log-probs as with all of them off. CUDA's SDPA
+    kernels differ from the CPU's, so the bounds are a little wider than there; a window or chunk ignored moved
+    log-probs by 0.25-0.5 nats, a missed soft cap by more."""
+    from tests.grpo.test_architectures import FAST, PLAIN, step
+
+    plain_metrics, plain_grads, plain = step(architecture, PLAIN, device=CUDA)
+    metrics, grads, fast = step(architecture, FAST, device=CUDA)
+    assert plain[0].old_logp.device.type == CUDA
+    logp_gap = max(float((a.old_logp - b.old_logp).abs().max()) for a, b in zip(plain, fast))
+    ref_gap = max(float((a.ref_logp - b.ref_logp).abs().max()) for a, b in zip(plain, fast))
+    grad_cos = min(_cosine(torch.cat([g.flatten() for g in a]), torch.cat([g.flatten() for g in b]))
+                   for a, b in zip(plain_grads, grads))
+    print(f"{architecture}: max |old logp gap| {logp_gap:.2e}, max |ref logp gap| {ref_gap:.2e}, "
+          f"loss {plain_metrics['loss']:.6f} vs {metrics['loss']:.6f}, min gradient cosine {grad_cos:.7f}")
+    assert logp_gap < 1e-4 and ref_gap < 1e-4
+    for key in ("loss", "pg_loss", "kl", "grad_norm"):
+        assert metrics[key] == pytest.approx(plain_metrics[key], rel=1e-3, abs=1e-6), key
+    for plain_update, update in zip(plain_grads, grads):
+        for a, b in zip(plain_update, update):
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-2)
+    assert grad_cos > 0.9999
