@@ -11,7 +11,7 @@ Prints per-case times and the ratio official / ours. Run by hand:
 ``--commands`` times whole commands on the same cases written to one JSONL file, as a user runs them:
 ``seal-platform verify --benchmark bfcl FILE`` against ``benchmarks/official_bfcl_verify.py FILE`` (the
 thinnest official command: bfcl_eval's data files read with ``json``, ``multi_turn_checker`` called directly),
-start-up and imports included, same Python, both with their bytecode compiled (as ``make`` leaves ours),
+start-up and imports included, same Python, both with their bytecode compiled (ours and bfcl_eval's),
 run alternately ``--rounds`` times each (median reported) with the load average printed; the verdicts must
 agree line by line. ``seal-platform verify`` forks one lane per CPU it may use and the official command runs in
 one process, so the ratio depends on the machine's cores: ``taskset -c 0-3 python benchmarks/bench_verifier.py
@@ -115,10 +115,19 @@ def time_commands(cases: list, rounds: int) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
         for entry, turns, _ in cases:
             fh.write(json.dumps({"task_id": entry["id"], "turns": turns}) + "\n")
-    # Like for like: bfcl_eval (a regular install) has its bytecode; ours, an editable install, has it only if
-    # `make` compiled it (where PYTHONDONTWRITEBYTECODE is set nothing else writes it).
+    # Like for like: both commands start from bytecode, ours and bfcl_eval's (which both import). An editable
+    # install has it only if `make` compiled it, and a package installed with `pip --no-compile` (the lent
+    # device machines' wheels) has none: where PYTHONDONTWRITEBYTECODE is set (CI, containers) nothing else
+    # writes it, and every process -- each of verify's forked lanes too -- would compile bfcl_eval's modules
+    # again (about 0.75 s a process here). compileall skips what is up to date.
+    bfcl_spec = importlib.util.find_spec("bfcl_eval")
+    bfcl_dirs = list(bfcl_spec.submodule_search_locations or []) if bfcl_spec else []
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "seal_platform"), str(ROOT / "plugins")],
                    check=True, stdout=subprocess.DEVNULL)
+    if bfcl_dirs and subprocess.run([sys.executable, "-m", "compileall", "-q", *bfcl_dirs],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        print(f"note: could not compile bfcl_eval's bytecode in {bfcl_dirs[0]} (read-only?); "
+              "each command compiles what it imports", file=sys.stderr)
     script = Path(sys.executable).parent / "seal-platform"
     # The console script where it is installed; else (a machine with the checkout on PYTHONPATH) the module.
     entry = [str(script)] if script.exists() else ["-m", "seal_platform"]
