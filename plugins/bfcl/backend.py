@@ -18,7 +18,7 @@ import inspect
 import json
 import pickle
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from seal_platform.toolenv.calls import ParsedCall
 
@@ -267,11 +267,14 @@ def _method_table(involved_classes: tuple[str, ...]) -> dict[str, tuple[str, ins
     return table
 
 
-def warm_up() -> None:
-    """Import every backend class and fill this module's caches, so that processes forked from this one
-    start with them (:mod:`.fork_verify`)."""
-    for class_name in BACKEND_MODULES:
-        _public_methods(backend_class(class_name))
+def warm_up(involved: Iterable[Sequence[str]] | None = None) -> None:
+    """Import the backend classes and fill this module's caches, so that processes forked from this one
+    start with them (:mod:`.fork_verify`). ``involved``: the tasks' ``involved_classes`` lists (their method
+    tables are built too); default every backend class."""
+    groups = [tuple(BACKEND_MODULES)] if involved is None else [tuple(group) for group in involved]
+    for group in set(groups):
+        if all(name in BACKEND_MODULES for name in group):  # an unknown name is the replay's error to report
+            _method_table(group)
     _long_context_objects()
     _constant_encodings()
 

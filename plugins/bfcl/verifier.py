@@ -114,7 +114,24 @@ def parse_record(record: Any) -> tuple[str, list[list[ParsedCall]]]:
     return task_id, parse_turns(turns)
 
 
-_forked_before = False
+def _warm_up(records: list[Any], prepare: Callable[[Any], tuple[str, Task, list[list[str]]]]) -> None:
+    """Look up the task of each well-formed record (``prepare`` caches it) and import the backend classes they
+    involve, in this process, before it forks (:mod:`.fork_verify`). The children would each do all of it
+    again, at their first items: it is not divided between them. Bad records are left to the children, who
+    report them in their places."""
+    from .backend import warm_up
+
+    involved = set()
+    for record in records:
+        try:
+            _, task, _ = prepare(record)
+            involved.add(tuple(task.payload.get("involved_classes") or ()))
+        except Exception:  # a bad record or lookup: its child answers for it, in its place
+            continue
+    try:
+        warm_up(involved)
+    except Exception:  # a backend that does not import: each replay reports it
+        pass
 
 
 def verify_records(
@@ -162,19 +179,10 @@ def verify_records(
         return answer(record, lambda task, turns: _failed_outcome(task, turns, reason))
 
     if can_fork():
-        # Each child checks, looks up, parses and verifies its own records, so none of that waits on this
-        # process. The first time, the children also import the backends and read the task data, side by
-        # side; from the second call on (a file of more than one batch) this process does that once first,
-        # so that every later child starts with it.
-        global _forked_before
-        if _forked_before:
-            from .backend import warm_up
-            from .data import preload
-
-            warm_up()
-            if task_lookup is None:
-                preload()
-        _forked_before = True
+        # Each child checks, parses and verifies its own records, so none of that waits on this process. What
+        # every child would otherwise do again for itself -- read the tasks' data, import their backends --
+        # is done here once first, for the tasks these records name, and every child starts with it.
+        _warm_up(records, prepare)
         limit: float | Callable[[Any], float] = timeout_s
         if call_timeout_s is not None:
             def limit(record: Any) -> float:
