@@ -96,3 +96,34 @@ def test_a_runaway_call_costs_its_transcript_seconds_per_call_not_the_whole_limi
     out = verify_records(records, executor=lambda: None, timeout_s=600.0, call_timeout_s=0.1)
     assert time.monotonic() - started < 60
     assert out[0]["success"] is False and out[1]["success"] is True
+
+
+def test_children_start_with_the_tasks_looked_up_once_in_the_parent(tmp_path):
+    """What each child would otherwise do again for itself (read the tasks, import their backends) is done
+    once, before forking: every lookup happens in this process, one per task, whatever the number of lanes;
+    a bad record's lookup fails here and its child still answers for it in its place."""
+    import os
+    import sys
+
+    from seal_platform_plugins.bfcl.backend import BACKEND_MODULES
+
+    seen = tmp_path / "lookups"
+
+    def lookup(task_id):
+        with open(seen, "a") as fh:
+            fh.write(f"{os.getpid()} {task_id}\n")
+        return get_task(task_id)
+
+    ids = ["multi_turn_base_15", "multi_turn_miss_param_5", "multi_turn_long_context_3"]
+    records = [{"task_id": ids[i % 3], "turns": ground_truth(get_task(ids[i % 3]))} for i in range(150)]
+    records.insert(70, {"task_id": "no_such_task", "turns": [[]]})
+    out = verify_records(records, executor=lambda: None, task_lookup=lookup)
+    assert [r["success"] for i, r in enumerate(out) if i != 70] == [True] * 150
+    assert set(out[70]) == {"error"} and "no_such_task" in out[70]["error"]
+    lines = seen.read_text().split("\n")[:-1]
+    # The parent's four lookups (the bad id included); its child looks the bad id up once more, to report it.
+    parent = [line for line in lines if line.startswith(f"{os.getpid()} ")]
+    assert sorted(line.split()[1] for line in parent) == sorted([*ids, "no_such_task"])
+    assert [line.split()[1] for line in lines if line not in parent] == ["no_such_task"]
+    involved = {name for task_id in ids for name in get_task(task_id).payload["involved_classes"]}
+    assert all(BACKEND_MODULES[name] in sys.modules for name in involved)
