@@ -34,3 +34,6 @@ for k in "${counts[@]}"; do
   echo "=== $k CPU(s): taskset -c $set_ ==="
   taskset -c "$set_" "$PY" benchmarks/bench_verifier.py --commands --rounds "${ROUNDS:-5}" || exit 1
 done
+echo
+echo "=== where ours spends its time on all $usable CPUs (benchmarks/verify_phases.py) ==="
+"$PY" benchmarks/verify_phases.py --cases --runs 3
