@@ -2,8 +2,9 @@
 
 What only a GPU shows: the precision policy as it runs there (bfloat16 compute under autocast over float32 master
 weights, gradients and AdamW states), packed micro-batches through per-sequence SDPA on CUDA kernels, the hf
-engine sampling in bfloat16 with the weights the trainer pushed, and a one-rank FSDP2 worker over NCCL (its
-update, its full state dict and its DCP checkpoint). Run by hand on a lent GPU machine::
+engine sampling in bfloat16 with the weights the trainer pushed, a one-rank FSDP2 worker over NCCL (its
+update, its full state dict and its DCP checkpoint), and test_architectures.py's exactness check of the
+speed-ups on every architecture that packs, in float32 on CUDA's kernels. Run by hand on a lent GPU machine::
 
     python -m pytest -q tests/grpo/test_cuda.py
 
