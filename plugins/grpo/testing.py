@@ -96,9 +96,14 @@ TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     # Attention outside transformers' attention interface: packing refused.
     "falcon": ("FalconForCausalLM", "FalconConfig", dict(new_decoder_architecture=True, num_kv_heads=2)),
     "stablelm": ("StableLmForCausalLM", "StableLmConfig", {}),
+    # Attention sinks, no SDPA (eager here), masks built without the position ids: packing refused.
+    "gpt_oss": ("GptOssForCausalLM", "GptOssConfig", dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                                                          sliding_window=16)),
 }
 # Those whose attention bypasses transformers' attention interface (no packed rows).
 OWN_ATTENTION = ("falcon", "stablelm")
+# Those whose packed rows are refused: their own attention, or masks that ignore the row's sequences (eager).
+UNPACKABLE = (*OWN_ATTENTION, "gpt_oss")
 ARCHITECTURE_SHAPE: dict[str, Any] = dict(
     vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
     num_key_value_heads=2, max_position_embeddings=1024, pad_token_id=0, bos_token_id=1, eos_token_id=2,
@@ -107,15 +112,16 @@ ARCHITECTURE_SHAPE: dict[str, Any] = dict(
 
 def tiny_causal_lm(architecture: str, *, seed: int = 0, **fields: Any) -> Any:
     """A random 4-layer model of one of :data:`TINY_ARCHITECTURES` (float32, eval mode, ``sdpa`` attention where
-    it has a choice), its weights drawn after ``torch.manual_seed(seed)``; ``fields`` override config fields."""
+    it has it, else ``eager``), its weights drawn after ``torch.manual_seed(seed)``; ``fields`` override config fields."""
     import torch
     import transformers
 
     model_class, config_class, extra = TINY_ARCHITECTURES[architecture]
     config = getattr(transformers, config_class)(**{**ARCHITECTURE_SHAPE, **extra, **fields})
-    config._attn_implementation = "sdpa"
+    cls = getattr(transformers, model_class)
+    config._attn_implementation = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
     torch.manual_seed(seed)
-    return getattr(transformers, model_class)(config).eval()
+    return cls(config).eval()
 
 
 def save_tiny_llama(directory: str | Path, tokenizer: Any = None, *, seed: int = 0, **shape: Any) -> Path:
