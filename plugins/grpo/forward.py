@@ -31,6 +31,15 @@ from .settings import GRPOSettings
 # A shared prefix shorter than this is not worth a separate forward pass.
 _MIN_SHARED_PREFIX = 8
 
+# The probe batch of LogprobPasses.passes_gap, (token ids, group, first loss position): a group of two rollouts
+# sharing a 10-token prompt (their loss from position 10 on) and one of another group. Ids are taken modulo the
+# model's vocabulary.
+PROBE_ROWS: tuple[tuple[list[int], str, int], ...] = (
+    ([5, 9, 14, 3, 27, 8, 11, 6, 13, 2, 7, 12, 4, 10, 19, 21], "a", 10),
+    ([5, 9, 14, 3, 27, 8, 11, 6, 13, 2, 17, 23, 16, 18], "a", 10),
+    ([29, 15, 26, 1, 22, 24, 28], "b", 3),
+)
+
 
 def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
     first = rows[0]
@@ -63,6 +72,7 @@ class LogprobPasses:
     pad_id: int
     temperature: float
     _output_heads: dict[int, Any]  # id(model) -> its output head (None: logits from its own forward)
+    _repeatable_caches: dict[int, bool]  # id(model) -> whether its cache repeats over rows (see _cache_repeats)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         mode = self.settings.autocast
@@ -99,6 +109,8 @@ class LogprobPasses:
         rows = [s.input_ids for s in batch]
         n, width = len(rows), max(len(r) for r in rows)
         shared = self._shared_prefix(batch)
+        if shared and not self._cache_repeats(model):
+            shared = 0
         suffix_len = width - shared
         ids = torch.full((n, suffix_len), self.pad_id, dtype=torch.long)
         mask = torch.zeros((n, width), dtype=torch.long)
@@ -179,6 +191,38 @@ class LogprobPasses:
         """The KV cache of ``prefix`` (one row) under ``model``."""
         ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
         return model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+
+    def _cache_repeats(self, model: Any) -> bool:
+        """Whether ``model``'s cache can be repeated over a padded micro-batch's rows (``batch_repeat_interleave``
+        on every layer), as the shared prompt of the padded path needs. The states of linear-attention,
+        convolution and state-space layers (Qwen3.5, Qwen3-Next, LFM2, Jamba) cannot: their prompts run in
+        every row. Asked once per model, on a two-token prefix; kept in ``_repeatable_caches``."""
+        if id(model) not in self._repeatable_caches:
+            with torch.no_grad(), self._autocast():
+                layers = getattr(self._prefix_cache(model, [1, 2]), "layers", None)
+            self._repeatable_caches[id(model)] = layers is not None and all(
+                callable(getattr(layer, "batch_repeat_interleave", None)) for layer in layers)
+        return self._repeatable_caches[id(model)]
+
+    @torch.no_grad()
+    def passes_gap(self, model: Any) -> float:
+        """The largest difference (nats) between the log-probs of :data:`PROBE_ROWS`' loss tokens through this
+        trainer's passes, as set (packed rows, shared prompts, chunked output layer, fused rotary), and through
+        ``model``'s own forward on each sequence alone. The trainer asks it of each model when it is built:
+        a model whose layers drop a packed row's boundaries (Nemotron's decoder layers do not pass them on) or
+        whose masks ignore them (gpt-oss under eager) shows it here, before any step."""
+        vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 32)
+        batch = [Sample(id=f"probe{i}", group=group, input_ids=[t % vocab for t in row], advantage=0.0,
+                        positions=list(range(first, len(row)))) for i, (row, group, first) in enumerate(PROBE_ROWS)]
+        got, _ = self._forward(model, batch, entropy=False)
+        want = []
+        for sample in batch:
+            ids = torch.tensor([sample.input_ids], dtype=torch.long, device=self.device)
+            with self._autocast():
+                logits = model(input_ids=ids, use_cache=False).logits[0, [p - 1 for p in sample.positions]]
+            targets = torch.tensor([sample.input_ids[p] for p in sample.positions], device=self.device)
+            want.append(token_logprobs(logits.float(), targets, self.temperature))
+        return float((got.float() - torch.cat(want)).abs().max())
 
     def _select(
         self, model: Any, batch: Sequence[Sample], kwargs: dict[str, Any], row_idx: torch.Tensor, cols: list[int],

@@ -220,11 +220,17 @@ def use_packed_sdpa(model: Any) -> bool:
 
 
 def check_packable(model: Any) -> None:
-    """ValueError when ``model``'s packed rows would run under transformers' own masks (``eager``, or an ``sdpa``
+    """ValueError when ``model`` has layers other than attention (linear attention, convolutions, state spaces:
+    Qwen3.5, LFM2, Jamba), whose state packed rows would carry across sequences; when its packed rows would run
+    under transformers' own masks (``eager``, or an ``sdpa``
     model that could not switch to :data:`PACKED_SDPA`) and it has layers those masks get wrong in a packed row
     (Llama 4's chunks are counted over the row, not per sequence); or when its attention does not go through
     transformers' attention interface at all (Falcon, Bloom, MPT: their own masks would let a packed row's
     sequences attend to each other)."""
+    recurrent = sorted(attention_patterns(model) - PACKED_SDPA_PATTERNS)
+    if recurrent:
+        raise ValueError(f"grpo.pack_sequences: {type(model).__name__} has {recurrent} layers, whose state would run on "
+                         "from one sequence of a packed row into the next; set grpo.pack_sequences: false")
     legacy = sorted({type(m).__name__ for m in (model.modules() if hasattr(model, "modules") else ())
                      if getattr(type(m), "_supports_attention_backend", True) is False})
     if legacy:
@@ -240,34 +246,6 @@ def check_packable(model: Any) -> None:
             f"grpo.pack_sequences: under {implementation} attention a packed row would get the {sorted(wrong)} layers "
             f"wrong (transformers' masks count them over the whole row); run the model with sdpa attention (packed "
             f"rows then run {PACKED_SDPA}) or set grpo.pack_sequences: false")
-    if hasattr(model, "parameters") and not row_masks_separate_sequences(model):
-        raise ValueError(
-            f"grpo.pack_sequences: {type(model).__name__} under {implementation} attention lets a packed row's "
-            "sequences attend to each other (its masks do not follow the row's position ids); run it with sdpa or "
-            "flash attention where it has them, or set grpo.pack_sequences: false")
-
-
-# A probe row: two sequences of the token ids below (taken modulo the vocabulary), the second after the first.
-_PROBE_FIRST, _PROBE_SECOND = [5, 9, 14, 3, 27, 8, 11, 6], [7, 12, 4, 10]
-
-
-def row_masks_separate_sequences(model: Any) -> bool:
-    """Whether ``model``, run on a packed row as :func:`packed_row` builds it (no mask, no cache: transformers
-    derives the block-diagonal mask from the position ids), gives the row's second sequence the log-probs it
-    has alone. Some models build their masks without the position ids (gpt-oss), so under ``eager`` their
-    packed sequences see each other: 0.1-0.6 nats off on a tiny random model. Two forward passes of 4 and 12
-    tokens; float32 weights must agree to 1e-3 nats, lower precisions to 0.05."""
-    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 32)
-    first, second = [t % vocab for t in _PROBE_FIRST], [t % vocab for t in _PROBE_SECOND]
-    parameter = next(model.parameters())
-    device = parameter.device
-    row = {k: (v.to(device) if torch.is_tensor(v) else v)
-           for k, v in packed_row([first, second], start=0, flash=False).items()}
-    with torch.no_grad():
-        packed = model(**row, use_cache=False).logits[0, len(first):].float().log_softmax(-1)
-        alone = model(input_ids=torch.tensor([second], device=device), use_cache=False).logits[0].float().log_softmax(-1)
-    tolerance = 1e-3 if parameter.dtype == torch.float32 else 5e-2
-    return bool((packed - alone).abs().max() <= tolerance)
 
 
 def packed_micro_batches(samples: Sequence[Any], max_sequences: int, max_tokens: int | None) -> list[list[Any]]:

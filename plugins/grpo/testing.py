@@ -99,11 +99,17 @@ TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     # Attention sinks, no SDPA (eager here), masks built without the position ids: packing refused.
     "gpt_oss": ("GptOssForCausalLM", "GptOssConfig", dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2,
                                                           sliding_window=16)),
+    # Decoder layers that do not pass a packed row's boundaries on to the attention: packing refused.
+    "nemotron": ("NemotronForCausalLM", "NemotronConfig", {}),
+    # Layers with a state (linear attention, short convolutions): packing refused, prompts not shared by a cache.
+    "qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5TextConfig", dict(head_dim=16)),
+    "lfm2": ("Lfm2ForCausalLM", "Lfm2Config", dict(full_attn_idxs=[1, 3], block_ff_dim=128)),
 }
 # Those whose attention bypasses transformers' attention interface (no packed rows).
 OWN_ATTENTION = ("falcon", "stablelm")
-# Those whose packed rows are refused: their own attention, or masks that ignore the row's sequences (eager).
-UNPACKABLE = (*OWN_ATTENTION, "gpt_oss")
+# Those whose packed rows are refused: their own attention, masks or layers that ignore the row's sequences, or
+# layers with a state.
+UNPACKABLE = (*OWN_ATTENTION, "gpt_oss", "nemotron", "qwen3_5", "lfm2")
 ARCHITECTURE_SHAPE: dict[str, Any] = dict(
     vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
     num_key_value_heads=2, max_position_embeddings=1024, pad_token_id=0, bos_token_id=1, eos_token_id=2,

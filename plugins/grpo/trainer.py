@@ -22,6 +22,8 @@ log-probs) are :mod:`.forward`'s; the samples and what a step adds up are :mod:`
 
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import math
 import time
@@ -139,6 +141,7 @@ class GRPOTrainer(LogprobPasses):
         self.pad_id = int(pad_id)
         self.device = next(model.parameters()).device
         self._output_heads = {}
+        self._repeatable_caches = {}
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(params, s)
         self.updates = 0
@@ -173,6 +176,31 @@ class GRPOTrainer(LogprobPasses):
                 for m in (model, ref_model):
                     if m is not None and hasattr(m, "get_output_embeddings"):
                         self._output_head(m)
+        if s.pack_sequences or s.shared_prefix:
+            for m in (model, ref_model):
+                if m is not None:
+                    self._check_passes(m)
+
+    def _check_passes(self, model: Any) -> None:
+        """ValueError when ``model``'s log-probs through this trainer's packed rows or shared prompts are not its
+        own (:meth:`~.forward.LogprobPasses.passes_gap` on a probe batch): 1e-3 nats where all runs in float32,
+        0.05 under lower precision."""
+        parameter = next(model.parameters())
+        exact = parameter.dtype == torch.float32 and not hasattr(parameter, "placements") and isinstance(
+            self._autocast(), contextlib.nullcontext)
+        try:
+            gap = self.passes_gap(model)
+        except Exception as exc:  # e.g. a cache these passes cannot use
+            gap, failure = float("inf"), f"failed ({type(exc).__name__}: {exc})"
+        else:
+            failure = f"differ from its own forward's by {gap:.3g} nats"
+        if gap <= (1e-3 if exact else 5e-2):
+            return
+        on = [name for name in ("pack_sequences", "shared_prefix") if getattr(self.settings, name)]
+        raise ValueError(
+            f"grpo.{' and grpo.'.join(on)}: {type(model).__name__}'s log-probs through these passes {failure} on "
+            f"a probe batch (e.g. its layers do not pass a packed row's boundaries on, or its masks ignore them); set "
+            f"grpo.{on[0]}: false")
 
     @classmethod
     def with_reference(cls, model: Any, settings: GRPOSettings | None = None, **kwargs: Any) -> GRPOTrainer:

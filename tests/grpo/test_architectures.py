@@ -105,27 +105,50 @@ def test_packing_is_refused_where_attention_bypasses_the_interface(architecture)
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
 
 
-def test_packing_is_refused_where_the_masks_ignore_the_rows_sequences():
-    """gpt-oss has no SDPA (eager here, attention sinks) and builds its masks without the position ids, so the
-    sequences of a packed row attended to each other: log-probs 0.119 nats off in this test's step, silently.
-    The trainer's probe at start refuses it; a padded step with the other speed-ups stays exact."""
-    from seal_platform_plugins.grpo.packing import row_masks_separate_sequences
+# What refuses packing for each: the trainer's probe of its passes against the model's own forward (gpt-oss's
+# masks, built without the position ids, ignore a packed row's sequences under eager: the step's log-probs were
+# 0.119 nats off; Nemotron's decoder layers do not pass the row's boundaries on: 0.57), or layers with a state.
+REFUSED = {
+    "gpt_oss": "GptOssForCausalLM's log-probs through these passes differ from its own forward's",
+    "nemotron": "NemotronForCausalLM's log-probs through these passes differ from its own forward's",
+    "qwen3_5": r"Qwen3_5ForCausalLM has \['linear_attention'\] layers",
+    "lfm2": r"Lfm2ForCausalLM has \['conv'\] layers",
+}
 
-    assert not row_masks_separate_sequences(tiny_causal_lm("gpt_oss"))
-    assert row_masks_separate_sequences(tiny_causal_lm("gpt_oss", layer_types=["full_attention"] * 4)) is False
-    for packable in ("llama", "mistral"):  # eager, masks from the position ids: passes
-        model = tiny_causal_lm(packable)
-        model.set_attn_implementation("eager")
-        assert row_masks_separate_sequences(model)
-    with pytest.raises(ValueError, match="GptOssForCausalLM under eager attention lets a packed row's sequences"):
-        step("gpt_oss", FAST)
-    plain_metrics, plain_grads, plain = step("gpt_oss", PLAIN)
-    metrics, grads, fast = step("gpt_oss", FAST_PADDED)
-    assert metrics["loss"] == pytest.approx(plain_metrics["loss"], rel=1e-4, abs=1e-7)
-    for a, b in zip(plain_grads[0], grads[0]):
-        assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
-    for a, b in zip(plain, fast):
-        assert torch.allclose(a.old_logp, b.old_logp, atol=2e-5, rtol=1e-5), a.id
+
+@pytest.mark.parametrize("architecture", list(REFUSED))
+def test_packing_is_refused_where_it_cannot_be_exact(architecture):
+    """Packed rows are refused when the trainer is built, with a reason; the padded step with the other
+    speed-ups stays exact (where a model's cache cannot be repeated over the rows, as linear attention's and
+    convolutions' cannot, its prompts are not shared but run in every row)."""
+    from seal_platform_plugins.grpo.trainer import GRPOTrainer
+
+    with pytest.raises(ValueError, match=REFUSED[architecture]):
+        step(architecture, FAST)
+    plain_metrics, plain_grads, plain = step(architecture, PLAIN)
+    for options in (FAST_PADDED, dict(FAST, pack_sequences=False)):  # the second with gradient checkpointing
+        metrics, grads, fast = step(architecture, options)
+        assert metrics["loss"] == pytest.approx(plain_metrics["loss"], rel=1e-4, abs=1e-7)
+        for a, b in zip(plain_grads[0], grads[0]):
+            assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
+        for a, b in zip(plain, fast):
+            assert torch.allclose(a.old_logp, b.old_logp, atol=2e-5, rtol=1e-5), a.id
+    trainer = GRPOTrainer(tiny_causal_lm(architecture), GRPOSettings(kl_coef=0.0), pad_id=0)
+    assert trainer._cache_repeats(trainer.model) is (architecture not in ("qwen3_5", "lfm2"))
+
+
+def test_the_probe_measures_what_packing_would_cost():
+    """The probe's gap on a model that packs exactly is float rounding; on one that cannot, far above the bound."""
+    from seal_platform_plugins.grpo.packing import use_packed_sdpa
+    from seal_platform_plugins.grpo.trainer import GRPOTrainer
+
+    packed = GRPOSettings(kl_coef=0.0, pack_sequences=True, shared_prefix=True, logits_chunk_tokens=16)
+    exact = GRPOTrainer(tiny_causal_lm("mistral"), packed, pad_id=0)
+    assert exact.passes_gap(exact.model) < 1e-5
+    unpacked = GRPOTrainer(tiny_causal_lm("nemotron"), GRPOSettings(kl_coef=0.0, pack_sequences=False), pad_id=0)
+    unpacked.settings = packed  # what packing would give, had the trainer not refused it
+    assert use_packed_sdpa(unpacked.model)
+    assert unpacked.passes_gap(unpacked.model) > 0.1
 
 
 @pytest.mark.parametrize("architecture", list(TINY_ARCHITECTURES))
