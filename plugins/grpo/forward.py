@@ -31,7 +31,7 @@ from .settings import GRPOSettings
 # A shared prefix shorter than this is not worth a separate forward pass.
 _MIN_SHARED_PREFIX = 8
 
-# The probe batch of LogprobPasses.passes_gap, (token ids, group, first loss position): a group of two rollouts
+# The probe batch of LogprobPasses.probe_logprobs, (token ids, group, first loss position): a group of two rollouts
 # sharing a 10-token prompt (their loss from position 10 on) and one of another group. Ids are taken modulo the
 # model's vocabulary.
 PROBE_ROWS: tuple[tuple[list[int], str, int], ...] = (
@@ -205,12 +205,12 @@ class LogprobPasses:
         return self._repeatable_caches[id(model)]
 
     @torch.no_grad()
-    def passes_gap(self, model: Any) -> float:
-        """The largest difference (nats) between the log-probs of :data:`PROBE_ROWS`' loss tokens through this
-        trainer's passes, as set (packed rows, shared prompts, chunked output layer, fused rotary), and through
-        ``model``'s own forward on each sequence alone. The trainer asks it of each model when it is built:
-        a model whose layers drop a packed row's boundaries (Nemotron's decoder layers do not pass them on) or
-        whose masks ignore them (gpt-oss under eager) shows it here, before any step."""
+    def probe_logprobs(self, model: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The log-probs of :data:`PROBE_ROWS`' loss tokens through this trainer's passes, as set (packed rows,
+        shared prompts, chunked output layer, fused rotary), and through ``model``'s own forward on each sequence
+        alone. The trainer compares them for each model when it is built: a model whose layers drop a packed
+        row's boundaries (Nemotron's decoder layers do not pass them on) or whose masks ignore them (gpt-oss
+        under eager) shows it here, before any step."""
         vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 32)
         batch = [Sample(id=f"probe{i}", group=group, input_ids=[t % vocab for t in row], advantage=0.0,
                         positions=list(range(first, len(row)))) for i, (row, group, first) in enumerate(PROBE_ROWS)]
@@ -222,7 +222,12 @@ class LogprobPasses:
                 logits = model(input_ids=ids, use_cache=False).logits[0, [p - 1 for p in sample.positions]]
             targets = torch.tensor([sample.input_ids[p] for p in sample.positions], device=self.device)
             want.append(token_logprobs(logits.float(), targets, self.temperature))
-        return float((got.float() - torch.cat(want)).abs().max())
+        return got.float(), torch.cat(want)
+
+    def passes_gap(self, model: Any) -> float:
+        """The largest difference (nats) between the two sides of :meth:`probe_logprobs`."""
+        got, want = self.probe_logprobs(model)
+        return float((got - want).abs().max())
 
     def _select(
         self, model: Any, batch: Sequence[Sample], kwargs: dict[str, Any], row_idx: torch.Tensor, cols: list[int],
