@@ -177,34 +177,7 @@ class GRPOTrainer(LogprobPasses):
         if s.pack_sequences or s.shared_prefix:
             for m in (model, ref_model):
                 if m is not None:
-                    self._check_passes(m)
-
-    def _check_passes(self, model: Any) -> None:
-        """ValueError when ``model``'s log-probs through this trainer's packed rows or shared prompts are not its
-        own (:meth:`~.forward.LogprobPasses.probe_logprobs`). The probe runs without autocast, so float32
-        weights must agree to 1e-3 nats; weights or matrix products of lower precision (bfloat16 weights, FSDP's
-        mixed precision, TF32) to 0.05 nats plus 2% of the log-prob."""
-        parameter = next(model.parameters())
-        exact = (parameter.dtype == torch.float32 and not hasattr(parameter, "placements")
-                 and not (parameter.is_cuda and torch.backends.cuda.matmul.allow_tf32))
-        settings = self.settings
-        self.settings = settings.model_copy(update={"autocast": "off"})  # the probe only: float32 where it can
-        try:
-            got, want = self.probe_logprobs(model)
-        except Exception as exc:  # e.g. a cache these passes cannot use
-            failure = f"failed ({type(exc).__name__}: {exc})"
-        else:
-            gap = (got - want).abs()
-            if bool((gap <= (1e-3 if exact else 0.05 + 0.02 * want.abs())).all()):
-                return
-            failure = f"differ from its own forward's by up to {float(gap.max()):.3g} nats"
-        finally:
-            self.settings = settings
-        on = [name for name in ("pack_sequences", "shared_prefix") if getattr(self.settings, name)]
-        raise ValueError(
-            f"grpo.{' and grpo.'.join(on)}: {type(model).__name__}'s log-probs through these passes {failure} on "
-            f"a probe batch (e.g. its layers do not pass a packed row's boundaries on, or its masks ignore them); set "
-            f"grpo.{on[0]}: false")
+                    self.check_passes(m)
 
     @classmethod
     def with_reference(cls, model: Any, settings: GRPOSettings | None = None, **kwargs: Any) -> GRPOTrainer:
