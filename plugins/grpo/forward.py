@@ -231,15 +231,18 @@ class LogprobPasses:
 
     def check_passes(self, model: Any) -> None:
         """ValueError when ``model``'s log-probs through this trainer's packed rows or shared prompts are not its
-        own (:meth:`probe_logprobs`; the trainer asks it of each model when it is built). The probe runs without autocast, so float32
-        weights must agree to 1e-3 nats; weights or matrix products of lower precision (bfloat16 weights, FSDP's
-        mixed precision, TF32) to 0.05 nats plus 2% of the log-prob."""
+        own (:meth:`probe_logprobs`; the trainer asks it of each model when it is built). The probe runs without
+        autocast (except under flash-attn, which takes 16-bit inputs only), so float32 weights must agree to 1e-3
+        nats; lower precision (bfloat16 weights or autocast, FSDP's mixed precision, TF32) to 0.05 nats plus 2% of
+        the log-prob."""
         parameter = next(model.parameters())
-        exact = (parameter.dtype == torch.float32 and not hasattr(parameter, "placements")
-                 and not (parameter.is_cuda and torch.backends.cuda.matmul.allow_tf32))
         settings = self.settings
-        self.settings = settings.model_copy(update={"autocast": "off"})  # the probe only: float32 where it can
         try:
+            if attention_implementation(model) not in FLASH_IMPLEMENTATIONS:  # flash-attn: 16-bit inputs only
+                self.settings = settings.model_copy(update={"autocast": "off"})  # the probe only: float32 if it can
+            exact = (parameter.dtype == torch.float32 and not hasattr(parameter, "placements")
+                     and not (parameter.is_cuda and torch.backends.cuda.matmul.allow_tf32)
+                     and isinstance(self._autocast(), contextlib.nullcontext))
             got, want = self.probe_logprobs(model)
         except Exception as exc:  # e.g. a cache these passes cannot use
             failure = f"failed ({type(exc).__name__}: {exc})"
