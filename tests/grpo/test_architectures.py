@@ -17,7 +17,6 @@ from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.testing import (  # noqa: E402
     ARCHITECTURE_SHAPE,
-    OWN_ATTENTION,
     TINY_ARCHITECTURES,
     UNPACKABLE,
     tiny_causal_lm,
@@ -90,25 +89,14 @@ def test_speed_ups_are_exact_on_each_architecture(architecture, lora):
             assert torch.allclose(a.ref_logp, b.ref_logp, atol=2e-5, rtol=1e-5), a.id
 
 
-@pytest.mark.parametrize("architecture", OWN_ATTENTION)
-def test_packing_is_refused_where_attention_bypasses_the_interface(architecture):
-    """Falcon and StableLM compute their attention (and masks) themselves: a packed row's sequences would see
-    each other (Falcon's log-probs moved by 0.075), so packing is refused at start; the other speed-ups stay
-    exact."""
-    name = TINY_ARCHITECTURES[architecture][0]
-    with pytest.raises(ValueError, match=f"{name} computes its attention outside"):
-        step(architecture, FAST)
-    plain_metrics, plain_grads, _ = step(architecture, PLAIN)
-    metrics, grads, _ = step(architecture, FAST_PADDED)
-    assert metrics["loss"] == pytest.approx(plain_metrics["loss"], rel=1e-4, abs=1e-7)
-    for a, b in zip(plain_grads[0], grads[0]):
-        assert torch.allclose(a, b, atol=1e-6, rtol=1e-3)
-
-
-# What refuses packing for each: the trainer's probe of its passes against the model's own forward (gpt-oss's
-# masks, built without the position ids, ignore a packed row's sequences under eager: the step's log-probs were
-# 0.119 nats off; Nemotron's decoder layers do not pass the row's boundaries on: 0.57), or layers with a state.
+# What refuses packing for each: attention computed outside transformers' interface (Falcon and StableLM compute
+# their masks themselves, so a packed row's sequences would see each other: Falcon's log-probs moved by 0.075);
+# the trainer's probe of its passes against the model's own forward (gpt-oss's masks, built without the position
+# ids, ignore a packed row's sequences under eager: the step's log-probs were 0.119 nats off; Nemotron's decoder
+# layers do not pass the row's boundaries on: 0.57); or layers with a state.
 REFUSED = {
+    "falcon": "FalconForCausalLM computes its attention outside",
+    "stablelm": "StableLmForCausalLM computes its attention outside",
     "gpt_oss": "GptOssForCausalLM's log-probs through these passes differ from its own forward's",
     "nemotron": "NemotronForCausalLM's log-probs through these passes differ from its own forward's",
     "qwen3_5": r"Qwen3_5ForCausalLM has \['linear_attention'\] layers",
@@ -116,7 +104,7 @@ REFUSED = {
 }
 
 
-@pytest.mark.parametrize("architecture", list(REFUSED))
+@pytest.mark.parametrize("architecture", UNPACKABLE)
 def test_packing_is_refused_where_it_cannot_be_exact(architecture):
     """Packed rows are refused when the trainer is built, with a reason; the padded step with the other
     speed-ups stays exact (where a model's cache cannot be repeated over the rows, as linear attention's and
