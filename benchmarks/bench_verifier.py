@@ -38,23 +38,44 @@ def _load_helpers():
     return module
 
 
+SEED = 20260323
+
+
+def agreement_cases(per_task: int = 3, seed: int = SEED) -> tuple[list, list]:
+    """Every task (split ``all``) and the agreement test's cases on them: (tasks, [(entry, turns, _), ...])."""
+    from seal_platform_plugins.bfcl.data import load_tasks
+
+    tasks = load_tasks(split="all")
+    return tasks, _load_helpers().agreement_cases([task.payload for task in tasks], per_task, seed)
+
+
+def write_cases(cases: list) -> str:
+    """``cases`` as one ``seal-platform verify --benchmark bfcl`` input file (a temporary .jsonl the caller
+    deletes); returns its path."""
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
+        for entry, turns, _ in cases:
+            fh.write(json.dumps({"task_id": entry["id"], "turns": turns}) + "\n")
+    return fh.name
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-task", type=int, default=3, help="perturbations per task (default 3)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per side; the median is reported")
-    parser.add_argument("--seed", type=int, default=20260323)
+    parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--executor", action="store_true", help="also time verification in worker processes")
     parser.add_argument("--commands", action="store_true", help="time whole commands (ours vs the official thin one)")
     args = parser.parse_args()
 
     from seal_platform.toolenv.calls import parse_call
-    from seal_platform_plugins.bfcl.data import load_tasks
     from seal_platform_plugins.bfcl.verifier import verify
 
     helpers = _load_helpers()
-    tasks = load_tasks(split="all")
+    tasks, cases = agreement_cases(args.per_task, args.seed)
     by_id = {task.id: task for task in tasks}
-    cases = helpers.agreement_cases([task.payload for task in tasks], args.per_task, args.seed)
     print(f"{len(cases)} cases ({len(tasks)} ground truths + {len(cases) - len(tasks)} perturbations)")
     if args.commands:
         return time_commands(cases, args.rounds)
@@ -112,9 +133,7 @@ def time_commands(cases: list, rounds: int) -> int:
     import subprocess
     import tempfile
 
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
-        for entry, turns, _ in cases:
-            fh.write(json.dumps({"task_id": entry["id"], "turns": turns}) + "\n")
+    path = write_cases(cases)
     # Like for like: both commands start from bytecode, ours and bfcl_eval's (which both import). An editable
     # install has it only if `make` compiled it, and a package installed with `pip --no-compile` (the lent
     # device machines' wheels) has none: where PYTHONDONTWRITEBYTECODE is set (CI, containers) nothing else
@@ -131,8 +150,8 @@ def time_commands(cases: list, rounds: int) -> int:
     script = Path(sys.executable).parent / "seal-platform"
     # The console script where it is installed; else (a machine with the checkout on PYTHONPATH) the module.
     entry = [str(script)] if script.exists() else ["-m", "seal_platform"]
-    ours = [sys.executable, *entry, "verify", "--benchmark", "bfcl", fh.name]
-    official = [sys.executable, str(ROOT / "benchmarks" / "official_bfcl_verify.py"), fh.name]
+    ours = [sys.executable, *entry, "verify", "--benchmark", "bfcl", path]
+    official = [sys.executable, str(ROOT / "benchmarks" / "official_bfcl_verify.py"), path]
 
     def cpu_of_children() -> float:
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -163,7 +182,7 @@ def time_commands(cases: list, rounds: int) -> int:
                 print(f"DISAGREEMENT on {bad} of {len(cases)} cases", file=sys.stderr)
                 return 1
     finally:
-        os.unlink(fh.name)
+        os.unlink(path)
     ours_s, official_s = statistics.median(times["ours"]), statistics.median(times["official"])
     print(f"seal-platform verify (whole command): {ours_s:6.2f} s  (rounds: {[round(t, 2) for t in times['ours']]})")
     print(f"official thin command:                {official_s:6.2f} s  (rounds: {[round(t, 2) for t in times['official']]})")

@@ -95,18 +95,10 @@ def main() -> int:
         parser.error("name a FILE or --cases")
     path = args.file
     if args.cases:
-        import json
-
         sys.path.insert(0, str(ROOT / "benchmarks"))
-        from bench_verifier import _load_helpers
-        from seal_platform_plugins.bfcl.data import load_tasks
+        from bench_verifier import agreement_cases, write_cases
 
-        tasks = load_tasks(split="all")
-        cases = _load_helpers().agreement_cases([task.payload for task in tasks], 3, 20260323)
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
-            for entry, turns, _ in cases:
-                fh.write(json.dumps({"task_id": entry["id"], "turns": turns}) + "\n")
-        path = fh.name
+        path = write_cases(agreement_cases()[1])
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"verify phases on {path} ({usable} usable CPUs; load {os.getloadavg()[0]:.2f})")
     try:
