@@ -267,12 +267,10 @@ def _method_table(involved_classes: tuple[str, ...]) -> dict[str, tuple[str, ins
     return table
 
 
-def warm_up(involved: Iterable[Sequence[str]] | None = None) -> None:
-    """Import the backend classes and fill this module's caches, so that processes forked from this one
-    start with them (:mod:`.fork_verify`). ``involved``: the tasks' ``involved_classes`` lists (their method
-    tables are built too); default every backend class."""
-    groups = [tuple(BACKEND_MODULES)] if involved is None else [tuple(group) for group in involved]
-    for group in set(groups):
+def warm_up(involved: Iterable[Sequence[str]]) -> None:
+    """Import the backend classes of the tasks' ``involved_classes`` lists, build their method tables and fill
+    this module's caches, so that processes forked from this one start with them (:mod:`.fork_verify`)."""
+    for group in {tuple(group) for group in involved}:
         if all(name in BACKEND_MODULES for name in group):  # an unknown name is the replay's error to report
             _method_table(group)
     _long_context_objects()

@@ -163,11 +163,6 @@ def _entries_by_id() -> dict[str, tuple[str, dict[str, Any]]]:
     return {entry["id"]: (category, entry) for category in CATEGORIES for entry in _category_entries(category)}
 
 
-def preload() -> None:
-    """Read every category's data now (processes forked afterwards share it instead of reading it again)."""
-    _entries_by_id()
-
-
 def _missed_names(task: Task) -> dict[int, list[str]]:
     missed = task.payload.get("missed_function") or {}
     return {int(turn): list(names) for turn, names in missed.items()}
