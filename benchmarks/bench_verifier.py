@@ -125,6 +125,59 @@ def main() -> int:
     return 0
 
 
+# What the two timed commands import, listed by a child that imports it all: ours (the CLI, the BFCL plugin's
+# verification modules, every multi-turn backend class) and the official command (its checker, which executes
+# those same classes). Then each imported module's source file.
+_IMPORTS = """
+import sys
+import seal_platform.cli
+from seal_platform_plugins.bfcl import _worker, diagnoser, environment, executor, fork_verify, verifier
+from seal_platform_plugins.bfcl.backend import BACKEND_MODULES, backend_class
+for name in BACKEND_MODULES:
+    backend_class(name)
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
+for module in list(sys.modules.values()):
+    origin = getattr(getattr(module, "__spec__", None), "origin", None)
+    if isinstance(origin, str) and origin.endswith(".py"):
+        print(origin)
+"""
+
+
+def compile_imports() -> None:
+    """Like for like: both commands start from bytecode for everything they import, as a ``pip install``
+    leaves it. Where ``PYTHONDONTWRITEBYTECODE`` is set (CI, containers) nothing else writes it, so a module
+    installed without bytecode -- our editable checkout, a wheel installed with ``pip --no-compile``, a whole
+    environment installed by ``uv`` (which compiles nothing by default: the lent device machines' image) -- is
+    compiled again by every process that imports it: 0.3 s for mpmath alone (imported by bfcl_eval's math
+    backend, so by both commands) on a lent machine. This writes the bytecode each imported module lacks
+    (``py_compile``, in place; up-to-date files are left alone) and says what it could not write."""
+    import importlib.util
+    import py_compile
+    import subprocess
+
+    listed = subprocess.run([sys.executable, "-c", _IMPORTS], capture_output=True, text=True, cwd=ROOT)
+    if listed.returncode != 0:
+        raise SystemExit(f"importing what the commands import failed:\n{listed.stderr[-2000:]}")
+    written, unwritable = 0, []
+    for source in sorted(set(listed.stdout.split())):
+        cached = importlib.util.cache_from_source(source)
+        try:
+            if Path(cached).stat().st_mtime >= Path(source).stat().st_mtime:
+                continue
+        except OSError:
+            pass
+        try:
+            py_compile.compile(source, cfile=cached, doraise=True)
+            written += 1
+        except (OSError, py_compile.PyCompileError):
+            unwritable.append(source)
+    if written:
+        print(f"compiled the bytecode of {written} imported modules that had none", file=sys.stderr)
+    if unwritable:
+        print(f"note: could not write the bytecode of {len(unwritable)} imported modules (e.g. {unwritable[0]}); "
+              "each command compiles them as it imports them", file=sys.stderr)
+
+
 def time_commands(cases: list, rounds: int) -> int:
     """Whole-command wall time of ours and the official thin command on one JSONL file of ``cases``."""
     import json
@@ -134,19 +187,7 @@ def time_commands(cases: list, rounds: int) -> int:
     import tempfile
 
     path = write_cases(cases)
-    # Like for like: both commands start from bytecode, ours and bfcl_eval's (which both import). An editable
-    # install has it only if `make` compiled it, and a package installed with `pip --no-compile` (the lent
-    # device machines' wheels) has none: where PYTHONDONTWRITEBYTECODE is set (CI, containers) nothing else
-    # writes it, and every process -- each of verify's forked lanes too -- would compile bfcl_eval's modules
-    # again (about 0.75 s a process here). compileall skips what is up to date.
-    bfcl_spec = importlib.util.find_spec("bfcl_eval")
-    bfcl_dirs = list(bfcl_spec.submodule_search_locations or []) if bfcl_spec else []
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "seal_platform"), str(ROOT / "plugins")],
-                   check=True, stdout=subprocess.DEVNULL)
-    if bfcl_dirs and subprocess.run([sys.executable, "-m", "compileall", "-q", *bfcl_dirs],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
-        print(f"note: could not compile bfcl_eval's bytecode in {bfcl_dirs[0]} (read-only?); "
-              "each command compiles what it imports", file=sys.stderr)
+    compile_imports()
     script = Path(sys.executable).parent / "seal-platform"
     # The console script where it is installed; else (a machine with the checkout on PYTHONPATH) the module.
     entry = [str(script)] if script.exists() else ["-m", "seal_platform"]

@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/cpu_scaling_verify.sh            # here: the project's .venv
 #   ROUNDS=3 bash benchmarks/cpu_scaling_verify.sh   # fewer rounds per side
+#   COUNTS="1 16" bash benchmarks/cpu_scaling_verify.sh   # only these numbers of CPUs
 #
 # On a machine without the project installed (a lent device machine: Python and pip only), it installs the
 # wheels in .whl/ (pydantic, bfcl-eval, click, ... for that machine's Python) and runs the checkout from
@@ -26,6 +27,7 @@ counts=()
 n=1
 while [ "$n" -lt "$usable" ]; do counts+=("$n"); n=$((n * 2)); done
 counts+=("$usable")
+if [ -n "${COUNTS:-}" ]; then read -r -a counts <<< "$COUNTS"; fi
 echo "usable CPUs: $usable ($cpus); $(uptime)"
 "$PY" -c "import sys, platform; print('python', sys.version.split()[0], platform.processor() or platform.machine())"
 for k in "${counts[@]}"; do

@@ -94,10 +94,11 @@ def main() -> int:
     if not args.file and not args.cases:
         parser.error("name a FILE or --cases")
     path = args.file
-    if args.cases:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from bench_verifier import agreement_cases, write_cases
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_verifier import agreement_cases, compile_imports, write_cases
 
+    compile_imports()  # every run from bytecode, as bench_verifier.py --commands times it
+    if args.cases:
         path = write_cases(agreement_cases()[1])
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"verify phases on {path} ({usable} usable CPUs; load {os.getloadavg()[0]:.2f})")
