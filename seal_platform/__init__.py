@@ -5,13 +5,26 @@ specifications (:mod:`seal_platform.hookspecs`), the shared types (:mod:`seal_pl
 manager factory, the recipe models, the run loop, the run store and the command line.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from functools import cache
 
-try:
-    __version__ = version("seal-platform")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
-
-from .hookspecs import hookimpl  # noqa: E402  (plugins write `from seal_platform import hookimpl`)
+from .hookspecs import hookimpl  # plugins write `from seal_platform import hookimpl`
 
 __all__ = ["__version__", "hookimpl"]
+
+
+@cache
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("seal-platform")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0+unknown"
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``, looked up when first asked for: reading the installed package's metadata costs every
+    process that imports the platform (tool workers, engine replicas, Ray actors) some 20-30 ms otherwise."""
+    if name == "__version__":
+        return _version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,6 +29,22 @@ def test_the_public_modules_import_without_heavy_libraries():
     assert out.stdout.strip() == ""
 
 
+def test_the_version_is_the_installed_package_s_and_read_only_when_asked_for():
+    # Importing the package reads no distribution metadata (every worker and replica process imports it);
+    # asking for __version__ does, and gets the installed version.
+    code = (
+        "import sys\n"
+        "import seal_platform\n"
+        "print('importlib.metadata' in sys.modules)\n"
+        "print(seal_platform.__version__)\n"
+        "from importlib.metadata import version\n"
+        "print(version('seal-platform'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    read_on_import, lazy, installed = out.stdout.split()
+    assert read_on_import == "False" and lazy == installed
+
+
 def test_an_assistant_message_keeps_what_the_engine_sampled_it_with():
     from seal_platform.types import Generation, Message
 
