@@ -58,11 +58,15 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
     targets: Any = settings.target_modules
     if targets == ["all-linear"]:
         targets = "all-linear"
+    # peft's "all-linear" wraps every nn.Linear, subclasses included; a subclass whose forward returns something
+    # else than its output (Llama 4's expert router: a tuple) breaks under the adapter's. Those are left out.
+    left_out = linear_subclasses(model) if targets == "all-linear" else []
     config = LoraConfig(
         r=settings.rank,
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
         target_modules=targets,
+        exclude_modules=left_out or None,
         bias="none",
         task_type="CAUSAL_LM",
     )
@@ -75,11 +79,39 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
     if gradient_checkpointing:
         peft_model.enable_input_require_grads()
     peft_model.train(was_training)
+    if left_out:
+        log.info("grpo.lora: no adapters on %d linear layer(s) whose forward is not a linear layer's (%s, e.g. %s)",
+                 len(left_out), sorted({type(model.get_submodule(n)).__name__ for n in left_out}), left_out[0])
     if unmatched:  # e.g. the Llama names on Phi-3, whose q/k/v and gate/up projections are fused
         log.warning("grpo.lora.target_modules %s match no module of %s: adapters only on %s (['all-linear'] adapts "
                     "every linear layer of any architecture)", unmatched, type(model).__name__,
                     sorted(set(targets) - set(unmatched)))
     return peft_model
+
+
+def linear_subclasses(model: Any) -> list[str]:
+    """The names of ``model``'s modules that subclass ``torch.nn.Linear`` with a ``forward`` that does not give
+    a linear layer's output (Llama 4's expert router returns routing scores and logits): a LoRA layer around
+    one would add its update to whatever that forward returns. Each subclass with a ``forward`` of its own is
+    called once on a zero row to tell (Falcon's linear layers, say, give a plain output and keep adapters)."""
+    import torch
+
+    out = []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or type(module).forward is torch.nn.Linear.forward:
+            continue
+        weight = module.weight
+        if weight.is_meta:  # nothing to call: assume it behaves
+            continue
+        try:
+            with torch.no_grad():
+                result = module(torch.zeros(1, module.in_features, dtype=weight.dtype, device=weight.device))
+            plain = isinstance(result, torch.Tensor) and tuple(result.shape) == (1, module.out_features)
+        except Exception:
+            plain = False
+        if not plain:
+            out.append(name)
+    return out
 
 
 def unmatched_targets(model: Any, targets: Any) -> list[str]:

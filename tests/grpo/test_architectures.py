@@ -69,8 +69,7 @@ def step(architecture: str, options: dict, lora: bool = False, device: str = "cp
 
 
 # peft's "all-linear" adapters break Llama 4's expert router (a tuple where peft expects a tensor): nothing of ours.
-CASES = [(a, lora) for a in TINY_ARCHITECTURES if a not in UNPACKABLE for lora in (False, True)
-         if not (lora and a == "llama4")]
+CASES = [(a, lora) for a in TINY_ARCHITECTURES if a not in UNPACKABLE for lora in (False, True)]
 
 
 @pytest.mark.parametrize("architecture,lora", CASES, ids=[f"{a}-{'lora' if lora else 'full'}" for a, lora in CASES])
@@ -183,6 +182,30 @@ def test_lora_names_the_targets_an_architecture_lacks(caplog):
         caplog.clear()
         lora.wrap(tiny_causal_lm("llama"), LoRASettings(rank=4))
     assert "match no module" not in caplog.text
+
+
+def test_all_linear_lora_leaves_out_linear_layers_that_are_not_linear(caplog):
+    """peft's "all-linear" would wrap Llama 4's expert router (an nn.Linear whose forward returns routing scores
+    and logits), and the adapted model's forward then fails. The router is left out, and said so; every other
+    linear layer gets adapters, and Falcon's linear subclasses (a plain output) keep theirs."""
+    import torch
+
+    from seal_platform_plugins.grpo import lora
+    from seal_platform_plugins.grpo.settings import LoRASettings
+
+    everything = LoRASettings(rank=4, target_modules=["all-linear"])
+    model = tiny_causal_lm("llama4")
+    linear = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name != "lm_head"}
+    with caplog.at_level("INFO", logger="seal_platform_plugins.grpo.lora"):
+        wrapped = lora.wrap(model, everything)
+    adapted = {name.removeprefix("base_model.model.").split(".lora_A")[0]
+               for name, _ in wrapped.named_parameters() if ".lora_A" in name}
+    routers = {name for name in linear if name.endswith("feed_forward.router")}
+    assert routers and adapted == linear - routers
+    assert "no adapters on 4 linear layer(s)" in caplog.text and "Llama4Router" in caplog.text
+    assert wrapped(input_ids=torch.tensor([[1, 2, 3, 4]])).logits.shape == (1, 4, ARCHITECTURE_SHAPE["vocab_size"])
+    falcon = lora.wrap(tiny_causal_lm("falcon"), everything)
+    assert sum(".lora_A" in name for name, _ in falcon.named_parameters()) == 16
 
 
 @pytest.mark.parametrize("architecture", ["gemma2", "granite", "qwen2_window"])
