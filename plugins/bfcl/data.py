@@ -147,13 +147,17 @@ def load_tasks(
     return tasks
 
 
-def get_task(task_id: str, split: str = "all") -> Task:
-    """One task by id (any split by default)."""
+def get_task(task_id: str, split: str = "all", *, shared: bool = False) -> Task:
+    """One task by id (any split by default).
+
+    ``shared``: the payload shares its values with the cached entry (a shallow copy, not a private deep one;
+    any split only). For callers that only read it -- the verifier looks up every task of a file, and the deep
+    copies were most of that time -- and never change what it holds."""
     if split == "all":
         found = _entries_by_id().get(task_id) if isinstance(task_id, str) else None
         if found is not None:
             category, entry = found
-            return Task(id=task_id, category=category, split=split, payload=copy_data(entry))
+            return Task(id=task_id, category=category, split=split, payload=entry if shared else copy_data(entry))
     return load_tasks([category_of(task_id)], split=split, ids=[task_id])[0]  # or the error that says why not
 
 

@@ -79,7 +79,7 @@ def _load_task(task_id: str) -> Task:
     from .data import DataError, get_task
 
     try:
-        return get_task(task_id)
+        return get_task(task_id, shared=True)  # read only: the replay copies what it changes
     except DataError as exc:
         raise ValueError(str(exc)) from None
 

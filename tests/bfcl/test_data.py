@@ -85,6 +85,28 @@ def test_get_task_is_load_tasks_one_task_and_a_private_copy_too():
         data.get_task("nothing_like_this_1")
 
 
+def test_a_shared_task_reads_the_cached_entry_and_verifying_it_changes_nothing():
+    """The verifier's lookups (``get_task(..., shared=True)``) share the cached entry's values instead of a deep
+    copy per task; replaying transcripts in this process (both sides, every category, one a long-context
+    task) leaves those values as they were."""
+    import copy
+
+    from seal_platform_plugins.bfcl.verifier import verify_record
+
+    ids = [f"{category}_{n}" for category in CATEGORIES for n in (0, 50, 95)]  # 50, 95: replays that write into their configs
+    entries = {i: data._entries_by_id()[i][1] for i in ids}
+    before = copy.deepcopy(entries)
+    for i in ids:
+        shared, private = data.get_task(i, shared=True), data.get_task(i)
+        assert shared.payload == private.payload == entries[i]
+        assert shared.payload["initial_config"] is entries[i]["initial_config"]
+        assert private.payload["initial_config"] is not entries[i]["initial_config"]
+        truth = entries[i]["ground_truth"]
+        assert verify_record({"task_id": i, "turns": truth})["success"]
+        verify_record({"task_id": i, "turns": [turn[::-1] for turn in truth]})  # the calls reversed
+    assert entries == before
+
+
 def test_tool_docs_drop_excluded_and_held_out(task_by_id):
     task = task_by_id["multi_turn_miss_func_0"]
     names = [d["name"] for d in tool_docs(task)]
