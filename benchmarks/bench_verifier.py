@@ -228,6 +228,9 @@ def time_commands(cases: list, rounds: int) -> int:
     print(f"seal-platform verify (whole command): {ours_s:6.2f} s  (rounds: {[round(t, 2) for t in times['ours']]})")
     print(f"official thin command:                {official_s:6.2f} s  (rounds: {[round(t, 2) for t in times['official']]})")
     print(f"ratio official/ours: {official_s / ours_s:.2f}x  (verdicts agree on all {len(cases)} cases)")
+    paired = sorted(o / u for u, o in zip(times["ours"], times["official"]))  # each round's own ratio
+    print(f"per-round ratios: {paired[0]:.2f}-{paired[-1]:.2f}x, median {statistics.median(paired):.2f}x "
+          f"({sum(r >= 3 for r in paired)} of {len(paired)} rounds at least 3x)")
     print(f"CPU time (user+sys, all processes; median): ours {statistics.median(cpu['ours']):.2f} s, "
           f"official {statistics.median(cpu['official']):.2f} s (under load, the wall-time ratio of a forking "
           "command drifts towards the CPU-time ratio)")
