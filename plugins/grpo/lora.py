@@ -60,7 +60,7 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
         targets = "all-linear"
     # peft's "all-linear" wraps every nn.Linear, subclasses included; a subclass whose forward returns something
     # else than its output (Llama 4's expert router: a tuple) breaks under the adapter's. Those are left out.
-    left_out = linear_subclasses(model) if targets == "all-linear" else []
+    left_out = misfit_linear_layers(model) if targets == "all-linear" else []
     config = LoraConfig(
         r=settings.rank,
         lora_alpha=settings.alpha,
@@ -89,7 +89,7 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
     return peft_model
 
 
-def linear_subclasses(model: Any) -> list[str]:
+def misfit_linear_layers(model: Any) -> list[str]:
     """The names of ``model``'s modules that subclass ``torch.nn.Linear`` with a ``forward`` that does not give
     a linear layer's output (Llama 4's expert router returns routing scores and logits): a LoRA layer around
     one would add its update to whatever that forward returns. Each subclass with a ``forward`` of its own is

@@ -222,11 +222,10 @@ def use_packed_sdpa(model: Any) -> bool:
 def check_packable(model: Any) -> None:
     """ValueError when ``model`` has layers other than attention (linear attention, convolutions, state spaces:
     Qwen3.5, LFM2, Jamba), whose state packed rows would carry across sequences; when its packed rows would run
-    under transformers' own masks (``eager``, or an ``sdpa``
-    model that could not switch to :data:`PACKED_SDPA`) and it has layers those masks get wrong in a packed row
-    (Llama 4's chunks are counted over the row, not per sequence); or when its attention does not go through
-    transformers' attention interface at all (Falcon, Bloom, MPT: their own masks would let a packed row's
-    sequences attend to each other)."""
+    under transformers' own masks (``eager``, or an ``sdpa`` model that could not switch to :data:`PACKED_SDPA`)
+    and it has layers those masks get wrong in a packed row (Llama 4's chunks are counted over the row, not per
+    sequence); or when its attention does not go through transformers' attention interface at all (Falcon,
+    Bloom, MPT: their own masks would let a packed row's sequences attend to each other)."""
     recurrent = sorted(attention_patterns(model) - PACKED_SDPA_PATTERNS)
     if recurrent:
         raise ValueError(f"grpo.pack_sequences: {type(model).__name__} has {recurrent} layers, whose state would run on "

@@ -68,7 +68,7 @@ def step(architecture: str, options: dict, lora: bool = False, device: str = "cp
     return trainer.step(batch), grads, batch
 
 
-# peft's "all-linear" adapters break Llama 4's expert router (a tuple where peft expects a tensor): nothing of ours.
+# Every packable architecture, with full weights and with LoRA adapters on every linear layer ("all-linear").
 CASES = [(a, lora) for a in TINY_ARCHITECTURES if a not in UNPACKABLE for lora in (False, True)]
 
 

@@ -45,11 +45,11 @@ class PolicyClasses:
         try:
             yield
         finally:
-            changed = sorted({cls.__name__ for (cls, name), value in before.items()
-                              if cls.__dict__.get(name, _ABSENT) is not value})
+            changed = set()
             for (cls, name), value in before.items():
                 if cls.__dict__.get(name, _ABSENT) is value:
                     continue
+                changed.add(cls.__name__)
                 if value is _ABSENT:
                     delattr(cls, name)
                 else:
@@ -58,4 +58,4 @@ class PolicyClasses:
                 self._warned = True
                 log.info("vLLM's Transformers backend decorated %s (the policy's own classes) for torch.compile in "
                          "this process; put back, so the policy keeps working. This engine runs them uncompiled "
-                         "(engine.vllm.in_process: false compiles them in the engine's own process)", changed)
+                         "(engine.vllm.in_process: false compiles them in the engine's own process)", sorted(changed))
