@@ -151,6 +151,8 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=150)
     parser.add_argument("--min-tokens", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=0, help="draws the batch's lengths and token ids (the "
+                        "figures in docs/scaling.md: seed 0 unless they say otherwise)")
     parser.add_argument("--tasks-per-update", type=int, default=1)
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--max-tokens-per-micro", type=int, default=8192)
@@ -171,13 +173,14 @@ def main() -> None:
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     path = "" if args.shape else (args.model or str(model_dir(PolicySettings())))
-    batch = make_mixed_batch(args.sequences, args.group, args.prompt_tokens, args.min_tokens, args.max_tokens, seed=0)
+    batch = make_mixed_batch(args.sequences, args.group, args.prompt_tokens, args.min_tokens, args.max_tokens,
+                             seed=args.seed)
     tokens = sum(len(ids) for _, ids, _ in batch)
     if args.only:  # a child of the run below: one path, its figures as the last line
         print(json.dumps(run(path, batch, args, args.only)))
         return
     print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
-          f"groups of {args.group}; micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
+          f"groups of {args.group} (seed {args.seed}); micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
           f"{args.device}; allocator: {allocator()}", flush=True)
     results: dict[str, float] = {}
     paths = PATHS if args.unshared else PATHS[:2]
