@@ -17,6 +17,7 @@ the first).
     .venv/bin/python benchmarks/bench_packed_update.py                   # SmolLM2-135M, 200-5,000 tokens
     .venv/bin/python benchmarks/bench_packed_update.py --sequences 4 --min-tokens 60 --max-tokens 400 --repeats 1
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 .venv/bin/python benchmarks/bench_packed_update.py
+    .venv/bin/python benchmarks/bench_packed_update.py --seeds 0 1 2 3 4   # five batches: each, median, pooled
     python benchmarks/bench_packed_update.py --shape qwen2.5-1.5b --sequences 32 --micro 4   # on a GPU machine
 """
 
@@ -153,6 +154,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0, help="draws the batch's lengths and token ids (the "
                         "figures in docs/scaling.md: seed 0 unless they say otherwise)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="run the whole comparison once per "
+                        "seed (a batch each) and print every seed's figures, their median and range, and the ratio "
+                        "pooled over the batches")
     parser.add_argument("--tasks-per-update", type=int, default=1)
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--max-tokens-per-micro", type=int, default=8192)
@@ -164,6 +168,8 @@ def main() -> None:
                         "off (each sequence runs its own prompt), to measure what prefix sharing in the rows gives")
     parser.add_argument("--only", choices=PATHS, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.seeds:
+        return over_seeds(args)
 
     import torch
     from transformers import AutoConfig
@@ -182,7 +188,7 @@ def main() -> None:
     print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
           f"groups of {args.group} (seed {args.seed}); micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
           f"{args.device}; allocator: {allocator()}", flush=True)
-    results: dict[str, float] = {}
+    results: dict[str, float] = {"tokens": float(tokens)}
     paths = PATHS if args.unshared else PATHS[:2]
     for name in paths:
         # Each path in a process of its own, so that each one's peak memory is its own (os.wait4's rusage).
@@ -237,6 +243,67 @@ def main() -> None:
     print(json.dumps(results))
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
+
+
+def summarize(per_seed: dict[int, dict[str, float]]) -> dict[str, object]:
+    """Print every seed's figures (the ``--out`` JSON of one run each), the median and range of packed / padded
+    and the pooled ratio; return them."""
+    paths = [p for p in PATHS if f"{p}_tokens_per_s" in next(iter(per_seed.values()))]
+    print(f"=== {len(per_seed)} batches (seeds {', '.join(map(str, per_seed))}) ===")
+    for seed, r in per_seed.items():
+        fractions = ", ".join(f"{p} {100 * r[f'{p}_roofline_fraction']:.0f}%" for p in paths
+                              if f"{p}_roofline_fraction" in r)
+        print(f"seed {seed}: {int(r['tokens'])} tokens; " + ", ".join(
+            f"{p} {r[f'{p}_tokens_per_s']:.1f} tokens/s" for p in paths)
+            + f"; padded slots / tokens {r['padded_token_slots'] / r['tokens']:.2f}; packed / padded "
+            f"{r['packed_over_padded']:.2f}x" + (f"; roofline: {fractions}" if fractions else ""))
+    ratios = [r["packed_over_padded"] for r in per_seed.values()]
+    pooled = {p: sum(r["tokens"] for r in per_seed.values())
+              / sum(r["tokens"] / r[f"{p}_tokens_per_s"] for r in per_seed.values()) for p in paths}
+    # The batches' spread: a percentile bootstrap of the geometric mean of the per-batch ratios (fixed seed).
+    logs = [math.log(x) for x in ratios]
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(10_000))
+    geo, low, high = (math.exp(x) for x in (statistics.fmean(logs), means[249], means[9749]))
+    print(f"packed / padded over the batches: median {statistics.median(ratios):.2f}x, range "
+          f"{min(ratios):.2f}-{max(ratios):.2f}x, geometric mean {geo:.2f}x (95% bootstrap interval "
+          f"{low:.2f}-{high:.2f}x); pooled (all tokens / all step seconds): "
+          f"padded {pooled['padded']:.1f}, packed {pooled['packed']:.1f} tokens/s, "
+          f"{pooled['packed'] / pooled['padded']:.2f}x", flush=True)
+    summary = {"per_seed": per_seed, "pooled_tokens_per_s": pooled,
+               "median_packed_over_padded": statistics.median(ratios),
+               "geometric_mean_packed_over_padded": geo, "bootstrap_95": [low, high]}
+    return summary
+
+
+def over_seeds(args: argparse.Namespace) -> None:
+    """``--seeds``: this script once per seed, each in its own process (so each batch's figures are what a
+    single run prints), then every seed's ratio, their median and range, and the pooled ratio: all batches'
+    tokens over the summed step times of each path, as if the batches were one batch of their union."""
+    import tempfile
+
+    argv, skip = [], False
+    for arg in sys.argv[1:]:  # this command line without --seeds and its values, nor --out
+        if arg in ("--seeds", "--out"):
+            skip = True
+            continue
+        if skip and not arg.startswith("--"):
+            continue
+        skip = False
+        argv.append(arg)
+    per_seed: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:
+            print(f"=== seed {seed} ===", flush=True)
+            out = Path(tmp) / f"{seed}.json"
+            status = subprocess.call([sys.executable, __file__, *argv, "--seed", str(seed), "--out", str(out)])
+            if status != 0:
+                sys.exit(f"seed {seed} failed (exit status {status})")
+            per_seed[seed] = json.loads(out.read_text())
+    summary = summarize(per_seed)
+    print(json.dumps(summary))
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
