@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0, help="draws the batch's lengths and token ids (the "
                         "figures in docs/scaling.md: seed 0 unless they say otherwise)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="run the whole comparison once per "
+    parser.add_argument("--seeds", type=int, nargs="*", default=None, help="run the whole comparison once per "
                         "seed (a batch each) and print every seed's figures, their median and range, and the ratio "
                         "pooled over the batches")
     parser.add_argument("--tasks-per-update", type=int, default=1)
@@ -263,17 +263,16 @@ def summarize(per_seed: dict[int, dict[str, float]]) -> dict[str, object]:
     # The batches' spread: a percentile bootstrap of the geometric mean of the per-batch ratios (fixed seed).
     logs = [math.log(x) for x in ratios]
     rng = random.Random(0)
-    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(10_000))
-    geo, low, high = (math.exp(x) for x in (statistics.fmean(logs), means[249], means[9749]))
+    means = [statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(10_000)]
+    cuts = statistics.quantiles(means, n=40)  # 2.5%, 5%, ..., 97.5%
+    geo, low, high = (math.exp(x) for x in (statistics.fmean(logs), cuts[0], cuts[-1]))
     print(f"packed / padded over the batches: median {statistics.median(ratios):.2f}x, range "
           f"{min(ratios):.2f}-{max(ratios):.2f}x, geometric mean {geo:.2f}x (95% bootstrap interval "
           f"{low:.2f}-{high:.2f}x); pooled (all tokens / all step seconds): "
           f"padded {pooled['padded']:.1f}, packed {pooled['packed']:.1f} tokens/s, "
           f"{pooled['packed'] / pooled['padded']:.2f}x", flush=True)
-    summary = {"per_seed": per_seed, "pooled_tokens_per_s": pooled,
-               "median_packed_over_padded": statistics.median(ratios),
-               "geometric_mean_packed_over_padded": geo, "bootstrap_95": [low, high]}
-    return summary
+    return {"per_seed": per_seed, "pooled_tokens_per_s": pooled, "median_packed_over_padded": statistics.median(ratios),
+            "geometric_mean_packed_over_padded": geo, "bootstrap_95": [low, high]}
 
 
 def over_seeds(args: argparse.Namespace) -> None:
@@ -282,21 +281,15 @@ def over_seeds(args: argparse.Namespace) -> None:
     tokens over the summed step times of each path, as if the batches were one batch of their union."""
     import tempfile
 
-    argv, skip = [], False
-    for arg in sys.argv[1:]:  # this command line without --seeds and its values, nor --out
-        if arg in ("--seeds", "--out"):
-            skip = True
-            continue
-        if skip and not arg.startswith("--"):
-            continue
-        skip = False
-        argv.append(arg)
     per_seed: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             print(f"=== seed {seed} ===", flush=True)
             out = Path(tmp) / f"{seed}.json"
-            status = subprocess.call([sys.executable, __file__, *argv, "--seed", str(seed), "--out", str(out)])
+            # This command line with the last word on each: no seeds to loop over (an empty --seeds), this seed
+            # and this file.
+            status = subprocess.call([sys.executable, __file__, *sys.argv[1:], "--seeds", "--seed", str(seed),
+                                      "--out", str(out)])
             if status != 0:
                 sys.exit(f"seed {seed} failed (exit status {status})")
             per_seed[seed] = json.loads(out.read_text())
