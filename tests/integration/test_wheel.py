@@ -11,6 +11,20 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# Source folder -> its name in the wheel (pyproject's [tool.setuptools.package-dir]).
+INSTALLED_AS = {"seal_platform": "seal_platform", "plugins": "seal_platform_plugins", "recipes": "seal_platform_recipes"}
+SHIPPED = ("*.py", "*.json", "*.yaml", "*.ini", "*.mako", "py.typed")  # package-data's patterns, and the modules
+
+
+def _source_files() -> list[str]:
+    """The wheel paths of every file under the three source folders that a non-editable install needs."""
+    out = []
+    for folder, name in INSTALLED_AS.items():
+        for pattern in SHIPPED:
+            for path in (ROOT / folder).rglob(pattern):
+                if "__pycache__" not in path.parts:
+                    out.append(f"{name}/{path.relative_to(ROOT / folder).as_posix()}")
+    return out
 
 
 def test_wheel_contains_recipes_and_finds_them_from_any_directory(tmp_path):
@@ -31,10 +45,10 @@ def test_wheel_contains_recipes_and_finds_them_from_any_directory(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     recipes = sorted(p.name for p in (ROOT / "recipes").glob("*.yaml"))
     assert recipes and {f"seal_platform_recipes/{r}" for r in recipes} <= names
-    for needed in ("seal_platform/cli.py", "seal_platform/store/migrations/env.py", "seal_platform/store/migrations/script.py.mako",
-                   "seal_platform/toolenv/formats.py",
-                   "seal_platform_plugins/bfcl/bfcl_multi_turn_split.json", "seal_platform_plugins/grpo/trainer.py"):
-        assert needed in names
+    # Every source and data file of the three packages, under its installed name (a sub-package missing from
+    # pyproject's hand-written list would leave its modules out: seal_platform.present once was).
+    missing = sorted(set(_source_files()) - names)
+    assert not missing, f"not in the wheel (add the package to [tool.setuptools] packages): {missing}"
     assert not any(n.startswith(("tests/", "plugins/", "recipes/", "benchmarks/")) for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "seal_platform_plugins.bfcl.plugin" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -49,6 +63,7 @@ def test_wheel_contains_recipes_and_finds_them_from_any_directory(tmp_path):
     elsewhere.mkdir()
     probe = ("from seal_platform.config import resolve_recipe_path, load_recipe_data\n"
              "p = resolve_recipe_path(None); print(p); print(load_recipe_data(p)['name'])\n"
+             "import seal_platform.present.summary, seal_platform.present.transcript_pairs\n"
              "import seal_platform; print(seal_platform.__file__)")
     env = {**os.environ, "PYTHONPATH": str(target), "PYTHONNOUSERSITE": "1"}
     done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(target)!r})\n{probe}"],
