@@ -418,7 +418,7 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
 @click.option("--against", "against", metavar="RUN_B", default=None,
               help="Side by side with RUN_B's episodes of the same tasks (with --eval: each run's last evaluation, "
                    "or the one after --step N).")
-@click.option("--against-step", type=int, default=None, help="With --against: RUN_B's step (default: --step's).")
+@click.option("--against-step", type=int, default=None, help="With --against: RUN_B's step (default: --step's; a run against itself with --eval: its last evaluation).")
 @click.option("--differ", is_flag=True, help="With --against: only tasks whose outcomes differ.")
 @click.option("--plain", is_flag=True, help="Plain text (the default when the output is not a terminal).")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,

@@ -1,7 +1,8 @@
 """Two runs' transcripts of the same tasks side by side: ``seal-platform transcripts RUN_A --against RUN_B``.
 
 Evaluation episodes (``--eval``) are paired by task: each run's last evaluation by default, or the one after
-``--step N`` steps (``--against-step M`` for the second run, so one run before and after training is
+``--step N`` steps (``--against-step M`` for the second run; without it, the same step, except for a run put
+against itself, whose second side is then its last evaluation: one run before and after training is
 ``RUN --against RUN --eval --step 0``). Training rollouts are paired by step, task and sample. Each pair
 shows both episodes' rewards, failed turns and diagnoser labels, and turn by turn the two transcripts next to
 each other with the turns that differ marked: rich columns on a terminal, plain text otherwise (``--plain``).
@@ -58,11 +59,19 @@ def pair_episodes(store: RunStore, run_a: str, run_b: str, *, evaluation: bool, 
     a_id, b_id = store.get_run(run_a).id, store.get_run(run_b).id
     step_a: int | None
     step_b: int | None
+    itself = a_id == b_id
     if evaluation:
         step_a = step if step is not None else _last_eval_step(store, a_id)
-        step_b = against_step if against_step is not None else step if step is not None else _last_eval_step(store, b_id)
+        if against_step is not None:
+            step_b = against_step
+        else:  # the same step of the other run; of the same run, its last evaluation (before/after training)
+            step_b = step if step is not None and not itself else _last_eval_step(store, b_id)
     else:
         step_a, step_b = step, against_step if against_step is not None else step
+    if itself and step_a == step_b:
+        what = f"step {step_a}" if step_a is not None else "every step"
+        raise SealError(f"run {a_id} against itself at {what}: every pair would be the same episode twice; "
+                        "give --step and --against-step (e.g. --eval --step 0 for before vs after training).")
     side_a = load_episodes(store, a_id, step=step_a, task=task, evaluation=evaluation)
     side_b = load_episodes(store, b_id, step=step_b, task=task, evaluation=evaluation)
     both_fixed = step_a is not None and step_b is not None

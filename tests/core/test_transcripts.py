@@ -79,6 +79,14 @@ def test_one_run_before_and_after_training_and_training_rollouts_with_labels(two
     plain = runner.invoke(cli, ["transcripts", wrong, "--against", wrong, "--eval", "--step", "0", "--against-step",
                                 "2", "--limit", "1", "--plain", "--store", store_url]).output
     assert "--- turn 0 (same)" in plain
+    # The README's form, without --against-step: a run against itself goes up to its last evaluation (step 2).
+    short = json.loads(runner.invoke(cli, ["transcripts", wrong, "--against", wrong, "--eval", "--step", "0", "--json",
+                                           "--store", store_url]).output)
+    assert short and all(p["a"]["step"] == 0 and p["b"]["step"] == 2 for p in short)
+    # A run against itself at one step would pair every episode with itself: refused, saying what to give.
+    for args in (["--eval", "--step", "2"], ["--eval"], ["--step", "1"]):
+        itself = runner.invoke(cli, ["transcripts", wrong, "--against", wrong, *args, "--store", store_url])
+        assert itself.exit_code == 2 and "against itself" in itself.output and "--against-step" in itself.output
     # Training rollouts (same seed: same tasks at each step) pair by step, task and sample, with labels.
     train = json.loads(runner.invoke(cli, ["transcripts", wrong, "--against", right, "--step", "1", "--json",
                                            "--limit", "100", "--store", store_url]).output)
