@@ -36,7 +36,7 @@ class DiagnoserSpec:
     labels (empty: any). ``seal-platform labels [ENV]`` shows all of it.
 
     The core enforces ``environments``: a diagnoser is called only in runs whose environment it labels (a
-    recipe may name it all the same: it is then left out). ``explicit`` diagnosers (controls, say) run only
+    recipe may name it all the same: it is then left out). ``explicit`` diagnosers (controls, or a costly one such as the LLM judge) run only
     when the recipe names them in ``diagnosis.diagnosers``; ``null`` there enables every other one. The
     names the run enabled reach the plugins as ``ctx.diagnosers``.
     """

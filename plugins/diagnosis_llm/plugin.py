@@ -56,6 +56,9 @@ def register_diagnosers() -> list[DiagnoserSpec]:
             labels=tuple(LABELS),
             reference={label: (ref,) for label, ref in REFERENCE_OF.items()},
             meanings=dict(LABELS),
+            # It generates (with the run's policy by default) for every failing turn: a cost a recipe opts into
+            # by naming it, never one a recipe without a diagnosis section pays because the plugin is installed.
+            explicit=True,
         )
     ]
 

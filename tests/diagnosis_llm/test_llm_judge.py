@@ -275,3 +275,15 @@ def test_transcript_is_cut_oldest_first():
     text = render_transcript(messages, 19, max_chars=1000)
     assert text.startswith("...[earlier turns cut]") and "request 19" in text and "request 0 " not in text
     assert len(text) <= 1000 + len("...[earlier turns cut]\n")
+
+
+def test_the_judge_runs_only_when_a_recipe_names_it():
+    """The judge generates for every failing turn, so installing its plugin must not switch it on in recipes that
+    name no diagnosers (``diagnosis.diagnosers: null`` enables every registered diagnoser but the explicit ones)."""
+    from pathlib import Path
+
+    from seal_platform.planning import plan_recipe
+
+    recipe = str(Path(__file__).resolve().parents[2] / "examples" / "seal-kvstore" / "recipe.yaml")
+    assert plan_recipe(recipe, ["diagnosis.diagnosers=null"]).diagnoser_names == ["kvstore"]
+    assert plan_recipe(recipe, ["diagnosis.diagnosers=[kvstore,llm_judge]"]).diagnoser_names == ["kvstore", "llm_judge"]
