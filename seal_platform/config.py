@@ -476,10 +476,31 @@ def validate_settings(
             issues.append(Issue(f"settings.{section}", "must be a mapping of keys to values"))
             continue
         try:
-            settings[section] = model.model_validate(raw)
+            settings[section] = model.model_validate(raw, extra=None if _chooses_extra(model) else "forbid")
         except ValidationError as exc:
             issues.extend(_pydantic_issues(exc, prefix=f"settings.{section}", model=model))
     return settings, issues
+
+
+def _chooses_extra(model: type[BaseModel], seen: set[type] | None = None) -> bool:
+    """Whether ``model`` or a model nested in its fields says itself what becomes of unknown keys
+    (``model_config["extra"]``). A plugin's section whose models leave it unsaid is validated with unknown keys
+    refused, so a misspelt key is an error, not a setting silently ignored; one that allows them keeps them."""
+    seen = set() if seen is None else seen
+    if model in seen:
+        return False
+    seen.add(model)
+    if model.model_config.get("extra") is not None:
+        return True
+    pending = [field.annotation for field in model.model_fields.values()]
+    while pending:
+        annotation = pending.pop()
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if _chooses_extra(annotation, seen):
+                return True
+        else:
+            pending.extend(getattr(annotation, "__args__", ()))  # list[M], M | None, dict[str, M], ...
+    return False
 
 
 # ``json_schema_extra`` of a plugin setting that says where the run runs, not what it computes (a cluster's

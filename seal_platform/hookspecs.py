@@ -84,9 +84,10 @@ def register_settings() -> dict[str, type[BaseModel]]:
     stage hook. No arguments.
 
     :returns: a mapping from section name (a key of the recipe's ``settings:`` table, usually the plugin's
-        own name) to a pydantic model class. The model should forbid unknown keys
-        (``model_config = ConfigDict(extra="forbid")``) so typos in recipes are reported. A section that is
-        absent from the recipe is built from the model's defaults.
+        own name) to a pydantic model class. Unknown keys in the section are reported as errors (so typos in
+        recipes are caught) unless the model, or a model nested in it, sets ``model_config["extra"]`` itself:
+        say ``ConfigDict(extra="forbid")`` to be explicit, ``extra="allow"`` to accept free-form keys. A
+        section that is absent from the recipe is built from the model's defaults.
 
     All results are collected; two plugins claiming the same section is an error.
     """

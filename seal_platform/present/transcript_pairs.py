@@ -68,7 +68,7 @@ def pair_episodes(store: RunStore, run_a: str, run_b: str, *, evaluation: bool, 
             step_b = step if step is not None and not itself else _last_eval_step(store, b_id)
     else:
         step_a, step_b = step, against_step if against_step is not None else step
-    if itself and step_a == step_b:
+    if itself and step_a == step_b and against_step is None:  # asked for in so many words, it is shown
         what = f"step {step_a}" if step_a is not None else "every step"
         raise SealError(f"run {a_id} against itself at {what}: every pair would be the same episode twice; "
                         "give --step and --against-step (e.g. --eval --step 0 for before vs after training).")

@@ -202,3 +202,38 @@ def test_plugin_setting_typos_get_suggestions_from_the_plugins_model(toy_site, t
         plan_recipe(str(toy_recipe))
     assert f"{toy_recipe}: 1 problem(s) in the recipe" in str(caught.value)
     assert f"{toy_recipe}:{line}: settings.toy.n_taskz: unknown key (did you mean 'settings.toy.n_tasks'?)" in str(caught.value)
+
+
+def test_plugin_sections_refuse_unknown_keys_unless_their_model_says_otherwise():
+    from pydantic import BaseModel, ConfigDict
+
+    from seal_platform.config import RunConfig, validate_settings
+
+    class Inner(BaseModel):
+        depth: int = 1
+
+    class Loose(BaseModel):  # says nothing about unknown keys
+        alpha: float = 0.5
+        inner: Inner = Inner()
+        many: list[Inner] = []
+
+    class Open(BaseModel):  # lets them through on purpose
+        model_config = ConfigDict(extra="allow")
+        alpha: float = 0.5
+
+    class NestedOpen(BaseModel):  # a nested model that lets them through: the author's choice holds
+        inner: Open = Open()
+
+    models = {"loose": Loose, "open": Open, "nested": NestedOpen}
+
+    def problems(settings: dict) -> list[str]:
+        _, issues = validate_settings(RunConfig(environment="toy", settings=settings), models)
+        return [issue.where for issue in issues]
+
+    assert problems({"loose": {"alpha": 1.0, "inner": {"depth": 2}, "many": [{"depth": 3}]}}) == []
+    assert problems({"loose": {"alpah": 3}}) == ["settings.loose.alpah"]
+    assert problems({"loose": {"inner": {"detph": 2}}}) == ["settings.loose.inner.detph"]
+    assert problems({"loose": {"many": [{"depth": 1}, {"dpeth": 2}]}}) == ["settings.loose.many.1.dpeth"]
+    settings, issues = validate_settings(RunConfig(environment="toy", settings={"open": {"beta": 2}}), models)
+    assert issues == [] and settings["open"].model_extra == {"beta": 2}
+    assert problems({"nested": {"inner": {"beta": 2}}}) == []

@@ -226,7 +226,8 @@ def test_a_hostile_transcript_is_escaped_everywhere_in_the_report(tmp_path):
     assert 'id="ep-' in page and 'href="#transcripts-eval-1"' in page and 'href="#transcripts-train-0"' in page
     # The side-by-side page of the same transcripts: escaped the same way.
     pairs = tmp_path / "pairs.html"
-    result = CliRunner().invoke(cli, ["transcripts", "hostile-run", "--against", "hostile-run", "--eval", "--html",
+    result = CliRunner().invoke(cli, ["transcripts", "hostile-run", "--against", "hostile-run", "--eval", "--step", "1",
+                                      "--against-step", "1", "--html",
                                       str(pairs), "--store", f"sqlite:///{tmp_path / 'store.sqlite'}"])
     assert result.exit_code == 0, result.output
     side = pairs.read_text()

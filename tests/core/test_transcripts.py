@@ -83,7 +83,8 @@ def test_one_run_before_and_after_training_and_training_rollouts_with_labels(two
     short = json.loads(runner.invoke(cli, ["transcripts", wrong, "--against", wrong, "--eval", "--step", "0", "--json",
                                            "--store", store_url]).output)
     assert short and all(p["a"]["step"] == 0 and p["b"]["step"] == 2 for p in short)
-    # A run against itself at one step would pair every episode with itself: refused, saying what to give.
+    # A run against itself at one step by default would pair every episode with itself: refused, saying what to
+    # give (asked for in so many words, --step N --against-step N, it is shown).
     for args in (["--eval", "--step", "2"], ["--eval"], ["--step", "1"]):
         itself = runner.invoke(cli, ["transcripts", wrong, "--against", wrong, *args, "--store", store_url])
         assert itself.exit_code == 2 and "against itself" in itself.output and "--against-step" in itself.output
