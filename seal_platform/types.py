@@ -237,9 +237,11 @@ class Interface(BaseModel):
         return {"system_text": self.system_text, "spec": self.spec}
 
     def diff(self, parent: Interface | None) -> str:
-        """A unified diff of this revision's content against its parent's (or against nothing)."""
-        before = json.dumps(parent.content(), indent=2, sort_keys=True).splitlines() if parent else []
-        after = json.dumps(self.content(), indent=2, sort_keys=True).splitlines()
+        """A unified diff of this revision's content against its parent's (or against nothing), line by line:
+        the system text in its own lines (one added guideline is one ``+`` line, not the whole text JSON-escaped
+        on one line), the spec as indented JSON."""
+        before = _content_lines(parent.content()) if parent else []
+        after = _content_lines(self.content())
         return "\n".join(
             difflib.unified_diff(
                 before,
@@ -249,6 +251,17 @@ class Interface(BaseModel):
                 lineterm="",
             )
         )
+
+
+def _content_lines(content: dict[str, Any]) -> list[str]:
+    """``key:`` then the value indented by two spaces: a string's own lines, anything else as indented JSON."""
+    lines: list[str] = []
+    for key in sorted(content):
+        value = content[key]
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+        lines.append(f"{key}:")
+        lines.extend(f"  {line}" for line in text.splitlines())
+    return lines
 
 
 class ReweightResult(BaseModel):

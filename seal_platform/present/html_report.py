@@ -22,6 +22,7 @@ table { border-collapse: collapse; margin: 0.5em 0; } td, th { padding: 2px 10px
 td:first-child, th:first-child { text-align: left; } tr:nth-child(even) { background: #f6f6f6; }
 pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; font-size: 0.85em; }
 .meta { color: #666; } .add { color: #070; } .del { color: #a00; } img { max-width: 100%; }
+.wide { overflow-x: auto; }
 details { margin: 0.5em 0; } summary { cursor: pointer; color: #246; }
 """
 
@@ -56,11 +57,23 @@ def _integer_steps(ax: Any) -> None:
 
 
 def _percent_axis(ax: Any) -> None:
-    """A pass rate axis always spans 0-100 %, so a flat 0 % run does not look like noise around zero."""
+    """A pass rate axis always spans 0-100 %, so a flat 0 % run does not look like noise around zero, with a
+    margin so that a line at 0 % or 100 % is drawn above or below the frame, not hidden in it."""
     from matplotlib.ticker import PercentFormatter
 
-    ax.set_ylim(0, 100)
+    ax.set_ylim(-4, 104)
+    ax.set_yticks(range(0, 101, 20))
     ax.yaxis.set_major_formatter(PercentFormatter(100))
+
+
+# Line styles and markers of a chart's series, in turn: lines that coincide (two runs with the same results,
+# several label weights at 1.0) stay visible one behind the other.
+_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 3)), "x"))
+
+
+def _style(index: int) -> dict[str, Any]:
+    line, marker = _STYLES[index % len(_STYLES)]
+    return {"linestyle": line, "marker": marker}
 
 
 def _legend_below(ax: Any, n_items: int) -> None:
@@ -85,7 +98,7 @@ def _cell(value: Any) -> str:
 def _table(header: list[Any], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{_cell(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f'<div class="wide"><table><tr>{head}</tr>{body}</table></div>'  # scrolls sideways, not the page
 
 
 def _linked(steps: list[StepTranscripts] | None, phase: str, step: int, text: str) -> Any:
@@ -116,10 +129,10 @@ def _pass_rate_section(digest: RunDigest, transcripts: list[StepTranscripts] | N
         base = next((p for p in points if p.step == 0), None)
 
         def draw(ax: Any, points=points, cats=cats, eval_set=eval_set, base=base) -> None:
-            for cat in cats:
+            for number, cat in enumerate(cats):
                 xs = [p.step for p in points if cat in p.per_category]
-                ax.plot(xs, [p.per_category[cat] for p in points if cat in p.per_category], marker="o", label=cat,
-                        alpha=0.7)
+                ax.plot(xs, [p.per_category[cat] for p in points if cat in p.per_category], label=cat, alpha=0.7,
+                        **_style(number))
             ax.plot([p.step for p in points], [p.average for p in points], marker="s", color="black",
                     linewidth=2, label="average")
             if base is not None:
@@ -176,9 +189,9 @@ def _weights_section(digest: RunDigest) -> str:
     labels = sorted({lab for w in digest.label_weights.values() for lab in w})
 
     def draw(ax: Any) -> None:
-        for label in labels:
+        for number, label in enumerate(labels):
             xs = [s for s in steps if label in digest.label_weights[s]]
-            ax.plot(xs, [digest.label_weights[s][label] for s in xs], marker=".", label=label)
+            ax.plot(xs, [digest.label_weights[s][label] for s in xs], label=label, **_style(number))
         for rev in digest.revisions:
             if rev.step is not None:
                 ax.axvline(rev.step, color="grey", linestyle=":", linewidth=1)
@@ -245,7 +258,8 @@ def _timings_section(digest: RunDigest, transcripts: list[StepTranscripts] | Non
         for row, st in zip(rows, steps):
             found = [x for x in (link(transcripts, "train", st, "rollouts"), link(transcripts, "eval", st, "evaluation")) if x]
             row.append(_Raw(" ".join(found)) if found else "-")
-    parts.append(_table(["step", "reward", "interface", *stages, *(["transcripts"] if transcripts else [])], rows))
+    # A step's row holds the revision its interface evolution left (its own rollouts ran on the one before).
+    parts.append(_table(["step", "reward", "interface after", *stages, *(["transcripts"] if transcripts else [])], rows))
     return "".join(parts)
 
 
@@ -370,10 +384,11 @@ def comparison_html(comparison: Comparison, digests: list[RunDigest]) -> str:
     parts = ["<h1>Run comparison: final pass rate (%)</h1>", _table(header, rows)]
     for eval_set in sorted({row.eval_set for row in comparison.rows}):
         def draw(ax: Any, eval_set=eval_set) -> None:
-            for d in digests:
+            for number, d in enumerate(digests):
                 points = d.evaluations.get(eval_set, [])
                 if points:
-                    ax.plot([p.step for p in points], [p.average for p in points], marker="o", label=f"{d.name} {d.id[-6:]}")
+                    ax.plot([p.step for p in points], [p.average for p in points], label=f"{d.name} {d.id[-6:]}",
+                            **_style(number))
             ax.set(title=f"average pass rate on {eval_set}", xlabel="training steps done", ylabel="pass rate")
             _percent_axis(ax)
             _integer_steps(ax)

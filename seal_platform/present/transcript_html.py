@@ -66,11 +66,14 @@ def episode_html(ep: EpisodeView, *, open_: bool = False, shown: dict[str, str] 
         if shown is not None and key in shown:
             parts.append(f'<p class="meta">{what}: as in <a href="#{shown[key]}">this episode</a></p>')
             continue
+        # The link goes to the text itself: a browser opens the closed <details> around a fragment's target
+        # (the episode's and this one) and scrolls to it, where the episode's own anchor left both closed.
+        target = f"{anchor}-{kind}"
         if shown is not None:
-            shown[key] = anchor
+            shown[key] = target
         body = (f'<div class="msg"><pre>{esc(ep.system)}</pre></div>' if kind == "system"
                 else "".join(_message(m) for m in ep.context))
-        parts.append(f"<details><summary>{what}</summary>{body}</details>")
+        parts.append(f'<details><summary>{what}</summary><div id="{target}">{body}</div></details>')
     parts.extend(turn_html(turn) for turn in ep.turns)
     parts.append("</details>")
     return "".join(parts)

@@ -223,5 +223,6 @@ def pairs_page(pairs: list[Any], names: dict[str, str]) -> str:
         rows.append("</table>")
         parts.append("".join(rows))
     if not pairs:
-        parts.append("<p>No task has episodes in both runs that match.</p>")
-    return page("seal-platform transcripts side by side", "".join(parts))
+        parts.append(f"<p>No task has episodes in both runs that match: {esc(', '.join(names.values()) or 'no runs')} "
+                     "(check --step, --against-step, --eval and the filters).</p>")
+    return page(f"transcripts side by side: {' vs '.join(names.values())}", "".join(parts))

@@ -96,7 +96,11 @@ def test_interfaces_store_their_diff(tmp_path):
     store.add_interface("r", new, base)
     rows = store.interfaces("r")
     assert [r.revision for r in rows] == [0, 1]
-    assert '+  "system_text": "Do not invent tools."' in rows[1].diff
+    assert "+  Do not invent tools." in rows[1].diff.splitlines()
+    # A guideline added to a multi-line system text is one added line, not the whole text again.
+    longer = new.model_copy(update={"revision": 2, "parent": 1, "system_text": "Do not invent tools.\nRead errors."})
+    changed = [line for line in longer.diff(new).splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert changed == ["+  Read errors."]
     assert store.interface("r", 1) == new
 
 
