@@ -228,6 +228,7 @@ def _check_yaml_shape(path: Path, text: str) -> None:
         return
     size: dict[int, int] = {}
     height: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose children are still being sized: one met again is its own ancestor
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:  # post-order, iterative: no recursion however deep the document
         node, done = stack.pop()
@@ -236,9 +237,15 @@ def _check_yaml_shape(path: Path, text: str) -> None:
         children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
                     else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
         if not done:
+            if id(node) in open_:
+                line = node.start_mark.line + 1
+                raise ConfigError(f"{path}:{line}: an alias (*name) refers to a value that contains it, so the value "
+                                  "would be infinite; write the value out.")
+            open_.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in children if id(c) not in size)
             continue
+        open_.discard(id(node))
         size[id(node)] = 1 + sum(size[id(c)] for c in children)
         height[id(node)] = 1 + max((height[id(c)] for c in children), default=0)
         if size[id(node)] > MAX_RECIPE_NODES:

@@ -146,8 +146,10 @@ def test_alias_bombs_deep_nesting_and_huge_seeds_are_refused_with_one_paragraph(
     deep.write_text("environment: toy\nsettings: " + "[" * 600 + "]" * 600 + "\n")
     seed = tmp_path / "seed.yaml"
     seed.write_text(f"environment: toy\nseed: {2**64}\n")
+    loop = tmp_path / "loop.yaml"  # an alias inside the value it names: infinite (it used to hang, memory growing)
+    loop.write_text("environment: toy\nsettings:\n  a: &a [1, {b: *a}]\n")
     runner = CliRunner()
-    for path, words in ((bomb, "alias bomb"), (deep, "nested"), (seed, "seed")):
+    for path, words in ((bomb, "alias bomb"), (deep, "nested"), (seed, "seed"), (loop, "infinite")):
         started = time.perf_counter()
         for cmd in (["config", "validate", str(path)], ["run", str(path), "--quiet"]):
             result = runner.invoke(cli, cmd)
@@ -155,7 +157,8 @@ def test_alias_bombs_deep_nesting_and_huge_seeds_are_refused_with_one_paragraph(
             assert "Traceback" not in result.output
         assert time.perf_counter() - started < 20
     ok = tmp_path / "ok.yaml"  # ordinary anchors and aliases still work
-    ok.write_text("environment: toy\ntraining: &t {steps: 2}\nevaluation: {every: 1}\n")
+    ok.write_text("environment: toy\ntraining: &t {steps: 2}\nevaluation: {every: 1}\n"
+                  "settings: {x: &x [1, 2], y: [*x, *x, {z: *x}]}\n")
     from seal_platform.config import load_recipe_data
 
     assert load_recipe_data(ok)["training"] == {"steps": 2}
