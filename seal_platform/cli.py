@@ -606,8 +606,14 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     # click.echo per line would flush the stream after every record.
     out = sys.stdout
     try:
-        for line in verify_lines(benchmark, file, list(overrides)):
-            out.write(line + "\n")
+        # SIGTERM (timeout, a scheduler, CI) ends it as Ctrl-C does: the verifier's own clean-up runs (the
+        # forked lanes are killed, not left running without their time limits), then exit 143.
+        with _sigterm_interrupts():
+            for line in verify_lines(benchmark, file, list(overrides)):
+                out.write(line + "\n")
+    except Terminated:
+        errors.print("verify: stopped by SIGTERM; the lines above are complete, the rest were not scored")
+        sys.exit(143)
     finally:
         out.flush()
 

@@ -52,6 +52,20 @@ def _child(items: Sequence[Any], write_fd: int, score: Callable[[Any], dict[str,
             out.flush()
 
 
+def _die_with(parent: int) -> None:
+    """In a child: be killed when ``parent`` dies (Linux ``PR_SET_PDEATHSIG``), since only the parent holds the
+    child to its time limit; a parent killed outright (SIGKILL, the OOM killer) would otherwise leave it running,
+    re-parented, for as long as its transcript takes. Elsewhere nothing changes."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's own clean-up still stops its children
+        return
+    if os.getppid() != parent:  # the parent died before the call above
+        os._exit(1)
+
+
 # The cyclic garbage collector in a child: it runs after this many new container objects (CPython's default
 # is 700). Each verification allocates tens of thousands of short-lived dicts and lists that reference
 # counting frees, so at the default the collector runs dozens of times per transcript for almost nothing;
@@ -102,10 +116,12 @@ class _Lane:
         """Fork a child that verifies this lane's items from ``next`` on."""
         todo = [items[i] for i in self.indices[self.next:]]
         read_fd, write_fd = os.pipe()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: never returns into the caller's code
             status = 0
             try:
+                _die_with(parent)
                 os.close(read_fd)
                 _child(todo, write_fd, score, memory_bytes)
             except BaseException:

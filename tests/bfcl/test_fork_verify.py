@@ -127,3 +127,69 @@ def test_children_start_with_the_tasks_looked_up_once_in_the_parent(tmp_path):
     assert [line.split()[1] for line in lines if line not in parent] == ["no_such_task"]
     involved = {name for task_id in ids for name in get_task(task_id).payload["involved_classes"]}
     assert all(BACKEND_MODULES[name] in sys.modules for name in involved)
+
+
+def _children(pid: int) -> set[int]:
+    """Process ids whose parent is ``pid`` (Linux /proc)."""
+    from pathlib import Path
+
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    import os
+
+    alive = set()
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        alive.add(pid)
+    return alive
+
+
+def test_a_stopped_or_killed_verify_command_takes_its_forked_lanes_with_it(tmp_path):
+    """Only the command holds its lanes to their time limits, so when it stops they must stop too: on SIGTERM
+    (timeout, CI, a scheduler) it kills them and exits 143; killed outright, the kernel kills them
+    (PR_SET_PDEATHSIG). Before, a lane went on computing a runaway call, re-parented, after the command was gone."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/proc").is_dir():
+        import pytest
+
+        pytest.skip("needs Linux /proc")
+    task = "multi_turn_base_15"
+    runaway = [["power(base=10, exponent=300000000)"]] + [[] for _ in ground_truth(get_task(task))[1:]]
+    data = tmp_path / "slow.jsonl"
+    data.write_text("".join(json.dumps({"task_id": task, "turns": runaway}) + "\n" for _ in range(4)))
+    command = [sys.executable, "-m", "seal_platform", "verify", "--benchmark", "bfcl", str(data)]
+    for how in (signal.SIGTERM, signal.SIGKILL):
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        lanes: set[int] = set()
+        while not lanes and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            lanes = _children(proc.pid)
+        assert lanes, "the command never forked a lane"
+        time.sleep(0.5)  # well inside the runaway call
+        proc.send_signal(how)
+        _, err = proc.communicate(timeout=30)
+        if how == signal.SIGTERM:
+            assert proc.returncode == 143 and "stopped by SIGTERM" in err and "Traceback" not in err
+        gone_by = time.monotonic() + 10
+        while _alive(lanes) and time.monotonic() < gone_by:
+            time.sleep(0.1)
+        assert not _alive(lanes), f"lanes still running after {how.name}"
