@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .config import RunConfig, apply_overrides, raise_for, validate_settings
+from .config import apply_overrides, raise_for, validate_core, validate_settings
 from .context import RunContext
 from .environment import BatchVerifyingEnvironment, VerifyingEnvironment
 from .errors import SealError
@@ -21,7 +21,9 @@ def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[s
     host = make_plugin_manager()  # a benchmark is an environment name, not a plugin name
     owner, spec = host.require("benchmark", benchmark)
     settings = apply_overrides({}, overrides)
-    config = RunConfig(environment=benchmark, settings=settings)
+    config, issues = validate_core({"environment": benchmark, "settings": settings})  # --set bfcl=1: not a mapping
+    raise_for(issues, "--set")
+    assert config is not None  # validate_core gives a config or issues
     models, issues = validate_settings(config, host.settings_models())
     raise_for(issues, "--set")
     ctx = RunContext(config=config, run_id="verify", run_dir=Path("."), settings=models)

@@ -132,6 +132,10 @@ def test_verify_keeps_order_and_reports_bad_lines(runner, tmp_path, toy_site, mo
     assert lines[4] == {"task_id": "c", "success": False}
     result = runner.invoke(cli, ["verify", "--benchmark", "nothing", str(data)])
     assert result.exit_code == 2 and "no loaded plugin registers benchmark 'nothing'" in result.output
+    # A --set that makes a section something other than a mapping: the recipe checks' message, no traceback.
+    for bad in ("toy=1", "toy=null", "toy=[1]"):
+        result = runner.invoke(cli, ["verify", "--benchmark", "toy", "--set", bad, str(data)])
+        assert result.exit_code == 2 and "settings.toy: Input should be a valid dictionary" in result.output, bad
 
 
 def _pip_install_example(target: Path) -> None:
