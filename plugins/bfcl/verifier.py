@@ -176,7 +176,12 @@ def verify_records(
         return answer(record, verify)
 
     def failed(record: Any, reason: str) -> dict[str, Any]:
-        return answer(record, lambda task, turns: _failed_outcome(task, turns, reason))
+        """A transcript the verifier could not finish (it overran its time limit, crashed its child): failed,
+        with every turn a checker error, and ``checker_error`` saying why -- not the model's verdict."""
+        out = answer(record, lambda task, turns: _failed_outcome(task, turns, reason))
+        if "error" not in out:
+            out["checker_error"] = reason
+        return out
 
     if can_fork():
         # Each child checks, parses and verifies its own records, so none of that waits on this process. What

@@ -28,7 +28,9 @@ def test_forked_verification_matches_the_worker_pool_and_survives_a_runaway_call
     forked = verify_records(records, executor=lambda: None, timeout_s=3.0)
     assert time.monotonic() - started < 30
     assert forked[0] == {"task_id": good, "success": True, "labels": ["pass"] * len(gt)}
-    assert forked[1]["task_id"] == good and forked[1]["success"] is False  # timed out: a checker error
+    assert forked[1]["task_id"] == good and forked[1]["success"] is False  # timed out: a checker error, said so
+    assert forked[1]["checker_error"] == "verification took longer than 3 s"
+    assert all("checker_error" not in forked[i] for i in (0, 2, 3, 4))
     assert set(forked[2]) == {"error"} and "no_such_task" in forked[2]["error"]
     assert forked[3]["success"] is True and forked[4]["success"] is False
     # The worker pool's stream (used where forking is unsafe) agrees, runaway included.
