@@ -49,7 +49,7 @@ from .lifecycle import lifecycle
 from .planning import Plan, check_machine
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, expect_list_of, score_evaluation, wrap
-from .resume import restore_run
+from .resume import check_restart_point, restore_run
 from .store import RunStore, is_stale
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
@@ -144,6 +144,8 @@ class Runner:
             self.run_dir = Path(row.run_dir)
             self._seen = (row.status, row.pid, row.host, row.heartbeat_at)  # what the takeover compares and sets
             self._stale = is_stale(row)
+            if restart_from is not None:  # a step it cannot restart from: refused before anything is touched
+                check_restart_point(store, row.id, restart_from)
         if not self.resumed or self.run_dir.is_dir():  # a missing resumed folder is the resume's to report
             _check_writable(self.run_dir)  # before the store holds a row for a run that cannot write its folder
         self.ctx = RunContext(

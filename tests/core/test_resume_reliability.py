@@ -134,8 +134,13 @@ def test_restart_from_step_discards_only_what_it_names(toy_site, toy_recipe, tmp
     runner = CliRunner()
     run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path)
     url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    before = RunStore(url).get_run(run_id)
     bad = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--restart-from-step", "1", "--quiet"])
     assert bad.exit_code == 2 and "no durable checkpoint after step 0" in " ".join(bad.output.split())
+    # "nothing was changed" holds: the run is still interrupted (it was marked failed), with no new event.
+    after = RunStore(url).get_run(run_id)
+    assert (after.status, after.error, after.ended_at) == (before.status, before.error, before.ended_at)
+    assert "is marked failed" not in bad.output
     ok = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--restart-from-step", "0", "--quiet"])
     assert ok.exit_code == 0, ok.output
     store = RunStore(url)
