@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import os
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
@@ -34,6 +35,17 @@ ENV_BLOCK = "SEAL_PLATFORM_BLOCK_PLUGINS"
 
 STAGE_HOOKS = ("collect", "diagnose", "evolve_interface", "reweight", "optimize", "evaluate")
 
+# The registration hooks -> the class of the items each returns a list of (None: register_settings, which returns
+# a mapping of settings section -> pydantic model class). A plugin returning anything else is failed at load.
+REGISTER_HOOKS: dict[str, type | None] = {
+    "register_settings": None,
+    "register_environments": EnvironmentSpec,
+    "register_diagnosers": DiagnoserSpec,
+    "register_rollout_engines": EngineSpec,
+    "register_executors": ExecutorSpec,
+    "register_clusters": ClusterSpec,
+}
+
 
 @dataclass
 class PluginRecord:
@@ -46,6 +58,7 @@ class PluginRecord:
     error: str | None = None
     hooks: list[str] = field(default_factory=list)
     value: str = ""
+    reason: str = ""  # why a blocked or not-allowed plugin was left out (who blocked or did not allow it)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +82,74 @@ def _describe(exc: BaseException) -> str:
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
     return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a plugin's own object, whose repr may be as broken as the rest of it
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _check_registered(hook: str, result: Any) -> tuple[list[Any], str | None]:
+    """The items one plugin's ``hook`` (a :data:`REGISTER_HOOKS` hook) returned (for register_settings:
+    (section, model) pairs), and what is wrong with them (None when nothing is)."""
+    if result is None:
+        return [], None
+    kind = REGISTER_HOOKS[hook]
+    if kind is None:
+        expected = "a dict of settings section name -> pydantic model class (a BaseModel subclass)"
+        if not isinstance(result, Mapping):
+            return [], f"{hook} returned {_short(result)} (type {type(result).__name__}), not {expected}"
+        for section, model in result.items():
+            if not isinstance(section, str) or not section:
+                return [], f"{hook} returned {_short(result)}: the section name {section!r} is not a non-empty string"
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                return [], f"{hook} returned {_short(result)}: section {section!r} maps to {_short(model)}, not a " \
+                    "pydantic model class (a BaseModel subclass)"
+        return list(result.items()), None
+    expected = f"a list of {kind.__name__}"
+    if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Iterable):
+        return [], f"{hook} returned {_short(result)} (type {type(result).__name__}), not {expected}"
+    items = list(result)
+    for item in items:
+        if not isinstance(item, kind):
+            return [], f"{hook} returned {_short(items)}: {_short(item)} (type {type(item).__name__}) is not a " \
+                f"{kind.__name__}; expected {expected}"
+        name = getattr(item, "name", None)
+        if not isinstance(name, str) or not name:
+            return [], f"{hook} returned {_short(item)}, whose name is not a non-empty string"
+    return items, None
+
+
+def _call_registration(pm: pluggy.PluginManager, hook: str, plugin: object) -> Any:
+    """What ``plugin``'s implementation of registration ``hook`` returns, called through pluggy (argument
+    matching, tracing) with every other plugin left out, so each item keeps its owner."""
+    others = [p for p in pm.get_plugins() if p is not plugin]
+    results = pm.subset_hook_caller(hook, remove_plugins=others)()
+    return results[0] if results else None
+
+
+def _registration_problem(pm: pluggy.PluginManager, plugin: object) -> str | None:
+    """Why ``plugin`` cannot be used, from its registration hooks: each one that raised or returned the wrong
+    types (None when every one it implements returns what its spec says)."""
+    problems = []
+    for hook in REGISTER_HOOKS:
+        if not any(impl.plugin is plugin for impl in getattr(pm.hook, hook).get_hookimpls()):
+            continue
+        try:
+            result = _call_registration(pm, hook, plugin)
+        except Exception as exc:
+            problems.append(f"{hook} raised {_describe(exc)}")
+            continue
+        problem = _check_registered(hook, result)[1]
+        if problem is not None:
+            problems.append(problem)
+    if not problems:
+        return None
+    wrong_types = " (the hook specs: seal_platform/hookspecs.py)" if any(" returned " in p for p in problems) else ""
+    return "; ".join(problems) + wrong_types
 
 
 class PluginHost:
@@ -132,11 +213,24 @@ class PluginHost:
         return any(impl.plugin is plugin and argument in impl.argnames
                    for impl in getattr(self.pm.hook, hook).get_hookimpls())
 
+    @staticmethod
+    def _unavailable(record: PluginRecord) -> str:
+        """Why the plugin of ``record`` (not loaded) is unavailable, as a predicate: "plugin 'x' <this>" and
+        "plugin 'x', which <this>" both read as sentences."""
+        if record.status == "failed":
+            return f"failed to load: {record.error}"
+        if record.status == "blocked":
+            return f"is blocked by {record.reason or f'plugins.block or {ENV_BLOCK}'}"
+        if record.status == "not-allowed":
+            return f"is not allowed{f' by {record.reason}' if record.reason else ''}"
+        if record.status == "duplicate":
+            return f"was skipped as a duplicate: {record.error}"
+        return f"is {record.status}{f': {record.error}' if record.error else ''}"
+
     def _why_missing(self, name: str) -> str:
         for record in self.records:
             if record.name == name and record.status != "loaded":
-                detail = f": {record.error}" if record.error else ""
-                return f"plugin {name!r} is {record.status}{detail}"
+                return f"plugin {name!r} {self._unavailable(record)}"
         known = ", ".join(sorted(r.name for r in self.loaded())) or "none"
         return f"plugin {name!r} is not installed (loaded plugins: {known})"
 
@@ -162,15 +256,15 @@ class PluginHost:
         """(plugin name, item) for every item every plugin returned from a ``register_*`` hook."""
         out: list[tuple[str, Any]] = []
         for impl in getattr(self.pm.hook, hook).get_hookimpls():
-            # Through pluggy (argument matching, tracing), one plugin at a time so each item keeps its owner.
-            others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
+            # make_plugin_manager failed every plugin whose registration hooks raised or returned the wrong
+            # types; one that does so only now (it answers differently on a second call) is an error here.
             try:
-                results = self.pm.subset_hook_caller(hook, remove_plugins=others)()
+                result = _call_registration(self.pm, hook, impl.plugin)
             except Exception as exc:
                 raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook}: {_describe(exc)}") from exc
-            items = (results[0] if results else None) or []
-            if isinstance(items, dict):
-                items = list(items.items())
+            items, problem = _check_registered(hook, result)
+            if problem is not None:
+                raise PluginError(f"plugin {impl.plugin_name!r}: {problem} (the hook specs: seal_platform/hookspecs.py)")
             out.extend((impl.plugin_name, item) for item in items)
         return out
 
@@ -297,24 +391,42 @@ def make_plugin_manager(
 ) -> PluginHost:
     """Build a plugin manager with the hook specs and every allowed, loadable plugin registered.
 
+    A plugin is failed (recorded with the reason, and left out) when it cannot be imported, when a hook
+    implementation matches no spec, or when one of its registration hooks (:data:`REGISTER_HOOKS`) raises or
+    returns the wrong types.
+
     :param allow: load only these entry-point names (None: all); intersected with ``$SEAL_PLATFORM_PLUGINS``.
     :param block: never load these; ``$SEAL_PLATFORM_BLOCK_PLUGINS`` adds to them.
-    :param required: names the caller depends on; if one of them is blocked, broken or absent,
+    :param required: names the caller depends on; if one of them is blocked, not allowed or broken,
         :class:`PluginError` is raised naming it and why.
     :param entry_points: use these instead of the installed ``seal_platform`` group (tests).
     :param extra: (name, plugin object) pairs registered directly, after the entry points.
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    allowed = set(allow) if allow is not None else None
+    recipe_allow = set(allow) if allow is not None else None
     env_allow = _env_names(ENV_ALLOW)
+    allowed = recipe_allow
     if env_allow is not None:
         allowed = env_allow if allowed is None else allowed & env_allow
-    blocked = set(block) | (_env_names(ENV_BLOCK) or set())
+    recipe_block, env_block = set(block), _env_names(ENV_BLOCK) or set()
+    blocked = recipe_block | env_block
     required = set(required)
+    extra = list(extra)
 
     records: list[PluginRecord] = []
     eps = list(entry_points) if entry_points is not None else _entry_points()
+    known = {ep.name for ep in eps} | {name for name, _ in extra}
+
+    def not_listed(source: str, names: set[str]) -> str:
+        """Why a plugin left out by the allow list ``source`` (which holds ``names``) is not allowed; an
+        allowed name that no plugin has is named with the installed plugins (a typo, most likely)."""
+        said = f"{source} (it lists only {', '.join(sorted(names)) or 'nothing'}"
+        strays = sorted(names - known)
+        if strays:
+            said += f"; no installed plugin is called {', '.join(map(repr, strays))}; " \
+                    f"installed plugins: {', '.join(sorted(known)) or 'none'}"
+        return said + ")"
     described: dict[int, tuple[str | None, str | None]] = {}  # per distribution: its metadata file is parsed once
     for ep in eps:
         dist = getattr(ep, "dist", None)
@@ -326,8 +438,14 @@ def make_plugin_manager(
         records.append(record)
         if ep.name in blocked:
             record.status = "blocked"
+            record.reason = " and ".join(source for source, names in (("plugins.block", recipe_block), (ENV_BLOCK, env_block))
+                                         if ep.name in names)
         elif allowed is not None and ep.name not in allowed:
             record.status = "not-allowed"
+            if env_allow is not None and ep.name not in env_allow:
+                record.reason = not_listed(ENV_ALLOW, env_allow)
+            elif recipe_allow is not None:
+                record.reason = not_listed("plugins.allow", recipe_allow)
         elif pm.get_plugin(ep.name) is not None:
             record.status = "duplicate"
             record.error = f"another plugin named {ep.name!r} is already loaded; this one ({ep.value}) was skipped"
@@ -345,6 +463,17 @@ def make_plugin_manager(
         _register(pm, plugin, record)
     pm.check_pending()  # every implementation left matches a spec (the per-plugin check above made sure)
 
+    # A registration hook that raises or returns the wrong types fails its plugin, as an import error does:
+    # recorded and left out, so it breaks neither the listing nor a command that does not need it.
+    for record in records:
+        plugin = pm.get_plugin(record.name)
+        if plugin is not None and record.status == "loaded":
+            problem = _registration_problem(pm, plugin)
+            if problem is not None:
+                pm.unregister(plugin)
+                record.status = "failed"
+                record.error = problem
+
     for record in records:
         plugin = pm.get_plugin(record.name)
         if plugin is not None and record.status == "loaded":
@@ -357,5 +486,5 @@ def make_plugin_manager(
     # checked later against what the loaded plugins register.
     for record in records:
         if record.name in required and record.status != "loaded" and not host.is_loaded(record.name):
-            raise PluginError(f"the recipe depends on {host._why_missing(record.name)}.")
+            raise PluginError(f"the recipe depends on plugin {record.name!r}, which {host._unavailable(record)}.")
     return host

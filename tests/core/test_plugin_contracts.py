@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from seal_platform import hookimpl
-from seal_platform.errors import ConfigError
+from seal_platform.errors import ConfigError, PluginError
 from seal_platform.planning import load_recipe, plan_config, plan_recipe
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.registry import EnvironmentSpec
@@ -133,6 +133,44 @@ def test_every_run_names_the_plugins_that_failed_to_load(broken_site, toy_recipe
     result = CliRunner().invoke(cli, ["run", str(toy_recipe), "training.steps=1", "plugins.allow=[toy,kv]", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "warning: plugin 'kv' (seal-kv) was not loaded: ImportError: kv needs libkv" in result.output
+
+
+RAISING_REGISTRATION = """
+from seal_platform import hookimpl
+
+
+@hookimpl
+def register_environments():
+    raise RuntimeError("boom in register_environments")
+
+
+@hookimpl
+def optimize(ctx, engine, trajectories, weights, step):
+    return None
+"""
+
+
+def test_a_plugin_whose_registration_raises_is_skipped_unless_the_recipe_needs_it(toy_site, toy_recipe, monkeypatch):
+    from seal_platform.cli import cli
+
+    make_dist(toy_site, "seal-badreg", "0.1.0", {"badreg": "badreg_plugin"}, {"badreg_plugin.py": RAISING_REGISTRATION})
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    # A recipe that does not need it plans (and runs) without it; the run names it with its error.
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,badreg]"])
+    assert plan.host is not None and not plan.host.is_loaded("badreg")
+    assert _record(plan.host, "badreg").status == "failed"
+    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "training.steps=1", "plugins.allow=[toy,badreg]", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "warning: plugin 'badreg' (seal-badreg) was not loaded: register_environments raised RuntimeError: " \
+        "boom in register_environments" in result.output
+    # One that names it gets why it is unavailable.
+    with pytest.raises(PluginError) as info:
+        plan_recipe(toy_recipe, ["plugins.allow=[toy,badreg]", "stages.optimize=badreg"])
+    assert "the recipe depends on plugin 'badreg', which failed to load: register_environments raised " \
+        "RuntimeError: boom in register_environments" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        plan_recipe(toy_recipe, ["plugins.allow=[toy,badreg]", "environment=bad"])
+    assert "'badreg' (seal-badreg): register_environments raised RuntimeError" in str(info.value)
 
 
 OTHER_DIAGNOSERS = '''

@@ -45,7 +45,7 @@ def test_broken_plugin_is_reported_and_skipped(site):
 
 
 def test_broken_plugin_named_by_the_recipe_stops_with_its_error(site):
-    with pytest.raises(PluginError, match="depends on plugin 'broken' is failed: ImportError: needs libfoo"):
+    with pytest.raises(PluginError, match="depends on plugin 'broken', which failed to load: ImportError: needs libfoo"):
         make_plugin_manager(allow=["good", "broken"], required=["broken"])
 
 
@@ -64,7 +64,7 @@ def test_block_by_recipe_and_by_environment(site, monkeypatch):
     monkeypatch.setenv("SEAL_PLATFORM_BLOCK_PLUGINS", "good, broken")
     host = make_plugin_manager(allow=["good", "broken"])
     assert {r.status for r in host.records if r.name in ("good", "broken")} == {"blocked"}
-    with pytest.raises(PluginError, match="'good' is blocked"):
+    with pytest.raises(PluginError, match="plugin 'good', which is blocked by SEAL_PLATFORM_BLOCK_PLUGINS"):
         make_plugin_manager(allow=["good"], required=["good"])
 
 
@@ -73,6 +73,27 @@ def test_allow_by_environment(site, monkeypatch):
     host = make_plugin_manager()
     assert not host.is_loaded("good")
     assert {r.status for r in host.records if r.name == "good"} == {"not-allowed"}
+
+
+def test_a_plugin_left_out_by_an_allow_list_is_explained_in_a_sentence(site, monkeypatch):
+    monkeypatch.setenv("SEAL_PLATFORM_PLUGINS", "broken")
+    with pytest.raises(PluginError) as info:
+        make_plugin_manager(required=["good"])
+    assert str(info.value) == ("the recipe depends on plugin 'good', which is not allowed by SEAL_PLATFORM_PLUGINS "
+                               "(it lists only broken).")
+    # A name no plugin has (a typo) is said, with the installed names.
+    monkeypatch.setenv("SEAL_PLATFORM_PLUGINS", "nope")
+    with pytest.raises(PluginError) as info:
+        make_plugin_manager(required=["good"])
+    text = str(info.value)
+    assert text.startswith("the recipe depends on plugin 'good', which is not allowed by SEAL_PLATFORM_PLUGINS "
+                           "(it lists only nope; no installed plugin is called 'nope'; installed plugins: "), text
+    assert "broken, " in text and "good" in text.split("installed plugins:")[1]
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS")
+    with pytest.raises(PluginError, match=r"plugin 'good', which is not allowed by plugins.allow \(it lists only broken\)\.$"):
+        make_plugin_manager(allow=["broken"], required=["good"])
+    with pytest.raises(PluginError, match=r"plugin 'good', which is blocked by plugins.block\.$"):
+        make_plugin_manager(block=["good"], required=["good"])
 
 
 def test_each_call_makes_an_independent_manager(site):
@@ -94,6 +115,153 @@ def test_registration_conflicts_are_errors(site):
     host = make_plugin_manager(allow=[], extra=[("a", A()), ("b", A())])
     with pytest.raises(PluginError, match="environment 'bench' is registered by both"):
         host.environments()
+
+
+GARBAGE = """
+from seal_platform.hookspecs import hookimpl
+
+@hookimpl
+def register_environments():
+    return "not a list"
+
+@hookimpl
+def register_diagnosers():
+    return [42]
+
+@hookimpl
+def register_settings():
+    return {"garbage": int}
+"""
+
+RAISES = """
+from seal_platform.hookspecs import hookimpl
+
+@hookimpl
+def register_environments():
+    raise RuntimeError("boom in register_environments")
+
+@hookimpl
+def optimize(ctx, engine, trajectories, weights, step):
+    return None
+"""
+
+PROVIDER = """
+from seal_platform.hookspecs import hookimpl
+from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
+
+@hookimpl
+def register_environments():
+    return [EnvironmentSpec("bench", lambda ctx: None)]
+
+@hookimpl
+def register_diagnosers():
+    return [DiagnoserSpec("judge")]
+
+@hookimpl
+def diagnose(ctx, trajectories):
+    return []
+"""
+
+
+@pytest.fixture
+def bad_site(site):
+    make_dist(site, "seal-garbage", "0.1", {"garbage": "garbage_plugin"}, {"garbage_plugin.py": GARBAGE})
+    make_dist(site, "seal-raises", "0.2", {"raises": "raises_plugin"}, {"raises_plugin.py": RAISES})
+    make_dist(site, "seal-provider", "1.0", {"provider": "provider_plugin"}, {"provider_plugin.py": PROVIDER})
+    return site
+
+
+def test_registration_hooks_returning_the_wrong_types_fail_their_plugin(bad_site):
+    host = make_plugin_manager(allow=["good", "garbage", "provider"])
+    garbage = _records(host)[("garbage", "seal-garbage")]
+    assert garbage.status == "failed" and not host.is_loaded("garbage")
+    # Every wrong answer is named: the hook and what it returned.
+    assert "register_environments returned 'not a list' (type str), not a list of EnvironmentSpec" in garbage.error
+    assert "register_diagnosers returned [42]: 42 (type int) is not a DiagnoserSpec" in garbage.error
+    assert "register_settings returned {'garbage': <class 'int'>}: section 'garbage' maps to <class 'int'>, " \
+        "not a pydantic model class" in garbage.error
+    assert [r.name for r in host.failed() if r.status == "failed"] == ["garbage"]
+    assert "'garbage' (seal-garbage)" in host.failure_note()
+    # The others are not affected.
+    assert list(host.environments()) == ["bench"] and list(host.diagnosers()) == ["judge"]
+    assert "garbage" not in host.settings_models() and host.is_loaded("good")
+
+
+@pytest.mark.parametrize(("hook", "returned", "said"), [
+    ("register_rollout_engines", "[EnvironmentSpec('e', print)]", "(type EnvironmentSpec) is not a EngineSpec"),
+    ("register_executors", "ExecutorSpec('x', print)", "(type ExecutorSpec), not a list of ExecutorSpec"),
+    ("register_clusters", "[None]", "None (type NoneType) is not a ClusterSpec"),
+    ("register_environments", "{'e': EnvironmentSpec('e', print)}", "(type dict), not a list of EnvironmentSpec"),
+    ("register_diagnosers", "[DiagnoserSpec(3)]", "whose name is not a non-empty string"),
+    ("register_settings", "[('s', BaseModel)]", "(type list), not a dict of settings section name"),
+])
+def test_each_registration_hook_checks_what_it_returns(site, hook, returned, said):
+    from seal_platform.hookspecs import hookimpl
+    from seal_platform.registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec  # noqa: F401
+
+    namespace = {"BaseModel": __import__("pydantic").BaseModel, **locals()}
+
+    class Wrong:
+        pass
+
+    setattr(Wrong, hook, hookimpl(lambda self: eval(returned, namespace)))
+    host = make_plugin_manager(allow=["good"], extra=[("wrong", Wrong())])
+    wrong = next(r for r in host.records if r.name == "wrong")
+    assert wrong.status == "failed" and not host.is_loaded("wrong")
+    assert wrong.error.startswith(f"{hook} returned ") and said in wrong.error, wrong.error
+    for listing in (host.settings_models, host.environments, host.engines, host.diagnosers, host.executors,
+                    host.clusters):
+        assert listing() == {}
+
+
+def test_a_registration_hook_that_raises_fails_its_plugin_like_an_import_error(bad_site, monkeypatch):
+    host = make_plugin_manager(allow=["good", "raises", "provider"])
+    raises = _records(host)[("raises", "seal-raises")]
+    assert raises.status == "failed" and not host.is_loaded("raises") and not host.implements("raises", "optimize")
+    assert raises.error.startswith("register_environments raised RuntimeError: boom in register_environments (at ")
+    assert raises.hooks == []
+    # Commands that do not need it go on: what the others register is all there.
+    assert host.require("benchmark", "bench")[0] == "provider"
+    # What needs it says why it is unavailable.
+    problem = host.missing("environment", "raised-env")
+    assert problem is not None and "'raises' (seal-raises): register_environments raised RuntimeError" in problem[1]
+    with pytest.raises(PluginError, match="depends on plugin 'raises', which failed to load: register_environments "
+                                          "raised RuntimeError: boom in register_environments"):
+        make_plugin_manager(allow=["good", "raises"], required=["raises"])
+
+
+def test_a_registration_hook_that_changes_its_answer_later_is_a_clear_error(site):
+    from seal_platform.hookspecs import hookimpl
+
+    class Fickle:
+        answers = [[], [42]]
+
+        @hookimpl
+        def register_diagnosers(self):
+            return self.answers.pop(0)
+
+    host = make_plugin_manager(allow=[], extra=[("fickle", Fickle())])
+    assert host.is_loaded("fickle")
+    with pytest.raises(PluginError, match=r"plugin 'fickle': register_diagnosers returned \[42\]: 42 \(type int\) "
+                                          "is not a DiagnoserSpec"):
+        host.diagnosers()
+
+
+def test_the_cli_lists_a_plugin_with_bad_registrations_as_failed(bad_site):
+    import json
+
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+
+    result = CliRunner().invoke(cli, ["plugins", "--json"], env={"SEAL_PLATFORM_PLUGINS": "good,garbage,raises,provider"})
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.output)}
+    assert rows["garbage"]["status"] == "failed" and "register_diagnosers returned [42]" in rows["garbage"]["error"]
+    assert rows["raises"]["status"] == "failed" and "boom in register_environments" in rows["raises"]["error"]
+    assert rows["provider"]["provides"] == ["environment:bench", "diagnoser:judge"]
+    result = CliRunner().invoke(cli, ["labels"], env={"SEAL_PLATFORM_PLUGINS": "good,garbage,raises,provider"})
+    assert result.exit_code == 0, result.output
 
 
 def test_every_hookspec_has_a_full_docstring():
