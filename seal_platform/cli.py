@@ -17,6 +17,7 @@ from typing import Any, Iterator, Sequence
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -41,8 +42,34 @@ class SealGroup(click.Group):
         except SealError as exc:
             if os.environ.get("SEAL_PLATFORM_DEBUG"):
                 raise
-            errors.print(f"[bold red]Error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            # The message is text: a "[binary]" or "[a, b]" in it is not rich markup.
+            errors.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
             ctx.exit(2)
+        except Exception as exc:
+            # A store the database itself refuses (a damaged page found mid-command, a lost server): the
+            # store's one paragraph, as for the errors above. Anything else is a bug: its traceback.
+            store_error = _store_failure(ctx, exc)
+            if store_error is None or os.environ.get("SEAL_PLATFORM_DEBUG"):
+                raise
+            errors.print(f"[bold red]Error:[/] {escape(str(store_error))}", highlight=False, markup=True,
+                         soft_wrap=True)
+            ctx.exit(2)
+
+
+_STORE_URL_KEY = "seal_platform.store_url"
+
+
+def _store_failure(ctx: click.Context, exc: BaseException) -> SealError | None:
+    """``exc`` as a store error naming the store a command opened, if it is the database's refusal of the
+    store (sqlalchemy's DatabaseError or OperationalError itself, not an IntegrityError or a bug's
+    ProgrammingError); None otherwise."""
+    db_errors = sys.modules.get("sqlalchemy.exc")  # not loaded: no store was opened
+    if db_errors is None or type(exc) not in (db_errors.DatabaseError, db_errors.OperationalError):
+        return None
+    from .store import safety
+
+    url = ctx.meta.get(_STORE_URL_KEY) or default_store_url()
+    return safety.describe(url, exc, None)
 
 
 def _split_recipe_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -66,10 +93,14 @@ def open_store(url: str | None, *, write: bool = False) -> Any:
     from .store import RunStore
 
     url = url or default_store_url()
+    context = click.get_current_context(silent=True)
+    if context is not None:  # named by SealGroup.invoke if the database fails later in the command
+        context.meta[_STORE_URL_KEY] = url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise SealError(f"no run store at {url.removeprefix('sqlite:///')}: no run has been made here yet "
                         f"(give --store or set {ENV_STORE}).")
-    return RunStore(url, read_only=not write and url.startswith("sqlite:"))
+    # write=True: the store must exist (create=False): a database without seal-platform's tables is refused.
+    return RunStore(url, read_only=not write and url.startswith("sqlite:"), create=False)
 
 
 store_option = click.option("--store", "store_url", default=None, callback=_store_option_url,
@@ -124,7 +155,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
 
     origin: RecipeOrigin | None = None  # where a recipe's problems come from (a resume keeps its checked config)
     if resume is not None:
-        store = RunStore(store_url or default_store_url())
+        store = open_store(store_url, write=True)  # an existing store: a mistyped path is not created
         row = store.get_run(resume)
         if row.status == "completed":
             raise SealError(f"run {row.id} already completed; nothing to resume.")
@@ -298,9 +329,11 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
     # Every enabled plugin's section with its defaults filled in, as the run will see it.
     from .planning import check_recipe
 
-    checked, _ = check_recipe(config_, plugin_host_for(config_))
-    if checked is not None:
-        data["settings"] = {name: model.model_dump(mode="json") for name, model in sorted(checked.settings.items())}
+    checked, problems = check_recipe(config_, plugin_host_for(config_))
+    if checked is None:  # a recipe a run would refuse has no resolved form (config validate lists the same)
+        raise_for(problems, str(path))
+    assert checked is not None
+    data["settings"] = {name: model.model_dump(mode="json") for name, model in sorted(checked.settings.items())}
     click.echo(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -394,9 +427,9 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
     digests = [load_digest(store, run_id) for run_id in run_ids]
     comparison = compare_runs(digests)
     if html_out:
-        from .present.html_report import comparison_html
+        from .present.html_report import comparison_html, write_page
 
-        Path(html_out).write_text(comparison_html(comparison, digests), encoding="utf-8")
+        write_page(Path(html_out), comparison_html(comparison, digests))
     if as_json:
         click.echo(comparison.model_dump_json(indent=2))
         return
@@ -514,16 +547,22 @@ def upgrade_store(store_url: str | None) -> None:
     from .store import RunStore
 
     url = store_url or default_store_url()
+    click.get_current_context().meta[_STORE_URL_KEY] = url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise SealError(f"no run store at {url.removeprefix('sqlite:///')}.")
     from sqlalchemy import create_engine, inspect
+    from sqlalchemy.exc import DatabaseError
 
+    from .store import safety
     from .store.readonly import read_only_urls
 
-    if url.startswith("sqlite:"):  # look before touching: opening it normally would switch it to WAL
+    if safety.sqlite_path(url) is not None:  # look before touching: opening it normally would switch it to WAL
+        safety.check_file(url)  # a directory, a file that is not SQLite: refused before SQLite opens it
         probe = create_engine(read_only_urls(url)[0])
         try:
             tables = set(inspect(probe).get_table_names())
+        except DatabaseError as exc:  # damaged ("malformed"), or unreadable
+            raise safety.describe(url, exc, None) from None
         finally:
             probe.dispose()
         if tables and "runs" not in tables:
@@ -540,7 +579,7 @@ def upgrade_store(store_url: str | None) -> None:
 @click.argument("run_id", metavar="RUN")
 @click.option("--step", type=int, default=None, help="The checkpoint's step (default: the last checkpoint).")
 @click.option("--split", default=None, help="Task split (default: the run's evaluation split).")
-@click.option("--max-tasks", type=int, default=None, help="Evaluate on the first N tasks only.")
+@click.option("--max-tasks", type=click.IntRange(min=1), default=None, help="Evaluate on the first N tasks only.")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @store_option
@@ -562,7 +601,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     data = row.config
     if split:
         data = {**data, "evaluation": {**data["evaluation"], "split": split}}
-    if max_tasks:
+    if max_tasks is not None:
         data = {**data, "evaluation": {**data["evaluation"], "max_tasks": max_tasks}}
     config_ = stored_config(data)
     plan = plan_config(config_, row.recipe or row.id)
@@ -611,11 +650,16 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
         with _sigterm_interrupts():
             for line in verify_lines(benchmark, file, list(overrides)):
                 out.write(line + "\n")
+            out.flush()
     except Terminated:
+        with contextlib.suppress(OSError):
+            out.flush()
         errors.print("verify: stopped by SIGTERM; the lines above are complete, the rest were not scored")
         sys.exit(143)
-    finally:
-        out.flush()
+    except BrokenPipeError:  # the reader went away (| head): nothing more to say to it
+        raise
+    except OSError as exc:  # a full disk, a device that refuses writes (> /dev/full)
+        raise SealError(f"verify: cannot write the results to standard output: {exc.strerror or exc}.") from None
 
 
 @cli.command()

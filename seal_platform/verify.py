@@ -54,7 +54,8 @@ def parse_line(number: int, line: str | bytes) -> tuple[dict[str, Any] | None, d
     except RecursionError:
         return None, {"error": f"line {number}: JSON nested too deeply"}
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
-        return None, {"error": f"line {number}: not valid JSON ({exc})"}
+        reason = str(exc).split(";", 1)[0]  # not its advice to the programmer (sys.set_int_max_str_digits)
+        return None, {"error": f"line {number}: not valid JSON ({reason})"}
     if not isinstance(record, dict):
         return None, {"error": f"line {number}: each line must be a JSON object"}
     return record, None

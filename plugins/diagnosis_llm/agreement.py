@@ -15,6 +15,9 @@ from typing import Any, Iterable
 import click
 from pydantic import BaseModel, Field
 
+# --store as every core command takes it (a URL or an SQLite file's path); a plugin may import the core.
+from seal_platform.cli import store_option
+
 
 class Cell(BaseModel):
     heuristic: str
@@ -123,7 +126,7 @@ def render(result: Agreement, console: Any) -> None:
 
 @click.command("diagnose-agreement")
 @click.argument("run_id", metavar="RUN")
-@click.option("--store", "store_url", default=None, help="Run store URL (default: $SEAL_PLATFORM_STORE or runs/store.sqlite).")
+@store_option
 @click.option("--judge", default=None, help="Source of the judge's labels (default: llm_judge).")
 @click.option("--heuristic", default=None, help="Source of the heuristic labels (default: as the run's recipe says).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

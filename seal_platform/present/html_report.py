@@ -9,6 +9,7 @@ import io
 from pathlib import Path
 from typing import Any, Callable
 
+from ..errors import SealError
 from .digest import RunDigest
 from .summary import Comparison
 from .transcript_html import CSS as TRANSCRIPT_CSS
@@ -369,12 +370,23 @@ def run_report_html(digest: RunDigest, transcripts: list[StepTranscripts] | None
 
 def write_run_report(digest: RunDigest, out: Path | None = None,
                      transcripts: list[StepTranscripts] | None = None) -> Path:
-    """Write the run's HTML report (default ``<run dir>/report.html``); returns its path."""
+    """Write the run's HTML report (default ``<run dir>/report.html``; ``out`` a file, or a folder -- one that
+    exists, or a name without a suffix -- for ``report.html`` in it); returns its path."""
     path = Path(out) if out else digest.report_path
-    if path.suffix.lower() != ".html":
+    if path.is_dir() or not path.suffix:
         path = path / "report.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(run_report_html(digest, transcripts), encoding="utf-8")
+    return write_page(path, run_report_html(digest, transcripts))
+
+
+def write_page(path: Path, text: str) -> Path:
+    """Write a page to ``path`` (its folder made if need be); a path that cannot be written is a
+    :class:`SealError` naming it and why, not a traceback."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise SealError(f"cannot write {path}: {exc.strerror or exc}; give another path.") from None
     return path
 
 

@@ -184,12 +184,14 @@ def show_pairs(store: RunStore, run_a: str, run_b: str, *, console: Any, notes: 
 
     import click
 
+    from .html_report import write_page
+
     pairs = pair_episodes(store, run_a, run_b, **filters)
     a, b = store.get_run(run_a), store.get_run(run_b)
     names = ({a.id: f"A {a.name} {a.id[-6:]}", b.id: f"B {b.name} {b.id[-6:]}"} if a.id != b.id
              else {a.id: f"{a.name} {a.id[-6:]}"})
     if html_out:
-        Path(html_out).write_text(pairs_page(pairs, names), encoding="utf-8")
+        write_page(Path(html_out), pairs_page(pairs, names))
         notes.print(f"wrote {html_out}", highlight=False)
     if as_json:
         click.echo(json.dumps([p.model_dump(mode="json") for p in pairs], indent=2, ensure_ascii=False))

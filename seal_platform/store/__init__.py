@@ -20,9 +20,9 @@ from alembic import command
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import create_engine, delete, event, select, update
+from sqlalchemy import create_engine, delete, event, inspect, select, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, object_session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -94,17 +94,25 @@ def _pid_alive(pid: int | None) -> bool:
 class RunStore:
     """Read and write runs. Safe to share between threads; each call opens its own session."""
 
-    def __init__(self, url: str, *, migrate: bool = True, read_only: bool = False):
+    def __init__(self, url: str, *, migrate: bool = True, read_only: bool = False, create: bool = True):
         """``read_only``: open an existing SQLite store without writing anything (no migration; a schema
         other than this version's is a :class:`StoreError`); any write then fails with one. The read
-        commands pass it when the file cannot be written (:func:`readonly.not_writable`)."""
+        commands pass it when the file cannot be written (:func:`readonly.not_writable`).
+
+        ``create=False``: the store must exist already (``run --resume``, ``eval``): a missing SQLite file or
+        a database without seal-platform's tables is a :class:`StoreError`, and nothing is created. Either
+        way a database holding other tables and no seal-platform schema is refused, untouched."""
         self.url = url
         self.read_only = read_only
+        self.create = create
         safety.check_file(url)
         if read_only:
             self._open_read_only(url)
             return
         path = safety.sqlite_path(url)
+        if path is not None and not create and not path.exists():
+            raise StoreError(f"no run store at {path}: nothing was created there; give --store the store.sqlite "
+                             f"of a runs directory (check the path for a typo).")
         if path is not None:
             reason = readonly.not_writable(url)
             if reason:
@@ -117,6 +125,8 @@ class RunStore:
             self.engine: Engine = create_engine(url)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open run store {url!r}: {exc}") from None
+        except ImportError as exc:  # the URL's database driver (psycopg, ...) is not installed
+            raise missing_driver(url, exc) from None
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -137,6 +147,9 @@ class RunStore:
             except OperationalError as exc:  # mode=ro cannot create the WAL index: try immutable=1
                 self.engine.dispose()
                 error = exc
+            except DatabaseError as exc:  # not a database, or a damaged one: no other URL reads it better
+                self.engine.dispose()
+                raise safety.describe(url, exc, None) from None
         else:
             raise readonly.unreadable(url, reason, error) from None  # type: ignore[arg-type]
         # No autoflush, no commit: nothing is written unless a caller adds rows, which fails at the flush.
@@ -145,6 +158,7 @@ class RunStore:
     # --- schema ----------------------------------------------------------------------------------------
 
     def migrate(self, revision: str = "head") -> None:
+        self._refuse_foreign()
         try:
             # One migrator at a time: processes creating the same new store must not both create tables.
             with safety.migration_lock(self.url, self.engine), safety.migration_engine(self.engine) as engine:
@@ -154,6 +168,33 @@ class RunStore:
             raise
         except (SQLAlchemyError, CommandError, OSError) as exc:
             raise safety.translate(self.url, self.engine, self.head_revision(), exc) from None
+
+    def _refuse_foreign(self) -> None:
+        """Before anything writes (the WAL switch, the migration lock's file, the tables): refuse a database
+        that holds other tables and no seal-platform schema -- someone else's data, given as --store by
+        mistake -- and, when the store must exist (``create=False``), one without seal-platform's tables."""
+        where = safety.sqlite_path(self.url) or self.url
+        # On SQLite a probe of its own: the store's engine switches the file to WAL on connect.
+        # (Its busy timeout: another process may be creating the same new store right now.)
+        sqlite = self.engine.dialect.name == "sqlite"
+        probe = create_engine(self.engine.url, connect_args={"timeout": 30}) if sqlite else self.engine
+        try:
+            tables = set(inspect(probe).get_table_names())
+        except DatabaseError as exc:
+            raise safety.describe(self.url, exc, None) from None
+        finally:
+            if probe is not self.engine:
+                probe.dispose()
+        if "runs" in tables or (tables and tables <= {"alembic_version"}):
+            return
+        if tables - {"alembic_version"}:
+            listed = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
+            raise StoreError(f"{where} is not a seal-platform run store (its tables: {listed}); nothing was "
+                             "changed: give --store the store.sqlite of a runs directory, or a new path to start "
+                             "a new store.")
+        if not self.create:
+            raise StoreError(f"{where} is an empty database, not a seal-platform run store; nothing was changed: "
+                             "give --store the store.sqlite of a runs directory.")
 
     def schema_revision(self) -> str | None:
         with self.engine.connect() as conn:
@@ -175,6 +216,11 @@ class RunStore:
                 yield session
         except OperationalError as exc:
             # A store that became read-only, a full disk, a lock held past the busy timeout: one paragraph.
+            raise safety.describe(self.url, exc, None) from exc
+        except DatabaseError as exc:
+            if type(exc) is not DatabaseError:  # IntegrityError and the like: the caller's (cache_put's) to handle
+                raise
+            # A page found damaged only now ("database disk image is malformed"): one paragraph too.
             raise safety.describe(self.url, exc, None) from exc
 
     def close(self) -> None:
@@ -267,7 +313,9 @@ class RunStore:
         run = s.get(m.Run, run_id)
         if run is None:
             # A unique prefix (20261125-0301), suffix (the 6 characters the summary ends ids with) or name.
-            for how, where in (("prefix", m.Run.id.startswith(run_id)), ("suffix", m.Run.id.endswith(run_id)),
+            # autoescape: ``%`` and ``_`` in what was typed are characters, not LIKE wildcards.
+            for how, where in (("prefix", m.Run.id.startswith(run_id, autoescape=True)),
+                               ("suffix", m.Run.id.endswith(run_id, autoescape=True)),
                                ("name", m.Run.name == run_id)):
                 matches = s.scalars(select(m.Run).where(where).order_by(m.Run.started_at)).all()
                 if len(matches) == 1:
@@ -504,6 +552,17 @@ class RunStore:
         except IntegrityError:  # another writer inserted the key between our select and insert: update it
             with self.session() as s:
                 s.merge(m.CacheEntry(**row, created_at=utcnow()))
+
+
+def missing_driver(url: str, exc: ImportError) -> StoreError:
+    """The database driver a store URL needs is not installed: which one, and how to get it."""
+    scheme = url.split("://", 1)[0]
+    module = getattr(exc, "name", None) or str(exc)
+    hint = {"psycopg": "pip install 'psycopg[binary]'", "psycopg2": "pip install psycopg2-binary",
+            "pymysql": "pip install pymysql", "MySQLdb": "pip install mysqlclient"}.get(module.split(".")[0],
+                                                                                    f"pip install {module}")
+    return StoreError(f"cannot open run store {url}: its database driver for {scheme!r} ({module}) is not "
+                      f"installed: install it ({hint}) or give --store an SQLite file path.")
 
 
 def _jsonable(value: Any) -> Any:

@@ -14,10 +14,11 @@ import os
 from pathlib import Path
 
 from sqlalchemy import text
+from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.engine import Engine
 
 from ..errors import StoreError
-from .safety import current_revision, sqlite_path
+from .safety import current_revision, describe, sqlite_path
 
 
 def not_writable(url: str) -> str | None:
@@ -64,8 +65,13 @@ def check_schema(url: str, engine: Engine, head: str | None, reason: str) -> Non
     current = current_revision(engine)
     if current == head:
         return
-    with engine.connect() as conn:
-        names = {row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))}
+    try:
+        with engine.connect() as conn:
+            names = {row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))}
+    except OperationalError:
+        raise  # the caller may retry with immutable=1 (the WAL index could not be created)
+    except DatabaseError as exc:  # not a database, or a damaged one ("database disk image is malformed")
+        raise describe(url, exc, head) from None
     if not names:
         if reason == "opened read-only":
             raise StoreError(f"{path} is an empty file, not a seal-platform run store (a read command writes "

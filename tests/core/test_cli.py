@@ -173,6 +173,106 @@ def test_third_party_plugin_is_listed_and_called_after_pip_install(tmp_path, toy
     assert "repetition" in {p.name for p in store.run_plugins(run.id)}
 
 
+def test_resume_and_eval_open_an_existing_store_only_and_never_change_another_applications_database(runner, tmp_path):
+    import sqlite3
+
+    foreign = tmp_path / "customers.sqlite"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO customers VALUES (1, 'ada')")
+    before = foreign.read_bytes()
+    typo = tmp_path / "typo.sqlite"
+    for cmd in (["run", "--resume", "X"], ["eval", "X"]):
+        for store in (str(foreign), f"sqlite:///{foreign}"):  # a path, as every command takes it, and a URL
+            result = runner.invoke(cli, [*cmd, "--store", store])
+            assert result.exit_code == 2, (cmd, result.output)
+            assert f"{foreign} is not a seal-platform run store (its tables: customers); nothing was changed" in \
+                result.output and "Traceback" not in result.output, (cmd, result.output)
+        assert foreign.read_bytes() == before, cmd  # no seal-platform tables added, not switched to WAL
+        with sqlite3.connect(foreign) as conn:
+            assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["customers"]
+        result = runner.invoke(cli, [*cmd, "--store", str(typo)])  # a mistyped path is not created
+        assert result.exit_code == 2 and f"no run store at {typo}" in result.output, (cmd, result.output)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["customers.sqlite"], cmd
+
+
+def _damaged_store_files(tmp_path: Path) -> list[Path]:
+    import sqlite3
+
+    from seal_platform.store import RunStore
+
+    good = tmp_path / "good.sqlite"
+    store = RunStore(f"sqlite:///{good}")
+    for i in range(3):
+        store.create_run(f"2026010{i}-000000-abcde{i}", name="n", recipe="", config={}, config_hash="h", seed=0,
+                         run_dir=str(tmp_path), plugins=[])
+    store.close()
+    with sqlite3.connect(good) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = good.read_bytes()
+    (tmp_path / "half.sqlite").write_bytes(data[: len(data) // 2])  # a copy cut short
+    (tmp_path / "trunc.sqlite").write_bytes(data[:23])
+    return [tmp_path / "half.sqlite", tmp_path / "trunc.sqlite"]
+
+
+def test_a_damaged_store_directory_or_missing_driver_is_one_line_with_exit_2(runner, tmp_path):
+    import importlib.util
+
+    commands = (["runs"], ["show", "x"], ["report", "x"], ["compare", "x", "y"], ["transcripts", "x"],
+                ["upgrade-store"], ["eval", "x"], ["run", "--resume", "x"])
+    for path in _damaged_store_files(tmp_path):
+        before = path.read_bytes()
+        for cmd in commands:
+            result = runner.invoke(cli, [*cmd, "--store", str(path)])
+            assert result.exit_code == 2, (path, cmd, result.output)
+            lines = result.output.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith(f"Error: run store {path} is not a usable SQLite "
+                                                           "database"), (path, cmd, result.output)
+        assert path.read_bytes() == before
+    result = runner.invoke(cli, ["upgrade-store", "--store", str(tmp_path)])
+    assert result.exit_code == 2 and result.output.startswith(f"Error: run store {tmp_path} is a directory"), \
+        result.output
+    if importlib.util.find_spec("pg8000") is None:
+        result = runner.invoke(cli, ["runs", "--store", "postgresql+pg8000://x@127.0.0.1:1/x"])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert "(pg8000) is not installed: install it (pip install pg8000)" in result.output, result.output
+
+
+def test_a_database_error_inside_a_command_is_one_paragraph_naming_the_store_and_a_bug_is_not(runner, tmp_path):
+    import sqlite3
+
+    from sqlalchemy.exc import DatabaseError, ProgrammingError
+
+    from seal_platform.cli import SealGroup, open_store
+    from seal_platform.errors import SealError
+    from seal_platform.store import RunStore
+
+    path = tmp_path / "store.sqlite"
+    RunStore(f"sqlite:///{path}").close()
+    group = SealGroup()
+
+    @group.command()
+    def damaged() -> None:
+        open_store(f"sqlite:///{path}")
+        raise DatabaseError("SELECT 1", {}, sqlite3.DatabaseError("database disk image is malformed"))
+
+    @group.command()
+    def bug() -> None:
+        raise ProgrammingError("SELECT nonsense", {}, sqlite3.ProgrammingError("no such column"))
+
+    @group.command()
+    def brackets() -> None:
+        raise SealError("set bfcl.categories=[multi_turn_base] or pip install 'psycopg[binary]'")
+
+    result = runner.invoke(group, ["damaged"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.output.startswith(f"Error: run store {path} is not a usable SQLite database (database disk image "
+                                    "is malformed)"), result.output
+    assert isinstance(runner.invoke(group, ["bug"]).exception, ProgrammingError)  # a bug keeps its traceback
+    result = runner.invoke(group, ["brackets"])  # text, not rich markup
+    assert result.exit_code == 2 and "[multi_turn_base]" in result.output and "psycopg[binary]" in result.output
+
+
 def test_eval_a_checkpoint(runner, toy_recipe, toy_site, tmp_path):
     result = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=2", "--quiet"])
     assert result.exit_code == 0, result.output

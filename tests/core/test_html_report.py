@@ -239,3 +239,23 @@ def test_a_hostile_transcript_is_escaped_everywhere_in_the_report(tmp_path):
     side = pairs.read_text()
     assert side.count('<table class="pair">') == 1 and "<script" not in side.lower() and "<img src=x" not in side
     assert '{"q": "&lt;script&gt;alert(1)&lt;/script&gt;"}' in side and "&lt;script&gt;n()&lt;/script&gt;" in side
+
+
+def test_pages_go_where_asked_and_an_unwritable_path_is_one_error(toy_run, tmp_path):
+    store = ["--store", f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"]
+    runner = CliRunner()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    for command in (["report", toy_run.id, "--out", str(blocker / "report.html")],
+                    ["compare", toy_run.id, "--html", str(blocker / "compare.html")],
+                    ["transcripts", toy_run.id, "--against", toy_run.id, "--eval", "--step", "0", "--html",
+                     str(blocker / "pairs.html")]):
+        result = runner.invoke(cli, [*command, *store])
+        assert result.exit_code == 2 and f"cannot write {blocker}" in result.output, (command, result.output)
+        assert "Traceback" not in result.output
+    # A file name with another suffix is that file (it became a folder with report.html inside); a name with no
+    # suffix, or an existing folder, gets report.html.
+    for out, written in ((tmp_path / "page.htm", tmp_path / "page.htm"), (tmp_path / "pages", tmp_path / "pages" / "report.html"),
+                         (tmp_path, tmp_path / "report.html")):
+        result = runner.invoke(cli, ["report", toy_run.id, "--out", str(out), *store])
+        assert result.exit_code == 0 and written.is_file() and written.read_text().startswith("<!DOCTYPE html>"), out

@@ -50,13 +50,15 @@ def test_verify_input_with_bad_lines_scores_the_rest(tmp_path):
         b"[" * 3000 + b"]" * 3000,  # nested too deeply
         b"not json",
         b'{"task_id": "multi_turn_base_0", "turns": []}',
+        b'{"task_id": "multi_turn_base_0", "turns": ' + b"9" * 5000 + b"}",  # more digits than Python converts
     ]) + b"\n")
     result = CliRunner().invoke(cli, ["verify", "--benchmark", "bfcl", str(transcripts)])
     assert result.exit_code == 0, result.output
     import json
 
     records = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
-    assert len(records) == 4
+    assert len(records) == 5
+    assert "line 5: not valid JSON" in records[4]["error"] and "sys." not in records[4]["error"]
     assert "line 1: not UTF-8" in records[0]["error"]
     assert records[1]["error"].startswith("line 2:") and records[2]["error"].startswith("line 3:")
     assert records[3]["task_id"] == "multi_turn_base_0" and records[3]["success"] is False
@@ -76,3 +78,17 @@ def test_validate_and_run_suggest_keys_and_blame_overrides_not_the_file(tmp_path
     assert run.exit_code == 2 and "Traceback" not in run.output
     assert f"problem(s) in the recipe {recipe} and its command-line overrides" in " ".join(run.output.split())
     assert "override 'trainng.steps=2': trainng: unknown key (did you mean 'training'?)" in " ".join(run.output.split())
+
+
+def test_config_show_refuses_what_a_run_would_refuse_and_eval_refuses_a_task_count_below_one():
+    runner = CliRunner()
+    # config show prints the resolved recipe; a recipe a run refuses has none (it printed it, exit 0).
+    for override in ("settings.bfcl.categories=[nope]", "environment=nope"):
+        result = runner.invoke(cli, ["config", "show", "seal-embedded", override])
+        assert result.exit_code == 2 and "problem(s)" in result.output and "Traceback" not in result.output, override
+    shown = runner.invoke(cli, ["config", "show", "seal-embedded"])
+    assert shown.exit_code == 0 and yaml.safe_load(shown.output)["settings"]["bfcl"]["categories"]
+    # eval --max-tasks 0 meant "all tasks" and -1 a pydantic traceback: both are refused by the option.
+    for count in ("0", "-1"):
+        result = runner.invoke(cli, ["eval", "any-run", "--max-tasks", count])
+        assert result.exit_code == 2 and "--max-tasks" in result.output and "x>=1" in result.output

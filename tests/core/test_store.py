@@ -115,6 +115,18 @@ def test_dead_running_run_reads_as_crashed_and_unknown_ids_are_clear(tmp_path):
         store.get_run("zzz")
 
 
+def test_run_id_prefix_and_suffix_take_like_wildcards_literally(tmp_path):
+    store = RunStore(_url(tmp_path))
+    for run_id in ("20260101-000000-1b7cab", "20260102-000000-2c8dbc", "20260103-000000-3d9ecd"):
+        store.create_run(run_id, name="n", recipe="", config={}, config_hash="h", seed=0, run_dir="", plugins=[])
+    assert store.get_run("1b7cab").id == "20260101-000000-1b7cab"  # a suffix
+    assert store.get_run("20260102").id == "20260102-000000-2c8dbc"  # a prefix
+    # "%" and "_" are characters of the id typed, not SQL LIKE wildcards matching any id.
+    for typed in ("%1b7cab", "%", "_", "2026010_", "20260101-000000-1b7ca_"):
+        with pytest.raises(StoreError, match=f"no run '{typed}'"):
+            store.get_run(typed)
+
+
 def test_lone_surrogates_from_model_output_are_replaced_counted_and_stored(tmp_path):
     """json.loads turns the escape "\\ud800" in a model's tool-call arguments into a lone surrogate, which
     has no UTF-8 encoding: the store write (and every later read or print) must not fail on it."""

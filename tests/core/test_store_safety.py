@@ -71,6 +71,79 @@ def test_a_read_only_store(tmp_path):
         read_only.add_event("r1", "note", "x")
 
 
+def _foreign_database(path):
+    """Another application's SQLite database (rollback journal, one table with a row)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO customers VALUES (1, 'ada')")
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_another_applications_database_is_refused_and_left_byte_for_byte_unchanged(tmp_path, create):
+    path = tmp_path / "customers.sqlite"
+    before = _foreign_database(path)
+    with pytest.raises(StoreError, match=r"customers.sqlite is not a seal-platform run store \(its tables: "
+                                         r"customers\); nothing was changed: give --store"):
+        RunStore(f"sqlite:///{path}", create=create)
+    assert path.read_bytes() == before  # no tables added, no switch to WAL
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["customers.sqlite"]  # no -wal, -shm or .lock either
+    with sqlite3.connect(path) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["customers"]
+
+
+def test_an_existing_store_is_not_created_where_none_is(tmp_path):
+    missing = tmp_path / "typo.sqlite"
+    with pytest.raises(StoreError, match=rf"no run store at {missing}: nothing was created"):
+        RunStore(f"sqlite:///{missing}", create=False)
+    assert list(tmp_path.iterdir()) == []
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    with pytest.raises(StoreError, match=r"empty.sqlite is an empty database, not a seal-platform run store"):
+        RunStore(f"sqlite:///{empty}", create=False)
+    assert empty.read_bytes() == b""
+    store = RunStore(f"sqlite:///{empty}")  # a new store where one is to be made: as before
+    store.add_event(None, "hello", "x")
+    store.close()
+    assert [e.kind for e in RunStore(f"sqlite:///{empty}", create=False).events(None)] == ["hello"]  # it exists now
+
+
+def _damaged_stores(tmp_path):
+    """A real store cut to half its size, and to its first 23 bytes (a copy interrupted early)."""
+    path = tmp_path / "good.sqlite"
+    store = RunStore(f"sqlite:///{path}")
+    for i in range(3):
+        store.create_run(f"2026010{i}-000000-abcde{i}", name="n", recipe="", config={}, config_hash="h", seed=0,
+                         run_dir=str(tmp_path), plugins=[])
+    store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = path.read_bytes()
+    (tmp_path / "half.sqlite").write_bytes(data[: len(data) // 2])
+    (tmp_path / "trunc.sqlite").write_bytes(data[:23])
+    return tmp_path / "half.sqlite", tmp_path / "trunc.sqlite"
+
+
+@pytest.mark.parametrize("how", [dict(read_only=True), dict(create=False), dict()])
+def test_a_damaged_store_is_one_paragraph(tmp_path, how):
+    for path in _damaged_stores(tmp_path):
+        before = path.read_bytes()
+        with pytest.raises(StoreError, match=rf"run store {path} is not a usable SQLite database \((database disk "
+                                             r"image is malformed|file is not a database)\): give --store"):
+            RunStore(f"sqlite:///{path}", **how)
+        assert path.read_bytes() == before
+
+
+def test_a_missing_database_driver_is_one_paragraph_naming_it():
+    import importlib.util
+
+    if importlib.util.find_spec("pg8000") is not None:
+        pytest.skip("pg8000 is installed")
+    with pytest.raises(StoreError, match=r"cannot open run store postgresql\+pg8000://x@127.0.0.1:1/x: its database "
+                                         r"driver for 'postgresql\+pg8000' \(pg8000\) is not installed: install it"):
+        RunStore("postgresql+pg8000://x@127.0.0.1:1/x")
+
+
 def test_cli_errors_for_bad_stores_are_one_paragraph(tmp_path):
     from click.testing import CliRunner
 

@@ -76,6 +76,9 @@ def test_command_table_and_json(tmp_path):
     assert none.exit_code == 0 and "no turn labelled by both" in none.output
     missing = runner.invoke(cli, ["diagnose-agreement", "nope", "--store", url])
     assert missing.exit_code == 2 and "no run 'nope'" in missing.output and "Traceback" not in missing.output
+    # --store takes a plain file path as every core command does, not only a URL.
+    by_path = runner.invoke(cli, ["diagnose-agreement", "20260101", "--store", url.removeprefix("sqlite:///"), "--json"])
+    assert by_path.exit_code == 0 and by_path.output == result.output, by_path.output
 
 
 def test_installed_console_script_has_the_command(tmp_path):
