@@ -312,11 +312,12 @@ def load_recipe_data(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any
     return deep_merge(load_recipe_data(base_path, (*_chain, path)), data)
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``training.steps=3`` -> (["training", "steps"], 3). The value is read as a YAML scalar or list."""
+def parse_override(text: str, example: str = "training.steps=2") -> tuple[list[str], Any]:
+    """``training.steps=3`` -> (["training", "steps"], 3). The value is read as a YAML scalar or list.
+    ``example``: a valid override where this one is given, for the error message."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
-        raise ConfigError(f"override {text!r} is not of the form key.sub=value (e.g. training.steps=2).")
+        raise ConfigError(f"override {text!r} is not of the form key.sub=value (e.g. {example}).")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
@@ -326,9 +327,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: list[str], example: str = "training.steps=2") -> dict[str, Any]:
     for text in overrides:
-        path, value = parse_override(text)
+        path, value = parse_override(text, example)
         node = data
         for part in path[:-1]:
             child = node.get(part)

@@ -20,7 +20,7 @@ def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[s
     not UTF-8 gets an error record instead of stopping the whole file."""
     host = make_plugin_manager()  # a benchmark is an environment name, not a plugin name
     owner, spec = host.require("benchmark", benchmark)
-    settings = apply_overrides({}, overrides)
+    settings = apply_overrides({}, overrides, example=f"{benchmark}.KEY=VALUE with a KEY from `seal-platform settings`")
     config, issues = validate_core({"environment": benchmark, "settings": settings})  # --set bfcl=1: not a mapping
     raise_for(issues, "--set")
     assert config is not None  # validate_core gives a config or issues

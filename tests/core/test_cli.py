@@ -136,6 +136,9 @@ def test_verify_keeps_order_and_reports_bad_lines(runner, tmp_path, toy_site, mo
     for bad in ("toy=1", "toy=null", "toy=[1]"):
         result = runner.invoke(cli, ["verify", "--benchmark", "toy", "--set", bad, str(data)])
         assert result.exit_code == 2 and "settings.toy: Input should be a valid dictionary" in result.output, bad
+    # Its keys are under settings: the example says so (it said training.steps=2, which --set then refuses).
+    result = runner.invoke(cli, ["verify", "--benchmark", "toy", "--set", "foo", str(data)])
+    assert result.exit_code == 2 and "e.g. toy.KEY=VALUE" in result.output and "training" not in result.output
 
 
 def _pip_install_example(target: Path) -> None:
