@@ -637,6 +637,8 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     """
     from .verify import verify_lines
 
+    host = make_plugin_manager()
+    _warn_failed_plugins(host)  # on stderr: the output stays one JSON line per input line
     # At exit the interpreter's last collection would walk every object this command made (tasks, backends,
     # caches: about 0.1 s, a tenth of a 3,200-line file on 2 cores); frozen, they are left to the process's
     # end. An atexit hook, so a process that calls this and goes on (a test) keeps its collector as it was.
@@ -648,7 +650,7 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
         # SIGTERM (timeout, a scheduler, CI) ends it as Ctrl-C does: the verifier's own clean-up runs (the
         # forked lanes are killed, not left running without their time limits), then exit 143.
         with _sigterm_interrupts():
-            for line in verify_lines(benchmark, file, list(overrides)):
+            for line in verify_lines(benchmark, file, list(overrides), host=host):
                 out.write(line + "\n")
             out.flush()
     except Terminated:

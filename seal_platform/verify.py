@@ -11,14 +11,16 @@ from .context import RunContext
 from .environment import BatchVerifyingEnvironment, VerifyingEnvironment
 from .errors import SealError
 from .lifecycle import lifecycle
-from .plugins import make_plugin_manager
+from .plugins import PluginHost, make_plugin_manager
 
 
-def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[str]) -> Iterator[str]:
+def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[str],
+                 host: PluginHost | None = None) -> Iterator[str]:
     """One output line (JSON) per non-blank input line, in input order; bad lines become ``{"error": ...}``
     and the lines after them are still scored. Lines may be bytes (a file opened in binary): one that is
-    not UTF-8 gets an error record instead of stopping the whole file."""
-    host = make_plugin_manager()  # a benchmark is an environment name, not a plugin name
+    not UTF-8 gets an error record instead of stopping the whole file. ``host``: the plugins (default: every
+    installed one)."""
+    host = host or make_plugin_manager()  # a benchmark is an environment name, not a plugin name
     owner, spec = host.require("benchmark", benchmark)
     settings = apply_overrides({}, overrides, example=f"{benchmark}.KEY=VALUE with a KEY from `seal-platform settings`")
     config, issues = validate_core({"environment": benchmark, "settings": settings})  # --set bfcl=1: not a mapping

@@ -135,7 +135,8 @@ class RunStore:
 
     def _open_read_only(self, url: str) -> None:
         if safety.sqlite_path(url) is None:
-            raise StoreError(f"run store {url}: only an SQLite file can be opened read-only; open it normally.")
+            raise StoreError(f"run store {url}: not an SQLite file (an in-memory database holds no runs); give "
+                             "--store the store.sqlite of a runs directory.")
         reason = readonly.not_writable(url) or "opened read-only"
         error: BaseException | None = None
         for ro_url in readonly.read_only_urls(url):

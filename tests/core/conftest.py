@@ -11,6 +11,23 @@ import yaml
 HERE = Path(__file__).resolve().parent
 
 
+# A plugin whose registration hook raises (it also implements a stage, so a recipe can depend on it): the
+# plugin tests and the plugin-contract tests install it under their own names.
+RAISING_REGISTRATION = """
+from seal_platform.hookspecs import hookimpl
+
+
+@hookimpl
+def register_environments():
+    raise RuntimeError("boom in register_environments")
+
+
+@hookimpl
+def optimize(ctx, engine, trajectories, weights, step):
+    return None
+"""
+
+
 def make_dist(root: Path, name: str, version: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> Path:
     """Write an installed-looking distribution (dist-info with entry points) plus its modules into ``root``,
     the way pip would lay it out in site-packages, so importlib.metadata finds it on sys.path."""

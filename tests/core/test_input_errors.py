@@ -92,3 +92,9 @@ def test_config_show_refuses_what_a_run_would_refuse_and_eval_refuses_a_task_cou
     for count in ("0", "-1"):
         result = runner.invoke(cli, ["eval", "any-run", "--max-tasks", count])
         assert result.exit_code == 2 and "--max-tasks" in result.output and "x>=1" in result.output
+
+
+def test_an_in_memory_store_url_for_a_read_command_says_what_to_give():
+    result = CliRunner().invoke(cli, ["runs", "--store", "sqlite://"])
+    assert result.exit_code == 2 and "in-memory database holds no runs" in result.output
+    assert "open it normally" not in result.output  # advice a read command cannot follow

@@ -13,7 +13,7 @@ from seal_platform.planning import load_recipe, plan_config, plan_recipe
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.registry import EnvironmentSpec
 
-from .conftest import make_dist
+from .conftest import RAISING_REGISTRATION, make_dist
 
 
 class Misspelt:
@@ -135,21 +135,6 @@ def test_every_run_names_the_plugins_that_failed_to_load(broken_site, toy_recipe
     assert "warning: plugin 'kv' (seal-kv) was not loaded: ImportError: kv needs libkv" in result.output
 
 
-RAISING_REGISTRATION = """
-from seal_platform import hookimpl
-
-
-@hookimpl
-def register_environments():
-    raise RuntimeError("boom in register_environments")
-
-
-@hookimpl
-def optimize(ctx, engine, trajectories, weights, step):
-    return None
-"""
-
-
 def test_a_plugin_whose_registration_raises_is_skipped_unless_the_recipe_needs_it(toy_site, toy_recipe, monkeypatch):
     from seal_platform.cli import cli
 
@@ -171,6 +156,12 @@ def test_a_plugin_whose_registration_raises_is_skipped_unless_the_recipe_needs_i
     with pytest.raises(ConfigError) as info:
         plan_recipe(toy_recipe, ["plugins.allow=[toy,badreg]", "environment=bad"])
     assert "'badreg' (seal-badreg): register_environments raised RuntimeError" in str(info.value)
+    # verify scores with the plugins that loaded and says on stderr which did not (stdout stays the results).
+    data = toy_recipe.parent / "in.jsonl"
+    data.write_text('{"task_id": "a", "answer": 42}\n')
+    result = CliRunner().invoke(cli, ["verify", "--benchmark", "toy", str(data)])
+    assert result.exit_code == 0 and result.stdout.strip() == '{"task_id": "a", "success": true}', result.output
+    assert "warning: plugin 'badreg' (seal-badreg) was not loaded" in result.stderr
 
 
 OTHER_DIAGNOSERS = '''

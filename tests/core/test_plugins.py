@@ -7,7 +7,7 @@ import pytest
 from seal_platform.errors import PluginError
 from seal_platform.plugins import make_plugin_manager
 
-from .conftest import make_dist
+from .conftest import RAISING_REGISTRATION, make_dist
 
 GOOD = """
 from seal_platform.hookspecs import hookimpl
@@ -133,17 +133,6 @@ def register_settings():
     return {"garbage": int}
 """
 
-RAISES = """
-from seal_platform.hookspecs import hookimpl
-
-@hookimpl
-def register_environments():
-    raise RuntimeError("boom in register_environments")
-
-@hookimpl
-def optimize(ctx, engine, trajectories, weights, step):
-    return None
-"""
 
 PROVIDER = """
 from seal_platform.hookspecs import hookimpl
@@ -166,7 +155,7 @@ def diagnose(ctx, trajectories):
 @pytest.fixture
 def bad_site(site):
     make_dist(site, "seal-garbage", "0.1", {"garbage": "garbage_plugin"}, {"garbage_plugin.py": GARBAGE})
-    make_dist(site, "seal-raises", "0.2", {"raises": "raises_plugin"}, {"raises_plugin.py": RAISES})
+    make_dist(site, "seal-raises", "0.2", {"raises": "raises_plugin"}, {"raises_plugin.py": RAISING_REGISTRATION})
     make_dist(site, "seal-provider", "1.0", {"provider": "provider_plugin"}, {"provider_plugin.py": PROVIDER})
     return site
 
