@@ -28,6 +28,27 @@ def optimize(ctx, engine, trajectories, weights, step):
 """
 
 
+def damaged_store_files(tmp_path: Path) -> tuple[Path, Path]:
+    """A real run store with three runs, cut to half its size and to its first 23 bytes (copies interrupted
+    early): the store tests and the CLI tests both read them."""
+    import sqlite3
+
+    from seal_platform.store import RunStore
+
+    good = tmp_path / "good.sqlite"
+    store = RunStore(f"sqlite:///{good}")
+    for i in range(3):
+        store.create_run(f"2026010{i}-000000-abcde{i}", name="n", recipe="", config={}, config_hash="h", seed=0,
+                         run_dir=str(tmp_path), plugins=[])
+    store.close()
+    with sqlite3.connect(good) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = good.read_bytes()
+    (tmp_path / "half.sqlite").write_bytes(data[: len(data) // 2])
+    (tmp_path / "trunc.sqlite").write_bytes(data[:23])
+    return tmp_path / "half.sqlite", tmp_path / "trunc.sqlite"
+
+
 def make_dist(root: Path, name: str, version: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> Path:
     """Write an installed-looking distribution (dist-info with entry points) plus its modules into ``root``,
     the way pip would lay it out in site-packages, so importlib.metadata finds it on sys.path."""

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from seal_platform.cli import cli
 
-from .conftest import make_dist
+from .conftest import damaged_store_files, make_dist
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -199,31 +199,12 @@ def test_resume_and_eval_open_an_existing_store_only_and_never_change_another_ap
         assert sorted(p.name for p in tmp_path.iterdir()) == ["customers.sqlite"], cmd
 
 
-def _damaged_store_files(tmp_path: Path) -> list[Path]:
-    import sqlite3
-
-    from seal_platform.store import RunStore
-
-    good = tmp_path / "good.sqlite"
-    store = RunStore(f"sqlite:///{good}")
-    for i in range(3):
-        store.create_run(f"2026010{i}-000000-abcde{i}", name="n", recipe="", config={}, config_hash="h", seed=0,
-                         run_dir=str(tmp_path), plugins=[])
-    store.close()
-    with sqlite3.connect(good) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    data = good.read_bytes()
-    (tmp_path / "half.sqlite").write_bytes(data[: len(data) // 2])  # a copy cut short
-    (tmp_path / "trunc.sqlite").write_bytes(data[:23])
-    return [tmp_path / "half.sqlite", tmp_path / "trunc.sqlite"]
-
-
 def test_a_damaged_store_directory_or_missing_driver_is_one_line_with_exit_2(runner, tmp_path):
     import importlib.util
 
     commands = (["runs"], ["show", "x"], ["report", "x"], ["compare", "x", "y"], ["transcripts", "x"],
                 ["upgrade-store"], ["eval", "x"], ["run", "--resume", "x"])
-    for path in _damaged_store_files(tmp_path):
+    for path in damaged_store_files(tmp_path):
         before = path.read_bytes()
         for cmd in commands:
             result = runner.invoke(cli, [*cmd, "--store", str(path)])

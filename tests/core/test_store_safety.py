@@ -10,6 +10,8 @@ import pytest
 from seal_platform.errors import StoreError
 from seal_platform.store import RunStore
 
+from .conftest import damaged_store_files
+
 
 def _open_and_write(url: str, index: int, barrier, errors) -> None:
     try:
@@ -108,25 +110,9 @@ def test_an_existing_store_is_not_created_where_none_is(tmp_path):
     assert [e.kind for e in RunStore(f"sqlite:///{empty}", create=False).events(None)] == ["hello"]  # it exists now
 
 
-def _damaged_stores(tmp_path):
-    """A real store cut to half its size, and to its first 23 bytes (a copy interrupted early)."""
-    path = tmp_path / "good.sqlite"
-    store = RunStore(f"sqlite:///{path}")
-    for i in range(3):
-        store.create_run(f"2026010{i}-000000-abcde{i}", name="n", recipe="", config={}, config_hash="h", seed=0,
-                         run_dir=str(tmp_path), plugins=[])
-    store.close()
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    data = path.read_bytes()
-    (tmp_path / "half.sqlite").write_bytes(data[: len(data) // 2])
-    (tmp_path / "trunc.sqlite").write_bytes(data[:23])
-    return tmp_path / "half.sqlite", tmp_path / "trunc.sqlite"
-
-
 @pytest.mark.parametrize("how", [dict(read_only=True), dict(create=False), dict()])
 def test_a_damaged_store_is_one_paragraph(tmp_path, how):
-    for path in _damaged_stores(tmp_path):
+    for path in damaged_store_files(tmp_path):
         before = path.read_bytes()
         with pytest.raises(StoreError, match=rf"run store {path} is not a usable SQLite database \((database disk "
                                              r"image is malformed|file is not a database)\): give --store"):
