@@ -42,8 +42,7 @@ class SealGroup(click.Group):
         except SealError as exc:
             if os.environ.get("SEAL_PLATFORM_DEBUG"):
                 raise
-            # The message is text: a "[binary]" or "[a, b]" in it is not rich markup.
-            errors.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
+            _print_error(exc)
             ctx.exit(2)
         except Exception as exc:
             # A store the database itself refuses (a damaged page found mid-command, a lost server): the
@@ -51,9 +50,13 @@ class SealGroup(click.Group):
             store_error = _store_failure(ctx, exc)
             if store_error is None or os.environ.get("SEAL_PLATFORM_DEBUG"):
                 raise
-            errors.print(f"[bold red]Error:[/] {escape(str(store_error))}", highlight=False, markup=True,
-                         soft_wrap=True)
+            _print_error(store_error)
             ctx.exit(2)
+
+
+def _print_error(exc: BaseException) -> None:
+    # The message is text: a "[binary]" or "[a, b]" in it is not rich markup.
+    errors.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
 
 
 _STORE_URL_KEY = "seal_platform.store_url"
@@ -99,7 +102,7 @@ def open_store(url: str | None, *, write: bool = False) -> Any:
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise SealError(f"no run store at {url.removeprefix('sqlite:///')}: no run has been made here yet "
                         f"(give --store or set {ENV_STORE}).")
-    # write=True: the store must exist (create=False): a database without seal-platform's tables is refused.
+    # Either way the store must exist (create=False): a database without seal-platform's tables is refused.
     return RunStore(url, read_only=not write and url.startswith("sqlite:"), create=False)
 
 
@@ -550,25 +553,8 @@ def upgrade_store(store_url: str | None) -> None:
     click.get_current_context().meta[_STORE_URL_KEY] = url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise SealError(f"no run store at {url.removeprefix('sqlite:///')}.")
-    from sqlalchemy import create_engine, inspect
-    from sqlalchemy.exc import DatabaseError
-
-    from .store import safety
-    from .store.readonly import read_only_urls
-
-    if safety.sqlite_path(url) is not None:  # look before touching: opening it normally would switch it to WAL
-        safety.check_file(url)  # a directory, a file that is not SQLite: refused before SQLite opens it
-        probe = create_engine(read_only_urls(url)[0])
-        try:
-            tables = set(inspect(probe).get_table_names())
-        except DatabaseError as exc:  # damaged ("malformed"), or unreadable
-            raise safety.describe(url, exc, None) from None
-        finally:
-            probe.dispose()
-        if tables and "runs" not in tables:
-            raise SealError(f"{url} is not a seal-platform run store (its tables: {', '.join(sorted(tables)[:8])}); "
-                            "nothing was changed.")
-    before = RunStore(url, migrate=False)
+    before = RunStore(url, migrate=False)  # refuses a directory or a non-SQLite file; connects to nothing yet
+    before.refuse_foreign()  # look before touching: reading the revision through the store switches it to WAL
     old = before.schema_revision()
     before.close()
     store = RunStore(url)

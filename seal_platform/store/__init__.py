@@ -159,7 +159,7 @@ class RunStore:
     # --- schema ----------------------------------------------------------------------------------------
 
     def migrate(self, revision: str = "head") -> None:
-        self._refuse_foreign()
+        self.refuse_foreign()
         try:
             # One migrator at a time: processes creating the same new store must not both create tables.
             with safety.migration_lock(self.url, self.engine), safety.migration_engine(self.engine) as engine:
@@ -170,8 +170,9 @@ class RunStore:
         except (SQLAlchemyError, CommandError, OSError) as exc:
             raise safety.translate(self.url, self.engine, self.head_revision(), exc) from None
 
-    def _refuse_foreign(self) -> None:
-        """Before anything writes (the WAL switch, the migration lock's file, the tables): refuse a database
+    def refuse_foreign(self) -> None:
+        """Before anything writes (the WAL switch, the migration lock's file, the tables; ``migrate`` calls it
+        first, ``upgrade-store`` before it reads the schema revision): refuse a database
         that holds other tables and no seal-platform schema -- someone else's data, given as --store by
         mistake -- and, when the store must exist (``create=False``), one without seal-platform's tables."""
         where = safety.sqlite_path(self.url) or self.url
