@@ -26,10 +26,11 @@ class Restored:
     interface: Interface | None
 
 
-def check_restart_point(store: RunStore, run_id: str, n: int) -> None:
+def check_restart_point(store: RunStore, run_id: str, n: int, durable: list[Any] | None = None) -> None:
     """SealError when ``--restart-from-step N`` cannot be honoured (N > 0 needs the durable checkpoint after
-    step N - 1). The run checks it before it loads or writes anything, so a wrong N changes nothing."""
-    durable = durable_checkpoints(store, run_id)
+    step N - 1). The run checks it before it loads or writes anything, so a wrong N changes nothing.
+    ``durable``: the run's durable checkpoints, where the caller has them already."""
+    durable = durable_checkpoints(store, run_id) if durable is None else durable
     if n > 0 and not any(c.step == n - 1 for c in durable):
         have = ", ".join(str(c.step) for c in durable) or "none"
         raise SealError(f"--restart-from-step {n}: run {run_id} has no durable checkpoint after step {n - 1} "
@@ -38,7 +39,7 @@ def check_restart_point(store: RunStore, run_id: str, n: int) -> None:
 
 def _restart_point(store: RunStore, run_id: str, durable: list[Any], n: int) -> list[Any]:
     """The durable checkpoints a ``--restart-from-step N`` resume keeps: those up to step N - 1."""
-    check_restart_point(store, run_id, n)
+    check_restart_point(store, run_id, n, durable)
     store.add_event(run_id, "resume", f"restart from step {n} asked for (--restart-from-step {n})")
     return [c for c in durable if c.step <= n - 1]
 
