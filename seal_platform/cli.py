@@ -306,7 +306,7 @@ def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
     """Report every problem in RECIPE at once; exit 1 if there is any."""
     from .planning import recipe_problems
 
-    config_, issues, path = recipe_problems(recipe, list(overrides))
+    config_, issues, path = recipe_problems(recipe, list(overrides), on_host=_warn_failed_plugins)
     if issues:
         with_overrides = " with its command-line overrides" if any(i.source.startswith("override ") for i in issues) else ""
         errors.print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)

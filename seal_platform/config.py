@@ -327,17 +327,29 @@ def parse_override(text: str, example: str = "training.steps=2") -> tuple[list[s
     return key.strip().split("."), value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str], example: str = "training.steps=2") -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: list[str], example: str = "training.steps=2",
+                    problems: list[Issue] | None = None) -> dict[str, Any]:
+    """``data`` with each ``key.sub=value`` override set in it. A malformed override, or one that goes
+    through a key holding a value, raises ConfigError; with a ``problems`` list it is added there as an
+    :class:`Issue` instead and left out, and the other overrides are still applied (so that ``config
+    validate`` reports every problem at once)."""
     for text in overrides:
-        path, value = parse_override(text, example)
-        node = data
-        for part in path[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                raise ConfigError(f"override {text!r}: {part!r} holds a value, not a section.")
-            node = child
+        try:
+            path, value = parse_override(text, example)
+            node = data
+            for part in path[:-1]:
+                child = node.get(part)
+                if child is None:
+                    child = node[part] = {}
+                elif not isinstance(child, dict):
+                    raise ConfigError(f"override {text!r}: {part!r} holds a value, not a section.")
+                node = child
+        except ConfigError as exc:
+            if problems is None:
+                raise
+            what = str(exc).removeprefix(f"override {text!r}").removeprefix(":").strip().rstrip(".")
+            problems.append(Issue(text.partition("=")[0].strip() or "(override)", what, source=f"override {text!r}"))
+            continue
         node[path[-1]] = value
     return data
 

@@ -100,7 +100,9 @@ def register_environments() -> list[EnvironmentSpec]:
     Called when a run starts and by ``seal-platform plugins``, ``verify`` and ``config validate``.
 
     :returns: a list of :class:`seal_platform.registry.EnvironmentSpec` (name, factory, description). The
-        factory is called as ``factory(ctx)`` and returns an object satisfying
+        factory is called as ``factory(ctx)``, after ``start_run`` and before the rollout engine is built (so
+        that a bad split or an empty task list is refused before a long model load; the engine is not yet in
+        ``ctx.shared``), and returns an object satisfying
         :class:`seal_platform.environment.Environment`. The plugin that registers the environment named by
         the recipe's ``environment`` key owns the ``collect`` and ``evaluate`` stages.
 
@@ -128,7 +130,7 @@ def register_rollout_engines() -> list[EngineSpec]:
     """Declare the rollout engines (generation back ends) this plugin provides.
 
     Called when a run starts. The engine named by the recipe's ``rollout.engine`` key is built once per run
-    as ``factory(ctx)``, after ``start_run``, and passed to ``collect``, ``evaluate`` and ``optimize``.
+    as ``factory(ctx)``, after ``start_run`` and after the environment and its tasks, and passed to ``collect``, ``evaluate`` and ``optimize``.
 
     :returns: a list of :class:`seal_platform.registry.EngineSpec` (name, factory, description). The factory
         returns an object satisfying :class:`seal_platform.engine.RolloutEngine`; it must import heavy

@@ -2,8 +2,9 @@
 checkpoint (``eval``) and offline scoring (``verify``).
 
     with lifecycle(host, ctx, resumed=False, owns_run=True, on_exit=progress.stop) as life:
-        engine = life.engine()             # the recipe's rollout engine, published as ctx.shared["engine"]
         environment = life.environment()  # the recipe's environment, built by its plugin's factory
+        ...                                # its tasks: a bad split fails here, before the model load
+        engine = life.engine()             # the recipe's rollout engine, published as ctx.shared["engine"]
         ...
 
 On entry: the run's heartbeat starts (``owns_run``: the process holds the run's store row), then the plugins'

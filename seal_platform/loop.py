@@ -185,14 +185,18 @@ class Runner:
         with lifecycle(self.host, self.ctx, resumed=self.resumed, owns_run=True, on_exit=self.progress.stop) as life:
             assert life.heartbeat is not None  # the run owns its store row
             self._heartbeat = life.heartbeat
-            self.progress.stage(self.start_step, "load model")
-            engine = life.engine()
+            # The environment and its tasks before the engine: a split the environment does not have, or no
+            # tasks, is refused before the model load that the engine may take minutes for.
             self.progress.stage(self.start_step, "build environment")
             environment = life.environment()
+            train_tasks, eval_tasks = self._tasks(environment)
+            self.progress.stage(self.start_step, "load model")
+            engine = life.engine()
             self._record_stage_time("setup", self.start_step, time.perf_counter() - setup_started)
-            return self._train(environment, engine)
+            return self._train(environment, engine, train_tasks, eval_tasks)
 
-    def _train(self, env: Environment, engine: Any) -> RunSummary:
+    def _tasks(self, env: Environment) -> tuple[list[Task], list[Task]]:
+        """The run's training tasks (``training.max_train_tasks`` of them at most) and evaluation tasks."""
         cfg = self.config
         owner = self.plan.env_owner
         train_tasks = wrap("tasks", owner, lambda: env.tasks("train"))
@@ -201,6 +205,11 @@ class Runner:
         eval_tasks = _eval_tasks(env, owner, cfg)
         if not train_tasks and (cfg.training.steps or 0) != 0:
             raise SealError(f"environment {cfg.environment!r} has no training tasks with these settings.")
+        return train_tasks, eval_tasks
+
+    def _train(self, env: Environment, engine: Any, train_tasks: list[Task], eval_tasks: list[Task]) -> RunSummary:
+        cfg = self.config
+        owner = self.plan.env_owner
         # Like the reference's data loader, an epoch drops its last partial batch (400 tasks / 32 = 12 steps).
         steps_per_epoch = max(1, len(train_tasks) // cfg.training.tasks_per_step)
         total = cfg.training.steps if cfg.training.steps is not None else cfg.training.epochs * steps_per_epoch
@@ -458,13 +467,13 @@ def evaluate_checkpoint(
     ctx.executor = scaleout.build_executor(host, ctx, on_progress=progress.episodes)
     done = ckpt.step + 1
     with lifecycle(host, ctx, resumed=True, on_exit=progress.stop) as life:
+        progress.stage(done, "build environment")  # a bad split is refused before the model load
+        env = life.environment()
+        tasks = _eval_tasks(env, plan.env_owner, config)
         progress.stage(done, "load model")
         engine = life.engine()
         progress.stage(done, "load checkpoint")
         load_plugin_checkpoints(host, ctx, Path(ckpt.path), ckpt.step)
-        progress.stage(done, "build environment")
-        env = life.environment()
-        tasks = _eval_tasks(env, plan.env_owner, config)
         progress.stage(done, "evaluate")
         result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done)
         store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}))

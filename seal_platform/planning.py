@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
@@ -55,23 +55,32 @@ def load_recipe(recipe: str | Path | None, overrides: Sequence[str] = ()) -> tup
     overrides and check the core keys. Returns the config (None if the core keys are wrong), the problems
     found (each naming its source: the recipe file and line, or the override) and the resolved path."""
     path = resolve_recipe_path(None if recipe is None else str(recipe))
-    data = apply_overrides(load_recipe_data(path), list(overrides))
+    bad_overrides: list[Issue] = []  # each a problem of its own; the recipe is checked with the others
+    data = apply_overrides(load_recipe_data(path), list(overrides), problems=bad_overrides)
     config, issues = validate_core(data)
-    return config, RecipeOrigin(path, list(overrides)).annotate(issues), path
+    if bad_overrides:
+        config = None
+    return config, bad_overrides + RecipeOrigin(path, list(overrides)).annotate(issues), path
 
 
-def recipe_problems(recipe: str | Path | None, overrides: Sequence[str] = ()) -> tuple[RunConfig | None, list[Issue], Path]:
+def recipe_problems(
+    recipe: str | Path | None, overrides: Sequence[str] = (), on_host: Callable[[PluginHost], None] | None = None,
+) -> tuple[RunConfig | None, list[Issue], Path]:
     """:func:`load_recipe`, then every other problem of the recipe at once: plugin settings, environment,
     engine and stages -- also when core keys are wrong (the rest is checked with the bad keys left out).
-    ``config validate`` and ``run`` both report what this finds, so they refuse the same recipes alike."""
+    ``config validate`` and ``run`` both report what this finds, so they refuse the same recipes alike.
+    ``on_host`` is given the plugin host the recipe was checked with (``config validate`` names the plugins
+    that failed to load from it), when one could be built."""
     config, issues, path = load_recipe(recipe, overrides)
-    checked = config or salvage_config(apply_overrides(load_recipe_data(path), list(overrides)))
+    checked = config or salvage_config(apply_overrides(load_recipe_data(path), list(overrides), problems=[]))
     if checked is not None:
         try:
             host = plugin_host_for(checked)
         except PluginError as exc:
             issues.append(Issue("plugins", str(exc)))
         else:
+            if on_host is not None:
+                on_host(host)
             issues.extend(check_recipe(checked, host)[1])
     RecipeOrigin(path, list(overrides)).annotate(issues)  # each problem names its file line or override
     return (config if not issues else None), issues, path

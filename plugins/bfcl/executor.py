@@ -498,4 +498,5 @@ def _failed_outcome(task: Task, model_turns: list[list[ParsedCall]], reason: str
         error_message=reason,
         n_gt_turns=len(gt_turns),
         n_model_turns=len(model_turns),
+        unfinished=reason,
     )

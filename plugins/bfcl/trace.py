@@ -156,6 +156,8 @@ class VerifyOutcome:
     ``success`` is the official binary verdict: as many model turns as ground-truth turns and every turn
     passed. ``error_type``/``error_message`` describe the first failure as the official checker would
     (``None`` on success). ``turns`` has one verdict per ground-truth turn (see the module doc for checks).
+    ``unfinished`` says why the verifier could not finish the transcript (it overran its time limit, its
+    worker died): then every turn is a checker error, not the model's verdict. None when it finished.
     """
 
     success: bool
@@ -164,6 +166,7 @@ class VerifyOutcome:
     error_message: str | None = None
     n_gt_turns: int = 0
     n_model_turns: int = 0
+    unfinished: str | None = None
 
     @property
     def turn_count_ok(self) -> bool:
@@ -178,6 +181,7 @@ class VerifyOutcome:
             "error_message": self.error_message,
             "n_gt_turns": self.n_gt_turns,
             "n_model_turns": self.n_model_turns,
+            "unfinished": self.unfinished,
         }
 
     @classmethod
@@ -189,4 +193,5 @@ class VerifyOutcome:
             error_message=data.get("error_message"),
             n_gt_turns=int(data.get("n_gt_turns", 0)),
             n_model_turns=int(data.get("n_model_turns", 0)),
+            unfinished=data.get("unfinished"),
         )

@@ -162,7 +162,10 @@ def verify_records(
 
     def output(task_id: str, task: Task, outcome: Any) -> dict[str, Any]:
         labels = list(label_turns(task, outcome)) if label_turns is not None else reference_labels(outcome)
-        return {"task_id": task_id, "success": outcome.success, "labels": labels}
+        out = {"task_id": task_id, "success": outcome.success, "labels": labels}
+        if outcome.unfinished:  # overran its limit, its worker or child died: says why, on either path
+            out["checker_error"] = outcome.unfinished
+        return out
 
     def answer(record: Any, outcome_of: Callable[[Task, list[list[ParsedCall]]], Any]) -> dict[str, Any]:
         """The output of one record, its outcome from ``outcome_of(task, parsed turns)``; a bad record's error."""
@@ -178,10 +181,7 @@ def verify_records(
     def failed(record: Any, reason: str) -> dict[str, Any]:
         """A transcript the verifier could not finish (it overran its time limit, crashed its child): failed,
         with every turn a checker error, and ``checker_error`` saying why -- not the model's verdict."""
-        out = answer(record, lambda task, turns: _failed_outcome(task, turns, reason))
-        if "error" not in out:
-            out["checker_error"] = reason
-        return out
+        return answer(record, lambda task, turns: _failed_outcome(task, turns, reason))
 
     if can_fork():
         # Each child checks, parses and verifies its own records, so none of that waits on this process. What

@@ -195,3 +195,28 @@ def test_a_stopped_or_killed_verify_command_takes_its_forked_lanes_with_it(tmp_p
         while _alive(lanes) and time.monotonic() < gone_by:
             time.sleep(0.1)
         assert not _alive(lanes), f"lanes still running after {how.name}"
+
+
+def test_the_worker_pool_path_says_which_transcripts_it_could_not_finish():
+    """Where forking is unsafe (another thread is alive), verify_records streams through the worker pool; a
+    transcript that overruns its limit there is reported as on the forked path: failed, ``checker_error``
+    saying why, and only that transcript."""
+    import threading
+
+    good = "multi_turn_base_15"
+    gt = ground_truth(get_task(good))
+    runaway = [list(turn) for turn in gt]
+    runaway[0] = ["power(base=10, exponent=300000000)", *runaway[0]]
+    records = [{"task_id": good, "turns": gt}, {"task_id": good, "turns": runaway}]
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert not can_fork()
+        with ToolExecutor(max_workers=1, episode_timeout_s=3.0) as pool:
+            out = verify_records(records, executor=lambda: pool, timeout_s=3.0)
+    finally:
+        release.set()
+        other.join()
+    assert out[0] == {"task_id": good, "success": True, "labels": ["pass"] * len(gt)}
+    assert out[1]["success"] is False and out[1]["checker_error"] == "verification took longer than 3 s"

@@ -274,6 +274,12 @@ def test_eval_a_checkpoint(runner, toy_recipe, toy_site, tmp_path):
     assert {(r.step, r.split) for r in rows} >= {(2, "eval")}
     missing = runner.invoke(cli, ["eval", run_id, "--store", store, "--step", "99"])
     assert missing.exit_code == 2 and "no durable checkpoint at step 99" in missing.output
+    # A split the environment lacks is refused before the engine (the model load) is built.
+    plugin = sys.modules["toy_plugin"].plugin
+    built = plugin.engines_built
+    bad = runner.invoke(cli, ["eval", run_id, "--store", store, "--split", "nope"])
+    assert bad.exit_code != 0 and "unknown split 'nope'" in bad.output, bad.output
+    assert plugin.engines_built == built
 
 
 def test_compare_lists_runs_side_by_side_and_fits_80_columns(runner, toy_recipe, toy_site, tmp_path):

@@ -30,6 +30,19 @@ def test_overrides_are_parsed_as_yaml_values():
             parse_override(bad)
     with pytest.raises(ConfigError, match="holds a value, not a section"):
         apply_overrides({"seed": 1}, ["seed.x=2"])
+    # With a problems list, each bad override is one problem and the others still apply.
+    problems: list = []
+    data = apply_overrides({"seed": 1}, ["seed.x=2", "=3", "training.steps=4"], problems=problems)
+    assert data == {"seed": 1, "training": {"steps": 4}}
+    assert [(p.where, p.source) for p in problems] == [("seed.x", "override 'seed.x=2'"), ("(override)", "override '=3'")]
+    assert "'seed' holds a value, not a section" in str(problems[0]) and "key.sub=value" in str(problems[1])
+
+
+def test_a_bad_override_is_one_of_the_problems_listed_not_the_only_one(tmp_path):
+    path = _write(tmp_path, {"environment": "toy", "training": {"steps": 1}})
+    config, issues, _ = load_recipe(str(path), ["training.steps.x=1", "seed=abc", "colour=blue"])
+    assert config is None
+    assert [i.source for i in issues] == ["override 'training.steps.x=1'", "override 'seed=abc'", "override 'colour=blue'"]
 
 
 def test_every_core_error_is_reported_with_its_place(tmp_path):

@@ -158,3 +158,19 @@ def test_a_machine_a_plugin_refuses_stops_the_run_before_anything_is_written(toy
     assert sys.modules["toy_plugin"].plugin.calls == ["check_machine"]  # no start_run, no model, no engine
     store = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}")
     assert store.list_runs() == []
+
+
+def test_a_split_the_environment_lacks_is_refused_before_the_engine_is_built(toy_recipe, toy_site, tmp_path):
+    """The environment and its tasks come before the engine, whose model load can take minutes: a bad split
+    fails the run at once, with the environment's own message, and no engine is ever built."""
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+
+    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "evaluation.split=nope", "--quiet"])
+    assert result.exit_code != 0
+    assert "unknown split 'nope'" in result.output, result.output
+    plugin = sys.modules["toy_plugin"].plugin
+    assert plugin.engines_built == 0 and "collect" not in plugin.calls
+    (row,) = RunStore(f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}").list_runs()
+    assert row.status == "failed" and "unknown split 'nope'" in (row.error or "")

@@ -133,6 +133,11 @@ def test_every_run_names_the_plugins_that_failed_to_load(broken_site, toy_recipe
     result = CliRunner().invoke(cli, ["run", str(toy_recipe), "training.steps=1", "plugins.allow=[toy,kv]", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "warning: plugin 'kv' (seal-kv) was not loaded: ImportError: kv needs libkv" in result.output
+    # config validate names it too, whether the recipe is valid or not (a failed plugin may be why it is not).
+    for extra, code in (([], 0), (["training.steps=-3"], 1)):
+        result = CliRunner().invoke(cli, ["config", "validate", str(toy_recipe), "plugins.allow=[toy,kv]", *extra])
+        assert result.exit_code == code, result.output
+        assert "warning: plugin 'kv' (seal-kv) was not loaded: ImportError: kv needs libkv" in result.output
 
 
 def test_a_plugin_whose_registration_raises_is_skipped_unless_the_recipe_needs_it(toy_site, toy_recipe, monkeypatch):

@@ -86,6 +86,8 @@ class ToyEnvironment:
         self.settings = settings
 
     def tasks(self, split: str) -> list[Task]:
+        if split not in ("train", "eval", "test", "ood"):
+            raise ValueError(f"unknown split {split!r}: the toy has 'train', 'eval', 'test' and 'ood'")
         offset = 0 if split == "train" else 1000
         return [
             Task(id=f"{split}-{i}", category="small" if i % 2 else "big", split=split,
@@ -186,6 +188,7 @@ class ToyPlugin:
         self.seen_clusters: dict[str, object] = {}  # hook or factory -> the cluster it was given
         self.seen_versions: dict[int, tuple[int, list]] = {}  # step -> (engine version, trajectories' versions)
         self.in_flight_at_update: dict[int, bool] = {}  # step -> the next step's rollouts were being collected
+        self.engines_built = 0
 
     def _note(self, name: str, ctx, **kwargs) -> ToySettings:
         self.calls.append(name)
@@ -208,6 +211,7 @@ class ToyPlugin:
     @hookimpl
     def register_rollout_engines(self):
         def build(ctx):
+            self.engines_built += 1
             return ToyEngine(ctx.shared["toy.skill"], ctx.seed, ctx.settings_for("toy", ToySettings).generate_sleep_s)
         return [EngineSpec("toy-engine", build, "a scripted engine whose skill grows")]
 
