@@ -379,6 +379,9 @@ def diagnose(ctx: RunContext, environment: Environment, trajectories: list[Traje
     :returns: a list of :class:`TurnLabel`, each naming its diagnoser in ``source``. The labels of the
         recipe's primary diagnoser (``diagnosis.primary``) drive the capability state and A-Patch; every
         diagnoser's labels are stored. A label may carry a ``confidence`` (0..1) when the diagnoser states one.
+        The core calls each plugin on its own and checks what it returns: anything but a list (a str, a dict),
+        a label whose ``source`` is not a diagnoser the plugin registered, or one for a trajectory not among
+        ``trajectories`` or a turn it does not have fails the step with an error naming the plugin.
 
     All results are collected and concatenated. A diagnoser that builds on the others' labels (an LLM judge
     refining the heuristic labels) may implement this hook as a pluggy wrapper

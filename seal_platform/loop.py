@@ -22,6 +22,7 @@ built and closed, the run's final status) in :mod:`seal_platform.lifecycle`.
 from __future__ import annotations
 
 import json
+import numbers
 import random
 import time
 import uuid
@@ -223,7 +224,11 @@ class Runner:
             if done > 0 and eval_tasks and (done == total or self._eval_due(done, total)):
                 evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         if not self.resumed or self.interface is None:
-            self.interface = wrap("environment", owner, env.pristine_interface)
+            pristine = wrap("environment", owner, env.pristine_interface)
+            if not isinstance(pristine, Interface):
+                raise PluginError(f"plugin {owner!r}: its environment's pristine_interface() returned "
+                                  f"{type(pristine).__name__}, not an Interface (seal_platform.types.Interface).")
+            self.interface = pristine
             self.store.add_interface(self.run_id, self.interface, None)
             track(self.host, self.ctx, "interface", 0, interface=self.interface)
         if self.start_step == 0 and cfg.evaluation.before_training and eval_tasks:
@@ -278,7 +283,15 @@ class Runner:
             interface=self.interface if interface is None else interface, group_size=cfg.training.group_size, step=step,
             sampling=collect_sampling(cfg),
         ))
-        return expect_list_of(trajs, Trajectory, "collect", owner)
+        trajs = expect_list_of(trajs, Trajectory, "collect", owner)
+        # One per task and sample: an episode lost to the infrastructure comes back as a failed trajectory
+        # (seal_platform.infra), never dropped; each dynamic-sampling round is one call with its own tasks.
+        wanted = len(tasks) * cfg.training.group_size
+        if len(trajs) != wanted:
+            raise PluginError(f"plugin {owner!r} returned {len(trajs)} trajectories from 'collect' for {len(tasks)} "
+                              f"task(s) x group_size {cfg.training.group_size}; it must return {wanted} (an episode "
+                              "lost to the infrastructure is returned as a failed trajectory, not left out).")
+        return trajs
 
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task],
               train_tasks: list[Task], collected: rollouts.Collected | None,
@@ -301,13 +314,7 @@ class Runner:
 
         self.progress.stage(step, "diagnose")
         with timer("diagnose"):
-            labels: list[TurnLabel] = []
-            if plan.diagnosers:
-                results = wrap("diagnose", ",".join(plan.diagnosers), lambda: self.host.call_subset(
-                    "diagnose", plan.diagnosers, ctx=self.ctx, environment=env, trajectories=health.usable, step=step,
-                ))
-                for result in results:
-                    labels.extend(expect_list_of(result, TurnLabel, "diagnose", ",".join(plan.diagnosers)))
+            labels = self._diagnose(env, step, health.usable)
             primary = [lab for lab in labels if lab.source == plan.primary_diagnoser]
             self.state.update(step, epoch, health.usable, primary)
 
@@ -342,6 +349,43 @@ class Runner:
         self.progress.step_done(step, infra.mean_reward(trajs), metrics)
         return prefetch
 
+    def _diagnose(self, env: Environment, step: int, trajectories: list[Trajectory]) -> list[TurnLabel]:
+        """Every enabled diagnoser plugin's labels of the step, each plugin called on its own (through pluggy)
+        so that an error names the one that failed, and what each returned checked (:func:`_checked_labels`).
+        A plugin whose ``diagnose`` is a pluggy wrapper gets the others' label lists (innermost wrapper first),
+        as a call of all of them would give it, and returns them with its own."""
+        names = self.plan.diagnosers
+        if not names:
+            return []
+        kwargs = {"ctx": self.ctx, "environment": env, "trajectories": trajectories, "step": step}
+        impls = [impl for impl in self.host.pm.hook.diagnose.get_hookimpls() if impl.plugin_name in names]
+        wrappers = [impl for impl in impls if impl.wrapper or impl.hookwrapper]  # innermost first
+        registered = self.host.diagnosers()
+        ids = {t.id: len(t.turn_verdicts) for t in trajectories}
+        results: list[list[TurnLabel]] = []
+        for impl in reversed([i for i in impls if i not in wrappers]):  # pluggy's order
+            plugin = impl.plugin_name
+            answer = wrap("diagnose", plugin, lambda: self.host.call_subset("diagnose", [plugin], **kwargs))
+            if answer:
+                results.append(_checked_labels(answer[0], plugin, registered, ids))
+        for impl in wrappers:
+            plugin, fed = impl.plugin_name, results
+            others = [p for p in self.host.pm.get_plugins() if p is not impl.plugin]
+            caller = self.host.pm.subset_hook_caller("diagnose", remove_plugins=others)
+            # call_extra puts each extra method before the ones given earlier: reversed, they answer in order.
+            answer = wrap("diagnose", plugin, lambda: caller.call_extra([_answering(r) for r in reversed(fed)], kwargs))
+            if isinstance(answer, (str, bytes, dict)) or not isinstance(answer, (list, tuple)):
+                raise PluginError(f"plugin {plugin!r} (a diagnose wrapper) must return the list of label lists it was "
+                                  f"given with its own appended, not {type(answer).__name__}.")
+            given = {lab.model_dump_json() for labels in fed for lab in labels}
+            results = []
+            for labels in answer:
+                labels = expect_list_of(_label_list(labels, plugin), TurnLabel, "diagnose", plugin)
+                own = [lab for lab in labels if lab.model_dump_json() not in given]
+                _checked_labels(own, plugin, registered, ids)
+                results.append(labels)
+        return [lab for labels in results for lab in labels]
+
     def _train_on(self, engine: Any, step: int, timer: _Timer, trainable: list[Trajectory], primary: list[TurnLabel],
                   in_flight: rollouts.RolloutsInFlight) -> tuple[dict[str, float], dict[str, float]]:
         """``reweight`` and ``optimize`` on the step's trainable trajectories: (optimizer metrics, label weights)."""
@@ -367,10 +411,10 @@ class Runner:
         if optimizer and trainable:
             self.progress.stage(step, "optimize")
             with timer("optimize"):
-                metrics = wrap("optimize", optimizer, lambda: self.host.call_owned(
+                metrics = _optimizer_metrics(wrap("optimize", optimizer, lambda: self.host.call_owned(
                     "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
                     rollouts=in_flight,
-                )) or {}
+                )), optimizer)
         return metrics, label_weights
 
     def _evolve(self, env: Environment, step: int) -> None:
@@ -428,6 +472,59 @@ class Runner:
             self.state = restored.state
         # None: killed before the pristine interface was stored (_train stores it as for a new run).
         self.interface = restored.interface  # type: ignore[assignment]
+
+
+def _answering(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+def _label_list(value: Any, plugin: str) -> list[Any]:
+    """``value`` (what a diagnoser returned) if it is a list of labels; a str, dict or anything but a list or
+    tuple is a :class:`PluginError` naming the plugin (a str would be read letter by letter)."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple)):
+        raise PluginError(f"plugin {plugin!r} must return a list of TurnLabel from 'diagnose', not "
+                          f"{type(value).__name__}.")
+    return list(value)
+
+
+def _checked_labels(value: Any, plugin: str, registered: dict[str, tuple[str, Any]],
+                    turns: dict[str, int]) -> list[TurnLabel]:
+    """The labels diagnoser plugin ``plugin`` returned, checked against what it registered and the step's
+    trajectories (``turns``: id -> number of ground-truth turns): each label names one of its diagnosers in
+    ``source`` and labels a turn of one of the step's trajectories. A label its spec does not declare is
+    kept (the LLM judge falls back to the heuristic diagnoser's label for a turn it could not judge).
+    Anything else is a :class:`PluginError` naming the plugin; nothing of it is stored."""
+    labels = expect_list_of(_label_list(value, plugin), TurnLabel, "diagnose", plugin)
+    own = {name: spec for name, (owner, spec) in registered.items() if owner == plugin}
+    for lab in labels:
+        where = f"plugin {plugin!r} returned a label from 'diagnose' ({lab.label!r} for turn {lab.turn} of " \
+            f"trajectory {lab.trajectory_id!r}, source {lab.source!r})"
+        if lab.source not in own:
+            raise PluginError(f"{where} whose source is not a diagnoser it registers "
+                              f"({', '.join(sorted(own)) or 'none'}).")
+        if lab.trajectory_id not in turns:
+            raise PluginError(f"{where} for a trajectory that is not one of the step's.")
+        n = turns[lab.trajectory_id]
+        if lab.turn < 0 or (n and lab.turn >= n):
+            raise PluginError(f"{where} for a turn the trajectory does not have (it has {n} ground-truth turns).")
+    return labels
+
+
+def _optimizer_metrics(result: Any, plugin: str) -> dict[str, float]:
+    """What ``optimize`` returned, checked: a flat dict of metric name -> number (None: no metrics), or a
+    :class:`PluginError` naming the plugin (nothing of it is stored)."""
+    if result is None:
+        return {}
+    if not isinstance(result, dict):
+        raise PluginError(f"plugin {plugin!r} must return a dict of metric name -> float (or None) from 'optimize', "
+                          f"not {type(result).__name__}.")
+    bad = {k: v for k, v in result.items()
+           if not isinstance(k, str) or not isinstance(v, numbers.Real)}
+    if bad:
+        shown = ", ".join(f"{k!r}: {type(v).__name__}" for k, v in list(bad.items())[:5])
+        raise PluginError(f"plugin {plugin!r} returned metrics from 'optimize' that are not a flat dict of "
+                          f"name -> float ({shown}).")
+    return {k: float(v) for k, v in result.items()}
 
 
 def _eval_tasks(env: Environment, owner: str, config: RunConfig) -> list[Task]:

@@ -140,6 +140,11 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         # A diagnoser of the environment's own plugin knows its verifier trace best; else the first enabled one.
         own = [n for n in active if registered[n][0] == env_owner]
         primary = own[0] if own else (active[0] if active else None)
+    elif primary in enabled and primary in registered and primary not in active:
+        issues.append(Issue("diagnosis.primary", f"diagnoser {primary!r} does not label environment "
+                            f"{config.environment!r} (it labels: {', '.join(registered[primary][1].environments)}), "
+                            "so the run would have no primary labels",
+                            "name a diagnoser of this environment (`seal-platform labels` lists them), or null"))
     elif primary not in enabled:
         issues.append(Issue("diagnosis.primary", f"diagnoser {primary!r} is not enabled",
                             _with_failures("add it to diagnosis.diagnosers (diagnoser names, as `seal-platform plugins` lists them)", host)
@@ -158,8 +163,50 @@ def _plugin_checks(config: RunConfig, host: PluginHost, settings: dict[str, Any]
         cluster = scaleout.cluster_for(host, config, settings)
     except ConfigError as exc:
         return [Issue("settings", str(exc))]
-    return [issue for answer in host.hook.check_config(config=config, settings=settings, cluster=cluster)
-            for issue in answer or []]
+    issues: list[Issue] = []
+    for plugin, answer in _answers(host, "check_config", config=config, settings=settings, cluster=cluster):
+        if isinstance(answer, Issue):  # the plugin failed: its failure is the problem
+            issues.append(answer)
+        elif (items := _list_of(answer, Issue)) is None:
+            issues.append(Issue("plugins", f"plugin {plugin!r} returned {_short(answer)} from 'check_config', not a "
+                                "list of seal_platform.config.Issue", "fix or block the plugin (plugins.block); "
+                                "the hook specs: seal_platform/hookspecs.py"))
+        else:
+            issues.extend(items)
+    return issues
+
+
+def _answers(host: PluginHost, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
+    """(plugin, answer) of every plugin implementing ``hook`` (a check hook), each called on its own; the
+    answer of one that raised is an :class:`Issue` naming it and its error."""
+    answers: list[tuple[str, Any]] = []
+    for impl in reversed(getattr(host.pm.hook, hook).get_hookimpls()):
+        others = [p for p in host.pm.get_plugins() if p is not impl.plugin]
+        try:
+            results = host.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
+        except Exception as exc:
+            answers.append((impl.plugin_name, Issue("plugins", f"plugin {impl.plugin_name!r} failed in {hook!r}: "
+                                                    f"{type(exc).__name__}: {exc}", "fix or block the plugin (plugins.block)")))
+        else:
+            answers.append((impl.plugin_name, results[0] if results else None))
+    return answers
+
+
+def _list_of(answer: Any, kind: type) -> list[Any] | None:
+    """``answer`` (a check hook's) as a list of ``kind`` (None: an empty one), or None when it is anything else."""
+    if answer is None:
+        return []
+    if not isinstance(answer, (list, tuple)) or not all(isinstance(item, kind) for item in answer):
+        return None
+    return list(answer)
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a plugin's own object, whose repr may be as broken as the rest of it
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _with_failures(hint: str, host: PluginHost) -> str:
@@ -188,8 +235,15 @@ def check_machine(plan: Plan, host: PluginHost | None = None) -> None:
     if host is None:
         return
     cluster = scaleout.cluster_for(host, plan.config, plan.settings)
-    problems = [p for answer in host.hook.check_machine(config=plan.config, settings=plan.settings, cluster=cluster)
-                for p in answer or []]
+    problems: list[str] = []
+    for plugin, answer in _answers(host, "check_machine", config=plan.config, settings=plan.settings, cluster=cluster):
+        if isinstance(answer, Issue):  # the plugin failed: its failure is the problem
+            problems.append(f"{answer.what} ({answer.fix})")
+        elif (items := _list_of(answer, str)) is None:
+            problems.append(f"plugin {plugin!r} returned {_short(answer)} from 'check_machine', not a list of "
+                            "strings (the hook specs: seal_platform/hookspecs.py); fix or block the plugin (plugins.block)")
+        else:
+            problems.extend(items)
     if problems:
         raise SealError("this machine cannot run the recipe as written; nothing was started.\n" + "\n".join(
             f"- {problem}" for problem in problems))

@@ -183,22 +183,35 @@ class PluginHost:
     def is_loaded(self, name: str) -> bool:
         return self.pm.get_plugin(name) is not None
 
-    def call_each(self, hook: str, **kwargs: Any) -> list[Any]:
-        """Call ``hook`` on every plugin that implements it, in pluggy's order, as ``pm.hook.<hook>(**kwargs)``
-        does, but naming the plugin when one raises: a :class:`PluginError` saying which plugin failed in
-        which hook (the original exception chained). Results of implementations that return None are left
-        out, as pluggy does."""
-        results = []
+    def call_per_plugin(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
+        """Call ``hook`` on every plugin that implements it, one plugin at a time, in pluggy's order, each call
+        through pluggy (argument matching, wrappers, tracing) with every other plugin left out: (plugin name,
+        what it returned; None when it returned None). A plugin that raises is a :class:`PluginError` saying
+        which plugin failed in which hook (the original exception chained)."""
+        answers = []
         for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
+            others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
             try:
-                result = impl.function(**{name: kwargs[name] for name in impl.argnames})
+                results = self.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
             except SealError:
                 raise
             except Exception as exc:
                 raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook!r}: {type(exc).__name__}: {exc}") from exc
-            if result is not None:
-                results.append(result)
-        return results
+            # A hook that is not firstresult answers with a list of its implementations' results (here one, or
+            # none when it returned None); a wrapper alone may answer with anything it likes instead.
+            if isinstance(results, list):
+                answers.append((impl.plugin_name, results[0] if results else None))
+            else:
+                answers.append((impl.plugin_name, results))
+        return answers
+
+    def call_each(self, hook: str, **kwargs: Any) -> list[Any]:
+        """Call ``hook`` on every plugin that implements it, in pluggy's order, as ``pm.hook.<hook>(**kwargs)``
+        does, but one plugin at a time (:meth:`call_per_plugin`: through pluggy, so an implementation written
+        as a pluggy wrapper runs too) and naming the plugin when one raises: a :class:`PluginError` saying
+        which plugin failed in which hook (the original exception chained). Results of implementations that
+        return None are left out, as pluggy does."""
+        return [result for _, result in self.call_per_plugin(hook, **kwargs) if result is not None]
 
     def implements(self, name: str, hook: str) -> bool:
         plugin = self.pm.get_plugin(name)

@@ -211,3 +211,301 @@ def test_the_core_enables_diagnosers_by_environment_and_passes_the_list(other_si
     runner.ctx.executor.close()
     plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", "diagnosis.diagnosers=[elsewhere]"])
     assert plan.diagnoser_names == [] and plan.diagnosers == [] and plan.primary_diagnoser is None
+
+
+# --- what a plugin returns from a hook is checked, and a plugin that raises is named ---------------------------
+
+
+def _install(site, name: str, source: str, monkeypatch) -> None:
+    """Install plugin ``name`` (module ``<name>_plugin`` from ``source``) next to the toy plugin."""
+    import sys
+
+    make_dist(site, f"seal-{name}", "0.1.0", {name: f"{name}_plugin"}, {f"{name}_plugin.py": source})
+    sys.modules.pop(f"{name}_plugin", None)
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+
+
+def _run(plan, tmp_path):
+    from seal_platform.loop import run_plan
+    from seal_platform.store import RunStore
+
+    return run_plan(plan, RunStore(f"sqlite:///{tmp_path / 'contract-store.sqlite'}"))
+
+
+CHECK_CONFIG_RAISES = '''
+from seal_platform import hookimpl
+
+
+@hookimpl
+def check_config(config, settings, cluster):
+    raise RuntimeError("boom in check_config")
+'''
+
+CHECK_CONFIG_STRINGS = '''
+from seal_platform import hookimpl
+
+
+@hookimpl
+def check_config(config, settings, cluster):
+    return ["the cluster is too small"]
+'''
+
+
+@pytest.mark.parametrize("source, said", [(CHECK_CONFIG_RAISES, "failed in 'check_config': RuntimeError: boom in check_config"),
+                                          (CHECK_CONFIG_STRINGS, "returned ['the cluster is too small'] from 'check_config'")])
+def test_a_broken_check_config_is_one_recipe_problem_naming_its_plugin(toy_site, toy_recipe, monkeypatch, source, said):
+    from seal_platform.cli import cli
+
+    _install(toy_site, "badcheck", source, monkeypatch)
+    with pytest.raises(ConfigError) as info:
+        plan_recipe(toy_recipe, ["plugins.allow=[toy,badcheck]"])
+    assert f"plugin 'badcheck' {said}" in str(info.value)
+    # config validate lists it with the recipe's other problems; run refuses the recipe.
+    result = CliRunner().invoke(cli, ["config", "validate", str(toy_recipe), "plugins.allow=[toy,badcheck]",
+                                      "training.steps=-3"])
+    assert result.exit_code == 1, result.output
+    assert f"plugin 'badcheck' {said}" in result.output and "training.steps" in result.output
+    assert "Traceback" not in result.output
+    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "plugins.allow=[toy,badcheck]", "--quiet"])
+    assert result.exit_code != 0 and f"plugin 'badcheck' {said}" in result.output
+    assert "Traceback" not in result.output
+
+
+CHECK_MACHINE_RAISES = '''
+from seal_platform import hookimpl
+
+
+@hookimpl
+def check_machine(config, settings, cluster):
+    raise RuntimeError("boom in check_machine")
+'''
+
+CHECK_MACHINE_STRING = '''
+from seal_platform import hookimpl
+
+
+@hookimpl
+def check_machine(config, settings, cluster):
+    return "no GPU"
+'''
+
+
+@pytest.mark.parametrize("source, said", [(CHECK_MACHINE_RAISES, "failed in 'check_machine': RuntimeError: boom in check_machine"),
+                                          (CHECK_MACHINE_STRING, "returned 'no GPU' from 'check_machine', not a list of strings")])
+def test_a_broken_check_machine_stops_the_run_naming_its_plugin(toy_site, toy_recipe, monkeypatch, source, said):
+    from seal_platform.cli import cli
+
+    _install(toy_site, "badmachine", source, monkeypatch)
+    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "plugins.allow=[toy,badmachine]", "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert "nothing was started" in result.output and f"plugin 'badmachine' {said}" in result.output
+    assert "- n\n" not in result.output and "Traceback" not in result.output
+
+
+OPTIMIZER = '''
+from seal_platform import hookimpl
+
+
+@hookimpl
+def optimize(ctx, engine, trajectories, weights, step):
+    return RESULT
+'''
+
+
+@pytest.mark.parametrize("result, said", [('"loss=1"', "must return a dict of metric name -> float (or None) from 'optimize', not str"),
+                                          ('{"loss": "abc"}', "returned metrics from 'optimize' that are not a flat dict of name -> float ('loss': str)")])
+def test_an_optimizer_returning_no_flat_dict_of_floats_fails_naming_it(toy_site, toy_recipe, monkeypatch, tmp_path,
+                                                                      result, said):
+    from seal_platform.store import RunStore
+
+    _install(toy_site, "badopt", OPTIMIZER.replace("RESULT", result), monkeypatch)
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,badopt]", "stages.optimize=badopt", "training.steps=1"])
+    with pytest.raises(PluginError) as info:
+        _run(plan, tmp_path)
+    assert f"plugin 'badopt' {said}" in str(info.value)
+    store = RunStore(f"sqlite:///{tmp_path / 'contract-store.sqlite'}")
+    [run] = store.list_runs()
+    assert store.steps(run.id) == []  # nothing of it is stored
+
+
+BAD_ENVIRONMENT = '''
+from seal_platform import hookimpl
+from seal_platform.registry import EnvironmentSpec
+
+import toy_plugin
+
+
+class Pristine(toy_plugin.ToyEnvironment):
+    def pristine_interface(self):
+        return {"system_text": "not an Interface"}
+
+
+@hookimpl
+def register_environments():
+    return [EnvironmentSpec("badenv", lambda ctx: Pristine(ctx.settings_for("toy", toy_plugin.ToySettings)))]
+
+
+@hookimpl
+def collect(ctx, environment, engine, tasks, interface, group_size, step):
+    return toy_plugin.plugin.collect(ctx, environment, engine, tasks, interface, group_size, step)
+
+
+@hookimpl
+def evaluate(ctx, environment, engine, tasks, step):
+    return toy_plugin.plugin.evaluate(ctx, environment, engine, tasks, step)
+'''
+
+
+def test_a_pristine_interface_that_is_not_an_interface_fails_naming_the_plugin(toy_site, toy_recipe, monkeypatch, tmp_path):
+    _install(toy_site, "badenv", BAD_ENVIRONMENT, monkeypatch)
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,badenv]", "environment=badenv", "training.steps=1"])
+    with pytest.raises(PluginError) as info:
+        _run(plan, tmp_path)
+    assert "plugin 'badenv': its environment's pristine_interface() returned dict, not an Interface" in str(info.value)
+
+
+DIAGNOSER = '''
+from seal_platform import hookimpl
+from seal_platform.registry import DiagnoserSpec
+from seal_platform.types import TurnLabel
+
+
+@hookimpl
+def register_diagnosers():
+    return [DiagnoserSpec("multi", "labels every turn", ("ok",))]
+
+
+@hookimpl
+def diagnose(ctx, trajectories):
+    def label(t, turn=0, source="multi", trajectory_id=None):
+        return TurnLabel(trajectory_id=trajectory_id or t.id, turn=turn, label="ok", source=source)
+    RESULT
+'''
+
+
+@pytest.mark.parametrize("result, said", [
+    ('raise RuntimeError("boom in diagnose")', "the 'diagnose' stage failed in plugin 'multi': RuntimeError: boom in diagnose"),
+    ('return "ok"', "plugin 'multi' must return a list of TurnLabel from 'diagnose', not str"),
+    ('return {"labels": []}', "plugin 'multi' must return a list of TurnLabel from 'diagnose', not dict"),
+    ('return [label(t, source="toy") for t in trajectories]', "whose source is not a diagnoser it registers (multi)"),
+    ('return [label(t, trajectory_id="nope") for t in trajectories]', "for a trajectory that is not one of the step's"),
+    ('return [label(t, turn=99) for t in trajectories]', "for a turn the trajectory does not have"),
+    ('return [label(t, turn=-1) for t in trajectories]', "for a turn the trajectory does not have"),
+])
+def test_a_diagnoser_is_called_on_its_own_and_its_labels_are_checked(toy_site, toy_recipe, monkeypatch, tmp_path,
+                                                                     result, said):
+    from seal_platform.store import RunStore
+
+    _install(toy_site, "multi", DIAGNOSER.replace("RESULT", result), monkeypatch)
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,multi]", "training.steps=1"])
+    assert plan.diagnosers == ["multi", "toy"]
+    with pytest.raises(PluginError) as info:
+        _run(plan, tmp_path)
+    text = str(info.value)
+    assert said in text and "multi,toy" not in text and "toy,multi" not in text
+    if "label(" in result:
+        assert text.startswith("plugin 'multi' returned a label from 'diagnose'")
+    store = RunStore(f"sqlite:///{tmp_path / 'contract-store.sqlite'}")
+    [run] = store.list_runs()
+    assert store.steps(run.id) == []  # nothing of it is stored
+
+
+def test_labels_of_a_good_diagnoser_beside_another_are_all_kept(toy_site, toy_recipe, monkeypatch, tmp_path):
+    from seal_platform.store import RunStore
+
+    _install(toy_site, "multi", DIAGNOSER.replace("RESULT", "return [label(t) for t in trajectories]"), monkeypatch)
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,multi]", "training.steps=1"])
+    _run(plan, tmp_path)
+    store = RunStore(f"sqlite:///{tmp_path / 'contract-store.sqlite'}")
+    [run] = store.list_runs()
+    sources = {lab.source for lab in store.labels(run.id)}
+    assert sources == {"multi", "toy"}
+
+
+def test_a_primary_diagnoser_that_does_not_label_the_environment_is_a_recipe_problem(other_site, toy_recipe):
+    with pytest.raises(ConfigError) as info:
+        plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", "diagnosis.diagnosers=[elsewhere,toy]",
+                                 "diagnosis.primary=elsewhere"])
+    line = next(line for line in str(info.value).splitlines() if "diagnosis.primary" in line)
+    assert "diagnoser 'elsewhere' does not label environment 'toy'" in line
+    assert plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", "diagnosis.diagnosers=[anywhere,toy]",
+                                    "diagnosis.primary=anywhere"]).primary_diagnoser == "anywhere"
+
+
+COUNTING_ENVIRONMENT = '''
+from seal_platform import hookimpl
+from seal_platform.registry import EnvironmentSpec
+
+import toy_plugin
+
+
+@hookimpl
+def register_environments():
+    return [EnvironmentSpec("counting", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings)))]
+
+
+@hookimpl
+def collect(ctx, environment, engine, tasks, interface, group_size, step):
+    return toy_plugin.plugin.collect(ctx, environment, engine, tasks, interface, group_size, step)SLICE
+
+
+@hookimpl
+def evaluate(ctx, environment, engine, tasks, step):
+    return toy_plugin.plugin.evaluate(ctx, environment, engine, tasks, step)
+'''
+
+
+@pytest.mark.parametrize("extra, count", [("[:-1]", 7), (" * 2", 16)])
+def test_collect_must_return_one_trajectory_per_task_and_sample(toy_site, toy_recipe, monkeypatch, tmp_path, extra, count):
+    _install(toy_site, "counting", COUNTING_ENVIRONMENT.replace("SLICE", extra), monkeypatch)
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,counting]", "environment=counting", "training.steps=1"])
+    with pytest.raises(PluginError) as info:
+        _run(plan, tmp_path)
+    assert f"plugin 'counting' returned {count} trajectories from 'collect' for 4 task(s) x group_size 2; it must " \
+        "return 8" in str(info.value)
+
+
+class Wrapping:
+    """Lifecycle hooks written as pluggy wrappers, new style and old style."""
+
+    def __init__(self):
+        self.calls = []
+
+    @hookimpl(wrapper=True)
+    def start_run(self, ctx, resumed):
+        self.calls.append("start_run")
+        return (yield)
+
+    @hookimpl(hookwrapper=True)
+    def end_run(self, ctx, status):
+        self.calls.append(f"end_run:{status}")
+        yield
+
+    @hookimpl(wrapper=True)
+    def save_checkpoint(self, ctx, directory, step):
+        self.calls.append("save_checkpoint")
+        yield
+        return {"saved": step}
+
+    @hookimpl(wrapper=True)
+    def load_checkpoint(self, ctx, directory, step):
+        self.calls.append("load_checkpoint")
+        return (yield)
+
+
+class Plain:
+    @hookimpl
+    def save_checkpoint(self, ctx, directory, step):
+        return {"plain": step}
+
+
+def test_lifecycle_hooks_written_as_pluggy_wrappers_run(monkeypatch, tmp_path):
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    wrapping = Wrapping()
+    host = make_plugin_manager(allow=[], extra=[("plain", Plain()), ("wrapping", wrapping)])
+    host.call_each("start_run", ctx=None, resumed=False)
+    metas = host.call_each("save_checkpoint", ctx=None, directory=tmp_path, step=3)
+    host.call_each("load_checkpoint", ctx=None, directory=tmp_path, step=3)
+    host.call_each("end_run", ctx=None, status="completed")
+    assert wrapping.calls == ["start_run", "save_checkpoint", "load_checkpoint", "end_run:completed"]
+    assert {"saved": 3} in metas and {"plain": 3} in metas
