@@ -90,7 +90,9 @@ def save(directory: Path, *, model: Any, trainer: Any, apatch: Any, step: int) -
         "lora": lora,
     }
     (out / "state.json").write_text(json.dumps(state))
-    return {"plugin": "grpo", "step": step, "updates": state["updates"], "path": str(out), "lora": lora}
+    # The folder within the checkpoint, not ``out``: the core renames the temporary directory into place
+    # after this returns, so an absolute path here would name a folder that no longer exists.
+    return {"plugin": "grpo", "step": step, "updates": state["updates"], "path": SUBDIR, "lora": lora}
 
 
 def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str, Any]:

@@ -67,6 +67,8 @@ def test_resume_gives_the_uninterrupted_runs_next_loss(tmp_path, tiny_model_dir,
     ckpt.mkdir()
     meta = plugin.save_checkpoint(ctx=ctx, directory=ckpt, step=1)
     assert meta["updates"] == 4  # 2 steps x 2 groups
+    # The recorded path is relative to the checkpoint: the core renames the directory after the hook returns.
+    assert meta["path"] == "grpo" and (ckpt / meta["path"] / "state.json").is_file()
     saved_state = state.model_copy(deep=True)
     rho_saved = dict(ctx.shared[plugin.APATCH].rho)
     draws = (torch.rand(3), random.random(), np.random.rand())

@@ -23,7 +23,8 @@ from seal_platform.types import Generation, Message, SamplingParams
 
 SMALL = ["training.steps=1", "training.tasks_per_step=2", "training.group_size=2", "rollout.max_new_tokens=8",
          "evaluation.max_new_tokens=8", "evaluation.before_training=false", "settings.mcp.n_eval=2",
-         "settings.grpo.train_layers=1", "settings.grpo.micro_batch_size=2", "rollout.engine=hf"]
+         "settings.grpo.train_layers=1", "settings.grpo.micro_batch_size=2", "rollout.engine=hf",
+         "rollout.dynamic_sampling.enabled=false"]  # one collect round: the tests' time, and 4 trajectories
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ def test_the_example_recipe_runs_against_the_real_server(tmp_path, tiny_model_di
 # an hour or more of wall time under a load of 10, where 2 CPU-minutes take 7); see docs/mcp.md.
 EMBEDDED_SMALL = ["training.steps=1", "training.tasks_per_step=2", "training.group_size=4", "settings.mcp.n_train=2",
                   "settings.mcp.n_eval=1", "evaluation.before_training=false", "settings.grpo.train_layers=2",
-                  "rollout.engine=hf"]
+                  "rollout.engine=hf", "rollout.dynamic_sampling.enabled=false"]
 
 
 @pytest.mark.slow
