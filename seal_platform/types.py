@@ -11,11 +11,25 @@ import difflib
 import json
 import re
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with its lone surrogates replaced by U+FFFD, so it has a UTF-8 encoding (see
+    :func:`make_text_valid`)."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+# Free text that may come from model or tool-server output (a JSON escape "\ud800", an error message quoting a
+# model-chosen name): made valid when the model is built, so a tokenizer, a print or the store never sees a lone
+# surrogate.
+Text = Annotated[str, AfterValidator(valid_text)]
 
 
 class Task(BaseModel):
@@ -38,7 +52,7 @@ class Message(BaseModel):
     """
 
     role: Role
-    content: str
+    content: Text
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     trainable: bool = False
@@ -87,9 +101,6 @@ class TurnVerdict(BaseModel):
     checks: dict[str, Any] = Field(default_factory=dict)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _children(value: Any) -> list[Any]:
     if isinstance(value, BaseModel):
         return [getattr(value, name) for name in type(value).model_fields]
@@ -117,7 +128,7 @@ def _clean_in_place(value: Any) -> Any:
     """Replace lone surrogates with U+FFFD in every string of ``value`` (dict keys too), changing its lists and
     dicts in place, iteratively; returns the cleaned value (a new object only when ``value`` is a string)."""
     if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
+        return valid_text(value)
     stack = [value]
     while stack:
         item = stack.pop()
@@ -126,14 +137,14 @@ def _clean_in_place(value: Any) -> Any:
                 child = item[key]
                 if isinstance(key, str) and _SURROGATE.search(key):
                     del item[key]
-                    key = _SURROGATE.sub("\ufffd", key)
-                item[key] = _SURROGATE.sub("\ufffd", child) if isinstance(child, str) else child
+                    key = valid_text(key)
+                item[key] = valid_text(child) if isinstance(child, str) else child
                 if not isinstance(child, str):
                     stack.append(child)
         elif isinstance(item, list):
             for i, child in enumerate(item):
                 if isinstance(child, str):
-                    item[i] = _SURROGATE.sub("\ufffd", child)
+                    item[i] = valid_text(child)
                 else:
                     stack.append(child)
     return value
@@ -143,7 +154,8 @@ def make_text_valid(traj: Trajectory) -> int:
     """Model output is untrusted: JSON escapes such as ``"\\ud800"`` in a tool call's arguments decode to lone
     surrogates, which are not text (no UTF-8 encoding exists, so storing or printing them fails). Every string
     of ``traj`` gets them replaced with U+FFFD, in place; the number replaced is added to
-    ``traj.metadata["replaced_surrogates"]`` and returned."""
+    ``traj.metadata["replaced_surrogates"]`` and returned. (A message's content is :data:`Text`, valid from
+    the start: its replacements are not counted here.)"""
     count = _count_surrogates([traj.messages, traj.tool_calls, traj.turn_verdicts, traj.metadata])
     if count:
         for message in traj.messages:
@@ -207,9 +219,9 @@ class TurnLabel(BaseModel):
 
     trajectory_id: str
     turn: int
-    label: str
+    label: Text
     source: str
-    rationale: str = ""
+    rationale: Text = ""
     # For diagnosers with a finer taxonomy: the reference label this one maps to (for A-Patch base weights).
     reference_label: str | None = None
     # How sure a diagnoser that can say so (an LLM judge) is of the label, in [0, 1]; None: not stated.
@@ -227,7 +239,7 @@ class Interface(BaseModel):
     revision: int = 0
     parent: int | None = None
     step: int | None = None
-    system_text: str = ""
+    system_text: Text = ""
     spec: dict[str, Any] = Field(default_factory=dict)
     changes: list[str] = Field(default_factory=list)
     driven_by: list[str] = Field(default_factory=list)

@@ -29,7 +29,7 @@ from seal_platform.engine import RolloutEngine
 from seal_platform.toolenv import interface as iface
 from seal_platform.toolenv.calls import render_call
 from seal_platform.toolenv.formats import ParsedCall, ToolCallFormat
-from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory
+from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, valid_text
 
 from . import data
 from .trace import is_error_result
@@ -109,7 +109,9 @@ def _bind_positional(call: ParsedCall, docs_by_name: dict[str, dict[str, Any]]) 
 
 
 def clip_observation(text: str, engine: RolloutEngine, max_tokens: int) -> str:
-    """``text`` cut to at most ``max_tokens`` tokens (as ``engine`` counts them), with a marker saying so."""
+    """``text`` cut to at most ``max_tokens`` tokens (as ``engine`` counts them), with a marker saying so; made
+    valid text first (a tool's error may quote a model-chosen name holding a lone surrogate)."""
+    text = valid_text(text)
     # A byte-level tokenizer never makes more tokens than bytes, so short texts need no counting.
     if len(text.encode("utf-8")) <= max_tokens:
         return text

@@ -53,6 +53,14 @@ class Reply:
     retries: list[str] = field(default_factory=list)
 
 
+def token_count(value: Any) -> int:
+    """A token count read from untrusted data (an endpoint's usage, the store's cache): a whole number > 0;
+    anything else (text, NaN, an infinity, a negative number) counts as 0."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 class EngineBackend:
     """A judge served by a rollout engine (``generate``: conversations in, generations out)."""
 
@@ -214,7 +222,7 @@ def _reply(response: Any, errors: list[str]) -> Reply:
     except (AttributeError, IndexError, TypeError):
         return Reply(None, error="the endpoint's response has no message", retries=errors)
     usage = getattr(response, "usage", None)
-    tokens = int(getattr(usage, "total_tokens", 0) or 0) if usage is not None else 0
+    tokens = token_count(getattr(usage, "total_tokens", 0))
     if text is None:
         return Reply(None, tokens=tokens, error=f"the model refused: {refusal}"[:500] if refusal else "no content", retries=errors)
     return Reply(text, tokens=tokens, retries=errors)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 
 from seal_platform.types import Message, Trajectory, TurnLabel, TurnVerdict
 
-from .backends import Query, Reply
+from .backends import Query, Reply, token_count
 from .schema import CUT_OFF, Judgement, answer_schema, read_judgement
 from .settings import DiagnosisLlmSettings
 
@@ -251,7 +251,7 @@ class TokenBudget:
     def __init__(self, store: Any, run_id: str, limit: int):
         self.store, self.run_id, self.limit = store, run_id, limit
         saved = store.cache_get(USAGE_NAMESPACE, [run_id]).get(run_id) if store is not None else None
-        self.spent = int(saved.get("tokens", 0)) if isinstance(saved, dict) else 0
+        self.spent = token_count(saved.get("tokens")) if isinstance(saved, dict) else 0  # a damaged entry: 0
 
     def reserve(self, estimate: int) -> bool:
         """Count ``estimate`` tokens as spent if they fit the budget (settled when the reply comes)."""
@@ -324,9 +324,9 @@ class Judge:
         found = self.store.cache_get(CACHE_NAMESPACE, [o.key for o in outcomes])
         for outcome in outcomes:
             value = found.get(outcome.key)
-            if not isinstance(value, dict):
-                continue
-            outcome.answers = [str(a) for a in value.get("answers", [])][:2]
+            if not isinstance(value, dict) or not isinstance(value.get("answers", []), list):
+                continue  # not what _remember writes: a miss
+            outcome.answers = [str(a) for a in value.get("answers", [])[:2]]
             if value.get("status") == "judged":
                 judgement, reason = read_judgement(json.dumps(value.get("judgement")), outcome.item.labels)
                 if judgement is not None:

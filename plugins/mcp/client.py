@@ -151,7 +151,7 @@ class MCPConnection:
         except FutureTimeout:
             self.close()
             raise InfraError(f"MCP server {self._where()} did not start within {self.server.startup_timeout_s:g} s")
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
             self.close()
             raise InfraError(f"MCP server {self._where()} failed to start: {_why(exc)}") from exc
         return self
@@ -167,7 +167,7 @@ class MCPConnection:
         except FutureTimeout:
             self.close()
             raise InfraError(f"MCP server {self._where()} did not answer {op} within {timeout:g} s") from None
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:  # the SDK cancelled the request (not KeyboardInterrupt)
             self.close()
             raise InfraError(f"MCP server {self._where()} failed during {op}: {_why(exc)}") from exc
 

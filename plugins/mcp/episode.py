@@ -72,6 +72,16 @@ def server_call(env: Any, conns: list[MCPConnection], name: str, arguments: dict
     return ToolResult(clip_text(result.text, env.settings.max_result_chars), result.is_error)
 
 
+def unsendable(arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` cannot go to a server (JSON-RPC is UTF-8: a lone surrogate such as ``"\\ud800"`` in
+    model text has no encoding), or None."""
+    try:
+        json.dumps(arguments, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return "the arguments are not valid Unicode text (a lone surrogate such as \\ud800)"
+    return None
+
+
 def run_checks(env: Any, conns: list[MCPConnection], turn: dict[str, Any]) -> list[str]:
     return [("error: " if r.is_error else "") + r.text
             for r in (server_call(env, conns, c["name"], c["arguments"]) for c in turn["check"])]
@@ -143,7 +153,8 @@ def _react(env: Any, ep: _Episode, text: str, interface: Interface) -> None:
                 failed = True
             else:
                 extra = unknown_arguments(doc, call["arguments"])
-                problem = (f"unexpected argument {extra[0]!r}" if extra else None) or validate_arguments(doc, call["arguments"])
+                problem = ((f"unexpected argument {extra[0]!r}" if extra else None) or unsendable(call["arguments"])
+                           or validate_arguments(doc, call["arguments"]))
                 if problem:
                     record.error = f"Error: invalid arguments for {call['name']}: {problem}"
                     failed = True

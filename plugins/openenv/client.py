@@ -79,7 +79,7 @@ def parse_result(data: Any, url: str, op: str) -> StepResult:
     reward = data.get("reward")
     if isinstance(reward, bool):
         reward = float(reward)
-    if reward is not None and (not isinstance(reward, (int, float)) or not math.isfinite(reward)):
+    if reward is not None and (not isinstance(reward, (int, float)) or not _finite(reward)):
         return _raise(bad(f"reward {_short(reward, 40)}"))
     done = data.get("done", False)
     if not isinstance(done, bool):
@@ -87,6 +87,14 @@ def parse_result(data: Any, url: str, op: str) -> StepResult:
     metadata = data.get("metadata")
     return StepResult(data["observation"], None if reward is None else float(reward), done,
                       metadata if isinstance(metadata, dict) else None)
+
+
+def _finite(number: float) -> bool:
+    """Whether ``number`` is a finite float (an integer too large for a float is not)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 def _raise(exc: Exception) -> Any:

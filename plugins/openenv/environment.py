@@ -42,28 +42,48 @@ def seed_tasks(n_train: int, n_eval: int) -> list[Task]:
     return train + held
 
 
-def _inline_refs(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
-    """Local ``$ref``s (``#/$defs/...``, pydantic's enums and nested models) replaced by what they name."""
+def _inline_refs(node: Any, defs: dict[str, Any], kept: set[str], path: tuple[str, ...] = (), depth: int = 0) -> Any:
+    """Local ``$ref``s (``#/$defs/...``, pydantic's enums and nested models) replaced by what they name. A
+    recursive ref (a model inside itself), and what lies deeper than 8 levels, stay as they are; ``kept`` then
+    says so (the schema must keep its definitions for them)."""
     if depth > 8:
+        kept.add("...")
         return node
     if isinstance(node, dict):
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith(("#/$defs/", "#/definitions/")) and ref.rsplit("/", 1)[-1] in defs:
-            merged = {**defs[ref.rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
-            return _inline_refs(merged, defs, depth + 1)
-        return {k: _inline_refs(v, defs, depth + 1) for k, v in node.items() if k not in ("$defs", "definitions")}
+        if isinstance(ref, str) and ref.startswith(("#/$defs/", "#/definitions/")):
+            name = ref.rsplit("/", 1)[-1]
+            if name in path:
+                kept.add(name)
+            elif isinstance(defs.get(name), dict):
+                merged = {**defs[name], **{k: v for k, v in node.items() if k != "$ref"}}
+                return _inline_refs(merged, defs, kept, (*path, name), depth + 1)
+        return {k: _inline_refs(v, defs, kept, path, depth + 1) for k, v in node.items()
+                if k not in ("$defs", "definitions")}
     if isinstance(node, list):
-        return [_inline_refs(v, defs, depth + 1) for v in node]
+        return [_inline_refs(v, defs, kept, path, depth + 1) for v in node]
     return node
 
 
 def action_doc(schema: dict[str, Any], name: str, description: str) -> dict[str, Any]:
-    """The tool doc of the action: the schema without openenv-core's ``metadata`` field, refs inlined."""
-    defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
-    clean = _inline_refs(schema, defs)
-    props = {k: v for k, v in (clean.get("properties") or {}).items() if k != "metadata"}
-    clean = {**clean, "type": "object", "properties": props,
-             "required": [r for r in clean.get("required") or [] if r != "metadata"]}
+    """The tool doc of the action: the schema without openenv-core's ``metadata`` field, refs inlined (the
+    definitions stay when a ref does). Raises ValueError when the schema is not an object schema."""
+    defs: dict[str, Any] = {}
+    for key in ("definitions", "$defs"):
+        if not isinstance(schema.get(key) or {}, dict):
+            raise ValueError(f"its {key} is not an object")
+        defs.update(schema.get(key) or {})
+    kept: set[str] = set()
+    clean = _inline_refs(schema, defs, kept)
+    props, required = clean.get("properties") or {}, clean.get("required") or []
+    if not isinstance(props, dict):
+        raise ValueError("its properties are not an object")
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise ValueError("its required is not a list of names")
+    clean = {**clean, "type": "object", "properties": {k: v for k, v in props.items() if k != "metadata"},
+             "required": [r for r in required if r != "metadata"]}
+    if kept:
+        clean.update({key: schema[key] for key in ("definitions", "$defs") if key in schema})
     clean.pop("title", None)
     return {"name": name, "description": description or str(schema.get("description") or "").strip()
             or "Act in the environment.", "input_schema": clean}
@@ -97,11 +117,18 @@ class OpenEnvEnvironment:
                     f"The OpenEnv server at {self.url} does not describe its action (GET /schema gave "
                     f"{'nothing usable' if schema is None else 'no action schema'}): set settings.openenv.action_schema "
                     "to the action's JSON schema. See docs/openenv.md.")
+            try:
+                doc = action_doc(action_schema, settings.action_name, settings.action_description)
+            except ValueError as exc:
+                where = "settings.openenv.action_schema" if settings.action_schema else f"GET {self.url}/schema"
+                raise OpenEnvUnavailable(
+                    f"The action schema from {where} is malformed ({exc}): an OpenEnv action is described by a "
+                    "JSON object schema. See docs/openenv.md.") from None
         except BaseException:
             self.close()
             raise
         self.schema = schema or {}
-        self.doc = action_doc(action_schema, settings.action_name, settings.action_description)
+        self.doc = doc
 
     def tasks(self, split: str) -> list[Task]:
         tasks = [t for t in self._tasks if t.split == split]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ from pydantic import BaseModel
 
 from seal_platform.engine import RolloutEngine
 from seal_platform.toolenv.interface import recovery_hint, render_tools, system_addendum
+from seal_platform.toolenv.jsoncalls import parse_calls  # JSON only, within limits on size, nesting and calls
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
 from .tools import TOOL_DOCS, ToolError, execute, render_docs, run_calls
@@ -45,25 +45,6 @@ EXAMPLE = [
     ("Play rock music in the bedroom.", {"name": "play_music", "arguments": {"room": "bedroom", "genre": "rock"}},
      '{"room": "bedroom", "playing": "rock"}'),
 ]
-_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-
-
-def parse_calls(text: str) -> tuple[list[dict[str, Any]], str | None]:
-    """The ``<tool_call>`` blocks of a message as ``{"name", "arguments"}`` dicts, or an error. A block cut
-    at the stop string (no closing tag) still counts. JSON only: model text is never evaluated."""
-    calls = []
-    for body in _BLOCK.findall(text):
-        try:
-            data = json.loads(body.strip())
-        except json.JSONDecodeError as exc:
-            return [], f"Could not parse the tool call as JSON: {exc.msg}."
-        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-            return [], "A tool call must be a JSON object with a \"name\" and \"arguments\"."
-        args = data.get("arguments", {})
-        if not isinstance(args, dict):
-            return [], "The tool call's arguments must be a JSON object."
-        calls.append({"name": data["name"], "arguments": args})
-    return calls, None
 
 
 def build_prompt(task: Task, interface: Interface, worked_examples: int, example_results: bool = True) -> list[Message]:

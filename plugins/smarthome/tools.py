@@ -110,12 +110,14 @@ def check_arguments(name: str, arguments: Any) -> dict[str, Any]:
     for key, value in arguments.items():
         schema = props[key]
         if schema["type"] == "integer":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            # a float must be whole (not NaN or infinite: JSON's NaN, Infinity and 1e999 parse to those)
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or isinstance(value, float) and not value.is_integer()):
                 raise ToolError(f"{key} must be an integer, got {json.dumps(value)[:40]}")
             value = int(value)
             lo, hi = RANGES[(name, key)]
             if not lo <= value <= hi:
-                raise ToolError(f"{key} must be between {lo} and {hi}, got {value}")
+                raise ToolError(f"{key} must be between {lo} and {hi}, got {json.dumps(value)[:40]}")
         elif not isinstance(value, str):
             raise ToolError(f"{key} must be a string, got {json.dumps(value)[:40]}")
         if "enum" in schema and value not in schema["enum"]:

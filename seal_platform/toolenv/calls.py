@@ -2,7 +2,8 @@
 
 BFCL writes tool calls as Python source and its official checker runs them with ``eval``. We parse them with
 :mod:`ast` instead and accept exactly one shape: a plain name called with literal arguments (numbers,
-strings, bytes, booleans, None and lists / tuples / dicts / sets of those). Anything else -- attribute access,
+strings, booleans, None and lists / tuples / dicts / sets of those; no bytes, ``...`` or integers too long to
+write in decimal). Anything else -- attribute access,
 subscripts, nested calls, names, operators, ``*``/``**`` unpacking, lambdas, comprehensions -- yields a
 :class:`ParsedCall` whose ``error`` says why; such a call is never executed and replaying it produces a tool
 error. Model text therefore never reaches ``eval``, ``exec`` or ``compile`` (``ast.parse`` only builds a
@@ -18,6 +19,7 @@ import ast
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -102,10 +104,36 @@ def _literal(node: ast.expr) -> Any:
         # Same wording as Python's NameError, which is what the official checker reports for e.g. `true`.
         raise ValueError(f"name '{node.id}' is not defined")
     try:
-        return ast.literal_eval(node)
+        value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
         kind = type(node).__name__
         raise ValueError(f"argument is not a literal value ({kind} expression): {exc}") from None
+    _check_json_like(value)
+    return value
+
+
+# Bits per decimal digit: an int of more bits than this times the limit may have more decimal digits than
+# Python converts to text (sys.get_int_max_str_digits), so rendering or storing it would raise.
+_BITS_PER_DIGIT = math.log2(10)
+
+
+def _check_json_like(value: Any) -> None:
+    """Refuse (ValueError) the literals that have no JSON form and would break a trace or the store later:
+    ``...``, bytes, and integers too long to write in decimal (in hex, ``0xfff...``, their source is short).
+    The value is walked iteratively (its nesting is already bounded); its ints are measured, never converted."""
+    max_digits = sys.get_int_max_str_digits()  # 0: no limit
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if item is Ellipsis or isinstance(item, bytes):
+            raise ValueError(f"arguments must be JSON values, not {'...' if item is Ellipsis else 'bytes'}")
+        if isinstance(item, int) and max_digits and item.bit_length() > max_digits * _BITS_PER_DIGIT:
+            raise ValueError(f"arguments must be JSON values, not an integer of more than {max_digits} digits")
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set)):
+            stack.extend(item)
 
 
 def parse_call(text: str) -> ParsedCall:
@@ -321,7 +349,7 @@ def render_call(name: str, kwargs: dict[str, Any] | None = None, args: tuple[Any
     """Render a call in BFCL syntax: ``name(pos, key=value, ...)`` with Python literal values.
 
     ``parse_call(render_call(n, kw))`` gives back ``n`` and ``kw`` for every literal value (finite numbers,
-    strings, bytes, booleans, None, lists, tuples, dicts, sets).
+    strings, booleans, None, lists, tuples, dicts, sets).
     """
     parts = [_render_value(v) for v in args]
     parts += [f"{key}={_render_value(value)}" for key, value in (kwargs or {}).items()]

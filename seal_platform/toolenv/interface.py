@@ -236,9 +236,13 @@ def describe_system(spec: dict[str, Any] | InterfaceSpec) -> str:
 
 # --- recovery feedback -------------------------------------------------------------------------------------
 
-_JSON_ERROR = re.compile(r"^\s*\{\s*[\"']error[\"']\s*:\s*(.*?)\s*\}\s*$", re.DOTALL)
+# The key of an ``{"error": ...}`` result (or a Python-repr'd one), at the start of the text inside the braces.
+# Observations are untrusted and may hold long whitespace runs: the braces and tags around them are found with
+# str.strip / startswith / endswith, never a regex with whitespace on both sides of a lazy group (quadratic
+# or worse on such runs).
+_ERROR_KEY = re.compile(r"[\"']error[\"']\s*:")
 # Formats wrap observations (``<tool_response>...</tool_response>`` for Hermes); the hint reads the inside.
-_WRAPPER = re.compile(r"^\s*<tool_response>\s*(.*?)\s*</tool_response>\s*$", re.DOTALL)
+_OPEN_TAG, _CLOSE_TAG = "<tool_response>", "</tool_response>"
 _EXEC_ERROR = re.compile(r"Error during execution:\s*(.*)", re.DOTALL)
 _PLAIN_ERROR = re.compile(r"^error\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
 _PARSE = re.compile(
@@ -290,13 +294,15 @@ def classify_observation(observation: str) -> tuple[str, str] | None:
     """
     if not isinstance(observation, str) or not observation.strip():
         return None
-    wrapped = _WRAPPER.match(observation)
-    if wrapped:
-        observation = wrapped.group(1)
+    text = observation.strip()
+    if text.startswith(_OPEN_TAG) and text.endswith(_CLOSE_TAG) and len(text) >= len(_OPEN_TAG + _CLOSE_TAG):
+        observation = text[len(_OPEN_TAG):-len(_CLOSE_TAG)].strip()
     message: str | None = None
-    m = _JSON_ERROR.match(observation)
-    if m:
-        message = m.group(1)
+    text = observation.strip()
+    inner = text[1:-1].strip() if text.startswith("{") and text.endswith("}") else ""
+    key = _ERROR_KEY.match(inner)
+    if key:
+        message = inner[key.end():].strip()
         try:
             decoded = json.loads(observation)
             if isinstance(decoded, dict) and "error" in decoded:

@@ -57,7 +57,7 @@ def parse_calls(text: str, max_calls: int = 4) -> tuple[list[dict[str, Any]], st
             return [], f"A tool call nests too deeply (at most {MAX_DEPTH} levels)."
         try:
             data = json.loads(body)
-        except (json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an int over 4300 digits
             return [], f"Could not parse the tool call as JSON: {getattr(exc, 'msg', exc)}."
         if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
             return [], 'A tool call must be a JSON object with a "name" and "arguments".'

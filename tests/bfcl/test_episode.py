@@ -234,3 +234,14 @@ def test_malformed_model_output_never_crashes_the_episode(env):
     trajectory, _ = play(env, "multi_turn_base_0", garbage)
     assert trajectory.finish == "completed"
     assert trajectory.metadata["rejected_messages"] == 3
+
+
+def test_a_lone_surrogate_in_an_argument_name_becomes_valid_text(env):
+    """json.loads turns '\\ud800' into a lone surrogate; the backend's error quotes the argument name
+    ("got an unexpected keyword argument '\\ud800'") and clip_observation encodes it before any Message
+    exists: the observation is made valid text (U+FFFD) instead of raising UnicodeEncodeError."""
+    trajectory, _ = play(env, "multi_turn_base_0", ['<tool_call>{"name": "cd", "arguments": {"\\ud800": 1}}</tool_call>', "ok"])
+    tool = next(m for m in trajectory.messages if m.role == "tool").content
+    assert "unexpected keyword argument '\ufffd'" in tool
+    tool.encode("utf-8")
+    trajectory.model_dump_json().encode("utf-8")

@@ -279,6 +279,21 @@ def test_successful_observations_get_no_hint(observation: str) -> None:
     assert recovery_hint(revision(["recovery"]), CATEGORY, observation) is None
 
 
+def test_observations_with_long_whitespace_runs_are_classified_in_linear_time() -> None:
+    """Tool results are untrusted: a 200,000-space run inside an error, a wrapper or an unclosed object took
+    the old regular expressions (whitespace on both sides of a lazy group) minutes; now they are classified
+    as short ones are."""
+    spaces = " " * 200_000
+    found = classify_observation('{"error": "cd: \'' + spaces + 'x\'"}')
+    assert found is not None and found[0] == "tool_error" and found[1].endswith("x'")
+    found = classify_observation("<tool_response>" + spaces + '{"error": "Token expired"}' + spaces + "</tool_response>")
+    assert found == ("not_authenticated", "Token expired")
+    found = classify_observation("{'error': 'Value must be a number" + spaces + "'}")
+    assert found is not None and found[0] == "type_mismatch"
+    assert classify_observation("<tool_response>" + spaces + "x") is None
+    assert classify_observation('{"error": 1' + spaces) is None
+
+
 def test_recovery_hints_name_the_problem() -> None:
     rev = revision(["recovery"])
     missing = recovery_hint(rev, CATEGORY, "Error during execution: cd() missing 1 required positional argument: 'folder'")

@@ -97,7 +97,9 @@ def test_hostile_hermes_messages_are_parse_errors(text):
     assert not result.ok and not result.calls
 
 
-@pytest.mark.parametrize("text", ["[f(a=" + "9" * 5000 + ")]", "[" * 5000, "[f(a=" + "[" * 3000 + "]" * 3000 + ")]"])
+@pytest.mark.parametrize("text", ["[f(a=" + "9" * 5000 + ")]", "[" * 5000, "[f(a=" + "[" * 3000 + "]" * 3000 + ")]",
+                                  "[cd(folder=0x" + "f" * 3600 + ")]",  # over the digit limit only in decimal
+                                  "[x(a=...)]", "[cd(folder=b'\\xff')]"])  # no JSON form: the store write failed
 def test_hostile_python_messages_are_parse_errors(text):
     assert not PythonFormat().parse(text).ok
 

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from seal_platform.types import Message, ToolCall, Trajectory, TurnVerdict
-from seal_platform.toolenv.calls import CallSyntaxError, ParsedCall, parse_call, parse_calls
+from seal_platform.toolenv.calls import CallSyntaxError, ParsedCall, parse_call, parse_calls, render_call
 from seal_platform_plugins.bfcl.diagnoser import ALL_LABELS, diagnose_trajectory, label_turns
 from seal_platform.toolenv.formats import HermesFormat, ParseResult, PythonFormat
 
@@ -71,6 +71,7 @@ def hermes_messages(draw: Any) -> str:
 _call_names = st.sampled_from(["cd", "ls", "mv", "echo", "touch", "f", "__import__", "os.system", "eval", "kill"])
 _literal_texts = st.one_of(
     json_values.map(repr), hostile_values, st.sampled_from(["x", "x.y", "f()", "lambda: 1", "*a", "[i for i in x]", "1+1"]),
+    st.sampled_from(["...", "b'\\xff'", "[{'k': ...}]", "0x" + "f" * 3600, "-0o" + "7" * 4800]),  # no JSON form
 )
 
 
@@ -104,6 +105,8 @@ def check_format_parse(fmt: HermesFormat | PythonFormat, text: str) -> ParseResu
     assert result.error is None or isinstance(result.error, str)
     for call in result.calls:
         assert isinstance(call.name, str) and isinstance(call.arguments, dict)
+        render_call(call.name, call.arguments, call.args)  # what the episode records for every executed call
+        ToolCall(turn=0, name=call.name, arguments=call.arguments).model_dump_json()  # what the store writes
     return result
 
 

@@ -136,7 +136,7 @@ def test_lone_surrogates_from_model_output_are_replaced_counted_and_stored(tmp_p
 
     args = _json.loads('{"path": "a\\ud800b", "\\udfff": ["\\ud83d\\ude00 ok"]}')  # one valid pair stays
     traj = Trajectory(task_id="t", category="c", group="g")
-    traj.messages.append(Message(role="assistant", content="x\ud800"))  # filled in after construction
+    traj.messages.append(Message(role="assistant", content="x\ud800"))  # valid from construction on
     traj.tool_calls.append(ToolCall(turn=0, name="ls", arguments=args))
     store = RunStore(f"sqlite:///{tmp_path / 's.sqlite'}")
     store.create_run("r", name="n", recipe="", config={}, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
@@ -147,5 +147,27 @@ def test_lone_surrogates_from_model_output_are_replaced_counted_and_stored(tmp_p
     (back,) = store.trajectories("r")
     assert back.messages[0].content == "x\ufffd"
     assert back.tool_calls[0].arguments == {"path": "a\ufffdb", "\ufffd": ["\U0001F600 ok"]}
-    assert back.metadata["replaced_surrogates"] == 3
+    assert back.metadata["replaced_surrogates"] == 2  # those of the tool call (a message's are made valid earlier)
     back.model_dump_json().encode("utf-8")
+
+
+def test_free_text_of_the_core_types_is_valid_from_construction(tmp_path):
+    """A tool's error quoting a model-chosen argument name ("got an unexpected keyword argument '\ud800'") or a
+    judge's rationale can hold a lone surrogate: the message (which a tokenizer reads before any trajectory
+    exists) and the label hold valid text, and the step with both is stored."""
+    from seal_platform.capability import CapabilityState
+    from seal_platform.types import Interface, Message, Trajectory, TurnLabel
+
+    message = Message(role="tool", content="got an unexpected keyword argument '\ud800'")
+    assert message.content == "got an unexpected keyword argument '\ufffd'"
+    message.content.encode("utf-8")
+    assert Message(role="user", content="\U0001F600 ok").content == "\U0001F600 ok"  # valid text stays
+    label = TurnLabel(trajectory_id="t", turn=0, label="x\udfff", source="s", rationale="because \ud800")
+    assert (label.label, label.rationale) == ("x\ufffd", "because \ufffd")
+    assert Interface(system_text="\ud800").system_text == "\ufffd"
+    traj = Trajectory(task_id="t", category="c", group="g", messages=[message])
+    store = RunStore(f"sqlite:///{tmp_path / 's.sqlite'}")
+    store.create_run("r", name="n", recipe="", config={}, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
+    store.record_step("r", step=0, epoch=0, trajectories=[traj], labels=[label.model_copy(update={"trajectory_id": traj.id})],
+                      label_weights={}, state=CapabilityState(), interface_revision=0, metrics={}, timings={})
+    assert store.labels("r")[0].rationale == "because \ufffd"

@@ -229,6 +229,33 @@ def test_the_cache_means_no_turn_is_judged_twice_also_across_resume(tmp_path, st
     assert len(judge.prompts) > asked
 
 
+class DamagedCache:
+    """A run store whose judge cache holds ``value`` under every key and ``usage`` as the run's token usage."""
+
+    def __init__(self, value, usage):
+        self.value, self.usage = value, usage
+
+    def cache_get(self, namespace, keys):
+        return {key: self.value if namespace == CACHE_NAMESPACE else self.usage for key in keys}
+
+    def cache_put(self, *args, **kwargs):
+        pass
+
+
+@pytest.mark.parametrize("value,usage", [
+    ({"status": "judged", "judgement": {"label": "state_mismatch"}, "answers": 5}, None),
+    ({"status": "invalid", "reason": "r", "answers": None}, None),
+    ({}, {"tokens": "lots"}), ({}, {"tokens": float("inf")}), ({}, {"tokens": float("nan")}), ({}, {"tokens": [1]}),
+])
+def test_a_damaged_cache_entry_is_a_miss_and_a_damaged_usage_counts_as_nothing_spent(value, usage):
+    judge = ScriptedJudge([answer("argument_mismatch")])
+    settings = DiagnosisLlmSettings()
+    judged = Judge(EngineBackend(judge, settings, "run:scripted"), settings, DamagedCache(value, usage), "run-1")
+    assert judged.budget.spent == 0
+    [label] = judged.label([trajectory(failing_turns=(1,))], [], step=0)
+    assert label.label == "argument_mismatch" and len(judge.prompts) == 1  # asked: the cache had nothing usable
+
+
 def test_failed_requests_are_not_cached(tmp_path, store):
     class Flaky(ScriptedJudge):
         down = True

@@ -154,3 +154,13 @@ def test_the_recipe_names_the_variable_never_the_key():
         DiagnosisLlmSettings.model_validate({"backend": "openai", "openai": {"api_key_env": KEY}})
     with pytest.raises(ValidationError, match="api_key"):
         DiagnosisLlmSettings.model_validate({"openai": {"api_key": KEY}})
+
+
+@pytest.mark.parametrize("usage", [("lots", ""), (float("inf"), 0), (-500, 0)])
+def test_a_malformed_usage_from_the_endpoint_counts_as_nothing_reported(tmp_path, store, monkeypatch, usage):
+    monkeypatch.setenv("JUDGE_KEY", KEY)
+    with OpenAIServer(lambda body, n: Response(good().content, usage=usage)) as server:
+        ctx, events = openai_ctx(tmp_path, server, store, concurrency=1)
+        labels = judge_labels(run_diagnose(ctx, [trajectory(failing_turns=(1,))]))
+    assert [lab.label for lab in labels] == ["argument_mismatch"]
+    assert store.cache_get("diagnosis_llm.usage", ["run-1"])["run-1"]["tokens"] > 0  # the estimate stays

@@ -149,6 +149,26 @@ def test_hostile_tool_results_are_clipped_utf8():
     json.dumps(traj.model_dump())  # storable
 
 
+def test_arguments_that_are_not_text_are_an_error_the_agent_sees(env):
+    task = env.tasks("eval")[0]
+    engine = Scripted(lambda u, c: '<tool_call>{"name": "get_item", "arguments": {"name": "lamp\\ud800"}}</tool_call>')
+    start = time.monotonic()
+    (traj,) = run_episodes(env, engine, [(task, "g", 0)], Interface(), SAMPLING)
+    assert time.monotonic() - start < 30  # refused before the server: no wait for its timeout
+    assert traj.infra_failure is None and traj.reward == 0.0
+    assert traj.tool_calls and all("not valid Unicode text" in c.error for c in traj.tool_calls)
+    assert "not valid Unicode text" in next(m.content for m in traj.messages if m.role == "tool")
+
+
+def test_a_request_the_sdk_cancels_is_the_clients_usual_error():
+    from seal_platform.infra import InfraError
+    from seal_platform_plugins.mcp.client import MCPConnection
+
+    with MCPConnection(settings().servers[0]) as conn:
+        with pytest.raises(InfraError, match="'inventory' failed during call"):
+            conn.call("get_item", {"name": "\ud800"})  # the SDK cannot encode it and cancels the request
+
+
 def test_a_stray_line_on_the_servers_stdout_is_skipped():
     noisy = MCPEnvironment(settings(env={"INVENTORY_GARBAGE_ON": "set_status"}))
     tasks = [t for t in noisy.tasks("train") if t.payload["turns"][0]["calls"][0]["name"] == "set_status"][:2]

@@ -4,6 +4,8 @@
 * ``garbage``: answers reset with text that is not JSON;
 * ``malformed``: answers reset with JSON outside the protocol (an observation that is a string, reward "high");
 * ``nan``: a step reward of NaN;
+* ``bigreward``: a step reward that is an integer too large for a float (1 and 400 zeros);
+* ``badschema``: a /schema whose action schema is not an object schema (properties a list, required a number);
 * ``hang``: never answers a step;
 * ``crash``: the process exits on a step;
 * ``hostile``: observations of 1 MB with control characters and lone surrogates;
@@ -39,6 +41,8 @@ async def _step() -> str:
         os._exit(3)
     if MODE == "nan":
         return '{"observation": {"text": "x"}, "reward": NaN, "done": true}'
+    if MODE == "bigreward":
+        return '{"observation": {"text": "x"}, "reward": 1' + "0" * 400 + ', "done": true}'
     if MODE == "hostile":
         text = "\x1b[31m\x00\ud800" + "A" * 1_000_000
         return json.dumps({"observation": {"text": text}, "reward": 0.0, "done": False})
@@ -52,6 +56,8 @@ def health() -> dict:
 
 @app.get("/schema")
 def schema() -> dict:
+    if MODE == "badschema":
+        return {"action": {"type": "object", "properties": ["move"], "required": 5}, "observation": {}, "state": {}}
     return {"action": SCHEMA, "observation": {}, "state": {}}
 
 

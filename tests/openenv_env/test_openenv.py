@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from seal_platform.types import Generation, Interface, Message, SamplingParams
-from seal_platform.toolenv.schemadocs import render_docs
+from seal_platform.toolenv.schemadocs import render_docs, validate_arguments
 from seal_platform_plugins.openenv.client import OpenEnvUnavailable, free_port
 from seal_platform_plugins.openenv.diagnoser import diagnose
 from seal_platform_plugins.openenv.environment import OpenEnvEnvironment, action_doc, load_tasks
@@ -22,6 +23,15 @@ from seal_platform_plugins.openenv.settings import OpenEnvSettings
 EXAMPLE_SERVER = Path(__file__).resolve().parents[2] / "examples" / "openenv-thermostat" / "server.py"
 SAMPLING = SamplingParams(temperature=0.0, max_new_tokens=64, stop=["</tool_call>"])
 THERMOSTAT = {"observation_field": "message", "n_train": 4, "n_eval": 2, "timeout_s": 5}
+
+
+class Node(BaseModel):  # a recursive action model (pydantic: a $ref into $defs inside its own definition)
+    name: str
+    children: list[Node] = []
+
+
+class TreeAction(BaseModel):
+    tree: Node
 
 
 class Scripted:
@@ -69,6 +79,35 @@ def test_the_action_schema_becomes_the_tool_doc(thermostat_url):
                      "go", "")
     assert doc["input_schema"]["properties"]["move"] == {"enum": ["left", "right"], "type": "string",
                                                          "description": "Where."}
+
+
+def test_a_recursive_action_model_keeps_the_definitions_its_refs_need():
+    doc = action_doc(TreeAction.model_json_schema(), "act", "")
+    tree = {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}]}
+    assert validate_arguments(doc, {"tree": tree}) is None
+    assert validate_arguments(doc, {"tree": {"name": "a", "children": [{"name": "b", "children": [{}]}]}})
+    assert "Node" in doc["input_schema"]["$defs"]
+    assert "$defs" not in action_doc({"$defs": {"M": {"type": "string"}}, "properties": {"m": {"$ref": "#/$defs/M"}}},
+                                     "go", "")["input_schema"]  # every ref inlined: nothing left to point to
+
+
+@pytest.mark.parametrize("schema,why", [
+    ({"definitions": [1], "properties": {"a": {}}}, "definitions is not an object"),
+    ({"type": "object", "properties": [1]}, "properties are not an object"),
+    ({"type": "object", "properties": {"a": {}}, "required": 5}, "required is not a list of names"),
+])
+def test_a_malformed_action_schema_is_one_paragraph(thermostat_url, schema, why):
+    with pytest.raises(OpenEnvUnavailable) as info:
+        env_for(thermostat_url, action_schema=schema)
+    assert why in str(info.value) and "settings.openenv.action_schema" in str(info.value)
+
+
+def test_a_malformed_schema_from_the_server_is_one_paragraph_naming_the_url(bad_server):
+    url = bad_server("badschema")
+    with pytest.raises(OpenEnvUnavailable) as info:
+        OpenEnvEnvironment(OpenEnvSettings(url=url))
+    assert f"{url}/schema" in str(info.value) and "properties are not an object" in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("transport", ["ws", "http"])
@@ -159,7 +198,8 @@ def test_an_unreachable_server_is_one_paragraph_naming_the_url():
 @pytest.mark.parametrize("mode,transport,words", [
     ("garbage", "ws", "not JSON"), ("garbage", "http", "not JSON"),
     ("malformed", "ws", "malformed reset answer"), ("malformed", "http", "malformed reset answer"),
-    ("nan", "ws", "malformed step answer"), ("crash", "ws", "step"), ("crash", "http", "step"),
+    ("nan", "ws", "malformed step answer"), ("bigreward", "ws", "malformed step answer"),
+    ("bigreward", "http", "malformed step answer"), ("crash", "ws", "step"), ("crash", "http", "step"),
     ("hang", "ws", "did not answer step within 1 s"), ("hang", "http", "did not answer step within 1 s"),
 ])
 def test_a_failing_server_masks_the_episode_and_names_the_url(bad_server, mode, transport, words):

@@ -140,6 +140,26 @@ def test_arguments_are_validated_against_the_schema():
         check_arguments("open_window", {})
 
 
+@pytest.mark.parametrize("room", ["9" * 5000,  # an int of more digits than Python converts (4300)
+                                  "[" * 100_000,  # deeper than the parser's recursion
+                                  "[" * 50 + "]" * 50],  # valid JSON, nested deeper than a call may be
+                         ids=["long-int", "deeper-than-recursion", "deeper-than-allowed"])
+def test_a_call_json_cannot_read_safely_is_a_parse_error_not_an_exception(room):
+    calls, error = parse_calls(f'<tool_call>{{"name": "set_light", "arguments": {{"room": {room}}}}}</tool_call>')
+    assert calls == [] and error
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_non_finite_integer_argument_is_an_error_the_agent_sees(number):
+    env = _env()
+    tasks = env.tasks("eval")[:2]
+    call = '<tool_call>{"name": "set_thermostat", "arguments": {"room": "kitchen", "temperature": %s}}</tool_call>'
+    trajs, _ = _play(env, tasks, lambda user, conv: call % number)
+    assert all(t.reward == 0.0 for t in trajs)
+    errors = [c.error for t in trajs for c in t.tool_calls]
+    assert errors and all(e and "temperature must be an integer" in e for e in errors)
+
+
 def _labelled_state(env, label: str, n: int = 12) -> CapabilityState:
     state = CapabilityState()
     trajs = [Trajectory(task_id=f"t{i}", category=cat, group=f"g{i}", reward=0.0)
