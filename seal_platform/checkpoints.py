@@ -2,7 +2,7 @@
 
 A checkpoint is the folder ``RUN_DIR/checkpoints/step-NNNNNN``. Every plugin that implements
 ``save_checkpoint`` writes its own files into a temporary folder; the core then writes its own state
-(:data:`CORE_CHECKPOINT_FILE`: the step, the interface revision and the capability state) last, syncs every file
+(:data:`CORE_CHECKPOINT_FILE`: the run's id, the step, the interface revision and the capability state) last, syncs every file
 and folder to disk and renames the temporary folder into place. Only then is the checkpoint added to the run
 store, so a crash at any moment leaves either the previous checkpoint or the new one, never half of one.
 """
@@ -47,6 +47,7 @@ def write_checkpoint(host: PluginHost, ctx: RunContext, core: CoreState) -> Path
     try:
         metas = host.call_each("save_checkpoint", ctx=ctx, directory=tmp, step=step)
         data = {
+            "run_id": ctx.run_id,  # which run the folder belongs to (``--resume --run-dir`` checks it)
             "step": step,
             "interface_revision": core.interface_revision,
             "state": core.state.model_dump(mode="json"),
@@ -140,9 +141,29 @@ def remove_partial_checkpoints(root: Path, recorded: list[Any]) -> tuple[list[Pa
 
 
 def read_core_state(directory: Path) -> CoreState:
-    """The core's part of the checkpoint in ``directory``."""
-    core = json.loads((Path(directory) / CORE_CHECKPOINT_FILE).read_text())
-    return CoreState(core["step"], core["interface_revision"], CapabilityState.model_validate(core["state"]))
+    """The core's part of the checkpoint in ``directory``; a SealError naming the file where it cannot be read
+    or is damaged (empty, not JSON, keys missing)."""
+    path = Path(directory) / CORE_CHECKPOINT_FILE
+    try:
+        core = json.loads(path.read_text())
+        return CoreState(int(core["step"]), int(core["interface_revision"]),
+                         CapabilityState.model_validate(core["state"]))
+    except OSError as exc:
+        raise SealError(f"the checkpoint's core file {path} cannot be read: {exc.strerror or exc}") from exc
+    except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and pydantic's ValidationError too
+        what = "empty" if isinstance(exc, json.JSONDecodeError) and not exc.doc.strip() else \
+            f"damaged ({type(exc).__name__}: {exc})"
+        raise SealError(f"the checkpoint's core file {path} is {what}") from exc
+
+
+def checkpoint_run_id(directory: Path) -> str | None:
+    """The id of the run that wrote the checkpoint in ``directory``, where its core file records it (older
+    checkpoints do not); None where it does not or cannot be read."""
+    try:
+        value = json.loads((Path(directory) / CORE_CHECKPOINT_FILE).read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def load_plugin_checkpoints(host: PluginHost, ctx: RunContext, directory: Path, step: int) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import gc
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -181,6 +182,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
             if not (run_dir / "config.json").is_file():
                 raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
                                 f"holds the run's checkpoints/ (it was {row.run_dir}).")
+            _check_own_run_dir(store, row, run_dir)  # before the store or the folder is changed
             moved = store.relocate_run(row.id, str(run_dir.resolve()))
             errors.print(f"run {row.id}: its folder is now {run_dir.resolve()} ({moved} checkpoint path(s) updated)",
                          highlight=False)
@@ -206,18 +208,85 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                     restart_from=restart_from, takeover=takeover)
     from .present.run_display import run_with_display
 
+    from .resume import CheckpointLoadError
+
+    resume_command = f"seal-platform run --resume {runner.run_id} --store {shlex.quote(str(store.url))}"
     try:
         with _sigterm_interrupts():
             run_with_display(runner, store, console, verbose=verbose, live=not quiet, report=not no_report)
     except KeyboardInterrupt as exc:
         how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
-        errors.print(f"{how}; the run is marked interrupted; continue with: seal-platform run --resume "
-                     f"{runner.run_id}", highlight=False)
+        status = _stored_status(store, runner.run_id)
+        if status == "completed":  # the signal came after the run's end: while its report or summary was written
+            again = (f"write its report with: seal-platform report {runner.run_id} --store {shlex.quote(str(store.url))}"
+                     if not no_report else "")
+            errors.print(f"the run {runner.run_id} completed ({how} afterwards, before its report and summary were "
+                         f"done); {again + '; ' if again else ''}details: seal-platform show {runner.run_id} --store "
+                         f"{shlex.quote(str(store.url))}", highlight=False)
+            sys.exit(143 if isinstance(exc, Terminated) else 130)  # what was stopped was the report, still a stop
+        marked = f"the run is marked {status}" if status else "the run's status could not be read"
+        errors.print(f"{how}; {marked}; continue with: {resume_command}", highlight=False)
         sys.exit(143 if isinstance(exc, Terminated) else 130)
+    except CheckpointLoadError as exc:
+        raise SealError(f"{_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
     except SealError as exc:
-        raise SealError(f"{exc} The run {runner.run_id} is marked failed; after fixing the cause, "
-                        f"continue it with `seal-platform run --resume {runner.run_id}`.") from exc
+        raise SealError(f"{_sentence(str(exc))} The run {runner.run_id} is marked failed; after fixing the cause, "
+                        f"continue it with `{resume_command}`.") from exc
     console.print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
+
+
+def _sentence(text: str) -> str:
+    """``text`` ending as a sentence does (a period added where it has no final punctuation)."""
+    text = text.rstrip()
+    return text if not text or text.endswith((".", "!", "?")) else text + "."
+
+
+def _stored_status(store: Any, run_id: str) -> str | None:
+    """The run's status as the store holds it now; None where the store has no row for it or cannot be read."""
+    try:
+        return str(store.get_run(run_id).status)
+    except Exception:  # an interrupted command must still print its message
+        return None
+
+
+def _check_own_run_dir(store: Any, row: Any, run_dir: Path) -> None:
+    """SealError unless ``run_dir`` (given with ``--resume RUN --run-dir``) is run ``row``'s folder: its
+    config.json must be the config the store holds for the run, its checkpoints must not name another run, and
+    it must not be the folder (or carry the id) of another run in the store."""
+    from .checkpoints import CORE_CHECKPOINT_FILE, checkpoint_run_id
+
+    folder = run_dir.resolve()
+    refuse = (f"--run-dir {run_dir}: that folder is not run {row.id}'s (whose folder was {row.run_dir}), "
+              f"nothing was changed: ")
+    for other in store.list_runs():
+        if other.id == row.id:
+            continue
+        if folder.name == other.id or (other.run_dir and Path(other.run_dir).resolve() == folder):
+            raise SealError(f"{refuse}it is the folder of run {other.id} ({other.name}, {other.status}, recipe "
+                            f"{other.recipe}). Give the folder that holds run {row.id}'s checkpoints/.")
+    for core in sorted((run_dir / "checkpoints").glob(f"*/{CORE_CHECKPOINT_FILE}")):
+        owner = checkpoint_run_id(core.parent)
+        if owner is not None and owner != row.id:
+            raise SealError(f"{refuse}its checkpoint {core.parent.name} was written by run {owner}. Give the folder "
+                            f"that holds run {row.id}'s checkpoints/.")
+    try:
+        folder_config = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SealError(f"{refuse}its config.json cannot be read ({exc}).") from exc
+    if folder_config != row.config and _config_hash(folder_config) != row.config_hash:
+        name = folder_config.get("name") if isinstance(folder_config, dict) else None
+        raise SealError(f"{refuse}its config.json (run name {name!r}, config hash "
+                        f"{(_config_hash(folder_config) or '?')[:8]}) is not the config the store holds for run "
+                        f"{row.id} (run name {row.name!r}, config hash {row.config_hash[:8]}, recipe {row.recipe}). "
+                        f"Give the folder that holds run {row.id}'s checkpoints/.")
+
+
+def _config_hash(data: Any) -> str | None:
+    """The config hash of a run folder's config.json, as the store computes it; None where it is no config."""
+    try:
+        return str(stored_config(data).config_hash())
+    except Exception:  # a config.json that is not a valid config has no hash
+        return None
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to t
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,16 @@ from .errors import SealError
 from .plugins import PluginHost
 from .store import RunStore
 from .types import Interface
+
+
+class CheckpointLoadError(SealError):
+    """A resumed run's checkpoint could not be loaded (its core file damaged, a plugin's ``load_checkpoint``
+    failed). Resuming it again loads the same checkpoint; ``restart_from`` is the ``--restart-from-step`` that
+    trains again from the durable checkpoint before it (0: from the start, there is none before it)."""
+
+    def __init__(self, message: str, restart_from: int):
+        super().__init__(message)
+        self.restart_from = restart_from
 
 
 @dataclass
@@ -70,13 +81,36 @@ def restore_run(store: RunStore, host: PluginHost, ctx: RunContext, run_dir: Pat
         )
     if not durable:
         dropped = store.discard_after(run_id, -1)
-        store.add_event(run_id, "resume", f"no checkpoint: restarting from step 0 ({dropped} step(s) discarded)")
+        why = "restart from step 0 as asked" if restart_from == 0 else "no checkpoint"
+        store.add_event(run_id, "resume", f"{why}: restarting from step 0 ({dropped} step(s) discarded)")
         stored = any(r.revision == 0 for r in store.interfaces(run_id))
         return Restored(0, None, store.interface(run_id, 0) if stored else None)
     last = durable[-1]
-    core = read_core_state(Path(last.path))
+    # Read and loaded before the history after it is dropped: a checkpoint that cannot be loaded changes nothing.
+    try:
+        core = read_core_state(Path(last.path))
+        interface = store.interface(run_id, core.interface_revision)
+        load_plugin_checkpoints(host, ctx, Path(last.path), last.step)
+    except CheckpointLoadError:
+        raise
+    except SealError as exc:
+        raise _load_failed(store, run_id, last, durable[:-1], exc) from exc
     dropped = store.discard_after(run_id, last.step)
-    interface = store.interface(run_id, core.interface_revision)
-    load_plugin_checkpoints(host, ctx, Path(last.path), last.step)
     store.add_event(run_id, "resume", f"resumed after step {last.step} from {last.path} ({dropped} later step(s) re-done)")
     return Restored(last.step + 1, core.state, interface)
+
+
+def _load_failed(store: RunStore, run_id: str, last: Any, earlier: list[Any], exc: SealError) -> CheckpointLoadError:
+    """The error for the checkpoint ``last`` that could not be loaded, with the ``--restart-from-step`` that
+    trains again from the durable checkpoint before it (``earlier[-1]``) or from the start."""
+    detail = str(exc).rstrip()
+    detail = detail if detail.endswith((".", "!", "?")) else detail + "."
+    restart = earlier[-1].step + 1 if earlier else 0
+    command = (f"seal-platform run --resume {run_id} --store {shlex.quote(str(store.url))} "
+               f"--restart-from-step {restart}")
+    where = (f"from the durable checkpoint before it (the one after step {earlier[-1].step}), discarding the "
+             f"history from step {restart} on" if earlier else
+             "from the start (there is no durable checkpoint before it), discarding the run's history")
+    return CheckpointLoadError(
+        f"run {run_id}: the checkpoint after step {last.step} ({last.path}) could not be loaded: {detail} "
+        f"A plain resume loads it again; unless it can be repaired, train again {where}: `{command}`.", restart)

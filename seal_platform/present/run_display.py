@@ -34,10 +34,15 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
         finally:
             report_path = _write_report(store, runner.run_id, console) if report else None
     if getattr(runner, "resumed", False) and not live:  # the live display said so as the run went on
-        console.print(f"resumed: steps 1-{runner.start_step} came from the checkpoint, step {runner.start_step + 1} "
-                      "on ran now" if runner.start_step > 0 else
-                      "resumed: there was no durable checkpoint yet, so the run started again from step 1",
-                      highlight=False)
+        if runner.start_step > 0:
+            said = (f"resumed: steps 1-{runner.start_step} came from the checkpoint, step {runner.start_step + 1} "
+                    "on ran now")
+        elif getattr(runner, "restart_from", None) == 0:
+            said = ("resumed: the run started again from step 1 as asked (--restart-from-step 0); its earlier "
+                    "history and checkpoints were discarded")
+        else:
+            said = "resumed: there was no durable checkpoint yet, so the run started again from step 1"
+        console.print(said, highlight=False)
     digest = load_digest(store, runner.run_id)
     extra = getattr(progress, "extra_seconds", None) if live else None
     console.print(run_summary(digest, stage_extra=extra, report=str(report_path) if report_path else None,
