@@ -31,7 +31,7 @@ from .config import (
     validate_settings,
 )
 from .errors import ConfigError, PluginError, SealError
-from .plugins import PluginHost, make_plugin_manager
+from .plugins import PluginHost, make_plugin_manager, short_repr
 from .recipe_keys import RecipeOrigin
 
 
@@ -168,7 +168,7 @@ def _plugin_checks(config: RunConfig, host: PluginHost, settings: dict[str, Any]
         if isinstance(answer, Issue):  # the plugin failed: its failure is the problem
             issues.append(answer)
         elif (items := _list_of(answer, Issue)) is None:
-            issues.append(Issue("plugins", f"plugin {plugin!r} returned {_short(answer)} from 'check_config', not a "
+            issues.append(Issue("plugins", f"plugin {plugin!r} returned {short_repr(answer)} from 'check_config', not a "
                                 "list of seal_platform.config.Issue", "fix or block the plugin (plugins.block); "
                                 "the hook specs: seal_platform/hookspecs.py"))
         else:
@@ -179,17 +179,11 @@ def _plugin_checks(config: RunConfig, host: PluginHost, settings: dict[str, Any]
 def _answers(host: PluginHost, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
     """(plugin, answer) of every plugin implementing ``hook`` (a check hook), each called on its own; the
     answer of one that raised is an :class:`Issue` naming it and its error."""
-    answers: list[tuple[str, Any]] = []
-    for impl in reversed(getattr(host.pm.hook, hook).get_hookimpls()):
-        others = [p for p in host.pm.get_plugins() if p is not impl.plugin]
-        try:
-            results = host.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
-        except Exception as exc:
-            answers.append((impl.plugin_name, Issue("plugins", f"plugin {impl.plugin_name!r} failed in {hook!r}: "
-                                                    f"{type(exc).__name__}: {exc}", "fix or block the plugin (plugins.block)")))
-        else:
-            answers.append((impl.plugin_name, results[0] if results else None))
-    return answers
+    def failed(plugin: str, exc: Exception) -> Issue:
+        return Issue("plugins", f"plugin {plugin!r} failed in {hook!r}: {type(exc).__name__}: {exc}",
+                     "fix or block the plugin (plugins.block)")
+
+    return host.call_per_plugin(hook, failed=failed, **kwargs)
 
 
 def _list_of(answer: Any, kind: type) -> list[Any] | None:
@@ -199,14 +193,6 @@ def _list_of(answer: Any, kind: type) -> list[Any] | None:
     if not isinstance(answer, (list, tuple)) or not all(isinstance(item, kind) for item in answer):
         return None
     return list(answer)
-
-
-def _short(value: Any) -> str:
-    try:
-        text = repr(value)
-    except Exception:  # a plugin's own object, whose repr may be as broken as the rest of it
-        text = f"<{type(value).__name__} object>"
-    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _with_failures(hint: str, host: PluginHost) -> str:
@@ -240,7 +226,7 @@ def check_machine(plan: Plan, host: PluginHost | None = None) -> None:
         if isinstance(answer, Issue):  # the plugin failed: its failure is the problem
             problems.append(f"{answer.what} ({answer.fix})")
         elif (items := _list_of(answer, str)) is None:
-            problems.append(f"plugin {plugin!r} returned {_short(answer)} from 'check_machine', not a list of "
+            problems.append(f"plugin {plugin!r} returned {short_repr(answer)} from 'check_machine', not a list of "
                             "strings (the hook specs: seal_platform/hookspecs.py); fix or block the plugin (plugins.block)")
         else:
             problems.extend(items)

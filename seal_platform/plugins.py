@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pluggy
 from pydantic import BaseModel
@@ -84,7 +84,8 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut to 120 characters, for messages about what a plugin returned."""
     try:
         text = repr(value)
     except Exception:  # a plugin's own object, whose repr may be as broken as the rest of it
@@ -101,25 +102,25 @@ def _check_registered(hook: str, result: Any) -> tuple[list[Any], str | None]:
     if kind is None:
         expected = "a dict of settings section name -> pydantic model class (a BaseModel subclass)"
         if not isinstance(result, Mapping):
-            return [], f"{hook} returned {_short(result)} (type {type(result).__name__}), not {expected}"
+            return [], f"{hook} returned {short_repr(result)} (type {type(result).__name__}), not {expected}"
         for section, model in result.items():
             if not isinstance(section, str) or not section:
-                return [], f"{hook} returned {_short(result)}: the section name {section!r} is not a non-empty string"
+                return [], f"{hook} returned {short_repr(result)}: the section name {section!r} is not a non-empty string"
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
-                return [], f"{hook} returned {_short(result)}: section {section!r} maps to {_short(model)}, not a " \
+                return [], f"{hook} returned {short_repr(result)}: section {section!r} maps to {short_repr(model)}, not a " \
                     "pydantic model class (a BaseModel subclass)"
         return list(result.items()), None
     expected = f"a list of {kind.__name__}"
     if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Iterable):
-        return [], f"{hook} returned {_short(result)} (type {type(result).__name__}), not {expected}"
+        return [], f"{hook} returned {short_repr(result)} (type {type(result).__name__}), not {expected}"
     items = list(result)
     for item in items:
         if not isinstance(item, kind):
-            return [], f"{hook} returned {_short(items)}: {_short(item)} (type {type(item).__name__}) is not a " \
+            return [], f"{hook} returned {short_repr(items)}: {short_repr(item)} (type {type(item).__name__}) is not a " \
                 f"{kind.__name__}; expected {expected}"
         name = getattr(item, "name", None)
         if not isinstance(name, str) or not name:
-            return [], f"{hook} returned {_short(item)}, whose name is not a non-empty string"
+            return [], f"{hook} returned {short_repr(item)}, whose name is not a non-empty string"
     return items, None
 
 
@@ -183,19 +184,24 @@ class PluginHost:
     def is_loaded(self, name: str) -> bool:
         return self.pm.get_plugin(name) is not None
 
-    def call_per_plugin(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
+    def call_per_plugin(self, hook: str, *, failed: Callable[[str, Exception], Any] | None = None,
+                        **kwargs: Any) -> list[tuple[str, Any]]:
         """Call ``hook`` on every plugin that implements it, one plugin at a time, in pluggy's order, each call
         through pluggy (argument matching, wrappers, tracing) with every other plugin left out: (plugin name,
         what it returned; None when it returned None). A plugin that raises is a :class:`PluginError` saying
-        which plugin failed in which hook (the original exception chained)."""
+        which plugin failed in which hook (the original exception chained); with ``failed``, its answer is
+        ``failed(plugin name, exception)`` instead and the other plugins are still called."""
         answers = []
         for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
             others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
             try:
                 results = self.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
-            except SealError:
-                raise
             except Exception as exc:
+                if failed is not None:
+                    answers.append((impl.plugin_name, failed(impl.plugin_name, exc)))
+                    continue
+                if isinstance(exc, SealError):
+                    raise
                 raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook!r}: {type(exc).__name__}: {exc}") from exc
             # A hook that is not firstresult answers with a list of its implementations' results (here one, or
             # none when it returned None); a wrapper alone may answer with anything it likes instead.
