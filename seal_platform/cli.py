@@ -23,7 +23,7 @@ from rich.table import Table
 
 from . import __version__
 from .config import as_store_url, raise_for, resume_overrides, stored_config
-from .errors import PluginError, SealError, Terminated
+from .errors import PluginError, SealError, Terminated, as_sentence
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
 from .recipe_keys import RecipeOrigin
@@ -208,9 +208,9 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                     restart_from=restart_from, takeover=takeover)
     from .present.run_display import run_with_display
 
-    from .resume import CheckpointLoadError
+    from .resume import CheckpointLoadError, resume_command
 
-    resume_command = f"seal-platform run --resume {runner.run_id} --store {shlex.quote(str(store.url))}"
+    store_arg = shlex.quote(str(store.url))
     try:
         with _sigterm_interrupts():
             run_with_display(runner, store, console, verbose=verbose, live=not quiet, report=not no_report)
@@ -218,27 +218,21 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
         status = _stored_status(store, runner.run_id)
         if status == "completed":  # the signal came after the run's end: while its report or summary was written
-            again = (f"write its report with: seal-platform report {runner.run_id} --store {shlex.quote(str(store.url))}"
+            again = (f"write its report with: seal-platform report {runner.run_id} --store {store_arg}"
                      if not no_report else "")
             errors.print(f"the run {runner.run_id} completed ({how} afterwards, before its report and summary were "
                          f"done); {again + '; ' if again else ''}details: seal-platform show {runner.run_id} --store "
-                         f"{shlex.quote(str(store.url))}", highlight=False)
+                         f"{store_arg}", highlight=False)
             sys.exit(143 if isinstance(exc, Terminated) else 130)  # what was stopped was the report, still a stop
         marked = f"the run is marked {status}" if status else "the run's status could not be read"
-        errors.print(f"{how}; {marked}; continue with: {resume_command}", highlight=False)
+        errors.print(f"{how}; {marked}; continue with: {resume_command(runner.run_id, str(store.url))}", highlight=False)
         sys.exit(143 if isinstance(exc, Terminated) else 130)
     except CheckpointLoadError as exc:
-        raise SealError(f"{_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
+        raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
     except SealError as exc:
-        raise SealError(f"{_sentence(str(exc))} The run {runner.run_id} is marked failed; after fixing the cause, "
-                        f"continue it with `{resume_command}`.") from exc
+        raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed; after fixing the cause, "
+                        f"continue it with `{resume_command(runner.run_id, str(store.url))}`.") from exc
     console.print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
-
-
-def _sentence(text: str) -> str:
-    """``text`` ending as a sentence does (a period added where it has no final punctuation)."""
-    text = text.rstrip()
-    return text if not text or text.endswith((".", "!", "?")) else text + "."
 
 
 def _stored_status(store: Any, run_id: str) -> str | None:

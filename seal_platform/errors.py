@@ -5,6 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def as_sentence(text: str) -> str:
+    """``text`` ending as a sentence does (a period added where it has no final punctuation), for an error
+    message that another sentence follows."""
+    text = text.rstrip()
+    return text if not text or text.endswith((".", "!", "?")) else text + "."
+
+
 class Terminated(KeyboardInterrupt):
     """The process got SIGTERM (what schedulers and ``kill`` send): the run stops as on Ctrl-C, marked
     ``interrupted`` and resumable, and the command exits with 143 (128 + 15) instead of 130."""

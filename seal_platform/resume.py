@@ -11,7 +11,7 @@ from typing import Any
 from .capability import CapabilityState
 from .checkpoints import durable_checkpoints, load_plugin_checkpoints, read_core_state, remove_partial_checkpoints
 from .context import RunContext
-from .errors import SealError
+from .errors import SealError, as_sentence
 from .plugins import PluginHost
 from .store import RunStore
 from .types import Interface
@@ -19,12 +19,14 @@ from .types import Interface
 
 class CheckpointLoadError(SealError):
     """A resumed run's checkpoint could not be loaded (its core file damaged, a plugin's ``load_checkpoint``
-    failed). Resuming it again loads the same checkpoint; ``restart_from`` is the ``--restart-from-step`` that
-    trains again from the durable checkpoint before it (0: from the start, there is none before it)."""
+    failed). Resuming it again loads the same checkpoint; the message gives the ``--restart-from-step``
+    command that trains again from the durable checkpoint before it."""
 
-    def __init__(self, message: str, restart_from: int):
-        super().__init__(message)
-        self.restart_from = restart_from
+
+def resume_command(run_id: str, store_url: str, restart_from: int | None = None) -> str:
+    """The command that resumes run ``run_id`` of the store at ``store_url``, from any directory."""
+    command = f"seal-platform run --resume {run_id} --store {shlex.quote(store_url)}"
+    return command if restart_from is None else f"{command} --restart-from-step {restart_from}"
 
 
 @dataclass
@@ -103,14 +105,12 @@ def restore_run(store: RunStore, host: PluginHost, ctx: RunContext, run_dir: Pat
 def _load_failed(store: RunStore, run_id: str, last: Any, earlier: list[Any], exc: SealError) -> CheckpointLoadError:
     """The error for the checkpoint ``last`` that could not be loaded, with the ``--restart-from-step`` that
     trains again from the durable checkpoint before it (``earlier[-1]``) or from the start."""
-    detail = str(exc).rstrip()
-    detail = detail if detail.endswith((".", "!", "?")) else detail + "."
+    detail = as_sentence(str(exc))
     restart = earlier[-1].step + 1 if earlier else 0
-    command = (f"seal-platform run --resume {run_id} --store {shlex.quote(str(store.url))} "
-               f"--restart-from-step {restart}")
+    command = resume_command(run_id, str(store.url), restart)
     where = (f"from the durable checkpoint before it (the one after step {earlier[-1].step}), discarding the "
              f"history from step {restart} on" if earlier else
              "from the start (there is no durable checkpoint before it), discarding the run's history")
     return CheckpointLoadError(
         f"run {run_id}: the checkpoint after step {last.step} ({last.path}) could not be loaded: {detail} "
-        f"A plain resume loads it again; unless it can be repaired, train again {where}: `{command}`.", restart)
+        f"A plain resume loads it again; unless it can be repaired, train again {where}: `{command}`.")
