@@ -19,7 +19,7 @@ from typing import Any
 
 from .capability import CapabilityState
 from .context import RunContext
-from .errors import SealError
+from .errors import SealError, disk_full
 from .plugins import PluginHost
 from .store import RunStore
 
@@ -59,10 +59,20 @@ def write_checkpoint(host: PluginHost, ctx: RunContext, core: CoreState) -> Path
         os.replace(tmp, final)
         _fsync_dir(root)
     except OSError as exc:  # the core's own files: disk full, permissions, a vanished folder
+        full = disk_full(tmp, exc)
         shutil.rmtree(tmp, ignore_errors=True)
-        raise SealError(f"writing the checkpoint after step {step} into {root} failed: {exc.strerror or exc} "
+        raise SealError(f"writing the checkpoint after step {step} into {root} failed: {full or exc.strerror or exc} "
                         f"({exc.filename or root}); nothing of it was kept, the earlier checkpoints are intact: free "
                         "space or fix the folder's permissions, then resume the run.") from exc
+    except Exception as exc:
+        # A plugin's files: torch.save on a full disk loses the errno ("unexpected pos"). Measured before the
+        # partial folder is removed, which frees what it took.
+        full = disk_full(tmp, exc)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full is None:
+            raise
+        raise SealError(f"writing the checkpoint after step {step} into {root} failed: {full} ({exc}); nothing of "
+                        "it was kept, the earlier checkpoints are intact: free space, then resume the run.") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -20,10 +20,11 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from . import __version__
 from .config import as_store_url, raise_for, resume_overrides, stored_config
-from .errors import PluginError, SealError, Terminated, as_sentence
+from .errors import SealError, Terminated, as_sentence
 from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
 from .recipe_keys import RecipeOrigin
@@ -38,8 +39,21 @@ class SealGroup(click.Group):
     """Turns the platform's own errors into a short message instead of a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from .lifecycle import as_interruption, interrupts_noted
+
         try:
-            return super().invoke(ctx)
+            with interrupts_noted():  # a Ctrl-C that a library swallows or re-raises as another error still stops
+                try:
+                    return super().invoke(ctx)
+                except Exception as exc:
+                    stop = None if isinstance(exc, (click.exceptions.Exit, click.Abort, click.ClickException)) \
+                        else as_interruption(exc)
+                    if stop is None:
+                        raise
+                    raise stop from exc
+        except KeyboardInterrupt as exc:  # one the command does not handle itself (`run` does, with a resume hint)
+            errors.print("stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted", highlight=False)
+            ctx.exit(143 if isinstance(exc, Terminated) else 130)
         except SealError as exc:
             if os.environ.get("SEAL_PLATFORM_DEBUG"):
                 raise
@@ -137,6 +151,11 @@ def cli() -> None:
 @click.option("--takeover", is_flag=True,
               help="With --resume: take over a run the store says is running (its host died, or it ran on another "
                    "machine whose process is known to be gone).")
+@click.option("--allow-plugin-changes", is_flag=True,
+              help="With --resume: go on although the plugins installed now differ from those the run ran with (a "
+                   "version changed, a plugin added, removed or now failing to load); without it such a resume is "
+                   "refused before anything is changed. The differences and the previous plugin list are recorded "
+                   "in the run's events (plugins_changed).")
 @click.option("--store", "store_url", default=None, callback=_store_option_url,
               help="Run store: an SQLAlchemy URL or an SQLite file's path (default: the recipe's, else "
                    "runs/store.sqlite).")
@@ -144,7 +163,7 @@ def cli() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
 def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart_from: int | None, takeover: bool,
-        store_url: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
+        allow_plugin_changes: bool, store_url: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
     """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
 
     RECIPE is a YAML file or the name of a shipped recipe (default: smarthome-embedded, the stock SEAL loop on
@@ -183,11 +202,8 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                 raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
                                 f"holds the run's checkpoints/ (it was {row.run_dir}).")
             _check_own_run_dir(store, row, run_dir)  # before the store or the folder is changed
-            moved = store.relocate_run(row.id, str(run_dir.resolve()))
-            errors.print(f"run {row.id}: its folder is now {run_dir.resolve()} ({moved} checkpoint path(s) updated)",
-                         highlight=False)
-    elif run_dir is not None or restart_from is not None or takeover:
-        raise SealError("--run-dir, --restart-from-step and --takeover go with --resume RUN.")
+    elif run_dir is not None or restart_from is not None or takeover or allow_plugin_changes:
+        raise SealError("--run-dir, --restart-from-step, --takeover and --allow-plugin-changes go with --resume RUN.")
     else:
         recipe, overrides = _split_recipe_args(args)
         loaded, issues, path = recipe_problems(recipe, overrides)
@@ -202,13 +218,25 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         store = RunStore(config.store_url())
     plan = plan_config(config, recipe_name, origin=origin)
     assert plan.host is not None
+    from .resume import CheckpointLoadError, check_resume_plugins, resume_command
+
+    plugin_changes = None
+    if resume is not None:
+        # The plugins loaded now against those the run recorded: refused (or, allowed, announced) before the
+        # store or the run's folder is changed.
+        plugin_changes = check_resume_plugins(store, row.id, plan.host, allow=allow_plugin_changes)
+        if plugin_changes is not None:
+            errors.print(f"run {row.id} resumes with other plugins than it ran with (--allow-plugin-changes; recorded "
+                         f"in its events as plugins_changed):\n{plugin_changes.listed()}", highlight=False, markup=False)
+        if run_dir is not None:
+            moved = store.relocate_run(row.id, str(run_dir.resolve()))
+            errors.print(f"run {row.id}: its folder is now {run_dir.resolve()} ({moved} checkpoint path(s) updated)",
+                         highlight=False)
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress,
-                    restart_from=restart_from, takeover=takeover)
+                    restart_from=restart_from, takeover=takeover, plugin_changes=plugin_changes)
     from .present.run_display import run_with_display
-
-    from .resume import CheckpointLoadError, resume_command
 
     store_arg = shlex.quote(str(store.url))
     try:
@@ -230,9 +258,24 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     except CheckpointLoadError as exc:
         raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
     except SealError as exc:
-        raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed; after fixing the cause, "
-                        f"continue it with `{resume_command(runner.run_id, str(store.url))}`.") from exc
+        raise SealError(f"{as_sentence(str(exc))} {_failed_run_state(store, runner.run_id)}") from exc
     console.print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
+
+
+def _failed_run_state(store: Any, run_id: str) -> str:
+    """What the store holds about a run that just failed, truthfully: on a full disk or a lost database the
+    failure itself may not have been recorded (no row at all, or a row that still says ``running``)."""
+    from .resume import resume_command
+
+    status = _stored_status(store, run_id)
+    again = f"after fixing the cause, continue it with `{resume_command(run_id, str(store.url))}`."
+    if status == "failed":
+        return f"The run {run_id} is marked failed; {again}"
+    if status is None:
+        return (f"Nothing of run {run_id} is in the store (it could not be written, or not read back); after fixing "
+                "the cause, start it again.")
+    return (f"The store could not record how the run ended (it says {status!r}; a run left 'running' by a process "
+            f"that has exited reads as crashed); {again}")
 
 
 def _stored_status(store: Any, run_id: str) -> str | None:
@@ -315,43 +358,87 @@ def _warn_failed_plugins(host: Any) -> None:
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def plugins(as_json: bool) -> None:
-    """List installed plugins: name, version, hooks, load status."""
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every field of every plugin).")
+def plugins(name: str | None, as_json: bool) -> None:
+    """List installed plugins: name, version, load status, what each provides, its hooks. NAME: one plugin in
+    full (distribution, entry point, every hook, settings sections, commands, the error of a failed one)."""
+    from rich import box
+
     host = make_plugin_manager()
-    provides: dict[str, list[str]] = {}
-    for kind, found in (("environment", _safe(host.environments)), ("engine", _safe(host.engines)),
-                        ("diagnoser", _safe(host.diagnosers)), ("executor", _safe(host.executors))):
-        for name, (plugin, _spec) in found.items():
-            provides.setdefault(plugin, []).append(f"{kind}:{name}")
+    commands = click.Group("seal-platform")  # a plugin whose register_commands fails is listed as failed
+    host.register_commands(commands)
+    provides, clashes = host.provided(), host.clash_notes()
     rows = []
     for record in host.records:
+        if name is not None and record.name != name:
+            continue
         row = record.to_dict()
-        row["provides"] = provides.get(record.name, [])
+        row["provides"] = provides.get(record.name, []) if record.status == "loaded" else []
+        row["clashes"] = clashes.get(record.name, []) if record.status == "loaded" else []
         rows.append(row)
+    if name is not None and not rows:
+        from .recipe_keys import close_key
+
+        known = sorted({r.name for r in host.records})
+        meant = close_key(name, known)
+        raise SealError(f"no installed plugin is called {name!r}{f' (did you mean {meant!r}?)' if meant else ''}; "
+                        f"installed plugins: {', '.join(known) or 'none'}.")
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title="seal-platform plugins")
+    if name is not None:
+        owners = commands.__dict__.get("_seal_platform_command_owners", {})
+        for row, record in zip(rows, [r for r in host.records if r.name == name]):
+            _plugin_details(row, record, host, sorted(c for c, owner in owners.items() if owner == name))
+        return
+    # Narrow enough for 80 columns: what a plugin provides, then its hooks, in one column that wraps at
+    # commas (registration hooks are what "provides" shows); the rest is `plugins NAME`.
+    table = Table(title="seal-platform plugins", box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("name", no_wrap=True)
     table.add_column("version", no_wrap=True)
-    for col in ("distribution", "status", "hooks", "provides"):
-        table.add_column(col)
+    table.add_column("status", no_wrap=True)
+    table.add_column("provides; hooks", overflow="fold")
     for row in rows:
-        status = row["status"] if row["status"] == "loaded" else f"[red]{row['status']}[/]"
-        if row["error"]:
-            status += f"\n{row['error']}"
-        table.add_row(row["name"], row["version"] or "", row["distribution"] or "", status,
-                      ", ".join(row["hooks"]), ", ".join(row["provides"]))
+        status = Text(row["status"], style="" if row["status"] == "loaded" else "red")
+        cell = Text(", ".join(row["provides"]))
+        for note in row["clashes"]:
+            cell.append(("\n" if cell else "") + f"clash: {note}", style="red")
+        hooks = [hook for hook in row["hooks"] if not hook.startswith("register_")]
+        if hooks:
+            cell.append(("\n" if cell else "") + "hooks: " + ", ".join(hooks), style="dim")
+        table.add_row(Text(row["name"]), Text(row["version"] or ""), status, cell)
     console.print(table)
+    for row in rows:
+        if row["error"]:
+            errors.print(f"{row['name']} ({row['status']}): {row['error']}", highlight=False, markup=False)
+    console.print("one plugin in full (every hook, settings, commands): seal-platform plugins NAME", highlight=False)
 
 
-def _safe(fn: Any) -> dict[str, Any]:
-    try:
-        return fn()
-    except PluginError as exc:
-        errors.print(f"warning: {exc}")
-        return {}
+def _plugin_details(row: dict[str, Any], record: Any, host: Any, commands: list[str]) -> None:
+    """``seal-platform plugins NAME``: one plugin's record in full, one field a line."""
+    sections = sorted(s for s, (owner, _) in host.settings_owners().items() if owner == record.name)
+    sections += sorted(f"{s} (clash)" for s, owners in host.clashes("settings").items()
+                       if any(owner == record.name for owner, _ in owners))
+    fields = [
+        ("plugin", f"{row['name']} {row['version'] or ''}".strip()),
+        ("distribution", row["distribution"] or ""),
+        ("entry point", record.value),
+        ("status", row["status"] + (f" ({record.reason})" if record.reason else "")),
+        ("error", row["error"] or ""),
+        ("provides", ", ".join(row["provides"])),
+        ("clashes", "; ".join(row["clashes"])),
+        ("settings", ", ".join(sections) + (f" (seal-platform settings {record.name})" if sections else "")),
+        ("commands", ", ".join(commands)),
+        ("hooks", ", ".join(row["hooks"])),
+    ]
+    table = Table(box=None, show_header=False, padding=(0, 1, 0, 0))
+    table.add_column(no_wrap=True, style="bold")
+    table.add_column(overflow="fold")
+    for label, value in fields:
+        if value:
+            table.add_row(label, Text(value))
+    console.print(table, highlight=False)
 
 
 # --- config ------------------------------------------------------------------------------------------
@@ -425,6 +512,7 @@ def runs(store_url: str | None, as_json: bool) -> None:
                 "updates": digest.updates(),
                 "evaluations": {name: [{"step": p.step, "pass_rate": p.average, "n_tasks": p.n_tasks}
                                        for p in points] for name, points in digest.evaluations.items()},
+                "checkpoint_evaluations": [e.model_dump(mode="json") for e in digest.checkpoint_evaluations],
             })
         click.echo(json.dumps(rows, indent=2))
         return
@@ -729,12 +817,17 @@ def labels(environment: str | None) -> None:
 
 
 def build_cli() -> click.Group:
-    """The CLI with plugin commands added (``register_commands``)."""
+    """The CLI with plugin commands added (``register_commands``, one plugin at a time: a plugin whose hook
+    raises, or whose command takes a name the CLI has, adds nothing, is named in a warning and recorded as
+    failed, and every other plugin's commands are added)."""
     try:
         host = make_plugin_manager()
-        host.hook.register_commands(cli=cli)
     except Exception as exc:  # a broken plugin must not take the CLI down
-        errors.print(f"warning: plugin commands unavailable: {exc}")
+        errors.print(f"warning: plugin commands unavailable: {exc}", highlight=False, markup=False)
+        return cli
+    for record in host.register_commands(cli):
+        errors.print(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not loaded and "
+                     f"its commands are unavailable: {record.error}", highlight=False, markup=False)
     return cli
 
 

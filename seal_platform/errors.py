@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 
@@ -10,6 +12,33 @@ def as_sentence(text: str) -> str:
     message that another sentence follows."""
     text = text.rstrip()
     return text if not text or text.endswith((".", "!", "?")) else text + "."
+
+
+# Below this many free bytes a failed write is taken for a full disk: a write that ran out of space took what
+# there was (what is left to this user is f_bavail; a filesystem keeps some blocks for root).
+DISK_FULL_BELOW = 4 * 2**20
+_DISK_FULL_TEXT = ("no space left", "disk is full", "disk quota exceeded")
+
+
+def disk_full(path: str | os.PathLike[str], exc: BaseException | None = None) -> str | None:
+    """Why a write under ``path`` that raised ``exc`` failed for lack of space, or None: an ``OSError`` with
+    ``ENOSPC`` / ``EDQUOT`` (or a message saying so: SQLite's "database or disk is full") anywhere in the
+    exception chain, or less than :data:`DISK_FULL_BELOW` left to this user on the filesystem of ``path``
+    (libraries that lose the errno: torch's ``save`` on a full disk says only "unexpected pos")."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "the disk is full" if exc.errno == errno.ENOSPC else "the disk quota is exceeded"
+        if any(text in str(exc).lower() for text in _DISK_FULL_TEXT):
+            return "the disk is full"
+        exc = exc.__cause__ or exc.__context__
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    free = stat.f_bavail * stat.f_frsize
+    return f"the disk is full ({free / 2**20:.1f} MiB left)" if free < DISK_FULL_BELOW else None
 
 
 class Terminated(KeyboardInterrupt):

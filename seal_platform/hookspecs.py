@@ -81,15 +81,20 @@ def register_settings() -> dict[str, type[BaseModel]]:
     """Declare the recipe sections this plugin owns and the pydantic models that validate them.
 
     Called when a recipe is loaded or validated (``seal-platform run``, ``config validate``), before any
-    stage hook. No arguments.
+    stage hook. No arguments. Like every ``register_*`` hook it is called once per plugin, when the plugins
+    are loaded (where its answer is checked); the core keeps that answer for the rest of the command.
 
     :returns: a mapping from section name (a key of the recipe's ``settings:`` table, usually the plugin's
         own name) to a pydantic model class. Unknown keys in the section are reported as errors (so typos in
         recipes are caught) unless the model, or a model nested in it, sets ``model_config["extra"]`` itself:
         say ``ConfigDict(extra="forbid")`` to be explicit, ``extra="allow"`` to accept free-form keys. A
-        section that is absent from the recipe is built from the model's defaults.
+        section that is absent from the recipe is built from the model's defaults, so every field must have
+        a default: a plugin whose model has a required field (or defaults that do not validate) is failed
+        when the plugins are loaded, with a reason naming the model, and left out, as a plugin that cannot be
+        imported is (a recipe that needs it says so; the others run without it).
 
-    All results are collected; two plugins claiming the same section is an error.
+    All results are collected; a section two plugins register is left out: a recipe that sets it gets a
+    problem naming both plugins (block all but one), other recipes are unaffected.
     """
 
 
@@ -106,7 +111,8 @@ def register_environments() -> list[EnvironmentSpec]:
         :class:`seal_platform.environment.Environment`. The plugin that registers the environment named by
         the recipe's ``environment`` key owns the ``collect`` and ``evaluate`` stages.
 
-    All results are collected; two plugins registering the same name is an error.
+    All results are collected; a name two plugins register is left out: a recipe that uses it gets a
+    problem naming both plugins (block all but one), other recipes are unaffected.
     """
 
 
@@ -121,7 +127,8 @@ def register_diagnosers() -> list[DiagnoserSpec]:
 
     :returns: a list of :class:`seal_platform.registry.DiagnoserSpec` (name, description).
 
-    All results are collected.
+    All results are collected; a name two plugins register is left out: a recipe that uses it gets a
+    problem naming both plugins (block all but one), other recipes are unaffected.
     """
 
 
@@ -136,7 +143,8 @@ def register_rollout_engines() -> list[EngineSpec]:
         returns an object satisfying :class:`seal_platform.engine.RolloutEngine`; it must import heavy
         libraries (torch, vllm) inside the factory, never at module import time.
 
-    All results are collected; two plugins registering the same name is an error.
+    All results are collected; a name two plugins register is left out: a recipe that uses it gets a
+    problem naming both plugins (block all but one), other recipes are unaffected.
     """
 
 
@@ -158,7 +166,8 @@ def register_executors() -> list[ExecutorSpec]:
         infrastructure (a dead worker, a lost node, a time limit) is replaced by
         ``on_infra_failure(item, reason)`` when that is given, never silently dropped.
 
-    All results are collected; two plugins registering the same name is an error.
+    All results are collected; a name two plugins register is left out: a recipe that uses it gets a
+    problem naming both plugins (block all but one), other recipes are unaffected.
     """
 
 
@@ -176,7 +185,8 @@ def register_clusters() -> list[ClusterSpec]:
     :returns: a list of :class:`seal_platform.registry.ClusterSpec` (name, factory, description, enable: how a
         recipe turns it on). The factory must not connect or import heavy libraries.
 
-    All results are collected; two plugins registering the same name is an error.
+    All results are collected; a name two plugins register is left out: a recipe that uses it gets a
+    problem naming both plugins (block all but one), other recipes are unaffected.
     """
 
 
@@ -184,9 +194,14 @@ def register_clusters() -> list[ClusterSpec]:
 def register_commands(cli: click.Group) -> None:
     """Add subcommands to the ``seal-platform`` command line.
 
-    Called once when the CLI starts, before arguments are parsed.
+    Called once when the CLI starts, before arguments are parsed, on one plugin at a time. Each plugin adds
+    to a group of its own, whose commands join the CLI when the hook returns; a plugin whose hook raises, or
+    that adds a command named like one the CLI already has (a core command or another plugin's), adds
+    nothing, is named in a warning and is listed as failed by ``seal-platform plugins``; the other plugins'
+    commands are all added.
 
-    :param cli: the top-level :class:`click.Group`; use ``@cli.command()`` to add commands.
+    :param cli: a :class:`click.Group` whose commands become top-level commands; use ``@cli.command()`` to
+        add commands.
 
     Return value ignored.
     """

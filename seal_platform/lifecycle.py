@@ -14,20 +14,31 @@ for Ctrl-C or SIGTERM, else ``failed``; only when ``start_run`` succeeded), the 
 executor is closed, and (``owns_run``) the run's store row gets its final status and error. A crash of a
 run it owns is recorded as a ``crash`` event with its traceback (unless another process took the run
 over). An ``end_run`` or engine ``close`` that fails never hides the outcome: it is recorded as an
-``end_run_failed`` / ``engine_close_failed`` event (raised instead when there is no store to record it in
-and nothing else went wrong).
+``end_run_failed`` (one per failing plugin, naming it; the other plugins' ``end_run`` still run) /
+``engine_close_failed`` event (raised instead when there is no store to record it in and nothing else went
+wrong); ``seal-platform run`` names them under the run's summary.
 
 ``plugins`` limits the lifecycle hooks to the named plugins (``verify`` involves only the benchmark's own
 plugin); None: every enabled plugin.
+
+Ctrl-C is an interruption also where a library did not let the KeyboardInterrupt through as it is: an error
+that it caused (one with a KeyboardInterrupt in its ``__cause__`` / ``__context__`` chain, as transformers' lazy
+imports raise a ModuleNotFoundError or RuntimeError from it) ends the run ``interrupted``, and is re-raised as a
+KeyboardInterrupt (the error as its cause). While :func:`interrupts_noted` is on (the CLI turns it on for
+every command), a SIGINT is also noted: an error after one counts as the interruption, and one that a library
+swallowed (``Exception ignored in ...``, from a finalizer) stops the run at the next boundary (entering the
+lifecycle, building the environment or the engine: :func:`raise_if_interrupted`).
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 import traceback
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from .errors import Terminated
+from .errors import PluginError, SealError, Terminated
 from .stages import wrap
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,13 +62,16 @@ class Lifecycle:
         """The recipe's rollout engine (``rollout.engine``), also published as ``ctx.shared["engine"]``."""
         owner, spec = self.host.require("engine", self.ctx.config.rollout.engine)
         engine = wrap("engine", owner, lambda: spec.factory(self.ctx))
-        self.ctx.shared[ENGINE] = engine
+        self.ctx.shared[ENGINE] = engine  # published first: the lifecycle closes it also when interrupted here
+        raise_if_interrupted()  # a model load is where libraries swallow Ctrl-C
         return engine
 
     def environment(self) -> Environment:
         """The recipe's environment, built by its plugin's factory."""
         owner, spec = self.host.require("environment", self.ctx.config.environment)
-        return wrap("environment", owner, lambda: spec.factory(self.ctx))
+        environment = wrap("environment", owner, lambda: spec.factory(self.ctx))
+        raise_if_interrupted()
+        return environment
 
 
 @contextmanager
@@ -87,6 +101,7 @@ def lifecycle(
             host.call_subset(hook, plugins, ctx=ctx, **kwargs)
 
     try:
+        raise_if_interrupted()  # a Ctrl-C swallowed before the run began (while the plugins were imported)
         call("start_run", resumed=resumed)
         started = True
         yield Lifecycle(host, ctx, heartbeat)
@@ -96,6 +111,12 @@ def lifecycle(
         error = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted by the user (KeyboardInterrupt)"
         raise
     except BaseException as exc:
+        stop = as_interruption(exc)
+        if stop is not None:  # a Ctrl-C that surfaced as another error
+            status = "interrupted"
+            how = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted by the user (KeyboardInterrupt)"
+            error = f"{how}; it surfaced as {type(exc).__name__}: {str(exc)[:300]}"
+            raise stop from exc
         error = f"{type(exc).__name__}: {exc}"
         if owns_run and store is not None and (heartbeat is None or heartbeat.lost_to is None):
             # a process whose run was taken over writes nothing more
@@ -107,20 +128,89 @@ def lifecycle(
         if on_exit is not None:
             on_exit()
         end_failure: Exception | None = None
-        if started:
-            try:
-                call("end_run", status=status)
-            except Exception as exc:  # must not hide the run's own outcome
+        if started:  # every plugin's end_run is called, also after one failed; a failure must not hide the outcome
+            for plugin, failure in _end_run(host, ctx, status, plugins):
                 if store is None and status == "completed":
-                    end_failure = exc  # nowhere to record it: raised once everything is closed
+                    end_failure = end_failure or failure  # nowhere to record it: raised once everything is closed
                 else:
-                    ctx.event("end_run_failed", f"{type(exc).__name__}: {exc}")
+                    ctx.event("end_run_failed", str(failure), plugin=plugin)
         _close_engine(ctx)
         ctx.executor.close()
         if owns_run and store is not None:
             store.finish_run(ctx.run_id, status, error)
         if end_failure is not None:
             raise end_failure
+
+
+_sigint_noted = False  # a SIGINT came while interrupts_noted() was on (reset when it is turned on and off)
+
+
+@contextmanager
+def interrupts_noted() -> Iterator[None]:
+    """While the body runs, SIGINT raises KeyboardInterrupt as Python's own handler does and is also noted,
+    for :func:`as_interruption` and :func:`raise_if_interrupted`. Only in the main thread and where SIGINT has
+    Python's own handler (not where it is ignored, as in a background job, or handled by someone else)."""
+    global _sigint_noted
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        global _sigint_noted
+        _sigint_noted = True
+        signal.default_int_handler(signum, frame)
+
+    _sigint_noted = False
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _sigint_noted = False
+
+
+def raise_if_interrupted() -> None:
+    """KeyboardInterrupt if a SIGINT was noted (see :func:`interrupts_noted`): one that reached here without
+    an exception carrying it was swallowed by a library, and the run must not go on as if it had not come."""
+    if _sigint_noted:
+        raise KeyboardInterrupt("Ctrl-C (SIGINT) came earlier, and a library swallowed its KeyboardInterrupt")
+
+
+def as_interruption(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt to raise for ``exc`` (a :class:`Terminated` for SIGTERM) when ``exc`` is the way an
+    interruption surfaced: a KeyboardInterrupt in its ``__cause__`` / ``__context__`` chain (or inside an
+    exception group), or an error (an ``Exception``) after a noted SIGINT; else None."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt):
+            return Terminated() if isinstance(current, Terminated) else KeyboardInterrupt(str(current))
+        pending += [current.__cause__, current.__context__]
+        if isinstance(current, BaseExceptionGroup):
+            pending += current.exceptions
+    if _sigint_noted and isinstance(exc, Exception):
+        return KeyboardInterrupt(f"Ctrl-C (SIGINT) came before this error: {type(exc).__name__}")
+    return None
+
+
+def _end_run(host: PluginHost, ctx: RunContext, status: str, plugins: Sequence[str] | None) -> list[tuple[str, Exception]]:
+    """Call ``end_run`` on each plugin (``plugins``: the named ones) on its own: (plugin, error) of each that
+    failed, the error a :class:`PluginError` naming the plugin (a plugin's own SealError as it is)."""
+    failures: list[tuple[str, Exception]] = []
+
+    def failed(plugin: str, exc: Exception) -> None:
+        if not isinstance(exc, SealError):
+            wrapped = PluginError(f"plugin {plugin!r} failed in 'end_run': {type(exc).__name__}: {exc}")
+            wrapped.__cause__, exc = exc, wrapped
+        failures.append((plugin, exc))
+
+    host.call_per_plugin("end_run", failed=failed, only=plugins, ctx=ctx, status=status)
+    return failures
 
 
 def _close_engine(ctx: RunContext) -> None:

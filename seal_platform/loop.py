@@ -50,8 +50,8 @@ from .lifecycle import lifecycle
 from .planning import Plan, check_machine
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, expect_list_of, score_evaluation, wrap
-from .resume import check_restart_point, restore_run
-from .store import RunStore, is_stale
+from .resume import PluginChanges, check_restart_point, record_plugin_changes, restore_run
+from .store import EVAL_BY_COMMAND, RunStore, is_stale
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
 
@@ -124,9 +124,12 @@ class Runner:
         progress: Progress | None = None,
         restart_from: int | None = None,
         takeover: bool = False,
+        plugin_changes: PluginChanges | None = None,
     ):
         """``restart_from`` (a resume only): train again from step N, discarding the store's later history (0:
-        from the start; N > 0 resumes from the durable checkpoint after step N - 1)."""
+        from the start; N > 0 resumes from the durable checkpoint after step N - 1). ``plugin_changes`` (a
+        resume only): the allowed differences :func:`~seal_platform.resume.check_resume_plugins` found,
+        recorded as an event once the run is claimed."""
         check_machine(plan, host)  # before anything is written or loaded
         self.plan = plan
         self.config = plan.config
@@ -159,6 +162,7 @@ class Runner:
         self.start_step = 0
         self.restart_from = restart_from
         self.takeover = takeover
+        self.plugin_changes = plugin_changes
 
     # --- the loop --------------------------------------------------------------------------------------
 
@@ -173,6 +177,8 @@ class Runner:
                 now = self.store.get_run(self.run_id)
                 raise SealError(f"run {self.run_id} was taken over by another process (pid {now.pid} on {now.host}, "
                                 f"status {now.status}) while this one was starting; this one wrote nothing and stops.")
+            if self.plugin_changes is not None:  # the previous plugin list, before the claim replaced its rows
+                record_plugin_changes(self.store, self.plugin_changes)
         else:
             self.store.create_run(
                 self.run_id, name=self.config.name, recipe=self.recipe, config=self.config.model_dump(mode="json"),
@@ -547,7 +553,9 @@ def evaluate_checkpoint(
     progress: Progress | None = None,
 ) -> tuple[int, EvalResult]:
     """Evaluate a run's checkpoint (the last one by default) on ``plan.config.evaluation``'s split and
-    record the result with the run. The run itself is left as it was. ``progress`` (as for a run) is told
+    record the result with the run, apart from the run's own evaluations (origin ``eval``: ``show`` and the
+    report list it on its own, and a resume keeps it while that checkpoint stays). The run itself is left as
+    it was. ``progress`` (as for a run) is told
     each phase (model load, checkpoint load, evaluation with its episode counts)."""
     progress = progress or Progress()
     config = plan.config
@@ -573,8 +581,11 @@ def evaluate_checkpoint(
         load_plugin_checkpoints(host, ctx, Path(ckpt.path), ckpt.step)
         progress.stage(done, "evaluate")
         result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done)
-        store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}))
-        store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: {result.average:.2f}")
+        store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}),
+                             benchmark=config.environment, origin=EVAL_BY_COMMAND)
+        store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: "
+                        f"{result.average:.2f}", {"checkpoint_step": ckpt.step, "split": result.split,
+                                                  "n_tasks": result.n_tasks})
         return done, result
 
 

@@ -32,7 +32,7 @@ from .config import (
 )
 from .errors import ConfigError, PluginError, SealError
 from .plugins import PluginHost, make_plugin_manager, short_repr
-from .recipe_keys import RecipeOrigin
+from .recipe_keys import RecipeOrigin, close_key
 
 
 @dataclass
@@ -82,8 +82,21 @@ def recipe_problems(
             if on_host is not None:
                 on_host(host)
             issues.extend(check_recipe(checked, host)[1])
+            if not issues:  # `run` plans this very config next: with these plugins, not with a second load of them
+                _checked_host[:] = [(checked, host)]
     RecipeOrigin(path, list(overrides)).annotate(issues)  # each problem names its file line or override
     return (config if not issues else None), issues, path
+
+
+# The (config, host) recipe_problems last found valid, taken by the plan_config of that same config object
+# (``run``: check, then plan), so a command loads its plugins, and calls their registration hooks, once.
+_checked_host: list[tuple[RunConfig, PluginHost]] = []
+
+
+def _host_checked_for(config: RunConfig) -> PluginHost | None:
+    """The host :func:`recipe_problems` checked ``config`` (this object) with, once; None for any other."""
+    taken, _checked_host[:] = _checked_host[:], []
+    return taken[0][1] if taken and taken[0][0] is config else None
 
 
 def plugin_host_for(config: RunConfig | None) -> PluginHost:
@@ -98,9 +111,14 @@ def plugin_host_for(config: RunConfig | None) -> PluginHost:
 def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list[Issue]]:
     """Everything that can be checked before a run starts, reported together."""
     settings, issues = validate_settings(config, host.settings_models())
+    shared_sections = host.clashes("settings")
     for issue in issues:
         if issue.what == "no loaded plugin owns this section":
-            issue.fix = _with_failures(issue.fix, host)
+            section = issue.where.removeprefix("settings.")
+            if section in shared_sections:  # owned by several plugins, not by none
+                issue.what, issue.fix = host.clash_problem("settings", section) or (issue.what, issue.fix)
+            else:
+                issue.fix = _with_failures(issue.fix, host)
     if problem := host.missing("environment", config.environment):
         issues.append(Issue("environment", *problem))
         env_owner = ""
@@ -125,10 +143,18 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
                                 "optimizer whose optimize waits for `rollouts` (grpo does)"))
     registered = host.diagnosers()
     named = config.diagnosis.diagnosers
-    enabled = named if named is not None else sorted(n for n, (_, spec) in registered.items() if not spec.explicit)
+    if named is not None:
+        enabled = named
+    else:  # every one that is not explicit; one that several plugins register is a problem if it would run
+        shared = [n for n, owners in host.clashes("diagnosers").items()
+                  if any(not spec.explicit and spec.labels_environment(config.environment) for _, spec in owners)]
+        enabled = sorted([*(n for n, (_, spec) in registered.items() if not spec.explicit), *shared])
     for name in enabled:
         if problem := host.missing("diagnoser", name):
-            issues.append(Issue("diagnosis.diagnosers", *problem))
+            what, fix = problem
+            if named is None:  # the recipe did not name it: it would run as one of every non-explicit diagnoser
+                fix = f"{fix}; or list the diagnosers to run in diagnosis.diagnosers (null enables every one)"
+            issues.append(Issue("diagnosis.diagnosers", what, fix))
     # Those that label this environment run; a named one that does not is left out (it would label nothing).
     active = [n for n in enabled if n in registered and registered[n][1].labels_environment(config.environment)]
     diagnoser_plugins = sorted({registered[n][0] for n in active})
@@ -146,15 +172,33 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
                             "so the run would have no primary labels",
                             "name a diagnoser of this environment (`seal-platform labels` lists them), or null"))
     elif primary not in enabled:
+        meant = close_key(primary, sorted(registered)) if primary not in registered else None
+        guess = f"did you mean {meant!r}? " if meant else ""
         issues.append(Issue("diagnosis.primary", f"diagnoser {primary!r} is not enabled",
-                            _with_failures("add it to diagnosis.diagnosers (diagnoser names, as `seal-platform plugins` lists them)", host)
+                            _with_failures(f"{guess}add it to diagnosis.diagnosers (diagnoser names, as `seal-platform plugins` lists them)", host)
                             if primary not in registered else "add it to diagnosis.diagnosers"))
+    issues.extend(_shared_clusters(config, host, settings))
     issues.extend(scaleout.check(config, host, settings))
     issues.extend(_plugin_checks(config, host, settings))
     issues += check_benchmarks(config, host)
     if issues:
         return None, issues
     return Plan(config, settings, env_owner, diagnoser_plugins, primary, diagnoser_names=active), []
+
+
+def _shared_clusters(config: RunConfig, host: PluginHost, settings: dict[str, Any]) -> list[Issue]:
+    """A cluster name several plugins register is a problem for a recipe that enables one of them (the
+    registry leaves it out, so the run would go on without it)."""
+    issues = []
+    for name, owners in sorted(host.clashes("clusters").items()):
+        try:
+            enabled = any(spec.factory(config, settings) is not None for _, spec in owners)
+        except Exception:  # a factory failing on this recipe: the registry's own check says so, if it is used
+            enabled = True
+        problem = host.clash_problem("clusters", name)
+        if enabled and problem is not None:
+            issues.append(Issue("settings", *problem))
+    return issues
 
 
 def _plugin_checks(config: RunConfig, host: PluginHost, settings: dict[str, Any]) -> list[Issue]:
@@ -236,8 +280,9 @@ def check_machine(plan: Plan, host: PluginHost | None = None) -> None:
 
 
 def plan_config(config: RunConfig, source: str, origin: RecipeOrigin | None = None) -> Plan:
-    """A checked config -> its plugins -> its plan (raises on any problem, naming ``source``)."""
-    return prepare(config, plugin_host_for(config), source, origin)
+    """A checked config -> its plugins -> its plan (raises on any problem, naming ``source``). The config
+    :func:`recipe_problems` has just checked is planned with the plugins it was checked with."""
+    return prepare(config, _host_checked_for(config) or plugin_host_for(config), source, origin)
 
 
 def plan_recipe(recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> Plan:

@@ -5,6 +5,10 @@ loaded one by one so that one broken package cannot take the others down: its fa
 distribution, version, error) and it is skipped, unless the recipe depends on it, in which case loading stops
 with that message. A new manager is made for every run or command; there is no import-time global.
 
+A name two plugins register (an environment, a diagnoser, an engine, ...) is not an error of every command:
+it is left out of the registry, listed by :meth:`PluginHost.clashes`, and a recipe that uses it gets a
+problem naming both plugins.
+
 Environment variables (comma-separated entry-point names), applied on top of the recipe's ``plugins:``:
 
 * ``SEAL_PLATFORM_PLUGINS`` - load only these plugins;
@@ -22,11 +26,13 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any, Callable, Iterable
 
+import click
 import pluggy
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from . import hookspecs
 from .errors import PluginError, SealError
+from .recipe_keys import close_key
 from .registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
 
 ENTRY_POINT_GROUP = "seal_platform"
@@ -132,10 +138,31 @@ def _call_registration(pm: pluggy.PluginManager, hook: str, plugin: object) -> A
     return results[0] if results else None
 
 
-def _registration_problem(pm: pluggy.PluginManager, plugin: object) -> str | None:
-    """Why ``plugin`` cannot be used, from its registration hooks: each one that raised or returned the wrong
-    types (None when every one it implements returns what its spec says)."""
+def _settings_model_problem(section: str, model: type[BaseModel]) -> str | None:
+    """Why the settings model ``model`` (registered for ``section``) cannot serve a recipe that leaves its
+    section out (None when it can): the core builds an absent section from the model's defaults, so a field
+    without a default is the plugin's bug, not the recipe's."""
+    try:
+        model.model_validate({})
+    except ValidationError as exc:
+        missing = [".".join(map(str, error["loc"])) for error in exc.errors() if error["type"] == "missing"]
+        why = (f"field(s) without a default: {', '.join(missing)}" if missing
+               else f"its defaults do not validate: {exc.errors()[0]['msg']}")
+    except Exception as exc:
+        why = f"validating its defaults raised {_describe(exc)}"
+    else:
+        return None
+    return (f"register_settings: the settings model {model.__module__}.{model.__qualname__} of section {section!r} "
+            f"cannot be built for a recipe that leaves the section out ({why}); a plugin's settings model must "
+            "give every field a default")
+
+
+def _registrations(pm: pluggy.PluginManager, plugin: object) -> tuple[dict[str, list[Any]], str | None]:
+    """What ``plugin``'s registration hooks return (hook -> items; for register_settings, (section, model)
+    pairs), each called once, and why the plugin cannot be used (None when nothing is wrong): each hook that
+    raised or returned the wrong types, and each settings model that cannot be built from its defaults."""
     problems = []
+    answers: dict[str, list[Any]] = {}
     for hook in REGISTER_HOOKS:
         if not any(impl.plugin is plugin for impl in getattr(pm.hook, hook).get_hookimpls()):
             continue
@@ -144,21 +171,29 @@ def _registration_problem(pm: pluggy.PluginManager, plugin: object) -> str | Non
         except Exception as exc:
             problems.append(f"{hook} raised {_describe(exc)}")
             continue
-        problem = _check_registered(hook, result)[1]
+        items, problem = _check_registered(hook, result)
         if problem is not None:
             problems.append(problem)
+            continue
+        answers[hook] = items
+        if hook == "register_settings":
+            problems.extend(p for section, model in items if (p := _settings_model_problem(section, model)))
     if not problems:
-        return None
+        return answers, None
     wrong_types = " (the hook specs: seal_platform/hookspecs.py)" if any(" returned " in p for p in problems) else ""
-    return "; ".join(problems) + wrong_types
+    return answers, "; ".join(problems) + wrong_types
 
 
 class PluginHost:
     """A pluggy manager plus the load report and the questions the core asks of plugins."""
 
-    def __init__(self, pm: pluggy.PluginManager, records: list[PluginRecord]):
+    def __init__(self, pm: pluggy.PluginManager, records: list[PluginRecord],
+                 registrations: dict[str, list[tuple[str, Any]]] | None = None):
         self.pm = pm
         self.records = records
+        # Registration hook -> (plugin name, item) of every loaded plugin, in load order: the answers
+        # make_plugin_manager checked, each registration hook having been called once per plugin.
+        self._registrations = registrations if registrations is not None else {}
 
     @property
     def hook(self) -> Any:
@@ -185,14 +220,18 @@ class PluginHost:
         return self.pm.get_plugin(name) is not None
 
     def call_per_plugin(self, hook: str, *, failed: Callable[[str, Exception], Any] | None = None,
-                        **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call ``hook`` on every plugin that implements it, one plugin at a time, in pluggy's order, each call
-        through pluggy (argument matching, wrappers, tracing) with every other plugin left out: (plugin name,
-        what it returned; None when it returned None). A plugin that raises is a :class:`PluginError` saying
-        which plugin failed in which hook (the original exception chained); with ``failed``, its answer is
-        ``failed(plugin name, exception)`` instead and the other plugins are still called."""
+                        only: Iterable[str] | None = None, **kwargs: Any) -> list[tuple[str, Any]]:
+        """Call ``hook`` on every plugin that implements it (``only``: of those, the named ones), one plugin at
+        a time, in pluggy's order, each call through pluggy (argument matching, wrappers, tracing) with every
+        other plugin left out: (plugin name, what it returned; None when it returned None). A plugin that
+        raises is a :class:`PluginError` saying which plugin failed in which hook (the original exception
+        chained); with ``failed``, its answer is ``failed(plugin name, exception)`` instead and the other
+        plugins are still called."""
         answers = []
+        keep = None if only is None else set(only)
         for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
+            if keep is not None and impl.plugin_name not in keep:
+                continue
             others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
             try:
                 results = self.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
@@ -250,8 +289,10 @@ class PluginHost:
         for record in self.records:
             if record.name == name and record.status != "loaded":
                 return f"plugin {name!r} {self._unavailable(record)}"
-        known = ", ".join(sorted(r.name for r in self.loaded())) or "none"
-        return f"plugin {name!r} is not installed (loaded plugins: {known})"
+        loaded = sorted(r.name for r in self.loaded())
+        meant = close_key(name, loaded)
+        guess = f"did you mean {meant!r}? " if meant else ""
+        return f"plugin {name!r} is not installed ({guess}loaded plugins: {', '.join(loaded) or 'none'})"
 
     def call_owned(self, hook: str, owner: str, **kwargs: Any) -> Any:
         """Call ``hook`` on plugin ``owner`` only; an absent or non-implementing owner is an error."""
@@ -269,57 +310,137 @@ class PluginHost:
         others = [p for p in self.pm.get_plugins() if p not in keep]
         return self.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
 
+    # --- plugin commands ---------------------------------------------------------------------------
+
+    def register_commands(self, group: click.Group) -> list[PluginRecord]:
+        """Let every loaded plugin add its commands to ``group`` (``register_commands``), one plugin at a
+        time, in pluggy's order. Each plugin adds to a group of its own first; its commands join ``group``
+        only when its hook returned and none of them takes a name ``group`` already has from the core or
+        another plugin. A plugin whose hook raises or clashes adds nothing and is failed (recorded with the
+        reason and left out of this host, as a plugin whose other registration hooks fail is); the others'
+        commands are all added. Returns the records of the plugins failed here. Called again on the same
+        group (a second ``build_cli`` in one process), a plugin replaces the commands it added before."""
+        owners: dict[str, str] = group.__dict__.setdefault("_seal_platform_command_owners", {})
+        failed = []
+        for impl in reversed(self.pm.hook.register_commands.get_hookimpls()):
+            own = click.Group(group.name)
+            others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
+            problem: str | None
+            try:
+                self.pm.subset_hook_caller("register_commands", remove_plugins=others)(cli=own)
+            except Exception as exc:
+                problem = f"register_commands raised {_describe(exc)}"
+            else:
+                taken = [f"{name!r} (" + (f"plugin {owners[name]!r}'s" if name in owners else "a core command") + ")"
+                         for name in own.commands if name in group.commands and owners.get(name) != impl.plugin_name]
+                problem = f"register_commands adds command(s) named like existing ones: {', '.join(taken)}" if taken \
+                    else None
+            record = next((r for r in self.records if r.name == impl.plugin_name and r.status == "loaded"), None)
+            if problem is None:
+                for name, command in own.commands.items():
+                    group.add_command(command, name)
+                    owners[name] = impl.plugin_name
+            elif record is not None:
+                self.pm.unregister(impl.plugin)
+                record.status, record.error, record.hooks = "failed", problem, []
+                failed.append(record)
+        return failed
+
     # --- what plugins register ---------------------------------------------------------------------
 
+    # The registries, by the name of the method that lists one -> (its registration hook, how messages name it,
+    # how `seal-platform plugins` names it: kind:name).
+    REGISTRIES = {
+        "settings": ("register_settings", "settings section", "settings"),
+        "environments": ("register_environments", "environment", "environment"),
+        "engines": ("register_rollout_engines", "rollout engine", "engine"),
+        "diagnosers": ("register_diagnosers", "diagnoser", "diagnoser"),
+        "executors": ("register_executors", "executor", "executor"),
+        "clusters": ("register_clusters", "cluster", "cluster"),
+    }
+
     def _registered(self, hook: str) -> list[tuple[str, Any]]:
-        """(plugin name, item) for every item every plugin returned from a ``register_*`` hook."""
-        out: list[tuple[str, Any]] = []
-        for impl in getattr(self.pm.hook, hook).get_hookimpls():
-            # make_plugin_manager failed every plugin whose registration hooks raised or returned the wrong
-            # types; one that does so only now (it answers differently on a second call) is an error here.
-            try:
-                result = _call_registration(self.pm, hook, impl.plugin)
-            except Exception as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook}: {_describe(exc)}") from exc
-            items, problem = _check_registered(hook, result)
-            if problem is not None:
-                raise PluginError(f"plugin {impl.plugin_name!r}: {problem} (the hook specs: seal_platform/hookspecs.py)")
-            out.extend((impl.plugin_name, item) for item in items)
+        """(plugin name, item) for every item every loaded plugin returned from a ``register_*`` hook: the
+        answers make_plugin_manager read and checked (each registration hook is called once per plugin)."""
+        return [(plugin, item) for plugin, item in self._registrations.get(hook, []) if self.is_loaded(plugin)]
+
+    @staticmethod
+    def _name(item: Any) -> str:
+        return str(item[0] if isinstance(item, tuple) else item.name)
+
+    def _by_name(self, registry: str) -> dict[str, list[tuple[str, Any]]]:
+        """Name -> every (plugin, item) registering it, in ``registry`` (a key of :attr:`REGISTRIES`)."""
+        found: dict[str, list[tuple[str, Any]]] = {}
+        for plugin, item in self._registered(self.REGISTRIES[registry][0]):
+            found.setdefault(self._name(item), []).append((plugin, item))
+        return found
+
+    def _unique(self, registry: str) -> dict[str, tuple[str, Any]]:
+        """Name -> (plugin, item) of every name in ``registry`` that one plugin alone registers. A name two
+        plugins register is left out (:meth:`clashes` has it): it is a problem only for a recipe that uses it
+        (:meth:`missing`), not for every command."""
+        return {name: owners[0] for name, owners in self._by_name(registry).items() if len(owners) == 1}
+
+    def clashes(self, registry: str) -> dict[str, list[tuple[str, Any]]]:
+        """Name -> every (plugin, item) registering it, for the names of ``registry`` (a key of
+        :attr:`REGISTRIES`) that more than one plugin registers."""
+        return {name: owners for name, owners in self._by_name(registry).items() if len(owners) > 1}
+
+    def clash_problem(self, registry: str, name: str) -> tuple[str, str] | None:
+        """What is wrong when ``name`` of ``registry`` is registered by several plugins (naming each, with its
+        distribution) and the hint; None when it is not."""
+        owners = self.clashes(registry).get(name)
+        if owners is None:
+            return None
+        dists = {r.name: r.distribution for r in self.records if r.status == "loaded"}
+        named = [f"{p!r}" + (f" ({dists[p]})" if dists.get(p) else "") for p, _ in owners]
+        label = self.REGISTRIES[registry][1]
+        return (f"{label} {name!r} is registered by more than one plugin: {' and '.join(named)}",
+                f"block all but one of them (recipe plugins.block or {ENV_BLOCK}) or uninstall one")
+
+    def provided(self) -> dict[str, list[str]]:
+        """Plugin name -> what it registers, as ``kind:name`` (environment, engine, diagnoser, executor), a
+        name it shares with another plugin included."""
+        out: dict[str, list[str]] = {}
+        for registry in ("environments", "engines", "diagnosers", "executors"):
+            hook, _, kind = self.REGISTRIES[registry]
+            for plugin, item in self._registered(hook):
+                out.setdefault(plugin, []).append(f"{kind}:{self._name(item)}")
         return out
 
-    def _unique(self, hook: str, what: str) -> dict[str, tuple[str, Any]]:
-        found: dict[str, tuple[str, Any]] = {}
-        for plugin, spec in self._registered(hook):
-            name = spec[0] if isinstance(spec, tuple) else spec.name
-            if name in found:
-                raise PluginError(
-                    f"{what} {name!r} is registered by both {found[name][0]!r} and {plugin!r}; "
-                    f"block one of them (recipe plugins.block or {ENV_BLOCK})."
-                )
-            found[name] = (plugin, spec)
-        return found
+    def clash_notes(self) -> dict[str, list[str]]:
+        """Plugin name -> each registered name it shares with other plugins, as ``kind:name (also registered
+        by 'other')``; such a name is unusable until all but one of them are blocked."""
+        out: dict[str, list[str]] = {}
+        for registry, (_, _, kind) in self.REGISTRIES.items():
+            for name, owners in self.clashes(registry).items():
+                plugins = [p for p, _ in owners]
+                for plugin in plugins:
+                    others = ", ".join(repr(o) for o in plugins if o != plugin)
+                    out.setdefault(plugin, []).append(f"{kind}:{name} (also registered by {others})")
+        return out
 
     def settings_owners(self) -> dict[str, tuple[str, type[BaseModel]]]:
         """Settings section -> (the plugin that registered it, its pydantic model)."""
-        return {name: (plugin, spec[1]) for name, (plugin, spec) in self._unique("register_settings", "settings section").items()}
+        return {name: (plugin, spec[1]) for name, (plugin, spec) in self._unique("settings").items()}
 
     def settings_models(self) -> dict[str, type[BaseModel]]:
-        return {name: spec[1] for name, (_, spec) in self._unique("register_settings", "settings section").items()}
+        return {name: spec[1] for name, (_, spec) in self._unique("settings").items()}
 
     def environments(self) -> dict[str, tuple[str, EnvironmentSpec]]:
-        return self._unique("register_environments", "environment")
+        return self._unique("environments")
 
     def engines(self) -> dict[str, tuple[str, EngineSpec]]:
-        return self._unique("register_rollout_engines", "rollout engine")
+        return self._unique("engines")
 
     def diagnosers(self) -> dict[str, tuple[str, DiagnoserSpec]]:
-        return self._unique("register_diagnosers", "diagnoser")
+        return self._unique("diagnosers")
 
     def executors(self) -> dict[str, tuple[str, ExecutorSpec]]:
-        return self._unique("register_executors", "executor")
+        return self._unique("executors")
 
     def clusters(self) -> dict[str, tuple[str, ClusterSpec]]:
-        return self._unique("register_clusters", "cluster")
+        return self._unique("clusters")
 
     # --- "no loaded plugin registers X": said once -------------------------------------------------------
 
@@ -333,18 +454,26 @@ class PluginHost:
     }
 
     def missing(self, kind: str, name: str, *, builtin: tuple[str, ...] = ()) -> tuple[str, str] | None:
-        """None when a loaded plugin registers ``name`` as a ``kind`` (see :attr:`KINDS`); else what is wrong
-        (``no loaded plugin registers <kind> '<name>'``) and the hint: what is registered (with ``builtin``
-        names the core provides itself), and the plugins that failed to load, which may provide it. Every
-        message about a named thing no plugin provides is made here (a recipe problem from it, or
-        :meth:`require`'s error)."""
+        """None when one loaded plugin registers ``name`` as a ``kind`` (see :attr:`KINDS`); else what is wrong
+        and the hint. Several plugins registering it: each named (:meth:`clash_problem`). None: ``no loaded
+        plugin registers <kind> '<name>'``, with the registered name it most likely misspells, what is
+        registered (with ``builtin`` names the core provides itself), and the plugins that failed to load,
+        which may provide it. Every message about a named thing no plugin provides is made here (a recipe
+        problem from it, or :meth:`require`'s error)."""
         registry, label, plural = self.KINDS[kind]
-        registered = getattr(self, registry)()
-        if name in registered or name in builtin:
+        if name in builtin:
             return None
-        known = ", ".join([*builtin, *sorted(registered)]) or "none"
+        clash = self.clash_problem(registry, name)
+        if clash is not None:
+            return clash
+        registered = getattr(self, registry)()
+        if name in registered:
+            return None
+        names = [*builtin, *sorted(registered)]
+        meant = close_key(name, names)
+        guess = f"did you mean {meant!r}? " if meant else ""
         note = self.failure_note()
-        hint = f"registered {plural}: {known}; install or unblock the plugin that provides it"
+        hint = f"{guess}registered {plural}: {', '.join(names) or 'none'}; install or unblock the plugin that provides it"
         return f"no loaded plugin registers {label} {name!r}", f"{hint}; {note}" if note else hint
 
     def require(self, kind: str, name: str) -> tuple[str, Any]:
@@ -411,8 +540,12 @@ def make_plugin_manager(
     """Build a plugin manager with the hook specs and every allowed, loadable plugin registered.
 
     A plugin is failed (recorded with the reason, and left out) when it cannot be imported, when a hook
-    implementation matches no spec, or when one of its registration hooks (:data:`REGISTER_HOOKS`) raises or
-    returns the wrong types.
+    implementation matches no spec, when one of its registration hooks (:data:`REGISTER_HOOKS`) raises or
+    returns the wrong types, or when a settings model it registers has a field without a default (a recipe
+    may leave any plugin's section out, and the core then builds it from the defaults: a required field would
+    make every recipe invalid, so it is the plugin's bug, reported as such). Each registration hook is called
+    here, once per plugin; the host's registries (:meth:`PluginHost.environments`, ...) answer from that.
+    ``register_commands`` is not called here: :meth:`PluginHost.register_commands` calls it (the CLI).
 
     :param allow: load only these entry-point names (None: all); intersected with ``$SEAL_PLATFORM_PLUGINS``.
     :param block: never load these; ``$SEAL_PLATFORM_BLOCK_PLUGINS`` adds to them.
@@ -482,16 +615,22 @@ def make_plugin_manager(
         _register(pm, plugin, record)
     pm.check_pending()  # every implementation left matches a spec (the per-plugin check above made sure)
 
-    # A registration hook that raises or returns the wrong types fails its plugin, as an import error does:
-    # recorded and left out, so it breaks neither the listing nor a command that does not need it.
+    # A registration hook that raises or returns the wrong types (or a settings model that cannot be built
+    # from its defaults) fails its plugin, as an import error does: recorded and left out, so it breaks
+    # neither the listing nor a command that does not need it. Each registration hook is called here, once
+    # per plugin; the host answers from what was read here.
+    registrations: dict[str, list[tuple[str, Any]]] = {hook: [] for hook in REGISTER_HOOKS}
     for record in records:
         plugin = pm.get_plugin(record.name)
         if plugin is not None and record.status == "loaded":
-            problem = _registration_problem(pm, plugin)
+            answers, problem = _registrations(pm, plugin)
             if problem is not None:
                 pm.unregister(plugin)
                 record.status = "failed"
                 record.error = problem
+                continue
+            for hook, items in answers.items():
+                registrations[hook].extend((record.name, item) for item in items)
 
     for record in records:
         plugin = pm.get_plugin(record.name)
@@ -500,7 +639,7 @@ def make_plugin_manager(
                 caller.name for caller in pm.get_hookcallers(plugin) or [] if not caller.name.startswith("_")
             )
 
-    host = PluginHost(pm, records)
+    host = PluginHost(pm, records, registrations)
     # Names that are not entry points at all (an environment registered under another name, say) are
     # checked later against what the loaded plugins register.
     for record in records:

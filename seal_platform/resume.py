@@ -1,18 +1,19 @@
 """Where a resumed run starts: the partial checkpoints cleared, the last durable one loaded, later history
-dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to train again from step N)."""
+dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to train again from step N); and the
+check that a resume runs with the plugins the run ran with (``--allow-plugin-changes`` to go on without)."""
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from .capability import CapabilityState
 from .checkpoints import durable_checkpoints, load_plugin_checkpoints, read_core_state, remove_partial_checkpoints
 from .context import RunContext
 from .errors import SealError, as_sentence
-from .plugins import PluginHost
+from .plugins import ENV_BLOCK, PluginHost
 from .store import RunStore
 from .types import Interface
 
@@ -27,6 +28,130 @@ def resume_command(run_id: str, store_url: str, restart_from: int | None = None)
     """The command that resumes run ``run_id`` of the store at ``store_url``, from any directory."""
     command = f"seal-platform run --resume {run_id} --store {shlex.quote(store_url)}"
     return command if restart_from is None else f"{command} --restart-from-step {restart_from}"
+
+
+PLUGINS_CHANGED_EVENT = "plugins_changed"  # the event a resume with --allow-plugin-changes records
+
+
+def _plugin_key(p: Mapping[str, Any]) -> tuple[str, str | None]:
+    return str(p["name"]), p.get("distribution")
+
+
+def plugin_differences(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> list[str]:
+    """How the plugins ``current`` differs from ``recorded`` (both as ``PluginRecord.to_dict`` writes them:
+    name, distribution, version, status, error), one line per difference; [] when they run the same code.
+
+    A plugin is known by its entry-point name and its distribution. Only plugins that take part in a run
+    count: those ``loaded`` on at least one side (one failed, blocked or not allowed both times ran neither
+    time). A difference is a version changed (``seal-toy 0.3.0 -> 0.4.0 (plugin toy)``), a plugin added
+    (``added: ...``) or removed (``removed: ...``), or its status changed (``...: loaded -> failed``); plugins
+    of one distribution that changed alike share a line."""
+    before = {_plugin_key(p): p for p in reversed(recorded)}  # the first of a (never expected) repeated key
+    after = {_plugin_key(p): p for p in reversed(current)}
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for key in sorted(set(before) | set(after), key=lambda k: (k[0], k[1] or "")):
+        old, new = before.get(key), after.get(key)
+        if not any(p is not None and p.get("status", "loaded") == "loaded" for p in (old, new)):
+            continue
+        dist = key[1]
+        if old is None:
+            what: tuple[Any, ...] = ("added", dist, new and new.get("version"))
+        elif new is None:
+            what = ("removed", dist, old.get("version"))
+        else:
+            old_status, new_status = old.get("status", "loaded"), new.get("status", "loaded")
+            if old_status != new_status:
+                error = new.get("error") if new_status != "loaded" else None
+                what = ("status", dist, old.get("version"), new.get("version"), old_status, new_status, error)
+            elif old.get("version") != new.get("version"):
+                what = ("version", dist, old.get("version"), new.get("version"))
+            else:
+                continue
+        groups.setdefault(what, []).append(key[0])
+    return [_difference_line(what, names) for what, names in groups.items()]
+
+
+def _difference_line(what: tuple[Any, ...], names: list[str]) -> str:
+    kind, dist = what[0], what[1]
+    plugins = f"(plugin{'s' if len(names) > 1 else ''} {', '.join(names)})"
+
+    def named(version: str | None) -> str:
+        return f"{dist or 'no distribution'} {version or '(no version)'}"
+
+    if kind in ("added", "removed"):
+        return f"{kind}: {named(what[2])} {plugins}"
+    if kind == "version":
+        return f"{dist or 'no distribution'} {what[2] or '(no version)'} -> {what[3] or '(no version)'} {plugins}"
+    old_version, new_version, old_status, new_status, error = what[2:]
+    version = named(old_version) if old_version == new_version else \
+        f"{dist or 'no distribution'} {old_version or '(no version)'} -> {new_version or '(no version)'}"
+    return f"{version} {plugins}: {old_status} -> {new_status}{f' ({error})' if error else ''}"
+
+
+@dataclass
+class PluginChanges:
+    """What a resume with different plugins found: the run's recorded plugins (``previous``), the ones this
+    process loaded (``current``), both as ``PluginRecord.to_dict`` writes them, and the differences."""
+
+    run_id: str
+    previous: list[dict[str, Any]]
+    current: list[dict[str, Any]]
+    differences: list[str]
+
+    def listed(self) -> str:
+        return "\n".join(f"  {line}" for line in self.differences)
+
+
+class PluginChangesError(SealError):
+    """A resume refused because the plugins installed now are not those the run ran with."""
+
+
+def check_resume_plugins(store: RunStore, run_id: str, host: PluginHost, *, allow: bool = False) -> PluginChanges | None:
+    """Compare run ``run_id``'s recorded plugins (``store.run_plugins``) with those ``host`` loaded (what the
+    resumed run will record). None when they are the same or the run recorded none (a store older than the
+    record); with differences, :class:`PluginChangesError` listing them, unless ``allow``
+    (``--allow-plugin-changes``): then the changes, for :func:`record_plugin_changes` once the run is claimed.
+    It reads only: called before the resume changes anything, so a refusal leaves the run as it was."""
+    previous = [{"name": p.name, "distribution": p.distribution, "version": p.version, "status": p.status,
+                 "error": p.error, "hooks": list(p.hooks or [])} for p in store.run_plugins(run_id)]
+    if not previous:
+        return None
+    current = [r.to_dict() for r in host.records]
+    differences = plugin_differences(previous, current)
+    if not differences:
+        return None
+    changes = PluginChanges(run_id, previous, current, differences)
+    if allow:
+        return changes
+    reinstall = sorted({f"{p['distribution']}=={p['version']}" for p in previous
+                        if p.get("status", "loaded") == "loaded" and p.get("distribution") and p.get("version")
+                        and not any(_plugin_key(c) == _plugin_key(p) and c.get("version") == p["version"]
+                                    and c.get("status") == "loaded" for c in current)})
+    added = sorted({str(c["name"]) for c in current if c.get("status") == "loaded"  # new, or failed before
+                    and not any(_plugin_key(p) == _plugin_key(c) and p.get("status") == "loaded" for p in previous)})
+    fixes = []
+    if reinstall:
+        fixes.append(f"reinstall the recorded version(s) (pip install {' '.join(shlex.quote(r) for r in reinstall)})")
+    if added:
+        fixes.append(f"leave out the plugin(s) it ran without ({ENV_BLOCK}={','.join(added)})")
+    how = " and ".join(fixes) if fixes else "reinstall the plugins the run recorded (seal-platform show " \
+        f"{run_id} lists them)"
+    raise PluginChangesError(
+        f"run {run_id} ran with other plugins than are installed now; resuming it would run its remaining steps "
+        f"with different code, so nothing was changed. Differences:\n{changes.listed()}\nTo resume it as it ran, "
+        f"{how}, then resume it again; to go on with the plugins as they are now, add --allow-plugin-changes: "
+        f"`{resume_command(run_id, str(store.url))} --allow-plugin-changes` (the differences and the previous "
+        f"plugin list are recorded in the run's events, kind {PLUGINS_CHANGED_EVENT}).")
+
+
+def record_plugin_changes(store: RunStore, changes: PluginChanges) -> None:
+    """Record an allowed plugin change (``--allow-plugin-changes``) as a ``plugins_changed`` event holding the
+    previous plugin list, the new one and the differences: the run's ``run_plugins`` rows hold the new set
+    from the resume on, and this event keeps what the earlier steps ran with."""
+    store.add_event(changes.run_id, PLUGINS_CHANGED_EVENT,
+                    "resumed with other plugins than the run ran with (--allow-plugin-changes): "
+                    + "; ".join(changes.differences),
+                    {"previous": changes.previous, "current": changes.current, "differences": changes.differences})
 
 
 @dataclass

@@ -73,9 +73,10 @@ def evaluate_sampling(config: RunConfig) -> SamplingParams:
 
 def score_evaluation(result: Any, split: str, plugin: str) -> EvalResult:
     """What ``evaluate`` returned, as an :class:`EvalResult`: verified trajectories are scored here (pass
-    rate per category); an ``EvalResult`` (an environment with its own scoring) is taken as it is."""
+    rate per category); an ``EvalResult`` (an environment with its own scoring) is taken as it is, recorded
+    under ``split``: the core chose the tasks, so the split is the core's to name."""
     if isinstance(result, EvalResult):
-        return result
+        return result if result.split == split else result.model_copy(update={"split": split})
     if isinstance(result, list):
         try:
             trajectories = [t if isinstance(t, Trajectory) else Trajectory.model_validate(t) for t in result]

@@ -17,6 +17,9 @@ With ``grpo.lora`` the weights are the adapters only, in peft's own layout, plus
     grpo/base.json           the base model's directory, architecture, config digest, weights fingerprint
 
 No pickle of arbitrary objects is written or read: ``torch.load`` runs with ``weights_only=True``.
+
+Only runs that use grpo (it optimizes or reweights, or the rollout engine is ``hf`` or ``vllm``) get a
+``grpo/`` folder: the plugin's checkpoint hooks write and read nothing in any other run (see ``plugin.py``).
 """
 
 from __future__ import annotations

@@ -44,6 +44,13 @@ def _apatch(ctx: Any) -> APatch:
     return apatch
 
 
+def _used(ctx: Any) -> bool:
+    """Whether the run uses grpo: it optimizes or reweights (A-Patch), or the rollout engine is one of its
+    own. Every enabled plugin's checkpoint hooks are called; grpo's write and read its files only then."""
+    stages = ctx.config.stages
+    return NAME in (stages.optimize, stages.reweight) or ctx.config.rollout.engine in {s.name for s in engine_specs()}
+
+
 def _temperature(ctx: Any, settings: GRPOSettings) -> float:
     if settings.temperature is not None:
         return settings.temperature
@@ -207,6 +214,8 @@ def _report_lost_replicas(ctx: Any, engine: RayEngineClient) -> None:
 
 @hookimpl
 def save_checkpoint(ctx: Any, directory: Path, step: int) -> dict[str, Any] | None:
+    if not _used(ctx):  # another plugin's run: nothing of grpo's to keep
+        return None
     from . import checkpoint
 
     run = ctx.shared.get(RUN)
@@ -221,6 +230,8 @@ def save_checkpoint(ctx: Any, directory: Path, step: int) -> dict[str, Any] | No
 
 @hookimpl
 def load_checkpoint(ctx: Any, directory: Path, step: int) -> None:
+    if not _used(ctx):  # save_checkpoint wrote nothing (an older version's files, if any, are not needed)
+        return
     from . import checkpoint
 
     run = ctx.shared.get(RUN)

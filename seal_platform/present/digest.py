@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
+from ..store.models import EVAL_BY_COMMAND
+
 LOG_FILE = "run.log"
 REPORT_FILE = "report.html"
 STAGES = ("collect", "diagnose", "evolve_interface", "reweight", "optimize")
@@ -31,6 +33,23 @@ class EvalPoint(BaseModel):
     @property
     def average(self) -> float:
         """The pass rate (%) averaged over categories: the run's headline number."""
+        return sum(self.per_category.values()) / len(self.per_category) if self.per_category else 0.0
+
+
+class CheckpointEvaluation(BaseModel):
+    """One ``seal-platform eval`` of a checkpoint, kept apart from the run's own evaluations (:class:`EvalPoint`):
+    it may use another split or task count, and it is run after the fact."""
+
+    checkpoint_step: int = Field(description="the checkpoint after this training step was evaluated")
+    eval_set: str
+    per_category: dict[str, float]
+    n_tasks: int = 0
+    at: datetime | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def average(self) -> float:
+        """The pass rate (%) averaged over categories."""
         return sum(self.per_category.values()) / len(self.per_category) if self.per_category else 0.0
 
 
@@ -65,6 +84,8 @@ class RunDigest(BaseModel):
     run_dir: str = ""
     error: str | None = None
     evaluations: dict[str, list[EvalPoint]] = Field(default_factory=dict, description="eval set -> points by step")
+    checkpoint_evaluations: list[CheckpointEvaluation] = Field(
+        default_factory=list, description="`seal-platform eval` results, oldest first (not in `evaluations`)")
     steps: list[StepPoint] = Field(default_factory=list)
     labels: dict[str, dict[str, int]] = Field(default_factory=dict, description="diagnoser -> label -> turns")
     labels_per_step: dict[str, dict[int, dict[str, int]]] = Field(
@@ -148,15 +169,34 @@ def benchmark_of(row: Any, environment: str) -> str:
     return row.benchmark or environment
 
 
+def eval_set_of(row: Any, environment: str) -> str:
+    """The evaluation set (``<benchmark>:<split>``) an evaluation row belongs to."""
+    bench = benchmark_of(row, environment)
+    return f"{bench}:{row.split}" if bench else row.split
+
+
+def checkpoint_evaluations(store: Any, run_id: str, environment: str) -> list[CheckpointEvaluation]:
+    """The ``seal-platform eval`` results of a run, one per command (its rows are written together: a new one
+    starts where the step, the set or a category repeats)."""
+    out: list[CheckpointEvaluation] = []
+    for row in sorted(store.evaluations(run_id, origin=EVAL_BY_COMMAND), key=lambda r: r.id):
+        eval_set, last = eval_set_of(row, environment), out[-1] if out else None
+        if (last is None or last.checkpoint_step != row.step - 1 or last.eval_set != eval_set
+                or row.category in last.per_category):
+            last = CheckpointEvaluation(checkpoint_step=row.step - 1, eval_set=eval_set, per_category={},
+                                        n_tasks=int(row.n_tasks), at=row.created_at)
+            out.append(last)
+        last.per_category[row.category] = float(row.pass_rate)
+    return out
+
+
 def load_digest(store: Any, run_id: str) -> RunDigest:
     """Read one run (``run_id`` may be a unique prefix, as the store accepts) into a :class:`RunDigest`."""
     run = store.get_run(run_id)
     environment = str((run.config or {}).get("environment", ""))
     evaluations: dict[str, dict[int, EvalPoint]] = defaultdict(dict)
     for row in store.evaluations(run.id):
-        bench = benchmark_of(row, environment)
-        eval_set = f"{bench}:{row.split}" if bench else row.split
-        point = evaluations[eval_set].setdefault(row.step, EvalPoint(step=row.step, per_category={}))
+        point = evaluations[eval_set_of(row, environment)].setdefault(row.step, EvalPoint(step=row.step, per_category={}))
         point.per_category[row.category] = float(row.pass_rate)
         point.n_tasks = max(point.n_tasks, int(row.n_tasks))  # each category's row holds the evaluation's count
     labels: dict[str, Counter] = defaultdict(Counter)
@@ -176,6 +216,7 @@ def load_digest(store: Any, run_id: str) -> RunDigest:
         id=run.id, name=run.name, status=run.status, recipe=run.recipe or "", environment=environment,
         seed=run.seed, started_at=run.started_at, ended_at=run.ended_at, run_dir=run.run_dir, error=run.error,
         evaluations={k: [v[s] for s in sorted(v)] for k, v in sorted(evaluations.items())},
+        checkpoint_evaluations=checkpoint_evaluations(store, run.id, environment),
         steps=[
             StepPoint(step=s.step, mean_reward=s.mean_reward, interface_revision=s.interface_revision,
                       metrics=_float_metrics(s.metrics), timings=_float_metrics(s.timings))

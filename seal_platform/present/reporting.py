@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..store import RunStore
-from .digest import benchmark_of
+from .digest import benchmark_of, checkpoint_evaluations
 
 
 OPTIMIZER_METRICS = ("loss", "grad_norm", "kl", "entropy", "clip_frac")
@@ -96,6 +96,17 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
             cells = [by_bench[b].get(step) for b in by_bench]
             side.add_row(str(step), *("-" if c is None else f"{sum(c.values()) / len(c):.2f}" for c in cells))
         console.print(side)
+
+    own = run.config.get("environment", "") if isinstance(run.config, dict) else ""
+    by_command = checkpoint_evaluations(store, run.id, own)
+    if by_command:
+        table = Table(title="checkpoints evaluated by `seal-platform eval` (pass rate, %)")
+        for col in ("checkpoint after step", "evaluation set", "tasks", "average", "at"):
+            table.add_column(col, justify="right" if col in ("tasks", "average") else "left")
+        for e in by_command:
+            table.add_row(str(e.checkpoint_step), e.eval_set, str(e.n_tasks), f"{e.average:.2f}",
+                          f"{e.at:%Y-%m-%d %H:%M}" if e.at else "")
+        console.print(table)
 
     labels = Counter(row.label for row in store.labels(run.id))
     if labels:

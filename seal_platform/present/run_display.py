@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..tracking import failure_warnings
 from .digest import LOG_FILE, load_digest
 from .summary import run_summary
 
@@ -25,6 +26,7 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
     if getattr(runner, "resumed", False):
         console.print(f"resuming run {runner.run_id} (from its last durable checkpoint, if any)", highlight=False)
     progress = runner.progress
+    earlier = {event.id for event in store.events(runner.run_id)}  # a resumed run's: said by the attempt that had them
     with quiet_terminal(log_path, verbose=verbose) as terminal:
         if hasattr(progress, "console") and terminal is not console.file:
             # The display draws on the real terminal while descriptors 1 and 2 point at the log.
@@ -47,6 +49,9 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
     extra = getattr(progress, "extra_seconds", None) if live else None
     console.print(run_summary(digest, stage_extra=extra, report=str(report_path) if report_path else None,
                               log=str(log_path)), highlight=False)
+    # Trackers and end_run hooks that failed leave the run completed; the terminal still says so, once a plugin.
+    for line in failure_warnings(e for e in store.events(runner.run_id) if e.id not in earlier):
+        console.print(line, style="yellow", highlight=False, markup=False)
     return result
 
 

@@ -33,7 +33,7 @@ from ..types import EvalResult, Interface, Trajectory, TurnLabel, make_text_vali
 from . import models as m
 from . import readonly, safety
 from .safety import alembic_config
-from .models import utcnow
+from .models import EVAL_BY_COMMAND, EVAL_BY_RUN, EVAL_ORIGINS, utcnow
 
 
 # A running run's owner refreshes ``runs.heartbeat_at`` this often (seconds) ...
@@ -218,12 +218,12 @@ class RunStore:
                 yield session
         except OperationalError as exc:
             # A store that became read-only, a full disk, a lock held past the busy timeout: one paragraph.
-            raise safety.describe(self.url, exc, None) from exc
+            raise safety.describe(self.url, exc, None, opening=False) from exc
         except DatabaseError as exc:
             if type(exc) is not DatabaseError:  # IntegrityError and the like: the caller's (cache_put's) to handle
                 raise
             # A page found damaged only now ("database disk image is malformed"): one paragraph too.
-            raise safety.describe(self.url, exc, None) from exc
+            raise safety.describe(self.url, exc, None, opening=False) from exc
 
     def close(self) -> None:
         self.engine.dispose()
@@ -452,8 +452,12 @@ class RunStore:
         """Delete what steps after ``step`` wrote (a resume re-does them); returns how many steps went."""
         with self.session() as s:
             n = len(s.scalars(select(m.Step.id).where(m.Step.run_id == run_id, m.Step.step > step)).all())
-            for model in (m.Step, m.TrajectoryRow, m.TurnLabelRow, m.LabelWeight, m.Evaluation, m.Checkpoint):
+            for model in (m.Step, m.TrajectoryRow, m.TurnLabelRow, m.LabelWeight, m.Checkpoint):
                 s.execute(delete(model).where(model.run_id == run_id, model.step > step))
+            # The eval command's rows at step + 1 measured the checkpoint after ``step``, which stays.
+            s.execute(delete(m.Evaluation).where(
+                m.Evaluation.run_id == run_id, m.Evaluation.step > step,
+                (m.Evaluation.origin != EVAL_BY_COMMAND) | (m.Evaluation.step > step + 1)))
             s.execute(
                 delete(m.InterfaceRevision).where(m.InterfaceRevision.run_id == run_id, m.InterfaceRevision.step > step)
             )
@@ -485,19 +489,31 @@ class RunStore:
                 return Interface.model_validate(row.content)
         raise StoreError(f"run {run_id} has no interface revision {revision}.")
 
-    def add_evaluation(self, run_id: str, step: int, result: EvalResult, benchmark: str = "") -> None:
-        """Record an evaluation; ``benchmark`` names the environment evaluated ("": the run's own)."""
+    def add_evaluation(self, run_id: str, step: int, result: EvalResult, benchmark: str = "",
+                       origin: str = EVAL_BY_RUN) -> None:
+        """Record an evaluation; ``benchmark`` names the environment evaluated ("": the run's own).
+
+        ``origin`` says who evaluated: :data:`EVAL_BY_RUN` (the run's schedule) or :data:`EVAL_BY_COMMAND`
+        (``seal-platform eval``, stored at ``step`` = the evaluated checkpoint's step + 1, as the run's own
+        evaluation of that checkpoint is). Readers keep the two apart (:meth:`evaluations`)."""
+        if origin not in EVAL_ORIGINS:
+            raise StoreError(f"evaluation origin {origin!r} is not one of {', '.join(EVAL_ORIGINS)}.")
         with self.session() as s:
             s.add_all(
-                m.Evaluation(run_id=run_id, step=step, split=result.split, benchmark=benchmark, category=cat,
-                             pass_rate=rate, n_tasks=result.n_tasks)
+                m.Evaluation(run_id=run_id, step=step, split=result.split, benchmark=benchmark, origin=origin,
+                             category=cat, pass_rate=rate, n_tasks=result.n_tasks)
                 for cat, rate in sorted(result.per_category.items())
             )
             self._add_trajectories(s, run_id, step, "eval", result.trajectories)
 
-    def evaluations(self, run_id: str) -> list[m.Evaluation]:
+    def evaluations(self, run_id: str, origin: str | None = EVAL_BY_RUN) -> list[m.Evaluation]:
+        """The run's evaluation rows by step and category: those its own schedule wrote by default,
+        ``origin=EVAL_BY_COMMAND`` for the ``seal-platform eval`` command's, ``None`` for both."""
         with self.session() as s:
-            return list(s.scalars(select(m.Evaluation).where(m.Evaluation.run_id == run_id).order_by(m.Evaluation.step, m.Evaluation.category)))
+            q = select(m.Evaluation).where(m.Evaluation.run_id == run_id)
+            if origin is not None:
+                q = q.where(m.Evaluation.origin == origin)
+            return list(s.scalars(q.order_by(m.Evaluation.step, m.Evaluation.category, m.Evaluation.id)))
 
     def add_checkpoint(self, run_id: str, step: int, path: str, meta: dict[str, Any]) -> None:
         with self.session() as s:

@@ -142,6 +142,11 @@ class LabelWeight(Base):
     weight: Mapped[float] = mapped_column(Float)
 
 
+EVAL_BY_RUN = "run"  # evaluations.origin: the run's own schedule (its extra benchmarks included)
+EVAL_BY_COMMAND = "eval"  # evaluations.origin: `seal-platform eval`, a checkpoint evaluated afterwards
+EVAL_ORIGINS = (EVAL_BY_RUN, EVAL_BY_COMMAND)
+
+
 class Evaluation(Base):
     __tablename__ = "evaluations"
 
@@ -151,6 +156,9 @@ class Evaluation(Base):
     split: Mapped[str] = mapped_column(String(50))
     # The environment evaluated: the run's own or one of evaluation.benchmarks ("" in rows older than 0004).
     benchmark: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    # Who wrote the row: "run" (the run's schedule) or "eval" (`seal-platform eval`, at the step after the
+    # checkpoint it evaluated; see RunStore.add_evaluation). Revision 0006.
+    origin: Mapped[str] = mapped_column(String(20), default=EVAL_BY_RUN, server_default=EVAL_BY_RUN)
     category: Mapped[str] = mapped_column(String(100))
     pass_rate: Mapped[float] = mapped_column(Float)
     n_tasks: Mapped[int] = mapped_column(Integer)

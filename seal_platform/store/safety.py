@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from ..errors import StoreError
+from ..errors import StoreError, disk_full
 
 # Any constant works; it only has to be the same for every process migrating a seal-platform store.
 _PG_LOCK_KEY = 0x5EA1_0001
@@ -167,11 +167,21 @@ def check_file(url: str) -> None:
                          f"the store.sqlite file of a runs directory, or a new path to start a new store.")
 
 
-def describe(url: str, exc: BaseException, head: str | None, current: str | None = None) -> StoreError:
-    """One paragraph for a failure to open or migrate the store."""
+def describe(url: str, exc: BaseException, head: str | None, current: str | None = None,
+             opening: bool = True) -> StoreError:
+    """One paragraph for a failure to open or migrate the store (``opening``), or to write to it."""
     where = sqlite_path(url) or url
     message = str(getattr(exc, "orig", None) or exc)
     lowered = message.lower()
+    full = disk_full(where.parent, exc) if isinstance(where, Path) else None
+    # What SQLite says on a full disk: "database or disk is full", or, when it cannot create its journal or
+    # write-ahead log, "disk I/O error" / "unable to open database file".
+    if full is not None and any(text in lowered for text in ("full", "space", "quota", "i/o", "unable to open")):
+        return StoreError(
+            f"run store {where} cannot be written: {full} ({message}); what was being written is not in the "
+            f"store, and what was there before is intact. Free space on that disk (or move the store and pass "
+            f"--store)."
+        )
     if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered or isinstance(exc, PermissionError):
         return StoreError(
             f"run store {where} cannot be written ({message}): `seal-platform run` and `eval` write to the store "
@@ -188,6 +198,8 @@ def describe(url: str, exc: BaseException, head: str | None, current: str | None
             f"(its newest is {head}): it was written by a newer version; upgrade seal-platform "
             f"(pip install -U seal-platform) or use another --store."
         )
+    if not opening:
+        return StoreError(f"run store {where}: a write failed ({message}).")
     return StoreError(f"cannot open run store {where}: {message}")
 
 
