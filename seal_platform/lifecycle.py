@@ -114,8 +114,9 @@ def lifecycle(
         stop = as_interruption(exc)
         if stop is not None:  # a Ctrl-C that surfaced as another error
             status = "interrupted"
-            how = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted by the user (KeyboardInterrupt)"
-            error = f"{how}; it surfaced as {type(exc).__name__}: {str(exc)[:300]}"
+            how = "interrupted by the user (KeyboardInterrupt)"
+            error = f"{'stopped by SIGTERM' if isinstance(stop, Terminated) else how}; it surfaced as " \
+                    f"{type(exc).__name__}: {str(exc)[:300]}"
             raise stop from exc
         error = f"{type(exc).__name__}: {exc}"
         if owns_run and store is not None and (heartbeat is None or heartbeat.lost_to is None):
