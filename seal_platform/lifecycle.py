@@ -32,6 +32,7 @@ lifecycle, building the environment or the engine: :func:`raise_if_interrupted`)
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import traceback
@@ -40,6 +41,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .errors import PluginError, SealError, Terminated
 from .stages import wrap
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import RunContext
@@ -121,7 +124,8 @@ def lifecycle(
         error = f"{type(exc).__name__}: {exc}"
         if owns_run and store is not None and (heartbeat is None or heartbeat.lost_to is None):
             # a process whose run was taken over writes nothing more
-            store.add_event(ctx.run_id, "crash", error, {"traceback": traceback.format_exc()})
+            _unrecorded("crash event", lambda: store.add_event(
+                ctx.run_id, "crash", error, {"traceback": traceback.format_exc()}))
         raise
     finally:
         if heartbeat is not None:
@@ -134,13 +138,27 @@ def lifecycle(
                 if store is None and status == "completed":
                     end_failure = end_failure or failure  # nowhere to record it: raised once everything is closed
                 else:
-                    ctx.event("end_run_failed", str(failure), plugin=plugin)
+                    _unrecorded("end_run_failed event", lambda: ctx.event("end_run_failed", str(failure), plugin=plugin))
         _close_engine(ctx)
         ctx.executor.close()
         if owns_run and store is not None:
-            store.finish_run(ctx.run_id, status, error)
+            # A store that cannot take the final status (a full disk) must not hide the run's own error; after a
+            # completed run it is the error (the CLI then says the store could not record the end).
+            unrecorded = _unrecorded("final status", lambda: store.finish_run(ctx.run_id, status, error))
+            end_failure = end_failure or (unrecorded if status == "completed" else None)
         if end_failure is not None:
             raise end_failure
+
+
+def _unrecorded(what: str, write: Callable[[], Any]) -> Exception | None:
+    """Run a store ``write`` made while a run ends; an error it raises is logged and returned, not raised: the
+    run's own outcome (an error on its way out, the engine still to be closed) comes first."""
+    try:
+        write()
+    except Exception as exc:
+        log.warning("the run's %s could not be written to the store: %s", what, exc)
+        return exc
+    return None
 
 
 _sigint_noted = False  # a SIGINT came while interrupts_noted() was on (reset when it is turned on and off)

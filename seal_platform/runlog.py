@@ -75,4 +75,7 @@ def quiet_terminal(log_path: Path, verbose: bool = False) -> Iterator[IO[str]]:
             terminal.close()
         root.removeHandler(handler)
         root.setLevel(old_level)
-        log_file.close()
+        try:
+            log_file.close()
+        except OSError:  # a full disk: what the log could not take is lost, the command's own outcome is not
+            pass

@@ -145,3 +145,24 @@ def test_disk_full_reads_the_errno_through_a_chain(tmp_path):
         assert disk_full(tmp_path, outer) == "the disk is full"
     assert disk_full(tmp_path, RuntimeError("unexpected pos 704 vs 598")) is None  # tmp_path has room
     assert disk_full(tmp_path) is None
+
+
+def test_a_failure_the_full_store_cannot_record_keeps_its_own_error_and_still_closes_the_engine(
+        small_disk, tmp_path, toy_site):
+    # The plugin fails in `optimize` after the disk filled: the crash event, the end_run events and the final
+    # status cannot be written. The run's own error must be what is raised, and the engine still closed.
+    import sys as _sys
+
+    from seal_platform.errors import PluginError
+
+    from .test_loop import _runner
+
+    runs = small_disk / "runs"
+    recipe = _recipe(tmp_path, runs)
+    runner, store = _runner(recipe, ["settings.toy.fail_in=optimize", f"settings.toy.fill_disk_at_failure={runs}"])
+    with pytest.raises(PluginError) as caught:
+        runner.run()
+    assert "toy failure in optimize" in str(caught.value), caught.value
+    plugin = _sys.modules["toy_plugin"].plugin
+    assert plugin.last_engine.closed
+    assert store.get_run(runner.run_id).status == "running"  # what the store could not update (this process lives)

@@ -35,6 +35,8 @@ class ToySettings(BaseModel):
     start_skill: float = 0.2
     skill_step: float = 0.1
     fail_in: str | None = None  # name of a stage that raises, for failure tests
+    # With fail_in: fill the filesystem holding this folder first (the store cannot record the failure).
+    fill_disk_at_failure: str | None = None
     # Simulates a one-off kill: if this file exists when `optimize` runs step `interrupt_step`, the file is
     # removed and KeyboardInterrupt raised (a resumed run, whose recipe is the same, then goes through).
     interrupt_file: str | None = None
@@ -112,6 +114,7 @@ class ToyEngine:
         self.rng = random.Random(seed)
         self.version = 0  # the policy version: optimize updates applied ("weights pushed")
         self.sleep_s = sleep_s
+        self.closed = False
 
     def generate(self, conversations, sampling):
         out = []
@@ -131,7 +134,7 @@ class ToyEngine:
         return sum(len(m.content) for m in conversation)
 
     def close(self):
-        pass
+        self.closed = True
 
 
 def _episode(engine: ToyEngine, task: Task, interface: Interface, group: str, sample: int, greedy: bool,
@@ -173,6 +176,17 @@ class SerialExecutor:
         self.closed = True
 
 
+def _fill_disk(folder: Path) -> None:
+    """Take every free byte of the filesystem holding ``folder`` (a ballast file there, unbuffered)."""
+    with open(folder / "ballast-at-failure", "wb", buffering=0) as fh:
+        for chunk in (b"\0" * 65536, b"\0"):
+            try:
+                while fh.write(chunk):
+                    pass
+            except OSError:
+                pass
+
+
 def _maybe_interrupt(settings: ToySettings, stage: str, step: int) -> None:
     if (settings.interrupt_file and settings.interrupt_stage == stage and step == settings.interrupt_step
             and Path(settings.interrupt_file).exists()):
@@ -197,6 +211,8 @@ class ToyPlugin:
             self.seen_trajectories[name] = [t.id for t in kwargs["trajectories"]]
         settings = ctx.settings_for("toy", ToySettings)
         if settings.fail_in == name:
+            if settings.fill_disk_at_failure:
+                _fill_disk(Path(settings.fill_disk_at_failure))
             raise RuntimeError(f"toy failure in {name}")
         return settings
 
@@ -212,7 +228,9 @@ class ToyPlugin:
     def register_rollout_engines(self):
         def build(ctx):
             self.engines_built += 1
-            return ToyEngine(ctx.shared["toy.skill"], ctx.seed, ctx.settings_for("toy", ToySettings).generate_sleep_s)
+            self.last_engine = ToyEngine(ctx.shared["toy.skill"], ctx.seed,
+                                         ctx.settings_for("toy", ToySettings).generate_sleep_s)
+            return self.last_engine
         return [EngineSpec("toy-engine", build, "a scripted engine whose skill grows")]
 
     @hookimpl
