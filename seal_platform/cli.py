@@ -39,7 +39,7 @@ class SealGroup(click.Group):
     """Turns the platform's own errors into a short message instead of a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from .lifecycle import as_interruption, interrupts_noted
+        from .interrupts import as_interruption, interrupts_noted
 
         try:
             with interrupts_noted():  # a Ctrl-C that a library swallows or re-raises as another error still stops

@@ -24,22 +24,21 @@ plugin); None: every enabled plugin.
 Ctrl-C is an interruption also where a library did not let the KeyboardInterrupt through as it is: an error
 that it caused (one with a KeyboardInterrupt in its ``__cause__`` / ``__context__`` chain, as transformers' lazy
 imports raise a ModuleNotFoundError or RuntimeError from it) ends the run ``interrupted``, and is re-raised as a
-KeyboardInterrupt (the error as its cause). While :func:`interrupts_noted` is on (the CLI turns it on for
+KeyboardInterrupt (the error as its cause). While :func:`~seal_platform.interrupts.interrupts_noted` is on (the CLI turns it on for
 every command), a SIGINT is also noted: an error after one counts as the interruption, and one that a library
 swallowed (``Exception ignored in ...``, from a finalizer) stops the run at the next boundary (entering the
-lifecycle, building the environment or the engine: :func:`raise_if_interrupted`).
+lifecycle, building the environment or the engine, each stage call: :mod:`seal_platform.interrupts`).
 """
 
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import traceback
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .errors import PluginError, SealError, Terminated
+from .interrupts import as_interruption, raise_if_interrupted
 from .stages import wrap
 
 log = logging.getLogger(__name__)
@@ -158,62 +157,6 @@ def _unrecorded(what: str, write: Callable[[], Any]) -> Exception | None:
     except Exception as exc:
         log.warning("the run's %s could not be written to the store: %s", what, exc)
         return exc
-    return None
-
-
-_sigint_noted = False  # a SIGINT came while interrupts_noted() was on (reset when it is turned on and off)
-
-
-@contextmanager
-def interrupts_noted() -> Iterator[None]:
-    """While the body runs, SIGINT raises KeyboardInterrupt as Python's own handler does and is also noted,
-    for :func:`as_interruption` and :func:`raise_if_interrupted`. Only in the main thread and where SIGINT has
-    Python's own handler (not where it is ignored, as in a background job, or handled by someone else)."""
-    global _sigint_noted
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-
-    def note(signum: int, frame: Any) -> None:
-        global _sigint_noted
-        _sigint_noted = True
-        signal.default_int_handler(signum, frame)
-
-    _sigint_noted = False
-    previous = signal.signal(signal.SIGINT, note)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        _sigint_noted = False
-
-
-def raise_if_interrupted() -> None:
-    """KeyboardInterrupt if a SIGINT was noted (see :func:`interrupts_noted`): one that reached here without
-    an exception carrying it was swallowed by a library, and the run must not go on as if it had not come."""
-    if _sigint_noted:
-        raise KeyboardInterrupt("Ctrl-C (SIGINT) came earlier, and a library swallowed its KeyboardInterrupt")
-
-
-def as_interruption(exc: BaseException) -> KeyboardInterrupt | None:
-    """The KeyboardInterrupt to raise for ``exc`` (a :class:`Terminated` for SIGTERM) when ``exc`` is the way an
-    interruption surfaced: a KeyboardInterrupt in its ``__cause__`` / ``__context__`` chain (or inside an
-    exception group), or an error (an ``Exception``) after a noted SIGINT; else None."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, KeyboardInterrupt):
-            return Terminated() if isinstance(current, Terminated) else KeyboardInterrupt(str(current))
-        pending += [current.__cause__, current.__context__]
-        if isinstance(current, BaseExceptionGroup):
-            pending += current.exceptions
-    if _sigint_noted and isinstance(exc, Exception):
-        return KeyboardInterrupt(f"Ctrl-C (SIGINT) came before this error: {type(exc).__name__}")
     return None
 
 

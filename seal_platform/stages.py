@@ -20,14 +20,18 @@ from typing import Any, Callable, Sequence
 
 from .config import RunConfig
 from .errors import PluginError, SealError
+from .interrupts import raise_if_interrupted
 from .types import EvalResult, Interface, SamplingParams, Trajectory
 
 
 def wrap(stage: str, plugin: str, fn: Callable[[], Any]) -> Any:
     """``fn()``; anything it raises other than a :class:`SealError` becomes a :class:`PluginError` naming the
-    stage and the plugin (a plugin's bug is reported as one, with its cause)."""
+    stage and the plugin (a plugin's bug is reported as one, with its cause). A Ctrl-C that a library
+    swallowed during the call stops the run when it returns (:func:`~seal_platform.interrupts.raise_if_interrupted`)."""
     try:
-        return fn()
+        result = fn()
+        raise_if_interrupted()
+        return result
     except SealError:
         raise
     except Exception as exc:

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from seal_platform.cli import cli
 from seal_platform.errors import Terminated
-from seal_platform.lifecycle import as_interruption
+from seal_platform.interrupts import as_interruption
 from seal_platform.store import RunStore
 
 from .conftest import make_dist
@@ -79,7 +79,16 @@ def register_rollout_engines():
             _Finalizer()
         from toy_plugin import ToyEngine
 
-        return ToyEngine(ctx.shared["toy.skill"], ctx.seed)
+        class SwallowingEngine(ToyEngine):
+            calls = 0
+
+            def generate(self, prompts, sampling):
+                SwallowingEngine.calls += 1
+                if _mode() == "stage:swallowed" and SwallowingEngine.calls == 5:
+                    _Finalizer()  # during the first step's collect
+                return super().generate(prompts, sampling)
+
+        return SwallowingEngine(ctx.shared["toy.skill"], ctx.seed)
 
     return [EngineSpec("ki-engine", build, "a toy engine whose model load can be interrupted")]
 
@@ -181,6 +190,23 @@ def test_a_ctrl_c_swallowed_while_the_model_loads_stops_the_run(ki_site, ki_reci
     assert done.returncode == 130, done.stdout + done.stderr
     assert f"interrupted; the run is marked interrupted; continue with: seal-platform run --resume {run.id}" in \
         " ".join(done.stderr.split())
+    assert store.get_run(run.id).status == "interrupted" and store.steps(run.id) == []
+
+
+def test_a_ctrl_c_swallowed_inside_a_stage_stops_the_run_when_the_stage_returns(ki_site, ki_recipe, tmp_path):
+    """The swallowing finalizer runs inside an episode of the first step's collect (episodes one at a time in
+    the main thread, the toy plugin's serial executor): the run stops at the end of that stage, before training
+    on it, instead of completing."""
+    recipe = yaml.safe_load(ki_recipe.read_text())
+    recipe["rollout"]["executor"] = "toy-serial"
+    path = tmp_path / "ki-serial.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    done = _run_in_a_process(ki_site, path, "stage:swallowed")
+    store = _store(tmp_path)
+    (run,) = store.list_runs()
+    log = (Path(run.run_dir) / "run.log").read_text()
+    assert "Exception ignored in" in log and "KeyboardInterrupt" in log, log  # it was swallowed
+    assert done.returncode == 130, done.stdout + done.stderr
     assert store.get_run(run.id).status == "interrupted" and store.steps(run.id) == []
 
 
