@@ -559,12 +559,13 @@ def evaluate_checkpoint(
     each phase (model load, checkpoint load, evaluation with its episode counts)."""
     progress = progress or Progress()
     config = plan.config
-    checkpoints = durable_checkpoints(store, run_id)
-    if step is not None:
-        checkpoints = [c for c in checkpoints if c.step == step]
+    durable = durable_checkpoints(store, run_id)
+    checkpoints = [c for c in durable if step is None or c.step == step]
     if not checkpoints:
         which = f"at step {step}" if step is not None else "at all"
-        raise SealError(f"run {run_id} has no durable checkpoint {which} (see `seal-platform show {run_id}`).")
+        has = (f"; it has: {', '.join(f'step {c.step} (after {c.step + 1} step(s))' for c in durable)}"
+               if durable else "")
+        raise SealError(f"run {run_id} has no durable checkpoint {which}{has} (see `seal-platform show {run_id}`).")
     ckpt = checkpoints[-1]
     check_machine(plan, host)
     ctx = RunContext(config=config, run_id=run_id, run_dir=Path(store.get_run(run_id).run_dir),

@@ -305,6 +305,8 @@ class EvalResult(BaseModel):
 
     @property
     def average(self) -> float:
+        """The headline pass rate (%): the mean of the per-category pass rates (each category counts once,
+        whatever its size), not the share of all tasks that passed."""
         if not self.per_category:
             return 0.0
         return sum(self.per_category.values()) / len(self.per_category)

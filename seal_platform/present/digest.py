@@ -40,7 +40,8 @@ class CheckpointEvaluation(BaseModel):
     """One ``seal-platform eval`` of a checkpoint, kept apart from the run's own evaluations (:class:`EvalPoint`):
     it may use another split or task count, and it is run after the fact."""
 
-    checkpoint_step: int = Field(description="the checkpoint after this training step was evaluated")
+    after_steps: int = Field(description="the checkpoint evaluated holds this many training steps (the one "
+                                         "`show` lists as `step {after_steps - 1}`)")
     eval_set: str
     per_category: dict[str, float]
     n_tasks: int = 0
@@ -181,9 +182,9 @@ def checkpoint_evaluations(store: Any, run_id: str, environment: str) -> list[Ch
     out: list[CheckpointEvaluation] = []
     for row in sorted(store.evaluations(run_id, origin=EVAL_BY_COMMAND), key=lambda r: r.id):
         eval_set, last = eval_set_of(row, environment), out[-1] if out else None
-        if (last is None or last.checkpoint_step != row.step - 1 or last.eval_set != eval_set
+        if (last is None or last.after_steps != row.step or last.eval_set != eval_set
                 or row.category in last.per_category):
-            last = CheckpointEvaluation(checkpoint_step=row.step - 1, eval_set=eval_set, per_category={},
+            last = CheckpointEvaluation(after_steps=row.step, eval_set=eval_set, per_category={},
                                         n_tasks=int(row.n_tasks), at=row.created_at)
             out.append(last)
         last.per_category[row.category] = float(row.pass_rate)

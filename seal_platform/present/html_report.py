@@ -156,8 +156,8 @@ def _pass_rate_section(digest: RunDigest, transcripts: list[StepTranscripts] | N
                                                          for p in points)], rows))
     if digest.checkpoint_evaluations:
         parts.append("<h3>Checkpoints evaluated afterwards (<code>seal-platform eval</code>)</h3>")
-        parts.append(_table(["checkpoint after step", "evaluation set", "tasks", "average (%)", "at"], [
-            [str(e.checkpoint_step), e.eval_set, str(e.n_tasks), _pct(e.average),
+        parts.append(_table(["after step", "evaluation set", "tasks", "average (%)", "at"], [
+            [str(e.after_steps), e.eval_set, str(e.n_tasks), _pct(e.average),
              f"{e.at:%Y-%m-%d %H:%M}" if e.at else ""] for e in digest.checkpoint_evaluations]))
     return "".join(parts)
 

@@ -101,10 +101,10 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
     by_command = checkpoint_evaluations(store, run.id, own)
     if by_command:
         table = Table(title="checkpoints evaluated by `seal-platform eval` (pass rate, %)")
-        for col in ("checkpoint after step", "evaluation set", "tasks", "average", "at"):
+        for col in ("after step", "evaluation set", "tasks", "average", "at"):
             table.add_column(col, justify="right" if col in ("tasks", "average") else "left")
         for e in by_command:
-            table.add_row(str(e.checkpoint_step), e.eval_set, str(e.n_tasks), f"{e.average:.2f}",
+            table.add_row(str(e.after_steps), e.eval_set, str(e.n_tasks), f"{e.average:.2f}",
                           f"{e.at:%Y-%m-%d %H:%M}" if e.at else "")
         console.print(table)
 

@@ -274,6 +274,7 @@ def test_eval_a_checkpoint(runner, toy_recipe, toy_site, tmp_path):
     assert {(r.step, r.split) for r in rows} >= {(2, "eval")}
     missing = runner.invoke(cli, ["eval", run_id, "--store", store, "--step", "99"])
     assert missing.exit_code == 2 and "no durable checkpoint at step 99" in missing.output
+    assert "it has: step 1 (after 2 step(s))" in " ".join(missing.output.split())  # what --step can name
     # A split the environment lacks is refused before the engine (the model load) is built.
     plugin = sys.modules["toy_plugin"].plugin
     built = plugin.engines_built

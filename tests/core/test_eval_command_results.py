@@ -52,7 +52,7 @@ def test_an_eval_of_the_resumed_checkpoint_survives_the_resume_and_stays_out_of_
 
     digest = load_digest(store, run_id)
     [entry] = digest.checkpoint_evaluations
-    assert (entry.checkpoint_step, entry.eval_set, entry.n_tasks) == (1, "toy:test", 2)
+    assert (entry.after_steps, entry.eval_set, entry.n_tasks) == (2, "toy:test", 2)
     assert entry.per_category == {cat: rate for _, _, cat, rate in by_command}
     assert set(digest.evaluations) == {"toy:eval"}  # the command's split is not one of the run's curves
 
@@ -102,7 +102,9 @@ def test_show_report_and_runs_json_list_the_command_apart(toy_site, toy_recipe, 
     assert evaluated.exit_code == 0, evaluated.output
     [row] = json.loads(cli_runner.invoke(cli, ["runs", "--store", store_url, "--json"]).output)
     [entry] = row["checkpoint_evaluations"]
-    assert entry["checkpoint_step"] == 1 and entry["eval_set"] == "toy:test" and entry["n_tasks"] == 3
+    # The checkpoint `show` lists as step 1 holds 2 steps: numbered as `eval` prints it and as the run's
+    # own evaluation of it is ("after step 2").
+    assert entry["after_steps"] == 2 and entry["eval_set"] == "toy:test" and entry["n_tasks"] == 3
     assert set(row["evaluations"]) == {"toy:eval"}
     shown = cli_runner.invoke(cli, ["show", run_id, "--store", store_url], terminal_width=200)
     assert shown.exit_code == 0 and "checkpoints evaluated by `seal-platform eval`" in shown.output
