@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,7 +55,11 @@ class KVEnvironment:
 
     def play(self, task: Task, engine: RolloutEngine, interface: Interface, sampling: SamplingParams,
              group: str = "", sample: int = 0) -> Trajectory:
-        """One episode, verified: reward 1 when every turn passes, one verdict per ground-truth turn."""
+        """One episode, verified: reward 1 when every turn passes, one verdict per ground-truth turn. A sampled
+        (not greedy) episode gets a seed of its own from its group and sample, so a group's rollouts differ and
+        a run is reproducible whatever order its episodes run in."""
+        if sampling.temperature > 0 and sampling.seed is None:
+            sampling = sampling.model_copy(update={"seed": zlib.crc32(f"{group}:{sample}".encode())})
         trajectory = run_episode(task, engine, interface, self.own_sampling(sampling),
                                  self.settings.max_steps_per_turn, group=group, sample=sample)
         reached = int(trajectory.metadata["turns_reached"])
