@@ -48,6 +48,22 @@ def register_settings() -> dict[str, type]:
 
 
 @hookimpl
+def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[str]:
+    """The task file must be here before the run starts (a relative path is read from the current directory,
+    so a recipe run from another folder would otherwise leave a failed run in the store)."""
+    from pathlib import Path
+
+    uses = config.environment == NAME or any(b.environment == NAME for b in config.evaluation.benchmarks)
+    ours = settings.get(NAME)
+    tasks = getattr(ours, "tasks", "")
+    if not uses or not tasks or Path(tasks).expanduser().is_file():
+        return []
+    return [f"settings.mcp.tasks: there is no file {tasks!r} here (relative paths are read from the current "
+            f"directory, {Path.cwd()}): run from the folder the recipe's paths are relative to (the repository's "
+            "root for recipes/mcp-example.yaml), or give an absolute path."]
+
+
+@hookimpl
 def register_environments() -> list[EnvironmentSpec]:
     return [EnvironmentSpec(NAME, _build, "the tools of MCP servers named in the recipe (stdio or streamable HTTP), "
                                           "tasks from a JSON Lines file, turns checked by calls against the server")]

@@ -233,3 +233,20 @@ def test_the_environment_refuses_to_start_without_servers_and_tasks(tmp_path):
     ctx = RunContext(config=RunConfig(environment="mcp"), run_id="r", run_dir=tmp_path, settings={"mcp": MCPSettings()})
     with pytest.raises(ConfigError, match="settings.mcp.servers and settings.mcp.tasks"):
         _build(ctx)
+
+
+def test_a_task_file_missing_here_stops_the_run_before_anything_is_started(tmp_path, monkeypatch):
+    # The shipped recipe's paths are relative to the repository's root; run from elsewhere, the machine check
+    # says so before a run row, a model load or a server start (before: a failed run left in the store).
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.store import RunStore
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["run", "mcp-example", "--quiet"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "settings.mcp.tasks: there is no file 'examples/mcp-inventory/tasks.jsonl' here" in text, text
+    store = tmp_path / "runs" / "store.sqlite"
+    assert not store.exists() or not RunStore(f"sqlite:///{store}").list_runs()
