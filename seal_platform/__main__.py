@@ -1,3 +1,25 @@
-from .cli import main
+"""The one entry of ``python -m seal_platform`` and of the ``seal-platform`` console script.
 
-main()
+It imports the command line inside ``try``: a Ctrl-C while that import runs (its first few hundred
+milliseconds: click, rich, the recipe models) ends as Ctrl-C does later, with "interrupted" and exit status
+130, not a KeyboardInterrupt traceback. (The package itself, imported before this module, takes a few ms.)
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    try:
+        from .cli import main as cli_main
+
+        cli_main()
+    except KeyboardInterrupt as exc:  # one the command line has not handled itself (an import's, above all)
+        sigterm = type(exc).__name__ == "Terminated"  # seal_platform.errors.Terminated, not imported here
+        print("stopped by SIGTERM" if sigterm else "interrupted", file=sys.stderr)
+        sys.exit(143 if sigterm else 130)
+
+
+if __name__ == "__main__":
+    main()

@@ -90,14 +90,53 @@ def _store_failure(ctx: click.Context, exc: BaseException) -> SealError | None:
     return safety.describe(url, exc, None)
 
 
+# Options `run` no longer has, each with what replaces it (docs/scaling.md, "Migrating recipes"); VALUE is the
+# value given with the option.
+_REMOVED_RUN_OPTIONS = {
+    "--ray-address": "settings.ray.enabled=true settings.ray.address=VALUE",
+}
+
+
+def _refuse_unknown_options(ctx: click.Context, _param: click.Parameter, args: tuple[str, ...]) -> tuple[str, ...]:
+    """``run``'s RECIPE and overrides, refusing an argument that looks like an option but is none of ``run``'s
+    (``run`` takes unknown options as arguments, so a mistyped ``--resum`` would otherwise be read as a recipe's
+    name and ``--quite`` as an override): "no such option", with the closest of ``run``'s options, or, for an
+    option ``run`` no longer has, what replaces it. Exit status 2, as for click's own usage errors."""
+    import difflib
+
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or arg == "-":
+            continue
+        name, eq, value = arg.partition("=")
+        if name in _REMOVED_RUN_OPTIONS:
+            given = value if eq else (args[i + 1] if i + 1 < len(args) and "=" not in args[i + 1] else "VALUE")
+            raise click.UsageError(f"run has no option {name} any more: give "
+                                   f"{_REMOVED_RUN_OPTIONS[name].replace('VALUE', given)} instead (a plugin's options "
+                                   "are its settings; docs/scaling.md, 'Migrating recipes').", ctx)
+        names = [opt for param in ctx.command.get_params(ctx) for opt in (*param.opts, *param.secondary_opts)
+                 if opt.startswith("-")]
+        meant = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        guess = (f"did you mean {meant[0]}?" if meant else
+                 f"run's options: {', '.join(sorted(names))}; a recipe file whose name starts with '-' is given as "
+                 f"./{arg}")
+        raise click.UsageError(f"no such option: {name} ({guess})", ctx)
+    return args
+
+
 def _split_recipe_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
     if args and "=" not in args[0]:
         return args[0], list(args[1:])
     return None, list(args)
 
 
+def env_store_url() -> str | None:
+    """The store ``$SEAL_PLATFORM_STORE`` names, as a URL; None where it is unset or empty."""
+    value = os.environ.get(ENV_STORE)
+    return as_store_url(value) if value else None
+
+
 def default_store_url() -> str:
-    return as_store_url(os.environ.get(ENV_STORE) or "runs/store.sqlite")
+    return env_store_url() or as_store_url("runs/store.sqlite")
 
 
 def _store_option_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -141,7 +180,7 @@ def cli() -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1)
+@click.argument("args", nargs=-1, callback=_refuse_unknown_options)
 @click.option("--resume", "resume", metavar="RUN", default=None, help="Continue a crashed or interrupted run.")
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="With --resume: the run's folder was moved here (the store is updated to point at it).")
@@ -157,8 +196,9 @@ def cli() -> None:
                    "refused before anything is changed. The differences and the previous plugin list are recorded "
                    "in the run's events (plugins_changed).")
 @click.option("--store", "store_url", default=None, callback=_store_option_url,
-              help="Run store: an SQLAlchemy URL or an SQLite file's path (default: the recipe's, else "
-                   "runs/store.sqlite).")
+              help=f"Run store: an SQLAlchemy URL or an SQLite file's path (default: ${ENV_STORE}, else the "
+                   "recipe's store:, else <runs_dir>/store.sqlite; the read commands take --store, else "
+                   f"${ENV_STORE}, else runs/store.sqlite).")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
@@ -182,6 +222,8 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         row = store.get_run(resume)
         if row.status == "completed":
             raise SealError(f"run {row.id} already completed; nothing to resume.")
+        if row.status == "running":  # with --takeover or not: two processes would write the run
+            _refuse_a_live_owner_here(row)
         if row.status == "running" and not takeover:
             age = heartbeat_age(row)
             if is_stale(row):
@@ -211,6 +253,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
             raise_for(issues, str(path))
         assert loaded is not None
         config = loaded
+        store_url = store_url or env_store_url()  # --store, else $SEAL_PLATFORM_STORE, else the recipe's
         if store_url:
             config = config.model_copy(update={"store": store_url})
         recipe_name = str(path)
@@ -253,6 +296,9 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                          f"{store_arg}", highlight=False)
             sys.exit(143 if isinstance(exc, Terminated) else 130)  # what was stopped was the report, still a stop
         marked = f"the run is marked {status}" if status else "the run's status could not be read"
+        point = _resume_point(store, runner)  # its own line: the hint's command ends the next one
+        if point:
+            errors.print(point, highlight=False)
         errors.print(f"{how}; {marked}; continue with: {resume_command(runner.run_id, str(store.url))}", highlight=False)
         sys.exit(143 if isinstance(exc, Terminated) else 130)
     except CheckpointLoadError as exc:
@@ -260,6 +306,41 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     except SealError as exc:
         raise SealError(f"{as_sentence(str(exc))} {_failed_run_state(store, runner.run_id)}") from exc
     console.print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
+
+
+def _refuse_a_live_owner_here(row: Any) -> None:
+    """SealError when the ``running`` run ``row``'s owner process is alive on this host: a resume, with
+    ``--takeover`` or not, would have both processes write the run (each step twice, the loser failing on the
+    database's UNIQUE constraint). A live pid that started after the run's last heartbeat is another process
+    that reuses the number (after a reboot, say), not the owner."""
+    import socket
+
+    from .store import _pid_alive, heartbeat_age
+
+    if row.host != socket.gethostname() or not _pid_alive(row.pid):
+        return
+    age, started = heartbeat_age(row), _process_age(row.pid)
+    if age is not None and started is not None and started < age - 2:  # 2 s: the boot time's resolution
+        return
+    beat = "" if age is None else f", last heartbeat {age:.0f} s ago"
+    raise SealError(
+        f"run {row.id} is still running: its owner, pid {row.pid}, is alive on this host ({row.host}{beat}); "
+        f"nothing was changed. Stop that process first (Ctrl-C in its terminal, or `kill {row.pid}`: the run is "
+        f"then marked interrupted), then resume the run. --takeover is for a run whose owner is gone (its machine "
+        f"died, or it was killed on another machine), never for one still running here: both would write the run.")
+
+
+def _process_age(pid: int) -> float | None:
+    """Seconds since process ``pid`` started (Linux's /proc); None where that cannot be read."""
+    import time
+
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return time.time() - (boot + ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _failed_run_state(store: Any, run_id: str) -> str:
@@ -271,6 +352,10 @@ def _failed_run_state(store: Any, run_id: str) -> str:
     again = f"after fixing the cause, continue it with `{resume_command(run_id, str(store.url))}`."
     if status == "failed":
         return f"The run {run_id} is marked failed; {again}"
+    owner = _stored_owner(store, run_id)
+    if status == "running" and owner is not None and owner != (os.getpid(), _hostname()):
+        return (f"The run {run_id} belongs to another process now (pid {owner[0]} on {owner[1]}); this one left "
+                "its row as it is.")
     if status is None:
         return (f"Nothing of run {run_id} is in the store (it could not be written, or not read back); after fixing "
                 "the cause, start it again.")
@@ -284,6 +369,39 @@ def _stored_status(store: Any, run_id: str) -> str | None:
         return str(store.get_run(run_id).status)
     except Exception:  # an interrupted command must still print its message
         return None
+
+
+def _resume_point(store: Any, runner: Any) -> str:
+    """Where a resume of the interrupted run starts, for its message: after its last durable checkpoint, or
+    from step 0 when it has none yet (``training.checkpoint_every: 0``, or stopped before the first); "" where
+    the store cannot say."""
+    from .checkpoints import durable_checkpoints
+
+    try:
+        durable = durable_checkpoints(store, runner.run_id)
+    except Exception:  # an interrupted command must still print its message
+        return ""
+    if durable:
+        last = durable[-1].step
+        return f"run {runner.run_id}: a resume continues after step {last} (its last checkpoint), from step {last + 1}."
+    why = " (training.checkpoint_every: 0 writes one only at the end)" \
+        if not runner.config.training.checkpoint_every else ""
+    return f"run {runner.run_id}: no checkpoint yet{why}: a resume starts again from step 0."
+
+
+def _stored_owner(store: Any, run_id: str) -> tuple[int | None, str | None] | None:
+    """The (pid, host) the store names as the run's owner; None where it cannot be read."""
+    try:
+        row = store.get_run(run_id)
+        return row.pid, row.host
+    except Exception:  # as for _stored_status
+        return None
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
 
 
 def _check_own_run_dir(store: Any, row: Any, run_dir: Path) -> None:
@@ -516,17 +634,10 @@ def runs(store_url: str | None, as_json: bool) -> None:
             })
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich import box
+    from .present.listings import runs_listing
 
-    # Narrow enough for 80 columns (full values: --json).
-    table = Table(title=f"runs in {store.url}", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("id", no_wrap=True)
-    for col in ("name", "status", "steps", "started", "config"):
-        table.add_column(col, overflow="fold")
-    for row in store.list_runs():
-        steps = "" if row.last_step is None else str(row.last_step + 1)
-        table.add_row(row.id, row.name, row.status, steps, f"{row.started_at:%m-%d %H:%M}", row.config_hash[:8])
-    console.print(table)
+    # Ids, names and statuses whole at any width: fewer columns, then a block per run, when narrow (all: --json).
+    console.print(runs_listing(console, store.list_runs(), f"runs in {store.url}"), soft_wrap=False, crop=False)
 
 
 @cli.command()
@@ -575,7 +686,7 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
     """Final per-category pass rates and averages of several runs side by side (one column per run, one
     block of rows per evaluation set)."""
     from .present.digest import load_digest
-    from .present.summary import compare_runs, comparison_table
+    from .present.summary import compare_runs, comparison_view
 
     store = open_store(store_url)
     digests = [load_digest(store, run_id) for run_id in run_ids]
@@ -587,7 +698,7 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
     if as_json:
         click.echo(comparison.model_dump_json(indent=2))
         return
-    console.print(comparison_table(comparison), highlight=False)
+    console.print(comparison_view(console, comparison), highlight=False, soft_wrap=False)
     if html_out:
         console.print(f"wrote {html_out}", highlight=False)
 
@@ -617,7 +728,7 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
     """What the agent did: a run's episodes turn by turn (messages, parsed calls and tool results, the
     verifier's verdict, every diagnoser's label with its rationale and A-Patch weight); with --against, two
     runs' episodes of the same tasks next to each other, the turns that differ marked."""
-    from .present.transcripts import load_episodes, render
+    from .present.transcripts import load_episodes, nothing_matched, render
 
     if against is not None:
         _transcripts_against(run_id, against, step=step, against_step=against_step, task=task, label=label,
@@ -626,10 +737,15 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
         return
     if against_step is not None or differ or html_out:
         raise SealError("--against-step, --differ and --html go with --against RUN_B.")
-    episodes = load_episodes(open_store(store_url), run_id, step=step, task=task, label=label, failed=failed,
+    store = open_store(store_url)
+    episodes = load_episodes(store, run_id, step=step, task=task, label=label, failed=failed,
                              evaluation=evaluation, limit=limit)
     if as_json:
         click.echo(json.dumps([e.model_dump(mode="json") for e in episodes], indent=2, ensure_ascii=False))
+        return
+    if not episodes:
+        errors.print(nothing_matched(store, run_id, evaluation=evaluation, step=step, label=label), highlight=False,
+                     markup=False)
         return
     console.print(render(episodes, width=width), highlight=False, markup=False)
 
@@ -685,12 +801,9 @@ def settings(plugin: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([dict(zip(("plugin", "key", "type", "default", "description"), r)) for r in rows], indent=2))
         return
-    table = Table(title="plugin settings (recipe keys)")
-    for col in ("plugin", "key", "type", "default", "description"):
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    from .present.listings import settings_listing
+
+    console.print(settings_listing(console, rows, "plugin settings (recipe keys)"), soft_wrap=False)
 
 
 @cli.command("upgrade-store")
@@ -714,7 +827,9 @@ def upgrade_store(store_url: str | None) -> None:
 
 @cli.command("eval")
 @click.argument("run_id", metavar="RUN")
-@click.option("--step", type=int, default=None, help="The checkpoint's step (default: the last checkpoint).")
+@click.option("--step", type=int, default=None,
+              help="The checkpoint's step as `show` lists it: step N holds N + 1 steps of training, and is evaluated "
+                   "as 'after N + 1 step(s)' (default: the last checkpoint).")
 @click.option("--split", default=None, help="Task split (default: the run's evaluation split).")
 @click.option("--max-tasks", type=click.IntRange(min=1), default=None, help="Evaluate on the first N tasks only.")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
@@ -807,13 +922,10 @@ def labels(environment: str | None) -> None:
     """List the failure labels of the registered diagnosers (those that label ENV when given), with the
     reference label(s) each finer label maps to."""
     from .labels import label_rows
+    from .present.listings import labels_listing
 
-    table = Table(title="labels" + (f" for environment {environment}" if environment else ""))
-    for col in ("diagnoser", "label", "reference label", "meaning"):
-        table.add_column(col)
-    for row in label_rows(make_plugin_manager(), environment):
-        table.add_row(row.diagnoser, row.label, " | ".join(row.reference) or "(reference)", row.meaning)
-    console.print(table)
+    title = "labels" + (f" for environment {environment}" if environment else "")
+    console.print(labels_listing(console, label_rows(make_plugin_manager(), environment), title), soft_wrap=False)
 
 
 def build_cli() -> click.Group:

@@ -502,6 +502,35 @@ def validate_settings(
     return settings, issues
 
 
+def hint_settings_sections(issues: list[Issue], data: dict[str, Any], models: dict[str, type[BaseModel]]) -> None:
+    """Give each "unknown key" issue of a top-level key that names a plugin's settings section (``grpo:``,
+    an override ``grpo.overlong_filter=true``) the key it was meant as: ``settings.grpo.overlong_filter`` (its
+    keys followed into the plugin's model as far as they, or a close spelling of them, exist there; else
+    ``settings.grpo``). Changes the issues in place."""
+    for issue in issues:
+        section = issue.where
+        if issue.what != "unknown key" or section not in models:
+            continue
+        raw = data.get(section)
+        meant = [f"settings.{section}"]
+        if isinstance(raw, dict) and raw:
+            meant = []
+            for key, value in raw.items():
+                parents: list[str] = []
+                node: Any = {key: value}
+                while isinstance(node, dict) and len(node) == 1:
+                    [(sub, node)] = node.items()
+                    fields = known_keys(models[section], parents)
+                    name = str(sub) if str(sub) in fields else close_key(str(sub), fields)
+                    if name is None:
+                        break
+                    parents.append(name)
+                meant.append(".".join(["settings", section, *parents]))
+        shown = ", ".join(repr(m) for m in dict.fromkeys(meant))
+        issue.fix = (f"did you mean {shown}? {section!r} is a plugin's settings section: its keys go under "
+                     f"settings.{section}")
+
+
 def _chooses_extra(model: type[BaseModel], seen: set[type] | None = None) -> bool:
     """Whether ``model`` or a model nested in its fields says itself what becomes of unknown keys
     (``model_config["extra"]``). A plugin's section whose models leave it unsaid is validated with unknown keys

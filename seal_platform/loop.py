@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import numbers
+import os
 import random
+import socket
 import time
 import uuid
 from contextlib import contextmanager
@@ -31,6 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from sqlalchemy.exc import IntegrityError
 
 from . import infra, rollouts, scaleout
 from .benchmarks import evaluate_benchmarks
@@ -45,7 +49,7 @@ from .checkpoints import (
 from .config import RunConfig
 from .context import RunContext
 from .environment import Environment
-from .errors import PluginError, SealError
+from .errors import PluginError, SealError, StoreError
 from .lifecycle import lifecycle
 from .planning import Plan, check_machine
 from .plugins import PluginHost
@@ -346,14 +350,33 @@ class Runner:
         if collected.overlapped:
             metrics["rollouts_overlapped"] = 1.0
 
-        self.store.record_step(
-            self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
-            state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
-        )
+        try:
+            self.store.record_step(
+                self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
+                state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
+            )
+        except IntegrityError as exc:  # the step's row is there already: another process writes this run too
+            raise self._step_written_elsewhere(step) from exc
         track(self.host, self.ctx, "labels", step, labels=labels)
         track(self.host, self.ctx, "step", step, metrics=step_metrics(trajs, metrics, timer.timings))
         self.progress.step_done(step, infra.mean_reward(trajs), metrics)
         return prefetch
+
+    def _step_written_elsewhere(self, step: int) -> StoreError:
+        """The error for a step whose row another process recorded first (two processes writing one run: a
+        takeover from another host while the old owner still ran): which process owns the run now, in one
+        paragraph, instead of the database's UNIQUE-constraint text."""
+        try:
+            row = self.store.get_run(self.run_id)
+        except Exception:  # the store cannot say: the error still names what happened
+            row = None
+        if row is not None and (row.pid, row.host) != (os.getpid(), socket.gethostname()):
+            return StoreError(f"run {self.run_id} was taken over by another process (pid {row.pid} on {row.host}, "
+                              f"status {row.status}), which recorded step {step} before this one; this process "
+                              "stops without writing more.")
+        return StoreError(f"step {step} of run {self.run_id} was already recorded by another process writing the same "
+                          "run (its previous owner still running after a --takeover?); this process owns the run "
+                          "and stops. Stop the other process, then resume the run.")
 
     def _diagnose(self, env: Environment, step: int, trajectories: list[Trajectory]) -> list[TurnLabel]:
         """Every enabled diagnoser plugin's labels of the step, each plugin called on its own (through pluggy)

@@ -23,6 +23,7 @@ from .config import (
     Issue,
     RunConfig,
     apply_overrides,
+    hint_settings_sections,
     load_recipe_data,
     raise_for,
     resolve_recipe_path,
@@ -72,7 +73,8 @@ def recipe_problems(
     ``on_host`` is given the plugin host the recipe was checked with (``config validate`` names the plugins
     that failed to load from it), when one could be built."""
     config, issues, path = load_recipe(recipe, overrides)
-    checked = config or salvage_config(apply_overrides(load_recipe_data(path), list(overrides), problems=[]))
+    data = None if config is not None else apply_overrides(load_recipe_data(path), list(overrides), problems=[])
+    checked = config or salvage_config(data or {})  # salvage_config changes a copy, never ``data``
     if checked is not None:
         try:
             host = plugin_host_for(checked)
@@ -81,6 +83,8 @@ def recipe_problems(
         else:
             if on_host is not None:
                 on_host(host)
+            if data is not None:  # `grpo.lr=...` for `settings.grpo.lr=...`: named as such
+                hint_settings_sections(issues, data, host.settings_models())
             issues.extend(check_recipe(checked, host)[1])
             if not issues:  # `run` plans this very config next: with these plugins, not with a second load of them
                 _checked_host[:] = [(checked, host)]

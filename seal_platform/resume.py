@@ -13,7 +13,7 @@ from .capability import CapabilityState
 from .checkpoints import durable_checkpoints, load_plugin_checkpoints, read_core_state, remove_partial_checkpoints
 from .context import RunContext
 from .errors import SealError, as_sentence
-from .plugins import ENV_BLOCK, PluginHost
+from .plugins import ENV_ALLOW, ENV_BLOCK, PluginHost
 from .store import RunStore
 from .types import Interface
 
@@ -123,15 +123,27 @@ def check_resume_plugins(store: RunStore, run_id: str, host: PluginHost, *, allo
     changes = PluginChanges(run_id, previous, current, differences)
     if allow:
         return changes
-    reinstall = sorted({f"{p['distribution']}=={p['version']}" for p in previous
-                        if p.get("status", "loaded") == "loaded" and p.get("distribution") and p.get("version")
-                        and not any(_plugin_key(c) == _plugin_key(p) and c.get("version") == p["version"]
-                                    and c.get("status") == "loaded" for c in current)})
+    # A plugin the run ran with that is installed at its recorded version but left out now (blocked or not
+    # allowed) wants unblocking, not a reinstall; one whose version differs or that is gone, a reinstall.
+    now = {_plugin_key(r.to_dict()): r for r in host.records}
+    unblock: dict[str, list[str]] = {}  # what to change -> the plugins it leaves out
+    reinstall: set[str] = set()
+    for p in previous:
+        if p.get("status", "loaded") != "loaded":
+            continue
+        record = now.get(_plugin_key(p))
+        if record is not None and record.status in ("blocked", "not-allowed"):
+            unblock.setdefault(_unblocking(record), []).append(str(p["name"]))
+        if (p.get("distribution") and p.get("version") and (record is None or record.version != p["version"]
+                                                            or record.status not in ("loaded", "blocked", "not-allowed"))):
+            reinstall.add(f"{p['distribution']}=={p['version']}")
     added = sorted({str(c["name"]) for c in current if c.get("status") == "loaded"  # new, or failed before
                     and not any(_plugin_key(p) == _plugin_key(c) and p.get("status") == "loaded" for p in previous)})
-    fixes = []
+    fixes = [f"{how} (plugin{'s' if len(names) > 1 else ''} {', '.join(sorted(names))})"
+             for how, names in sorted(unblock.items())]
     if reinstall:
-        fixes.append(f"reinstall the recorded version(s) (pip install {' '.join(shlex.quote(r) for r in reinstall)})")
+        fixes.append(f"reinstall the recorded version(s) (pip install "
+                     f"{' '.join(shlex.quote(r) for r in sorted(reinstall))})")
     if added:
         fixes.append(f"leave out the plugin(s) it ran without ({ENV_BLOCK}={','.join(added)})")
     how = " and ".join(fixes) if fixes else "reinstall the plugins the run recorded (seal-platform show " \
@@ -142,6 +154,17 @@ def check_resume_plugins(store: RunStore, run_id: str, host: PluginHost, *, allo
         f"{how}, then resume it again; to go on with the plugins as they are now, add --allow-plugin-changes: "
         f"`{resume_command(run_id, str(store.url))} --allow-plugin-changes` (the differences and the previous "
         f"plugin list are recorded in the run's events, kind {PLUGINS_CHANGED_EVENT}).")
+
+
+def _unblocking(record: Any) -> str:
+    """What lets plugin ``record`` (installed, but blocked or not allowed now) load again, naming the variable
+    or recipe key that leaves it out (its ``reason``)."""
+    reason = record.reason or ""
+    if record.status == "blocked":
+        return f"take the plugin(s) the run ran with out of {reason or f'plugins.block and {ENV_BLOCK}'}"
+    if reason.startswith(ENV_ALLOW):
+        return f"add the plugin(s) the run ran with to {ENV_ALLOW} (or unset it)"
+    return "add the plugin(s) the run ran with to the recipe's plugins.allow"
 
 
 def record_plugin_changes(store: RunStore, changes: PluginChanges) -> None:

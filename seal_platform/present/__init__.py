@@ -4,7 +4,9 @@
 - :mod:`.summary` condenses digests (a run's summary, a comparison of runs);
 - :mod:`.reporting` prints ``seal-platform show``; :mod:`.html_report` writes the HTML report;
 - :mod:`.transcripts`, :mod:`.transcript_html`, :mod:`.transcript_pairs` decode and show episodes;
-- :mod:`.progress` and :mod:`.run_display` are the terminal display of a run while it works.
+- :mod:`.progress` and :mod:`.run_display` are the terminal display of a run while it works;
+- :mod:`.listings` prints ``runs``, ``labels`` and ``settings``; :mod:`.fit` picks, for them, ``show``'s steps
+  and ``compare``, the widest layout that keeps every identifier whole at the terminal's width.
 
 The run loop never imports this package; the CLI does.
 """

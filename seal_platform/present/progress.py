@@ -20,8 +20,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from rich.table import Column
+
 from ..loop import Progress
 from ..types import EvalResult
+
+# The narrowest terminal that gets the progress bar (the line's counts and times need about 30 columns, the
+# bar 17, the description the rest: "step 12/300  evolve_interface  reward 0.123  1234 tok/s" is 53).
+WIDE = 100
 
 
 class RichProgress(Progress):
@@ -44,9 +50,14 @@ class RichProgress(Progress):
     def _ensure(self) -> None:
         if self.bar is not None or not self.console.is_terminal:
             return
+        # The description wraps at words rather than being cut (a stage name stays whole), and the counts and
+        # times never shrink; a narrow terminal drops the bar, which the counts repeat.
+        description = TextColumn("{task.description}", table_column=Column(no_wrap=False, overflow="fold"))
+        bar = [BarColumn(bar_width=16)] if self.console.width >= WIDE else []
         self.bar = RichBar(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=16), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False,
+            SpinnerColumn(), description, *bar, MofNCompleteColumn(table_column=Column(no_wrap=True)),
+            TimeElapsedColumn(table_column=Column(no_wrap=True)), TextColumn("eta", table_column=Column(no_wrap=True)),
+            TimeRemainingColumn(table_column=Column(no_wrap=True)), console=self.console, transient=False,
         )
         self.bar.start()
         self.task = self.bar.add_task("", total=None)

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from ..store import RunStore
 from .digest import benchmark_of, checkpoint_evaluations
+from .fit import fitting, words
 
 
 OPTIMIZER_METRICS = ("loss", "grad_norm", "kl", "entropy", "clip_frac")
@@ -44,6 +47,64 @@ def judge_text(metrics: dict[str, float]) -> str:
     return f"{fallbacks}/{turns} ({100 * fallbacks / turns:.0f}%)" + (f", {cut} cut off" if cut else "")
 
 
+def steps_table(console: Console, rows: list[Any]) -> RenderableType:
+    """The steps of ``show``: one row a step with its metrics (or why it did not update). Narrower: short
+    headers with a legend and the metrics (and judge fallbacks) in a table under it; narrower still, one
+    block per step. Metric names stay whole in every layout (:mod:`.fit`)."""
+    dynamic = any("ds_groups_drawn" in (s.metrics or {}) for s in rows)
+    judged = any("judge_turns" in (s.metrics or {}) for s in rows)
+    cells = []
+    for s in rows:
+        metrics = s.metrics or {}
+        cells.append({
+            "step": str(s.step), "epoch": str(s.epoch), "reward": f"{s.mean_reward:.3f}", "trajectories": str(s.n_trajectories),
+            "groups kept/drawn": f"{int(metrics.get('ds_groups_kept', 0))}/{int(metrics.get('ds_groups_drawn', 0))}",
+            "interface": str(s.interface_revision), "metrics": step_update_text(metrics),
+            "judge fallbacks": judge_text(metrics), "seconds": f"{sum(s.timings.values()):.1f}",
+        })
+    cols = ("step", "epoch", "reward", "trajectories") + (("groups kept/drawn",) if dynamic else ()) + (
+        "interface", "metrics") + (("judge fallbacks",) if judged else ()) + ("seconds",)
+
+    def full() -> tuple[RenderableType, list[str]]:
+        table = Table(title="steps")
+        for col in cols:
+            table.add_column(col)
+        for row in cells:
+            table.add_row(*(row[col] for col in cols))
+        return table, words(*cols, *(row[col] for row in cells for col in cols))
+
+    short = {"trajectories": "traj", "groups kept/drawn": "kept/drawn", "interface": "rev", "seconds": "s"}
+    long = {"groups kept/drawn": "groups kept/drawn (dynamic sampling)", "interface": "interface revision"}
+    numbers = [col for col in cols if col not in ("metrics", "judge fallbacks")]
+
+    def details(row: dict[str, str]) -> str:
+        return row["metrics"] + (f"\njudge fallbacks {row['judge fallbacks']}" if judged else "")
+
+    def narrow() -> tuple[RenderableType, list[str]]:
+        legend = ", ".join(f"{short[col]}: {long.get(col, col)}" for col in numbers if col in short)
+        table = Table(title="steps", title_justify="left")
+        for col in numbers:
+            table.add_column(short.get(col, col), justify="right" if col != "step" else "left")
+        metrics = Table(title="metrics per step" + (" (and the judge's fallbacks)" if judged else ""), title_justify="left")
+        metrics.add_column("step")
+        metrics.add_column("metrics")
+        for row in cells:
+            table.add_row(*(row[col] for col in numbers))
+            metrics.add_row(row["step"], details(row))
+        shown = words(*(short.get(col, col) for col in numbers), *(row[col] for row in cells for col in cols))
+        return Group(table, Text(legend, style="dim"), metrics), shown
+
+    def vertical() -> tuple[RenderableType, list[str]]:
+        parts: list[RenderableType] = [Text("steps", style="italic")]
+        for row in cells:
+            parts.append(Text(f"step {row['step']}", style="bold"))
+            facts = "; ".join(f"{col} {row[col]}" for col in numbers if col != "step")
+            parts.extend(Padding(Text(line), (0, 0, 0, 2), expand=False) for line in (facts, *details(row).split("\n")))
+        return Group(*parts), []
+
+    return fitting(console, full, narrow, vertical)
+
+
 def show_run(store: RunStore, run_id: str, console: Console) -> None:
     run = store.get_run(run_id)
     console.print(f"[bold]run {run.id}[/] ({run.name}) - {run.status}", highlight=False)
@@ -59,21 +120,7 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
         plugins.add_row(p.name, p.version or "", p.status, ", ".join(p.hooks or []))
     console.print(plugins)
 
-    steps = Table(title="steps")
-    rows = store.steps(run.id)
-    dynamic = any("ds_groups_drawn" in (s.metrics or {}) for s in rows)
-    judged = any("judge_turns" in (s.metrics or {}) for s in rows)
-    cols = ("step", "epoch", "reward", "trajectories") + (("groups kept/drawn",) if dynamic else ()) + (
-        "interface", "metrics") + (("judge fallbacks",) if judged else ()) + ("seconds",)
-    for col in cols:
-        steps.add_column(col)
-    for s in rows:
-        metrics = step_update_text(s.metrics)
-        groups = (f"{int(s.metrics.get('ds_groups_kept', 0))}/{int(s.metrics.get('ds_groups_drawn', 0))}",) if dynamic else ()
-        judge = (judge_text(s.metrics or {}),) if judged else ()
-        steps.add_row(str(s.step), str(s.epoch), f"{s.mean_reward:.3f}", str(s.n_trajectories), *groups,
-                      str(s.interface_revision), metrics, *judge, f"{sum(s.timings.values()):.1f}")
-    console.print(steps)
+    console.print(steps_table(console, store.steps(run.id)), soft_wrap=False)
 
     by_bench = evaluations_by_benchmark(store, run)
     for bench, by_step in by_bench.items():

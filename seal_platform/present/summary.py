@@ -7,11 +7,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from .digest import RunDigest
+from .fit import fitting, words
 
 
 def _table(title: str, *columns: str, right: tuple[int, ...] = ()) -> Table:
@@ -208,10 +209,14 @@ def compare_runs(digests: list[RunDigest]) -> Comparison:
     )
 
 
-def comparison_table(comparison: Comparison) -> Table:
-    heads = [f"{r.name}\n{r.id[-6:]}" + ("" if r.status == "completed" else f"\n({r.status.upper()})")
-             for r in comparison.runs]
+def comparison_table(comparison: Comparison, heads: list[str] | None = None) -> Table:
+    """One column per run, headed by its name, the end of its id and its status unless completed (or by
+    ``heads``: the letters of :func:`comparison_view`'s narrow layout)."""
+    if heads is None:
+        heads = [f"{r.name}\n{r.id[-6:]}" + ("" if r.status == "completed" else f"\n({r.status.upper()})")
+                 for r in comparison.runs]
     table = _table("final pass rate (%)", "set / category", *heads, right=tuple(range(1, len(comparison.runs) + 1)))
+    table.columns[0].no_wrap = True  # category names whole; the run columns hold numbers
     current = None
     for row in comparison.rows:
         if row.eval_set != current:
@@ -224,6 +229,51 @@ def comparison_table(comparison: Comparison) -> Table:
         name = Text(f"  {row.category}", style="bold" if row.category == "average" else "")
         table.add_row(name, *(_pct(v) for v in row.values))
     return table
+
+
+def comparison_view(console: Console, comparison: Comparison) -> RenderableType:
+    """:func:`comparison_table` where it fits the console with every category, run name and status whole;
+    narrower, the runs are lettered (A, B, ...) over a legend with their full ids; narrower still, one line
+    per category."""
+    runs = comparison.runs
+    letters = [chr(ord("A") + i) if i < 26 else f"R{i + 1}" for i in range(len(runs))]
+    names = [*(r.eval_set for r in comparison.rows), *(r.category for r in comparison.rows)]
+    cells = [_pct(v) for row in comparison.rows for v in row.values]
+
+    def full() -> tuple[RenderableType, list[str]]:
+        shown = [*names, *cells, *(r.name for r in runs), *(r.id[-6:] for r in runs),
+                 *(f"({r.status.upper()})" for r in runs if r.status != "completed")]
+        return comparison_table(comparison), shown + words("set / category")
+
+    def legend() -> Table:
+        out = Table.grid(padding=(0, 2))
+        for _ in range(4):
+            out.add_column(no_wrap=True)
+        for letter, r in zip(letters, runs):
+            out.add_row(letter, r.id, r.name, "" if r.status == "completed" else r.status.upper())
+        return out
+
+    def lettered() -> tuple[RenderableType, list[str]]:
+        shown = [*names, *cells, *(r.id for r in runs), *(r.name for r in runs),
+                 *(r.status.upper() for r in runs if r.status != "completed")]
+        return Group(legend(), comparison_table(comparison, letters)), shown + letters
+
+    def vertical() -> tuple[RenderableType, list[str]]:
+        parts: list[RenderableType] = []
+        for letter, r in zip(letters, runs):
+            parts.append(Text(f"{letter}  {r.id}"))
+            parts.append(Text(f"   {r.name}" + ("" if r.status == "completed" else f" ({r.status.upper()})")))
+        parts.append(Text("final pass rate (%)", style="italic"))
+        for eval_set in dict.fromkeys(row.eval_set for row in comparison.rows):
+            parts.append(Text(eval_set, style="bold"))
+            steps = [r.final_steps.get(eval_set) for r in runs]
+            parts.append(Text("  after step: " + ", ".join(f"{k} {'-' if s is None else s}" for k, s in zip(letters, steps))))
+            for row in comparison.rows:
+                if row.eval_set == eval_set:
+                    parts.append(Text(f"  {row.category}: " + ", ".join(f"{k} {_pct(v)}" for k, v in zip(letters, row.values))))
+        return Group(*parts), []
+
+    return fitting(console, full, lettered, vertical)
 
 
 def print_renderable(console: Console, renderable: Any) -> None:

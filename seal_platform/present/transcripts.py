@@ -139,6 +139,34 @@ def load_episodes(store: RunStore, run_id: str, *, step: int | None = None, task
     return out
 
 
+def nothing_matched(store: RunStore, run_id: str, *, evaluation: bool, step: int | None, label: str | None) -> str:
+    """What the run has, for a filter that matched no episode: its steps with episodes of that phase, and,
+    for an unknown ``label``, the labels it has (with the closest first)."""
+    import difflib
+
+    from sqlalchemy import select
+
+    from ..store import models as m
+
+    run = store.get_run(run_id)
+    phase = "eval" if evaluation else "train"
+    with store.session() as s:
+        steps = sorted(s.scalars(select(m.TrajectoryRow.step).distinct().where(
+            m.TrajectoryRow.run_id == run.id, m.TrajectoryRow.phase == phase)))
+        labels = sorted(s.scalars(select(m.TurnLabelRow.label).distinct().where(m.TurnLabelRow.run_id == run.id)))
+    what = "evaluation" if evaluation else "training"
+    parts = [f"no episode matches; run {run.id} has {what} episodes at "
+             + (f"step(s) {', '.join(map(str, steps))}" if steps else "no step")]
+    if step is not None and step not in steps and steps:
+        parts.append(f"not at step {step}" + (" (evaluations are numbered by the steps done before them)"
+                                               if evaluation else ""))
+    if label is not None and label not in labels:
+        close = difflib.get_close_matches(label, labels, n=1)
+        parts.append(f"no turn is labelled {label!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                     + (f"; its labels: {', '.join(labels)}" if labels else "; it has no labels"))
+    return "; ".join(parts) + "."
+
+
 def _steps_of(store: RunStore, run_id: str, phase: str, step: int | None) -> list[tuple[Trajectory, int]]:
     """(trajectory, step) pairs: the store keeps the step on each trajectory row."""
     from sqlalchemy import select

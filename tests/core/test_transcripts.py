@@ -100,3 +100,18 @@ def test_one_run_before_and_after_training_and_training_rollouts_with_labels(two
     # Misuse is one clear message.
     bad = runner.invoke(cli, ["transcripts", wrong, "--differ", "--store", store_url])
     assert bad.exit_code == 2 and "--against-step, --differ and --html go with --against RUN_B" in bad.output
+
+
+def test_a_filter_that_matches_nothing_says_what_the_run_has(two_runs):
+    (wrong, _), store = two_runs
+    labels = sorted({row.label for row in RunStore(store).labels(wrong)})
+    assert labels
+    typo = labels[0][:-1]
+    runner = CliRunner()
+    result = runner.invoke(cli, ["transcripts", wrong, "--store", store, "--label", typo])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0 and "no episode matches" in text, text
+    assert f"did you mean {labels[0]!r}?" in text and "has training episodes at step(s) 0, 1" in text, text
+    result = runner.invoke(cli, ["transcripts", wrong, "--store", store, "--eval", "--step", "1"])
+    text = " ".join(result.output.split())
+    assert "evaluation episodes at step(s) 0, 2" in text and "not at step 1" in text, text

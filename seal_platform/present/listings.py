@@ -1,0 +1,145 @@
+"""The tables of ``seal-platform runs``, ``labels`` and ``settings``, in the layout that fits the terminal.
+
+Each keeps its identifiers (run ids, names, statuses, label names, settings keys) whole at any width
+(:mod:`.fit`): today's table where it fits; on a narrower terminal secondary columns go (``runs``) or move
+under the text they qualify (``labels``); narrower still, one "key: value" block per row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from .fit import fitting, words
+
+
+def title_line(title: str) -> Text:
+    """A title on one line even when it is wider than the terminal (a store URL stays whole, for copying;
+    printed with ``crop=False``)."""
+    return Text(title, style="italic", no_wrap=True, overflow="ignore")
+
+
+def indent(renderable: RenderableType, by: int) -> Padding:
+    return Padding(renderable, (0, 0, 0, by), expand=False)
+
+
+def _vertical(title: str, blocks: Sequence[tuple[str, Sequence[str]]], note: str = "") -> Group:
+    """One block per row: its identifier on a line of its own, then its details indented (wrapped at words)."""
+    parts: list[RenderableType] = [title_line(title)]
+    for head, lines in blocks:
+        parts.append(Text(head, style="bold"))
+        parts.extend(indent(Text(line), 2) for line in lines if line)
+    if note:
+        parts.append(Text(note, style="dim"))
+    return Group(*parts)
+
+
+# --- runs ------------------------------------------------------------------------------------------------
+
+
+def runs_listing(console: Console, runs: Sequence[Any], title: str) -> RenderableType:
+    """The runs (store rows, newest first): id, name, status, steps, start, config hash. Narrower: without
+    the config hash, then without the start (the id holds it), then one block per run."""
+    cells = [(r.id, r.name, r.status, "" if r.last_step is None else str(r.last_step + 1),
+              f"{r.started_at:%m-%d %H:%M}", r.config_hash[:8]) for r in runs]
+    heads = ("id", "name", "status", "steps", "started", "config")
+
+    def table(keep: int, narrow: bool) -> tuple[RenderableType, list[str]]:
+        if narrow:
+            out = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        else:
+            out = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+        for i, head in enumerate(heads[:keep]):
+            out.add_column(head, no_wrap=i < 3, overflow="fold")
+        for row in cells:
+            out.add_row(*row[:keep])
+        whole = words(*heads[:keep], *(text for row in cells for text in row[:keep]))
+        if not narrow:
+            return out, whole
+        note = Text(f"({', '.join(heads[keep:])}: seal-platform runs --json)", style="dim")
+        return Group(title_line(title), out, note), whole
+
+    def vertical() -> tuple[RenderableType, list[str]]:
+        return _vertical(title, [(row[0], [f"name: {row[1]}", f"status: {row[2]}",
+                                           f"steps: {row[3] or '-'}  started: {row[4]}  config: {row[5]}"])
+                                 for row in cells]), []
+
+    return fitting(console, lambda: table(6, False), lambda: table(5, True), lambda: table(4, True), vertical)
+
+
+# --- labels ----------------------------------------------------------------------------------------------
+
+
+def labels_listing(console: Console, rows: Sequence[Any], title: str) -> RenderableType:
+    """The labels (:func:`seal_platform.labels.label_rows`): diagnoser, label, reference label(s), meaning.
+    Narrower: the reference label(s) under the meaning; narrower still, one block per label."""
+
+    def reference(row: Any) -> str:
+        return " | ".join(row.reference) or "(reference)"
+
+    def maps(row: Any) -> str:
+        return f"maps to: {reference(row)}" if row.reference else "(a reference label)"
+
+    names = [text for row in rows for text in (row.diagnoser, row.label, *row.reference)]
+
+    def table() -> tuple[RenderableType, list[str]]:
+        out = Table(title=title)
+        out.add_column("diagnoser", no_wrap=True)
+        out.add_column("label", no_wrap=True)
+        out.add_column("reference label")
+        out.add_column("meaning")
+        for row in rows:
+            out.add_row(row.diagnoser, row.label, reference(row), row.meaning)
+        return out, names + words("diagnoser label reference label meaning")
+
+    def narrow() -> tuple[RenderableType, list[str]]:
+        out = Table(title=title)
+        out.add_column("diagnoser", no_wrap=True)
+        out.add_column("label", no_wrap=True)
+        out.add_column("meaning; reference label")
+        for row in rows:
+            out.add_row(row.diagnoser, row.label, Text(row.meaning + "\n" if row.meaning else "").append(maps(row), style="dim"))
+        return out, names + words("diagnoser label meaning; reference label")
+
+    def vertical() -> tuple[RenderableType, list[str]]:
+        return _vertical(title, [(f"{row.diagnoser}: {row.label}", [row.meaning, maps(row)])
+                                 for row in rows]), []
+
+    return fitting(console, table, narrow, vertical)
+
+
+# --- settings --------------------------------------------------------------------------------------------
+
+
+def settings_listing(console: Console, rows: Sequence[tuple[str, str, str, str, str]], title: str) -> RenderableType:
+    """The plugin settings, (plugin, key, type, default, description) each. Narrower: one block per key,
+    under a line per plugin."""
+    heads = ("plugin", "key", "type", "default", "description")
+
+    def table() -> tuple[RenderableType, list[str]]:
+        out = Table(title=title)
+        for i, col in enumerate(heads):
+            out.add_column(col, no_wrap=i < 2, overflow="fold")
+        for row in rows:
+            out.add_row(*row)
+        return out, [*heads, *(text for row in rows for text in row[:2])]
+
+    def vertical() -> tuple[RenderableType, list[str]]:
+        parts: list[RenderableType] = [title_line(title)]
+        plugin = None
+        for owner, key, kind, default, description in rows:
+            if owner != plugin:
+                plugin = owner
+                parts.append(Text(f"plugin {owner}", style="bold underline"))
+            parts.append(indent(Text(key, style="bold"), 2))
+            parts.append(indent(Text(f"type: {kind}; default: {default}"), 4))
+            if description:
+                parts.append(indent(Text(description, style="dim"), 4))
+        return Group(*parts), []
+
+    return fitting(console, table, vertical)
