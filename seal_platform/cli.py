@@ -822,7 +822,9 @@ def upgrade_store(store_url: str | None) -> None:
     old = before.schema_revision()
     before.close()
     store = RunStore(url)
-    console.print(f"{url}: schema {old or 'none'} -> {store.schema_revision()}", highlight=False)
+    new = store.schema_revision()
+    console.print(f"{url}: schema {old} is this version's; nothing to upgrade" if old == new else
+                  f"{url}: schema {old or 'none'} -> {new}", highlight=False)
 
 
 @cli.command("eval")

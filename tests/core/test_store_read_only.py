@@ -206,8 +206,11 @@ def test_an_old_store_is_read_after_an_explicit_upgrade_only(tmp_path):
     result = CliRunner().invoke(cli, ["runs", "--store", url])
     assert result.exit_code == 2 and "seal-platform upgrade-store --store" in " ".join(result.output.split())
     assert _digest(db) == before
-    assert CliRunner().invoke(cli, ["upgrade-store", "--store", url]).exit_code == 0
+    upgraded = CliRunner().invoke(cli, ["upgrade-store", "--store", url])
+    assert upgraded.exit_code == 0 and "schema 0002 -> " in upgraded.output, upgraded.output
     assert CliRunner().invoke(cli, ["runs", "--store", url]).exit_code == 0
+    again = CliRunner().invoke(cli, ["upgrade-store", "--store", url])  # already current: says so
+    assert again.exit_code == 0 and "nothing to upgrade" in again.output and " -> " not in again.output, again.output
 
 
 def test_an_unwritable_runs_folder_is_one_paragraph_naming_it_and_stores_nothing(toy_site, toy_recipe, tmp_path,
