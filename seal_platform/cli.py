@@ -644,7 +644,8 @@ def runs(store_url: str | None, as_json: bool) -> None:
 @click.argument("run_id", metavar="RUN")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the run's digest).")
-def show(run_id: str, store_url: str | None, as_json: bool) -> None:
+@click.option("--all-steps", is_flag=True, help="Every step's row (a long run shows its first 10 and last 20).")
+def show(run_id: str, store_url: str | None, as_json: bool, all_steps: bool) -> None:
     """Show one run: config, plugins, steps, evaluations, interface revisions, events."""
     from .present.reporting import show_run
 
@@ -653,7 +654,7 @@ def show(run_id: str, store_url: str | None, as_json: bool) -> None:
 
         click.echo(load_digest(open_store(store_url), run_id).model_dump_json(indent=2))
         return
-    show_run(open_store(store_url), run_id, console)
+    show_run(open_store(store_url), run_id, console, all_steps=all_steps)
 
 
 @cli.command()

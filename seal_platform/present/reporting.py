@@ -105,7 +105,11 @@ def steps_table(console: Console, rows: list[Any]) -> RenderableType:
     return fitting(console, full, narrow, vertical)
 
 
-def show_run(store: RunStore, run_id: str, console: Console) -> None:
+# A run longer than this shows its first and last steps only (``show --all-steps`` shows every one).
+SHOWN_STEPS_HEAD, SHOWN_STEPS_TAIL = 10, 20
+
+
+def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = False) -> None:
     run = store.get_run(run_id)
     console.print(f"[bold]run {run.id}[/] ({run.name}) - {run.status}", highlight=False)
     console.print(f"recipe {run.recipe or '-'}; config hash {run.config_hash}; seed {run.seed}", highlight=False)
@@ -120,7 +124,15 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
         plugins.add_row(p.name, p.version or "", p.status, ", ".join(p.hooks or []))
     console.print(plugins)
 
-    console.print(steps_table(console, store.steps(run.id)), soft_wrap=False)
+    steps = store.steps(run.id)
+    hidden = 0 if all_steps else len(steps) - SHOWN_STEPS_HEAD - SHOWN_STEPS_TAIL
+    if hidden > 0:
+        steps = steps[:SHOWN_STEPS_HEAD] + steps[-SHOWN_STEPS_TAIL:]
+    console.print(steps_table(console, steps), soft_wrap=False)
+    if hidden > 0:
+        console.print(f"{hidden} steps between step {steps[SHOWN_STEPS_HEAD - 1].step} and step "
+                      f"{steps[SHOWN_STEPS_HEAD].step} not shown (--all-steps shows them, --json has them).",
+                      highlight=False)
 
     by_bench = evaluations_by_benchmark(store, run)
     for bench, by_step in by_bench.items():
@@ -175,7 +187,10 @@ def show_run(store: RunStore, run_id: str, console: Console) -> None:
 
     ckpts = store.checkpoints(run.id)
     if ckpts:
-        console.print("checkpoints: " + ", ".join(f"step {c.step}" for c in ckpts), highlight=False)
+        listed = [f"step {c.step}" for c in ckpts]
+        if len(listed) > 12:  # a long run keeps many: the first and the last
+            listed = [*listed[:3], f"... ({len(listed) - 9} more)", *listed[-6:]]
+        console.print(f"checkpoints ({len(ckpts)}): " + ", ".join(listed), highlight=False)
     events = store.events(run.id)
     if events:
         console.print("[bold]events[/]")

@@ -500,3 +500,22 @@ def test_compare_marks_unfinished_runs_and_says_after_which_step_each_column_was
     assert data["runs"][0]["final_steps"]["toy:eval"] == 3 and data["runs"][1]["final_steps"]["toy:eval"] == 0
     shown = runner.invoke(cli, ["compare", *ids, "--store", store], terminal_width=120).output
     assert "(FAILED)" in shown and "after step (differs!)" in shown
+
+
+def test_show_of_a_long_run_lists_its_first_and_last_steps_and_checkpoints(runner, toy_recipe, toy_site, tmp_path):
+    result = runner.invoke(cli, ["run", str(toy_recipe), "training.steps=40", "training.checkpoint_every=2",
+                                 "evaluation.every=0", "--quiet", "--no-report"])
+    assert result.exit_code == 0, result.output
+    run_id = result.output.split("run ", 1)[1].split()[0]
+    store = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    shown = runner.invoke(cli, ["show", run_id, "--store", store], terminal_width=200).output
+    assert "10 steps between step 9 and step 20 not shown (--all-steps shows them" in " ".join(shown.split())
+    def step_rows(text):
+        steps_part = text.split("steps", 1)[1].split("after step", 1)[0]  # the steps table, not the evaluations
+        cells = [line.strip("│ ").split("│")[0].strip() for line in steps_part.splitlines()]
+        return {cell for cell in cells if cell.isdigit()}
+
+    assert {"0", "9", "20", "39"} <= step_rows(shown) and not {"10", "19"} & step_rows(shown), shown
+    assert "checkpoints (20): step 1, step 3, step 5, ... (11 more), step 29," in shown, shown
+    everything = runner.invoke(cli, ["show", run_id, "--store", store, "--all-steps"], terminal_width=200).output
+    assert "not shown" not in everything and step_rows(everything) == {str(n) for n in range(40)}
