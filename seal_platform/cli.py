@@ -217,6 +217,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
 
     origin: RecipeOrigin | None = None  # where a recipe's problems come from (a resume keeps its checked config)
+    checked_with: list[Any] = []  # a new run's recipe is planned with the plugin host it was checked with
     if resume is not None:
         store = open_store(store_url, write=True)  # an existing store: a mistyped path is not created
         row = store.get_run(resume)
@@ -248,7 +249,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         raise SealError("--run-dir, --restart-from-step, --takeover and --allow-plugin-changes go with --resume RUN.")
     else:
         recipe, overrides = _split_recipe_args(args)
-        loaded, issues, path = recipe_problems(recipe, overrides)
+        loaded, issues, path = recipe_problems(recipe, overrides, on_host=checked_with.append)
         if loaded is None:
             raise_for(issues, str(path))
         assert loaded is not None
@@ -259,7 +260,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         recipe_name = str(path)
         origin = RecipeOrigin(path, overrides)
         store = RunStore(config.store_url())
-    plan = plan_config(config, recipe_name, origin=origin)
+    plan = plan_config(config, recipe_name, origin=origin, host=checked_with[0] if checked_with else None)
     assert plan.host is not None
     from .resume import CheckpointLoadError, check_resume_plugins, resume_command
 
@@ -313,11 +314,9 @@ def _refuse_a_live_owner_here(row: Any) -> None:
     ``--takeover`` or not, would have both processes write the run (each step twice, the loser failing on the
     database's UNIQUE constraint). A live pid that started after the run's last heartbeat is another process
     that reuses the number (after a reboot, say), not the owner."""
-    import socket
+    from .store import heartbeat_age, owner_alive_here
 
-    from .store import _pid_alive, heartbeat_age
-
-    if row.host != socket.gethostname() or not _pid_alive(row.pid):
+    if not owner_alive_here(row):
         return
     age, started = heartbeat_age(row), _process_age(row.pid)
     if age is not None and started is not None and started < age - 2:  # 2 s: the boot time's resolution
@@ -348,13 +347,15 @@ def _failed_run_state(store: Any, run_id: str) -> str:
     failure itself may not have been recorded (no row at all, or a row that still says ``running``)."""
     from .resume import resume_command
 
-    status = _stored_status(store, run_id)
+    from .store import owned_by_this_process
+
+    row = _stored_row(store, run_id)
+    status = None if row is None else str(row.status)
     again = f"after fixing the cause, continue it with `{resume_command(run_id, str(store.url))}`."
     if status == "failed":
         return f"The run {run_id} is marked failed; {again}"
-    owner = _stored_owner(store, run_id)
-    if status == "running" and owner is not None and owner != (os.getpid(), _hostname()):
-        return (f"The run {run_id} belongs to another process now (pid {owner[0]} on {owner[1]}); this one left "
+    if row is not None and status == "running" and not owned_by_this_process(row):
+        return (f"The run {run_id} belongs to another process now (pid {row.pid} on {row.host}); this one left "
                 "its row as it is.")
     if status is None:
         return (f"Nothing of run {run_id} is in the store (it could not be written, or not read back); after fixing "
@@ -363,12 +364,18 @@ def _failed_run_state(store: Any, run_id: str) -> str:
             f"that has exited reads as crashed); {again}")
 
 
-def _stored_status(store: Any, run_id: str) -> str | None:
-    """The run's status as the store holds it now; None where the store has no row for it or cannot be read."""
+def _stored_row(store: Any, run_id: str) -> Any:
+    """The run's row as the store holds it now; None where the store has no row for it or cannot be read."""
     try:
-        return str(store.get_run(run_id).status)
-    except Exception:  # an interrupted command must still print its message
+        return store.get_run(run_id)
+    except Exception:  # an interrupted or failed command must still print its message
         return None
+
+
+def _stored_status(store: Any, run_id: str) -> str | None:
+    """The run's status as the store holds it now; None where it cannot be read (:func:`_stored_row`)."""
+    row = _stored_row(store, run_id)
+    return None if row is None else str(row.status)
 
 
 def _resume_point(store: Any, runner: Any) -> str:
@@ -387,21 +394,6 @@ def _resume_point(store: Any, runner: Any) -> str:
     why = " (training.checkpoint_every: 0 writes one only at the end)" \
         if not runner.config.training.checkpoint_every else ""
     return f"run {runner.run_id}: no checkpoint yet{why}: a resume starts again from step 0."
-
-
-def _stored_owner(store: Any, run_id: str) -> tuple[int | None, str | None] | None:
-    """The (pid, host) the store names as the run's owner; None where it cannot be read."""
-    try:
-        row = store.get_run(run_id)
-        return row.pid, row.host
-    except Exception:  # as for _stored_status
-        return None
-
-
-def _hostname() -> str:
-    import socket
-
-    return socket.gethostname()
 
 
 def _check_own_run_dir(store: Any, row: Any, run_dir: Path) -> None:

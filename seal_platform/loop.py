@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import json
 import numbers
-import os
 import random
-import socket
 import time
 import uuid
 from contextlib import contextmanager
@@ -55,7 +53,7 @@ from .planning import Plan, check_machine
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, expect_list_of, score_evaluation, wrap
 from .resume import PluginChanges, check_restart_point, record_plugin_changes, restore_run
-from .store import EVAL_BY_COMMAND, RunStore, is_stale
+from .store import EVAL_BY_COMMAND, RunStore, is_stale, owned_by_this_process
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
 
@@ -370,7 +368,7 @@ class Runner:
             row = self.store.get_run(self.run_id)
         except Exception:  # the store cannot say: the error still names what happened
             row = None
-        if row is not None and (row.pid, row.host) != (os.getpid(), socket.gethostname()):
+        if row is not None and not owned_by_this_process(row):
             return StoreError(f"run {self.run_id} was taken over by another process (pid {row.pid} on {row.host}, "
                               f"status {row.status}), which recorded step {step} before this one; this process "
                               "stops without writing more.")

@@ -86,21 +86,8 @@ def recipe_problems(
             if data is not None:  # `grpo.lr=...` for `settings.grpo.lr=...`: named as such
                 hint_settings_sections(issues, data, host.settings_models())
             issues.extend(check_recipe(checked, host)[1])
-            if not issues:  # `run` plans this very config next: with these plugins, not with a second load of them
-                _checked_host[:] = [(checked, host)]
     RecipeOrigin(path, list(overrides)).annotate(issues)  # each problem names its file line or override
     return (config if not issues else None), issues, path
-
-
-# The (config, host) recipe_problems last found valid, taken by the plan_config of that same config object
-# (``run``: check, then plan), so a command loads its plugins, and calls their registration hooks, once.
-_checked_host: list[tuple[RunConfig, PluginHost]] = []
-
-
-def _host_checked_for(config: RunConfig) -> PluginHost | None:
-    """The host :func:`recipe_problems` checked ``config`` (this object) with, once; None for any other."""
-    taken, _checked_host[:] = _checked_host[:], []
-    return taken[0][1] if taken and taken[0][0] is config else None
 
 
 def plugin_host_for(config: RunConfig | None) -> PluginHost:
@@ -283,10 +270,12 @@ def check_machine(plan: Plan, host: PluginHost | None = None) -> None:
             f"- {problem}" for problem in problems))
 
 
-def plan_config(config: RunConfig, source: str, origin: RecipeOrigin | None = None) -> Plan:
-    """A checked config -> its plugins -> its plan (raises on any problem, naming ``source``). The config
-    :func:`recipe_problems` has just checked is planned with the plugins it was checked with."""
-    return prepare(config, _host_checked_for(config) or plugin_host_for(config), source, origin)
+def plan_config(config: RunConfig, source: str, origin: RecipeOrigin | None = None,
+                host: PluginHost | None = None) -> Plan:
+    """A checked config -> its plugins -> its plan (raises on any problem, naming ``source``). ``host``: the
+    plugins the config was just checked with (``recipe_problems``' ``on_host``), so that a command loads its
+    plugins, and calls their registration hooks, once; None: loaded here."""
+    return prepare(config, host or plugin_host_for(config), source, origin)
 
 
 def plan_recipe(recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> Plan:

@@ -91,6 +91,17 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
+def owned_by_this_process(run: m.Run) -> bool:
+    """Whether the run's row names this process (pid and host) as its owner."""
+    return (run.pid, run.host) == (os.getpid(), socket.gethostname())
+
+
+def owner_alive_here(run: m.Run) -> bool:
+    """Whether the process the run's row names as its owner runs on this host and is alive (a pid can be
+    checked only here; a row owned on another host says nothing)."""
+    return run.host == socket.gethostname() and _pid_alive(run.pid)
+
+
 class RunStore:
     """Read and write runs. Safe to share between threads; each call opens its own session."""
 
@@ -340,7 +351,7 @@ class RunStore:
         """A ``running`` row whose owner on this host is gone reads ``crashed`` and is marked so -- with one
         compare-and-set on the row as read (status, owner, heartbeat): a resume may claim the run, and even
         finish it, between this read and the write, and its row must not be marked."""
-        if not (run.status == "running" and run.host == socket.gethostname() and not _pid_alive(run.pid)):
+        if not (run.status == "running" and run.host == socket.gethostname() and not owner_alive_here(run)):
             return
         s = object_session(run)
         assert s is not None
