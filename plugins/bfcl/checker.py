@@ -9,7 +9,7 @@ tool-worker server :mod:`._worker` calls :func:`verify_texts` for untrusted tran
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from seal_platform.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 from seal_platform.types import TurnVerdict
@@ -89,6 +89,62 @@ def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]])
     return _outcome(checked, len(gt_turns), n_model, build_error)
 
 
+def verify_group(payload: dict[str, Any], transcripts: Sequence[list[list[ParsedCall]]]) -> list[VerifyOutcome]:
+    """:func:`verify_payload` of each of several transcripts of one task, the ground truth replayed once for all.
+
+    A transcript's checks read the ground truth's results and state after each turn, and those do not depend on
+    the transcript: the ground truth runs on its own instance set, from the task's initial config, and the one
+    process-wide state a backend touches (the decimal context) is set by the only call that reads it
+    (``square_root``). So one ground-truth replay serves them all, turn by turn in lockstep: each transcript's
+    calls of the turn on its own instance set, then the ground truth's, then each transcript's checks against
+    it. Every outcome equals :func:`verify_payload`'s for that transcript alone (tests compare the two field by
+    field on the agreement cases), at about the cost of the transcripts' own replays: a GRPO group's rollouts,
+    or several models' answers to one task, no longer replay the ground truth once each.
+
+    Where the two sides are linked -- long-context tasks whose instances hold the module-level objects the
+    official checker shares between them (:func:`.backend._long_context_objects`), so a model call can change
+    the ground truth's state -- or where the instances cannot be built, each transcript is verified alone.
+    """
+    if len(transcripts) < 2:
+        return [verify_payload(payload, turns) for turns in transcripts]
+    backends = _independent_backends(payload, len(transcripts))
+    if backends is None:
+        return [verify_payload(payload, turns) for turns in transcripts]
+    gt_backend, model_backends = backends
+    gt_turns: list[list[str]] = payload["ground_truth"]
+    checked: list[list[tuple[TurnVerdict, TurnChecks]]] = [[] for _ in transcripts]
+    pools: list[list[str]] = [[] for _ in transcripts]  # each transcript's results so far
+    for index, gt_calls in enumerate(gt_turns):
+        reaching = [i for i, turns in enumerate(transcripts) if index < len(turns)]
+        # The official order within a turn: the model's calls, then the ground truth's.
+        runs = {i: _run_model_calls(model_backends[i], transcripts[i][index]) for i in reaching}
+        gt_results = _run_gt_calls(gt_backend, gt_calls) if reaching else []
+        for i, turns in enumerate(transcripts):
+            if i in runs:
+                checks = _turn_checks(gt_calls, turns[index], runs[i], gt_results, model_backends[i], gt_backend, pools[i])
+                verdict = TurnVerdict(turn=index, passed=checks.error_type is None, reached=True)
+            else:
+                checks = TurnChecks.unreached(gt_calls)
+                verdict = TurnVerdict(turn=index, passed=False, reached=False)
+            verdict.checks = checks.stored()
+            checked[i].append((verdict, checks))
+    return [_outcome(checked[i], len(gt_turns), len(turns), None) for i, turns in enumerate(transcripts)]
+
+
+def _independent_backends(payload: dict[str, Any], count: int) -> tuple[Backend, list[Backend]] | None:
+    """The ground truth's instance set and ``count`` model instance sets, none sharing an object with another;
+    None where that cannot be (the task's instances hold shared long-context objects, or cannot be built)."""
+    try:
+        shared: dict[tuple[Any, ...], Any] = {}
+        gt_backend = Backend.for_payload(payload, shared)
+        if shared:
+            return None
+        model_backends = [Backend.for_payload(payload, shared) for _ in range(count)]
+    except Exception:  # each transcript, verified alone, reports it
+        return None
+    return (gt_backend, model_backends) if not shared else None
+
+
 def _build_backends(payload: dict[str, Any]) -> tuple[tuple[Backend, Backend] | tuple[()], str | None]:
     """The model's and the ground truth's instance sets (sharing long-context objects as the official
     checker's do), or the reason they cannot be built: a broken task, not the model's fault."""
@@ -108,8 +164,28 @@ def _check_turn(
     gt_calls: list[str], calls: list[ParsedCall], model_backend: Backend, gt_backend: Backend, all_model_results: list[str]
 ) -> TurnChecks:
     """Run one turn on both instance sets (state carries over from the turns before) and check it."""
-    model_results, rejected = _run_model_calls(model_backend, calls)
-    gt_results = [gt_backend.execute(parse_call_shared(text))[0] for text in gt_calls]
+    model_run = _run_model_calls(model_backend, calls)
+    gt_results = _run_gt_calls(gt_backend, gt_calls)
+    return _turn_checks(gt_calls, calls, model_run, gt_results, model_backend, gt_backend, all_model_results)
+
+
+def _run_gt_calls(gt_backend: Backend, gt_calls: list[str]) -> list[str]:
+    """The ground truth's calls of a turn, run in order: their results."""
+    return [gt_backend.execute(parse_call_shared(text))[0] for text in gt_calls]
+
+
+def _turn_checks(
+    gt_calls: list[str],
+    calls: list[ParsedCall],
+    model_run: tuple[list[str], list[int]],
+    gt_results: list[str],
+    model_backend: Backend,
+    gt_backend: Backend,
+    all_model_results: list[str],
+) -> TurnChecks:
+    """The checks of one turn whose calls have run on both sides (``model_run``: the model's results and
+    refused positions; ``gt_results``: the ground truth's), with the instance sets in their state after it."""
+    model_results, rejected = model_run
     all_model_results.extend(model_results)
     state_diff, checker_error = _check_state(model_backend, gt_backend)
     state_ok = checker_error is None and not state_diff

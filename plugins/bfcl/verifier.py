@@ -145,11 +145,12 @@ def verify_records(
     call_timeout_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`verify_record` for many records, each transcript with its own fresh instances and its own
-    ``timeout_s`` limit: in a child forked from this process when that is safe (:mod:`.fork_verify`), else
-    as one stream in the worker pool ``executor()``. A malformed record or unknown task id gets
+    ``timeout_s`` limit: in children forked from this process when that is safe (:mod:`.fork_verify`; the
+    records of one task together, their ground truth replayed once, see :func:`_verify_forked_in_groups`),
+    else as one stream in the worker pool ``executor()``. A malformed record or unknown task id gets
     ``{"error": ...}``."""
     from .executor import _failed_outcome
-    from .fork_verify import can_fork, verify_forked
+    from .fork_verify import can_fork
 
     tasks: dict[str, Task] = {}  # looked up once per process; records of one task share its (read-only) Task
 
@@ -175,9 +176,6 @@ def verify_records(
             return {"error": str(exc)}
         return output(task_id, task, outcome_of(task, parse_turns(turns)))
 
-    def scored(record: Any) -> dict[str, Any]:
-        return answer(record, verify)
-
     def failed(record: Any, reason: str) -> dict[str, Any]:
         """A transcript the verifier could not finish (it overran its time limit, crashed its child): failed,
         with every turn a checker error, and ``checker_error`` saying why -- not the model's verdict."""
@@ -188,17 +186,19 @@ def verify_records(
         # every child would otherwise do again for itself -- read the tasks' data, import their backends --
         # is done here once first, for the tasks these records name, and every child starts with it.
         _warm_up(records, prepare)
-        limit: float | Callable[[Any], float] = timeout_s
-        if call_timeout_s is not None:
-            def limit(record: Any) -> float:
-                """Each call of the transcript (and of its ground truth, about as many) gets call_timeout_s,
-                so one runaway call costs seconds, not the whole transcript's limit."""
-                try:
-                    calls = sum(len(turn) for turn in record["turns"])
-                except (TypeError, KeyError):
-                    calls = 0
-                return min(timeout_s, call_timeout_s * (2 * calls + 2))
-        return verify_forked(records, scored, failed, timeout_s=limit, memory_bytes=memory_bytes)
+
+        def limit(record: Any) -> float:
+            if call_timeout_s is None:
+                return timeout_s
+            # Each call of the transcript (and of its ground truth, about as many) gets call_timeout_s, so
+            # one runaway call costs seconds, not the whole transcript's limit.
+            try:
+                calls = sum(len(turn) for turn in record["turns"])
+            except (TypeError, KeyError):
+                calls = 0
+            return min(timeout_s, call_timeout_s * (2 * calls + 2))
+
+        return _verify_forked_in_groups(records, prepare, output, failed, limit, memory_bytes)
     out: list[dict[str, Any] | None] = [None] * len(records)
     todo: list[tuple[int, str, Task, list[list[ParsedCall]]]] = []
     for index, record in enumerate(records):
@@ -211,6 +211,95 @@ def verify_records(
     for (index, task_id, task, _), outcome in zip(todo, outcomes):
         out[index] = output(task_id, task, outcome)
     return [r if r is not None else {"error": "not verified"} for r in out]
+
+
+# Records of one task are verified together, with one ground-truth replay for them all
+# (:func:`.checker.verify_group`), at most this many at a time: a group stays a small share of a lane's work.
+GROUP_MAX = 16
+
+
+def task_groups(records: Sequence[Any], size: int = GROUP_MAX) -> list[list[int]]:
+    """The records' positions grouped by task id, groups in order of their first record, at most ``size``
+    records each; a record without a string task id is a group of its own (its check reports it)."""
+    groups: list[list[int]] = []
+    filling: dict[str, list[int]] = {}
+    for index, record in enumerate(records):
+        task_id = record.get("task_id") if isinstance(record, dict) else None
+        if not isinstance(task_id, str):
+            groups.append([index])
+            continue
+        group = filling.get(task_id)
+        if group is None or len(group) >= size:
+            group = filling[task_id] = []
+            groups.append(group)
+        group.append(index)
+    return groups
+
+
+_RETRY = "__retry__"
+
+
+def _verify_forked_in_groups(
+    records: list[Any],
+    prepare: Callable[[Any], tuple[str, Task, list[list[str]]]],
+    output: Callable[[str, Task, Any], dict[str, Any]],
+    failed: Callable[[Any, str], dict[str, Any]],
+    limit: Callable[[Any], float],
+    memory_bytes: int | None,
+) -> list[dict[str, Any]]:
+    """:func:`verify_records`' forked path. Each group of records of one task (:func:`task_groups`) is scored
+    in one child with one ground-truth replay, identical transcripts once; the group's time limit is that of
+    its slowest record. A group its child could not finish (a record overran the limit, crashed the child or
+    ran out of memory) is scored again record by record, each under its own limit, so only the record at
+    fault fails -- a runaway call costs its limit twice, once in its group and once alone."""
+    from .checker import verify_group
+    from .fork_verify import default_lanes, verify_forked
+
+    def score(group: list[int]) -> dict[str, Any]:
+        results: list[dict[str, Any] | None] = [None] * len(group)
+        # Each distinct transcript once: its call strings, and its positions in the group.
+        distinct: dict[tuple[tuple[str, ...], ...], tuple[list[list[str]], list[int]]] = {}
+        task: tuple[str, Task] | None = None
+        for position, index in enumerate(group):
+            try:
+                task_id, task_, turns = prepare(records[index])
+            except (ValueError, KeyError, TypeError) as exc:
+                results[position] = {"error": str(exc)}
+                continue
+            task = (task_id, task_)
+            distinct.setdefault(tuple(tuple(turn) for turn in turns), (turns, []))[1].append(position)
+        if task is not None:
+            transcripts = list(distinct.values())
+            outcomes = verify_group(task[1].payload, [parse_turns(turns) for turns, _ in transcripts])
+            for (_, positions), outcome in zip(transcripts, outcomes):
+                answer = output(task[0], task[1], outcome)
+                for position in positions:
+                    results[position] = answer
+        return {"results": results}
+
+    def on_failure(group: list[int], reason: str) -> dict[str, Any]:
+        if len(group) > 1:
+            return {_RETRY: reason}
+        return {"results": [failed(records[group[0]], reason)]}
+
+    def run(groups: list[list[int]]) -> list[dict[str, Any]]:
+        return verify_forked(
+            groups, score, on_failure, timeout_s=lambda group: max(limit(records[i]) for i in group),
+            memory_bytes=memory_bytes, lanes=max(1, min(default_lanes(), len(records) // 64)), min_per_lane=1,
+        )
+
+    groups = task_groups(records)
+    out: list[dict[str, Any] | None] = [None] * len(records)
+    retry: list[list[int]] = []
+    for group, result in zip(groups, run(groups)):
+        if _RETRY in result:
+            retry.extend([index] for index in group)
+            continue
+        for index, answer in zip(group, result["results"]):
+            out[index] = answer
+    for group, result in zip(retry, run(retry) if retry else []):
+        out[group[0]] = result["results"][0]
+    return [answer if answer is not None else {"error": "not verified"} for answer in out]
 
 
 def verify_record(

@@ -123,3 +123,47 @@ def test_long_context_objects_shared_within_a_check_like_the_official(task_by_id
     # booking side only where the official says so.
     turns[0].append(turns[-1].pop())
     assert _ours(task_by_id, task.payload, turns) == official_verdict(task.payload, turns)
+
+
+def _parsed(turns):
+    from seal_platform.toolenv.calls import parse_call
+
+    return [[parse_call(call) for call in turn] for turn in turns]
+
+
+def test_a_group_replays_the_ground_truth_once_and_gives_each_transcript_its_own_outcome(cases, task_by_id):
+    """verify_group (``seal-platform verify``'s path for the records of one task) replays the ground truth once,
+    in lockstep with every transcript: each outcome, per-turn trace included, equals verify_payload's for that
+    transcript alone, on every case -- the cases of a task grouped as they come, and in a shuffled mix."""
+    from seal_platform_plugins.bfcl.checker import verify_group, verify_payload
+
+    by_task = collections.defaultdict(list)
+    for index, (entry, _, _) in enumerate(cases):
+        by_task[entry["id"]].append(index)
+    alone = [verify_payload(entry, _parsed(turns)).to_json() for entry, turns, _ in cases]
+    rng = random.Random(11)
+    for task_id, indices in by_task.items():
+        order = indices + rng.sample(indices, len(indices))  # each transcript twice, in another order
+        together = verify_group(task_by_id[task_id].payload, [_parsed(cases[i][1]) for i in order])
+        assert [outcome.to_json() for outcome in together] == [alone[i] for i in order], task_id
+
+
+def test_a_group_of_a_task_whose_sides_share_objects_is_verified_one_by_one(task_by_id):
+    """Where the model's and the ground truth's instances share long-context objects, a model call changes
+    the ground truth's state, so one replay cannot serve two transcripts. Officially, an insurance the model
+    buys on a shared credit card shows on both sides, so the transcript passes; a ground truth replayed apart
+    from it would not have it, and would fail it."""
+    from seal_platform_plugins.bfcl.checker import verify_group
+
+    task = task_by_id["multi_turn_long_context_150"]
+    token = task.payload["initial_config"]["TravelAPI"]["access_token"]
+    buys = [list(turn) for turn in task.payload["ground_truth"]]
+    buys[0].append(
+        f"purchase_insurance(access_token='{token}', insurance_type='basic', booking_id='booking_902', "
+        "insurance_cost=10.0, card_id='1234567812345678')"
+    )
+    plain = [list(turn) for turn in task.payload["ground_truth"]]
+    transcripts = [buys, plain, buys]
+    together = verify_group(task.payload, [_parsed(turns) for turns in transcripts])
+    assert [(o.success, o.error_type) for o in together] == [official_verdict(task.payload, t) for t in transcripts]
+    assert [o.success for o in together] == [True, True, True]

@@ -220,3 +220,27 @@ def test_the_worker_pool_path_says_which_transcripts_it_could_not_finish():
         other.join()
     assert out[0] == {"task_id": good, "success": True, "labels": ["pass"] * len(gt)}
     assert out[1]["success"] is False and out[1]["checker_error"] == "verification took longer than 3 s"
+
+
+def test_records_are_grouped_by_task_in_order_capped_and_bad_records_alone():
+    from seal_platform_plugins.bfcl.verifier import task_groups
+
+    records = [{"task_id": "a"}, {"task_id": "b"}, "not a record", {"task_id": "a"}, {"task_id": 3},
+               {"task_id": "a"}, {"task_id": "b"}, {"task_id": "a"}]
+    assert task_groups(records, size=2) == [[0, 3], [1, 6], [2], [4], [5, 7]]
+    groups = task_groups(records)
+    assert sorted(i for group in groups for i in group) == list(range(len(records)))
+    assert groups == [[0, 3, 5, 7], [1, 6], [2], [4]]
+
+
+def test_identical_and_bad_records_of_one_task_each_get_their_own_line():
+    """A group's identical transcripts are verified once and each gets the verdict; a bad record among them
+    gets its error in its place; every line equals what the record gets verified alone."""
+    good = "multi_turn_base_15"
+    gt = ground_truth(get_task(good))
+    empty = [[] for _ in gt]
+    records = [{"task_id": good, "turns": gt}] * 70 + [{"task_id": good, "turns": "bad"}, {"task_id": good, "turns": empty}]
+    out = verify_records(records, executor=lambda: None)
+    alone = [verify_records([record], executor=lambda: None)[0] for record in records[-3:]]
+    assert out[:70] == [alone[0]] * 70 and out[0]["success"] is True
+    assert out[70:] == alone[1:] and "error" in out[70] and out[71]["success"] is False
