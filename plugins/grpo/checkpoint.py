@@ -116,7 +116,7 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
     if trainer is not None and (bool(state.get("lora")) != is_lora(model)):
         saved, live = ("LoRA adapters" if state.get("lora") else "full weights"), (
             "a LoRA policy" if is_lora(model) else "full fine-tuning")
-        raise ValueError(f"{src} holds {saved} but this run uses {live}: set grpo.lora as the run that wrote it did.")
+        raise ValueError(f"{src} holds {saved} but this run uses {live}: set settings.grpo.lora as the run that wrote it did.")
     if trainer is not None and state.get("lora"):
         _load_lora(src, model)
         trainer.load_state_dict(torch.load(src / "trainer.pt", map_location=trainer.device, weights_only=True))
@@ -128,7 +128,7 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
         if missing or unexpected:
             raise ValueError(
                 f"{weights} does not fit the policy (missing {sorted(missing)[:5]}, unexpected "
-                f"{sorted(unexpected)[:5]}): resume with the same policy.model as the run that wrote it."
+                f"{sorted(unexpected)[:5]}): resume with the same settings.policy.model as the run that wrote it."
             )
         if (src / SHARDED).is_dir():  # written by N workers; DCP reshards into this trainer's worker count
             from .sharded import load_sharded_into

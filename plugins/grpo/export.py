@@ -59,7 +59,7 @@ def export_merged(run_config: dict[str, Any], checkpoint_dir: Path, out: Path) -
                               "updates": state.get("updates"), "lora": bool(state.get("lora"))}
     if state.get("lora"):
         if grpo.lora is None:
-            raise SealError(f"{src} holds LoRA adapters but the run's settings have no grpo.lora.")
+            raise SealError(f"{src} holds LoRA adapters but the run's recipe has no settings.grpo.lora.")
         model = lora.wrap(model, grpo.lora)
         try:
             checkpoint._load_lora(src, model)

@@ -255,9 +255,9 @@ class LogprobPasses:
             self.settings = settings
         on = [name for name in ("pack_sequences", "shared_prefix") if getattr(self.settings, name)]
         raise ValueError(
-            f"grpo.{' and grpo.'.join(on)}: {type(model).__name__}'s log-probs through these passes {failure} on "
+            f"settings.grpo.{' and settings.grpo.'.join(on)}: {type(model).__name__}'s log-probs through these passes {failure} on "
             f"a probe batch (e.g. its layers do not pass a packed row's boundaries on, or its masks ignore them); set "
-            f"grpo.{on[0]}: false")
+            f"settings.grpo.{on[0]}: false")
 
     def _select(
         self, model: Any, batch: Sequence[Sample], kwargs: dict[str, Any], row_idx: torch.Tensor, cols: list[int],

@@ -75,15 +75,15 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
     try:
         peft_model = get_peft_model(model, config)
     except ValueError as exc:  # e.g. target modules not found in the model
-        raise ValueError(f"grpo.lora does not fit policy.model: {exc}") from exc
+        raise ValueError(f"settings.grpo.lora does not fit settings.policy.model: {exc}") from exc
     if gradient_checkpointing:
         peft_model.enable_input_require_grads()
     peft_model.train(was_training)
     if left_out:
-        log.info("grpo.lora: no adapters on %d linear layer(s) whose forward is not a linear layer's (%s, e.g. %s)",
+        log.info("settings.grpo.lora: no adapters on %d linear layer(s) whose forward is not a linear layer's (%s, e.g. %s)",
                  len(left_out), sorted({type(model.get_submodule(n)).__name__ for n in left_out}), left_out[0])
     if unmatched:  # e.g. the Llama names on Phi-3, whose q/k/v and gate/up projections are fused
-        log.warning("grpo.lora.target_modules %s match no module of %s: adapters only on %s (['all-linear'] adapts "
+        log.warning("settings.grpo.lora.target_modules %s match no module of %s: adapters only on %s (['all-linear'] adapts "
                     "every linear layer of any architecture)", unmatched, type(model).__name__,
                     sorted(set(targets) - set(unmatched)))
     return peft_model
@@ -197,12 +197,12 @@ def load_adapter(model: Any, directory: Path) -> None:
         missing, extra = sorted(expected - set(saved)), sorted(set(saved) - expected)
         raise ValueError(
             f"{weights} does not fit the policy's adapters (missing {missing[:3]}, unexpected {extra[:3]}): resume "
-            "with the same grpo.lora settings (rank, target_modules) and policy.model as the run that wrote it."
+            "with the same settings.grpo.lora (rank, target_modules) and settings.policy.model as the run that wrote it."
         )
     for name, tensor in saved.items():
         if tuple(current[name].shape) != tuple(tensor.shape):
             raise ValueError(f"{weights}: {name} has shape {tuple(tensor.shape)}, the policy's adapter "
-                             f"{tuple(current[name].shape)}: resume with the same grpo.lora.rank.")
+                             f"{tuple(current[name].shape)}: resume with the same settings.grpo.lora.rank.")
     set_peft_model_state_dict(model, saved)
 
 
@@ -245,7 +245,7 @@ def check_identity(saved: dict[str, Any], model: Any, where: Path) -> None:
             raise ValueError(
                 f"{where}: these adapters were trained on another base model ({what} differ; it was "
                 f"{saved.get('name_or_path') or 'a model without a directory'}, this run loads "
-                f"{live['name_or_path'] or 'a model without a directory'}): set policy.model to the base the run used."
+                f"{live['name_or_path'] or 'a model without a directory'}): set settings.policy.model to the base the run used."
             )
 
 

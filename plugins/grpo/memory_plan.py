@@ -98,26 +98,26 @@ def trainer_parts(shape: Shape, grpo: Any, policy_dtype: str, world: int, on_cud
     """What one trainer rank holds (see the module's formulas)."""
     n, b = shape.params(), _dtype_bytes(policy_dtype)
     parts: list[Part] = []
-    sharding = "more trainer ranks (grpo.train_workers) or LoRA (grpo.lora)"
+    sharding = "more trainer ranks (settings.grpo.train_workers) or LoRA (settings.grpo.lora)"
     if grpo.lora is not None:
         p = shape.lora_params(grpo.lora.rank, list(grpo.lora.target_modules))
         parts.append(Part(f"frozen base ({policy_dtype}, also the KL reference)", n * b / GIB,
                           "settings.policy.dtype: bfloat16 for the frozen base"))
         parts.append(Part(f"LoRA adapters, gradients, AdamW moments (float32, {p / 1e6:.1f} M)", 16 * p / GIB,
-                          "a smaller grpo.lora.rank"))
+                          "a smaller settings.grpo.lora.rank"))
     else:
         parts.append(Part(f"master weights ({policy_dtype})", n * b / world / GIB, sharding))
         parts.append(Part(f"gradients ({policy_dtype})", n * b / world / GIB, sharding, "update"))
         parts.append(Part(f"AdamW moments ({policy_dtype})", 2 * n * b / world / GIB, sharding))
         if grpo.kl_coef > 0:
-            parts.append(Part(f"KL reference ({policy_dtype})", n * b / world / GIB, "grpo.kl_coef: 0"))
+            parts.append(Part(f"KL reference ({policy_dtype})", n * b / world / GIB, "settings.grpo.kl_coef: 0"))
         if world > 1:
             root, block = shape.root_params(), shape.block_params()
             parts.append(Part("FSDP gathered bf16 root + 2 blocks, unsharded float32 grads",
                               (2 * root + 4 * block + 4 * block + 4 * root) / GIB, sharding, "update"))
         elif on_cuda and b == 4 and grpo.autocast != "off":
             parts.append(Part("autocast's bf16 copies of the weights", 2 * n / GIB,
-                              "grpo.train_workers > 1 (FSDP gathers block by block)", "update"))
+                              "settings.grpo.train_workers > 1 (FSDP gathers block by block)", "update"))
     tokens = grpo.max_tokens_per_micro_batch or 16384
     h, i, layers = shape.hidden, shape.intermediate, shape.layers
     per_block = (10 * h + 4 * i) * 2
@@ -128,11 +128,11 @@ def trainer_parts(shape: Shape, grpo: Any, policy_dtype: str, world: int, on_cud
     else:
         act = tokens * per_block * layers
         what = f"activations, {tokens} tokens, no checkpointing"
-    parts.append(Part(what, act / GIB, "grpo.gradient_checkpointing: true, or a smaller "
-                      "grpo.max_tokens_per_micro_batch", "update"))
+    parts.append(Part(what, act / GIB, "settings.grpo.gradient_checkpointing: true, or a smaller "
+                      "settings.grpo.max_tokens_per_micro_batch", "update"))
     chunk = min(grpo.logits_chunk_tokens or tokens, tokens)
     parts.append(Part(f"log-probs of {chunk} loss tokens (vocabulary {shape.vocab})", chunk * shape.vocab * 12 / GIB,
-                      "a smaller grpo.logits_chunk_tokens", "update"))
+                      "a smaller settings.grpo.logits_chunk_tokens", "update"))
     parts.append(Part("CUDA context, allocator slack", CONTEXT_GIB, "-"))
     return parts
 
@@ -143,7 +143,7 @@ def engine_parts(shape: Shape, vllm: Any, capacity: float, max_model_len: int, s
     weights = 2 * shape.params() / GIB
     kv = share - weights - VLLM_OVERHEAD_GIB
     phase = "rollout" if sleeping else "both"
-    setting = "engine.vllm.gpu_memory_utilization"
+    setting = "settings.engine.vllm.gpu_memory_utilization"
     parts = [Part("vLLM weights (bf16)", weights, setting, phase),
              Part("vLLM activations, graphs", VLLM_OVERHEAD_GIB, setting, phase),
              Part(f"vLLM KV cache ({int(max(kv, 0) * GIB / shape.kv_bytes_per_token()):,} tokens)", max(kv, 0.0),
@@ -184,7 +184,7 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
         trainer_gpus = [0]
     if on_ray and world > 1 and place.trainer_gpus == 0:
         trainer_gpus = []
-        result.notes.append("trainer actors without GPUs (grpo.placement.trainer_gpus 0): the update runs on their CPUs")
+        result.notes.append("trainer actors without GPUs (settings.grpo.placement.trainer_gpus 0): the update runs on their CPUs")
     engine_gpus: list[int] = []
     if vllm:
         if on_ray and replicas >= 1 and place.engine_gpus > 0:
@@ -198,7 +198,7 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
         result.problems.append(
             f"the placement needs {needed} GPUs ({len(trainer_gpus)} for trainer ranks, {len(engine_gpus)} for "
             f"vLLM replicas{', shared' if colocate else ''}) but {nodes} node(s) x {gpus} = {total} are given: "
-            "set grpo.train_workers / grpo.replicas, or grpo.placement.colocate: true")
+            "set settings.grpo.train_workers / settings.grpo.replicas, or settings.grpo.placement.colocate: true")
         return result
     for rank, k in enumerate(trainer_gpus):
         devices[k].holders.append(f"trainer rank {rank}" if world > 1 else "trainer")
@@ -212,9 +212,9 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
             result.problems.append(
                 f"GPU {k}: vLLM gets {engine.vllm.gpu_memory_utilization:.2f} x {gpu_memory:g} GiB, which after its "
                 f"weights ({2 * shape.params() / GIB:.1f} GiB) leaves {max(kv, 0):.1f} GiB of KV cache, less than "
-                f"one sequence of engine.vllm.max_model_len {max_len} tokens "
-                f"({max_len * shape.kv_bytes_per_token() / GIB:.1f} GiB): raise engine.vllm.gpu_memory_utilization "
-                "or lower max_model_len")
+                f"one sequence of settings.engine.vllm.max_model_len {max_len} tokens "
+                f"({max_len * shape.kv_bytes_per_token() / GIB:.1f} GiB): raise settings.engine.vllm.gpu_memory_utilization "
+                "or lower settings.engine.vllm.max_model_len")
     if world > 1:
         if policy_on_gpu:
             devices[0].holders.append("driver copy")

@@ -83,12 +83,12 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None)
     engine = settings.get("engine") or EngineSettings()
     ray = on_ray(cluster, grpo.placement)
     if grpo.replicas > 1 and ray is None:
-        return [Issue("settings.grpo.replicas", "grpo.replicas counts engine replicas on Ray (Ray actors)",
+        return [Issue("settings.grpo.replicas", "it counts engine replicas on Ray (Ray actors)",
                       "set settings.ray.enabled: true (and settings.ray.address to join a cluster); without Ray "
                       "use settings.engine.replicas (local processes; by default one per GPU), and "
                       "settings.grpo.replicas: 1")]
     if engine.replicas is not None and ray is not None:
-        return [Issue("settings.engine.replicas", "engine.replicas counts local engine processes, which a run on "
+        return [Issue("settings.engine.replicas", "it counts local engine processes, which a run on "
                       "Ray does not start", "set settings.grpo.replicas (Ray actors) and drop settings.engine.replicas")]
     if config.rollout.overlap and config.stages.optimize == NAME:
         from .staleness import overlap_issues

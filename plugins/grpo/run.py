@@ -71,7 +71,7 @@ class GRPORun:
         samples = build_samples(self.tokenizer, trajectories, weights, self.settings)
         if screened is not None and screened.corrected:
             if self.temperature != 1.0:
-                raise ValueError("grpo.stale_samples = importance_correct needs sampling at temperature 1 "
+                raise ValueError("settings.grpo.stale_samples = importance_correct needs sampling at temperature 1 "
                                  "(engines report log-probs at temperature 1); use refuse")
             for sample in samples:
                 if sample.id in screened.corrected:

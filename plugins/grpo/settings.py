@@ -36,7 +36,7 @@ DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 
 
 class PlacementSettings(_Section):
-    """``grpo.placement``: where grpo's Ray actors (engine replicas, trainer workers) go when the recipe enables
+    """``settings.grpo.placement``: where grpo's Ray actors (engine replicas, trainer workers) go when the recipe enables
     the Ray cluster (``settings.ray.enabled``; the ray_backend plugin). Ignored without it."""
 
     colocate: bool = Field(
@@ -54,7 +54,7 @@ class PlacementSettings(_Section):
 
 
 class LoRASettings(_Section):
-    """``grpo.lora``: train low-rank adapters (peft) on a frozen base instead of every weight.
+    """``settings.grpo.lora``: train low-rank adapters (peft) on a frozen base instead of every weight.
 
     The reference policy of the KL term is the same model with its adapters switched off (no second copy);
     checkpoints hold the adapters, the optimizer state and what identifies the base model.
@@ -76,7 +76,7 @@ class LoRASettings(_Section):
     @model_validator(mode="after")
     def _check(self) -> LoRASettings:
         if not self.target_modules:
-            raise ValueError("grpo.lora.target_modules is empty: name the modules to adapt (e.g. q_proj, v_proj)")
+            raise ValueError("settings.grpo.lora.target_modules is empty: name the modules to adapt (e.g. q_proj, v_proj)")
         return self
 
 
@@ -226,13 +226,13 @@ class GRPOSettings(_Section):
         default=1, ge=1, le=1024,
         description="Replicas of grpo's rollout engine (hf or vllm) on Ray, each an actor (needs "
         "settings.ray.enabled). A group's samples go to one replica, so its prompt prefix is cached once. "
-        "Without Ray: settings.engine.gpus / engine.replicas (local processes, by default one per GPU).",
+        "Without Ray: settings.engine.gpus / settings.engine.replicas (local processes, by default one per GPU).",
     )
     weight_sync: Literal["auto", "collective", "host"] = Field(
         default="auto",
         description="How new weights reach the policy's other copies after an update where they live in other "
-        "processes (grpo.train_workers > 1: trainer rank 0 to the driver's copy; grpo.replicas on Ray, or local "
-        "replicas without Ray (engine.gpus / engine.replicas): the trainer to every engine replica). auto (the "
+        "processes (settings.grpo.train_workers > 1: trainer rank 0 to the driver's copy; settings.grpo.replicas on Ray, or local "
+        "replicas without Ray (settings.engine.gpus / settings.engine.replicas): the trainer to every engine replica). auto (the "
         "default): collective, except pushes to engine replicas from a policy held in host memory, which go the "
         "host way (measured on a 2-core CPU: 2-2.5x faster there; docs/scaling.md). collective: pushed over a torch.distributed group of their own (NCCL "
         "between distinct GPUs, CUDA IPC between processes on one GPU, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, received "
@@ -243,7 +243,7 @@ class GRPOSettings(_Section):
     )
     weight_sync_bucket_mb: int = Field(
         default=256, ge=1, le=65_536,
-        description="Most megabytes (MiB) per weight-sync bucket (grpo.weight_sync: collective); a larger "
+        description="Most megabytes (MiB) per weight-sync bucket (settings.grpo.weight_sync: collective); a larger "
         "tensor travels alone.",
     )
     placement: PlacementSettings = Field(
@@ -269,14 +269,14 @@ class GRPOSettings(_Section):
         _check_lora_composes(self)
         if self.lora is not None and self.lora.dropout > 0 and self.gradient_checkpointing:
             raise ValueError(
-                f"grpo.lora.dropout = {self.lora.dropout} with grpo.gradient_checkpointing: checkpointing runs the "
+                f"settings.grpo.lora.dropout = {self.lora.dropout} with settings.grpo.gradient_checkpointing: checkpointing runs the "
                 "policy in train mode, where the adapters' dropout acts, so the update's log-probs would not be "
-                "the rollouts'. Set grpo.lora.dropout: 0 (the trainer switches every other dropout off)."
+                "the rollouts'. Set settings.grpo.lora.dropout: 0 (the trainer switches every other dropout off)."
             )
         if self.train_layers is not None and (self.lora is not None or self.train_workers > 1):
             raise ValueError(
-                "grpo.train_layers (a partial fine-tune) works with the single-process trainer and no LoRA: set "
-                "grpo.train_workers: 1 and grpo.lora: null, or drop grpo.train_layers."
+                "settings.grpo.train_layers (a partial fine-tune) works with the single-process trainer and no LoRA: set "
+                "settings.grpo.train_workers: 1 and settings.grpo.lora: null, or drop settings.grpo.train_layers."
             )
         return self
 
@@ -286,9 +286,9 @@ def _check_lora_composes(settings: GRPOSettings) -> None:
     workers = getattr(settings, "train_workers", 1) or 1
     if settings.lora is not None and workers > 1:
         raise ValueError(
-            f"grpo.lora cannot be combined with grpo.train_workers = {workers} yet: sharded (FSDP2) training "
-            "does not wrap the policy with adapters. Use grpo.train_workers: 1 with LoRA (a 7B base with rank-32 "
-            "adapters fits one 80 GB GPU, see docs/scaling.md), or full fine-tuning (grpo.lora: null) to shard."
+            f"settings.grpo.lora cannot be combined with settings.grpo.train_workers = {workers} yet: sharded (FSDP2) training "
+            "does not wrap the policy with adapters. Use settings.grpo.train_workers: 1 with LoRA (a 7B base with rank-32 "
+            "adapters fits one 80 GB GPU, see docs/scaling.md), or full fine-tuning (settings.grpo.lora: null) to shard."
         )
 
 

@@ -57,7 +57,7 @@ def screen(trajectories: Sequence[Trajectory], current: int, max_staleness: int,
     if mode == "importance_correct":
         metrics["stale_corrected_frac"] = len(stale) / n
         return Screened(list(trajectories), {t.id for t in stale}, metrics)
-    raise ValueError(f"unknown grpo.stale_samples {mode!r}: use refuse or importance_correct")
+    raise ValueError(f"unknown settings.grpo.stale_samples {mode!r}: use refuse or importance_correct")
 
 
 def importance_weights(old_logp, engine_logp: Sequence[float | None], cap: float):
@@ -104,7 +104,7 @@ def overlap_issues(config: Any, settings: Any, engine: Any, ray: bool) -> list[I
         issues.append(Issue(
             "settings.grpo.max_staleness",
             f"with rollout.overlap a step trains on rollouts sampled before the previous step's {lag} optimizer "
-            f"update(s), which grpo.max_staleness {settings.max_staleness} refuses: every overlapped step "
+            f"update(s), which settings.grpo.max_staleness {settings.max_staleness} refuses: every overlapped step "
             "would train on nothing",
             f"set settings.grpo.max_staleness: {lag} (or more), or settings.grpo.stale_samples: importance_correct, "
             "or rollout.overlap: false"))

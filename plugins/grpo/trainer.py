@@ -128,11 +128,11 @@ class GRPOTrainer(LogprobPasses):
         s = self.settings
         self.model = model
         if s.kl_coef > 0 and ref_model is None:
-            raise ValueError("grpo.kl_coef > 0 needs a reference model (GRPOTrainer.with_reference builds one)")
+            raise ValueError("settings.grpo.kl_coef > 0 needs a reference model (GRPOTrainer.with_reference builds one)")
         if s.old_logprobs == "engine" and temperature != 1.0:
             raise ValueError(
-                "grpo.old_logprobs = engine needs rollout temperature 1: engines report log-probs at temperature 1, "
-                f"the objective needs them at temperature {temperature}. Use old_logprobs: recompute."
+                "settings.grpo.old_logprobs = engine needs rollout temperature 1: engines report log-probs at temperature 1, "
+                f"the objective needs them at temperature {temperature}. Use settings.grpo.old_logprobs: recompute."
             )
         self.ref_model = ref_model
         self.temperature = float(temperature)
@@ -153,9 +153,9 @@ class GRPOTrainer(LogprobPasses):
             enable_gradient_checkpointing(model, keep_attention=s.checkpoint_keep_attention)
             if not train_mode_is_eval_mode(model, self.device):
                 raise ValueError(
-                    "grpo.gradient_checkpointing runs the policy in train mode, and this model's outputs there differ "
+                    "settings.grpo.gradient_checkpointing runs the policy in train mode, and this model's outputs there differ "
                     "from eval mode even with its dropout switched off (randomness such as a router's jitter "
-                    "noise): the update's log-probs would not be the rollouts'. Set grpo.gradient_checkpointing: "
+                    "noise): the update's log-probs would not be the rollouts'. Set settings.grpo.gradient_checkpointing: "
                     "false")
         if s.fused_rotary:
             from .rotary import use_fused_rotary

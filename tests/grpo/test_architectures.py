@@ -258,7 +258,7 @@ def test_dropout_is_off_in_every_mode():
     GRPOTrainer(skipping, GRPOSettings(kl_coef=0.0, gradient_checkpointing=True), pad_id=0)
     assert train_mode_is_eval_mode(skipping, torch.device("cpu"))
     adapters = LoRASettings(rank=4, dropout=0.2, target_modules=["all-linear"])
-    with pytest.raises(ValueError, match="grpo.lora.dropout: 0"):
+    with pytest.raises(ValueError, match="settings.grpo.lora.dropout: 0"):
         GRPOSettings(kl_coef=0.0, lora=adapters, gradient_checkpointing=True)
     wrapped = lora.wrap(tiny_causal_lm("llama"), adapters)
     GRPOTrainer(wrapped, GRPOSettings(kl_coef=0.0, lora=adapters), pad_id=0)  # eval mode throughout: allowed

@@ -50,7 +50,7 @@ def test_what_a_cpu_run_asks_for_passes():
 def test_ray_gpus_without_trainer_gpus_and_gpu_actors_on_a_cpu_machine_are_refused():
     config, gpus = _config(), {"engine_gpus": 1.0, "trainer_gpus": 0.0}
     found = problems(config, PolicySettings(device="cpu"), True, _grpo(2, **gpus), _ray())
-    assert any("grpo.placement.trainer_gpus is 0 with 2 trainer actors" in p for p in found)
+    assert any("settings.grpo.placement.trainer_gpus is 0 with 2 trainer actors" in p for p in found)
     assert any("places Ray actors on GPUs" in p for p in found)  # local Ray on a machine with no usable GPU
     # One trainer in the driver: trainer_gpus does not apply; GPU actors are still impossible here.
     assert not any("trainer actors" in p for p in problems(config, PolicySettings(device="cpu"), True, _grpo(1, **gpus), _ray()))

@@ -255,7 +255,7 @@ def test_local_devices_one_replica_per_gpu_or_as_set():
     assert local_devices(EngineSettings(replicas=2), 0) == [None, None]  # on the CPU
     assert local_devices(EngineSettings(replicas=3, gpus=[0, 1]), 2) == [0, 1, 0]
     assert local_devices(EngineSettings(replicas=1), 1) == [0]  # one engine, in a process of its own
-    with pytest.raises(ConfigError, match="engine.gpus names GPU"):
+    with pytest.raises(ConfigError, match="settings.engine.gpus names GPU"):
         local_devices(EngineSettings(gpus=[4]), 2)
     with pytest.raises(ValueError, match="distinct"):
         EngineSettings(gpus=[1, 1])

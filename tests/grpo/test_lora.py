@@ -55,7 +55,7 @@ def test_wrap_starts_at_the_base_and_freezes_it(tiny_policy):
     assert trainable and all("lora_" in name for name in trainable)
     n_train = sum(p.numel() for p in trainable.values())
     assert n_train < 0.1 * sum(p.numel() for p in wrapped.parameters())
-    with pytest.raises(ValueError, match="grpo.lora does not fit"):
+    with pytest.raises(ValueError, match="settings.grpo.lora does not fit settings.policy.model"):
         lora.wrap(type(model)(model.config), LoRASettings(target_modules=["no_such_module"]))
 
 
@@ -219,5 +219,5 @@ def test_lora_with_sharded_training_is_a_clear_config_error():
     if "train_workers" not in GRPOSettings.model_fields:
         pytest.skip("this version has no sharded training (grpo.train_workers)")
     assert GRPOSettings.model_validate({"lora": {"rank": 8}, "train_workers": 1}).lora.rank == 8
-    with pytest.raises(ValidationError, match="grpo.lora cannot be combined with grpo.train_workers = 2"):
+    with pytest.raises(ValidationError, match="settings.grpo.lora cannot be combined with settings.grpo.train_workers = 2"):
         GRPOSettings.model_validate({"lora": {"rank": 8}, "train_workers": 2})

@@ -108,5 +108,5 @@ def test_the_shipped_recipes_on_the_gpus_they_are_written_for(recipe, gpus, fits
     assert len(used) == gpus  # every GPU holds a trainer rank or an engine
     assert all(g["need_gib"] <= 80 for g in used) == fits
     if not fits:
-        assert "AdamW moments" in data["problems"][0] and "grpo.train_workers" in data["problems"][0]
+        assert "AdamW moments" in data["problems"][0] and "settings.grpo.train_workers" in data["problems"][0]
     assert not any("driver" in " ".join(g["holds"]) for g in used)  # no driver copy on a GPU

@@ -116,7 +116,7 @@ class VLLMEngineSettings(_Section):
     )
     sleep_mode: bool = Field(
         default=False,
-        description="CUDA: build vLLM with sleep mode so a colocated engine (ray.colocate) frees its GPU memory "
+        description="CUDA: build vLLM with sleep mode so a colocated engine (settings.grpo.placement.colocate) frees its GPU memory "
         "(weights offloaded, KV cache dropped) while the trainer updates. No effect on CPU.",
     )
     sleep_level: Literal[1, 2] = Field(
@@ -142,12 +142,12 @@ class EngineSettings(_Section):
         description="Without Ray: the GPUs (CUDA indices as this process sees them) that get an engine replica "
         "each, a local process pinned to its GPU (CUDA_VISIBLE_DEVICES), behind one routing client. auto: every "
         "GPU this process sees. One GPU (or none) keeps the engine in this process. On Ray: ignored "
-        "(settings.grpo.replicas and grpo.placement place the replicas).",
+        "(settings.grpo.replicas and settings.grpo.placement place the replicas).",
     )
     replicas: int | None = Field(
         default=None, ge=1, le=1024,
-        description="Without Ray: local engine replica processes, spread round-robin over engine.gpus (on the "
-        "CPU when there are none, each with its share of the cores). null: one per GPU of engine.gpus, and the "
+        description="Without Ray: local engine replica processes, spread round-robin over settings.engine.gpus (on the "
+        "CPU when there are none, each with its share of the cores). null: one per GPU of settings.engine.gpus, and the "
         "engine in this process when that is one GPU or none. 1: one engine in a process of its own.",
     )
 
@@ -155,7 +155,7 @@ class EngineSettings(_Section):
     @classmethod
     def _distinct_gpus(cls, value: Any) -> Any:
         if isinstance(value, list) and (len(set(value)) != len(value) or any(g < 0 for g in value)):
-            raise ValueError(f"engine.gpus must list distinct GPU indices (0, 1, ...), not {value}")
+            raise ValueError(f"settings.engine.gpus must list distinct GPU indices (0, 1, ...), not {value}")
         return value
 
 

@@ -58,4 +58,4 @@ class PolicyClasses:
                 self._warned = True
                 log.info("vLLM's Transformers backend decorated %s (the policy's own classes) for torch.compile in "
                          "this process; put back, so the policy keeps working. This engine runs them uncompiled "
-                         "(engine.vllm.in_process: false compiles them in the engine's own process)", sorted(changed))
+                         "(settings.engine.vllm.in_process: false compiles them in the engine's own process)", sorted(changed))

@@ -46,7 +46,7 @@ class VLLMSleep:
         weights to wake with: a weight push (``update_weights``/``load_weights``, or a collective push) wakes it."""
         if self._weights_dropped:
             raise RuntimeError("this vLLM engine slept at level 2 (its weights were dropped): push the weights "
-                               "to wake it (update_weights), or set engine.vllm.sleep_level: 1")
+                               "to wake it (update_weights), or set settings.engine.vllm.sleep_level: 1")
         if self._on_cuda and self.settings.sleep_mode:
             self.call_in_worker(lambda: self.llm.wake_up())
 
