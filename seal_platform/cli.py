@@ -262,24 +262,22 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         store = RunStore(config.store_url())
     plan = plan_config(config, recipe_name, origin=origin, host=checked_with[0] if checked_with else None)
     assert plan.host is not None
-    from .resume import CheckpointLoadError, check_resume_plugins, resume_command
+    from .resume import CheckpointLoadError, resume_command
 
-    plugin_changes = None
-    if resume is not None:
-        # The plugins loaded now against those the run recorded: refused (or, allowed, announced) before the
-        # store or the run's folder is changed.
-        plugin_changes = check_resume_plugins(store, row.id, plan.host, allow=allow_plugin_changes)
-        if plugin_changes is not None:
-            errors.print(f"run {row.id} resumes with other plugins than it ran with (--allow-plugin-changes; recorded "
-                         f"in its events as plugins_changed):\n{plugin_changes.listed()}", highlight=False, markup=False)
-        if run_dir is not None:
-            moved = store.relocate_run(row.id, str(run_dir.resolve()))
-            errors.print(f"run {row.id}: its folder is now {run_dir.resolve()} ({moved} checkpoint path(s) updated)",
-                         highlight=False)
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(console)
+    # A resume's plugins are checked against those the run recorded by the Runner: refused (or, allowed,
+    # announced here) before the store or the run's folder (--run-dir) is changed.
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress,
-                    restart_from=restart_from, takeover=takeover, plugin_changes=plugin_changes)
+                    restart_from=restart_from, takeover=takeover, allow_plugin_changes=allow_plugin_changes,
+                    run_dir=None if run_dir is None else run_dir.resolve())
+    if runner.plugin_changes is not None:
+        errors.print(f"run {runner.run_id} resumes with other plugins than it ran with (--allow-plugin-changes; "
+                     f"recorded in its events as plugins_changed):\n{runner.plugin_changes.listed()}",
+                     highlight=False, markup=False)
+    if runner.relocated is not None:
+        errors.print(f"run {runner.run_id}: its folder is now {runner.run_dir} ({runner.relocated} checkpoint "
+                     "path(s) updated)", highlight=False)
     from .present.run_display import run_with_display
 
     store_arg = shlex.quote(str(store.url))

@@ -32,8 +32,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from sqlalchemy.exc import IntegrityError
-
 from . import infra, rollouts, scaleout
 from .benchmarks import evaluate_benchmarks
 from .capability import CapabilityState
@@ -47,13 +45,13 @@ from .checkpoints import (
 from .config import RunConfig
 from .context import RunContext
 from .environment import Environment
-from .errors import PluginError, SealError, StoreError
+from .errors import PluginError, SealError
 from .lifecycle import lifecycle
 from .planning import Plan, check_machine
 from .plugins import PluginHost
 from .stages import adopt_interface, collect_sampling, evaluate_sampling, expect_list_of, score_evaluation, wrap
-from .resume import PluginChanges, check_restart_point, record_plugin_changes, restore_run
-from .store import EVAL_BY_COMMAND, RunStore, is_stale, owned_by_this_process
+from .resume import PluginChanges, check_restart_point, check_resume_plugins, record_plugin_changes, restore_run
+from .store import EVAL_BY_COMMAND, RunStore, is_stale
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
 
@@ -126,12 +124,27 @@ class Runner:
         progress: Progress | None = None,
         restart_from: int | None = None,
         takeover: bool = False,
-        plugin_changes: PluginChanges | None = None,
+        allow_plugin_changes: bool = False,
+        run_dir: Path | None = None,
     ):
         """``restart_from`` (a resume only): train again from step N, discarding the store's later history (0:
-        from the start; N > 0 resumes from the durable checkpoint after step N - 1). ``plugin_changes`` (a
-        resume only): the allowed differences :func:`~seal_platform.resume.check_resume_plugins` found,
-        recorded as an event once the run is claimed."""
+        from the start; N > 0 resumes from the durable checkpoint after step N - 1).
+
+        A resume runs with the plugins the run ran with: plugins loaded in ``host`` that differ from those the
+        run recorded are a :class:`~seal_platform.resume.PluginChangesError` listing the differences, raised
+        here, before anything is changed, unless ``allow_plugin_changes`` (``--allow-plugin-changes``): then
+        the differences are :attr:`plugin_changes`, recorded as an event once the run is claimed.
+
+        ``run_dir`` (a resume only, ``--run-dir``): the run's folder was moved there; once the checks above
+        passed, the store is pointed at it (:attr:`relocated`: how many checkpoint paths were rewritten)."""
+        self.plugin_changes: PluginChanges | None = None
+        self.relocated: int | None = None
+        row = None
+        if resume_run_id is not None:  # the plugins first: the plugins' own check_machine may have changed too
+            row = store.get_run(resume_run_id)
+            self.plugin_changes = check_resume_plugins(store, row.id, host, allow=allow_plugin_changes)
+        elif run_dir is not None:
+            raise SealError("run_dir (--run-dir) goes with a resume (resume_run_id).")
         check_machine(plan, host)  # before anything is written or loaded
         self.plan = plan
         self.config = plan.config
@@ -145,7 +158,10 @@ class Runner:
             self.run_id = f"{stamp}-{uuid.uuid4().hex[:6]}"
             self.run_dir = Path(self.config.runs_dir).resolve() / self.run_id
         else:
-            row = store.get_run(resume_run_id)
+            assert row is not None
+            if run_dir is not None:  # the checks passed: the store is pointed at the moved folder
+                self.relocated = store.relocate_run(row.id, str(run_dir))
+                row = store.get_run(row.id)
             self.run_id = row.id
             self.run_dir = Path(row.run_dir)
             self._seen = (row.status, row.pid, row.host, row.heartbeat_at)  # what the takeover compares and sets
@@ -164,7 +180,6 @@ class Runner:
         self.start_step = 0
         self.restart_from = restart_from
         self.takeover = takeover
-        self.plugin_changes = plugin_changes
 
     # --- the loop --------------------------------------------------------------------------------------
 
@@ -348,33 +363,15 @@ class Runner:
         if collected.overlapped:
             metrics["rollouts_overlapped"] = 1.0
 
-        try:
-            self.store.record_step(
-                self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
-                state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
-            )
-        except IntegrityError as exc:  # the step's row is there already: another process writes this run too
-            raise self._step_written_elsewhere(step) from exc
+        # A step another process recorded first (two processes writing one run) is the store's WriteConflict.
+        self.store.record_step(
+            self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
+            state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
+        )
         track(self.host, self.ctx, "labels", step, labels=labels)
         track(self.host, self.ctx, "step", step, metrics=step_metrics(trajs, metrics, timer.timings))
         self.progress.step_done(step, infra.mean_reward(trajs), metrics)
         return prefetch
-
-    def _step_written_elsewhere(self, step: int) -> StoreError:
-        """The error for a step whose row another process recorded first (two processes writing one run: a
-        takeover from another host while the old owner still ran): which process owns the run now, in one
-        paragraph, instead of the database's UNIQUE-constraint text."""
-        try:
-            row = self.store.get_run(self.run_id)
-        except Exception:  # the store cannot say: the error still names what happened
-            row = None
-        if row is not None and not owned_by_this_process(row):
-            return StoreError(f"run {self.run_id} was taken over by another process (pid {row.pid} on {row.host}, "
-                              f"status {row.status}), which recorded step {step} before this one; this process "
-                              "stops without writing more.")
-        return StoreError(f"step {step} of run {self.run_id} was already recorded by another process writing the same "
-                          "run (its previous owner still running after a --takeover?); this process owns the run "
-                          "and stops. Stop the other process, then resume the run.")
 
     def _diagnose(self, env: Environment, step: int, trajectories: list[Trajectory]) -> list[TurnLabel]:
         """Every enabled diagnoser plugin's labels of the step, each plugin called on its own (through pluggy)

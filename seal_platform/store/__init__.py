@@ -102,6 +102,13 @@ def owner_alive_here(run: m.Run) -> bool:
     return run.host == socket.gethostname() and _pid_alive(run.pid)
 
 
+class WriteConflict(StoreError):
+    """A write of a run that the database refused as conflicting with what another process wrote (two processes
+    writing one run: a key such as a step's or an interface revision's taken first, the run's row gone). Its
+    message says so in one paragraph, naming the run's owner, instead of the database's constraint text and
+    SQL statement; nothing of the refused write was kept."""
+
+
 class RunStore:
     """Read and write runs. Safe to share between threads; each call opens its own session."""
 
@@ -235,6 +242,41 @@ class RunStore:
                 raise
             # A page found damaged only now ("database disk image is malformed"): one paragraph too.
             raise safety.describe(self.url, exc, None, opening=False) from exc
+
+    @contextmanager
+    def _run_write(self, run_id: str, what: str) -> Iterator[Session]:
+        """A session (one transaction) for writing ``what`` (``step 3``, ...) of run ``run_id``: the writes that
+        add a run's rows (its steps, evaluations, checkpoints, interface revisions) go through it. The database's
+        refusal of the write as conflicting with another writer's rows (an IntegrityError) is a
+        :class:`WriteConflict`; the transaction is rolled back. (The run's row itself is changed by
+        compare-and-set updates instead: :meth:`claim_run`, :meth:`finish_run`; events have no key to take.)"""
+        try:
+            with self.session() as s:
+                yield s
+        except IntegrityError as exc:
+            raise self._write_conflict(run_id, what) from exc
+
+    def _write_conflict(self, run_id: str, what: str) -> WriteConflict:
+        """The error for ``what`` of run ``run_id`` refused because another process wrote first: which process
+        owns the run now, read back from the run's row."""
+        try:
+            row = self.get_run(run_id)
+        except Exception:  # the row is gone, or the store cannot say: the error still names what happened
+            row = None
+        if row is None:
+            return WriteConflict(f"{what} of run {run_id} could not be recorded: the store refused it as conflicting "
+                                 "with what another process wrote, and the run's row could not be read back (was "
+                                 "the run removed?); nothing of it was written.")
+        if owned_by_this_process(row):
+            return WriteConflict(f"{what} of run {run_id} was already recorded by another process writing the same "
+                                 "run (its previous owner still running after a --takeover?); this process owns the "
+                                 "run and stops. Stop the other process, then resume the run.")
+        if row.status == "running":
+            return WriteConflict(f"run {run_id} was taken over by another process (pid {row.pid} on {row.host}, "
+                                 f"status {row.status}), which recorded {what} before this one; this process "
+                                 "stops without writing more.")
+        return WriteConflict(f"{what} of run {run_id} was already recorded by another process (the run's last owner: "
+                             f"pid {row.pid} on {row.host}, status {row.status}); nothing of it was written again.")
 
     def close(self) -> None:
         self.engine.dispose()
@@ -398,9 +440,10 @@ class RunStore:
         metrics: dict[str, float],
         timings: dict[str, float],
     ) -> None:
-        """Everything a training step produced, in one transaction."""
+        """Everything a training step produced, in one transaction (a step another process recorded first: a
+        :class:`WriteConflict`, as for every write of a run's rows)."""
         mean_reward = policy_mean_reward(trajectories)
-        with self.session() as s:
+        with self._run_write(run_id, f"step {step}") as s:
             s.add(
                 m.Step(
                     run_id=run_id, step=step, epoch=epoch, mean_reward=mean_reward,
@@ -479,7 +522,7 @@ class RunStore:
     # --- interfaces, evaluations, checkpoints, events --------------------------------------------------
 
     def add_interface(self, run_id: str, interface: Interface, parent: Interface | None) -> None:
-        with self.session() as s:
+        with self._run_write(run_id, f"interface revision {interface.revision}") as s:
             s.add(
                 m.InterfaceRevision(
                     run_id=run_id, revision=interface.revision, parent=interface.parent, step=interface.step,
@@ -509,7 +552,7 @@ class RunStore:
         evaluation of that checkpoint is). Readers keep the two apart (:meth:`evaluations`)."""
         if origin not in EVAL_ORIGINS:
             raise StoreError(f"evaluation origin {origin!r} is not one of {', '.join(EVAL_ORIGINS)}.")
-        with self.session() as s:
+        with self._run_write(run_id, f"the evaluation at step {step}") as s:
             s.add_all(
                 m.Evaluation(run_id=run_id, step=step, split=result.split, benchmark=benchmark, origin=origin,
                              category=cat, pass_rate=rate, n_tasks=result.n_tasks)
@@ -527,7 +570,7 @@ class RunStore:
             return list(s.scalars(q.order_by(m.Evaluation.step, m.Evaluation.category, m.Evaluation.id)))
 
     def add_checkpoint(self, run_id: str, step: int, path: str, meta: dict[str, Any]) -> None:
-        with self.session() as s:
+        with self._run_write(run_id, f"the checkpoint after step {step}") as s:
             s.add(m.Checkpoint(run_id=run_id, step=step, path=path, meta=_jsonable(meta)))
 
     def relocate_run(self, run_id: str, run_dir: str) -> int:

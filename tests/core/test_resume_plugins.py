@@ -1,7 +1,8 @@
 """``seal-platform run --resume`` runs with the plugins the run ran with: a resume whose plugins differ from
 the run's recorded ones (a version changed, a plugin added, removed or its load status changed) is refused
 before anything is changed, listing each difference; ``--allow-plugin-changes`` goes on and records the
-previous plugin list in a ``plugins_changed`` event. A run that recorded no plugins resumes as before.
+previous plugin list in a ``plugins_changed`` event. A run that recorded no plugins resumes as before. A resume
+started from Python (``Runner(resume_run_id=...)``, as the ablation harness starts one) is checked alike.
 
 The runs are real CLI runs of the toy plugin (installed as ``seal-toy`` 0.3.0); an older or different
 plugin set is simulated by editing the run's recorded ``run_plugins`` rows in the store."""
@@ -12,11 +13,15 @@ import hashlib
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from sqlalchemy import delete, update
 
 from seal_platform.cli import cli
-from seal_platform.resume import PLUGINS_CHANGED_EVENT, plugin_differences
+from seal_platform.config import stored_config
+from seal_platform.loop import Runner
+from seal_platform.planning import plan_config
+from seal_platform.resume import PLUGINS_CHANGED_EVENT, PluginChangesError, plugin_differences
 from seal_platform.store import RunStore
 from seal_platform.store import models as m
 
@@ -165,6 +170,46 @@ def test_allow_plugin_changes_goes_on_and_records_the_previous_plugins(toy_site,
     # Recorded before the resume's own events (the plugins were changed before anything was resumed).
     kinds = [e.kind for e in store.events(run_id)]
     assert kinds.index(PLUGINS_CHANGED_EVENT) < max(i for i, k in enumerate(kinds) if k == "resume")
+
+
+def _python_resume(run_id: str, url: str, **options) -> Runner:
+    """A resume started from Python, as the ablation harness starts one: ``Runner(resume_run_id=...)``, with
+    the run's stored config, no CLI in between."""
+    store = RunStore(url)
+    row = store.get_run(run_id)
+    plan = plan_config(stored_config(row.config), row.recipe)
+    assert plan.host is not None
+    return Runner(plan, plan.host, store, recipe=row.recipe, resume_run_id=run_id, **options)
+
+
+def test_a_resume_from_python_is_checked_as_one_from_the_cli(toy_site, toy_recipe, tmp_path):
+    runner = CliRunner()
+    run_id = _interrupted(runner, toy_recipe, tmp_path)
+    url = _url(tmp_path)
+    store = RunStore(url)
+    _toy_row(store, run_id, version="0.2.0")
+    before = _snapshot(store, run_id)
+    from_cli = _resume(runner, run_id, url)
+    assert from_cli.exit_code == 2, from_cli.output
+
+    with pytest.raises(PluginChangesError) as refused:
+        _python_resume(run_id, url)
+    said = str(refused.value)
+    assert "  seal-toy 0.2.0 -> 0.3.0 (plugin toy)" in said.splitlines(), said
+    assert " ".join(from_cli.output.split()) == " ".join(f"Error: {said}".split())  # the CLI's message
+    assert _snapshot(store, run_id) == before
+
+    # Allowed: it goes on, and records the previous plugins as the CLI's --allow-plugin-changes does.
+    previous = _plugins(store, run_id)
+    resumed = _python_resume(run_id, url, allow_plugin_changes=True)
+    assert resumed.plugin_changes is not None
+    assert resumed.plugin_changes.differences == ["seal-toy 0.2.0 -> 0.3.0 (plugin toy)"]
+    assert resumed.run().status == "completed"
+    assert [s.step for s in store.steps(run_id)] == [0, 1, 2, 3]
+    [event] = [e for e in store.events(run_id) if e.kind == PLUGINS_CHANGED_EVENT]
+    assert event.data["differences"] == ["seal-toy 0.2.0 -> 0.3.0 (plugin toy)"]
+    assert [(p["name"], p["distribution"], p["version"], p["status"]) for p in event.data["previous"]] == previous
+    assert ("toy", "seal-toy", "0.3.0", "loaded") in _plugins(store, run_id)
 
 
 def test_a_run_that_recorded_no_plugins_resumes_as_before(toy_site, toy_recipe, tmp_path):
