@@ -558,13 +558,15 @@ def config() -> None:
 
 
 @config.command("validate")
-@click.argument("recipe")
+@click.argument("recipe", required=False)
 @click.argument("overrides", nargs=-1)
-def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
-    """Report every problem in RECIPE at once; exit 1 if there is any."""
+def config_validate(recipe: str | None, overrides: tuple[str, ...]) -> None:
+    """Report every problem in RECIPE at once; exit 1 if there is any. RECIPE defaults as for `run` and
+    `config show` (smarthome-embedded); overrides may follow it or come alone."""
     from .planning import recipe_problems
 
-    config_, issues, path = recipe_problems(recipe, list(overrides), on_host=_warn_failed_plugins)
+    recipe, changes = _split_recipe_args([recipe, *overrides] if recipe is not None else [])
+    config_, issues, path = recipe_problems(recipe, changes, on_host=_warn_failed_plugins)
     if issues:
         with_overrides = " with its command-line overrides" if any(i.source.startswith("override ") for i in issues) else ""
         errors.print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)
@@ -579,10 +581,12 @@ def config_validate(recipe: str, overrides: tuple[str, ...]) -> None:
 @click.argument("recipe", required=False)
 @click.argument("overrides", nargs=-1)
 def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
-    """Print the resolved recipe (defaults filled in) as YAML."""
+    """Print the resolved recipe (defaults filled in) as YAML. RECIPE defaults as for `run`
+    (smarthome-embedded); overrides may follow it or come alone."""
     import yaml
 
-    config_, issues, path = load_recipe(recipe, list(overrides))
+    recipe, changes = _split_recipe_args([recipe, *overrides] if recipe is not None else [])
+    config_, issues, path = load_recipe(recipe, changes)
     if config_ is None:
         raise_for(issues, str(path))
     assert config_ is not None
@@ -605,13 +609,21 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def runs(store_url: str | None, as_json: bool) -> None:
-    """List runs in the store, newest first."""
-    store = open_store(store_url)
+    """List runs in the store, newest first. Before the first run there is no store at the default place
+    (runs/store.sqlite): no runs, and none is made; a store given by --store or $SEAL_PLATFORM_STORE must
+    exist, as for `show`."""
+    named = store_url or env_store_url()
+    url = named or default_store_url()
+    if named is None and url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        store, listed = None, []
+    else:
+        store = open_store(store_url)
+        listed = store.list_runs()
     if as_json:
         from .present.digest import load_digest
 
         rows = []
-        for r in store.list_runs():
+        for r in listed:
             digest = load_digest(store, r.id)
             rows.append({
                 "id": r.id, "name": r.name, "status": r.status, "steps": None if r.last_step is None else r.last_step + 1,
@@ -624,10 +636,14 @@ def runs(store_url: str | None, as_json: bool) -> None:
             })
         click.echo(json.dumps(rows, indent=2))
         return
+    if not listed:
+        console.print(f"no runs yet in {url}; start one with: seal-platform run [RECIPE]", highlight=False,
+                      markup=False)
+        return
     from .present.listings import runs_listing
 
     # Ids, names and statuses whole at any width: fewer columns, then a block per run, when narrow (all: --json).
-    console.print(runs_listing(console, store.list_runs(), f"runs in {store.url}"), soft_wrap=False, crop=False)
+    console.print(runs_listing(console, listed, f"runs in {url}"), soft_wrap=False, crop=False)
 
 
 @cli.command()

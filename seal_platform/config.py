@@ -367,11 +367,28 @@ def _pydantic_issues(exc: ValidationError, prefix: str = "", model: type[BaseMod
             issues.append(Issue(where or "(top level)", "unknown key", fix))
         elif kind == "missing":
             issues.append(Issue(where, "required key is missing", "add it to the recipe"))
+        elif kind == "model_type" and model is not None and all(isinstance(p, str) for p in err["loc"]) \
+                and known_keys(model, err["loc"]):
+            issues.append(_section_given_a_value(where, err.get("input"), known_keys(model, err["loc"])))
         else:
             got = err.get("input")
             shown = f" (got {got!r})" if not isinstance(got, (dict, list)) else ""
             issues.append(Issue(where, f"{err['msg']}{shown}", "change the value"))
     return issues
+
+
+def _section_given_a_value(where: str, got: Any, keys: list[str]) -> Issue:
+    """The issue of a section (a model's keys: ``rollout.dynamic_sampling``) given a single value instead
+    (``rollout.dynamic_sampling=false``): what it takes, and, for a true/false given to a section that has an
+    ``enabled`` key, the key that was meant."""
+    what = f"this is a section, not a single value (got {got!r}): it takes the keys {', '.join(keys)}"
+    if isinstance(got, bool) and "enabled" in keys:
+        value = json.dumps(got)
+        fix = (f"to turn it {'on' if got else 'off'}, give {where}.enabled={value}; in a recipe file, "
+               f"'enabled: {value}' under '{where.rsplit('.', 1)[-1]}:'")
+    else:
+        fix = f"give its keys, e.g. {where}.{keys[0]}=VALUE, or leave it out for their defaults"
+    return Issue(where, what, fix)
 
 
 # Keys the core's schema no longer has: the backends' and the optimizer's settings live in their plugins'

@@ -10,6 +10,7 @@ unbroken on one line and cuts nothing.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Callable, Iterable
 
 from rich.console import Console, RenderableType
@@ -28,6 +29,19 @@ def shows_whole(console: Console, renderable: RenderableType, whole: Iterable[st
     unbroken (on one line)."""
     text = rendered_text(console, renderable)
     return CUT not in text and all(item in text for item in whole)
+
+
+def wrapped(text: str, width: int, indent: str = "", hanging: str = "") -> str:
+    """``text`` as lines of at most ``width`` characters, broken at spaces only: the first line starts with
+    ``indent``, the others with ``hanging``. A word longer than a line (a path, an id) stays whole on a line of
+    its own, for copying, rather than being folded or cut. A line break of ``text`` is kept (its next line
+    starts with ``hanging`` too)."""
+    out: list[str] = []
+    for i, line in enumerate(text.split("\n")):
+        first = indent if i == 0 else hanging
+        out.append(textwrap.fill(line, max(width, len(hanging) + 1), initial_indent=first, subsequent_indent=hanging,
+                                 break_long_words=False, break_on_hyphens=False) or first.rstrip())
+    return "\n".join(out)
 
 
 def words(*texts: str) -> list[str]:

@@ -28,7 +28,7 @@ def indent(renderable: RenderableType, by: int) -> Padding:
     return Padding(renderable, (0, 0, 0, by), expand=False)
 
 
-def _vertical(title: str, blocks: Sequence[tuple[str, Sequence[str]]], note: str = "") -> Group:
+def vertical_blocks(title: str, blocks: Sequence[tuple[str, Sequence[str]]], note: str = "") -> Group:
     """One block per row: its identifier on a line of its own, then its details indented (wrapped at words)."""
     parts: list[RenderableType] = [title_line(title)]
     for head, lines in blocks:
@@ -65,7 +65,7 @@ def runs_listing(console: Console, runs: Sequence[Any], title: str) -> Renderabl
         return Group(title_line(title), out, note), whole
 
     def vertical() -> tuple[RenderableType, list[str]]:
-        return _vertical(title, [(row[0], [f"name: {row[1]}", f"status: {row[2]}",
+        return vertical_blocks(title, [(row[0], [f"name: {row[1]}", f"status: {row[2]}",
                                            f"steps: {row[3] or '-'}  started: {row[4]}  config: {row[5]}"])
                                  for row in cells]), []
 
@@ -107,7 +107,7 @@ def labels_listing(console: Console, rows: Sequence[Any], title: str) -> Rendera
         return out, names + words("diagnoser label meaning; reference label")
 
     def vertical() -> tuple[RenderableType, list[str]]:
-        return _vertical(title, [(f"{row.diagnoser}: {row.label}", [row.meaning, maps(row)])
+        return vertical_blocks(title, [(f"{row.diagnoser}: {row.label}", [row.meaning, maps(row)])
                                  for row in rows]), []
 
     return fitting(console, table, narrow, vertical)

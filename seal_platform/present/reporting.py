@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from ..store import RunStore
-from .digest import benchmark_of, checkpoint_evaluations
-from .fit import fitting, words
+from .digest import CheckpointEvaluation, benchmark_of, checkpoint_evaluations
+from .fit import fitting, words, wrapped
+from .listings import indent, vertical_blocks
 
 
 OPTIMIZER_METRICS = ("loss", "grad_norm", "kl", "entropy", "clip_frac")
@@ -109,20 +111,125 @@ def steps_table(console: Console, rows: list[Any]) -> RenderableType:
 SHOWN_STEPS_HEAD, SHOWN_STEPS_TAIL = 10, 20
 
 
+def _say(console: Console, text: str, indent: str = "", hanging: str = "  ", style: str = "", styled: int = 0) -> None:
+    """A line of ``show`` wrapped at spaces to the console's width (:func:`.fit.wrapped`: an id or a path is
+    never broken); ``style`` colours its first ``styled`` characters."""
+    out = Text(wrapped(text, console.width, indent, hanging))
+    if style:
+        out.stylize(style, len(indent), len(indent) + styled)
+    console.print(out, highlight=False, markup=False, soft_wrap=True)
+
+
+def plugins_view(console: Console, plugins: list[Any]) -> RenderableType:
+    """The plugins a run ran with: name, version, status, hooks. Narrower: without the table's borders;
+    narrower still, one block per plugin. Names, versions and hook names stay whole (:mod:`.fit`)."""
+    heads = ("name", "version", "status", "hooks")
+    cells = [(p.name, p.version or "", p.status, ", ".join(p.hooks or [])) for p in plugins]
+
+    def table(plain: bool) -> tuple[RenderableType, list[str]]:
+        out = Table(title="plugins", box=box.SIMPLE_HEAD if plain else box.HEAVY_HEAD,
+                    title_justify="left" if plain else "center")
+        for head in heads:
+            out.add_column(head)
+        for row in cells:
+            out.add_row(*row)
+        return out, words(*heads, *(text for row in cells for text in row))
+
+    def vertical() -> tuple[RenderableType, list[str]]:
+        return vertical_blocks("plugins", [(name, [f"version {version or '-'}; {status}", hooks and f"hooks: {hooks}"])
+                                           for name, version, status, hooks in cells]), []
+
+    return fitting(console, lambda: table(False), lambda: table(True), vertical)
+
+
+def scores_view(console: Console, title: str, kind: str, heads: list[str],
+                rows: list[tuple[str, list[str]]]) -> RenderableType:
+    """Pass rates after each evaluated step (``rows``: the step and its value under each of ``heads``, each
+    a ``kind``: a category or a benchmark). Narrower: the steps as columns and the heads as rows; then the
+    heads longer than a value lettered, over a legend; narrower still, one block per step. Every head stays
+    whole (:mod:`.fit`)."""
+    corner = "after step"
+    steps = [step for step, _ in rows]
+    cells = [value for _, values in rows for value in values]
+    shown = [*words(title, corner), *heads, *steps, *cells]
+
+    def table(columns: list[str], titled: bool) -> Table:
+        out = Table(title=title if titled else None)
+        out.add_column(corner)
+        for head in columns:
+            out.add_column(head, justify="right")
+        for step, values in rows:
+            out.add_row(step, *values)
+        return out
+
+    def full() -> tuple[RenderableType, list[str]]:
+        return table(heads, True), shown
+
+    def lettered() -> tuple[RenderableType, list[str]]:
+        letters = iter(chr(ord("A") + i) if i < 26 else f"Z{i - 25}" for i in range(len(heads)))
+        short = [head if len(head) <= len("average") else next(letters) for head in heads]
+        legend = Table.grid(padding=(0, 2))
+        legend.add_column(no_wrap=True)
+        legend.add_column(no_wrap=True)
+        for letter, head in zip(short, heads):
+            if letter != head:
+                legend.add_row(letter, head)
+        return Group(Text(title, style="italic"), table(short, False), legend), [*shown, *short]
+
+    def transposed() -> tuple[RenderableType, list[str]]:
+        out = Table()
+        out.add_column(f"{kind} / {corner}")
+        for step in steps:
+            out.add_column(step, justify="right")
+        for i, head in enumerate(heads):
+            out.add_row(head, *(values[i] for _, values in rows))
+        return Group(Text(title, style="italic"), out), [*shown, *words(kind)]
+
+    def vertical() -> tuple[RenderableType, list[str]]:
+        parts: list[RenderableType] = [Text(title, style="italic")]
+        for step, values in rows:
+            parts.append(Text(f"{corner} {step}", style="bold"))
+            parts.extend(indent(Text(f"{head}: {value}"), 2) for head, value in zip(heads, values))
+        return Group(*parts), []
+
+    return fitting(console, full, transposed, lettered, vertical)
+
+
+def checkpoint_evaluations_view(console: Console, evaluations: list[CheckpointEvaluation]) -> RenderableType:
+    """The checkpoints ``seal-platform eval`` evaluated: step, evaluation set, tasks, average, when. Narrower:
+    one block per evaluation. Evaluation sets stay whole (:mod:`.fit`)."""
+    title = "checkpoints evaluated by `seal-platform eval` (pass rate, %)"
+    heads = ("after step", "evaluation set", "tasks", "average", "at")
+    cells = [(str(e.after_steps), e.eval_set, str(e.n_tasks), f"{e.average:.2f}",
+              f"{e.at:%Y-%m-%d %H:%M}" if e.at else "") for e in evaluations]
+
+    def table() -> tuple[RenderableType, list[str]]:
+        out = Table(title=title)
+        for col in heads:
+            out.add_column(col, justify="right" if col in ("tasks", "average") else "left")
+        for row in cells:
+            out.add_row(*row)
+        return out, [*words(title, *heads), *(text for row in cells for text in row)]
+
+    def vertical() -> tuple[RenderableType, list[str]]:
+        return vertical_blocks(title, [(f"after step {step}: {eval_set}",
+                                        [f"tasks {tasks}; average {average}" + (f"; at {at}" if at else "")])
+                                       for step, eval_set, tasks, average, at in cells]), []
+
+    return fitting(console, table, vertical)
+
+
 def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = False) -> None:
     run = store.get_run(run_id)
     console.print(f"[bold]run {run.id}[/] ({run.name}) - {run.status}", highlight=False)
-    console.print(f"recipe {run.recipe or '-'}; config hash {run.config_hash}; seed {run.seed}", highlight=False)
-    console.print(f"started {run.started_at:%Y-%m-%d %H:%M:%S} on {run.host}; ended {run.ended_at or '-'}; dir {run.run_dir}", highlight=False)
+    _say(console, f"recipe {run.recipe or '-'}; config hash {run.config_hash}; seed {run.seed}")
+    ended = f"{run.ended_at:%Y-%m-%d %H:%M:%S}" if run.ended_at else "-"
+    _say(console, f"started {run.started_at:%Y-%m-%d %H:%M:%S} on {run.host}; ended {ended}")
+    console.print(f"dir {run.run_dir}", highlight=False, markup=False)  # one line however long, for copying
     if run.error:
-        console.print(f"[red]error:[/] {run.error}", highlight=False)
+        _say(console, f"error: {run.error}", style="red", styled=len("error:"))
 
-    plugins = Table(title="plugins")
-    for col in ("name", "version", "status", "hooks"):
-        plugins.add_column(col)
-    for p in store.run_plugins(run.id):
-        plugins.add_row(p.name, p.version or "", p.status, ", ".join(p.hooks or []))
-    console.print(plugins)
+    console.print(plugins_view(console, store.run_plugins(run.id)), soft_wrap=False)
 
     steps = store.steps(run.id)
     hidden = 0 if all_steps else len(steps) - SHOWN_STEPS_HEAD - SHOWN_STEPS_TAIL
@@ -130,46 +237,33 @@ def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = F
         steps = steps[:SHOWN_STEPS_HEAD] + steps[-SHOWN_STEPS_TAIL:]
     console.print(steps_table(console, steps), soft_wrap=False)
     if hidden > 0:
-        console.print(f"{hidden} steps between step {steps[SHOWN_STEPS_HEAD - 1].step} and step "
-                      f"{steps[SHOWN_STEPS_HEAD].step} not shown (--all-steps shows them, --json has them).",
-                      highlight=False)
+        _say(console, f"{hidden} steps between step {steps[SHOWN_STEPS_HEAD - 1].step} and step "
+                      f"{steps[SHOWN_STEPS_HEAD].step} not shown (--all-steps shows them, --json has them).")
 
     by_bench = evaluations_by_benchmark(store, run)
     for bench, by_step in by_bench.items():
         title = "evaluations (pass rate, %)" if len(by_bench) == 1 else f"evaluations on {bench} (pass rate, %)"
-        evals = Table(title=title)
         cats = sorted({c for v in by_step.values() for c in v})
-        evals.add_column("after step")
-        for c in cats:
-            evals.add_column(c, justify="right")
-        evals.add_column("average", justify="right")
-        for step, rates in sorted(by_step.items()):
-            evals.add_row(str(step), *(f"{rates.get(c, 0.0):.2f}" for c in cats), f"{sum(rates.values()) / len(rates):.2f}")
-        console.print(evals)
+        rows = [(str(step), [*(f"{rates.get(c, 0.0):.2f}" for c in cats), f"{sum(rates.values()) / len(rates):.2f}"])
+                for step, rates in sorted(by_step.items())]
+        console.print(scores_view(console, title, "category", [*cats, "average"], rows), soft_wrap=False)
     if len(by_bench) > 1:
-        side = Table(title="benchmarks side by side (average pass rate, %)")
-        side.add_column("after step")
-        for bench in by_bench:
-            side.add_column(bench, justify="right")
+        rows = []
         for step in sorted({s for by_step in by_bench.values() for s in by_step}):
             cells = [by_bench[b].get(step) for b in by_bench]
-            side.add_row(str(step), *("-" if c is None else f"{sum(c.values()) / len(c):.2f}" for c in cells))
-        console.print(side)
+            rows.append((str(step), ["-" if c is None else f"{sum(c.values()) / len(c):.2f}" for c in cells]))
+        console.print(scores_view(console, "benchmarks side by side (average pass rate, %)", "benchmark",
+                                  list(by_bench), rows),
+                      soft_wrap=False)
 
     own = run.config.get("environment", "") if isinstance(run.config, dict) else ""
     by_command = checkpoint_evaluations(store, run.id, own)
     if by_command:
-        table = Table(title="checkpoints evaluated by `seal-platform eval` (pass rate, %)")
-        for col in ("after step", "evaluation set", "tasks", "average", "at"):
-            table.add_column(col, justify="right" if col in ("tasks", "average") else "left")
-        for e in by_command:
-            table.add_row(str(e.after_steps), e.eval_set, str(e.n_tasks), f"{e.average:.2f}",
-                          f"{e.at:%Y-%m-%d %H:%M}" if e.at else "")
-        console.print(table)
+        console.print(checkpoint_evaluations_view(console, by_command), soft_wrap=False)
 
     labels = Counter(row.label for row in store.labels(run.id))
     if labels:
-        console.print("labels: " + ", ".join(f"{k} {v}" for k, v in labels.most_common()), highlight=False)
+        _say(console, "labels: " + ", ".join(f"{k} {v}" for k, v in labels.most_common()))
 
     revisions = store.interfaces(run.id)
     console.print(f"[bold]interface revisions[/] ({len(revisions)})")
@@ -178,9 +272,9 @@ def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = F
         when = "before training" if rev.step is None else f"step {rev.step}"
         console.print(f"  revision {rev.revision} (parent {parent}, {when})", highlight=False)
         if rev.changes:
-            console.print("    changes: " + "; ".join(rev.changes), highlight=False, markup=False)
+            _say(console, "changes: " + "; ".join(rev.changes), "    ", "      ")
         if rev.driven_by:
-            console.print("    driven by: " + ", ".join(rev.driven_by), highlight=False, markup=False)
+            _say(console, "driven by: " + ", ".join(rev.driven_by), "    ", "      ")
         if rev.diff and rev.parent is not None:
             for line in rev.diff.splitlines()[2:40]:
                 console.print(f"      {line}", highlight=False, markup=False)
@@ -190,12 +284,12 @@ def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = F
         listed = [f"step {c.step}" for c in ckpts]
         if len(listed) > 12:  # a long run keeps many: the first and the last
             listed = [*listed[:3], f"... ({len(listed) - 9} more)", *listed[-6:]]
-        console.print(f"checkpoints ({len(ckpts)}): " + ", ".join(listed), highlight=False)
+        _say(console, f"checkpoints ({len(ckpts)}): " + ", ".join(listed))
     events = store.events(run.id)
     if events:
         console.print("[bold]events[/]")
         for ev in events[-15:]:
-            console.print(f"  {ev.at:%H:%M:%S} {ev.kind}: {ev.message}", highlight=False, markup=False)
+            _say(console, f"{ev.at:%H:%M:%S} {ev.kind}: {ev.message}", "  ", " " * 11)
 
 
 def evaluations_by_benchmark(store: RunStore, run: Any) -> dict[str, dict[int, dict[str, float]]]:

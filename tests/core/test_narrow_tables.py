@@ -15,7 +15,7 @@ from rich.console import Console
 from seal_platform.capability import CapabilityState
 from seal_platform.cli import cli
 from seal_platform.present.progress import RichProgress
-from seal_platform.store import RunStore
+from seal_platform.store import EVAL_BY_COMMAND, RunStore
 from seal_platform.types import EvalResult, Trajectory
 
 NAMES = ("smarthome-embedded", "kvstore-demo", "smarthome-no-env-adaptation")
@@ -91,6 +91,62 @@ def test_show_steps_keeps_headers_and_metric_names_whole_at_80_columns(store_url
     assert len(steps.splitlines()) < 25, steps  # not nine lines a step
     wide = _invoke(["show", IDS[0], "--store", store_url], width=200)
     assert "groups kept/drawn" in wide and "judge fallbacks" in wide and "clip_frac 0.0123" in wide
+
+
+# A run whose plugins, evaluations and `seal-platform eval` results are wider than 80 columns as tables.
+LONG_PLUGIN, LONG_VERSION = "seal_platform_bfcl_multi_turn_memory_environment", "12.345.6789.dev20260101+gabcdef01"
+HOOKS = ["register_environments", "register_diagnosers", "register_rollout_engines", "evolve_interface",
+         "on_step_end", "on_run_start"]
+EXTRA_BENCH, SPLIT = "bfcl_multi_turn_extended_memory", "validation_holdout_long_split"
+
+
+def _wide_run_store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'wide.sqlite'}"
+    store = RunStore(url)
+    plugins = [{"name": LONG_PLUGIN, "version": LONG_VERSION, "status": "loaded", "hooks": HOOKS},
+               {"name": "grpo", "version": "0.1.0", "status": "failed", "hooks": []}]
+    store.create_run(IDS[0], name=NAMES[0], recipe="recipes/smarthome-embedded.yaml",
+                     config={"environment": "smarthome"}, config_hash="0abcdef0123456789", seed=0,
+                     run_dir=f"/srv/runs/{IDS[0]}", plugins=plugins)
+    for step in range(2):
+        trajectories = [Trajectory(task_id=f"t{k}", category=CATEGORIES[k % 4], group=f"g{k // 2}", reward=k % 2)
+                        for k in range(8)]
+        store.record_step(IDS[0], step=step, epoch=0, trajectories=trajectories, labels=[], label_weights={},
+                          state=CapabilityState(), interface_revision=1, metrics=GRPO, timings={"collect": 1.0})
+    # The run's own environment evaluated twice (its categories become rows, its steps columns), the extra
+    # benchmark twelve times (too many steps for columns: its categories are lettered over a legend).
+    for step in range(0, 24, 2):
+        rates = {c: 10.0 * (k + step) for k, c in enumerate(CATEGORIES)}
+        if step in (0, 2):
+            store.add_evaluation(IDS[0], step, EvalResult(split="test", per_category=rates, n_tasks=40))
+        store.add_evaluation(IDS[0], step, EvalResult(split=SPLIT, per_category=rates, n_tasks=40),
+                             benchmark=EXTRA_BENCH)
+    store.add_evaluation(IDS[0], 2, EvalResult(split=SPLIT, per_category={c: 33.3 for c in CATEGORIES}, n_tasks=400),
+                         benchmark=EXTRA_BENCH, origin=EVAL_BY_COMMAND)
+    store.add_event(IDS[0], "plugins_changed", "the run resumed with other plugins than it ran with: "
+                    f"{LONG_PLUGIN} {LONG_VERSION} added, grpo 0.1.0 now failing to load (--allow-plugin-changes)")
+    store.finish_run(IDS[0], "failed", error="the optimizer stopped: every advantage of the step was 0 and "
+                     "grpo.zero_advantage is 'error'; set it to 'skip' to train on nothing instead")
+    store.close()
+    return url
+
+
+def test_show_fits_plugins_evaluations_and_checkpoint_evaluations_in_80_columns(tmp_path):
+    url = _wide_run_store(tmp_path)
+    out = _invoke(["show", IDS[0], "--store", url])
+    _assert_whole(out, [LONG_PLUGIN, LONG_VERSION, *HOOKS, *CATEGORIES, EXTRA_BENCH, f"{EXTRA_BENCH}:{SPLIT}",
+                        "33.30", f"/srv/runs/{IDS[0]}", "--allow-plugin-changes", "zero_advantage"])
+    # Every evaluation's figures are shown, each category's and the average.
+    for step in range(0, 24, 2):
+        for k in range(4):
+            assert f"{10.0 * (k + step):.2f}" in out, out
+    assert re.search(rf"^│ {CATEGORIES[1]} +│ +10\.00 │ +30\.00 │$", out, re.M), out  # categories as rows
+    assert re.search(rf"^B +{CATEGORIES[1]}$", out, re.M), out  # ... or lettered, over a legend
+    wide = _invoke(["show", IDS[0], "--store", url], width=250)  # a wide terminal keeps the tables as they were
+    _assert_whole(wide, [LONG_PLUGIN, LONG_VERSION, *CATEGORIES, f"{EXTRA_BENCH}:{SPLIT}"], width=250)
+    header = next(line for line in wide.splitlines() if "after step" in line and CATEGORIES[0] in line)
+    assert all(c in header for c in CATEGORIES), wide
+    assert any(LONG_PLUGIN in line and LONG_VERSION in line and "loaded" in line for line in wide.splitlines())
 
 
 def test_labels_of_smarthome_show_label_names_whole_at_80_columns(monkeypatch):
