@@ -91,7 +91,10 @@ def register_settings() -> dict[str, type[BaseModel]]:
         section that is absent from the recipe is built from the model's defaults, so every field must have
         a default: a plugin whose model has a required field (or defaults that do not validate) is failed
         when the plugins are loaded, with a reason naming the model, and left out, as a plugin that cannot be
-        imported is (a recipe that needs it says so; the others run without it).
+        imported is (a recipe that needs it says so; the others run without it). Give integer fields both
+        bounds (``Field(ge=..., le=...)``): a recipe asking for 10**12 workers is then refused by
+        ``config validate`` with the key and the bound, not deep inside a library (the default plugins are
+        held to this by a test; a third-party plugin's unbounded field is not refused).
 
     All results are collected; a section two plugins register is left out: a recipe that sets it gets a
     problem naming both plugins (block all but one), other recipes are unaffected.
