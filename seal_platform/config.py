@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
@@ -220,6 +219,8 @@ MAX_RECIPE_DEPTH = 64
 def _check_yaml_shape(path: Path, text: str) -> None:
     """Refuse a recipe whose node graph, with every alias expanded, has more than :data:`MAX_RECIPE_NODES`
     nodes or is nested deeper than :data:`MAX_RECIPE_DEPTH` levels, before anything expands it."""
+    import yaml
+
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:
@@ -258,6 +259,8 @@ def _check_yaml_shape(path: Path, text: str) -> None:
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
+    import yaml  # here, not at the top: a command that reads no recipe (verify) starts without it
+
     try:
         text = path.read_text()
         _check_yaml_shape(path, text)
@@ -318,6 +321,8 @@ def parse_override(text: str, example: str = "training.steps=2") -> tuple[list[s
     key, sep, raw = text.partition("=")
     if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
         raise ConfigError(f"override {text!r} is not of the form key.sub=value (e.g. {example}).")
+    import yaml
+
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
 from pydantic import BaseModel
 
 from .errors import ConfigError
@@ -124,6 +123,8 @@ def resolve_recipe_path(recipe: str | Path | None) -> Path:
 
 def _chain(path: Path) -> list[Path]:
     """The recipe and the recipes it extends, child first."""
+    import yaml  # here, not at the top: a command that reads no recipe (verify) starts without it
+
     out: list[Path] = []
     current: Path | None = path
     while current is not None and current.resolve() not in [p.resolve() for p in out] and len(out) < 20:
@@ -148,6 +149,8 @@ def _chain(path: Path) -> list[Path]:
 def _line_of(path: Path, parts: list[str]) -> int | None:
     """The 1-based line of the key at ``parts`` in the YAML file (of its deepest written prefix when the
     key itself is missing there, as long as the whole first key is), or None."""
+    import yaml
+
     try:
         node: Any = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
     except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError):

@@ -1,6 +1,7 @@
 """`seal-platform verify`'s whole-command speed-ups change nothing it prints: the command's output is, byte for
 byte, what the plain in-process verifier gives record by record; hostile lines still get their own error or
-failure; the verify path leaves the run store (SQLAlchemy, Alembic) unimported; a built-in command skips
+failure; the verify path leaves the run store (SQLAlchemy, Alembic) unimported, and the whole command also what
+only other commands use (yaml, the presentation modules); a built-in command skips
 plugin-command discovery while everything else still gets the plugins' commands; forked verifier children
 run with the collector settings of :func:`fork_verify._quiet_gc`."""
 
@@ -103,6 +104,30 @@ def test_verify_path_leaves_the_run_store_unimported(tmp_path):
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [False, []]
+
+
+def test_the_verify_command_starts_without_the_store_or_what_other_commands_use(task_by_id, tmp_path):
+    # The whole command, started as the console script starts it: besides the store, none of the heavy
+    # libraries and none of what only other commands import (tests/core/test_cli_startup.py: the same for
+    # the toy benchmark, --help and plugins --json).
+    task = task_by_id["multi_turn_base_0"]
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"task_id": task.id, "turns": task.payload["ground_truth"]}) + "\n")
+    program = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+        "sys.argv[0] = 'seal-platform'\n"
+        "from seal_platform.__main__ import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program, "verify", "--benchmark", "bfcl", str(path)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["success"] is True
+    modules = json.loads(done.stderr.splitlines()[-1])
+    unwanted = ("seal_platform.store", "sqlalchemy", "alembic", "torch", "transformers", "vllm", "ray", "yaml",
+                "seal_platform.present")
+    assert [m for m in modules if any(m == u or m.startswith(u + ".") for u in unwanted)] == []
 
 
 def test_plugin_commands_still_come_with_everything_but_a_builtin_command(tmp_path):
