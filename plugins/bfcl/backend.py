@@ -267,14 +267,16 @@ def _method_table(involved_classes: tuple[str, ...]) -> dict[str, tuple[str, ins
     return table
 
 
-def warm_up(involved: Iterable[Sequence[str]]) -> None:
+def warm_up(involved: Iterable[Sequence[str]], long_context: bool = True) -> None:
     """Import the backend classes of the tasks' ``involved_classes`` lists, build their method tables and fill
-    this module's caches, so that processes forked from this one start with them (:mod:`.fork_verify`)."""
+    this module's caches, so that processes forked from this one start with them (:mod:`.fork_verify`);
+    the long-context module's caches only with ``long_context`` (some task is a long-context one)."""
     for group in {tuple(group) for group in involved}:
         if all(name in BACKEND_MODULES for name in group):  # an unknown name is the replay's error to report
             _method_table(group)
-    _long_context_objects()
-    _constant_encodings()
+    if long_context:
+        _long_context_objects()
+        _constant_encodings()
 
 
 _ATOMS = (str, int, float, bool, type(None))

@@ -121,15 +121,16 @@ def _warm_up(records: list[Any], prepare: Callable[[Any], tuple[str, Task, list[
     report them in their places."""
     from .backend import warm_up
 
-    involved = set()
+    involved, long_context = set(), False
     for record in records:
         try:
-            _, task, _ = prepare(record)
+            task_id, task, _ = prepare(record)
             involved.add(tuple(task.payload.get("involved_classes") or ()))
+            long_context = long_context or "long_context" in task_id or "composite" in task_id
         except Exception:  # a bad record or lookup: its child answers for it, in its place
             continue
     try:
-        warm_up(involved)
+        warm_up(involved, long_context)
     except Exception:  # a backend that does not import: each replay reports it
         pass
 
