@@ -651,14 +651,22 @@ def runs(store_url: str | None, as_json: bool) -> None:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the run's digest).")
 @click.option("--all-steps", is_flag=True, help="Every step's row (a long run shows its first 10 and last 20).")
-def show(run_id: str, store_url: str | None, as_json: bool, all_steps: bool) -> None:
-    """Show one run: config, plugins, steps, evaluations, interface revisions, events."""
-    from .present.reporting import show_run
+@click.option("--traceback", "tracebacks", is_flag=True, help="Only the traceback of each crash of the run, as stored.")
+def show(run_id: str, store_url: str | None, as_json: bool, all_steps: bool, tracebacks: bool) -> None:
+    """Show one run: config, plugins, steps, evaluations, interface revisions, events (--json: with their
+    data, a crash's traceback included)."""
+    from .present.reporting import show_run, show_tracebacks
 
     if as_json:
         from .present.digest import load_digest
+        from .present.safe import json_safe
 
-        click.echo(load_digest(open_store(store_url), run_id).model_dump_json(indent=2))
+        click.echo(json_safe(load_digest(open_store(store_url), run_id).model_dump_json(indent=2)))
+        return
+    if tracebacks:
+        if not show_tracebacks(open_store(store_url), run_id, console):
+            errors.print(f"run {run_id} recorded no traceback: it has no crash event with one.", highlight=False,
+                         markup=False)
         return
     show_run(open_store(store_url), run_id, console, all_steps=all_steps)
 
@@ -748,7 +756,9 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
     episodes = load_episodes(store, run_id, step=step, task=task, label=label, failed=failed,
                              evaluation=evaluation, limit=limit)
     if as_json:
-        click.echo(json.dumps([e.model_dump(mode="json") for e in episodes], indent=2, ensure_ascii=False))
+        from .present.safe import json_safe
+
+        click.echo(json_safe(json.dumps([e.model_dump(mode="json") for e in episodes], indent=2, ensure_ascii=False)))
         return
     if not episodes:
         errors.print(nothing_matched(store, run_id, evaluation=evaluation, step=step, label=label), highlight=False,

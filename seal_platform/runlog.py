@@ -6,6 +6,10 @@ code. The only place that catches all of them is the file descriptors, so while 
 :func:`quiet_terminal` points descriptors 1 and 2 at the run's log file and hands the caller a stream on the
 real terminal for its own display. ``verbose`` leaves the descriptors alone (library logs on the terminal, as
 before) and still copies Python logging into the log file.
+
+A command that fails there (a run's stage that raised, a checkpoint that would not load) leaves its traceback at
+the end of the log, written before the log is closed: the terminal shows one paragraph, the log the frames
+(the run's ``crash`` event holds them too: ``seal-platform show RUN --traceback``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,19 @@ def _log_handler(stream: IO[str]) -> logging.Handler:
     handler.setFormatter(logging.Formatter(_FORMAT))
     handler.setLevel(logging.INFO)
     return handler
+
+
+def _log_failure(handler: logging.Handler, exc: Exception) -> None:
+    """``exc`` with its traceback (and the errors it was raised from) into the log, through the log's own
+    handler only: with ``verbose``, Python logging's other handlers (the terminal) get the one paragraph the
+    CLI prints, not a traceback."""
+    record = logging.LogRecord("seal_platform", logging.ERROR, __file__, 0, "failed: %s: %s",
+                               (type(exc).__name__, exc), (type(exc), exc, exc.__traceback__))
+    try:
+        handler.handle(record)
+        handler.flush()
+    except Exception:  # a full disk, a closed stream: the failure itself still propagates
+        pass
 
 
 @contextmanager
@@ -61,6 +78,9 @@ def quiet_terminal(log_path: Path, verbose: bool = False) -> Iterator[IO[str]]:
                 os.dup2(log_file.fileno(), 1)
                 os.dup2(log_file.fileno(), 2)
         yield terminal
+    except Exception as exc:  # not a Ctrl-C or SIGTERM: an interruption is no failure to debug
+        _log_failure(handler, exc)
+        raise
     finally:
         if saved:
             for stream in (sys.stdout, sys.stderr):

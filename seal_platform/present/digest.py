@@ -71,6 +71,16 @@ class StepPoint(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
 
 
+class EventPoint(BaseModel):
+    """One event of the run as the store holds it (``data``: a crash's ``traceback``, a stage's ``seconds``,
+    the plugin a failure names)."""
+
+    at: datetime | None = None
+    kind: str
+    message: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
 class RunDigest(BaseModel):
     """Everything the summary, report and comparison need from one run."""
 
@@ -99,6 +109,8 @@ class RunDigest(BaseModel):
         default_factory=dict, description="stage -> step -> seconds, for stages the step rows do not time "
         "(setup, evaluate; from the run's stage_time events)"
     )
+    events: list[EventPoint] = Field(default_factory=list, description="the run's events, oldest first, with "
+                                     "their data (a crash event's holds its traceback)")
 
     # --- derived -------------------------------------------------------------------------------------
 
@@ -206,8 +218,11 @@ def load_digest(store: Any, run_id: str) -> RunDigest:
         labels[row.source][row.label] += 1
         per_step[row.source][row.step][row.label] += 1
     stage_times: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    events = []
     for event in store.events(run.id):
         data = event.data or {}
+        events.append(EventPoint(at=event.at, kind=event.kind, message=event.message or "",
+                                 data=data if isinstance(data, dict) else {"value": data}))
         if event.kind == "stage_time" and isinstance(data.get("seconds"), (int, float)):
             stage_times[str(data.get("stage", "?"))][int(data.get("step", 0))] += float(data["seconds"])
     weights: dict[int, dict[str, float]] = defaultdict(dict)
@@ -228,6 +243,7 @@ def load_digest(store: Any, run_id: str) -> RunDigest:
         label_weights=dict(sorted(weights.items())),
         config=dict(run.config or {}),
         stage_times={stage: dict(sorted(v.items())) for stage, v in stage_times.items()},
+        events=events,
         revisions=[
             Revision(revision=r.revision, parent=r.parent, step=r.step, changes=list(r.changes or []),
                      driven_by=list(r.driven_by or []), diff=r.diff or "")

@@ -16,12 +16,16 @@ from rich.table import Table
 from rich.text import Text
 
 from .fit import fitting, words
+from .safe import LABEL_LIMIT, clean, safe_text
+
+# What plugins registered (labels, meanings, settings' descriptions and defaults) and what runs were named is
+# shown through .safe: control characters visible, never rich markup, labels clipped.
 
 
 def title_line(title: str) -> Text:
     """A title on one line even when it is wider than the terminal (a store URL stays whole, for copying;
     printed with ``crop=False``)."""
-    return Text(title, style="italic", no_wrap=True, overflow="ignore")
+    return Text(clean(title), style="italic", no_wrap=True, overflow="ignore")
 
 
 def indent(renderable: RenderableType, by: int) -> Padding:
@@ -32,8 +36,8 @@ def vertical_blocks(title: str, blocks: Sequence[tuple[str, Sequence[str]]], not
     """One block per row: its identifier on a line of its own, then its details indented (wrapped at words)."""
     parts: list[RenderableType] = [title_line(title)]
     for head, lines in blocks:
-        parts.append(Text(head, style="bold"))
-        parts.extend(indent(Text(line), 2) for line in lines if line)
+        parts.append(safe_text(head, style="bold"))
+        parts.extend(indent(safe_text(line, lines=True), 2) for line in lines if line)
     if note:
         parts.append(Text(note, style="dim"))
     return Group(*parts)
@@ -45,8 +49,8 @@ def vertical_blocks(title: str, blocks: Sequence[tuple[str, Sequence[str]]], not
 def runs_listing(console: Console, runs: Sequence[Any], title: str) -> RenderableType:
     """The runs (store rows, newest first): id, name, status, steps, start, config hash. Narrower: without
     the config hash, then without the start (the id holds it), then one block per run."""
-    cells = [(r.id, r.name, r.status, "" if r.last_step is None else str(r.last_step + 1),
-              f"{r.started_at:%m-%d %H:%M}", r.config_hash[:8]) for r in runs]
+    cells = [(clean(r.id), clean(r.name), clean(r.status), "" if r.last_step is None else str(r.last_step + 1),
+              f"{r.started_at:%m-%d %H:%M}", clean(r.config_hash[:8])) for r in runs]
     heads = ("id", "name", "status", "steps", "started", "config")
 
     def table(keep: int, narrow: bool) -> tuple[RenderableType, list[str]]:
@@ -57,7 +61,7 @@ def runs_listing(console: Console, runs: Sequence[Any], title: str) -> Renderabl
         for i, head in enumerate(heads[:keep]):
             out.add_column(head, no_wrap=i < 3, overflow="fold")
         for row in cells:
-            out.add_row(*row[:keep])
+            out.add_row(*(Text(cell) for cell in row[:keep]))
         whole = words(*heads[:keep], *(text for row in cells for text in row[:keep]))
         if not narrow:
             return out, whole
@@ -75,17 +79,34 @@ def runs_listing(console: Console, runs: Sequence[Any], title: str) -> Renderabl
 # --- labels ----------------------------------------------------------------------------------------------
 
 
+# The SEAL reference implementation's labels (docs/labels.md, "Reference labels"): A-Patch's base weights are
+# per reference label, and a finer label is weighed as the reference label it maps to.
+REFERENCE_LABELS = frozenset({"gt_error", "spurious_tool_call", "correct_abstention", "empty_turn_model_response",
+                              "instance_mismatch", "checker_error", "state_mismatch", "response_mismatch", "pass",
+                              "unreached_turn"})
+
+
 def labels_listing(console: Console, rows: Sequence[Any], title: str) -> RenderableType:
     """The labels (:func:`seal_platform.labels.label_rows`): diagnoser, label, reference label(s), meaning.
-    Narrower: the reference label(s) under the meaning; narrower still, one block per label."""
+    Narrower: the reference label(s) under the meaning; narrower still, one block per label.
 
-    def reference(row: Any) -> str:
-        return " | ".join(row.reference) or "(reference)"
+    A label that maps to no other is a reference label itself only when it is one of the SEAL reference labels
+    or another listed label maps to it; any other (a third-party diagnoser's ``ok``, say) is said to map to
+    none."""
+    targets = REFERENCE_LABELS | {ref for row in rows for ref in row.reference}
+    cells = [(clean(row.diagnoser, LABEL_LIMIT), clean(row.label, LABEL_LIMIT),
+              tuple(clean(ref, LABEL_LIMIT) for ref in row.reference), clean(row.meaning, lines=True),
+              row.label in targets) for row in rows]
 
-    def maps(row: Any) -> str:
-        return f"maps to: {reference(row)}" if row.reference else "(a reference label)"
+    def reference(refs: tuple[str, ...], is_reference: bool) -> str:
+        return " | ".join(refs) or ("(itself)" if is_reference else "(none)")
 
-    names = [text for row in rows for text in (row.diagnoser, row.label, *row.reference)]
+    def maps(refs: tuple[str, ...], is_reference: bool) -> str:
+        if refs:
+            return f"maps to: {' | '.join(refs)}"
+        return "(a reference label)" if is_reference else "(maps to no reference label)"
+
+    names = [text for diagnoser, label, refs, _, _ in cells for text in (diagnoser, label, *refs)]
 
     def table() -> tuple[RenderableType, list[str]]:
         out = Table(title=title)
@@ -93,8 +114,8 @@ def labels_listing(console: Console, rows: Sequence[Any], title: str) -> Rendera
         out.add_column("label", no_wrap=True)
         out.add_column("reference label")
         out.add_column("meaning")
-        for row in rows:
-            out.add_row(row.diagnoser, row.label, reference(row), row.meaning)
+        for diagnoser, label, refs, meaning, is_reference in cells:
+            out.add_row(Text(diagnoser), Text(label), Text(reference(refs, is_reference)), Text(meaning))
         return out, names + words("diagnoser label reference label meaning")
 
     def narrow() -> tuple[RenderableType, list[str]]:
@@ -102,13 +123,14 @@ def labels_listing(console: Console, rows: Sequence[Any], title: str) -> Rendera
         out.add_column("diagnoser", no_wrap=True)
         out.add_column("label", no_wrap=True)
         out.add_column("meaning; reference label")
-        for row in rows:
-            out.add_row(row.diagnoser, row.label, Text(row.meaning + "\n" if row.meaning else "").append(maps(row), style="dim"))
+        for diagnoser, label, refs, meaning, is_reference in cells:
+            out.add_row(Text(diagnoser), Text(label),
+                        Text(meaning + "\n" if meaning else "").append(maps(refs, is_reference), style="dim"))
         return out, names + words("diagnoser label meaning; reference label")
 
     def vertical() -> tuple[RenderableType, list[str]]:
-        return vertical_blocks(title, [(f"{row.diagnoser}: {row.label}", [row.meaning, maps(row)])
-                                 for row in rows]), []
+        return vertical_blocks(title, [(f"{diagnoser}: {label}", [meaning, maps(refs, is_reference)])
+                                       for diagnoser, label, refs, meaning, is_reference in cells]), []
 
     return fitting(console, table, narrow, vertical)
 
@@ -120,13 +142,15 @@ def settings_listing(console: Console, rows: Sequence[tuple[str, str, str, str, 
     """The plugin settings, (plugin, key, type, default, description) each. Narrower: one block per key,
     under a line per plugin."""
     heads = ("plugin", "key", "type", "default", "description")
+    rows = [(clean(owner), clean(key), clean(kind), clean(default), clean(description, lines=True))
+            for owner, key, kind, default, description in rows]
 
     def table() -> tuple[RenderableType, list[str]]:
         out = Table(title=title)
         for i, col in enumerate(heads):
             out.add_column(col, no_wrap=i < 2, overflow="fold")
         for row in rows:
-            out.add_row(*row)
+            out.add_row(*(Text(text) for text in row))
         return out, [*heads, *(text for row in rows for text in row[:2])]
 
     def vertical() -> tuple[RenderableType, list[str]]:

@@ -24,6 +24,7 @@ from rich.table import Column
 
 from ..loop import Progress
 from ..types import EvalResult
+from .safe import LABEL_LIMIT, clean
 
 # The narrowest terminal that gets the progress bar (the line's counts and times need about 30 columns, the
 # bar 17, the description the rest: "step 12/300  evolve_interface  reward 0.123  1234 tok/s" is 53).
@@ -52,7 +53,8 @@ class RichProgress(Progress):
             return
         # The description wraps at words rather than being cut (a stage name stays whole), and the counts and
         # times never shrink; a narrow terminal drops the bar, which the counts repeat.
-        description = TextColumn("{task.description}", table_column=Column(no_wrap=False, overflow="fold"))
+        description = TextColumn("{task.description}", markup=False,  # a stage's name is never markup
+                                 table_column=Column(no_wrap=False, overflow="fold"))
         bar = [BarColumn(bar_width=16)] if self.console.width >= WIDE else []
         self.bar = RichBar(
             SpinnerColumn(), description, *bar, MofNCompleteColumn(table_column=Column(no_wrap=True)),
@@ -95,7 +97,7 @@ class RichProgress(Progress):
     def stage(self, step: int, stage: str) -> None:
         self._ensure()
         self._close_stage()
-        self.step, self.stage_name, self.episodes_text = step, stage, ""
+        self.step, self.stage_name, self.episodes_text = step, clean(stage, LABEL_LIMIT), ""
         self._drop_episode_bar()
         self._refresh()
 
@@ -129,7 +131,8 @@ class RichProgress(Progress):
         self._drop_episode_bar()
         self.stage_name = "evaluated"
         self._stage_started = time.perf_counter()
-        text = f"evaluation after {step} step(s) on {result.split} ({result.n_tasks} tasks): average {result.average:.1f}%"
+        text = clean(f"evaluation after {step} step(s) on {result.split} ({result.n_tasks} tasks): average "
+                     f"{result.average:.1f}%")
         self.console.print(text, highlight=False, markup=False)
         self._refresh()
 

@@ -15,6 +15,11 @@ from ..store import RunStore
 from .digest import CheckpointEvaluation, benchmark_of, checkpoint_evaluations
 from .fit import fitting, words, wrapped
 from .listings import indent, vertical_blocks
+from .safe import LABEL_LIMIT, clean, safe_text
+
+# Everything a plugin, a tool or the model put in the store (labels, categories, metric names, benchmark names,
+# plugin names and versions, interface changes, event messages, errors) is shown through .safe: escape sequences
+# and rich markup printed as text, labels clipped.
 
 
 OPTIMIZER_METRICS = ("loss", "grad_norm", "kl", "entropy", "clip_frac")
@@ -61,7 +66,7 @@ def steps_table(console: Console, rows: list[Any]) -> RenderableType:
         cells.append({
             "step": str(s.step), "epoch": str(s.epoch), "reward": f"{s.mean_reward:.3f}", "trajectories": str(s.n_trajectories),
             "groups kept/drawn": f"{int(metrics.get('ds_groups_kept', 0))}/{int(metrics.get('ds_groups_drawn', 0))}",
-            "interface": str(s.interface_revision), "metrics": step_update_text(metrics),
+            "interface": str(s.interface_revision), "metrics": clean(step_update_text(metrics)),
             "judge fallbacks": judge_text(metrics), "seconds": f"{sum(s.timings.values()):.1f}",
         })
     cols = ("step", "epoch", "reward", "trajectories") + (("groups kept/drawn",) if dynamic else ()) + (
@@ -72,7 +77,7 @@ def steps_table(console: Console, rows: list[Any]) -> RenderableType:
         for col in cols:
             table.add_column(col)
         for row in cells:
-            table.add_row(*(row[col] for col in cols))
+            table.add_row(*(Text(row[col]) for col in cols))
         return table, words(*cols, *(row[col] for row in cells for col in cols))
 
     short = {"trajectories": "traj", "groups kept/drawn": "kept/drawn", "interface": "rev", "seconds": "s"}
@@ -92,7 +97,7 @@ def steps_table(console: Console, rows: list[Any]) -> RenderableType:
         metrics.add_column("metrics")
         for row in cells:
             table.add_row(*(row[col] for col in numbers))
-            metrics.add_row(row["step"], details(row))
+            metrics.add_row(row["step"], Text(details(row)))
         shown = words(*(short.get(col, col) for col in numbers), *(row[col] for row in cells for col in cols))
         return Group(table, Text(legend, style="dim"), metrics), shown
 
@@ -114,7 +119,7 @@ SHOWN_STEPS_HEAD, SHOWN_STEPS_TAIL = 10, 20
 def _say(console: Console, text: str, indent: str = "", hanging: str = "  ", style: str = "", styled: int = 0) -> None:
     """A line of ``show`` wrapped at spaces to the console's width (:func:`.fit.wrapped`: an id or a path is
     never broken); ``style`` colours its first ``styled`` characters."""
-    out = Text(wrapped(text, console.width, indent, hanging))
+    out = Text(wrapped(clean(text, lines=True), console.width, indent, hanging))
     if style:
         out.stylize(style, len(indent), len(indent) + styled)
     console.print(out, highlight=False, markup=False, soft_wrap=True)
@@ -124,7 +129,8 @@ def plugins_view(console: Console, plugins: list[Any]) -> RenderableType:
     """The plugins a run ran with: name, version, status, hooks. Narrower: without the table's borders;
     narrower still, one block per plugin. Names, versions and hook names stay whole (:mod:`.fit`)."""
     heads = ("name", "version", "status", "hooks")
-    cells = [(p.name, p.version or "", p.status, ", ".join(p.hooks or [])) for p in plugins]
+    cells = [(clean(p.name), clean(p.version or ""), clean(p.status), clean(", ".join(p.hooks or [])))
+             for p in plugins]
 
     def table(plain: bool) -> tuple[RenderableType, list[str]]:
         out = Table(title="plugins", box=box.SIMPLE_HEAD if plain else box.HEAVY_HEAD,
@@ -132,7 +138,7 @@ def plugins_view(console: Console, plugins: list[Any]) -> RenderableType:
         for head in heads:
             out.add_column(head)
         for row in cells:
-            out.add_row(*row)
+            out.add_row(*(Text(text) for text in row))
         return out, words(*heads, *(text for row in cells for text in row))
 
     def vertical() -> tuple[RenderableType, list[str]]:
@@ -149,15 +155,16 @@ def scores_view(console: Console, title: str, kind: str, heads: list[str],
     heads longer than a value lettered, over a legend; narrower still, one block per step. Every head stays
     whole (:mod:`.fit`)."""
     corner = "after step"
+    title, heads = clean(title), [clean(head, LABEL_LIMIT) for head in heads]  # a category or benchmark name
     steps = [step for step, _ in rows]
     cells = [value for _, values in rows for value in values]
     shown = [*words(title, corner), *heads, *steps, *cells]
 
     def table(columns: list[str], titled: bool) -> Table:
-        out = Table(title=title if titled else None)
+        out = Table(title=Text(title) if titled else None)
         out.add_column(corner)
         for head in columns:
-            out.add_column(head, justify="right")
+            out.add_column(Text(head), justify="right")
         for step, values in rows:
             out.add_row(step, *values)
         return out
@@ -173,7 +180,7 @@ def scores_view(console: Console, title: str, kind: str, heads: list[str],
         legend.add_column(no_wrap=True)
         for letter, head in zip(short, heads):
             if letter != head:
-                legend.add_row(letter, head)
+                legend.add_row(letter, Text(head))
         return Group(Text(title, style="italic"), table(short, False), legend), [*shown, *short]
 
     def transposed() -> tuple[RenderableType, list[str]]:
@@ -182,7 +189,7 @@ def scores_view(console: Console, title: str, kind: str, heads: list[str],
         for step in steps:
             out.add_column(step, justify="right")
         for i, head in enumerate(heads):
-            out.add_row(head, *(values[i] for _, values in rows))
+            out.add_row(Text(head), *(values[i] for _, values in rows))
         return Group(Text(title, style="italic"), out), [*shown, *words(kind)]
 
     def vertical() -> tuple[RenderableType, list[str]]:
@@ -200,7 +207,7 @@ def checkpoint_evaluations_view(console: Console, evaluations: list[CheckpointEv
     one block per evaluation. Evaluation sets stay whole (:mod:`.fit`)."""
     title = "checkpoints evaluated by `seal-platform eval` (pass rate, %)"
     heads = ("after step", "evaluation set", "tasks", "average", "at")
-    cells = [(str(e.after_steps), e.eval_set, str(e.n_tasks), f"{e.average:.2f}",
+    cells = [(str(e.after_steps), clean(e.eval_set), str(e.n_tasks), f"{e.average:.2f}",
               f"{e.at:%Y-%m-%d %H:%M}" if e.at else "") for e in evaluations]
 
     def table() -> tuple[RenderableType, list[str]]:
@@ -208,7 +215,7 @@ def checkpoint_evaluations_view(console: Console, evaluations: list[CheckpointEv
         for col in heads:
             out.add_column(col, justify="right" if col in ("tasks", "average") else "left")
         for row in cells:
-            out.add_row(*row)
+            out.add_row(*(Text(text) for text in row))
         return out, [*words(title, *heads), *(text for row in cells for text in row)]
 
     def vertical() -> tuple[RenderableType, list[str]]:
@@ -221,13 +228,16 @@ def checkpoint_evaluations_view(console: Console, evaluations: list[CheckpointEv
 
 def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = False) -> None:
     run = store.get_run(run_id)
-    console.print(f"[bold]run {run.id}[/] ({run.name}) - {run.status}", highlight=False)
+    console.print(Text.assemble(safe_text(f"run {run.id}", style="bold"), safe_text(f" ({run.name}) - {run.status}")),
+                  highlight=False)
     _say(console, f"recipe {run.recipe or '-'}; config hash {run.config_hash}; seed {run.seed}")
     ended = f"{run.ended_at:%Y-%m-%d %H:%M:%S}" if run.ended_at else "-"
     _say(console, f"started {run.started_at:%Y-%m-%d %H:%M:%S} on {run.host}; ended {ended}")
-    console.print(f"dir {run.run_dir}", highlight=False, markup=False)  # one line however long, for copying
+    console.print(safe_text(f"dir {run.run_dir}"), highlight=False)  # one line however long, for copying
     if run.error:
         _say(console, f"error: {run.error}", style="red", styled=len("error:"))
+    if crash_tracebacks(store, run.id):
+        _say(console, f"traceback: seal-platform show {run.id} --traceback")
 
     console.print(plugins_view(console, store.run_plugins(run.id)), soft_wrap=False)
 
@@ -263,7 +273,7 @@ def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = F
 
     labels = Counter(row.label for row in store.labels(run.id))
     if labels:
-        _say(console, "labels: " + ", ".join(f"{k} {v}" for k, v in labels.most_common()))
+        _say(console, "labels: " + ", ".join(f"{clean(k, LABEL_LIMIT)} {v}" for k, v in labels.most_common()))
 
     revisions = store.interfaces(run.id)
     console.print(f"[bold]interface revisions[/] ({len(revisions)})")
@@ -274,10 +284,10 @@ def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = F
         if rev.changes:
             _say(console, "changes: " + "; ".join(rev.changes), "    ", "      ")
         if rev.driven_by:
-            _say(console, "driven by: " + ", ".join(rev.driven_by), "    ", "      ")
+            _say(console, "driven by: " + ", ".join(clean(label, LABEL_LIMIT) for label in rev.driven_by), "    ", "      ")
         if rev.diff and rev.parent is not None:
             for line in rev.diff.splitlines()[2:40]:
-                console.print(f"      {line}", highlight=False, markup=False)
+                console.print(safe_text(f"      {line}"), highlight=False)
 
     ckpts = store.checkpoints(run.id)
     if ckpts:
@@ -290,6 +300,24 @@ def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = F
         console.print("[bold]events[/]")
         for ev in events[-15:]:
             _say(console, f"{ev.at:%H:%M:%S} {ev.kind}: {ev.message}", "  ", " " * 11)
+
+
+def crash_tracebacks(store: RunStore, run_id: str) -> list[Any]:
+    """The run's ``crash`` events that hold a traceback (the lifecycle stores one with each crash), oldest
+    first."""
+    return [ev for ev in store.events(run_id)
+            if ev.kind == "crash" and isinstance((ev.data or {}).get("traceback"), str) and ev.data["traceback"]]
+
+
+def show_tracebacks(store: RunStore, run_id: str, console: Console) -> bool:
+    """``show RUN --traceback``: the traceback of each crash of the run (a resumed run may have crashed more
+    than once), each under the time and message of its crash; False when the run recorded none."""
+    run = store.get_run(run_id)
+    crashes = crash_tracebacks(store, run.id)
+    for ev in crashes:
+        _say(console, f"crash at {ev.at:%Y-%m-%d %H:%M:%S}: {ev.message}", style="red", styled=len("crash"))
+        console.print(safe_text(ev.data["traceback"].rstrip("\n"), lines=True), highlight=False, soft_wrap=True)
+    return bool(crashes)
 
 
 def evaluations_by_benchmark(store: RunStore, run: Any) -> dict[str, dict[int, dict[str, float]]]:

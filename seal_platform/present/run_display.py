@@ -9,6 +9,7 @@ from rich.console import Console
 
 from ..tracking import failure_warnings
 from .digest import LOG_FILE, load_digest
+from .safe import clean, markup_safe
 from .summary import run_summary
 
 
@@ -20,7 +21,8 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
     from ..runlog import quiet_terminal
 
     log_path = runner.run_dir / LOG_FILE
-    console.print(f"run [bold]{runner.run_id}[/] ({runner.config.name}) in {runner.run_dir}", highlight=False)
+    console.print(f"run [bold]{markup_safe(runner.run_id)}[/] ({markup_safe(runner.config.name)}) in "
+                  f"{markup_safe(runner.run_dir)}", highlight=False)
     if not verbose:
         console.print(f"library logs: {log_path} (-v shows them here)", highlight=False)
     if getattr(runner, "resumed", False):
@@ -51,7 +53,7 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
                               log=str(log_path)), highlight=False)
     # Trackers and end_run hooks that failed leave the run completed; the terminal still says so, once a plugin.
     for line in failure_warnings(e for e in store.events(runner.run_id) if e.id not in earlier):
-        console.print(line, style="yellow", highlight=False, markup=False)
+        console.print(clean(line, lines=True), style="yellow", highlight=False, markup=False)
     return result
 
 
@@ -62,6 +64,6 @@ def _write_report(store: Any, run_id: str, console: Console) -> Any:
     try:
         return write_run_report(load_digest(store, run_id), transcripts=report_transcripts(store, run_id))
     except Exception as exc:  # a failed report must not hide the run's outcome
-        console.print(f"warning: the report could not be written: {type(exc).__name__}: {exc}", highlight=False,
-                      markup=False)
+        console.print(clean(f"warning: the report could not be written: {type(exc).__name__}: {exc}", lines=True),
+                      highlight=False, markup=False)
         return None

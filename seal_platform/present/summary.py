@@ -13,12 +13,16 @@ from rich.text import Text
 
 from .digest import RunDigest
 from .fit import fitting, words
+from .safe import LABEL_LIMIT, clean, label_text, safe_text
+
+# Every name below that a plugin or the recipe chose (a category, an evaluation set, a label, a stage, a run's
+# name) goes through .safe: shown, never obeyed as escape sequences or rich markup, and labels clipped.
 
 
-def _table(title: str, *columns: str, right: tuple[int, ...] = ()) -> Table:
+def _table(title: str | Text, *columns: str, right: tuple[int, ...] = ()) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for i, col in enumerate(columns):
-        table.add_column(col, justify="right" if i in right else "left", overflow="fold")
+    for i, col in enumerate(columns):  # headers as Text: a run's name in one is never markup
+        table.add_column(safe_text(col, lines=True), justify="right" if i in right else "left", overflow="fold")
     return table
 
 
@@ -34,12 +38,12 @@ def pass_rate_tables(digest: RunDigest) -> list[Table]:
         assert first is not None and last is not None
         single = first.step == last.step
         cols = ("category", f"step {last.step}") if single else ("category", f"step {first.step}", f"step {last.step}", "change")
-        table = _table(f"pass rate (%) on {eval_set}", *cols, right=tuple(range(1, len(cols))))
+        table = _table(safe_text(f"pass rate (%) on {eval_set}"), *cols, right=tuple(range(1, len(cols))))
         cats = sorted(set(first.per_category) | set(last.per_category))
         rows = [(c, first.per_category.get(c), last.per_category.get(c)) for c in cats]
         rows.append(("average", first.average, last.average))
         for cat, before, after in rows:
-            name = Text(cat, style="bold") if cat == "average" else cat
+            name = safe_text(cat, style="bold" if cat == "average" else "")
             if single:
                 table.add_row(name, _pct(after))
             else:
@@ -55,7 +59,7 @@ def labels_table(digest: RunDigest) -> Table | None:
     table = _table("turn labels seen (training rollouts)", "diagnoser", "label", "turns", right=(2,))
     for source, counts in digest.labels.items():
         for i, (label, n) in enumerate(counts.items()):
-            table.add_row(source if i == 0 else "", label, str(n))
+            table.add_row(label_text(source) if i == 0 else "", label_text(label), str(n))
     return table
 
 
@@ -66,7 +70,7 @@ def weights_table(digest: RunDigest) -> Table | None:
     step = max(digest.label_weights)
     table = _table(f"A-Patch label weights after step {step}", "label", "weight", right=(1,))
     for label, weight in sorted(weights.items()):
-        table.add_row(label, f"{weight:.3f}")
+        table.add_row(label_text(label), f"{weight:.3f}")
     return table
 
 
@@ -91,9 +95,9 @@ def revisions_lines(digest: RunDigest) -> Text:
     for rev in digest.revisions:
         when = "before training" if rev.step is None else f"step {rev.step}"
         what = _short_changes(rev.changes) if rev.changes else ("pristine" if rev.parent is None else "no listed changes")
-        text.append(f"  r{rev.revision} ({when}): {what}\n")
+        text.append(f"  r{rev.revision} ({when}): {clean(what)}\n")
         if rev.driven_by:
-            text.append(f"      driven by: {', '.join(rev.driven_by)}\n")
+            text.append(f"      driven by: {', '.join(clean(label, LABEL_LIMIT) for label in rev.driven_by)}\n")
     return text
 
 
@@ -108,7 +112,7 @@ def stage_table(digest: RunDigest, extra: dict[str, float] | None = None) -> Tab
     total = sum(seconds.values())
     table = _table("time per stage", "stage", "seconds", "share", right=(1, 2))
     for stage, value in seconds.items():
-        table.add_row(stage, f"{value:.1f}", f"{100 * value / total:.0f}%" if total else "-")
+        table.add_row(label_text(stage), f"{value:.1f}", f"{100 * value / total:.0f}%" if total else "-")
     table.add_row(Text("total", style="bold"), f"{total:.1f}", "")
     return table
 
@@ -123,8 +127,8 @@ def learning_lines(digest: RunDigest) -> list[Text]:
         if first.step == last.step:
             continue
         change = last.average - first.average
-        out.append(Text(f"{eval_set}: {first.average:.1f}% -> {last.average:.1f}% ({change:+.1f} points, "
-                        f"{last.n_tasks} tasks)", style="bold"))
+        out.append(safe_text(f"{eval_set}: {first.average:.1f}% -> {last.average:.1f}% ({change:+.1f} points, "
+                             f"{last.n_tasks} tasks)", style="bold"))
         out.append(Text(f"  evaluated after step {first.step} and after step {last.step}, "
                         f"{digest.updates()} policy update(s) in between"))
     return out
@@ -133,8 +137,8 @@ def learning_lines(digest: RunDigest) -> list[Text]:
 def run_summary(digest: RunDigest, *, stage_extra: dict[str, float] | None = None, report: str | None = None,
                 log: str | None = None) -> Group:
     """Everything the terminal shows at the end of a run."""
-    parts: list[Any] = [Text(f"run {digest.id} ({digest.name}): {digest.status}, {len(digest.steps)} step(s)",
-                             style="bold")]
+    parts: list[Any] = [safe_text(f"run {digest.id} ({digest.name}): {digest.status}, {len(digest.steps)} step(s)",
+                                  style="bold")]
     parts.extend(learning_lines(digest))
     parts.extend(pass_rate_tables(digest) or [Text("no evaluation was run")])
     for table in (labels_table(digest), weights_table(digest)):
@@ -157,9 +161,9 @@ def run_summary(digest: RunDigest, *, stage_extra: dict[str, float] | None = Non
             line += f", {tps:.0f} trained tokens/s"
         parts.append(Text(line))
     if report:
-        parts.append(Text(f"report: {report}"))
+        parts.append(safe_text(f"report: {report}"))
     if log:
-        parts.append(Text(f"log:    {log}"))
+        parts.append(safe_text(f"log:    {log}"))
     return Group(*parts)
 
 
@@ -213,7 +217,7 @@ def comparison_table(comparison: Comparison, heads: list[str] | None = None) -> 
     """One column per run, headed by its name, the end of its id and its status unless completed (or by
     ``heads``: the letters of :func:`comparison_view`'s narrow layout)."""
     if heads is None:
-        heads = [f"{r.name}\n{r.id[-6:]}" + ("" if r.status == "completed" else f"\n({r.status.upper()})")
+        heads = [f"{clean(r.name)}\n{r.id[-6:]}" + ("" if r.status == "completed" else f"\n({r.status.upper()})")
                  for r in comparison.runs]
     table = _table("final pass rate (%)", "set / category", *heads, right=tuple(range(1, len(comparison.runs) + 1)))
     table.columns[0].no_wrap = True  # category names whole; the run columns hold numbers
@@ -221,12 +225,12 @@ def comparison_table(comparison: Comparison, heads: list[str] | None = None) -> 
     for row in comparison.rows:
         if row.eval_set != current:
             current = row.eval_set
-            table.add_row(Text(row.eval_set, style="bold"), *([""] * len(comparison.runs)))
+            table.add_row(safe_text(row.eval_set, style="bold"), *([""] * len(comparison.runs)))
             steps = [r.final_steps.get(row.eval_set) for r in comparison.runs]
             uneven = len({s for s in steps if s is not None}) > 1
             table.add_row(Text("  after step" + (" (differs!)" if uneven else ""), style="yellow" if uneven else "dim"),
                           *("-" if s is None else str(s) for s in steps))
-        name = Text(f"  {row.category}", style="bold" if row.category == "average" else "")
+        name = safe_text(f"  {row.category}", style="bold" if row.category == "average" else "")
         table.add_row(name, *(_pct(v) for v in row.values))
     return table
 
@@ -237,11 +241,11 @@ def comparison_view(console: Console, comparison: Comparison) -> RenderableType:
     per category."""
     runs = comparison.runs
     letters = [chr(ord("A") + i) if i < 26 else f"R{i + 1}" for i in range(len(runs))]
-    names = [*(r.eval_set for r in comparison.rows), *(r.category for r in comparison.rows)]
+    names = [*(clean(r.eval_set) for r in comparison.rows), *(clean(r.category) for r in comparison.rows)]
     cells = [_pct(v) for row in comparison.rows for v in row.values]
 
     def full() -> tuple[RenderableType, list[str]]:
-        shown = [*names, *cells, *(r.name for r in runs), *(r.id[-6:] for r in runs),
+        shown = [*names, *cells, *(clean(r.name) for r in runs), *(r.id[-6:] for r in runs),
                  *(f"({r.status.upper()})" for r in runs if r.status != "completed")]
         return comparison_table(comparison), shown + words("set / category")
 
@@ -250,27 +254,27 @@ def comparison_view(console: Console, comparison: Comparison) -> RenderableType:
         for _ in range(4):
             out.add_column(no_wrap=True)
         for letter, r in zip(letters, runs):
-            out.add_row(letter, r.id, r.name, "" if r.status == "completed" else r.status.upper())
+            out.add_row(letter, safe_text(r.id), safe_text(r.name), "" if r.status == "completed" else r.status.upper())
         return out
 
     def lettered() -> tuple[RenderableType, list[str]]:
-        shown = [*names, *cells, *(r.id for r in runs), *(r.name for r in runs),
+        shown = [*names, *cells, *(r.id for r in runs), *(clean(r.name) for r in runs),
                  *(r.status.upper() for r in runs if r.status != "completed")]
         return Group(legend(), comparison_table(comparison, letters)), shown + letters
 
     def vertical() -> tuple[RenderableType, list[str]]:
         parts: list[RenderableType] = []
         for letter, r in zip(letters, runs):
-            parts.append(Text(f"{letter}  {r.id}"))
-            parts.append(Text(f"   {r.name}" + ("" if r.status == "completed" else f" ({r.status.upper()})")))
+            parts.append(safe_text(f"{letter}  {r.id}"))
+            parts.append(safe_text(f"   {r.name}" + ("" if r.status == "completed" else f" ({r.status.upper()})")))
         parts.append(Text("final pass rate (%)", style="italic"))
         for eval_set in dict.fromkeys(row.eval_set for row in comparison.rows):
-            parts.append(Text(eval_set, style="bold"))
+            parts.append(safe_text(eval_set, style="bold"))
             steps = [r.final_steps.get(eval_set) for r in runs]
             parts.append(Text("  after step: " + ", ".join(f"{k} {'-' if s is None else s}" for k, s in zip(letters, steps))))
             for row in comparison.rows:
                 if row.eval_set == eval_set:
-                    parts.append(Text(f"  {row.category}: " + ", ".join(f"{k} {_pct(v)}" for k, v in zip(letters, row.values))))
+                    parts.append(safe_text(f"  {row.category}: " + ", ".join(f"{k} {_pct(v)}" for k, v in zip(letters, row.values))))
         return Group(*parts), []
 
     return fitting(console, full, lettered, vertical)

@@ -16,7 +16,8 @@ from pydantic import BaseModel, Field
 
 from ..errors import SealError
 from ..store import RunStore
-from .transcripts import EpisodeView, TurnView, clipper, load_episodes, turn_lines, verdict_word
+from .safe import LABEL_LIMIT, clean, json_safe
+from .transcripts import EpisodeView, TurnView, clipper, episode_name, load_episodes, turn_lines, verdict_word
 
 
 class EpisodePair(BaseModel):
@@ -104,14 +105,14 @@ def pair_episodes(store: RunStore, run_a: str, run_b: str, *, evaluation: bool, 
 
 
 def _who(ep: EpisodeView, names: dict[str, str]) -> str:
-    return f"{names.get(ep.run_id, ep.run_id)} {ep.phase} step {ep.step}"
+    return clean(f"{names.get(ep.run_id, ep.run_id)} {ep.phase} step {ep.step}")
 
 
 def outcome_text(ep: EpisodeView) -> str:
     """Reward, finish, failed turns and the diagnosers' labels of the turns that have any."""
     failed = [str(t.turn) for t in ep.turns if t.verdict is not None and not t.verdict["passed"]]
-    labels = [f"{lab.label}@{t.turn}" for t in ep.turns for lab in t.labels if lab.label != "pass"]
-    return (f"reward {ep.reward:g} ({'passed' if ep.reward > 0.5 else 'failed'}), finish {ep.finish}, interface "
+    labels = [f"{clean(lab.label, LABEL_LIMIT)}@{t.turn}" for t in ep.turns for lab in t.labels if lab.label != "pass"]
+    return (f"reward {ep.reward:g} ({'passed' if ep.reward > 0.5 else 'failed'}), finish {clean(ep.finish, LABEL_LIMIT)}, interface "
             f"r{ep.interface_revision}; failed turns: {', '.join(failed) or 'none'}; labels: {', '.join(labels) or 'none'}")
 
 
@@ -125,7 +126,7 @@ def render_rich(pairs: list[EpisodePair], names: dict[str, str], *, width: int =
     out: list[Any] = []
     for pair in pairs:
         mark = "  OUTCOMES DIFFER" if pair.outcome_differs else ""
-        out.append(Text(f"task {pair.task_id} ({pair.category}){mark}", style="bold reverse"))
+        out.append(Text(f"task {episode_name(pair)}{mark}", style="bold reverse"))
         table = Table(show_lines=True, expand=True)
         table.add_column("turn", no_wrap=True)
         for ep in (pair.a, pair.b):
@@ -157,7 +158,7 @@ def render_plain(pairs: list[EpisodePair], names: dict[str, str], *, width: int 
     lines: list[str] = []
     for pair in pairs:
         mark = "  [outcomes differ]" if pair.outcome_differs else ""
-        lines.append(f"=== task {pair.task_id} ({pair.category}){mark}")
+        lines.append(f"=== task {episode_name(pair)}{mark}")
         for side, ep in (("A", pair.a), ("B", pair.b)):
             lines.append(f"{side}: {_who(ep, names)}: {outcome_text(ep)}")
         turns_a, turns_b = {t.turn: t for t in pair.a.turns}, {t.turn: t for t in pair.b.turns}
@@ -194,7 +195,7 @@ def show_pairs(store: RunStore, run_a: str, run_b: str, *, console: Any, notes: 
         write_page(Path(html_out), pairs_page(pairs, names))
         notes.print(f"wrote {html_out}", highlight=False)
     if as_json:
-        click.echo(json.dumps([p.model_dump(mode="json") for p in pairs], indent=2, ensure_ascii=False))
+        click.echo(json_safe(json.dumps([p.model_dump(mode="json") for p in pairs], indent=2, ensure_ascii=False)))
     elif plain or not console.is_terminal:
         click.echo(render_plain(pairs, names, width=width))
     else:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from ..store import RunStore
 from ..types import Trajectory
+from .safe import LABEL_LIMIT, clean
 
 
 class LabelView(BaseModel):
@@ -162,8 +163,9 @@ def nothing_matched(store: RunStore, run_id: str, *, evaluation: bool, step: int
                                                if evaluation else ""))
     if label is not None and label not in labels:
         close = difflib.get_close_matches(label, labels, n=1)
-        parts.append(f"no turn is labelled {label!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                     + (f"; its labels: {', '.join(labels)}" if labels else "; it has no labels"))
+        parts.append(f"no turn is labelled {label!r}" + (f" (did you mean {clean(close[0], LABEL_LIMIT)!r}?)" if close else "")
+                     + (f"; its labels: {', '.join(clean(lab, LABEL_LIMIT) for lab in labels)}" if labels
+                        else "; it has no labels"))
     return "; ".join(parts) + "."
 
 
@@ -256,30 +258,40 @@ def verdict_word(verdict: dict[str, Any] | None) -> str:
 
 def turn_lines(turn: TurnView, clip: Any) -> list[tuple[str, str]]:
     """A turn as (text, rich style) lines: its messages, calls with results, checks and labels; ``clip``
-    shortens each text. Shared by the one-run view and the side-by-side one."""
+    shortens each text and shows its control characters (:func:`clipper`); names and labels are shown the same
+    way (:mod:`.safe`). Shared by the one-run view and the side-by-side one."""
     lines: list[tuple[str, str]] = []
     for msg in turn.messages:
         tokens = f", {msg['tokens']} sampled tokens" if msg["tokens"] else ""
-        lines.append((f"{msg['role']}{tokens}: {clip(msg['content'])}", ""))
+        lines.append((f"{clean(msg['role'], LABEL_LIMIT)}{tokens}: {clip(msg['content'])}", ""))
     for call in turn.calls:
-        outcome = (f"rejected: {call['rejected']}" if call["rejected"] else f"error: {call['error']}"
+        outcome = (f"rejected: {clip(str(call['rejected']))}" if call["rejected"] else f"error: {clip(str(call['error']))}"
                    if call["error"] else f"-> {clip(str(call['result']))}")
-        lines.append((f"call {call['name']}({clip(str(call['arguments']))}) {outcome}", "cyan"))
+        lines.append((f"call {clean(call['name'], LABEL_LIMIT)}({clip(str(call['arguments']))}) {outcome}", "cyan"))
     if turn.verdict is not None and turn.verdict["checks"]:
         lines.append((f"checks: {clip(str(turn.verdict['checks']))}", "dim"))
     for lab in turn.labels:
         weight = "" if lab.weight_after_step is None else f", A-Patch weight {lab.weight_after_step:.3f}"
-        ref = f" (reference {lab.reference_label})" if lab.reference_label and lab.reference_label != lab.label else ""
+        ref = (f" (reference {clean(lab.reference_label, LABEL_LIMIT)})"
+               if lab.reference_label and lab.reference_label != lab.label else "")
         why = f": {clip(lab.rationale)}" if lab.rationale else ""
-        lines.append((f"label [{lab.source}] {lab.label}{ref}{weight}{why}", "magenta"))
+        lines.append((f"label [{clean(lab.source, LABEL_LIMIT)}] {clean(lab.label, LABEL_LIMIT)}{ref}{weight}{why}",
+                      "magenta"))
     return lines
 
 
 def clipper(width: int) -> Any:
+    """Model, tool and plugin text as a terminal may show it: clipped at ``width`` characters (with a note) and
+    its control characters shown, not obeyed (:func:`.safe.clean`; newlines kept)."""
     def clip(text: str) -> str:
-        return text if len(text) <= width else text[:width] + f" ... [{len(text) - width} more characters]"
+        return clean(text, width, lines=True)
 
     return clip
+
+
+def episode_name(ep: Any) -> str:
+    """``task ID (CATEGORY)`` of an episode or a pair, as a terminal may show them (:mod:`.safe`)."""
+    return f"{clean(ep.task_id, 200)} ({clean(ep.category, LABEL_LIMIT)})"
 
 
 def render(episodes: list[EpisodeView], *, width: int = 2000) -> Any:
@@ -290,11 +302,12 @@ def render(episodes: list[EpisodeView], *, width: int = 2000) -> Any:
     clip = clipper(width)
     out: list[Any] = []
     for ep in episodes:
-        head = (f"{ep.phase} step {ep.step}  task {ep.task_id} ({ep.category})  group {ep.group} sample {ep.sample}  "
-                f"reward {ep.reward:g}  finish {ep.finish}  interface r{ep.interface_revision}")
+        head = (f"{ep.phase} step {ep.step}  task {episode_name(ep)}  group {clean(ep.group, LABEL_LIMIT)} "
+                f"sample {ep.sample}  reward {ep.reward:g}  finish {clean(ep.finish, LABEL_LIMIT)}  "
+                f"interface r{ep.interface_revision}")
         out.append(Text(head, style="bold reverse"))
         if ep.infra_failure:
-            out.append(Text(f"  infrastructure failure: {ep.infra_failure}", style="red"))
+            out.append(Text(f"  infrastructure failure: {clip(ep.infra_failure)}", style="red"))
         if ep.system:
             out.append(Text(f"  system ({len(ep.system)} characters): {clip(ep.system)}", style="dim"))
         if ep.context:
