@@ -69,9 +69,18 @@ class SealGroup(click.Group):
             ctx.exit(2)
 
 
+def _clean(value: Any) -> str:
+    """Plugin- or model-supplied text made safe for the terminal (:func:`.present.safe.clean`: control
+    characters shown, not obeyed; newlines kept)."""
+    from .present.safe import clean
+
+    return clean(value, lines=True)
+
+
 def _print_error(exc: BaseException) -> None:
-    # The message is text: a "[binary]" or "[a, b]" in it is not rich markup.
-    errors.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
+    # The message is text: a "[binary]" or "[a, b]" in it is not rich markup, an escape sequence in a
+    # plugin's exception is not obeyed.
+    errors.print(f"[bold red]Error:[/] {escape(_clean(exc))}", highlight=False, markup=True, soft_wrap=True)
 
 
 _STORE_URL_KEY = "seal_platform.store_url"
@@ -458,8 +467,8 @@ def _sigterm_interrupts() -> Iterator[None]:
 def _warn_failed_plugins(host: Any) -> None:
     """Every run names the plugins that failed to load, with their errors (the run goes on without them)."""
     for record in host.failed():
-        errors.print(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not loaded: "
-                     f"{record.error}", highlight=False, markup=False)
+        errors.print(_clean(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not "
+                            f"loaded: {record.error}"), highlight=False, markup=False)
 
 
 # --- plugins -----------------------------------------------------------------------------------------
@@ -509,13 +518,13 @@ def plugins(name: str | None, as_json: bool) -> None:
     table.add_column("provides; hooks", overflow="fold")
     for row in rows:
         status = Text(row["status"], style="" if row["status"] == "loaded" else "red")
-        cell = Text(", ".join(row["provides"]))
+        cell = Text(_clean(", ".join(row["provides"])))
         for note in row["clashes"]:
-            cell.append(("\n" if cell else "") + f"clash: {note}", style="red")
+            cell.append(("\n" if cell else "") + _clean(f"clash: {note}"), style="red")
         hooks = [hook for hook in row["hooks"] if not hook.startswith("register_")]
         if hooks:
             cell.append(("\n" if cell else "") + "hooks: " + ", ".join(hooks), style="dim")
-        table.add_row(Text(row["name"]), Text(row["version"] or ""), status, cell)
+        table.add_row(Text(_clean(row["name"])), Text(_clean(row["version"] or "")), status, cell)
     console.print(table)
     for row in rows:
         if row["error"]:
@@ -889,7 +898,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     table.add_column("category")
     table.add_column("pass rate (%)", justify="right")
     for cat, rate in sorted(result.per_category.items()):
-        table.add_row(cat, f"{rate:.2f}")
+        table.add_row(Text(_clean(cat)), f"{rate:.2f}")
     table.add_row("[bold]average[/]", f"{result.average:.2f}")
     console.print(table)
 
@@ -954,11 +963,11 @@ def build_cli() -> click.Group:
     try:
         host = make_plugin_manager()
     except Exception as exc:  # a broken plugin must not take the CLI down
-        errors.print(f"warning: plugin commands unavailable: {exc}", highlight=False, markup=False)
+        errors.print(_clean(f"warning: plugin commands unavailable: {exc}"), highlight=False, markup=False)
         return cli
     for record in host.register_commands(cli):
-        errors.print(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not loaded and "
-                     f"its commands are unavailable: {record.error}", highlight=False, markup=False)
+        errors.print(_clean(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not "
+                            f"loaded and its commands are unavailable: {record.error}"), highlight=False, markup=False)
     return cli
 
 

@@ -198,3 +198,17 @@ def test_json_outputs_escape_what_a_terminal_would_obey_and_keep_the_data(hostil
                 yield from strings(item)
 
     assert any(ATTACK in text for text in strings(data))  # every character kept
+
+
+def test_the_cli_prints_a_plugins_error_text_as_text(capsys):
+    """A failed plugin's error, and an exception a plugin raised into a command, reach the terminal cleaned
+    (the CLI's own lines: its failure paragraph and its warnings about plugins that did not load)."""
+    from seal_platform.cli import _print_error, _warn_failed_plugins
+    from seal_platform.plugins import PluginRecord
+
+    record = PluginRecord(name="evil" + ATTACK, distribution="evil-dist", status="failed", error="boom " + ATTACK)
+    _warn_failed_plugins(SimpleNamespace(failed=lambda: [record]))
+    _print_error(RuntimeError("stage failed: " + ATTACK))
+    err = capsys.readouterr().err
+    assert "boom" in err and "stage failed" in err
+    _assert_neutral(err)
