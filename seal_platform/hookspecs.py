@@ -260,7 +260,8 @@ def start_run(ctx: RunContext, resumed: bool) -> None:
 
     Called once on every enabled plugin, after the run's row is written to the store and before the rollout
     engine is built (likewise before ``seal-platform eval`` evaluates a checkpoint, with ``resumed`` True;
-    ``seal-platform verify`` starts and ends only the benchmark's own plugin). Once built, the engine is
+    ``seal-platform verify`` starts and ends only the benchmark's own plugin, with ``ctx.run_dir`` a
+    temporary directory that is removed when it ends). Once built, the engine is
     available to every hook as ``ctx.shared["engine"]``; the core closes it after ``end_run``. The order of
     all of it is :mod:`seal_platform.lifecycle`.
 
@@ -377,7 +378,10 @@ def collect(
     :param sampling: the sampling of training rollouts, filled in by the core from the recipe's ``rollout``
         section (temperature, top-p, max new tokens). Add only what is the environment's own (stop strings,
         a seed per rollout) with ``sampling.model_copy(update=...)``; do not rebuild it from the config.
-    :returns: ``len(tasks) * group_size`` verified trajectories (reward and per-turn verdicts set).
+    :returns: ``len(tasks) * group_size`` verified trajectories (reward and per-turn verdicts set). The core
+        checks them before it uses or stores any: that count, a finite ``reward`` each, and ids unique across
+        the run store (leave ``Trajectory.id`` at its default, a fresh uuid4; ids built from the task and
+        sample repeat across steps and runs). Anything else fails the step with an error naming the plugin.
 
     First result wins (only one plugin is called).
     """
@@ -398,8 +402,11 @@ def diagnose(ctx: RunContext, environment: Environment, trajectories: list[Traje
         recipe's primary diagnoser (``diagnosis.primary``) drive the capability state and A-Patch; every
         diagnoser's labels are stored. A label may carry a ``confidence`` (0..1) when the diagnoser states one.
         The core calls each plugin on its own and checks what it returns: anything but a list (a str, a dict),
-        a label whose ``source`` is not a diagnoser the plugin registered, or one for a trajectory not among
-        ``trajectories`` or a turn it does not have fails the step with an error naming the plugin.
+        a label whose ``source`` is not a diagnoser the plugin registered, one for a trajectory not among
+        ``trajectories`` or a turn it does not have, or an empty label fails the step with an error naming the
+        plugin. A label that no registered diagnoser declares (``DiagnoserSpec.labels``; a diagnoser that
+        declares none is not checked) is kept, and the step records one ``labels_undeclared`` event naming
+        the diagnoser and those labels.
 
     All results are collected and concatenated. A diagnoser that builds on the others' labels (an LLM judge
     refining the heuristic labels) may implement this hook as a pluggy wrapper
@@ -519,7 +526,11 @@ def evaluate(
     :returns: the verified trajectories, one per task; the core scores them (pass rate per category, a
         trajectory passes when ``reward > 0.5``: :meth:`EvalResult.from_trajectories`) so every
         environment is scored the same way. An environment with a scoring rule of its own may return an
-        :class:`EvalResult` instead, which the core records as it is.
+        :class:`EvalResult` instead, which the core records as it is. The core checks what comes back before
+        it scores or stores any of it: one trajectory per task (by ``task_id``; an episode lost to the
+        infrastructure is a failed trajectory, not left out), a finite ``reward`` each, ids unique across the
+        run store (as for ``collect``); an ``EvalResult`` counts the tasks (``n_tasks``) and its pass rates
+        are percentages (0 to 100). Anything else is an error naming the plugin.
 
     First result wins (only one plugin is called).
     """

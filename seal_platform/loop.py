@@ -49,7 +49,19 @@ from .errors import PluginError, SealError
 from .lifecycle import lifecycle
 from .planning import Plan, check_machine
 from .plugins import PluginHost
-from .stages import adopt_interface, collect_sampling, evaluate_sampling, expect_list_of, score_evaluation, wrap
+from .stages import (
+    adopt_interface,
+    check_collected,
+    check_ids_unused,
+    checked_labels,
+    collect_sampling,
+    evaluate_sampling,
+    expect_list_of,
+    label_list,
+    score_evaluation,
+    undeclared_note,
+    wrap,
+)
 from .resume import PluginChanges, check_restart_point, check_resume_plugins, record_plugin_changes, restore_run
 from .store import EVAL_BY_COMMAND, RunStore, is_stale
 from .tracking import step_metrics, track
@@ -223,10 +235,10 @@ class Runner:
         """The run's training tasks (``training.max_train_tasks`` of them at most) and evaluation tasks."""
         cfg = self.config
         owner = self.plan.env_owner
-        train_tasks = wrap("tasks", owner, lambda: env.tasks("train"))
+        train_tasks = wrap("tasks", owner, lambda: env.tasks("train"), self.host)
         if cfg.training.max_train_tasks:
             train_tasks = train_tasks[: cfg.training.max_train_tasks]
-        eval_tasks = _eval_tasks(env, owner, cfg)
+        eval_tasks = _eval_tasks(env, owner, cfg, self.host)
         if not train_tasks and (cfg.training.steps or 0) != 0:
             raise SealError(f"environment {cfg.environment!r} has no training tasks with these settings.")
         return train_tasks, eval_tasks
@@ -247,7 +259,7 @@ class Runner:
             if done > 0 and eval_tasks and (done == total or self._eval_due(done, total)):
                 evaluations[done] = self._evaluate(env, engine, eval_tasks, done)
         if not self.resumed or self.interface is None:
-            pristine = wrap("environment", owner, env.pristine_interface)
+            pristine = wrap("environment", owner, env.pristine_interface, self.host)
             if not isinstance(pristine, Interface):
                 raise PluginError(f"plugin {owner!r}: its environment's pristine_interface() returned "
                                   f"{type(pristine).__name__}, not an Interface (seal_platform.types.Interface).")
@@ -305,16 +317,8 @@ class Runner:
             "collect", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks,
             interface=self.interface if interface is None else interface, group_size=cfg.training.group_size, step=step,
             sampling=collect_sampling(cfg),
-        ))
-        trajs = expect_list_of(trajs, Trajectory, "collect", owner)
-        # One per task and sample: an episode lost to the infrastructure comes back as a failed trajectory
-        # (seal_platform.infra), never dropped; each dynamic-sampling round is one call with its own tasks.
-        wanted = len(tasks) * cfg.training.group_size
-        if len(trajs) != wanted:
-            raise PluginError(f"plugin {owner!r} returned {len(trajs)} trajectories from 'collect' for {len(tasks)} "
-                              f"task(s) x group_size {cfg.training.group_size}; it must return {wanted} (an episode "
-                              "lost to the infrastructure is returned as a failed trajectory, not left out).")
-        return trajs
+        ), self.host)
+        return check_collected(trajs, tasks, cfg.training.group_size, owner)  # count, ids, rewards
 
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task],
               train_tasks: list[Task], collected: rollouts.Collected | None,
@@ -363,7 +367,9 @@ class Runner:
         if collected.overlapped:
             metrics["rollouts_overlapped"] = 1.0
 
-        # A step another process recorded first (two processes writing one run) is the store's WriteConflict.
+        # Ids the store holds already (an earlier step or run) are the plugin's error, found before the write; a
+        # step another process recorded first (two processes writing one run) is the store's WriteConflict.
+        check_ids_unused(self.store, trajs, "collect", plan.env_owner)
         self.store.record_step(
             self.run_id, step=step, epoch=epoch, trajectories=trajs, labels=labels, label_weights=label_weights,
             state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
@@ -375,7 +381,8 @@ class Runner:
 
     def _diagnose(self, env: Environment, step: int, trajectories: list[Trajectory]) -> list[TurnLabel]:
         """Every enabled diagnoser plugin's labels of the step, each plugin called on its own (through pluggy)
-        so that an error names the one that failed, and what each returned checked (:func:`_checked_labels`).
+        so that an error names the one that failed, and what each returned checked (:func:`stages.checked_labels`;
+        labels no diagnoser declares: one ``labels_undeclared`` event per step).
         A plugin whose ``diagnose`` is a pluggy wrapper gets the others' label lists (innermost wrapper first),
         as a call of all of them would give it, and returns them with its own."""
         names = self.plan.diagnosers
@@ -387,27 +394,32 @@ class Runner:
         registered = self.host.diagnosers()
         ids = {t.id: len(t.turn_verdicts) for t in trajectories}
         results: list[list[TurnLabel]] = []
+        undeclared: dict[str, set[str]] = {}  # diagnoser -> labels no diagnoser declares: one event per step
         for impl in reversed([i for i in impls if i not in wrappers]):  # pluggy's order
             plugin = impl.plugin_name
-            answer = wrap("diagnose", plugin, lambda: self.host.call_subset("diagnose", [plugin], **kwargs))
+            answer = wrap("diagnose", plugin, lambda: self.host.call_subset("diagnose", [plugin], **kwargs), self.host)
             if answer:
-                results.append(_checked_labels(answer[0], plugin, registered, ids))
+                results.append(checked_labels(answer[0], plugin, registered, ids, undeclared))
         for impl in wrappers:
             plugin, fed = impl.plugin_name, results
             others = [p for p in self.host.pm.get_plugins() if p is not impl.plugin]
             caller = self.host.pm.subset_hook_caller("diagnose", remove_plugins=others)
             # call_extra puts each extra method before the ones given earlier: reversed, they answer in order.
-            answer = wrap("diagnose", plugin, lambda: caller.call_extra([_answering(r) for r in reversed(fed)], kwargs))
+            answer = wrap("diagnose", plugin, lambda: caller.call_extra([_answering(r) for r in reversed(fed)], kwargs),
+                          self.host)
             if isinstance(answer, (str, bytes, dict)) or not isinstance(answer, (list, tuple)):
                 raise PluginError(f"plugin {plugin!r} (a diagnose wrapper) must return the list of label lists it was "
                                   f"given with its own appended, not {type(answer).__name__}.")
             given = {lab.model_dump_json() for labels in fed for lab in labels}
             results = []
             for labels in answer:
-                labels = expect_list_of(_label_list(labels, plugin), TurnLabel, "diagnose", plugin)
+                labels = expect_list_of(label_list(labels, plugin), TurnLabel, "diagnose", plugin)
                 own = [lab for lab in labels if lab.model_dump_json() not in given]
-                _checked_labels(own, plugin, registered, ids)
+                checked_labels(own, plugin, registered, ids, undeclared)
                 results.append(labels)
+        if undeclared:
+            message, data = undeclared_note(step, undeclared)
+            self.ctx.event("labels_undeclared", message, **data)
         return [lab for labels in results for lab in labels]
 
     def _train_on(self, engine: Any, step: int, timer: _Timer, trainable: list[Trajectory], primary: list[TurnLabel],
@@ -422,7 +434,7 @@ class Runner:
             with timer("reweight"):
                 result = wrap("reweight", reweighter, lambda: self.host.call_owned(
                     "reweight", reweighter, ctx=self.ctx, trajectories=trainable, labels=primary, state=self.state, step=step,
-                ))
+                ), self.host)
                 if not isinstance(result, ReweightResult):
                     raise PluginError(f"plugin {reweighter!r} must return a ReweightResult from 'reweight', not {type(result).__name__}.")
                 missing = [t.id for t in trainable if t.id not in result.trajectory_weights]
@@ -438,7 +450,7 @@ class Runner:
                 metrics = _optimizer_metrics(wrap("optimize", optimizer, lambda: self.host.call_owned(
                     "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
                     rollouts=in_flight,
-                )), optimizer)
+                ), self.host), optimizer)
         return metrics, label_weights
 
     def _evolve(self, env: Environment, step: int) -> None:
@@ -447,7 +459,7 @@ class Runner:
         new = wrap("evolve_interface", evolver, lambda: self.host.call_owned(
             "evolve_interface", evolver, ctx=self.ctx, environment=env, interface=self.interface,
             state=self.state, step=step,
-        ))
+        ), self.host)
         if new is not None:
             self._adopt_interface(new, evolver, step)
 
@@ -467,6 +479,7 @@ class Runner:
         evaluate_started = time.perf_counter()
         self.progress.stage(step, "evaluate")
         result = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step)
+        check_ids_unused(self.store, result.trajectories, "evaluate", self.plan.env_owner)  # before the write
         self.store.add_evaluation(self.run_id, step, result, benchmark=self.config.environment)
         if self.config.evaluation.benchmarks:
             self.progress.stage(step, "benchmarks")
@@ -502,38 +515,6 @@ def _answering(value: Any) -> Callable[[], Any]:
     return lambda: value
 
 
-def _label_list(value: Any, plugin: str) -> list[Any]:
-    """``value`` (what a diagnoser returned) if it is a list of labels; a str, dict or anything but a list or
-    tuple is a :class:`PluginError` naming the plugin (a str would be read letter by letter)."""
-    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple)):
-        raise PluginError(f"plugin {plugin!r} must return a list of TurnLabel from 'diagnose', not "
-                          f"{type(value).__name__}.")
-    return list(value)
-
-
-def _checked_labels(value: Any, plugin: str, registered: dict[str, tuple[str, Any]],
-                    turns: dict[str, int]) -> list[TurnLabel]:
-    """The labels diagnoser plugin ``plugin`` returned, checked against what it registered and the step's
-    trajectories (``turns``: id -> number of ground-truth turns): each label names one of its diagnosers in
-    ``source`` and labels a turn of one of the step's trajectories. A label its spec does not declare is
-    kept (the LLM judge falls back to the heuristic diagnoser's label for a turn it could not judge).
-    Anything else is a :class:`PluginError` naming the plugin; nothing of it is stored."""
-    labels = expect_list_of(_label_list(value, plugin), TurnLabel, "diagnose", plugin)
-    own = {name: spec for name, (owner, spec) in registered.items() if owner == plugin}
-    for lab in labels:
-        where = f"plugin {plugin!r} returned a label from 'diagnose' ({lab.label!r} for turn {lab.turn} of " \
-            f"trajectory {lab.trajectory_id!r}, source {lab.source!r})"
-        if lab.source not in own:
-            raise PluginError(f"{where} whose source is not a diagnoser it registers "
-                              f"({', '.join(sorted(own)) or 'none'}).")
-        if lab.trajectory_id not in turns:
-            raise PluginError(f"{where} for a trajectory that is not one of the step's.")
-        n = turns[lab.trajectory_id]
-        if lab.turn < 0 or (n and lab.turn >= n):
-            raise PluginError(f"{where} for a turn the trajectory does not have (it has {n} ground-truth turns).")
-    return labels
-
-
 def _optimizer_metrics(result: Any, plugin: str) -> dict[str, float]:
     """What ``optimize`` returned, checked: a flat dict of metric name -> number (None: no metrics), or a
     :class:`PluginError` naming the plugin (nothing of it is stored)."""
@@ -551,8 +532,8 @@ def _optimizer_metrics(result: Any, plugin: str) -> dict[str, float]:
     return {k: float(v) for k, v in result.items()}
 
 
-def _eval_tasks(env: Environment, owner: str, config: RunConfig) -> list[Task]:
-    tasks = wrap("tasks", owner, lambda: env.tasks(config.evaluation.split))
+def _eval_tasks(env: Environment, owner: str, config: RunConfig, host: PluginHost | None = None) -> list[Task]:
+    tasks = wrap("tasks", owner, lambda: env.tasks(config.evaluation.split), host)
     return tasks[: config.evaluation.max_tasks] if config.evaluation.max_tasks else tasks
 
 
@@ -562,8 +543,8 @@ def _call_evaluate(
     result = wrap("evaluate", owner, lambda: host.call_owned(
         "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
         sampling=evaluate_sampling(ctx.config),
-    ))
-    return score_evaluation(result, ctx.config.evaluation.split, owner)
+    ), host)
+    return score_evaluation(result, ctx.config.evaluation.split, owner, tasks)  # one per task, finite rewards
 
 
 def evaluate_checkpoint(
@@ -593,7 +574,7 @@ def evaluate_checkpoint(
     with lifecycle(host, ctx, resumed=True, on_exit=progress.stop) as life:
         progress.stage(done, "build environment")  # a bad split is refused before the model load
         env = life.environment()
-        tasks = _eval_tasks(env, plan.env_owner, config)
+        tasks = _eval_tasks(env, plan.env_owner, config, host)
         progress.stage(done, "load model")
         engine = life.engine()
         progress.stage(done, "load checkpoint")

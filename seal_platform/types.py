@@ -173,8 +173,18 @@ def make_text_valid(traj: Trajectory) -> int:
 
 
 class Trajectory(BaseModel):
-    """One rollout of one task under one interface revision."""
+    """One rollout of one task under one interface revision.
 
+    ``id`` must be unique across the whole run store, not only within one ``collect`` or ``evaluate`` call:
+    it is the trajectory's key in the store, which labels and weights refer to. Leave it at its default (a
+    fresh uuid4); an id built from the task and sample (``f"{task_id}:{sample}"``) repeats in the next step,
+    evaluation or run. The core checks ids (and that ``reward`` is a finite number) before it stores a step
+    or an evaluation, and refuses a repeated one with an error naming the plugin.
+
+    ``reward`` has no fixed range (an environment may pass its own reward through); the trajectory counts
+    as a success, for the pass rate, when it is above 0.5."""
+
+    # Unique across the run store (see above): leave the default.
     id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     task_id: str
     category: str

@@ -8,13 +8,16 @@ whole step or none of it.
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import socket
 import zlib
+from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from alembic import command
 from alembic.runtime.migration import MigrationContext
@@ -106,7 +109,14 @@ class WriteConflict(StoreError):
     """A write of a run that the database refused as conflicting with what another process wrote (two processes
     writing one run: a key such as a step's or an interface revision's taken first, the run's row gone). Its
     message says so in one paragraph, naming the run's owner, instead of the database's constraint text and
-    SQL statement; nothing of the refused write was kept."""
+    SQL statement; nothing of the refused write was kept.
+
+    A refusal that is not another writer's doing (the run's row is this process's and the write's own key is
+    free: trajectory ids another step or run holds, a value the database cannot store) is a plain
+    :class:`StoreError` saying what in the data was refused."""
+
+
+_UNIQUE_IDS = "a trajectory's id must be unique across the store (Trajectory.id's default, a fresh uuid4, is)"
 
 
 class RunStore:
@@ -244,25 +254,66 @@ class RunStore:
             raise safety.describe(self.url, exc, None, opening=False) from exc
 
     @contextmanager
-    def _run_write(self, run_id: str, what: str) -> Iterator[Session]:
+    def _run_write(self, run_id: str, what: str, *, taken: Callable[[Session], bool] | None = None,
+                   trajectories: Sequence[Trajectory] = ()) -> Iterator[Session]:
         """A session (one transaction) for writing ``what`` (``step 3``, ...) of run ``run_id``: the writes that
         add a run's rows (its steps, evaluations, checkpoints, interface revisions) go through it. The database's
-        refusal of the write as conflicting with another writer's rows (an IntegrityError) is a
-        :class:`WriteConflict`; the transaction is rolled back. (The run's row itself is changed by
-        compare-and-set updates instead: :meth:`claim_run`, :meth:`finish_run`; events have no key to take.)"""
+        refusal of the write (an IntegrityError) rolls the transaction back and is
+
+        * a :class:`WriteConflict` when it is another writer's doing: the run's row is gone or no longer this
+          process's, or the write's own key is taken already (``taken(session)``: the step's row, the
+          evaluation's rows, the interface revision's);
+        * otherwise a :class:`StoreError` saying what in the data was refused (``trajectories``: those the write
+          adds, whose ids the store may hold already), never the database's SQL text.
+
+        (The run's row itself is changed by compare-and-set updates instead: :meth:`claim_run`,
+        :meth:`finish_run`; events have no key to take.)"""
         try:
             with self.session() as s:
                 yield s
         except IntegrityError as exc:
-            raise self._write_conflict(run_id, what) from exc
+            raise self._refused(run_id, what, exc, taken, trajectories) from exc
 
-    def _write_conflict(self, run_id: str, what: str) -> WriteConflict:
-        """The error for ``what`` of run ``run_id`` refused because another process wrote first: which process
-        owns the run now, read back from the run's row."""
+    def _refused(self, run_id: str, what: str, exc: IntegrityError, taken: Callable[[Session], bool] | None,
+                 trajectories: Sequence[Trajectory]) -> StoreError:
+        """The error for ``what`` of run ``run_id`` that the database refused (see :meth:`_run_write`)."""
         try:
-            row = self.get_run(run_id)
+            row: m.Run | None = self.get_run(run_id)
         except Exception:  # the row is gone, or the store cannot say: the error still names what happened
             row = None
+        if row is None or not owned_by_this_process(row) or self._key_taken(taken):
+            return self._write_conflict(run_id, what, row)
+        return StoreError(f"{what} of run {run_id} could not be recorded: {self._data_fault(exc, trajectories)}; "
+                          "nothing of it was written.")
+
+    def _key_taken(self, taken: Callable[[Session], bool] | None) -> bool:
+        if taken is None:
+            return False
+        try:
+            with self.session() as s:
+                return taken(s)
+        except Exception:  # the store cannot say: taken, as every refusal was before this check
+            return True
+
+    def _data_fault(self, exc: IntegrityError, trajectories: Sequence[Trajectory]) -> str:
+        """What in a write's data the database refused, in words (its trajectories' ids first)."""
+        ids = [t.id for t in trajectories]
+        duplicates = sorted(tid for tid, n in Counter(ids).items() if n > 1)
+        if duplicates:
+            return f"trajectory ids {_listed(duplicates)} appear more than once in it; {_UNIQUE_IDS}"
+        try:
+            used = self.trajectory_ids_in_use(ids)
+        except Exception:  # the store cannot say: the database's own reason below
+            used = {}
+        if used:
+            where = [f"{tid!r} (run {run}, step {step}, {phase})" for tid, (run, step, phase) in used.items()]
+            return f"the store holds trajectory ids {_listed(where, quote=False)} already; {_UNIQUE_IDS}"
+        reason = str(getattr(exc, "orig", "") or "").strip().splitlines()
+        return f"the database refused its data ({reason[0][:200]})" if reason else "the database refused its data"
+
+    def _write_conflict(self, run_id: str, what: str, row: m.Run | None) -> WriteConflict:
+        """The error for ``what`` of run ``run_id`` refused because another process wrote first: which process
+        owns the run now (``row``: the run's row read back, None when it is gone)."""
         if row is None:
             return WriteConflict(f"{what} of run {run_id} could not be recorded: the store refused it as conflicting "
                                  "with what another process wrote, and the run's row could not be read back (was "
@@ -442,8 +493,14 @@ class RunStore:
     ) -> None:
         """Everything a training step produced, in one transaction (a step another process recorded first: a
         :class:`WriteConflict`, as for every write of a run's rows)."""
+        what = f"step {step}"
+        _check_rewards(run_id, what, trajectories)
         mean_reward = policy_mean_reward(trajectories)
-        with self._run_write(run_id, f"step {step}") as s:
+
+        def taken(s: Session) -> bool:
+            return s.scalar(select(m.Step.id).where(m.Step.run_id == run_id, m.Step.step == step)) is not None
+
+        with self._run_write(run_id, what, taken=taken, trajectories=trajectories) as s:
             s.add(
                 m.Step(
                     run_id=run_id, step=step, epoch=epoch, mean_reward=mean_reward,
@@ -477,6 +534,17 @@ class RunStore:
             )
             for t in trajectories
         )
+
+    def trajectory_ids_in_use(self, ids: Sequence[str]) -> dict[str, tuple[str, int, str]]:
+        """Of ``ids``, those the store holds already, in any run: id -> (run id, step, phase)."""
+        found: dict[str, tuple[str, int, str]] = {}
+        unique = list(dict.fromkeys(ids))
+        with self.session() as s:
+            for start in range(0, len(unique), 500):  # keep the IN list within SQLite's variable limit
+                q = select(m.TrajectoryRow.id, m.TrajectoryRow.run_id, m.TrajectoryRow.step, m.TrajectoryRow.phase)
+                for tid, run, step, phase in s.execute(q.where(m.TrajectoryRow.id.in_(unique[start: start + 500]))):
+                    found[tid] = (run, step, phase)
+        return found
 
     def steps(self, run_id: str) -> list[m.Step]:
         with self.session() as s:
@@ -522,7 +590,11 @@ class RunStore:
     # --- interfaces, evaluations, checkpoints, events --------------------------------------------------
 
     def add_interface(self, run_id: str, interface: Interface, parent: Interface | None) -> None:
-        with self._run_write(run_id, f"interface revision {interface.revision}") as s:
+        def taken(s: Session) -> bool:
+            return s.scalar(select(m.InterfaceRevision.id).where(
+                m.InterfaceRevision.run_id == run_id, m.InterfaceRevision.revision == interface.revision)) is not None
+
+        with self._run_write(run_id, f"interface revision {interface.revision}", taken=taken) as s:
             s.add(
                 m.InterfaceRevision(
                     run_id=run_id, revision=interface.revision, parent=interface.parent, step=interface.step,
@@ -552,7 +624,15 @@ class RunStore:
         evaluation of that checkpoint is). Readers keep the two apart (:meth:`evaluations`)."""
         if origin not in EVAL_ORIGINS:
             raise StoreError(f"evaluation origin {origin!r} is not one of {', '.join(EVAL_ORIGINS)}.")
-        with self._run_write(run_id, f"the evaluation at step {step}") as s:
+        what = f"the evaluation at step {step}"
+        _check_rewards(run_id, what, result.trajectories)
+
+        def taken(s: Session) -> bool:
+            return s.scalar(select(m.Evaluation.id).where(
+                m.Evaluation.run_id == run_id, m.Evaluation.step == step, m.Evaluation.origin == origin,
+                m.Evaluation.benchmark == benchmark).limit(1)) is not None
+
+        with self._run_write(run_id, what, taken=taken, trajectories=result.trajectories) as s:
             s.add_all(
                 m.Evaluation(run_id=run_id, step=step, split=result.split, benchmark=benchmark, origin=origin,
                              category=cat, pass_rate=rate, n_tasks=result.n_tasks)
@@ -635,6 +715,20 @@ def missing_driver(url: str, exc: ImportError) -> StoreError:
                                                                                     f"pip install {module}")
     return StoreError(f"cannot open run store {url}: its database driver for {scheme!r} ({module}) is not "
                       f"installed: install it ({hint}) or give --store an SQLite file path.")
+
+
+def _listed(values: Any, limit: int = 5, quote: bool = True) -> str:
+    values = list(values)
+    return ", ".join(repr(v) if quote else str(v) for v in values[:limit]) + (", ..." if len(values) > limit else "")
+
+
+def _check_rewards(run_id: str, what: str, trajectories: Sequence[Trajectory]) -> None:
+    """Before ``what`` is written: every trajectory's reward is a finite number (SQLite would store NaN as
+    NULL and refuse it, PostgreSQL would keep it and every mean over it), else a :class:`StoreError`."""
+    for t in trajectories:
+        if not isinstance(t.reward, numbers.Real) or not math.isfinite(t.reward):
+            raise StoreError(f"{what} of run {run_id} could not be recorded: the reward of trajectory {t.id!r} is "
+                             f"{t.reward!r}, not a finite number; nothing of it was written.")
 
 
 def _jsonable(value: Any) -> Any:

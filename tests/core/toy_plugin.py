@@ -60,6 +60,30 @@ class ToySettings(BaseModel):
     restore_rng: bool = False
     # Seconds each episode's generation takes (rollouts long enough to overlap an update).
     generate_sleep_s: float = 0.0
+    # Data a buggy environment returns, for the core's checks: "duplicate_ids" (collect: one id for all),
+    # "task_sample_ids" (collect and evaluate: ids f"{task_id}:{sample}", which repeat across steps),
+    # "nan_reward" / "inf_reward" (collect), "eval_nan_reward", "eval_none_for_a_task" (evaluate drops its last
+    # task), "eval_empty" (evaluate returns []), "eval_rate_7" (a pass rate of 700%).
+    bad_data: str | None = None
+
+
+def _spoil(trajectories: list[Trajectory], bad: str | None, evaluate: bool) -> list[Trajectory]:
+    """``trajectories`` as ``bad_data`` makes a buggy environment return them."""
+    if bad == "task_sample_ids":
+        for t in trajectories:
+            t.id = f"{t.task_id}:{t.sample}"
+    elif evaluate and bad == "eval_nan_reward":
+        trajectories[0].reward = float("nan")
+    elif evaluate and bad == "eval_none_for_a_task":
+        return trajectories[:-1]
+    elif evaluate and bad == "eval_empty":
+        return []
+    elif not evaluate and bad == "duplicate_ids":
+        for t in trajectories:
+            t.id = "same"
+    elif not evaluate and bad in ("nan_reward", "inf_reward"):
+        trajectories[-1].reward = float("nan" if bad == "nan_reward" else "inf")
+    return trajectories
 
 
 class ToyCluster:
@@ -297,7 +321,7 @@ class ToyPlugin:
             _, task, g = job
             return failed_trajectory(task, f"{step}:{task.id}", g, reason, interface.revision)
 
-        return ctx.executor.map(one, jobs, on_infra_failure=lost)
+        return _spoil(ctx.executor.map(one, jobs, on_infra_failure=lost), settings.bad_data, False)
 
     @hookimpl
     def diagnose(self, ctx, environment, trajectories, step):
@@ -343,11 +367,15 @@ class ToyPlugin:
         settings = self._note("evaluate", ctx, environment=environment, engine=engine, tasks=tasks, step=step)
         _maybe_interrupt(settings, "evaluate", step)
         trajs = [_episode(engine, t, environment.pristine_interface(), f"eval:{t.id}", 0, True) for t in tasks]
+        if settings.bad_data and settings.bad_data != "eval_rate_7":  # a buggy environment's verified trajectories
+            return _spoil(trajs, settings.bad_data, True)
         per_cat: dict[str, list[float]] = {}
         for t in trajs:
             per_cat.setdefault(t.category, []).append(t.reward)
-        return EvalResult(split="eval", per_category={c: 100 * sum(v) / len(v) for c, v in per_cat.items()},
-                          n_tasks=len(trajs), trajectories=trajs)
+        rates = {c: 100 * sum(v) / len(v) for c, v in per_cat.items()}
+        if settings.bad_data == "eval_rate_7":
+            rates = {c: 700.0 for c in rates}
+        return EvalResult(split="eval", per_category=rates, n_tasks=len(trajs), trajectories=trajs)
 
     @hookimpl
     def save_checkpoint(self, ctx, directory, step):
