@@ -15,6 +15,7 @@ from seal_kvstore.episode import parse_call  # noqa: E402
 from seal_kvstore.evolution import EvolutionSettings, evolve  # noqa: E402
 from seal_kvstore.oracle import OracleEngine  # noqa: E402
 from seal_platform.capability import CapabilityState  # noqa: E402
+from seal_platform.conformance import check_environment  # noqa: E402
 from seal_platform.config import RunConfig  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
 from seal_platform.stages import collect_with, evaluate_with  # noqa: E402
@@ -124,3 +125,9 @@ def _sampling():
     from seal_platform.types import SamplingParams
 
     return SamplingParams(temperature=1.0, max_new_tokens=32)
+
+
+def test_the_plugin_passes_the_conformance_check():
+    """The platform's conformance check for environment plugins (docs/write-an-environment-plugin.md, "Check
+    your plugin"), as a plugin's own test suite calls it."""
+    assert not [f for f in check_environment("kvstore", engine="kv-oracle") if f.failed]
