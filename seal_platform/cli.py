@@ -913,9 +913,11 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
 def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     """Score transcripts: one JSON object per input line, one result per output line, in order.
 
-    A line that cannot be scored gets {"error": ...} in its place and the rest go on.
+    A line that cannot be scored gets {"error": ...} in its place and the rest go on. Exit status: 0 when
+    every line was scored; 1 when any line got {"error": ...} (every line is still written, and stderr says
+    how many); 2 when the command cannot run (an unknown benchmark, a bad --set).
     """
-    from .verify import verify_lines
+    from .verify import VerifyCounts, verify_lines
 
     host = make_plugin_manager()
     _warn_failed_plugins(host)  # on stderr: the output stays one JSON line per input line
@@ -926,11 +928,12 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     # Written as they come (a terminal still gets each line at once: its stream is line-buffered); one
     # click.echo per line would flush the stream after every record.
     out = sys.stdout
+    counts = VerifyCounts()
     try:
         # SIGTERM (timeout, a scheduler, CI) ends it as Ctrl-C does: the verifier's own clean-up runs (the
         # forked lanes are killed, not left running without their time limits), then exit 143.
         with _sigterm_interrupts():
-            for line in verify_lines(benchmark, file, list(overrides), host=host):
+            for line in verify_lines(benchmark, file, list(overrides), host=host, counts=counts):
                 out.write(line + "\n")
             out.flush()
     except Terminated:
@@ -942,6 +945,10 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
         raise
     except OSError as exc:  # a full disk, a device that refuses writes (> /dev/full)
         raise SealError(f"verify: cannot write the results to standard output: {exc.strerror or exc}.") from None
+    if counts.errors:  # every line is written; the status says that some could not be scored
+        errors.print(f"verify: {counts.errors} of {counts.lines} line(s) could not be scored (each has "
+                     '{"error": ...} in its place)', highlight=False, markup=False)
+        sys.exit(1)
 
 
 @cli.command()
@@ -954,34 +961,6 @@ def labels(environment: str | None) -> None:
 
     title = "labels" + (f" for environment {environment}" if environment else "")
     console.print(labels_listing(console, label_rows(make_plugin_manager(), environment), title), soft_wrap=False)
-
-
-# --- check-env -----------------------------------------------------------------------------------------
-
-
-@cli.command("check-env")
-@click.argument("name")
-@click.argument("args", metavar="[RECIPE] [KEY=VALUE ...]", nargs=-1)
-@click.option("--engine", default=None, metavar="ENGINE",
-              help="Run collect and evaluate with this registered engine (a scripted one needs no model); "
-                   "without it no episode is run.")
-@click.option("--tasks", "n_tasks", type=click.IntRange(1), default=2, show_default=True,
-              help="Tasks per collect and evaluate call.")
-def check_env(name: str, args: tuple[str, ...], engine: str | None, n_tasks: int) -> None:
-    """Check that environment NAME keeps the core's contract, one line per check.
-
-    It is built as a run builds it (with RECIPE and KEY=VALUE overrides when given): its object, its tasks
-    per split, its pristine interface and, with --engine, collect and evaluate (counts, ids, rewards).
-    Exit status 1 when a check failed (docs/write-an-environment-plugin.md, "Check your plugin").
-    """
-    from .conformance import check_environment, report_lines
-
-    recipe, overrides = _split_recipe_args(args)
-    findings = check_environment(name, recipe=recipe, overrides=overrides, engine=engine, tasks=n_tasks)
-    for line in report_lines(findings):
-        click.echo(line)
-    if any(f.failed for f in findings):
-        raise click.exceptions.Exit(1)
 
 
 def build_cli() -> click.Group:

@@ -28,10 +28,15 @@ class Environment(Protocol):
 
 @runtime_checkable
 class VerifyingEnvironment(Environment, Protocol):
-    """An environment that can score a transcript offline (``seal-platform verify``)."""
+    """An environment that can score a transcript offline (``seal-platform verify``). It is an
+    :class:`Environment` too: without ``name``, ``tasks`` or ``pristine_interface`` it is not one, and
+    ``verify`` says which of them it lacks."""
 
     def verify_record(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Score one input record; return the output record. Raise ``ValueError`` for a malformed record."""
+        """Score one input record; return the output record: a dict that is JSON as it is (no NaN or
+        infinity, no sets or other objects). Raise ``ValueError`` for a malformed record. ``verify`` checks
+        what it gets: anything else (or an exception, ``SystemExit`` included) is an ``{"error": ...}`` line
+        naming the plugin, in that record's place, and the other records are still scored."""
         ...
 
 
@@ -41,5 +46,7 @@ class BatchVerifyingEnvironment(VerifyingEnvironment, Protocol):
     record when verification runs in worker processes); ``seal-platform verify`` uses it when present."""
 
     def verify_records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One output record per input record, in order; a malformed record gets ``{"error": ...}``."""
+        """One output record per input record, in order, each as :meth:`verify_record`'s (and checked as
+        it is); a malformed record gets ``{"error": ...}``. A call that raises, or returns another number of
+        records, has its records scored one by one with :meth:`verify_record`."""
         ...

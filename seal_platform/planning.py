@@ -146,8 +146,19 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
             if named is None:  # the recipe did not name it: it would run as one of every non-explicit diagnoser
                 fix = f"{fix}; or list the diagnosers to run in diagnosis.diagnosers (null enables every one)"
             issues.append(Issue("diagnosis.diagnosers", what, fix))
-    # Those that label this environment run; a named one that does not is left out (it would label nothing).
+    # Those that label this environment run. One enabled by default (diagnosis.diagnosers null) that does not
+    # is left out; one the recipe names is a problem: it would be left out, and label nothing, without a word.
     active = [n for n in enabled if n in registered and registered[n][1].labels_environment(config.environment)]
+    unlabelled = [name for name in dict.fromkeys(named or ()) if name in registered and name not in active]
+    for name in unlabelled:
+        issues.append(Issue("diagnosis.diagnosers", _unlabelled(name, registered[name], config.environment, host),
+                            "remove it from diagnosis.diagnosers, or name a diagnoser of this environment "
+                            f"(`seal-platform labels {config.environment}` lists them)"))
+    # No labels at all for stages that work from them (each diagnoser enabled by default labels other
+    # environments, a DiagnoserSpec's environments misspelt, or none enabled): said once, unless said above.
+    needing = [f"stages.{stage}" for stage in _NEEDS_LABELS if getattr(config.stages, stage)]
+    if needing and not active and not unlabelled and all(n in registered for n in enabled):
+        issues.append(_no_labels(config, host, needing, enabled, registered))
     diagnoser_plugins = sorted({registered[n][0] for n in active})
     for plugin in diagnoser_plugins:
         if not host.implements(plugin, "diagnose"):
@@ -158,9 +169,8 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         own = [n for n in active if registered[n][0] == env_owner]
         primary = own[0] if own else (active[0] if active else None)
     elif primary in enabled and primary in registered and primary not in active:
-        issues.append(Issue("diagnosis.primary", f"diagnoser {primary!r} does not label environment "
-                            f"{config.environment!r} (it labels: {', '.join(registered[primary][1].environments)}), "
-                            "so the run would have no primary labels",
+        issues.append(Issue("diagnosis.primary", _unlabelled(primary, registered[primary], config.environment, host)
+                            + ", so the run would have no primary labels",
                             "name a diagnoser of this environment (`seal-platform labels` lists them), or null"))
     elif primary not in enabled:
         meant = close_key(primary, sorted(registered)) if primary not in registered else None
@@ -175,6 +185,45 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
     if issues:
         return None, issues
     return Plan(config, settings, env_owner, diagnoser_plugins, primary, diagnoser_names=active), []
+
+
+# The stages that work from the diagnosers' labels: interface evolution (the capability state) and A-Patch.
+_NEEDS_LABELS = ("evolve_interface", "reweight")
+
+
+def _unlabelled(name: str, registration: tuple[str, Any], environment: str, host: PluginHost) -> str:
+    """That diagnoser ``name`` (``registration``: its plugin and spec) does not label ``environment``, with
+    the environments it labels (and, for one that no loaded plugin registers, the one it may have meant)."""
+    plugin, spec = registration
+    return f"diagnoser {name!r} does not label environment {environment!r} (it labels: " \
+        f"{_labelled(spec.environments, environment, host)}; registered by plugin {plugin!r})"
+
+
+def _labelled(environments: Sequence[str], environment: str, host: PluginHost) -> str:
+    """A diagnoser's ``environments``, each that no loaded plugin registers said so (a typo in its
+    DiagnoserSpec, like ``libary``, would leave it out of every run of ``environment``)."""
+    known = host.environments()
+    said = []
+    for env in environments:
+        if env in known:
+            said.append(env)
+        else:
+            meant = close_key(env, [environment]) or close_key(env, sorted(known))
+            said.append(f"{env} (registered by no loaded plugin{f'; {meant!r} meant?' if meant else ''})")
+    return ", ".join(said)
+
+
+def _no_labels(config: RunConfig, host: PluginHost, needing: list[str], enabled: Sequence[str],
+               registered: dict[str, tuple[str, Any]]) -> Issue:
+    """The problem of a recipe whose stages ``needing`` work from labels that no enabled diagnoser gives
+    for its environment: the enabled ones that label others are named, with the environments they label."""
+    others = [f"{name} (plugin {registered[name][0]!r}) labels only {_labelled(registered[name][1].environments, config.environment, host)}"
+              for name in enabled if name in registered]
+    said = f"; enabled: {'; '.join(others)}" if others else ""
+    return Issue("diagnosis.diagnosers", f"no enabled diagnoser labels environment {config.environment!r}, so "
+                 f"{' and '.join(needing)} would have no labels to work from{said}",
+                 f"enable a diagnoser of this environment (`seal-platform labels {config.environment}` lists them), "
+                 f"or switch the stage(s) off ({', '.join(f'{stage}: null' for stage in needing)})")
 
 
 def _shared_clusters(config: RunConfig, host: PluginHost, settings: dict[str, Any]) -> list[Issue]:

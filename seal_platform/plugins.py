@@ -84,17 +84,26 @@ def _env_names(var: str) -> set[str] | None:
     return {part.strip() for part in raw.split(",") if part.strip()}
 
 
-def _describe(exc: BaseException) -> str:
+# What plugin code may raise that fails only the plugin (or the one call, the one record): any error, and
+# SystemExit (a plugin calling sys.exit must not end the command without a word). KeyboardInterrupt (SIGTERM's
+# Terminated too) is the user's, and goes on up.
+PLUGIN_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
+
+def _describe(exc: BaseException, when: str = "") -> str:
+    """``exc`` in a sentence's words: its type and message (``SystemExit(code)`` for a sys.exit), ``when``
+    it was raised, and where (its last frame)."""
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    what = f"SystemExit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+    return f"{what}{when}{where}"
 
 
 def short_repr(value: Any) -> str:
     """``repr(value)`` cut to 120 characters, for messages about what a plugin returned."""
     try:
         text = repr(value)
-    except Exception:  # a plugin's own object, whose repr may be as broken as the rest of it
+    except PLUGIN_FAILURES:  # a plugin's own object, whose repr may be as broken as the rest of it
         text = f"<{type(value).__name__} object>"
     return text if len(text) <= 120 else text[:117] + "..."
 
@@ -148,7 +157,7 @@ def _settings_model_problem(section: str, model: type[BaseModel]) -> str | None:
         missing = [".".join(map(str, error["loc"])) for error in exc.errors() if error["type"] == "missing"]
         why = (f"field(s) without a default: {', '.join(missing)}" if missing
                else f"its defaults do not validate: {exc.errors()[0]['msg']}")
-    except Exception as exc:
+    except PLUGIN_FAILURES as exc:  # the model's own validators are plugin code
         why = f"validating its defaults raised {_describe(exc)}"
     else:
         return None
@@ -168,7 +177,7 @@ def _registrations(pm: pluggy.PluginManager, plugin: object) -> tuple[dict[str, 
             continue
         try:
             result = _call_registration(pm, hook, plugin)
-        except Exception as exc:
+        except PLUGIN_FAILURES as exc:
             problems.append(f"{hook} raised {_describe(exc)}")
             continue
         items, problem = _check_registered(hook, result)
@@ -328,7 +337,7 @@ class PluginHost:
             problem: str | None
             try:
                 self.pm.subset_hook_caller("register_commands", remove_plugins=others)(cli=own)
-            except Exception as exc:
+            except PLUGIN_FAILURES as exc:
                 problem = f"register_commands raised {_describe(exc)}"
             else:
                 taken = [f"{name!r} (" + (f"plugin {owners[name]!r}'s" if name in owners else "a core command") + ")"
@@ -513,7 +522,7 @@ def _register(pm: pluggy.PluginManager, plugin: object, record: PluginRecord) ->
         record.error = "a hook implementation does not match its spec: " + " ".join(str(exc).split()) + \
             " (the hook specs: seal_platform/hookspecs.py)"
         return
-    except Exception as exc:
+    except PLUGIN_FAILURES as exc:  # reading its attributes ran its code (a property, a module __getattr__)
         record.status = "failed"
         record.error = _describe(exc)
         return
@@ -539,7 +548,8 @@ def make_plugin_manager(
 ) -> PluginHost:
     """Build a plugin manager with the hook specs and every allowed, loadable plugin registered.
 
-    A plugin is failed (recorded with the reason, and left out) when it cannot be imported, when a hook
+    A plugin is failed (recorded with the reason, and left out) when it cannot be imported (its import
+    raising anything but KeyboardInterrupt: ``sys.exit`` at import too, recorded as such), when a hook
     implementation matches no spec, when one of its registration hooks (:data:`REGISTER_HOOKS`) raises or
     returns the wrong types, or when a settings model it registers has a field without a default (a recipe
     may leave any plugin's section out, and the core then builds it from the defaults: a required field would
@@ -604,9 +614,10 @@ def make_plugin_manager(
         else:
             try:
                 plugin = ep.load()
-            except Exception as exc:  # a broken third-party plugin must not take the others down
+            except PLUGIN_FAILURES as exc:  # a broken third-party plugin must not take the others down
                 record.status = "failed"
-                record.error = _describe(exc)
+                # sys.exit at import: named as such (its message alone reads as the command's own)
+                record.error = f"raised {_describe(exc, ' at import')}" if isinstance(exc, SystemExit) else _describe(exc)
             else:
                 _register(pm, plugin, record)
     for name, plugin in extra:

@@ -35,8 +35,12 @@ class DiagnoserSpec:
     reference label); ``meanings`` says what each label means; ``environments`` lists the environments it
     labels (empty: any). ``seal-platform labels [ENV]`` shows all of it.
 
-    The core enforces ``environments``: a diagnoser is called only in runs whose environment it labels (a
-    recipe may name it all the same: it is then left out). ``explicit`` diagnosers (controls, or a costly one such as the LLM judge) run only
+    The core enforces ``environments``: a diagnoser is called only in runs whose environment it labels. A
+    recipe that names it in ``diagnosis.diagnosers`` for a run of another environment is refused (``config
+    validate`` and ``run`` name it and the environments it labels); one enabled by default (the list null) is
+    left out quietly, unless no enabled diagnoser labels the run's environment while the recipe's stages work
+    from labels (``stages.evolve_interface``, ``stages.reweight``), which is refused too, so a misspelt name in
+    ``environments`` shows up. ``explicit`` diagnosers (controls, or a costly one such as the LLM judge) run only
     when the recipe names them in ``diagnosis.diagnosers``; ``null`` there enables every other one. The
     names the run enabled reach the plugins as ``ctx.diagnosers``.
     """

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -11,15 +13,26 @@ from .context import RunContext
 from .environment import BatchVerifyingEnvironment, VerifyingEnvironment
 from .errors import SealError
 from .lifecycle import lifecycle
-from .plugins import PluginHost, make_plugin_manager
+from .plugins import PLUGIN_FAILURES, PluginHost, make_plugin_manager, short_repr
+
+
+@dataclass
+class VerifyCounts:
+    """What :func:`verify_lines` wrote, counted as it goes: output lines, and those that are ``{"error": ...}``
+    (a line that could not be scored). ``seal-platform verify`` exits 1 when ``errors`` is not 0."""
+
+    lines: int = 0
+    errors: int = 0
 
 
 def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[str],
-                 host: PluginHost | None = None) -> Iterator[str]:
-    """One output line (JSON) per non-blank input line, in input order; bad lines become ``{"error": ...}``
-    and the lines after them are still scored. Lines may be bytes (a file opened in binary): one that is
-    not UTF-8 gets an error record instead of stopping the whole file. ``host``: the plugins (default: every
-    installed one)."""
+                 host: PluginHost | None = None, counts: VerifyCounts | None = None) -> Iterator[str]:
+    """One output line (a JSON object) per non-blank input line, in input order; bad lines become
+    ``{"error": ...}`` and the lines after them are still scored. Lines may be bytes (a file opened in
+    binary): one that is not UTF-8 gets an error record instead of stopping the whole file. What the plugin
+    returns is checked too: a result that is not a dict, not JSON or holds a NaN or an infinity becomes an
+    error record naming the plugin. ``host``: the plugins (default: every installed one). ``counts``: updated
+    with each line written. The plugin's ``ctx.run_dir`` is a temporary directory, removed at the end."""
     host = host or make_plugin_manager()  # a benchmark is an environment name, not a plugin name
     owner, spec = host.require("benchmark", benchmark)
     settings = apply_overrides({}, overrides, example=f"{benchmark}.KEY=VALUE with a KEY from `seal-platform settings`")
@@ -28,19 +41,39 @@ def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[s
     assert config is not None  # validate_core gives a config or issues
     models, issues = validate_settings(config, host.settings_models())
     raise_for(issues, "--set")
-    ctx = RunContext(config=config, run_id="verify", run_dir=Path("."), settings=models)
-    # Only the benchmark's own plugin takes part: it alone gets start_run and end_run.
-    with lifecycle(host, ctx, resumed=False, plugins=[owner]):
-        env = spec.factory(ctx)
-        if not isinstance(env, VerifyingEnvironment):
-            raise SealError(f"benchmark {benchmark!r} (plugin {owner!r}) cannot verify transcripts offline.")
-        if isinstance(env, BatchVerifyingEnvironment):
-            yield from _verify_in_batches(env, lines, owner)
-            return
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            yield json.dumps(score_line(env, number, line, owner))
+    counts = counts if counts is not None else VerifyCounts()
+    # A run folder of its own: what the plugin writes there (a tracker's files) must not land in the
+    # user's current directory, nor stay behind.
+    with tempfile.TemporaryDirectory(prefix="seal-platform-verify-") as run_dir:
+        ctx = RunContext(config=config, run_id="verify", run_dir=Path(run_dir), settings=models)
+        # Only the benchmark's own plugin takes part: it alone gets start_run and end_run.
+        with lifecycle(host, ctx, resumed=False, plugins=[owner]):
+            env = spec.factory(ctx)
+            if not isinstance(env, VerifyingEnvironment):
+                raise SealError(f"benchmark {benchmark!r} (plugin {owner!r}) cannot verify transcripts offline: "
+                                f"{_lacks(env)}.")
+            outputs: Iterable[Output]
+            if isinstance(env, BatchVerifyingEnvironment):
+                outputs = _verify_in_batches(env, lines, owner)
+            else:
+                outputs = (_score_text(env, number, line, owner)
+                           for number, line in enumerate(lines, start=1) if line.strip())
+            for text, failed in outputs:
+                counts.lines += 1
+                counts.errors += failed
+                yield text
+
+
+def _lacks(env: Any) -> str:
+    """What ``env`` (a benchmark's environment object) lacks to be a :class:`VerifyingEnvironment`."""
+    kind = f"its environment object ({type(env).__module__}.{type(env).__qualname__})"
+    if not callable(getattr(env, "verify_record", None)):
+        return f"{kind} has no verify_record method"
+    missing = [f"`{member}` attribute" if member == "name" else f"{member} method"
+               for member in ("name", "tasks", "pristine_interface") if not hasattr(env, member)]
+    return f"{kind} has verify_record but no {' and no '.join(missing) or 'match for the protocol'} " \
+        "(seal_platform.environment.VerifyingEnvironment: an environment also has `name`, tasks(split) and " \
+        "pristine_interface())"
 
 
 def parse_line(number: int, line: str | bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -63,60 +96,94 @@ def parse_line(number: int, line: str | bytes) -> tuple[dict[str, Any] | None, d
     return record, None
 
 
-def score_line(env: VerifyingEnvironment, number: int, line: str | bytes, owner: str = "the environment") -> dict[str, Any]:
+def score_line(env: VerifyingEnvironment, number: int, line: str | bytes, owner: str | None = None) -> dict[str, Any]:
     """The output record of one input line: the environment's verdict, or ``{"error": "line N: ..."}`` for
-    anything wrong with the line (encoding, JSON, nesting, shape, a plugin failure on it). Never raises
-    for the line's content, so one bad line costs only its own record."""
+    anything wrong with the line (encoding, JSON, nesting, shape, a plugin failure on it) or with what the
+    plugin returned for it. Never raises for the line's content, so one bad line costs only its own record."""
+    return json.loads(_score_text(env, number, line, owner)[0])
+
+
+# An output line: its JSON text, and whether it is an error record (the line could not be scored).
+Output = tuple[str, bool]
+
+
+def _error(message: str) -> Output:
+    return json.dumps({"error": message}), True
+
+
+def _score_text(env: VerifyingEnvironment, number: int, line: str | bytes, owner: str | None) -> Output:
+    """:func:`score_line`'s record, as its output line."""
     record, error = parse_line(number, line)
     if record is None:
         assert error is not None  # parse_line gives one or the other
-        return error
+        return json.dumps(error), True
     return _score_record(env, number, record, owner)
 
 
-def _score_record(env: VerifyingEnvironment, number: int, record: dict[str, Any], owner: str) -> dict[str, Any]:
+def _plugin(owner: str | None) -> str:
+    return f"plugin {owner!r}" if owner else "the environment"
+
+
+def _score_record(env: VerifyingEnvironment, number: int, record: dict[str, Any], owner: str | None) -> Output:
+    """The output line of one parsed record: ``verify_record``'s result, checked."""
     try:
         result = env.verify_record(record)
-        json.dumps(result)
-        return result
-    except (ValueError, KeyError, TypeError) as exc:
-        return {"error": f"line {number}: {exc}"}
+    except (ValueError, KeyError, TypeError) as exc:  # the record is malformed (the protocol's ValueError)
+        return _error(f"line {number}: {exc}")
     except RecursionError:
-        return {"error": f"line {number}: the record is nested too deeply"}
-    except Exception as exc:  # a plugin failing on one record must not lose the others
-        return {"error": f"line {number}: {owner} failed on this record: {type(exc).__name__}: {exc}"}
+        return _error(f"line {number}: the record is nested too deeply")
+    except PLUGIN_FAILURES as exc:  # a plugin failing on one record (even by sys.exit) must not lose the others
+        return _error(f"line {number}: {_plugin(owner)} failed on this record: {type(exc).__name__}: {exc}")
+    return _checked(result, number, owner, "verify_record")
+
+
+def _checked(result: Any, number: int, owner: str | None, hook: str) -> Output:
+    """``result`` (what the plugin's ``hook`` returned for line ``number``) as its output line, the JSON text
+    of an object; or an error record naming the plugin, when it is not a dict, is not JSON (a set, a
+    cycle, ...) or holds a NaN or an infinity (which strict JSON has no way to write). A plugin's own
+    ``{"error": ...}`` (that key alone) gets the line's number."""
+    if not isinstance(result, dict):
+        return _error(f"line {number}: {_plugin(owner)} returned {short_repr(result)} (type "
+                      f"{type(result).__name__}) from {hook}, not a dict (a JSON object)")
+    if len(result) == 1 and "error" in result:
+        return _error(f"line {number}: {result['error']}")
+    try:
+        return json.dumps(result, allow_nan=False), False
+    except ValueError as exc:
+        why = "a NaN or an infinity, which JSON cannot hold" if "Out of range float" in str(exc) else str(exc)
+    except RecursionError:
+        why = "a value nested too deeply"
+    except PLUGIN_FAILURES as exc:  # TypeError (a set, an object), or its own __str__ or keys failing
+        why = f"{type(exc).__name__}: {exc}"
+    return _error(f"line {number}: {_plugin(owner)} returned a result from {hook} that is not valid JSON "
+                  f"({why}): {short_repr(result)}")
 
 
 _BATCH_LINES = 4096
 
 
-def _verify_in_batches(env: BatchVerifyingEnvironment, lines: Iterable[str | bytes], owner: str) -> Iterator[str]:
+def _verify_in_batches(env: BatchVerifyingEnvironment, lines: Iterable[str | bytes], owner: str) -> Iterator[Output]:
     """As the per-line loop, but ``_BATCH_LINES`` records at a time through ``env.verify_records`` (if a
-    batch as a whole fails, its records are scored one by one, so one bad record still costs only itself)."""
+    batch as a whole fails, or returns a number of results other than its records', its records are
+    scored one by one, so one bad record still costs only itself)."""
 
-    def flush(batch: list[tuple[int, dict | None, dict | None]]) -> Iterator[str]:
+    def flush(batch: list[tuple[int, dict | None, dict | None]]) -> Iterator[Output]:
         records = [record for _, record, _ in batch if record is not None]
-        results: list[dict[str, Any] | None]
-        texts: list[str | None]
+        results: list[Any] | None
         try:
             results = list(env.verify_records(records)) if records else []
             if len(results) != len(records):
                 raise ValueError(f"{len(results)} results for {len(records)} records")
-            texts = [json.dumps(result) for result in results]  # all JSON-able, each encoded once
-        except Exception:
-            results, texts = [None] * len(records), [None] * len(records)
-        pending = iter(zip(results, texts))
+        except PLUGIN_FAILURES:  # SystemExit too: the records are scored one by one, each failing alone
+            results = None
+        pending = iter(results or ())
         for number, record, error in batch:
             if record is None:
-                yield json.dumps(error)
-                continue
-            result, text = next(pending)
-            if result is None:
-                yield json.dumps(_score_record(env, number, record, owner))
-            elif set(result) == {"error"}:
-                yield json.dumps({"error": f"line {number}: {result['error']}"})
+                yield json.dumps(error), True
+            elif results is None:
+                yield _score_record(env, number, record, owner)
             else:
-                yield text  # type: ignore[misc]  # encoded with its result above
+                yield _checked(next(pending), number, owner, "verify_records")
 
     batch: list[tuple[int, dict | None, dict | None]] = []
     for number, line in enumerate(lines, start=1):

@@ -123,8 +123,10 @@ def test_verify_keeps_order_and_reports_bad_lines(runner, tmp_path, toy_site, mo
     data = tmp_path / "in.jsonl"
     data.write_text('{"task_id": "a", "answer": 42}\nnot json\n{"task_id": "b"}\n[1]\n{"task_id": "c", "answer": 1}\n')
     result = runner.invoke(cli, ["verify", "--benchmark", "toy", str(data)])
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(l) for l in result.output.strip().splitlines()]
+    # Every line is written; exit 1 says that some could not be scored, and stderr how many.
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip() == 'verify: 3 of 5 line(s) could not be scored (each has {"error": ...} in its place)'
+    lines = [json.loads(l) for l in result.stdout.strip().splitlines()]
     assert lines[0] == {"task_id": "a", "success": True}
     assert "line 2: not valid JSON" in lines[1]["error"]
     assert "need task_id and answer" in lines[2]["error"]

@@ -204,16 +204,107 @@ def test_the_core_enables_diagnosers_by_environment_and_passes_the_list(other_si
     plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,other]"])
     assert plan.diagnoser_names == ["anywhere", "toy"] and plan.diagnosers == ["other", "toy"]
     assert plan.primary_diagnoser == "toy"
-    # Named: an explicit one runs; one for another environment is left out (it would label nothing).
-    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", "diagnosis.diagnosers=[elsewhere,toy,control]"])
+    # Named: an explicit one runs.
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", "diagnosis.diagnosers=[toy,control]"])
     assert plan.diagnoser_names == ["toy", "control"] and plan.primary_diagnoser == "toy"
     # Plugins read the list from the run context the core builds.
     assert plan.host is not None
     runner = Runner(plan, plan.host, RunStore(f"sqlite:///{tmp_path / 'store.sqlite'}"))
     assert runner.ctx.diagnosers == ["toy", "control"]
     runner.ctx.executor.close()
-    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", "diagnosis.diagnosers=[elsewhere]"])
+    # Named diagnosers for other environments only, with stages that need no labels: nothing to run.
+    plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", "diagnosis.diagnosers=[]",
+                                    "stages.evolve_interface=null", "stages.reweight=null"])
     assert plan.diagnoser_names == [] and plan.diagnosers == [] and plan.primary_diagnoser is None
+
+
+@pytest.mark.parametrize("named", ["[elsewhere,toy,control]", "[elsewhere]"])
+def test_a_named_diagnoser_that_does_not_label_the_environment_is_a_recipe_problem(other_site, toy_recipe, named):
+    # It used to be left out without a word: `config validate` said ok and the run got none of its labels.
+    with pytest.raises(ConfigError) as info:
+        plan_recipe(toy_recipe, ["plugins.allow=[toy,other]", f"diagnosis.diagnosers={named}"])
+    problems = [line for line in str(info.value).splitlines() if "diagnosis.diagnosers" in line]
+    assert len(problems) == 1, problems  # said once: not also as "no enabled diagnoser labels"
+    assert "diagnoser 'elsewhere' does not label environment 'toy' (it labels: not-toy (registered by no loaded " \
+        "plugin); registered by plugin 'other')" in problems[0]
+    assert "remove it from diagnosis.diagnosers" in problems[0] and "seal-platform labels toy" in problems[0]
+    # `config validate` reports it as the run would.
+    from seal_platform.cli import cli
+
+    result = CliRunner().invoke(cli, ["config", "validate", str(toy_recipe), "plugins.allow=[toy,other]",
+                                      f"diagnosis.diagnosers={named}"])
+    assert result.exit_code != 0 and "diagnoser 'elsewhere' does not label environment 'toy'" in result.output
+
+
+class _Library:
+    """An environment plugin whose one diagnoser's DiagnoserSpec misspells its environment ("libary")."""
+
+    def __init__(self, environments: tuple[str, ...] = ("libary",)) -> None:
+        self.environments = environments
+
+    @hookimpl
+    def register_environments(self):
+        return [EnvironmentSpec("library", lambda ctx: None)]
+
+    @hookimpl
+    def register_rollout_engines(self):
+        from seal_platform.registry import EngineSpec
+
+        return [EngineSpec("oracle", lambda ctx: None)]
+
+    @hookimpl
+    def register_diagnosers(self):
+        from seal_platform.registry import DiagnoserSpec
+
+        return [DiagnoserSpec("library", environments=self.environments)]
+
+    @hookimpl
+    def collect(self, ctx):
+        return []
+
+    @hookimpl
+    def evaluate(self, ctx):
+        return []
+
+    @hookimpl
+    def diagnose(self, ctx):
+        return []
+
+    @hookimpl
+    def evolve_interface(self, ctx):
+        return None
+
+    @hookimpl
+    def reweight(self, ctx):
+        return None
+
+
+def _library_problems(overrides: dict, environments: tuple[str, ...] = ("libary",)) -> list[str]:
+    from seal_platform.config import validate_core
+    from seal_platform.planning import check_recipe
+
+    recipe = {"environment": "library", "rollout": {"engine": "oracle"},
+              "stages": {"evolve_interface": "library", "reweight": "library", "optimize": None}, **overrides}
+    config, issues = validate_core(recipe)
+    assert config is not None, issues
+    host = make_plugin_manager(entry_points=[], extra=[("library", _Library(environments))])
+    return [str(issue) for issue in check_recipe(config, host)[1]]
+
+
+def test_no_diagnoser_labelling_the_environment_is_a_problem_for_stages_that_need_labels():
+    # A typo in DiagnoserSpec(environments=...): the only diagnoser enabled by default labels no run at all,
+    # and interface evolution and A-Patch would get no labels, without a word.
+    [problem] = _library_problems({})
+    assert problem.startswith("diagnosis.diagnosers: no enabled diagnoser labels environment 'library', so "
+                              "stages.evolve_interface and stages.reweight would have no labels to work from")
+    assert "library (plugin 'library') labels only libary (registered by no loaded plugin; 'library' meant?)" in problem
+    assert "stages.evolve_interface: null, stages.reweight: null" in problem
+    # None enabled while A-Patch needs labels: the same problem.
+    [problem] = _library_problems({"diagnosis": {"diagnosers": []}, "stages": {"reweight": "library"}})
+    assert "no enabled diagnoser labels environment 'library', so stages.reweight would have" in problem
+    # No stage needs labels: left out quietly, as one enabled by default is; spelt right: it labels the run.
+    assert _library_problems({"stages": {}}) == []
+    assert _library_problems({}, environments=("library",)) == []
 
 
 # --- what a plugin returns from a hook is checked, and a plugin that raises is named ---------------------------

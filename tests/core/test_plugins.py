@@ -254,6 +254,97 @@ def test_the_cli_lists_a_plugin_with_bad_registrations_as_failed(bad_site):
     assert result.exit_code == 0, result.output
 
 
+EXITING = """
+import sys
+
+sys.exit("plugin called sys.exit at import")
+"""
+
+
+def test_a_plugin_calling_sys_exit_at_import_is_failed_and_named(site):
+    make_dist(site, "seal-exits", "0.4", {"exits": "exits_plugin"}, {"exits_plugin.py": EXITING})
+    host = make_plugin_manager(allow=["good", "exits"])
+    exits = _records(host)[("exits", "seal-exits")]
+    assert exits.status == "failed" and not host.is_loaded("exits") and host.is_loaded("good")
+    assert exits.error.startswith("raised SystemExit('plugin called sys.exit at import') at import (at ")
+    assert "exits_plugin.py:4)" in exits.error
+    with pytest.raises(PluginError, match=r"depends on plugin 'exits', which failed to load: raised SystemExit\("):
+        make_plugin_manager(allow=["good", "exits"], required=["exits"])
+
+
+def test_every_command_still_runs_beside_a_plugin_that_exits_at_import(site):
+    import os
+    import subprocess
+    import sys
+
+    make_dist(site, "seal-exits", "0.4", {"exits": "exits_plugin"}, {"exits_plugin.py": EXITING})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+           "SEAL_PLATFORM_PLUGINS": "good,exits"}
+    for args in (["--help"], ["plugins"]):
+        done = subprocess.run([sys.executable, "-m", "seal_platform", *args], capture_output=True, text=True,
+                              env=env, cwd=site, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "plugin called sys.exit" not in done.stdout + done.stderr or args == ["plugins"]
+    # `plugins` names it, with what it did (it used to print only the plugin's own text, and exit 1).
+    assert "exits" in done.stdout and "SystemExit('plugin called sys.exit at import') at import" in " ".join((done.stdout + done.stderr).split())
+
+
+class _Exits:
+    """A plugin whose registration hooks (or settings model, or commands) call sys.exit."""
+
+    def __init__(self, hook: str) -> None:
+        from seal_platform.hookspecs import hookimpl
+
+        def exits(*args, **kwargs):
+            raise SystemExit(4)
+
+        if hook == "settings model":
+            from pydantic import BaseModel, field_validator
+
+            class Settings(BaseModel):
+                level: int = 1
+
+                @field_validator("level")
+                @classmethod
+                def leave(cls, value):
+                    raise SystemExit(5)
+
+            Settings.model_config["validate_default"] = True
+            Settings.model_rebuild(force=True)
+            self.register_settings = hookimpl(lambda: {"exits": Settings})
+        elif hook == "register_commands":
+            self.register_commands = hookimpl(lambda cli: exits())
+        else:
+            setattr(self, hook, hookimpl(lambda: exits()))
+
+
+@pytest.mark.parametrize(("hook", "said"), [
+    ("register_environments", "register_environments raised SystemExit(4) (at "),
+    ("register_diagnosers", "register_diagnosers raised SystemExit(4) (at "),
+    ("settings model", "validating its defaults raised SystemExit(5) (at "),
+])
+def test_a_registration_hook_calling_sys_exit_fails_its_plugin(site, hook, said):
+    host = make_plugin_manager(allow=["good"], extra=[("exits", _Exits(hook))])
+    exits = next(r for r in host.records if r.name == "exits")
+    assert exits.status == "failed" and not host.is_loaded("exits") and host.is_loaded("good")
+    assert said in exits.error, exits.error
+
+
+def test_register_commands_calling_sys_exit_fails_its_plugin(site):
+    import click
+
+    host = make_plugin_manager(allow=["good"], extra=[("exits", _Exits("register_commands"))])
+    [failed] = host.register_commands(click.Group("seal-platform"))
+    assert failed.name == "exits" and failed.error.startswith("register_commands raised SystemExit(4) (at ")
+
+
+def test_a_keyboard_interrupt_at_import_still_stops_the_command(site):
+    make_dist(site, "seal-interrupted", "0.1", {"interrupted": "interrupted_plugin"},
+              {"interrupted_plugin.py": "raise KeyboardInterrupt\n"})
+    with pytest.raises(KeyboardInterrupt):
+        make_plugin_manager(allow=["good", "interrupted"])
+
+
 def test_every_hookspec_has_a_full_docstring():
     import inspect
 
