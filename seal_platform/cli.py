@@ -963,6 +963,34 @@ def labels(environment: str | None) -> None:
     console.print(labels_listing(console, label_rows(make_plugin_manager(), environment), title), soft_wrap=False)
 
 
+# --- check-env -----------------------------------------------------------------------------------------
+
+
+@cli.command("check-env")
+@click.argument("name")
+@click.argument("args", metavar="[RECIPE] [KEY=VALUE ...]", nargs=-1)
+@click.option("--engine", default=None, metavar="ENGINE",
+              help="Run collect and evaluate with this registered engine (a scripted one needs no model); "
+                   "without it no episode is run.")
+@click.option("--tasks", "n_tasks", type=click.IntRange(1), default=2, show_default=True,
+              help="Tasks per collect and evaluate call.")
+def check_env(name: str, args: tuple[str, ...], engine: str | None, n_tasks: int) -> None:
+    """Check that environment NAME keeps the core's contract, one line per check.
+
+    It is built as a run builds it (with RECIPE and KEY=VALUE overrides when given): its object, its tasks
+    per split, its pristine interface and, with --engine, collect and evaluate (counts, ids, rewards).
+    Exit status 1 when a check failed (docs/write-an-environment-plugin.md, "Check your plugin").
+    """
+    from .conformance import check_environment, report_lines
+
+    recipe, overrides = _split_recipe_args(args)
+    findings = check_environment(name, recipe=recipe, overrides=overrides, engine=engine, tasks=n_tasks)
+    for line in report_lines(findings):
+        click.echo(line)
+    if any(f.failed for f in findings):
+        raise click.exceptions.Exit(1)
+
+
 def build_cli() -> click.Group:
     """The CLI with plugin commands added (``register_commands``, one plugin at a time: a plugin whose hook
     raises, or whose command takes a name the CLI has, adds nothing, is named in a warning and recorded as
