@@ -101,48 +101,91 @@ def verify_group(payload: dict[str, Any], transcripts: Sequence[list[list[Parsed
     field on the agreement cases), at about the cost of the transcripts' own replays: a GRPO group's rollouts,
     or several models' answers to one task, no longer replay the ground truth once each.
 
+    A transcript that makes exactly the ground truth's calls (the same call texts, in order) for its first
+    turns does not replay them: run on an instance set in the same state, the same calls give the same results
+    and leave the same state -- the backends are deterministic: their randomness is seeded per instance by the
+    scenario, and no result or compared attribute reads the clock (TravelAPI's ``verify_traveler_information``
+    reads today's date, as in the check alone) -- so until its first turn that differs it *is* the ground truth:
+    its results are the ground truth's and its state check compares the ground truth's instances with
+    themselves (which also finds what an attribute that is not equal to itself, a NaN, finds on two sets). The
+    checks of those turns are the same for every such transcript and are made once. At its first different
+    turn it gets its own instance set, brought to the ground truth's state by running its own (identical)
+    calls of the turns before, and goes on like the others. A transcript that is the ground truth throughout
+    never builds an instance set; the states it shares are exactly the ground truth's after each of its turns,
+    which the tests reach on every task (each task's ground truth is one of the agreement cases).
+
     Where the two sides are linked -- long-context tasks whose instances hold the module-level objects the
     official checker shares between them (:func:`.backend._long_context_objects`), so a model call can change
     the ground truth's state -- or where the instances cannot be built, each transcript is verified alone.
     """
     if len(transcripts) < 2:
         return [verify_payload(payload, turns) for turns in transcripts]
-    backends = _independent_backends(payload, len(transcripts))
-    if backends is None:
+    gt_backend = _independent_backend(payload)
+    if gt_backend is None:
         return [verify_payload(payload, turns) for turns in transcripts]
-    gt_backend, model_backends = backends
     gt_turns: list[list[str]] = payload["ground_truth"]
+    gt_parsed = [[parse_call_shared(text) for text in turn] for turn in gt_turns]
+    # Each transcript's own instance set, None while it still follows the ground truth (see above).
+    own: list[Backend | None] = [None] * len(transcripts)
+    alone: set[int] = set()  # transcripts whose instance set could not be built here: verified alone below
     checked: list[list[tuple[TurnVerdict, TurnChecks]]] = [[] for _ in transcripts]
-    pools: list[list[str]] = [[] for _ in transcripts]  # each transcript's results so far
+    pools: list[list[str]] = [[] for _ in transcripts]  # each transcript's results so far, once on its own
+    gt_pool: list[str] = []  # the ground truth's results so far: the pool of the transcripts that follow it
     for index, gt_calls in enumerate(gt_turns):
-        reaching = [i for i, turns in enumerate(transcripts) if index < len(turns)]
+        reaching = [i for i, turns in enumerate(transcripts) if index < len(turns) and i not in alone]
+        for i in reaching:
+            if own[i] is None and transcripts[i][index] != gt_parsed[index]:
+                own[i] = _caught_up(payload, transcripts[i][:index])
+                if own[i] is None:
+                    alone.add(i)
+                pools[i] = list(gt_pool)
+        reaching = [i for i in reaching if i not in alone]
         # The official order within a turn: the model's calls, then the ground truth's.
-        runs = {i: _run_model_calls(model_backends[i], transcripts[i][index]) for i in reaching}
-        gt_results = _run_gt_calls(gt_backend, gt_calls) if reaching else []
+        runs = {i: _run_model_calls(backend, transcripts[i][index]) for i in reaching if (backend := own[i]) is not None}
+        gt_run = _run_model_calls(gt_backend, gt_parsed[index]) if reaching else ([], [])
+        following: TurnChecks | None = None
+        if len(runs) < len(reaching):  # someone still follows the ground truth
+            following = _turn_checks(gt_calls, gt_parsed[index], gt_run, gt_run[0], gt_backend, gt_backend, gt_pool)
         for i, turns in enumerate(transcripts):
+            if i in alone:
+                continue
             if i in runs:
-                checks = _turn_checks(gt_calls, turns[index], runs[i], gt_results, model_backends[i], gt_backend, pools[i])
-                verdict = TurnVerdict(turn=index, passed=checks.error_type is None, reached=True)
+                checks = _turn_checks(
+                    gt_calls, turns[index], runs[i], gt_run[0], own[i], gt_backend, pools[i])  # type: ignore[arg-type]
+            elif index < len(turns):
+                assert following is not None
+                checks = following
             else:
                 checks = TurnChecks.unreached(gt_calls)
-                verdict = TurnVerdict(turn=index, passed=False, reached=False)
+            verdict = TurnVerdict(turn=index, passed=checks.error_type is None, reached=index < len(turns))
             verdict.checks = checks.stored()
             checked[i].append((verdict, checks))
-    return [_outcome(checked[i], len(gt_turns), len(turns), None) for i, turns in enumerate(transcripts)]
+    return [
+        verify_payload(payload, turns) if i in alone else _outcome(checked[i], len(gt_turns), len(turns), None)
+        for i, turns in enumerate(transcripts)
+    ]
 
 
-def _independent_backends(payload: dict[str, Any], count: int) -> tuple[Backend, list[Backend]] | None:
-    """The ground truth's instance set and ``count`` model instance sets, none sharing an object with another;
-    None where that cannot be (the task's instances hold shared long-context objects, or cannot be built)."""
+def _independent_backend(payload: dict[str, Any]) -> Backend | None:
+    """An instance set of the task that shares no object with any other (the ground truth's in
+    :func:`verify_group`); None where that cannot be (the task's instances hold shared long-context objects, or
+    cannot be built)."""
     try:
         shared: dict[tuple[Any, ...], Any] = {}
-        gt_backend = Backend.for_payload(payload, shared)
-        if shared:
-            return None
-        model_backends = [Backend.for_payload(payload, shared) for _ in range(count)]
+        backend = Backend.for_payload(payload, shared)
     except Exception:  # each transcript, verified alone, reports it
         return None
-    return (gt_backend, model_backends) if not shared else None
+    return None if shared else backend
+
+
+def _caught_up(payload: dict[str, Any], turns: list[list[ParsedCall]]) -> Backend | None:
+    """A new independent instance set of the task with ``turns``' calls run on it (their results unused: they
+    are the ground truth's calls, see :func:`verify_group`); None if it cannot be built."""
+    backend = _independent_backend(payload)
+    if backend is not None:
+        for calls in turns:
+            _run_model_calls(backend, calls)
+    return backend
 
 
 def _build_backends(payload: dict[str, Any]) -> tuple[tuple[Backend, Backend] | tuple[()], str | None]:

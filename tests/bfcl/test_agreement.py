@@ -148,6 +148,31 @@ def test_a_group_replays_the_ground_truth_once_and_gives_each_transcript_its_own
         assert [outcome.to_json() for outcome in together] == [alone[i] for i in order], task_id
 
 
+def test_transcripts_that_follow_the_ground_truth_and_then_leave_it_get_their_own_outcomes(all_tasks):
+    """In a group, a transcript runs on the ground truth's instances while its calls are the ground truth's, and
+    gets its own instance set, brought to the same state, at its first different turn: for every turn at which
+    it can leave (a call dropped, or one more of the turn's calls), its outcome, per-turn trace included, equals
+    verify_payload's alone -- beside the ground truth itself and a transcript that stops early."""
+    from seal_platform_plugins.bfcl.checker import verify_group, verify_payload
+
+    rng = random.Random(5)
+    tasks = [task for task in all_tasks if "long_context" not in task.id and "composite" not in task.id]
+    left = 0
+    for task in rng.sample(tasks, 40):
+        truth = [list(turn) for turn in task.payload["ground_truth"]]
+        transcripts = [truth, truth[:-1]]
+        for k, turn in enumerate(truth):
+            if turn:
+                transcripts.append(truth[:k] + [turn[:-1]] + truth[k + 1:])
+                transcripts.append(truth[:k] + [turn + turn[-1:]] + truth[k + 1:])
+                left += 2
+        together = verify_group(task.payload, [_parsed(turns) for turns in transcripts])
+        assert [o.to_json() for o in together] == [
+            verify_payload(task.payload, _parsed(turns)).to_json() for turns in transcripts
+        ], task.id
+    assert left > 200
+
+
 def test_a_group_of_a_task_whose_sides_share_objects_is_verified_one_by_one(task_by_id):
     """Where the model's and the ground truth's instances share long-context objects, a model call changes
     the ground truth's state, so one replay cannot serve two transcripts. Officially, an insurance the model
