@@ -2,8 +2,10 @@
 
 The training environment is evaluated as always; every benchmark the recipe lists next to it (an
 out-of-distribution one, say BFCL V4 Memory next to BFCL multi-turn) is evaluated at the same steps by the
-plugin that registered it, through the same ``evaluate`` hook, and stored under its own name, so
-``seal-platform show`` and ``compare`` can list them side by side.
+plugin that registered it, through the same ``evaluate`` hook, checked as the run's own evaluation is (one
+trajectory per task, ids unique and not in the run store, finite rewards, pass rates that are percentages:
+:func:`~seal_platform.stages.score_evaluation`, :func:`~seal_platform.stages.check_ids_unused`) and stored
+under its own name, so ``seal-platform show`` and ``compare`` can list them side by side.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from .config import Issue, RunConfig
 from .context import RunContext
 from .errors import PluginError
-from .stages import evaluate_sampling, score_evaluation, wrap
+from .stages import check_ids_unused, evaluate_sampling, score_evaluation, wrap
 from .types import EvalResult
 
 _ENVIRONMENTS = "seal_platform.benchmarks"
@@ -48,17 +50,18 @@ def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> d
     for bench in ctx.config.evaluation.benchmarks:
         owner, spec = host.environments()[bench.environment]
         if bench.environment not in built:
-            built[bench.environment] = wrap("environment", owner, lambda: spec.factory(ctx))
+            built[bench.environment] = wrap("environment", owner, lambda: spec.factory(ctx), host)
         env = built[bench.environment]
-        tasks = wrap("tasks", owner, lambda: env.tasks(bench.split))
+        tasks = wrap("tasks", owner, lambda: env.tasks(bench.split), host)
         tasks = tasks[: bench.max_tasks] if bench.max_tasks else tasks
         if not tasks:
             raise PluginError(f"benchmark {bench.environment!r} has no tasks in split {bench.split!r}.")
         raw = wrap("evaluate", owner, lambda: host.call_owned(
             "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
             sampling=evaluate_sampling(ctx.config),
-        ))
-        result = score_evaluation(raw, bench.split, owner)
+        ), host)
+        result = score_evaluation(raw, bench.split, owner, tasks)  # one per task (or its count), ids, rewards
+        check_ids_unused(ctx.store, result.trajectories, "evaluate", owner)  # before the write
         if ctx.store is not None:
             ctx.store.add_evaluation(ctx.run_id, step, result, benchmark=bench.key)
         results[bench.key] = result

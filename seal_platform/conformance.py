@@ -47,7 +47,7 @@ from . import scaleout
 from .config import Issue, RunConfig, apply_overrides, raise_for, validate_core, validate_settings
 from .context import RunContext
 from .environment import Environment
-from .errors import SealError
+from .errors import SealError, listed, short_repr
 from .lifecycle import lifecycle
 from .planning import Plan, check_recipe, load_recipe, plugin_host_for
 from .plugins import PluginHost
@@ -256,7 +256,7 @@ class _Checker:
         if not hasattr(env, "name"):
             problems.append("no `name` attribute (the environment's name, a str)")
         elif not isinstance(env.name, str) or not env.name:
-            problems.append(f"a `name` that is not a non-empty str ({_short(env.name)})")
+            problems.append(f"a `name` that is not a non-empty str ({short_repr(env.name)})")
         for method in ("tasks", "pristine_interface"):
             if not hasattr(env, method):
                 problems.append(f"no {method} method")
@@ -285,7 +285,7 @@ class _Checker:
         if others:
             i, item = others[0]
             self.add(check, FAIL, f"tasks({split!r}) returned {len(others)} item(s) that are not "
-                     f"seal_platform.types.Task (the first, item {i}: {type(item).__name__} {_short(item)}).")
+                     f"seal_platform.types.Task (the first, item {i}: {type(item).__name__} {short_repr(item)}).")
             return
         if not got:
             self.add(check, FAIL, f"tasks({split!r}) returned no tasks: a run on this split would stop (a split "
@@ -294,7 +294,7 @@ class _Checker:
         duplicates = [tid for tid, n in Counter(t.id for t in got).items() if n > 1]
         if duplicates:
             self.add(check, FAIL, f"tasks({split!r}) returned {len(got)} tasks with duplicate ids "
-                     f"{_listed(duplicates)}: a task's id must be unique within its split (trajectories, "
+                     f"{listed(duplicates)}: a task's id must be unique within its split (trajectories, "
                      "evaluations and batches are keyed by it).")
             return
         self.tasks[split] = got
@@ -396,7 +396,7 @@ class _Checker:
                 seen.setdefault(t.id, call)
         if repeated:
             self.add("trajectory ids", FAIL, f"plugin {self.owner!r} returned the same trajectory id from two calls: "
-                     f"{_listed(repeated, quote=False)}. A run stores every step's and evaluation's trajectories "
+                     f"{listed(repeated, quote=False)}. A run stores every step's and evaluation's trajectories "
                      "in one store, keyed by id, and refuses a repeated one: leave Trajectory.id at its default, "
                      "a fresh uuid4 (an id built from the task and sample repeats).")
         else:
@@ -426,8 +426,8 @@ def _not_of(trajectories: list[Trajectory], tasks: list[Task]) -> str | None:
     given = {t.id for t in tasks}
     strays = sorted({t.task_id for t in trajectories if t.task_id not in given})
     if strays:
-        return (f"trajectories of task(s) {_listed(strays)}, which it was not given (given: "
-                f"{_listed(sorted(given))}); a trajectory's task_id is the id of the task it ran.")
+        return (f"trajectories of task(s) {listed(strays)}, which it was not given (given: "
+                f"{listed(sorted(given))}); a trajectory's task_id is the id of the task it ran.")
     return None  # count, ids and rewards: the stage helpers' checks
 
 
@@ -437,7 +437,7 @@ def _groups(trajectories: list[Trajectory], tasks: list[Task], group_size: int) 
     counts = Counter(t.task_id for t in trajectories)
     uneven = [f"{tid!r}: {counts.get(tid, 0)}" for tid in (t.id for t in tasks) if counts.get(tid, 0) != group_size]
     if uneven:
-        return (f"not {group_size} rollout(s) per task ({', '.join(uneven[:5])}{', ...' if len(uneven) > 5 else ''}); "
+        return (f"not {group_size} rollout(s) per task: {listed(uneven, quote=False)}; "
                 "collect returns group_size rollouts of every task it is given.")
     groups: dict[str, set[str]] = {}
     for t in trajectories:
@@ -445,12 +445,12 @@ def _groups(trajectories: list[Trajectory], tasks: list[Task], group_size: int) 
     split = {tid: sorted(g) for tid, g in groups.items() if len(g) > 1}
     if split:
         tid, names = next(iter(split.items()))
-        return (f"the rollouts of task {tid!r} are in {len(names)} groups ({_listed(names)}); the rollouts of one "
+        return (f"the rollouts of task {tid!r} are in {len(names)} groups ({listed(names)}); the rollouts of one "
                 "task share Trajectory.group.")
     owners = Counter(next(iter(g)) for g in groups.values())
     shared = [name for name, n in owners.items() if n > 1]
     if shared:
-        return (f"group(s) {_listed(shared)} hold the rollouts of several tasks; each task's rollouts are a group "
+        return (f"group(s) {listed(shared)} hold the rollouts of several tasks; each task's rollouts are a group "
                 "of their own (GRPO compares the rewards within a group).")
     return None
 
@@ -462,16 +462,6 @@ def _printable(text: str) -> str:
     from .present.safe import clean
 
     return clean(text.replace("\n", " ").replace("\t", " "))
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _listed(values: Sequence[Any], limit: int = 5, quote: bool = True) -> str:
-    shown = [_short(v) if quote else str(v) for v in list(values)[:limit]]
-    return "[" + ", ".join(shown) + (", ..." if len(values) > limit else "") + "]"
 
 
 def _error(exc: BaseException) -> str:

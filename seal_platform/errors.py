@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import errno
+import math
+import numbers
 import os
-from typing import Any
+from typing import Any, Iterable
 
 
 def as_sentence(text: str) -> str:
@@ -12,6 +14,31 @@ def as_sentence(text: str) -> str:
     message that another sentence follows."""
     text = text.rstrip()
     return text if not text or text.endswith((".", "!", "?")) else text + "."
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (ending ``...``), for messages about a value a plugin or a
+    user gave; a ``repr`` that fails (a plugin's own object, as broken as the rest of it) is ``<Type object>``."""
+    try:
+        text = repr(value)
+    except (Exception, SystemExit):
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def listed(values: Iterable[Any], limit: int = 5, *, quote: bool = True) -> str:
+    """A short list of ``values`` for messages, in brackets: the first ``limit`` of them, then ``...`` when there
+    are more; each one :func:`short_repr`, or (``quote=False``: items a message has worded already) ``str``."""
+    values = list(values)
+    items = [short_repr(v) if quote else str(v) for v in values[:limit]]
+    return "[" + ", ".join(items) + (", ..." if len(values) > limit else "") + "]"
+
+
+def finite_reward(value: Any) -> bool:
+    """Whether ``value`` is a reward the core can use and store: a real number, finite, not a bool. The one
+    test of the stage checks (:func:`seal_platform.stages.check_trajectories`) and of the store's guard before
+    a write (which writers that bypass the stages meet)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # Below this many free bytes a failed write is taken for a full disk: a write that ran out of space took what

@@ -53,7 +53,9 @@ ENGINE = "engine"  # ctx.shared key of the rollout engine, for every hook
 
 
 class Lifecycle:
-    """What a body inside :func:`lifecycle` builds through it (and the lifecycle closes)."""
+    """What a body inside :func:`lifecycle` builds through it (and the lifecycle closes). A factory's error is
+    a :class:`PluginError` as a stage's is (:func:`~seal_platform.stages.wrap`): where it was raised, and the
+    plugin whose code raised it when that is not the factory's own plugin."""
 
     def __init__(self, host: PluginHost, ctx: RunContext, heartbeat: Heartbeat | None):
         self.host = host
@@ -63,7 +65,7 @@ class Lifecycle:
     def engine(self) -> Any:
         """The recipe's rollout engine (``rollout.engine``), also published as ``ctx.shared["engine"]``."""
         owner, spec = self.host.require("engine", self.ctx.config.rollout.engine)
-        engine = wrap("engine", owner, lambda: spec.factory(self.ctx))
+        engine = wrap("engine", owner, lambda: spec.factory(self.ctx), self.host)
         self.ctx.shared[ENGINE] = engine  # published first: the lifecycle closes it also when interrupted here
         raise_if_interrupted()  # a model load is where libraries swallow Ctrl-C
         return engine
@@ -71,7 +73,7 @@ class Lifecycle:
     def environment(self) -> Environment:
         """The recipe's environment, built by its plugin's factory."""
         owner, spec = self.host.require("environment", self.ctx.config.environment)
-        environment = wrap("environment", owner, lambda: spec.factory(self.ctx))
+        environment = wrap("environment", owner, lambda: spec.factory(self.ctx), self.host)
         raise_if_interrupted()
         return environment
 

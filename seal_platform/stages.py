@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 from collections import Counter
 from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from .config import RunConfig
-from .errors import PluginError, SealError
+from .errors import PluginError, SealError, finite_reward, listed
 from .interrupts import raise_if_interrupted
 from .types import EvalResult, Interface, SamplingParams, Task, Trajectory, TurnLabel
 
@@ -139,13 +138,6 @@ def expect_list_of(value: Any, kind: type[Any], stage: str, plugin: str) -> list
         raise PluginError(f"plugin {plugin!r} returned something other than a list of {kind.__name__} from {stage!r}: {exc}") from exc
 
 
-def _shown(values: Iterable[Any], limit: int = 5) -> str:
-    """A short list of ``values`` (reprs, clipped; at most ``limit``, then ``...``), for messages."""
-    values = list(values)
-    items = [repr(v) if len(repr(v)) <= 80 else repr(v)[:77] + "..." for v in values[:limit]]
-    return "[" + ", ".join(items) + (", ..." if len(values) > limit else "") + "]"
-
-
 _UNIQUE_IDS = ("a trajectory's id must be unique across the run store, not only within one call (ids built from "
                "the task and sample repeat across steps, evaluations and runs): leave Trajectory.id at its "
                "default, a fresh uuid4")
@@ -154,20 +146,24 @@ _UNIQUE_IDS = ("a trajectory's id must be unique across the run store, not only 
 def check_trajectories(trajectories: list[Trajectory], hook: str, plugin: str) -> list[Trajectory]:
     """What ``hook`` (``collect`` or ``evaluate``) of ``plugin`` returned, checked before anything of it is used
     or stored: every trajectory has an id of its own (no two alike, none empty) and a reward that is a finite
-    number. Anything else is a :class:`PluginError` naming the plugin and the hook."""
-    duplicates = [tid for tid, n in Counter(t.id for t in trajectories).items() if n > 1]
-    if duplicates:
-        raise PluginError(f"{hook} of plugin {plugin!r} returned trajectories with duplicate ids "
-                          f"{_shown(duplicates)}; {_UNIQUE_IDS}.")
+    number (:func:`~seal_platform.errors.finite_reward`). Anything else is a :class:`PluginError` naming the
+    plugin and the hook."""
+    _check_distinct_ids(trajectories, hook, plugin)
     for t in trajectories:
         if not isinstance(t.id, str) or not t.id:
             raise PluginError(f"{hook} of plugin {plugin!r} returned a trajectory (task {t.task_id!r}) with the "
                               f"id {t.id!r}; {_UNIQUE_IDS}.")
-        reward = t.reward
-        if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
-            raise PluginError(f"{hook} of plugin {plugin!r} returned reward {reward!r} for trajectory {t.id!r} "
+        if not finite_reward(t.reward):
+            raise PluginError(f"{hook} of plugin {plugin!r} returned reward {t.reward!r} for trajectory {t.id!r} "
                               f"(task {t.task_id!r}), which is not a finite number.")
     return trajectories
+
+
+def _check_distinct_ids(trajectories: list[Trajectory], hook: str, plugin: str) -> None:
+    duplicates = [tid for tid, n in Counter(t.id for t in trajectories).items() if n > 1]
+    if duplicates:
+        raise PluginError(f"{hook} of plugin {plugin!r} returned trajectories with duplicate ids "
+                          f"{listed(duplicates)}; {_UNIQUE_IDS}.")
 
 
 def check_collected(value: Any, tasks: Sequence[Task], group_size: int, plugin: str) -> list[Trajectory]:
@@ -186,19 +182,19 @@ def check_collected(value: Any, tasks: Sequence[Task], group_size: int, plugin: 
 
 
 def check_ids_unused(store: RunStore | None, trajectories: list[Trajectory], hook: str, plugin: str) -> None:
-    """Right before a step's (or an evaluation's) trajectories are stored: no two of them share an id (with
-    dynamic sampling a step's rounds are separate calls) and no id is in the run store already (an earlier
-    step, evaluation or run). Anything else is a :class:`PluginError` naming the plugin and the hook, raised
-    before anything of it is written."""
-    check_trajectories(trajectories, hook, plugin)
+    """Right before a step's (or an evaluation's) trajectories are stored, what the check of each call
+    (:func:`check_collected`, :func:`score_evaluation`: empty ids, rewards, duplicates within the call) could
+    not see: no two of them share an id across calls (with dynamic sampling a step's rounds are separate calls)
+    and no id is in the run store already (an earlier step, evaluation or run). Anything else is a
+    :class:`PluginError` naming the plugin and the hook, raised before anything of it is written."""
+    _check_distinct_ids(trajectories, hook, plugin)
     if store is None or not trajectories:
         return
     used = store.trajectory_ids_in_use([t.id for t in trajectories])
     if used:
-        listed = ", ".join(f"{tid!r} (run {run}, step {step}, {phase})"
-                           for tid, (run, step, phase) in list(used.items())[:5]) + (", ..." if len(used) > 5 else "")
+        where = [f"{tid!r} (run {run}, step {step}, {phase})" for tid, (run, step, phase) in used.items()]
         raise PluginError(f"{hook} of plugin {plugin!r} returned trajectories whose ids are already in the run "
-                          f"store: {listed}; {_UNIQUE_IDS}.")
+                          f"store: {listed(where, quote=False)}; {_UNIQUE_IDS}.")
 
 
 def check_one_per_task(trajectories: list[Trajectory], tasks: Sequence[Task], plugin: str) -> None:
@@ -207,8 +203,8 @@ def check_one_per_task(trajectories: list[Trajectory], tasks: Sequence[Task], pl
     if wanted == got:
         return
     missing, extra = list((wanted - got).elements()), list((got - wanted).elements())
-    said = (f"; none for task(s) {_shown(missing)}" if missing else "") + \
-        (f"; more than one, or one not asked for, for task(s) {_shown(extra)}" if extra else "")
+    said = (f"; none for task(s) {listed(missing)}" if missing else "") + \
+        (f"; more than one, or one not asked for, for task(s) {listed(extra)}" if extra else "")
     raise PluginError(f"evaluate of plugin {plugin!r} returned {len(trajectories)} trajectories for {len(tasks)} "
                       f"task(s); it must return one per task (an episode lost to the infrastructure is returned as "
                       f"a failed trajectory, not left out){said}.")
@@ -221,7 +217,7 @@ def check_eval_result(result: EvalResult, tasks: Sequence[Task] | None, plugin: 
     bad = {c: r for c, r in result.per_category.items() if not (math.isfinite(r) and 0.0 <= r <= 100.0)}
     if bad:
         raise PluginError(f"evaluate of plugin {plugin!r} returned pass rates that are not percentages (finite "
-                          f"numbers from 0 to 100): {_shown(f'{c}: {r}' for c, r in bad.items())}.")
+                          f"numbers from 0 to 100): {listed(f'{c}: {r}' for c, r in bad.items())}.")
     if tasks is not None and result.n_tasks != len(tasks):
         raise PluginError(f"evaluate of plugin {plugin!r} returned an EvalResult of {result.n_tasks} task(s) for "
                           f"{len(tasks)} task(s); it must score each task it was given once.")
@@ -265,7 +261,7 @@ def checked_labels(value: Any, plugin: str, registered: dict[str, tuple[str, Any
         if not lab.label.strip():
             declared = own[lab.source].labels
             raise PluginError(f"{where} that is empty: a label names what happened in the turn"
-                              + (f" (one of {_shown(declared, 8)})." if declared else "."))
+                              + (f" (one of {listed(declared, 8)})." if declared else "."))
         if undeclared is not None and own[lab.source].labels and lab.label not in known:
             undeclared.setdefault(lab.source, set()).add(lab.label)
     return labels
@@ -274,10 +270,10 @@ def checked_labels(value: Any, plugin: str, registered: dict[str, tuple[str, Any
 def undeclared_note(step: int, undeclared: dict[str, set[str]]) -> tuple[str, dict[str, Any]]:
     """The ``labels_undeclared`` event of a step (message, data): which diagnoser returned which labels that
     no registered diagnoser declares (kept all the same)."""
-    listed = "; ".join(f"diagnoser {name!r}: {_shown(sorted(labels), 10)}"
-                       for name, labels in sorted(undeclared.items()))
+    said = "; ".join(f"diagnoser {name!r}: {listed(sorted(labels), 10)}"
+                     for name, labels in sorted(undeclared.items()))
     return (f"step {step}: labels that no diagnoser declares (DiagnoserSpec.labels) were kept and count as any "
-            f"other ({listed}); declare them, or fix the diagnoser if they are mistakes.",
+            f"other ({said}); declare them, or fix the diagnoser if they are mistakes.",
             {"step": step, "diagnosers": {name: sorted(labels) for name, labels in sorted(undeclared.items())}})
 
 

@@ -8,8 +8,6 @@ whole step or none of it.
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import os
 import socket
 import zlib
@@ -30,7 +28,7 @@ from sqlalchemy.orm import Session, object_session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
 from ..capability import CapabilityState
-from ..errors import StoreError
+from ..errors import StoreError, finite_reward, listed
 from ..infra import mean_reward as policy_mean_reward
 from ..types import EvalResult, Interface, Trajectory, TurnLabel, make_text_valid
 from . import models as m
@@ -300,14 +298,14 @@ class RunStore:
         ids = [t.id for t in trajectories]
         duplicates = sorted(tid for tid, n in Counter(ids).items() if n > 1)
         if duplicates:
-            return f"trajectory ids {_listed(duplicates)} appear more than once in it; {_UNIQUE_IDS}"
+            return f"trajectory ids {listed(duplicates)} appear more than once in it; {_UNIQUE_IDS}"
         try:
             used = self.trajectory_ids_in_use(ids)
         except Exception:  # the store cannot say: the database's own reason below
             used = {}
         if used:
             where = [f"{tid!r} (run {run}, step {step}, {phase})" for tid, (run, step, phase) in used.items()]
-            return f"the store holds trajectory ids {_listed(where, quote=False)} already; {_UNIQUE_IDS}"
+            return f"the store holds trajectory ids {listed(where, quote=False)} already; {_UNIQUE_IDS}"
         reason = str(getattr(exc, "orig", "") or "").strip().splitlines()
         return f"the database refused its data ({reason[0][:200]})" if reason else "the database refused its data"
 
@@ -621,18 +619,35 @@ class RunStore:
 
         ``origin`` says who evaluated: :data:`EVAL_BY_RUN` (the run's schedule) or :data:`EVAL_BY_COMMAND`
         (``seal-platform eval``, stored at ``step`` = the evaluated checkpoint's step + 1, as the run's own
-        evaluation of that checkpoint is). Readers keep the two apart (:meth:`evaluations`)."""
+        evaluation of that checkpoint is). Readers keep the two apart (:meth:`evaluations`).
+
+        An evaluation is one per run, step, origin, benchmark and split (a unique key, revision 0007). The
+        command's replaces the one it made of that checkpoint on that split before (evaluating a checkpoint
+        again measures it anew); the run's own is written once (a resume drops what it re-does first,
+        :meth:`discard_after`), so a second one is another process's write: a :class:`WriteConflict`, nothing
+        of it written."""
         if origin not in EVAL_ORIGINS:
             raise StoreError(f"evaluation origin {origin!r} is not one of {', '.join(EVAL_ORIGINS)}.")
         what = f"the evaluation at step {step}"
         _check_rewards(run_id, what, result.trajectories)
+        key = (m.Evaluation.run_id == run_id, m.Evaluation.step == step, m.Evaluation.origin == origin,
+               m.Evaluation.benchmark == benchmark, m.Evaluation.split == result.split)
 
         def taken(s: Session) -> bool:
-            return s.scalar(select(m.Evaluation.id).where(
-                m.Evaluation.run_id == run_id, m.Evaluation.step == step, m.Evaluation.origin == origin,
-                m.Evaluation.benchmark == benchmark).limit(1)) is not None
+            return s.scalar(select(m.Evaluation.id).where(*key).limit(1)) is not None
 
         with self._run_write(run_id, what, taken=taken, trajectories=result.trajectories) as s:
+            if origin == EVAL_BY_COMMAND:
+                replaced = list(s.scalars(select(m.Evaluation).where(*key).order_by(m.Evaluation.id)))
+                if replaced:  # kept in an event: the earlier measurement is replaced, not lost
+                    s.add(m.Event(run_id=run_id, kind="evaluation_replaced", message=(
+                        f"seal-platform eval measured the checkpoint of step {step} on split {result.split!r} "
+                        f"again; its earlier result ({replaced[0].n_tasks} task(s)) is in this event's data"),
+                        data={"step": step, "split": result.split, "benchmark": benchmark, "rows": [
+                            {"category": r.category, "pass_rate": r.pass_rate, "n_tasks": r.n_tasks,
+                             "created_at": r.created_at.isoformat() if r.created_at else None}
+                            for r in replaced]}))
+                    s.execute(delete(m.Evaluation).where(*key))
             s.add_all(
                 m.Evaluation(run_id=run_id, step=step, split=result.split, benchmark=benchmark, origin=origin,
                              category=cat, pass_rate=rate, n_tasks=result.n_tasks)
@@ -650,8 +665,20 @@ class RunStore:
             return list(s.scalars(q.order_by(m.Evaluation.step, m.Evaluation.category, m.Evaluation.id)))
 
     def add_checkpoint(self, run_id: str, step: int, path: str, meta: dict[str, Any]) -> None:
-        with self._run_write(run_id, f"the checkpoint after step {step}") as s:
-            s.add(m.Checkpoint(run_id=run_id, step=step, path=path, meta=_jsonable(meta)))
+        """Record the checkpoint after ``step`` (one per run and step, revision 0007). A checkpoint of a step the
+        store holds one of already replaces that row: its folder was written anew (and replaced the old one)
+        before it is recorded."""
+        key = (m.Checkpoint.run_id == run_id, m.Checkpoint.step == step)
+
+        def taken(s: Session) -> bool:
+            return s.scalar(select(m.Checkpoint.id).where(*key)) is not None
+
+        with self._run_write(run_id, f"the checkpoint after step {step}", taken=taken) as s:
+            row = s.scalar(select(m.Checkpoint).where(*key))
+            if row is None:
+                s.add(m.Checkpoint(run_id=run_id, step=step, path=path, meta=_jsonable(meta)))
+            else:
+                row.path, row.meta, row.created_at = path, _jsonable(meta), utcnow()
 
     def relocate_run(self, run_id: str, run_dir: str) -> int:
         """The run's folder was moved to ``run_dir``: point the run and its checkpoints there. Returns the
@@ -717,16 +744,12 @@ def missing_driver(url: str, exc: ImportError) -> StoreError:
                       f"installed: install it ({hint}) or give --store an SQLite file path.")
 
 
-def _listed(values: Any, limit: int = 5, quote: bool = True) -> str:
-    values = list(values)
-    return ", ".join(repr(v) if quote else str(v) for v in values[:limit]) + (", ..." if len(values) > limit else "")
-
-
 def _check_rewards(run_id: str, what: str, trajectories: Sequence[Trajectory]) -> None:
     """Before ``what`` is written: every trajectory's reward is a finite number (SQLite would store NaN as
-    NULL and refuse it, PostgreSQL would keep it and every mean over it), else a :class:`StoreError`."""
+    NULL and refuse it, PostgreSQL would keep it and every mean over it), else a :class:`StoreError`. The
+    stages check the same (:func:`~seal_platform.errors.finite_reward`); this guards writers that bypass them."""
     for t in trajectories:
-        if not isinstance(t.reward, numbers.Real) or not math.isfinite(t.reward):
+        if not finite_reward(t.reward):
             raise StoreError(f"{what} of run {run_id} could not be recorded: the reward of trajectory {t.id!r} is "
                              f"{t.reward!r}, not a finite number; nothing of it was written.")
 

@@ -148,7 +148,12 @@ EVAL_ORIGINS = (EVAL_BY_RUN, EVAL_BY_COMMAND)
 
 
 class Evaluation(Base):
+    """One category's pass rate of an evaluation. An evaluation (the rows of one write) is identified by its
+    run, step, origin, benchmark and split: one row per category of it (revision 0007)."""
+
     __tablename__ = "evaluations"
+    __table_args__ = (UniqueConstraint("run_id", "step", "origin", "benchmark", "split", "category",
+                                       name="uq_evaluations_key"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
@@ -166,7 +171,10 @@ class Evaluation(Base):
 
 
 class Checkpoint(Base):
+    """The checkpoint after ``step``: one per run and step (revision 0007)."""
+
     __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("run_id", "step", name="uq_checkpoints_run_step"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)

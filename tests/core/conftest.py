@@ -28,6 +28,33 @@ def optimize(ctx, engine, trajectories, weights, step):
 """
 
 
+# A diagnoser plugin, `multi` (one diagnoser, "multi", declaring the label "ok"), whose ``diagnose`` runs RESULT
+# (a statement) with ``label(t, turn=0, source="multi", trajectory_id=None)`` at hand: a TurnLabel of LABEL
+# for trajectory ``t``. The plugin-contract and data-check tests install it (:func:`diagnoser_source`).
+DIAGNOSER = """
+from seal_platform import hookimpl
+from seal_platform.registry import DiagnoserSpec
+from seal_platform.types import TurnLabel
+
+
+@hookimpl
+def register_diagnosers():
+    return [DiagnoserSpec("multi", "labels every turn", ("ok",))]
+
+
+@hookimpl
+def diagnose(ctx, trajectories):
+    def label(t, turn=0, source="multi", trajectory_id=None):
+        return TurnLabel(trajectory_id=trajectory_id or t.id, turn=turn, label=LABEL, source=source)
+    RESULT
+"""
+
+
+def diagnoser_source(result: str = "return [label(t) for t in trajectories]", label: str = "ok") -> str:
+    """The source of the :data:`DIAGNOSER` plugin, its ``diagnose`` running ``result``, its labels ``label``."""
+    return DIAGNOSER.replace("LABEL", repr(label)).replace("RESULT", result)
+
+
 def damaged_store_files(tmp_path: Path) -> tuple[Path, Path]:
     """A real run store with three runs, cut to half its size and to its first 23 bytes (copies interrupted
     early): the store tests and the CLI tests both read them."""

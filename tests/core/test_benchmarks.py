@@ -75,3 +75,63 @@ def test_unknown_or_duplicate_benchmarks_are_recipe_errors(toy_site, toy_recipe)
     text = " ".join(str(i) for i in issues)
     assert "evaluation.benchmarks[0]: no loaded plugin registers environment 'nowhere'" in text
     assert "evaluation.benchmarks[1]: the name 'toy' is taken" in text
+
+
+# A benchmark plugin: environment "twice" (the toy's tasks), whose evaluate runs RESULT with ``one(task)``
+# at hand: a fresh trajectory of ``task``.
+TWICE = '''
+from seal_platform import hookimpl
+from seal_platform.registry import EnvironmentSpec
+from seal_platform.types import EvalResult, Trajectory
+
+import toy_plugin
+
+
+@hookimpl
+def register_environments():
+    return [EnvironmentSpec("twice", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings)))]
+
+
+@hookimpl
+def evaluate(ctx, environment, engine, tasks, step):
+    def one(task, **fields):
+        return Trajectory(task_id=task.id, category=task.category, group=f"twice:{task.id}", **fields)
+    RESULT
+'''
+
+
+@pytest.mark.parametrize("result, said", [
+    # Two results for the first task, none for the last: the count is right, the tasks are not.
+    ("return [one(tasks[0]), *[one(t) for t in tasks[:-1]]]",
+     "evaluate of plugin 'twice' returned 4 trajectories for 4 task(s); it must return one per task"),
+    ("return [one(t) for t in tasks] + [one(tasks[0])]",
+     "more than one, or one not asked for, for task(s) ['ood-0']"),
+    ('return EvalResult(split="ood", per_category={"big": 50.0}, n_tasks=len(tasks) + 1)',
+     "evaluate of plugin 'twice' returned an EvalResult of 5 task(s) for 4 task(s)"),
+    # Ids built from the task: unique in one evaluation, but the evaluation at step 1 repeats step 0's.
+    ("return [one(t, id=f'twice-{t.id}') for t in tasks]",
+     "evaluate of plugin 'twice' returned trajectories whose ids are already in the run store: ['twice-ood-0' (run "),
+])
+def test_a_benchmark_s_evaluation_is_checked_as_the_run_s_own_is(toy_site, toy_recipe, monkeypatch, result, said):
+    import sys
+
+    from seal_platform.errors import PluginError, StoreError
+
+    from .conftest import make_dist
+
+    make_dist(toy_site, "seal-twice", "0.1.0", {"twice": "twice_plugin"},
+              {"twice_plugin.py": TWICE.replace("RESULT", result)})
+    sys.modules.pop("twice_plugin", None)
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    config, host, path = _plan(toy_recipe, [
+        "plugins.allow=[toy,twice]", "training.steps=1", "evaluation.every=1",
+        "evaluation.benchmarks=[{environment: twice, split: ood, name: twice-ood, max_tasks: 4}]"])
+    store = RunStore(config.store_url())
+    runner = Runner(prepare(config, host, str(path)), host, store, recipe=str(path))
+    with pytest.raises((PluginError, StoreError)) as raised:
+        runner.run()
+    assert type(raised.value) is PluginError and said in str(raised.value), repr(raised.value)
+    stored = {(row.benchmark, row.step) for row in store.evaluations(runner.run_id)}
+    # Nothing of the refused evaluation is stored: the last one refused, the ids' case at step 1.
+    assert ("twice-ood", 0) not in stored or said.startswith("evaluate of plugin 'twice' returned trajectories whose")
+    assert ("twice-ood", 1) not in stored

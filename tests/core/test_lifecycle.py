@@ -3,6 +3,7 @@ closes what the core built, as ``run``, ``eval`` and ``verify`` use it."""
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, Callable
 
@@ -124,3 +125,46 @@ def test_verify_starts_the_benchmarks_plugin_before_ending_it(toy_site, monkeypa
     assert out == ['{"task_id": "a", "success": true}']
     calls = sys.modules["toy_plugin"].plugin.calls
     assert calls[-2:] == ["start_run", "end_run:completed"]
+
+
+# Plugin `borrow`: an environment and an engine whose factories call the toy plugin's code, which fails there.
+BORROW = '''
+from seal_platform import hookimpl
+from seal_platform.registry import EngineSpec, EnvironmentSpec
+
+import toy_plugin
+
+
+def build(ctx):
+    return toy_plugin.ToyEnvironment(None).tasks("no-such-split")
+
+
+@hookimpl
+def register_environments():
+    return [EnvironmentSpec("borrowed", build)]
+
+
+@hookimpl
+def register_rollout_engines():
+    return [EngineSpec("borrowed-engine", build)]
+'''
+
+
+@pytest.mark.parametrize("what", ["environment", "engine"])
+def test_a_factory_failing_in_another_plugin_s_code_names_that_plugin(toy_site, monkeypatch, tmp_path, what):
+    from .conftest import make_dist
+
+    make_dist(toy_site, "seal-borrow", "0.1.0", {"borrow": "borrow_plugin"}, {"borrow_plugin.py": BORROW})
+    sys.modules.pop("borrow_plugin", None)
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    host = make_plugin_manager(allow=["toy", "borrow"])
+    config = RunConfig(environment="borrowed", rollout={"engine": "borrowed-engine"})
+    ctx = RunContext(config=config, run_id="r", run_dir=tmp_path)
+    ctx.executor = Closable("executor", [])  # type: ignore[assignment]
+    with pytest.raises(PluginError) as raised:
+        with lifecycle(host, ctx, resumed=False) as life:
+            getattr(life, what)()
+    said = str(raised.value)
+    assert said.startswith(f"the {what!r} stage of plugin 'borrow' failed in the code of plugin 'toy' (tasks, "
+                           "which 'borrow' called): ValueError: unknown split 'no-such-split'"), said
+    assert re.search(r"\(at \S+/toy_plugin\.py:\d+\)$", said), said  # where it was raised

@@ -13,7 +13,7 @@ from seal_platform.planning import load_recipe, plan_config, plan_recipe
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.registry import EnvironmentSpec
 
-from .conftest import RAISING_REGISTRATION, make_dist
+from .conftest import RAISING_REGISTRATION, diagnoser_source, make_dist
 
 
 class Misspelt:
@@ -458,25 +458,6 @@ def test_a_pristine_interface_that_is_not_an_interface_fails_naming_the_plugin(t
     assert "plugin 'badenv': its environment's pristine_interface() returned dict, not an Interface" in str(info.value)
 
 
-DIAGNOSER = '''
-from seal_platform import hookimpl
-from seal_platform.registry import DiagnoserSpec
-from seal_platform.types import TurnLabel
-
-
-@hookimpl
-def register_diagnosers():
-    return [DiagnoserSpec("multi", "labels every turn", ("ok",))]
-
-
-@hookimpl
-def diagnose(ctx, trajectories):
-    def label(t, turn=0, source="multi", trajectory_id=None):
-        return TurnLabel(trajectory_id=trajectory_id or t.id, turn=turn, label="ok", source=source)
-    RESULT
-'''
-
-
 @pytest.mark.parametrize("result, said", [
     ('raise RuntimeError("boom in diagnose")', "the 'diagnose' stage failed in plugin 'multi': RuntimeError: boom in diagnose"),
     ('return "ok"', "plugin 'multi' must return a list of TurnLabel from 'diagnose', not str"),
@@ -490,7 +471,7 @@ def test_a_diagnoser_is_called_on_its_own_and_its_labels_are_checked(toy_site, t
                                                                      result, said):
     from seal_platform.store import RunStore
 
-    _install(toy_site, "multi", DIAGNOSER.replace("RESULT", result), monkeypatch)
+    _install(toy_site, "multi", diagnoser_source(result), monkeypatch)
     plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,multi]", "training.steps=1"])
     assert plan.diagnosers == ["multi", "toy"]
     with pytest.raises(PluginError) as info:
@@ -507,7 +488,7 @@ def test_a_diagnoser_is_called_on_its_own_and_its_labels_are_checked(toy_site, t
 def test_labels_of_a_good_diagnoser_beside_another_are_all_kept(toy_site, toy_recipe, monkeypatch, tmp_path):
     from seal_platform.store import RunStore
 
-    _install(toy_site, "multi", DIAGNOSER.replace("RESULT", "return [label(t) for t in trajectories]"), monkeypatch)
+    _install(toy_site, "multi", diagnoser_source(), monkeypatch)
     plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,multi]", "training.steps=1"])
     _run(plan, tmp_path)
     store = RunStore(f"sqlite:///{tmp_path / 'contract-store.sqlite'}")

@@ -22,7 +22,7 @@ from seal_platform.stages import score_evaluation
 from seal_platform.store import RunStore, WriteConflict
 from seal_platform.types import EvalResult, Task, Trajectory
 
-from .conftest import make_dist
+from .conftest import diagnoser_source, make_dist
 
 RAW = ("IntegrityError", "UNIQUE", "FOREIGN KEY", "NOT NULL", "INSERT", "[SQL", "sqlite3", "constraint failed")
 
@@ -64,7 +64,7 @@ def test_ids_reused_across_evaluations_are_refused_before_the_write_and_the_run_
     said = _fails(runner, store)
     run_id = runner.run_id
     assert said.startswith(f"evaluate of plugin 'toy' returned trajectories whose ids are already in the run "
-                           f"store: 'eval-0:0' (run {run_id}, step 0, eval)"), said
+                           f"store: ['eval-0:0' (run {run_id}, step 0, eval)"), said
     assert "must be unique across the run store" in said and "uuid4" in said
     # The store is as the last good write left it: the evaluation before training, step 0, nothing of step 1's.
     assert sorted({e.step for e in store.evaluations(run_id)}) == [0]
@@ -82,7 +82,7 @@ def test_ids_reused_across_steps_of_collect_are_the_plugin_s_error(toy_site, toy
                                          "evaluation.every=0", "evaluation.before_training=false"])
     said = _fails(runner, store)
     assert re.match(rf"collect of plugin 'toy' returned trajectories whose ids are already in the run store: "
-                    rf"'train-\d+:\d' \(run {runner.run_id}, step [01], train\)", said), said
+                    rf"\['train-\d+:\d' \(run {runner.run_id}, step [01], train\)", said), said
     assert [s.step for s in store.steps(runner.run_id)] == [0, 1]
 
 
@@ -188,8 +188,8 @@ def test_the_store_refusing_ids_another_step_holds_says_so_not_another_process(t
     with pytest.raises(StoreError) as raised:  # the same id in the next step: this process's own data
         _record(store, 1, Trajectory(id="t:0", task_id="t", category="c", group="1:t", reward=0.0))
     said = _plain(raised.value)
-    assert said == ("step 1 of run r could not be recorded: the store holds trajectory ids 't:0' (run r, step 0, "
-                    "train) already; a trajectory's id must be unique across the store (Trajectory.id's default, a "
+    assert said == ("step 1 of run r could not be recorded: the store holds trajectory ids ['t:0' (run r, step 0, "
+                    "train)] already; a trajectory's id must be unique across the store (Trajectory.id's default, a "
                     "fresh uuid4, is); nothing of it was written."), said
     assert [s.step for s in store.steps("r")] == [0]
     # Its evaluation, the same.
@@ -197,7 +197,7 @@ def test_the_store_refusing_ids_another_step_holds_says_so_not_another_process(t
     with pytest.raises(StoreError) as raised:
         store.add_evaluation("r", 2, result)
     assert _plain(raised.value).startswith("the evaluation at step 2 of run r could not be recorded: the store "
-                                           "holds trajectory ids 't:0' (run r, step 0, train) already")
+                                           "holds trajectory ids ['t:0' (run r, step 0, train)] already")
     assert store.evaluations("r") == []
 
 
@@ -206,7 +206,7 @@ def test_the_store_refuses_an_id_twice_in_one_write_and_a_reward_that_is_not_fin
     twice = [Trajectory(id="x", task_id=f"t{i}", category="c", group="g", reward=1.0) for i in range(2)]
     with pytest.raises(StoreError) as raised:
         store.add_evaluation("r", 0, EvalResult.from_trajectories("eval", twice))
-    assert _plain(raised.value) == ("the evaluation at step 0 of run r could not be recorded: trajectory ids 'x' "
+    assert _plain(raised.value) == ("the evaluation at step 0 of run r could not be recorded: trajectory ids ['x'] "
                                     "appear more than once in it; a trajectory's id must be unique across the store "
                                     "(Trajectory.id's default, a fresh uuid4, is); nothing of it was written.")
     nan = Trajectory(task_id="t", category="c", group="g")
@@ -289,26 +289,9 @@ def test_plugin_of_module_finds_a_plugin_s_package_and_leaves_the_core_out():
 # --- labels ------------------------------------------------------------------------------------------------
 
 
-DIAGNOSER = '''
-from seal_platform import hookimpl
-from seal_platform.registry import DiagnoserSpec
-from seal_platform.types import TurnLabel
-
-
-@hookimpl
-def register_diagnosers():
-    return [DiagnoserSpec("multi", "labels every turn", ("ok",))]
-
-
-@hookimpl
-def diagnose(ctx, trajectories):
-    return [TurnLabel(trajectory_id=t.id, turn=0, label=LABEL, source="multi") for t in trajectories]
-'''
-
-
 def _with_diagnoser(toy_site, toy_recipe, monkeypatch, label: str, steps: int = 1):
     make_dist(toy_site, "seal-multi", "0.1.0", {"multi": "multi_plugin"},
-              {"multi_plugin.py": DIAGNOSER.replace("LABEL", repr(label))})
+              {"multi_plugin.py": diagnoser_source(label=label)})
     sys.modules.pop("multi_plugin", None)
     monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
     return _runner(toy_recipe, ["plugins.allow=[toy,multi]", f"training.steps={steps}",

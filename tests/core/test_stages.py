@@ -3,6 +3,8 @@ use it too) and the one scoring rule."""
 
 from __future__ import annotations
 
+import json
+
 from seal_platform.config import RunConfig
 from seal_platform.stages import collect_sampling, evaluate_sampling, sampling_for, score_evaluation
 from seal_platform.types import Trajectory
@@ -34,3 +36,55 @@ def test_scoring_is_the_pass_rate_per_category():
     result = score_evaluation(trajs, "eval", "toy")
     assert result.split == "eval" and result.n_tasks == 4
     assert result.per_category == {"a": 100.0 * 2 / 3, "b": 100.0}
+
+
+def _store_with_step(tmp_path, *trajectories: Trajectory):
+    from seal_platform.capability import CapabilityState
+    from seal_platform.store import RunStore
+
+    store = RunStore(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    store.create_run("r", name="r", recipe="", config={}, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
+
+    def record(step: int, *trajectories: Trajectory) -> None:
+        store.record_step("r", step=step, epoch=0, trajectories=list(trajectories), labels=[], label_weights={},
+                          state=CapabilityState(), interface_revision=0, metrics={}, timings={})
+
+    record(0, *trajectories)
+    return store, record
+
+
+def test_before_a_step_is_stored_only_what_the_per_call_checks_could_not_see_is_checked(tmp_path):
+    import pytest
+
+    from seal_platform.errors import PluginError, StoreError
+    from seal_platform.stages import check_ids_unused
+
+    held = Trajectory(id="held", task_id="t", category="c", group="g", reward=1.0)
+    store, record = _store_with_step(tmp_path, held)
+    # Two rounds of dynamic sampling (two calls, each checked on its own) returning one id.
+    rounds = [Trajectory(id="twice", task_id=f"t{i}", category="c", group=f"g{i}") for i in range(2)]
+    with pytest.raises(PluginError, match=r"^collect of plugin 'env' returned trajectories with duplicate ids "
+                                          r"\['twice'\]; a trajectory's id must be unique across the run store"):
+        check_ids_unused(store, rounds, "collect", "env")
+    with pytest.raises(PluginError, match=r"returned trajectories whose ids are already in the run store: "
+                                          r"\['held' \(run r, step 0, train\)\]; "):
+        check_ids_unused(store, [held.model_copy()], "collect", "env")
+    # Rewards are each call's check (check_collected, score_evaluation), not redone here; a writer that
+    # bypasses the stages still meets the store's own guard, which shares the predicate.
+    nan = Trajectory(task_id="t", category="c", group="g")
+    nan.reward = float("nan")
+    check_ids_unused(store, [nan], "collect", "env")
+    with pytest.raises(StoreError, match="the reward of trajectory .* is nan, not a finite number"):
+        record(1, nan)
+
+
+def test_the_diagnoser_guide_quotes_the_labels_undeclared_event_as_the_run_records_it():
+    import re
+    from pathlib import Path
+
+    from seal_platform.stages import undeclared_note
+
+    guide = " ".join((Path(__file__).resolve().parents[2] / "docs" / "write-a-diagnoser.md").read_text().split())
+    message, data = undeclared_note(0, {"repetition": {"repeated"}})
+    assert f"e.g. `{message}` (its data: `{json.dumps(data)}`)" in guide
+    assert re.search(r"\*\*Empty labels\*\* are refused", guide)

@@ -63,7 +63,8 @@ def test_an_evaluation_the_other_writer_recorded_first_is_one_paragraph(tmp_path
 
 
 def test_a_checkpoint_whose_run_another_process_removed_is_one_paragraph(tmp_path):
-    # A checkpoint row has no key of its own: what another writer can make the database refuse is its run.
+    # A checkpoint written again for a step replaces its row (test_store_keys): what another writer can make the
+    # database refuse is its run.
     mine, other = _two_writers(tmp_path)
     mine.add_checkpoint("r", 1, str(tmp_path / "checkpoints" / "step-1"), {})
     with other.session() as s:  # the run's row gone under this writer (its checkpoint rows go with it)
