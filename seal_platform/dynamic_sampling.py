@@ -26,10 +26,22 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from .registry import MetricSpec
 from .types import Task, Trajectory
 
 #: The step-metric names this module writes (read by ``show``, the summary and the report).
 METRICS = ("ds_rounds", "ds_groups_drawn", "ds_groups_kept", "ds_groups_uniform", "ds_groups_surplus")
+ROUNDS, DRAWN, KEPT, UNIFORM, SURPLUS = METRICS
+
+#: How they are shown: the core's own declarations, read before every plugin's ``register_metrics``.
+METRIC_SPECS = (
+    MetricSpec(ROUNDS, "collect rounds the step ran to find its mixed groups", label="rounds", format=".0f"),
+    MetricSpec(DRAWN, "groups collected", label="drawn", format=".0f"),
+    MetricSpec(KEPT, "groups trained on (rewards differ)", label="kept (mixed)", format=".0f",
+               skip_reason="no group with mixed outcomes was drawn", skipped=lambda m: m[KEPT] == 0),
+    MetricSpec(UNIFORM, "groups dropped: all rewards equal", label="dropped (all equal)", format=".0f"),
+    MetricSpec(SURPLUS, "groups dropped: mixed, beyond the step's quota", label="dropped (beyond quota)", format=".0f"),
+)
 
 
 def draw_order(train_tasks: list[Task], batch: list[Task], seed: int, step: int) -> list[Task]:
@@ -82,9 +94,8 @@ class Selection:
         return len(groups_of(self.kept))
 
     def metrics(self) -> dict[str, float]:
-        return {"ds_rounds": float(self.rounds), "ds_groups_drawn": float(self.drawn),
-                "ds_groups_kept": float(self.kept_groups), "ds_groups_uniform": float(self.uniform),
-                "ds_groups_surplus": float(self.surplus)}
+        return {ROUNDS: float(self.rounds), DRAWN: float(self.drawn), KEPT: float(self.kept_groups),
+                UNIFORM: float(self.uniform), SURPLUS: float(self.surplus)}
 
 
 def select(trainable: list[Trajectory], wanted: int, rounds: int, drawn: int) -> Selection:

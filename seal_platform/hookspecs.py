@@ -3,8 +3,8 @@
 There are four kinds of hooks:
 
 * **setup hooks** (``register_*``), called when a run or a CLI command starts, through which a plugin tells the
-  core what it provides: its settings model, environments (benchmarks), diagnosers, rollout engines and CLI
-  commands. Every plugin's answer is collected.
+  core what it provides: its settings model, environments (benchmarks), diagnosers, rollout engines, CLI
+  commands, and how its step metrics are shown. Every plugin's answer is collected.
 * **lifecycle hooks** (``check_config``, ``check_machine``, ``start_run``, ``end_run``, ``save_checkpoint``, ``load_checkpoint``),
   called on every enabled plugin that implements them.
 * the **tracking hook** (``track``), called on every enabled plugin that implements it as the run records
@@ -33,7 +33,9 @@ each plugin's validated settings section (``ctx.settings_for(name)``), the run d
 run store and a ``shared`` dict through which cooperating plugins of one run hand objects to each other.
 A hook of a training step (``collect`` to ``optimize``) may add metrics of its own to the step's with
 ``ctx.add_step_metrics(name=value)``: they are stored with the optimizer's in the step row (``show``, the
-report, trackers' ``step`` events); the LLM judge records its fallback rate per step this way.
+report, trackers' ``step`` events); the LLM judge records its fallback rate per step this way. How any of
+a step's metrics is shown (which count updates, which explain a skipped step) is declared by
+``register_metrics``.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from .config import RunConfig
     from .context import RunContext
     from .config import Issue
-    from .registry import Cluster, ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
+    from .registry import Cluster, ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec, MetricSpec
     from .types import (
         EvalResult,
         Interface,
@@ -190,6 +192,33 @@ def register_clusters() -> list[ClusterSpec]:
 
     All results are collected; a name two plugins register is left out: a recipe that uses it gets a
     problem naming both plugins (block all but one), other recipes are unaffected.
+    """
+
+
+@hookspec
+def register_metrics() -> list[MetricSpec]:
+    """Declare how the step metrics this plugin records are shown.
+
+    Called by what shows a run: the live progress line, the end-of-run summary, ``seal-platform show`` and
+    the HTML report (with the plugins installed when they run; a stored run is shown with the declarations of
+    the plugins installed now). The output never reads a plugin's metric names: it reads these declarations.
+    A metric nobody declares is still stored and shown by name (``show``'s metrics column, when the step has
+    no ``update`` metric).
+
+    :returns: a list of :class:`seal_platform.registry.MetricSpec`, one per metric name: its description,
+        short label, format, and ``role`` (:data:`seal_platform.registry.METRIC_ROLES`). An optimizer
+        (``stages.optimize``) declares its headline metrics (role ``update``: a loss, a gradient norm; shown
+        for every step that updated, plotted by the report), the number of updates of a step (``updates``:
+        0 means no update; the "policy updates" of the summary and the report are its sum; a step without it
+        counts as updated) and, if it has them, ``trained_sequences``, ``skipped_sequences``,
+        ``trained_tokens``, ``update_seconds`` and ``tokens_per_s``. A metric that explains why a step did not
+        update gives ``skip_reason`` (and ``skipped``, when "above 0" is not the rule). Metrics of another
+        kind (a diagnoser's, say) may be shown apart as a ``group``: a column of ``show`` and a section of
+        the report.
+
+    All results are collected, in the order the plugins are called, after the core's own (dynamic
+    sampling's ``ds_*``); a name declared twice keeps its first declaration. A plugin whose hook raises or
+    returns anything but ``MetricSpec`` items is left out of the display (its metrics are shown by name).
     """
 
 
@@ -544,6 +573,7 @@ CALLED_ON: dict[str, str] = {
     "register_rollout_engines": "every loaded plugin",
     "register_executors": "every loaded plugin",
     "register_clusters": "every loaded plugin",
+    "register_metrics": "every loaded plugin",
     "register_commands": "every loaded plugin",
     "check_config": "every enabled plugin",
     "check_machine": "every enabled plugin",

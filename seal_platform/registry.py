@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .cluster import Cluster
 
@@ -93,4 +93,68 @@ class ClusterSpec:
     enable: str = ""
 
 
-__all__ = ["Cluster", "ClusterSpec", "DiagnoserSpec", "EngineSpec", "EnvironmentSpec", "ExecutorSpec"]
+#: What a step metric can stand for (:attr:`MetricSpec.role`); the run's output reads these, never a name.
+METRIC_ROLES = {
+    "update": "a headline metric of an optimizer update (a loss, a gradient norm): shown in `show`'s metrics "
+              "column and plotted by the report, in declaration order, for the steps that updated the policy",
+    "updates": "the number of optimizer updates the step made: 0 means the step did not update the policy "
+               "(a step without this metric counts as updated); summed into the summary's and report's "
+               "\"policy updates\"",
+    "trained_sequences": "sequences (trajectories) the update trained on",
+    "skipped_sequences": "sequences the update left out (its description says why, in the summary)",
+    "trained_tokens": "tokens the update trained on; a run with this metric gets the summary's update line",
+    "update_seconds": "seconds the update took (with trained_tokens: the summary's trained tokens/s)",
+    "tokens_per_s": "the step's update throughput (trained tokens per second), shown on the progress line",
+}
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How one step metric a plugin records (``optimize``'s result, ``ctx.add_step_metrics``) is shown by
+    ``show``, the end-of-run summary, the progress line and the HTML report (``register_metrics``).
+
+    ``description`` says what it measures; ``label`` is its short heading (report tables and plots; default
+    the name); ``format`` its number format (``format(value, spec.format)``); ``percent``: a fraction shown
+    as a percentage. ``role`` (a key of :data:`METRIC_ROLES`, or ""): what it stands for, so that the output
+    counts any optimizer's updates, trained tokens and headline metrics, not one plugin's names.
+
+    ``skip_reason``: why a step did not update the policy, in a few words, when this metric says so. For the
+    ``updates`` metric it is said whenever the count is 0 (the progress line: "no update (<reason>)"); for
+    any other, ``show`` says "skipped (<reason>)" for a step without an update when ``skipped(metrics)`` is
+    true (default: the metric is above 0); the first declaration that applies wins.
+
+    ``group``: metrics shown apart, together: one column of ``show``'s steps table headed by the group, its
+    cell ``cell(metrics)`` of the first member that has one (default: each member's label and value), and
+    one section of the report (a table of the members, a plot of those ``plotted``, and the ``note`` of any
+    member above 0 in some step). A grouped metric is never in the generic metrics column.
+    """
+
+    name: str
+    description: str = ""
+    label: str = ""
+    role: str = ""
+    format: str = ".4g"
+    percent: bool = False
+    skip_reason: str = ""
+    skipped: Callable[[Mapping[str, float]], bool] | None = None
+    group: str = ""
+    cell: Callable[[Mapping[str, float]], str] | None = None
+    plotted: bool = False
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.role and self.role not in METRIC_ROLES:
+            raise ValueError(f"metric {self.name!r}: unknown role {self.role!r}; one of {', '.join(METRIC_ROLES)}")
+
+    @property
+    def heading(self) -> str:
+        """The short heading: ``label``, else the name."""
+        return self.label or self.name
+
+    def text(self, value: float) -> str:
+        """``value`` as this metric is shown."""
+        return f"{100 * value:.0f}%" if self.percent else format(value, self.format)
+
+
+__all__ = ["METRIC_ROLES", "Cluster", "ClusterSpec", "DiagnoserSpec", "EngineSpec", "EnvironmentSpec", "ExecutorSpec",
+           "MetricSpec"]

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 
 from seal_platform.types import Message, Trajectory, TurnLabel, TurnVerdict
 
+from . import metrics as shown
 from .backends import Query, Reply, token_count
 from .schema import CUT_OFF, Judgement, answer_schema, read_judgement
 from .settings import DiagnosisLlmSettings
@@ -390,10 +391,10 @@ class Judge:
         invalid twice or cut off, request failed, budget spent), ``judge_cut_off`` (fallbacks whose answer
         was cut by the judge's token limit) and ``judge_fallback_rate`` (fallbacks / turns, when any turn)."""
         c = self.counts
-        out = {"judge_turns": float(c.get("turns", 0)), "judge_fallbacks": float(c.get("fallback", 0)),
-               "judge_cut_off": float(c.get("cut_off", 0))}
+        out = {shown.TURNS: float(c.get("turns", 0)), shown.FALLBACKS: float(c.get("fallback", 0)),
+               shown.CUT_OFF: float(c.get("cut_off", 0))}
         if c.get("turns"):
-            out["judge_fallback_rate"] = c["fallback"] / c["turns"]
+            out[shown.FALLBACK_RATE] = c["fallback"] / c["turns"]
         return out
 
     def _turn_label(self, o: Outcome) -> TurnLabel | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from seal_platform.hookspecs import hookimpl
-from seal_platform.registry import DiagnoserSpec
+from seal_platform.registry import DiagnoserSpec, MetricSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     import click
@@ -42,6 +42,13 @@ def register_settings() -> dict[str, Any]:
     from .settings import DiagnosisLlmSettings
 
     return {SECTION: DiagnosisLlmSettings}
+
+
+@hookimpl
+def register_metrics() -> list[MetricSpec]:
+    from .metrics import METRIC_SPECS
+
+    return list(METRIC_SPECS)
 
 
 @hookimpl

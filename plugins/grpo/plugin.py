@@ -78,6 +78,13 @@ def register_rollout_engines() -> list:
 
 
 @hookimpl
+def register_metrics() -> list:
+    from .metrics import METRIC_SPECS
+
+    return list(METRIC_SPECS)
+
+
+@hookimpl
 def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None) -> list[Issue]:
     grpo = settings.get("grpo") or GRPOSettings()
     engine = settings.get("engine") or EngineSettings()

@@ -5,6 +5,8 @@
 - :mod:`.reporting` prints ``seal-platform show``; :mod:`.html_report` writes the HTML report;
 - :mod:`.transcripts`, :mod:`.transcript_html`, :mod:`.transcript_pairs` decode and show episodes;
 - :mod:`.progress` and :mod:`.run_display` are the terminal display of a run while it works;
+- :mod:`.metrics` reads how step metrics are shown from the core's and the plugins' declarations
+  (``register_metrics``): no view knows a plugin's metric names;
 - :mod:`.listings` prints ``runs``, ``labels`` and ``settings``; :mod:`.fit` picks, for them, ``show``'s steps
   and ``compare``, the widest layout that keeps every identifier whole at the terminal's width.
 

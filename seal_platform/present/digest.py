@@ -15,7 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
+from .. import dynamic_sampling as ds
 from ..store.models import EVAL_BY_COMMAND
+from .metrics import MetricCatalog, catalog_or_installed
 
 LOG_FILE = "run.log"
 REPORT_FILE = "report.html"
@@ -154,21 +156,23 @@ class RunDigest(BaseModel):
     def dynamic_sampling(self) -> dict[str, int] | None:
         """Dynamic-sampling counts summed over the steps (``drawn``, ``kept``, ``uniform``, ``surplus``,
         ``rounds``), or None when the run did not use it."""
-        steps = [s for s in self.steps if "ds_groups_drawn" in s.metrics]
+        steps = [s for s in self.steps if ds.DRAWN in s.metrics]
         if not steps:
             return None
-        keys = {"rounds": "ds_rounds", "drawn": "ds_groups_drawn", "kept": "ds_groups_kept",
-                "uniform": "ds_groups_uniform", "surplus": "ds_groups_surplus"}
+        keys = {"rounds": ds.ROUNDS, "drawn": ds.DRAWN, "kept": ds.KEPT, "uniform": ds.UNIFORM, "surplus": ds.SURPLUS}
         return {k: int(sum(s.metrics.get(m, 0.0) for s in steps)) for k, m in keys.items()}
 
-    def updates(self) -> int:
-        """Optimizer updates over the run (the optimizer's ``updates`` step metric)."""
-        return int(sum(s.metrics.get("updates", 0.0) for s in self.steps))
+    def updates(self, catalog: MetricCatalog | None = None) -> int:
+        """Optimizer updates over the run: the sum of the steps' ``updates`` metric (the role a plugin declares,
+        :mod:`.metrics`; default the installed plugins' declarations)."""
+        return catalog_or_installed(catalog).total_updates(s.metrics for s in self.steps)
 
-    def tokens_per_s(self) -> float | None:
+    def tokens_per_s(self, catalog: MetricCatalog | None = None) -> float | None:
         """Mean update throughput over the steps that trained anything (trained tokens / update seconds)."""
-        tokens = sum(s.metrics.get("trained_tokens", 0.0) for s in self.steps)
-        seconds = sum(s.metrics.get("update_s", 0.0) for s in self.steps if s.metrics.get("trained_tokens"))
+        catalog = catalog_or_installed(catalog)
+        tokens = sum(catalog.value(s.metrics, "trained_tokens") for s in self.steps)
+        seconds = sum(catalog.value(s.metrics, "update_seconds") for s in self.steps
+                      if catalog.value(s.metrics, "trained_tokens"))
         return tokens / seconds if seconds > 0 else None
 
 

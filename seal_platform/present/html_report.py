@@ -9,8 +9,11 @@ import io
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import dynamic_sampling as ds
 from ..errors import SealError
+from ..registry import MetricSpec
 from .digest import RunDigest
+from .metrics import MetricCatalog, catalog_or_installed
 from .summary import Comparison
 from .transcript_html import CSS as TRANSCRIPT_CSS
 from .transcript_html import link, transcripts_section
@@ -26,10 +29,6 @@ pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; font-size: 0.85em; 
 .wide { overflow-x: auto; }
 details { margin: 0.5em 0; } summary { cursor: pointer; color: #246; }
 """
-
-OPTIMIZER_METRICS = (("loss", "loss"), ("grad_norm", "grad norm"), ("kl", "KL"), ("entropy", "entropy"),
-                     ("clip_frac", "clip fraction"))
-
 
 def _figure_png(draw: Callable[[Any], None], size: tuple[float, float] = (9, 4), ncols: int = 1) -> str:
     """Render ``draw(ax)`` (``draw(axes)`` with ``ncols`` > 1) into a PNG data URI; the figure is cropped to
@@ -269,14 +268,15 @@ def _timings_section(digest: RunDigest, transcripts: list[StepTranscripts] | Non
     return "".join(parts)
 
 
-def _optimizer_section(digest: RunDigest) -> str:
-    """Loss, grad norm, KL, entropy and clip fraction over the steps that updated the policy; a step whose
-    updates were all skipped has no such values (it is listed, not plotted as zeros)."""
+def _optimizer_section(digest: RunDigest, catalog: MetricCatalog) -> str:
+    """The optimizers' headline metrics (role ``update``: GRPO's loss, grad norm, KL, entropy and clip fraction)
+    over the steps that updated the policy; a step whose updates were all skipped has no such values (it is
+    listed, not plotted as zeros)."""
     parts = ["<h2>Optimizer metrics over steps</h2>"]
-    updated = [s for s in digest.steps if s.metrics.get("updates", 1.0) > 0
-               and any(k in s.metrics for k, _ in OPTIMIZER_METRICS)]
+    headline = catalog.headline()
+    updated = [s for s in digest.steps if catalog.updated(s.metrics) and any(m.name in s.metrics for m in headline)]
     skipped = [s.step for s in digest.steps if s not in updated]
-    shown = [(k, name) for k, name in OPTIMIZER_METRICS if any(k in s.metrics for s in updated)]
+    shown = [(m.name, m.heading) for m in headline if any(m.name in s.metrics for s in updated)]
     if not updated or not shown:
         return parts[0] + "<p>No step updated the policy (or the optimizer recorded no metrics).</p>"
 
@@ -296,32 +296,36 @@ def _optimizer_section(digest: RunDigest) -> str:
     return "".join(parts)
 
 
-def _judge_section(digest: RunDigest) -> str:
-    """The LLM judge's fallback rate per step (turns that kept the heuristic label because the judge's answer
-    was invalid, cut off by its token limit, or not given); empty when no judge ran."""
-    steps = [s for s in digest.steps if "judge_turns" in s.metrics]
-    if not steps:
-        return ""
-    rated = [s for s in steps if "judge_fallback_rate" in s.metrics]
+def _group_sections(digest: RunDigest, catalog: MetricCatalog) -> str:
+    """One section per metric group (``MetricSpec.group``: the LLM judge's fallbacks, say) the run's steps
+    have: what each member means, a plot of those ``plotted``, a table of every member per step, and the
+    ``note`` of each member above 0 in some step."""
+    parts = []
+    for group, members in catalog.groups().items():
+        steps = [s for s in digest.steps if any(m.name in s.metrics for m in members)]
+        if not steps:
+            continue
+        title = group[:1].upper() + group[1:]
+        meanings = "; ".join(f"{m.heading}: {m.description}" for m in members if m.description)
+        parts.append(f"<h2>{html.escape(title)} per step</h2>" + (f"<p>{html.escape(meanings)}.</p>" if meanings else ""))
+        for m in (m for m in members if m.plotted):
+            points = [s for s in steps if m.name in s.metrics]
+            if not points:
+                continue
 
-    def draw(ax: Any) -> None:
-        ax.plot([s.step for s in rated], [100 * s.metrics["judge_fallback_rate"] for s in rated], marker="o")
-        ax.set(title="LLM judge fallback rate", xlabel="step", ylabel="turns that fell back")
-        _percent_axis(ax)
-        _integer_steps(ax)
+            def draw(ax: Any, m: MetricSpec = m, points: list[Any] = points) -> None:
+                ax.plot([s.step for s in points], [(100 if m.percent else 1) * s.metrics[m.name] for s in points],
+                        marker="o")
+                ax.set(title=m.heading, xlabel="step")
+                if m.percent:
+                    _percent_axis(ax)
+                _integer_steps(ax)
 
-    parts = ["<h2>LLM judge fallbacks per step</h2><p>Turns the judge was to label and, of them, those that kept "
-             "the heuristic label because the judge's answer was invalid twice, cut off by its token limit, or not "
-             "given (request failed, token budget spent).</p>"]
-    if rated:
-        parts.append(_img(_figure_png(draw, size=(9, 3)), "LLM judge fallback rate"))
-    rows = [[s.step, int(s.metrics["judge_turns"]), int(s.metrics.get("judge_fallbacks", 0)),
-             int(s.metrics.get("judge_cut_off", 0)),
-             f"{100 * s.metrics['judge_fallback_rate']:.0f}%" if "judge_fallback_rate" in s.metrics else "-"] for s in steps]
-    parts.append(_table(["step", "turns", "fallbacks", "of them cut off", "fallback rate"], rows))
-    if any(s.metrics.get("judge_cut_off", 0) for s in steps):
-        parts.append("<p class=meta>Answers cut off by the judge's token limit: raise the judge's max_new_tokens "
-                     "(settings.diagnosis_llm.max_new_tokens for the diagnosis_llm judge).</p>")
+            parts.append(_img(_figure_png(draw, size=(9, 3)), m.heading))
+        rows = [[s.step, *(m.text(s.metrics[m.name]) if m.name in s.metrics else "-" for m in members)] for s in steps]
+        parts.append(_table(["step", *(m.heading for m in members)], rows))
+        parts.extend(f"<p class=meta>{html.escape(m.note)}</p>" for m in members
+                     if m.note and any(s.metrics.get(m.name, 0) > 0 for s in steps))
     return "".join(parts)
 
 
@@ -341,13 +345,12 @@ def _dynamic_sampling_section(digest: RunDigest) -> str:
     totals = digest.dynamic_sampling()
     if totals is None:
         return ""
-    keys = ("ds_rounds", "ds_groups_drawn", "ds_groups_kept", "ds_groups_uniform", "ds_groups_surplus")
-    rows: list[list[Any]] = [[s.step, *(int(s.metrics.get(k, 0.0)) for k in keys)] for s in digest.steps
-                             if "ds_groups_drawn" in s.metrics]
+    rows: list[list[Any]] = [[s.step, *(int(s.metrics.get(k, 0.0)) for k in ds.METRICS)] for s in digest.steps
+                             if ds.DRAWN in s.metrics]
     rows.append(["total", *(totals[k] for k in ("rounds", "drawn", "kept", "uniform", "surplus"))])
     return ("<h2>Dynamic sampling</h2><p>Groups collected per step, and which were trained on: only groups whose "
             "rewards differ carry a GRPO signal.</p>"
-            + _table(["step", "rounds", "drawn", "kept (mixed)", "dropped (all equal)", "dropped (beyond quota)"], rows))
+            + _table(["step", *(spec.heading for spec in ds.METRIC_SPECS)], rows))
 
 
 def page(title: str, body: str) -> str:
@@ -356,16 +359,20 @@ def page(title: str, body: str) -> str:
             f"<style>{_CSS}{TRANSCRIPT_CSS}</style></head><body>{body}</body></html>")
 
 
-def run_report_html(digest: RunDigest, transcripts: list[StepTranscripts] | None = None) -> str:
+def run_report_html(digest: RunDigest, transcripts: list[StepTranscripts] | None = None,
+                    catalog: MetricCatalog | None = None) -> str:
     """The run's report; with ``transcripts`` (:func:`seal_platform.present.transcripts.report_transcripts`) it embeds
-    them and links each evaluation and training step to its episodes."""
+    them and links each evaluation and training step to its episodes. Metrics are shown as ``catalog`` declares
+    them (default: the installed plugins' declarations)."""
+    catalog = catalog_or_installed(catalog)
     meta = (f"<p class=meta>{html.escape(digest.status)}; recipe {html.escape(digest.recipe or '-')}; seed "
             f"{digest.seed}; started {digest.started_at}; ended {digest.ended_at or '-'}; {len(digest.steps)} "
             f"step(s); directory {html.escape(digest.run_dir)}</p>")
     error = f"<p><b>error:</b> {html.escape(digest.error)}</p>" if digest.error else ""
     body = "".join([
         f"<h1>run {html.escape(digest.id)} ({html.escape(digest.name)})</h1>", meta, error,
-        _pass_rate_section(digest, transcripts), _optimizer_section(digest), _labels_section(digest), _judge_section(digest),
+        _pass_rate_section(digest, transcripts), _optimizer_section(digest, catalog), _labels_section(digest),
+        _group_sections(digest, catalog),
         _weights_section(digest),
         _revisions_section(digest), _timings_section(digest, transcripts), _dynamic_sampling_section(digest),
         _recipe_section(digest), transcripts_section(transcripts) if transcripts is not None else "",
@@ -374,13 +381,13 @@ def run_report_html(digest: RunDigest, transcripts: list[StepTranscripts] | None
 
 
 def write_run_report(digest: RunDigest, out: Path | None = None,
-                     transcripts: list[StepTranscripts] | None = None) -> Path:
+                     transcripts: list[StepTranscripts] | None = None, catalog: MetricCatalog | None = None) -> Path:
     """Write the run's HTML report (default ``<run dir>/report.html``; ``out`` a file, or a folder -- one that
     exists, or a name without a suffix -- for ``report.html`` in it); returns its path."""
     path = Path(out) if out else digest.report_path
     if path.is_dir() or not path.suffix:
         path = path / "report.html"
-    return write_page(path, run_report_html(digest, transcripts))
+    return write_page(path, run_report_html(digest, transcripts, catalog))
 
 
 def write_page(path: Path, text: str) -> Path:

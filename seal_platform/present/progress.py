@@ -24,6 +24,7 @@ from rich.table import Column
 
 from ..loop import Progress
 from ..types import EvalResult
+from .metrics import MetricCatalog, catalog_or_installed
 from .safe import LABEL_LIMIT, clean
 
 # The narrowest terminal that gets the progress bar (the line's counts and times need about 30 columns, the
@@ -32,8 +33,9 @@ WIDE = 100
 
 
 class RichProgress(Progress):
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, catalog: MetricCatalog | None = None):
         self.console = console
+        self.catalog = catalog  # how step metrics are shown (None: the installed plugins' declarations)
         self.bar: RichBar | None = None
         self.task: Any = None  # rich's TaskID once the bar exists
         self.episode_task: Any = None  # the episodes bar of the current phase, while it has one
@@ -116,11 +118,13 @@ class RichProgress(Progress):
 
     def step_done(self, step: int, mean_reward: float, metrics: dict[str, float]) -> None:
         info = f"reward {mean_reward:.3f}"
-        tps = metrics.get("tokens_per_s")
-        if tps and metrics.get("trained_tokens"):
+        catalog = catalog_or_installed(self.catalog)
+        tps = catalog.value(metrics, "tokens_per_s")
+        reason = catalog.progress_reason(metrics)
+        if tps and catalog.value(metrics, "trained_tokens"):
             info += f"  {tps:.0f} tok/s"
-        elif metrics and metrics.get("updates") == 0:
-            info += "  no update (advantages 0)"
+        elif reason is not None:
+            info += "  no update" + (f" ({clean(reason, LABEL_LIMIT)})" if reason else "")
         self.info = info
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, completed=step + 1)

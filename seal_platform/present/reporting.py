@@ -11,10 +11,12 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from .. import dynamic_sampling as ds
 from ..store import RunStore
 from .digest import CheckpointEvaluation, benchmark_of, checkpoint_evaluations
 from .fit import fitting, words, wrapped
 from .listings import indent, vertical_blocks
+from .metrics import MetricCatalog, catalog_or_installed
 from .safe import LABEL_LIMIT, clean, safe_text
 
 # Everything a plugin, a tool or the model put in the store (labels, categories, metric names, benchmark names,
@@ -22,55 +24,43 @@ from .safe import LABEL_LIMIT, clean, safe_text
 # and rich markup printed as text, labels clipped.
 
 
-OPTIMIZER_METRICS = ("loss", "grad_norm", "kl", "entropy", "clip_frac")
-
-
-def step_update_text(metrics: dict[str, float]) -> str:
-    """The step's optimizer metrics when it updated the policy, else why it did not ("skipped (...)") rather
-    than a row of zeros."""
-    if metrics.get("updates", 1.0) > 0:
-        shown = [f"{k} {metrics[k]:.4g}" for k in OPTIMIZER_METRICS if k in metrics]
+def step_update_text(metrics: dict[str, float], catalog: MetricCatalog | None = None) -> str:
+    """The step's headline optimizer metrics (role ``update``) when it updated the policy, else why it did not
+    ("skipped (...)", from the declarations of ``catalog``, default the installed plugins') rather than a row
+    of zeros. A step without declared headline metrics shows its first five metrics by name, less those shown
+    apart (a group's, dynamic sampling's)."""
+    catalog = catalog_or_installed(catalog)
+    if catalog.updated(metrics):
+        shown = [f"{s.name} {metrics[s.name]:.4g}" for s in catalog.headline() if s.name in metrics]
         if shown:
             return ", ".join(shown)
-        return ", ".join(f"{k} {v:.4g}" for k, v in sorted(
-            (k, v) for k, v in metrics.items() if not k.startswith(("ds_", "judge_")))[:5])
-    if "ds_groups_kept" in metrics and metrics["ds_groups_kept"] == 0:
-        return "skipped (no group with mixed outcomes was drawn)"
-    if metrics.get("skipped_sequences", 0) > 0 and metrics.get("trained_sequences", 0) == 0:
-        return "skipped (every advantage was 0)"
-    if metrics.get("skipped_updates", 0) > 0:
-        return "skipped (non-finite gradient)"
-    return "skipped (no update)"
+        apart = catalog.shown_apart()
+        return ", ".join(f"{k} {v:.4g}" for k, v in sorted((k, v) for k, v in metrics.items() if k not in apart)[:5])
+    return f"skipped ({catalog.no_update_reason(metrics) or 'no update'})"
 
 
-def judge_text(metrics: dict[str, float]) -> str:
-    """The LLM judge's fallbacks of a step: "3/16 (19%), 2 cut off" ("-" when the judge did not run)."""
-    if "judge_turns" not in metrics:
-        return "-"
-    turns, fallbacks = int(metrics["judge_turns"]), int(metrics.get("judge_fallbacks", 0))
-    if not turns:
-        return "0/0"
-    cut = int(metrics.get("judge_cut_off", 0))
-    return f"{fallbacks}/{turns} ({100 * fallbacks / turns:.0f}%)" + (f", {cut} cut off" if cut else "")
-
-
-def steps_table(console: Console, rows: list[Any]) -> RenderableType:
-    """The steps of ``show``: one row a step with its metrics (or why it did not update). Narrower: short
-    headers with a legend and the metrics (and judge fallbacks) in a table under it; narrower still, one
-    block per step. Metric names stay whole in every layout (:mod:`.fit`)."""
-    dynamic = any("ds_groups_drawn" in (s.metrics or {}) for s in rows)
-    judged = any("judge_turns" in (s.metrics or {}) for s in rows)
+def steps_table(console: Console, rows: list[Any], catalog: MetricCatalog | None = None) -> RenderableType:
+    """The steps of ``show``: one row a step with its metrics (or why it did not update) and a column per
+    metric group (``MetricSpec.group``) a step has. Narrower: short headers with a legend and the metrics (and
+    the groups) in a table under it; narrower still, one block per step. Metric names stay whole in every
+    layout (:mod:`.fit`)."""
+    catalog = catalog_or_installed(catalog)
+    dynamic = any(ds.DRAWN in (s.metrics or {}) for s in rows)
+    fixed = ("step", "epoch", "reward", "trajectories", "groups kept/drawn", "interface", "metrics", "seconds")
+    groups = [g for g, members in catalog.groups().items()
+              if g not in fixed and any(m.name in (s.metrics or {}) for s in rows for m in members)]
     cells = []
     for s in rows:
         metrics = s.metrics or {}
         cells.append({
             "step": str(s.step), "epoch": str(s.epoch), "reward": f"{s.mean_reward:.3f}", "trajectories": str(s.n_trajectories),
-            "groups kept/drawn": f"{int(metrics.get('ds_groups_kept', 0))}/{int(metrics.get('ds_groups_drawn', 0))}",
-            "interface": str(s.interface_revision), "metrics": clean(step_update_text(metrics)),
-            "judge fallbacks": judge_text(metrics), "seconds": f"{sum(s.timings.values()):.1f}",
+            "groups kept/drawn": f"{int(metrics.get(ds.KEPT, 0))}/{int(metrics.get(ds.DRAWN, 0))}",
+            "interface": str(s.interface_revision), "metrics": clean(step_update_text(metrics, catalog)),
+            **{group: clean(catalog.group_cell(group, metrics)) for group in groups},
+            "seconds": f"{sum(s.timings.values()):.1f}",
         })
     cols = ("step", "epoch", "reward", "trajectories") + (("groups kept/drawn",) if dynamic else ()) + (
-        "interface", "metrics") + (("judge fallbacks",) if judged else ()) + ("seconds",)
+        "interface", "metrics", *groups, "seconds")
 
     def full() -> tuple[RenderableType, list[str]]:
         table = Table(title="steps")
@@ -82,17 +72,17 @@ def steps_table(console: Console, rows: list[Any]) -> RenderableType:
 
     short = {"trajectories": "traj", "groups kept/drawn": "kept/drawn", "interface": "rev", "seconds": "s"}
     long = {"groups kept/drawn": "groups kept/drawn (dynamic sampling)", "interface": "interface revision"}
-    numbers = [col for col in cols if col not in ("metrics", "judge fallbacks")]
+    numbers = [col for col in cols if col != "metrics" and col not in groups]
 
     def details(row: dict[str, str]) -> str:
-        return row["metrics"] + (f"\njudge fallbacks {row['judge fallbacks']}" if judged else "")
+        return "\n".join([row["metrics"], *(f"{group} {row[group]}" for group in groups)])
 
     def narrow() -> tuple[RenderableType, list[str]]:
         legend = ", ".join(f"{short[col]}: {long.get(col, col)}" for col in numbers if col in short)
         table = Table(title="steps", title_justify="left")
         for col in numbers:
             table.add_column(short.get(col, col), justify="right" if col != "step" else "left")
-        metrics = Table(title="metrics per step" + (" (and the judge's fallbacks)" if judged else ""), title_justify="left")
+        metrics = Table(title="metrics per step" + (f" (and {', '.join(groups)})" if groups else ""), title_justify="left")
         metrics.add_column("step")
         metrics.add_column("metrics")
         for row in cells:
@@ -226,7 +216,10 @@ def checkpoint_evaluations_view(console: Console, evaluations: list[CheckpointEv
     return fitting(console, table, vertical)
 
 
-def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = False) -> None:
+def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = False,
+             catalog: MetricCatalog | None = None) -> None:
+    """Print ``seal-platform show``; metrics are shown by ``catalog``'s declarations (default: the installed
+    plugins')."""
     run = store.get_run(run_id)
     console.print(Text.assemble(safe_text(f"run {run.id}", style="bold"), safe_text(f" ({run.name}) - {run.status}")),
                   highlight=False)
@@ -245,7 +238,7 @@ def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = F
     hidden = 0 if all_steps else len(steps) - SHOWN_STEPS_HEAD - SHOWN_STEPS_TAIL
     if hidden > 0:
         steps = steps[:SHOWN_STEPS_HEAD] + steps[-SHOWN_STEPS_TAIL:]
-    console.print(steps_table(console, steps), soft_wrap=False)
+    console.print(steps_table(console, steps, catalog), soft_wrap=False)
     if hidden > 0:
         _say(console, f"{hidden} steps between step {steps[SHOWN_STEPS_HEAD - 1].step} and step "
                       f"{steps[SHOWN_STEPS_HEAD].step} not shown (--all-steps shows them, --json has them).")

@@ -9,6 +9,8 @@ from rich.console import Console
 
 from ..tracking import failure_warnings
 from .digest import LOG_FILE, load_digest
+from .metrics import MetricCatalog
+from .progress import RichProgress
 from .safe import clean, markup_safe
 from .summary import run_summary
 
@@ -28,6 +30,10 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
     if getattr(runner, "resumed", False):
         console.print(f"resuming run {runner.run_id} (from its last durable checkpoint, if any)", highlight=False)
     progress = runner.progress
+    host = getattr(runner, "host", None)
+    catalog = MetricCatalog.from_host(host) if host is not None else None  # the run's plugins' declarations
+    if catalog is not None and isinstance(progress, RichProgress):
+        progress.catalog = catalog
     earlier = {event.id for event in store.events(runner.run_id)}  # a resumed run's: said by the attempt that had them
     with quiet_terminal(log_path, verbose=verbose) as terminal:
         if hasattr(progress, "console") and terminal is not console.file:
@@ -36,7 +42,7 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
         try:
             result = runner.run()
         finally:
-            report_path = _write_report(store, runner.run_id, console) if report else None
+            report_path = _write_report(store, runner.run_id, console, catalog) if report else None
     if getattr(runner, "resumed", False) and not live:  # the live display said so as the run went on
         if runner.start_step > 0:
             said = (f"resumed: steps 1-{runner.start_step} came from the checkpoint, step {runner.start_step + 1} "
@@ -50,19 +56,20 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
     digest = load_digest(store, runner.run_id)
     extra = getattr(progress, "extra_seconds", None) if live else None
     console.print(run_summary(digest, stage_extra=extra, report=str(report_path) if report_path else None,
-                              log=str(log_path)), highlight=False)
+                              log=str(log_path), catalog=catalog), highlight=False)
     # Trackers and end_run hooks that failed leave the run completed; the terminal still says so, once a plugin.
     for line in failure_warnings(e for e in store.events(runner.run_id) if e.id not in earlier):
         console.print(clean(line, lines=True), style="yellow", highlight=False, markup=False)
     return result
 
 
-def _write_report(store: Any, run_id: str, console: Console) -> Any:
+def _write_report(store: Any, run_id: str, console: Console, catalog: MetricCatalog | None = None) -> Any:
     from .html_report import write_run_report
     from .transcripts import report_transcripts
 
     try:
-        return write_run_report(load_digest(store, run_id), transcripts=report_transcripts(store, run_id))
+        return write_run_report(load_digest(store, run_id), transcripts=report_transcripts(store, run_id),
+                                catalog=catalog)
     except Exception as exc:  # a failed report must not hide the run's outcome
         console.print(clean(f"warning: the report could not be written: {type(exc).__name__}: {exc}", lines=True),
                       highlight=False, markup=False)

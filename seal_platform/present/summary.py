@@ -13,6 +13,7 @@ from rich.text import Text
 
 from .digest import RunDigest
 from .fit import fitting, words
+from .metrics import MetricCatalog, catalog_or_installed
 from .safe import LABEL_LIMIT, clean, label_text, safe_text
 
 # Every name below that a plugin or the recipe chose (a category, an evaluation set, a label, a stage, a run's
@@ -117,7 +118,7 @@ def stage_table(digest: RunDigest, extra: dict[str, float] | None = None) -> Tab
     return table
 
 
-def learning_lines(digest: RunDigest) -> list[Text]:
+def learning_lines(digest: RunDigest, catalog: MetricCatalog | None = None) -> list[Text]:
     """The headline: each evaluation set's average pass rate before and after training, with the number of
     tasks and of policy updates in between."""
     out = []
@@ -130,33 +131,37 @@ def learning_lines(digest: RunDigest) -> list[Text]:
         out.append(safe_text(f"{eval_set}: {first.average:.1f}% -> {last.average:.1f}% ({change:+.1f} points, "
                              f"{last.n_tasks} tasks)", style="bold"))
         out.append(Text(f"  evaluated after step {first.step} and after step {last.step}, "
-                        f"{digest.updates()} policy update(s) in between"))
+                        f"{digest.updates(catalog)} policy update(s) in between"))
     return out
 
 
 def run_summary(digest: RunDigest, *, stage_extra: dict[str, float] | None = None, report: str | None = None,
-                log: str | None = None) -> Group:
-    """Everything the terminal shows at the end of a run."""
+                log: str | None = None, catalog: MetricCatalog | None = None) -> Group:
+    """Everything the terminal shows at the end of a run; metrics as ``catalog`` declares them (default: the
+    installed plugins')."""
+    catalog = catalog_or_installed(catalog)
     parts: list[Any] = [safe_text(f"run {digest.id} ({digest.name}): {digest.status}, {len(digest.steps)} step(s)",
                                   style="bold")]
-    parts.extend(learning_lines(digest))
+    parts.extend(learning_lines(digest, catalog))
     parts.extend(pass_rate_tables(digest) or [Text("no evaluation was run")])
     for table in (labels_table(digest), weights_table(digest)):
         if table is not None:
             parts.append(table)
     parts.append(revisions_lines(digest))
     parts.append(stage_table(digest, stage_extra))
-    tps = digest.tokens_per_s()
-    trained = sum(s.metrics.get("trained_sequences", 0.0) for s in digest.steps)
-    skipped = sum(s.metrics.get("skipped_sequences", 0.0) for s in digest.steps)
+    tps = digest.tokens_per_s(catalog)
+    trained = sum(catalog.value(s.metrics, "trained_sequences") for s in digest.steps)
+    skipped = sum(catalog.value(s.metrics, "skipped_sequences") for s in digest.steps)
     counts = digest.dynamic_sampling()
     if counts:
         parts.append(Text(f"dynamic sampling: {counts['drawn']} groups drawn in {counts['rounds']} collect rounds, "
                           f"{counts['kept']} trained on (mixed outcomes), {counts['uniform']} dropped (all rewards "
                           f"equal), {counts['surplus']} mixed beyond the step's quota"))
-    if digest.steps and any("trained_tokens" in s.metrics for s in digest.steps):
-        line = f"policy updates: {digest.updates()}, " \
-               f"trajectories trained {int(trained)}, skipped {int(skipped)} (advantage 0, nothing to learn)"
+    if digest.steps and any(catalog.has(s.metrics, "trained_tokens") for s in digest.steps):
+        why = next((spec.description for spec in catalog.with_role("skipped_sequences")
+                    if spec.description and any(spec.name in s.metrics for s in digest.steps)), "")
+        line = f"policy updates: {digest.updates(catalog)}, " \
+               f"trajectories trained {int(trained)}, skipped {int(skipped)}" + (f" ({why})" if why else "")
         if tps:
             line += f", {tps:.0f} trained tokens/s"
         parts.append(Text(line))

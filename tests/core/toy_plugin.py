@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from seal_platform.hookspecs import hookimpl
 from seal_platform.infra import InfraError, failed_trajectory
 from seal_platform.config import Issue
-from seal_platform.registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
+from seal_platform.registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec, MetricSpec
 from seal_platform.types import (
     EvalResult,
     Generation,
@@ -256,6 +256,12 @@ class ToyPlugin:
                                          ctx.settings_for("toy", ToySettings).generate_sleep_s)
             return self.last_engine
         return [EngineSpec("toy-engine", build, "a scripted engine whose skill grows")]
+
+    @hookimpl
+    def register_metrics(self):
+        # How optimize's metrics are shown: its loss is the headline of an update (show, the report's plots).
+        return [MetricSpec("loss", "1 - the engine's skill", role="update"),
+                MetricSpec("skill", "the scripted engine's skill after the update")]
 
     @hookimpl
     def register_executors(self):
