@@ -80,7 +80,11 @@ class DynamicSamplingConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    engine: str = Field(default="hf", description="A registered rollout engine (see `seal-platform plugins`).")
+    engine: str | None = Field(
+        default=None,
+        description="The registered rollout engine that generates the rollouts and evaluations (`seal-platform "
+        "plugins` lists them). No default: the engine loads the policy, so a recipe says which.",
+    )
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(default=512, ge=1, le=1_048_576)

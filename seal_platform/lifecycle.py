@@ -64,7 +64,11 @@ class Lifecycle:
 
     def engine(self) -> Any:
         """The recipe's rollout engine (``rollout.engine``), also published as ``ctx.shared["engine"]``."""
-        owner, spec = self.host.require("engine", self.ctx.config.rollout.engine)
+        name = self.ctx.config.rollout.engine
+        if name is None:  # planning refuses such a recipe first; a caller that skipped it learns the same
+            raise SealError("rollout.engine is not set: the recipe must name the rollout engine "
+                            f"(registered: {', '.join(sorted(self.host.engines())) or 'none'}).")
+        owner, spec = self.host.require("engine", name)
         engine = wrap("engine", owner, lambda: spec.factory(self.ctx), self.host)
         self.ctx.shared[ENGINE] = engine  # published first: the lifecycle closes it also when interrupted here
         raise_if_interrupted()  # a model load is where libraries swallow Ctrl-C

@@ -118,7 +118,13 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         for hook in ("collect", "evaluate"):
             if not host.implements(env_owner, hook):
                 issues.append(Issue("environment", f"plugin {env_owner!r} registers {config.environment!r} but does not implement {hook!r}"))
-    if problem := host.missing("engine", config.rollout.engine):
+    if config.rollout.engine is None:
+        engines = sorted(host.engines())
+        issues.append(Issue("rollout.engine", "not set: a run needs a rollout engine (it loads the policy and "
+                            "generates every rollout and evaluation), and the recipe names none",
+                            f"set rollout.engine to one of the registered engines: {', '.join(engines) or 'none'}"
+                            + (f" (e.g. rollout.engine={engines[0]})" if engines else "")))
+    elif problem := host.missing("engine", config.rollout.engine):
         issues.append(Issue("rollout.engine", *problem))
     for stage, owner in config.stages.model_dump().items():
         if owner is None:

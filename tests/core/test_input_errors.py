@@ -11,7 +11,7 @@ from seal_platform.cli import cli
 
 def test_config_validate_reports_top_level_and_plugin_settings_together(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({"environment": "bfcl", "bogus_top": 1,
+    recipe.write_text(yaml.safe_dump({"environment": "bfcl", "rollout": {"engine": "hf"}, "bogus_top": 1,
                                       "settings": {"grpo": {"lr": "fast", "bogus": 2}}}))
     result = CliRunner().invoke(cli, ["config", "validate", str(recipe)])
     assert result.exit_code == 1, result.output
@@ -66,7 +66,7 @@ def test_verify_input_with_bad_lines_scores_the_rest(tmp_path):
 
 def test_validate_and_run_suggest_keys_and_blame_overrides_not_the_file(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("environment: bfcl\ntraining:\n  stpes: 2\n")
+    recipe.write_text("environment: bfcl\ntraining:\n  stpes: 2\nrollout:\n  engine: hf\n")
     result = CliRunner().invoke(cli, ["config", "validate", str(recipe), "trainng.steps=2", "settings.grpo.lrr=1"])
     assert result.exit_code == 1, result.output
     out = result.output
