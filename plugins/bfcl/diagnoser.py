@@ -138,9 +138,11 @@ def _signature(call: Any) -> tuple[str, str] | None:
 @lru_cache(maxsize=65536)
 def _text_signature(call: str) -> tuple[str, str] | None:
     """:func:`_signature` of a call text (cached: ground-truth calls recur in every diagnosis of a task)."""
-    from seal_platform.toolenv.calls import parse_call  # the safe AST-literal parser; model text is never evaluated
+    # The safe AST-literal parser (model text is never evaluated), its shared parses: a verification in this
+    # process has parsed most of these texts already. Read only.
+    from seal_platform.toolenv.calls import parse_call_shared
 
-    parsed = parse_call(call)
+    parsed = parse_call_shared(call)
     if not parsed.ok:
         return None
     args: dict[str, Any] = dict(parsed.kwargs)
