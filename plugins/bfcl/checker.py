@@ -9,7 +9,8 @@ tool-worker server :mod:`._worker` calls :func:`verify_texts` for untrusted tran
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import pickle
+from typing import Any, NamedTuple, Sequence
 
 from seal_platform.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 from seal_platform.types import TurnVerdict
@@ -114,20 +115,29 @@ def verify_group(payload: dict[str, Any], transcripts: Sequence[list[list[Parsed
     never builds an instance set; the states it shares are exactly the ground truth's after each of its turns,
     which the tests reach on every task (each task's ground truth is one of the agreement cases).
 
-    Where the two sides are linked -- long-context tasks whose instances hold the module-level objects the
-    official checker shares between them (:func:`.backend._long_context_objects`), so a model call can change
-    the ground truth's state -- or where the instances cannot be built, each transcript is verified alone.
+    Long-context tasks whose instances hold module-level objects that the official checker shares between a
+    check's two sides (:func:`.backend._long_context_objects`; 50 of the 800 tasks, TravelAPI's extra bookings)
+    link the two: a model call that changed one would change the ground truth's state. Here every instance
+    set has its own copies, and the ground truth's and each transcript's copies are compared with their
+    pristine state (byte for byte, pickled) after each side's calls of every turn: while none has changed,
+    sharing them or not gives the same results and the same checks (an unchanged object equals its pristine
+    copy, values equal to themselves checked once), so the outcome is the official one. A transcript whose
+    calls change one is verified alone (:func:`verify_payload`, linked as officially); if the ground truth's
+    calls change one (no task's do), every transcript is. So is every transcript where the instances cannot be
+    built.
     """
     if len(transcripts) < 2:
         return [verify_payload(payload, turns) for turns in transcripts]
-    gt_backend = _independent_backend(payload)
-    if gt_backend is None:
+    gt = _independent_set(payload)
+    pristine = _pristine(gt.shared) if gt is not None else None
+    if gt is None or pristine is None:
         return [verify_payload(payload, turns) for turns in transcripts]
+    gt_backend = gt.backend
     gt_turns: list[list[str]] = payload["ground_truth"]
     gt_parsed = [[parse_call_shared(text) for text in turn] for turn in gt_turns]
     # Each transcript's own instance set, None while it still follows the ground truth (see above).
-    own: list[Backend | None] = [None] * len(transcripts)
-    alone: set[int] = set()  # transcripts whose instance set could not be built here: verified alone below
+    own: list[_Set | None] = [None] * len(transcripts)
+    alone: set[int] = set()  # transcripts verified alone below (see above)
     checked: list[list[tuple[TurnVerdict, TurnChecks]]] = [[] for _ in transcripts]
     pools: list[list[str]] = [[] for _ in transcripts]  # each transcript's results so far, once on its own
     gt_pool: list[str] = []  # the ground truth's results so far: the pool of the transcripts that follow it
@@ -135,23 +145,32 @@ def verify_group(payload: dict[str, Any], transcripts: Sequence[list[list[Parsed
         reaching = [i for i, turns in enumerate(transcripts) if index < len(turns) and i not in alone]
         for i in reaching:
             if own[i] is None and transcripts[i][index] != gt_parsed[index]:
-                own[i] = _caught_up(payload, transcripts[i][:index])
+                own[i] = _caught_up(payload, transcripts[i][:index], pristine)
                 if own[i] is None:
                     alone.add(i)
                 pools[i] = list(gt_pool)
-        reaching = [i for i in reaching if i not in alone]
         # The official order within a turn: the model's calls, then the ground truth's.
-        runs = {i: _run_model_calls(backend, transcripts[i][index]) for i in reaching if (backend := own[i]) is not None}
+        runs: dict[int, tuple[list[str], list[int]]] = {}
+        for i in reaching:
+            mine = own[i]
+            if mine is None or i in alone:
+                continue
+            runs[i] = _run_model_calls(mine.backend, transcripts[i][index])
+            if not _untouched(mine, pristine):
+                alone.add(i)
+        reaching = [i for i in reaching if i not in alone]
         gt_run = _run_model_calls(gt_backend, gt_parsed[index]) if reaching else ([], [])
+        if not _untouched(gt, pristine):
+            return [verify_payload(payload, turns) for turns in transcripts]
         following: TurnChecks | None = None
-        if len(runs) < len(reaching):  # someone still follows the ground truth
+        if any(own[i] is None for i in reaching):  # someone still follows the ground truth
             following = _turn_checks(gt_calls, gt_parsed[index], gt_run, gt_run[0], gt_backend, gt_backend, gt_pool)
         for i, turns in enumerate(transcripts):
             if i in alone:
                 continue
-            if i in runs:
-                checks = _turn_checks(
-                    gt_calls, turns[index], runs[i], gt_run[0], own[i], gt_backend, pools[i])  # type: ignore[arg-type]
+            mine = own[i]
+            if mine is not None and index < len(turns):
+                checks = _turn_checks(gt_calls, turns[index], runs[i], gt_run[0], mine.backend, gt_backend, pools[i])
             elif index < len(turns):
                 assert following is not None
                 checks = following
@@ -166,26 +185,56 @@ def verify_group(payload: dict[str, Any], transcripts: Sequence[list[list[Parsed
     ]
 
 
-def _independent_backend(payload: dict[str, Any]) -> Backend | None:
-    """An instance set of the task that shares no object with any other (the ground truth's in
-    :func:`verify_group`); None where that cannot be (the task's instances hold shared long-context objects, or
-    cannot be built)."""
+class _Set(NamedTuple):
+    """An instance set of a task in :func:`verify_group`, and its own copies of the long-context objects its
+    instances hold (``{}`` for most tasks)."""
+
+    backend: Backend
+    shared: dict[tuple[Any, ...], Any]
+
+
+def _independent_set(payload: dict[str, Any]) -> _Set | None:
+    """A new instance set of the task that shares no object with any other; None if it cannot be built."""
     try:
         shared: dict[tuple[Any, ...], Any] = {}
-        backend = Backend.for_payload(payload, shared)
+        return _Set(Backend.for_payload(payload, shared), shared)
     except Exception:  # each transcript, verified alone, reports it
         return None
-    return None if shared else backend
 
 
-def _caught_up(payload: dict[str, Any], turns: list[list[ParsedCall]]) -> Backend | None:
-    """A new independent instance set of the task with ``turns``' calls run on it (their results unused: they
-    are the ground truth's calls, see :func:`verify_group`); None if it cannot be built."""
-    backend = _independent_backend(payload)
-    if backend is not None:
+def _pristine(shared: dict[tuple[Any, ...], Any]) -> bytes | None:
+    """The pickled pristine copies of a new instance set's long-context objects (``b""``: none), to compare
+    later states with; None if they cannot be compared so (not picklable, or holding a value not equal to
+    itself, with which two equal copies would not compare equal)."""
+    if not shared:
+        return b""
+    try:
+        blob = pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
+        return blob if pickle.loads(blob) == shared else None
+    except Exception:
+        return None
+
+
+def _untouched(instances: _Set, pristine: bytes) -> bool:
+    """Whether an instance set's long-context copies are still exactly as built (see :func:`verify_group`)."""
+    if not instances.shared:
+        return True
+    try:
+        return pickle.dumps(instances.shared, protocol=pickle.HIGHEST_PROTOCOL) == pristine
+    except Exception:
+        return False
+
+
+def _caught_up(payload: dict[str, Any], turns: list[list[ParsedCall]], pristine: bytes) -> _Set | None:
+    """A new instance set of the task with ``turns``' calls run on it (their results unused: they are the ground
+    truth's calls, see :func:`verify_group`); None if it cannot be built, or its long-context copies changed."""
+    instances = _independent_set(payload)
+    if instances is not None:
         for calls in turns:
-            _run_model_calls(backend, calls)
-    return backend
+            _run_model_calls(instances.backend, calls)
+        if not _untouched(instances, pristine):
+            return None
+    return instances
 
 
 def _build_backends(payload: dict[str, Any]) -> tuple[tuple[Backend, Backend] | tuple[()], str | None]:

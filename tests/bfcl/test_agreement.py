@@ -173,12 +173,13 @@ def test_transcripts_that_follow_the_ground_truth_and_then_leave_it_get_their_ow
     assert left > 200
 
 
-def test_a_group_of_a_task_whose_sides_share_objects_is_verified_one_by_one(task_by_id):
-    """Where the model's and the ground truth's instances share long-context objects, a model call changes
-    the ground truth's state, so one replay cannot serve two transcripts. Officially, an insurance the model
-    buys on a shared credit card shows on both sides, so the transcript passes; a ground truth replayed apart
-    from it would not have it, and would fail it."""
-    from seal_platform_plugins.bfcl.checker import verify_group
+def test_in_a_task_whose_sides_share_objects_a_transcript_that_changes_one_is_verified_alone(task_by_id):
+    """Where the model's and the ground truth's instances share long-context objects, a model call can change
+    the ground truth's state. Officially, an insurance the model buys on a shared credit card shows on both
+    sides, so the transcript passes; a ground truth replayed apart from it would not have it, and would fail
+    it. In a group, the transcript whose call changed a shared object is verified alone (linked, as
+    officially); the others, which change none, share the one ground-truth replay."""
+    from seal_platform_plugins.bfcl.checker import verify_group, verify_payload
 
     task = task_by_id["multi_turn_long_context_150"]
     token = task.payload["initial_config"]["TravelAPI"]["access_token"]
@@ -192,3 +193,4 @@ def test_a_group_of_a_task_whose_sides_share_objects_is_verified_one_by_one(task
     together = verify_group(task.payload, [_parsed(turns) for turns in transcripts])
     assert [(o.success, o.error_type) for o in together] == [official_verdict(task.payload, t) for t in transcripts]
     assert [o.success for o in together] == [True, True, True]
+    assert [o.to_json() for o in together] == [verify_payload(task.payload, _parsed(t)).to_json() for t in transcripts]
