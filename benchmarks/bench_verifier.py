@@ -5,7 +5,7 @@ perturbations. Both sides check every case once per round (the official one with
 check and its cached instances deleted afterwards, as the agreement test does); verdicts must agree.
 Prints per-case times and the ratio official / ours. Run by hand:
 
-    .venv/bin/python benchmarks/bench_verifier.py [--per-task 3] [--rounds 3] [--executor]
+    .venv/bin/python benchmarks/bench_verifier.py [--per-task 3] [--rounds 3] [--executor] [--without-ground-truths]
 
 ``--executor`` also times our verifier through the worker-process executor (what training uses).
 ``--commands`` times whole commands on the same cases written to one JSONL file, as a user runs them:
@@ -68,6 +68,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--executor", action="store_true", help="also time verification in worker processes")
     parser.add_argument("--commands", action="store_true", help="time whole commands (ours vs the official thin one)")
+    parser.add_argument("--without-ground-truths", action="store_true",
+                        help="leave the 800 ground-truth answers out: only perturbations (with --per-task 1, one "
+                             "transcript per task, so no task's transcripts share a ground-truth replay)")
     args = parser.parse_args()
 
     from seal_platform.toolenv.calls import parse_call
@@ -76,7 +79,11 @@ def main() -> int:
     helpers = _load_helpers()
     tasks, cases = agreement_cases(args.per_task, args.seed)
     by_id = {task.id: task for task in tasks}
-    print(f"{len(cases)} cases ({len(tasks)} ground truths + {len(cases) - len(tasks)} perturbations)")
+    if args.without_ground_truths:
+        cases = [case for case in cases if case[2] != "ground_truth"]
+        print(f"{len(cases)} cases (perturbations only, {args.per_task} per task)")
+    else:
+        print(f"{len(cases)} cases ({len(tasks)} ground truths + {len(cases) - len(tasks)} perturbations)")
     if args.commands:
         return time_commands(cases, args.rounds)
     helpers.official_verdict(cases[0][0], cases[0][1])  # snapshot of the long-context module objects

@@ -91,7 +91,8 @@ def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]])
 
 
 def verify_group(payload: dict[str, Any], transcripts: Sequence[list[list[ParsedCall]]]) -> list[VerifyOutcome]:
-    """:func:`verify_payload` of each of several transcripts of one task, the ground truth replayed once for all.
+    """:func:`verify_payload` of each of several transcripts of one task (or of one), the ground truth replayed
+    once for all.
 
     A transcript's checks read the ground truth's results and state after each turn, and those do not depend on
     the transcript: the ground truth runs on its own instance set, from the task's initial config, and the one
@@ -126,8 +127,8 @@ def verify_group(payload: dict[str, Any], transcripts: Sequence[list[list[Parsed
     calls change one (no task's do), every transcript is. So is every transcript where the instances cannot be
     built.
     """
-    if len(transcripts) < 2:
-        return [verify_payload(payload, turns) for turns in transcripts]
+    if not transcripts:
+        return []
     gt = _independent_set(payload)
     pristine = _pristine(gt.shared) if gt is not None else None
     if gt is None or pristine is None:

@@ -152,7 +152,8 @@ def test_transcripts_that_follow_the_ground_truth_and_then_leave_it_get_their_ow
     """In a group, a transcript runs on the ground truth's instances while its calls are the ground truth's, and
     gets its own instance set, brought to the same state, at its first different turn: for every turn at which
     it can leave (a call dropped, or one more of the turn's calls), its outcome, per-turn trace included, equals
-    verify_payload's alone -- beside the ground truth itself and a transcript that stops early."""
+    verify_payload's alone -- beside the ground truth itself and a transcript that stops early, and in a group
+    of its own."""
     from seal_platform_plugins.bfcl.checker import verify_group, verify_payload
 
     rng = random.Random(5)
@@ -166,10 +167,11 @@ def test_transcripts_that_follow_the_ground_truth_and_then_leave_it_get_their_ow
                 transcripts.append(truth[:k] + [turn[:-1]] + truth[k + 1:])
                 transcripts.append(truth[:k] + [turn + turn[-1:]] + truth[k + 1:])
                 left += 2
+        alone = [verify_payload(task.payload, _parsed(turns)).to_json() for turns in transcripts]
         together = verify_group(task.payload, [_parsed(turns) for turns in transcripts])
-        assert [o.to_json() for o in together] == [
-            verify_payload(task.payload, _parsed(turns)).to_json() for turns in transcripts
-        ], task.id
+        assert [o.to_json() for o in together] == alone, task.id
+        # A group of one: the transcript follows the ground truth's instances as far as it can, on its own.
+        assert [verify_group(task.payload, [_parsed(turns)])[0].to_json() for turns in transcripts] == alone, task.id
     assert left > 200
 
 
