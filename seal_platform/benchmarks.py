@@ -52,7 +52,7 @@ def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> d
         if bench.environment not in built:
             built[bench.environment] = wrap("environment", owner, lambda: spec.factory(ctx), host)
         env = built[bench.environment]
-        tasks = wrap("tasks", owner, lambda: env.tasks(bench.split), host)
+        tasks = wrap("tasks", owner, lambda: env.tasks(bench.split), host, split=bench.split)
         tasks = tasks[: bench.max_tasks] if bench.max_tasks else tasks
         if not tasks:
             raise PluginError(f"benchmark {bench.environment!r} has no tasks in split {bench.split!r}.")

@@ -274,7 +274,7 @@ class _Checker:
         if not callable(getattr(env, "tasks", None)):
             self.add(check, SKIP, "the environment has no tasks method (see protocol)")
             return
-        got = self.attempt(check, lambda: wrap("tasks", self.owner, lambda: env.tasks(split), self.host))
+        got = self.attempt(check, lambda: wrap("tasks", self.owner, lambda: env.tasks(split), self.host, split=split))
         if got is _FAILED:
             return
         if not isinstance(got, list):

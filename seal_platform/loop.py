@@ -235,7 +235,7 @@ class Runner:
         """The run's training tasks (``training.max_train_tasks`` of them at most) and evaluation tasks."""
         cfg = self.config
         owner = self.plan.env_owner
-        train_tasks = wrap("tasks", owner, lambda: env.tasks("train"), self.host)
+        train_tasks = wrap("tasks", owner, lambda: env.tasks("train"), self.host, split="train")
         if cfg.training.max_train_tasks:
             train_tasks = train_tasks[: cfg.training.max_train_tasks]
         eval_tasks = _eval_tasks(env, owner, cfg, self.host)
@@ -533,7 +533,7 @@ def _optimizer_metrics(result: Any, plugin: str) -> dict[str, float]:
 
 
 def _eval_tasks(env: Environment, owner: str, config: RunConfig, host: PluginHost | None = None) -> list[Task]:
-    tasks = wrap("tasks", owner, lambda: env.tasks(config.evaluation.split), host)
+    tasks = wrap("tasks", owner, lambda: env.tasks(config.evaluation.split), host, split=config.evaluation.split)
     return tasks[: config.evaluation.max_tasks] if config.evaluation.max_tasks else tasks
 
 

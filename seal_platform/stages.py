@@ -34,13 +34,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from .store import RunStore
 
 
-def wrap(stage: str, plugin: str, fn: Callable[[], Any], host: Any = None) -> Any:
+def wrap(stage: str, plugin: str, fn: Callable[[], Any], host: Any = None, *, split: str | None = None) -> Any:
     """``fn()``; anything it raises other than a :class:`SealError` becomes a :class:`PluginError` naming the
     stage and the plugin (a plugin's bug is reported as one, with its cause) and where it was raised (the
     innermost frame's file:line). With the plugin ``host``, an error raised in the code of another plugin
     (an environment's ``evaluate`` calling the engine of another plugin, whose ``generate`` failed) names that
     plugin too (:func:`stage_failure`). A Ctrl-C that a library swallowed during the call stops the run when
-    it returns (:func:`~seal_platform.interrupts.raise_if_interrupted`)."""
+    it returns (:func:`~seal_platform.interrupts.raise_if_interrupted`).
+
+    ``stage`` is a stage hook's name (``collect``, ``evaluate``, ...) or a set-up step of :data:`SETUP_STEPS`
+    (``tasks``, ``environment``, ``engine``), which the message calls by what it is, not a stage; ``split``
+    (with ``tasks``) names the split being listed."""
     try:
         result = fn()
         raise_if_interrupted()
@@ -48,7 +52,23 @@ def wrap(stage: str, plugin: str, fn: Callable[[], Any], host: Any = None) -> An
     except SealError:
         raise
     except Exception as exc:
-        raise PluginError(stage_failure(stage, plugin, exc, host)) from exc
+        raise PluginError(stage_failure(stage, plugin, exc, host, split=split)) from exc
+
+
+# Calls :func:`wrap` guards that are not stages: what the message says instead of "the 'X' stage".
+SETUP_STEPS = {
+    "tasks": "listing the tasks",
+    "environment": "setting up the environment",
+    "engine": "building the rollout engine",
+}
+
+
+def _failing(stage: str, split: str | None) -> str:
+    """What failed, as the subject of the message: "the 'collect' stage", "listing the tasks of split 'eval'"."""
+    doing = SETUP_STEPS.get(stage)
+    if doing is None:
+        return f"the {stage!r} stage"
+    return f"{doing} of split {split!r}" if stage == "tasks" and split is not None else doing
 
 
 class _Frame(NamedTuple):
@@ -103,15 +123,16 @@ def plugin_of_module(module: str, modules: dict[str, str], prefer: str = "") -> 
     return within[0] if len(within) == 1 else None
 
 
-def stage_failure(stage: str, plugin: str, exc: BaseException, host: Any = None) -> str:
-    """The message for ``exc`` raised by the ``stage`` call of ``plugin``: the error and where it was raised
-    (the innermost frame's file:line, as load errors say it). With ``host``, the innermost frame that is a
-    plugin's code decides whose error it is: another plugin's is named first (it failed in that plugin's
-    code, ``plugin`` only called it)."""
+def stage_failure(stage: str, plugin: str, exc: BaseException, host: Any = None, *, split: str | None = None) -> str:
+    """The message for ``exc`` raised by the ``stage`` call of ``plugin`` (a stage hook, or a set-up step of
+    :data:`SETUP_STEPS`, said as what it is): the error and where it was raised (the innermost frame's
+    file:line, as load errors say it). With ``host``, the innermost frame that is a plugin's code decides whose
+    error it is: another plugin's is named first (it failed in that plugin's code, ``plugin`` only called it)."""
     what = f"{type(exc).__name__}: {exc}"
+    failing = _failing(stage, split)
     frames = _frames(exc.__traceback__)
     if not frames:
-        return f"the {stage!r} stage failed in plugin {plugin!r}: {what}"
+        return f"{failing} failed in plugin {plugin!r}: {what}"
     inner = frames[-1]
     where = f"at {inner.file}:{inner.line}"
     modules = plugin_modules(host) if host is not None else {}
@@ -123,9 +144,9 @@ def stage_failure(stage: str, plugin: str, exc: BaseException, host: Any = None)
             break
         if frame is not inner:
             where += f", called from {frame.file}:{frame.line}"
-        return (f"the {stage!r} stage of plugin {plugin!r} failed in the code of plugin {owner!r} "
+        return (f"{failing} of plugin {plugin!r} failed in the code of plugin {owner!r} "
                 f"({frame.function}, which {plugin!r} called): {what} ({where})")
-    return f"the {stage!r} stage failed in plugin {plugin!r}: {what} ({where})"
+    return f"{failing} failed in plugin {plugin!r}: {what} ({where})"
 
 
 def expect_list_of(value: Any, kind: type[Any], stage: str, plugin: str) -> list[Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
 from seal_platform.toolenv.episodes import (evaluation_episodes, scored_without_infra_failures, tool_call_sampling,
@@ -49,18 +50,42 @@ def register_settings() -> dict[str, type]:
 
 @hookimpl
 def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[str]:
-    """The task file must be here before the run starts (a relative path is read from the current directory,
-    so a recipe run from another folder would otherwise leave a failed run in the store)."""
+    """What a run of the mcp environment needs from this machine, probed before anything starts (otherwise each
+    would leave a failed run in the store, after the model load): the task file, every stdio server's command
+    (found on PATH, or an executable file) and working directory, and every URL server's address (it parses,
+    with a host; the server is not contacted here)."""
     from pathlib import Path
 
     uses = config.environment == NAME or any(b.environment == NAME for b in config.evaluation.benchmarks)
     ours = settings.get(NAME)
-    tasks = getattr(ours, "tasks", "")
-    if not uses or not tasks or Path(tasks).expanduser().is_file():
+    if not uses or ours is None:
         return []
-    return [f"settings.mcp.tasks: there is no file {tasks!r} here (relative paths are read from the current "
-            f"directory, {Path.cwd()}): run from the folder the recipe's paths are relative to (the repository's "
-            "root for recipes/mcp-example.yaml), or give an absolute path."]
+    problems = []
+    tasks = ours.tasks
+    if tasks and not Path(tasks).expanduser().is_file():
+        problems.append(f"settings.mcp.tasks: there is no file {tasks!r} here (relative paths are read from the "
+                        f"current directory, {Path.cwd()}): run from the folder the recipe's paths are relative to "
+                        "(the repository's root for recipes/mcp-example.yaml), or give an absolute path.")
+    from .probe import server_problems
+
+    for index, server in enumerate(ours.servers):
+        problems += server_problems(f"settings.mcp.servers[{index}]", server)
+    return problems
+
+
+@hookimpl
+def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
+    """mcp plays its episodes in lock step in the run's process (in chunks; one engine call per round for a
+    chunk, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that names an
+    executor for an mcp run asks for something that would go unused."""
+    if config.environment != NAME or config.rollout.executor == "local":
+        return []
+    return [Issue("rollout.executor",
+                  f"environment mcp plays its episodes in lock step in the run's own process (in chunks of "
+                  f"settings.mcp.max_parallel_episodes, each round's generations batched in one engine call) and "
+                  f"never hands them to an executor, so executor {config.rollout.executor!r} would go unused",
+                  "remove rollout.executor or set it to local; for more episodes at once raise "
+                  "settings.mcp.max_parallel_episodes")]
 
 
 @hookimpl

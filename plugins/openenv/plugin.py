@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
 from seal_platform.toolenv.episodes import (evaluation_episodes, scored_without_infra_failures, tool_call_sampling,
@@ -47,6 +48,21 @@ def register_settings() -> dict[str, type]:
     from .settings import OpenEnvSettings
 
     return {NAME: OpenEnvSettings}
+
+
+@hookimpl
+def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
+    """openenv plays its episodes in lock step in the run's process (in chunks; one engine call per round for a
+    chunk, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that names an
+    executor for an openenv run asks for something that would go unused."""
+    if config.environment != NAME or config.rollout.executor == "local":
+        return []
+    return [Issue("rollout.executor",
+                  f"environment openenv plays its episodes in lock step in the run's own process (in chunks of "
+                  f"settings.openenv.max_parallel_episodes, each round's generations batched in one engine call) and "
+                  f"never hands them to an executor, so executor {config.rollout.executor!r} would go unused",
+                  "remove rollout.executor or set it to local; for more episodes at once raise "
+                  "settings.openenv.max_parallel_episodes (WebSocket transport)")]
 
 
 @hookimpl

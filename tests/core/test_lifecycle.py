@@ -165,6 +165,7 @@ def test_a_factory_failing_in_another_plugin_s_code_names_that_plugin(toy_site, 
         with lifecycle(host, ctx, resumed=False) as life:
             getattr(life, what)()
     said = str(raised.value)
-    assert said.startswith(f"the {what!r} stage of plugin 'borrow' failed in the code of plugin 'toy' (tasks, "
+    doing = {"environment": "setting up the environment", "engine": "building the rollout engine"}[what]
+    assert said.startswith(f"{doing} of plugin 'borrow' failed in the code of plugin 'toy' (tasks, "
                            "which 'borrow' called): ValueError: unknown split 'no-such-split'"), said
     assert re.search(r"\(at \S+/toy_plugin\.py:\d+\)$", said), said  # where it was raised

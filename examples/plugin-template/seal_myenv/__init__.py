@@ -1,0 +1,1 @@
+"""seal-myenv: a seal-platform environment plugin made from examples/plugin-template."""
