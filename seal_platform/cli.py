@@ -17,22 +17,56 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
-from . import __version__
 from .config import as_store_url, raise_for, resume_overrides, stored_config
 from .errors import SealError, Terminated, as_sentence
-from .planning import load_recipe, plugin_host_for
 from .plugins import make_plugin_manager
 from .recipe_keys import RecipeOrigin
 
-console = Console(stderr=False, soft_wrap=True)
-errors = Console(stderr=True, soft_wrap=True)
-
 ENV_STORE = "SEAL_PLATFORM_STORE"
+
+# The terminal consoles (rich), made when first used: importing rich costs a command that prints nothing
+# through them (`verify`, which writes its lines itself) some 25 ms of its start. Other modules import them as
+# ``console`` (standard output) and ``errors`` (standard error), as before; here they are _out() and _err().
+# rich reads the environment (COLUMNS, LINES, NO_COLOR, TERM, ...) when a console is made and keeps some of
+# it: each is made from the environment as it was when this module was imported, when they used to be made,
+# so that a console first used inside a command run with another environment (a test's CliRunner env) keeps
+# nothing of it; what rich reads later it reads from the live environment, as before.
+_ENVIRON_AT_IMPORT = dict(os.environ)
+
+
+def _terminal(name: str) -> Any:
+    made = globals().get(name)
+    if made is None:
+        from rich.console import Console
+
+        made = Console(stderr=name == "errors", soft_wrap=True, _environ=_ENVIRON_AT_IMPORT)
+        made._environ = os.environ  # rich's own default, read live from here on
+        made = globals().setdefault(name, made)
+    return made
+
+
+def _out() -> Any:
+    """The console on standard output (``console``)."""
+    return _terminal("console")
+
+
+def _err() -> Any:
+    """The console on standard error (``errors``)."""
+    return _terminal("errors")
+
+
+def __getattr__(name: str) -> Any:
+    """``console`` and ``errors`` (made when first asked for), and ``load_recipe`` and ``plugin_host_for``
+    (from :mod:`.planning`, imported when first asked for: `verify` needs none of it), for the modules that
+    import them from here."""
+    if name in ("console", "errors"):
+        return _terminal(name)
+    if name in ("load_recipe", "plugin_host_for"):
+        from . import planning
+
+        return getattr(planning, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SealGroup(click.Group):
@@ -52,7 +86,7 @@ class SealGroup(click.Group):
                         raise
                     raise stop from exc
         except KeyboardInterrupt as exc:  # one the command does not handle itself (`run` does, with a resume hint)
-            errors.print("stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted", highlight=False)
+            _err().print("stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted", highlight=False)
             ctx.exit(143 if isinstance(exc, Terminated) else 130)
         except SealError as exc:
             if os.environ.get("SEAL_PLATFORM_DEBUG"):
@@ -78,9 +112,11 @@ def _clean(value: Any) -> str:
 
 
 def _print_error(exc: BaseException) -> None:
+    from rich.markup import escape
+
     # The message is text: a "[binary]" or "[a, b]" in it is not rich markup, an escape sequence in a
     # plugin's exception is not obeyed.
-    errors.print(f"[bold red]Error:[/] {escape(_clean(exc))}", highlight=False, markup=True, soft_wrap=True)
+    _err().print(f"[bold red]Error:[/] {escape(_clean(exc))}", highlight=False, markup=True, soft_wrap=True)
 
 
 _STORE_URL_KEY = "seal_platform.store_url"
@@ -174,8 +210,20 @@ store_option = click.option("--store", "store_url", default=None, callback=_stor
                                  "runs/store.sqlite).")
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``, as click.version_option says it; the version is read (the installed package's metadata)
+    only when asked for, not by every command."""
+    if not value or ctx.resilient_parsing:
+        return
+    from . import __version__
+
+    click.echo(f"seal-platform, version {__version__}", color=ctx.color)
+    ctx.exit()
+
+
 @click.group(cls=SealGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="seal-platform")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+              help="Show the version and exit.")
 def cli() -> None:
     """seal-platform: train tool-use LLM agents with reinforcement learning.
 
@@ -237,7 +285,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         if row.status == "running" and not takeover:
             age = heartbeat_age(row)
             if is_stale(row):
-                errors.print(f"run {row.id}: its owner (pid {row.pid} on {row.host}) has not written a heartbeat "
+                _err().print(f"run {row.id}: its owner (pid {row.pid} on {row.host}) has not written a heartbeat "
                              f"for {(age or 0) / 60:.0f} min; taking it over.", highlight=False)
             else:
                 beat = "" if age is None else f", last heartbeat {age:.0f} s ago"
@@ -248,6 +296,8 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         config = stored_config(row.config)
         recipe_name = row.recipe
         if args:  # only where it runs (settings.ray.address=..., say) may change
+            from .planning import plugin_host_for
+
             config = resume_overrides(config, list(args), plugin_host_for(config).settings_models())
         if run_dir is not None:
             if not (run_dir / "config.json").is_file():
@@ -274,46 +324,46 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     from .resume import CheckpointLoadError, resume_command
 
     _warn_failed_plugins(plan.host)
-    progress = None if quiet else RichProgress(console)
+    progress = None if quiet else RichProgress(_out())
     # A resume's plugins are checked against those the run recorded by the Runner: refused (or, allowed,
     # announced here) before the store or the run's folder (--run-dir) is changed.
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress,
                     restart_from=restart_from, takeover=takeover, allow_plugin_changes=allow_plugin_changes,
                     run_dir=None if run_dir is None else run_dir.resolve())
     if runner.plugin_changes is not None:
-        errors.print(f"run {runner.run_id} resumes with other plugins than it ran with (--allow-plugin-changes; "
+        _err().print(f"run {runner.run_id} resumes with other plugins than it ran with (--allow-plugin-changes; "
                      f"recorded in its events as plugins_changed):\n{runner.plugin_changes.listed()}",
                      highlight=False, markup=False)
     if runner.relocated is not None:
-        errors.print(f"run {runner.run_id}: its folder is now {runner.run_dir} ({runner.relocated} checkpoint "
+        _err().print(f"run {runner.run_id}: its folder is now {runner.run_dir} ({runner.relocated} checkpoint "
                      "path(s) updated)", highlight=False)
     from .present.run_display import run_with_display
 
     store_arg = shlex.quote(str(store.url))
     try:
         with _sigterm_interrupts():
-            run_with_display(runner, store, console, verbose=verbose, live=not quiet, report=not no_report)
+            run_with_display(runner, store, _out(), verbose=verbose, live=not quiet, report=not no_report)
     except KeyboardInterrupt as exc:
         how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
         status = _stored_status(store, runner.run_id)
         if status == "completed":  # the signal came after the run's end: while its report or summary was written
             again = (f"write its report with: seal-platform report {runner.run_id} --store {store_arg}"
                      if not no_report else "")
-            errors.print(f"the run {runner.run_id} completed ({how} afterwards, before its report and summary were "
+            _err().print(f"the run {runner.run_id} completed ({how} afterwards, before its report and summary were "
                          f"done); {again + '; ' if again else ''}details: seal-platform show {runner.run_id} --store "
                          f"{store_arg}", highlight=False)
             sys.exit(143 if isinstance(exc, Terminated) else 130)  # what was stopped was the report, still a stop
         marked = f"the run is marked {status}" if status else "the run's status could not be read"
         point = _resume_point(store, runner)  # its own line: the hint's command ends the next one
         if point:
-            errors.print(point, highlight=False)
-        errors.print(f"{how}; {marked}; continue with: {resume_command(runner.run_id, str(store.url))}", highlight=False)
+            _err().print(point, highlight=False)
+        _err().print(f"{how}; {marked}; continue with: {resume_command(runner.run_id, str(store.url))}", highlight=False)
         sys.exit(143 if isinstance(exc, Terminated) else 130)
     except CheckpointLoadError as exc:
         raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
     except SealError as exc:
         raise SealError(f"{as_sentence(str(exc))} {_failed_run_state(store, runner.run_id)}") from exc
-    console.print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
+    _out().print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
 
 
 def _refuse_a_live_owner_here(row: Any) -> None:
@@ -467,7 +517,7 @@ def _sigterm_interrupts() -> Iterator[None]:
 def _warn_failed_plugins(host: Any) -> None:
     """Every run names the plugins that failed to load, with their errors (the run goes on without them)."""
     for record in host.failed():
-        errors.print(_clean(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not "
+        _err().print(_clean(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not "
                             f"loaded: {record.error}"), highlight=False, markup=False)
 
 
@@ -481,6 +531,8 @@ def plugins(name: str | None, as_json: bool) -> None:
     """List installed plugins: name, version, load status, what each provides, its hooks. NAME: one plugin in
     full (distribution, entry point, every hook, settings sections, commands, the error of a failed one)."""
     from rich import box
+    from rich.table import Table
+    from rich.text import Text
 
     host = make_plugin_manager()
     commands = click.Group("seal-platform")  # a plugin whose register_commands fails is listed as failed
@@ -525,11 +577,11 @@ def plugins(name: str | None, as_json: bool) -> None:
         if hooks:
             cell.append(("\n" if cell else "") + "hooks: " + ", ".join(hooks), style="dim")
         table.add_row(Text(_clean(row["name"])), Text(_clean(row["version"] or "")), status, cell)
-    console.print(table)
+    _out().print(table)
     for row in rows:
         if row["error"]:
-            errors.print(f"{row['name']} ({row['status']}): {row['error']}", highlight=False, markup=False)
-    console.print("one plugin in full (every hook, settings, commands): seal-platform plugins NAME", highlight=False)
+            _err().print(f"{row['name']} ({row['status']}): {row['error']}", highlight=False, markup=False)
+    _out().print("one plugin in full (every hook, settings, commands): seal-platform plugins NAME", highlight=False)
 
 
 def _plugin_details(row: dict[str, Any], record: Any, host: Any, commands: list[str]) -> None:
@@ -549,13 +601,16 @@ def _plugin_details(row: dict[str, Any], record: Any, host: Any, commands: list[
         ("commands", ", ".join(commands)),
         ("hooks", ", ".join(row["hooks"])),
     ]
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, show_header=False, padding=(0, 1, 0, 0))
     table.add_column(no_wrap=True, style="bold")
     table.add_column(overflow="fold")
     for label, value in fields:
         if value:
             table.add_row(label, Text(value))
-    console.print(table, highlight=False)
+    _out().print(table, highlight=False)
 
 
 # --- config ------------------------------------------------------------------------------------------
@@ -578,12 +633,12 @@ def config_validate(recipe: str | None, overrides: tuple[str, ...]) -> None:
     config_, issues, path = recipe_problems(recipe, changes, on_host=_warn_failed_plugins)
     if issues:
         with_overrides = " with its command-line overrides" if any(i.source.startswith("override ") for i in issues) else ""
-        errors.print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)
+        _err().print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)
         for issue in issues:
-            errors.print(f"  - {issue}", highlight=False, markup=False)
+            _err().print(f"  - {issue}", highlight=False, markup=False)
         sys.exit(1)
     assert config_ is not None
-    console.print(f"{path}: ok (config hash {config_.config_hash()})", highlight=False)
+    _out().print(f"{path}: ok (config hash {config_.config_hash()})", highlight=False)
 
 
 @config.command("show")
@@ -594,6 +649,8 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
     (smarthome-embedded); overrides may follow it or come alone."""
     import yaml
 
+    from .planning import check_recipe, load_recipe, plugin_host_for
+
     recipe, changes = _split_recipe_args([recipe, *overrides] if recipe is not None else [])
     config_, issues, path = load_recipe(recipe, changes)
     if config_ is None:
@@ -601,8 +658,6 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
     assert config_ is not None
     data = config_.model_dump(mode="json")
     # Every enabled plugin's section with its defaults filled in, as the run will see it.
-    from .planning import check_recipe
-
     checked, problems = check_recipe(config_, plugin_host_for(config_))
     if checked is None:  # a recipe a run would refuse has no resolved form (config validate lists the same)
         raise_for(problems, str(path))
@@ -646,13 +701,13 @@ def runs(store_url: str | None, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not listed:
-        console.print(f"no runs yet in {url}; start one with: seal-platform run [RECIPE]", highlight=False,
+        _out().print(f"no runs yet in {url}; start one with: seal-platform run [RECIPE]", highlight=False,
                       markup=False)
         return
     from .present.listings import runs_listing
 
     # Ids, names and statuses whole at any width: fewer columns, then a block per run, when narrow (all: --json).
-    console.print(runs_listing(console, listed, f"runs in {url}"), soft_wrap=False, crop=False)
+    _out().print(runs_listing(_out(), listed, f"runs in {url}"), soft_wrap=False, crop=False)
 
 
 @cli.command()
@@ -673,11 +728,11 @@ def show(run_id: str, store_url: str | None, as_json: bool, all_steps: bool, tra
         click.echo(json_safe(load_digest(open_store(store_url), run_id).model_dump_json(indent=2)))
         return
     if tracebacks:
-        if not show_tracebacks(open_store(store_url), run_id, console):
-            errors.print(f"run {run_id} recorded no traceback: it has no crash event with one.", highlight=False,
+        if not show_tracebacks(open_store(store_url), run_id, _out()):
+            _err().print(f"run {run_id} recorded no traceback: it has no crash event with one.", highlight=False,
                          markup=False)
         return
-    show_run(open_store(store_url), run_id, console, all_steps=all_steps)
+    show_run(open_store(store_url), run_id, _out(), all_steps=all_steps)
 
 
 @cli.command()
@@ -698,7 +753,7 @@ def report(run_id: str, store_url: str | None, out: str | None, eval_episodes: i
     store = open_store(store_url)
     sample = report_transcripts(store, run_id, eval_limit=eval_episodes, train_groups=train_groups)
     path = write_run_report(load_digest(store, run_id), Path(out) if out else None, transcripts=sample)
-    console.print(f"wrote {path}", highlight=False)
+    _out().print(f"wrote {path}", highlight=False)
 
 
 @cli.command()
@@ -722,9 +777,9 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
     if as_json:
         click.echo(comparison.model_dump_json(indent=2))
         return
-    console.print(comparison_view(console, comparison), highlight=False, soft_wrap=False)
+    _out().print(comparison_view(_out(), comparison), highlight=False, soft_wrap=False)
     if html_out:
-        console.print(f"wrote {html_out}", highlight=False)
+        _out().print(f"wrote {html_out}", highlight=False)
 
 
 @cli.command()
@@ -770,16 +825,16 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
         click.echo(json_safe(json.dumps([e.model_dump(mode="json") for e in episodes], indent=2, ensure_ascii=False)))
         return
     if not episodes:
-        errors.print(nothing_matched(store, run_id, evaluation=evaluation, step=step, label=label), highlight=False,
+        _err().print(nothing_matched(store, run_id, evaluation=evaluation, step=step, label=label), highlight=False,
                      markup=False)
         return
-    console.print(render(episodes, width=width), highlight=False, markup=False)
+    _out().print(render(episodes, width=width), highlight=False, markup=False)
 
 
 def _transcripts_against(run_a: str, run_b: str, *, store_url: str | None, **options: Any) -> None:
     from .present.transcript_pairs import show_pairs
 
-    show_pairs(open_store(store_url), run_a, run_b, console=console, notes=errors, **options)
+    show_pairs(open_store(store_url), run_a, run_b, console=_out(), notes=_err(), **options)
 
 
 def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, str]]:
@@ -829,7 +884,7 @@ def settings(plugin: str | None, as_json: bool) -> None:
         return
     from .present.listings import settings_listing
 
-    console.print(settings_listing(console, rows, "plugin settings (recipe keys)"), soft_wrap=False)
+    _out().print(settings_listing(_out(), rows, "plugin settings (recipe keys)"), soft_wrap=False)
 
 
 @cli.command("upgrade-store")
@@ -849,7 +904,7 @@ def upgrade_store(store_url: str | None) -> None:
     before.close()
     store = RunStore(url)
     new = store.schema_revision()
-    console.print(f"{url}: schema {old} is this version's; nothing to upgrade" if old == new else
+    _out().print(f"{url}: schema {old} is this version's; nothing to upgrade" if old == new else
                   f"{url}: schema {old or 'none'} -> {new}", highlight=False)
 
 
@@ -875,6 +930,8 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     from .planning import plan_config
     from .present.progress import RichProgress
     from .runlog import quiet_terminal
+    from rich.table import Table
+    from rich.text import Text
 
     store = open_store(store_url, write=True)
     row = store.get_run(run_id)
@@ -888,11 +945,14 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     assert plan.host is not None
     log_path = Path(row.run_dir) / LOG_FILE
     if not verbose:
-        console.print(f"library logs: {log_path} (-v shows them here)", highlight=False)
-    progress = None if quiet else RichProgress(console)
+        _out().print(f"library logs: {log_path} (-v shows them here)", highlight=False)
+    progress = None if quiet else RichProgress(_out())
     with quiet_terminal(log_path, verbose=verbose) as terminal:
-        if progress is not None and terminal is not console.file:
-            progress.console = Console(file=terminal, width=console.width if not console.is_terminal else None)
+        out = _out()
+        if progress is not None and terminal is not out.file:
+            from rich.console import Console
+
+            progress.console = Console(file=terminal, width=out.width if not out.is_terminal else None)
         done, result = evaluate_checkpoint(store, plan.host, plan, row.id, step, progress=progress)
     table = Table(title=f"run {row.id}, checkpoint after {done} step(s), split {result.split} ({result.n_tasks} tasks)")
     table.add_column("category")
@@ -900,7 +960,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     for cat, rate in sorted(result.per_category.items()):
         table.add_row(Text(_clean(cat)), f"{rate:.2f}")
     table.add_row("[bold]average[/]", f"{result.average:.2f}")
-    console.print(table)
+    _out().print(table)
 
 
 # --- verify --------------------------------------------------------------------------------------------
@@ -917,6 +977,41 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     every line was scored; 1 when any line got {"error": ...} (every line is still written, and stderr says
     how many); 2 when the command cannot run (an unknown benchmark, a bad --set).
     """
+    from . import verify as _machinery  # noqa: F401  imported before the freeze below, so frozen with the rest
+
+    with _few_collections():
+        _verify(benchmark, file, overrides)
+
+
+# The cyclic collector's first-generation threshold while `verify` runs (CPython's default: 700).
+VERIFY_GC_THRESHOLD = 50_000
+
+
+@contextlib.contextmanager
+def _few_collections() -> Iterator[None]:
+    """Within: what is alive on entry (every module imported so far, pydantic's schemas) is left out of the
+    cyclic collector's passes (``gc.freeze``), and the collector runs after :data:`VERIFY_GC_THRESHOLD` new
+    objects instead of 700. `verify` makes tens of thousands of objects that live to its end (the plugins'
+    modules, the parsed records, the benchmark's task data, the results read back from its lanes), so those
+    passes found next to nothing; on 2 cores they cost the parent some 20-25 ms of CPU, most of it while it
+    reads the results of the lanes it forked, which share those cores. Cycles are still collected, less
+    often. On exit what the command made is frozen too (else the first collection at the default threshold,
+    right away, would walk all of it), and the collector is as it was: the threshold, and nothing frozen
+    where nothing was (a process that calls the command and goes on, a test; the console script freezes
+    what its import made, and that stays so)."""
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    gc.freeze()
+    gc.set_threshold(VERIFY_GC_THRESHOLD, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.set_threshold(*threshold)
+        if not frozen:
+            gc.unfreeze()
+
+
+def _verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     from .verify import VerifyCounts, verify_lines
 
     host = make_plugin_manager()
@@ -939,14 +1034,14 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     except Terminated:
         with contextlib.suppress(OSError):
             out.flush()
-        errors.print("verify: stopped by SIGTERM; the lines above are complete, the rest were not scored")
+        _err().print("verify: stopped by SIGTERM; the lines above are complete, the rest were not scored")
         sys.exit(143)
     except BrokenPipeError:  # the reader went away (| head): nothing more to say to it
         raise
     except OSError as exc:  # a full disk, a device that refuses writes (> /dev/full)
         raise SealError(f"verify: cannot write the results to standard output: {exc.strerror or exc}.") from None
     if counts.errors:  # every line is written; the status says that some could not be scored
-        errors.print(f"verify: {counts.errors} of {counts.lines} line(s) could not be scored (each has "
+        _err().print(f"verify: {counts.errors} of {counts.lines} line(s) could not be scored (each has "
                      '{"error": ...} in its place)', highlight=False, markup=False)
         sys.exit(1)
 
@@ -960,7 +1055,7 @@ def labels(environment: str | None) -> None:
     from .present.listings import labels_listing
 
     title = "labels" + (f" for environment {environment}" if environment else "")
-    console.print(labels_listing(console, label_rows(make_plugin_manager(), environment), title), soft_wrap=False)
+    _out().print(labels_listing(_out(), label_rows(make_plugin_manager(), environment), title), soft_wrap=False)
 
 
 # --- check-env -----------------------------------------------------------------------------------------
@@ -998,10 +1093,10 @@ def build_cli() -> click.Group:
     try:
         host = make_plugin_manager()
     except Exception as exc:  # a broken plugin must not take the CLI down
-        errors.print(_clean(f"warning: plugin commands unavailable: {exc}"), highlight=False, markup=False)
+        _err().print(_clean(f"warning: plugin commands unavailable: {exc}"), highlight=False, markup=False)
         return cli
     for record in host.register_commands(cli):
-        errors.print(_clean(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not "
+        _err().print(_clean(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not "
                             f"loaded and its commands are unavailable: {record.error}"), highlight=False, markup=False)
     return cli
 

@@ -99,6 +99,16 @@ def _describe(exc: BaseException, when: str = "") -> str:
     return f"{what}{when}{where}"
 
 
+class PluginExit(Exception):
+    """A plugin's hook called ``sys.exit`` (raised SystemExit): that plugin's failure, as an error in the hook
+    would be, rather than the end of the command or run (the SystemExit is its ``__cause__``)."""
+
+    def __init__(self, exc: SystemExit):
+        # "it called sys.exit(3) (at FILE:LINE)": _describe's "SystemExit(3) (at ...)" in a sentence's words
+        super().__init__("it called sys.exit" + _describe(exc).removeprefix("SystemExit"))
+        self.__cause__ = exc
+
+
 def short_repr(value: Any) -> str:
     """``repr(value)`` cut to 120 characters, for messages about what a plugin returned."""
     try:
@@ -235,7 +245,8 @@ class PluginHost:
         other plugin left out: (plugin name, what it returned; None when it returned None). A plugin that
         raises is a :class:`PluginError` saying which plugin failed in which hook (the original exception
         chained); with ``failed``, its answer is ``failed(plugin name, exception)`` instead and the other
-        plugins are still called."""
+        plugins are still called. A plugin calling ``sys.exit`` fails the same way, as a :class:`PluginExit`
+        (its SystemExit chained); a KeyboardInterrupt goes on up."""
         answers = []
         keep = None if only is None else set(only)
         for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
@@ -244,7 +255,9 @@ class PluginHost:
             others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
             try:
                 results = self.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
-            except Exception as exc:
+            except PLUGIN_FAILURES as raised:
+                exc = PluginExit(raised) if isinstance(raised, SystemExit) else raised
+                assert isinstance(exc, Exception)  # PLUGIN_FAILURES: an Exception, or a SystemExit made one
                 if failed is not None:
                     answers.append((impl.plugin_name, failed(impl.plugin_name, exc)))
                     continue
