@@ -40,7 +40,8 @@ def wrap(stage: str, plugin: str, fn: Callable[[], Any], host: Any = None, *, sp
     innermost frame's file:line). With the plugin ``host``, an error raised in the code of another plugin
     (an environment's ``evaluate`` calling the engine of another plugin, whose ``generate`` failed) names that
     plugin too (:func:`stage_failure`). A Ctrl-C that a library swallowed during the call stops the run when
-    it returns (:func:`~seal_platform.interrupts.raise_if_interrupted`).
+    it returns (:func:`~seal_platform.interrupts.raise_if_interrupted`). A ``sys.exit`` in the plugin's code is its
+    failure too (a KeyboardInterrupt is not).
 
     ``stage`` is a stage hook's name (``collect``, ``evaluate``, ...) or a set-up step of :data:`SETUP_STEPS`
     (``tasks``, ``environment``, ``engine``), which the message calls by what it is, not a stage; ``split``
@@ -51,7 +52,7 @@ def wrap(stage: str, plugin: str, fn: Callable[[], Any], host: Any = None, *, sp
         return result
     except SealError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin calling sys.exit fails its stage; it does not end the run
         raise PluginError(stage_failure(stage, plugin, exc, host, split=split)) from exc
 
 

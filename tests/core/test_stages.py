@@ -88,3 +88,23 @@ def test_the_diagnoser_guide_quotes_the_labels_undeclared_event_as_the_run_recor
     message, data = undeclared_note(0, {"repetition": {"repeated"}})
     assert f"e.g. `{message}` (its data: `{json.dumps(data)}`)" in guide
     assert re.search(r"\*\*Empty labels\*\* are refused", guide)
+
+
+def test_a_plugin_calling_sys_exit_in_a_stage_fails_that_stage_and_a_ctrl_c_still_stops():
+    import sys
+
+    import pytest
+
+    from seal_platform.errors import PluginError
+    from seal_platform.stages import wrap
+
+    with pytest.raises(PluginError) as raised:
+        wrap("collect", "quitter", lambda: sys.exit(3))
+    said = str(raised.value)
+    assert said.startswith("the 'collect' stage failed in plugin 'quitter': SystemExit: 3 (at "), said
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        wrap("collect", "quitter", interrupted)
