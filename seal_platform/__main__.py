@@ -1,7 +1,7 @@
 """The one entry of ``python -m seal_platform`` and of the ``seal-platform`` console script.
 
 It imports the command line inside ``try``: a Ctrl-C while that import runs (its first few hundred
-milliseconds: click, rich, the recipe models) ends as Ctrl-C does later, with "interrupted" and exit status
+milliseconds: click, pydantic, the recipe models) ends as Ctrl-C does later, with "interrupted" and exit status
 130, not a KeyboardInterrupt traceback. (The package itself, imported before this module, takes a few ms.)
 
 The cyclic garbage collector is paused while the command line is imported: the import makes a few hundred
