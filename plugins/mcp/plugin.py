@@ -8,8 +8,8 @@ from typing import Any
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.toolenv.episodes import (evaluation_episodes, scored_without_infra_failures, tool_call_sampling,
-                                           training_episodes)
+from seal_platform.toolenv.episodes import (evaluation_episodes, lockstep_executor_issues, scored_without_infra_failures,
+                                           tool_call_sampling, training_episodes)
 from seal_platform.types import EvalResult
 
 NAME = "mcp"
@@ -78,14 +78,9 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Is
     """mcp plays its episodes in lock step in the run's process (in chunks; one engine call per round for a
     chunk, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that names an
     executor for an mcp run asks for something that would go unused."""
-    if config.environment != NAME or config.rollout.executor == "local":
-        return []
-    return [Issue("rollout.executor",
-                  f"environment mcp plays its episodes in lock step in the run's own process (in chunks of "
-                  f"settings.mcp.max_parallel_episodes, each round's generations batched in one engine call) and "
-                  f"never hands them to an executor, so executor {config.rollout.executor!r} would go unused",
-                  "remove rollout.executor or set it to local; for more episodes at once raise "
-                  "settings.mcp.max_parallel_episodes")]
+    return lockstep_executor_issues(
+        config, NAME, "in chunks of settings.mcp.max_parallel_episodes, each round's generations batched in one engine call",
+        'remove rollout.executor or set it to local; for more episodes at once raise settings.mcp.max_parallel_episodes')
 
 
 @hookimpl

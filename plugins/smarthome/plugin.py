@@ -9,7 +9,8 @@ from typing import Any
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.toolenv.episodes import evaluation_episodes, tool_call_sampling, training_episodes
+from seal_platform.toolenv.episodes import (evaluation_episodes, lockstep_executor_issues, tool_call_sampling,
+                                            training_episodes)
 
 NAME = "smarthome"
 
@@ -38,13 +39,9 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Is
     """smarthome plays its episodes in lock step in the run's process (one engine call per round for all of
     them, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that names an
     executor for a smarthome run asks for something that would go unused."""
-    if config.environment != NAME or config.rollout.executor == "local":
-        return []
-    return [Issue("rollout.executor",
-                  f"environment smarthome plays its episodes in lock step in the run's own process (each round's "
-                  f"generations batched in one engine call) and never hands them to an executor, so executor "
-                  f"{config.rollout.executor!r} would go unused",
-                  "remove rollout.executor or set it to local; to go faster, scale the rollout engine instead")]
+    return lockstep_executor_issues(
+        config, NAME, "each round's generations batched in one engine call",
+        'remove rollout.executor or set it to local; to go faster, scale the rollout engine instead')
 
 
 @hookimpl

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from seal_platform.config import Issue, RunConfig
 from seal_platform.stages import sampling_for
 from seal_platform.types import EvalResult, SamplingParams, Task, Trajectory
 
@@ -28,6 +29,18 @@ def training_group(step: int, task_id: str) -> str:
 def evaluation_group(step: int, task_id: str) -> str:
     """The group key of a held-out task's episode in the evaluation at ``step``."""
     return f"eval{step}:{task_id}"
+
+
+def lockstep_executor_issues(config: RunConfig, environment: str, how: str, fix: str) -> list[Issue]:
+    """For the ``check_config`` hook of an environment that plays its episodes in lock step in the run's own
+    process (``how``: in what batches) and never hands them to ``ctx.executor``: the recipe problem of naming
+    another executor for it, which would go unused (``fix``: what to do instead); [] when the recipe's
+    environment is another one or its executor the local one."""
+    if config.environment != environment or config.rollout.executor == "local":
+        return []
+    return [Issue("rollout.executor",
+                  f"environment {environment} plays its episodes in lock step in the run's own process ({how}) and "
+                  f"never hands them to an executor, so executor {config.rollout.executor!r} would go unused", fix)]
 
 
 def training_episodes(tasks: Sequence[Task], group_size: int, step: int) -> list[Episode]:
