@@ -273,6 +273,9 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     from .present.progress import RichProgress
     from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
 
+    # What runs the recipe again as a new run, for the message of a run that failed before training anything.
+    rerun = None if resume is not None else shlex.join(
+        ["seal-platform", "run", *args, *(["--store", store_url] if store_url else [])])
     origin: RecipeOrigin | None = None  # where a recipe's problems come from (a resume keeps its checked config)
     checked_with: list[Any] = []  # a new run's recipe is planned with the plugin host it was checked with
     if resume is not None:
@@ -362,7 +365,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     except CheckpointLoadError as exc:
         raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
     except SealError as exc:
-        raise SealError(f"{as_sentence(str(exc))} {_failed_run_state(store, runner.run_id)}") from exc
+        raise SealError(f"{as_sentence(str(exc))} {_failed_run_state(store, runner.run_id, rerun)}") from exc
     _out().print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
 
 
@@ -399,16 +402,27 @@ def _process_age(pid: int) -> float | None:
         return None
 
 
-def _failed_run_state(store: Any, run_id: str) -> str:
+def _failed_run_state(store: Any, run_id: str, rerun: str | None = None) -> str:
     """What the store holds about a run that just failed, truthfully: on a full disk or a lost database the
-    failure itself may not have been recorded (no row at all, or a row that still says ``running``)."""
+    failure itself may not have been recorded (no row at all, or a row that still says ``running``). A run
+    that failed before it trained anything (in its set-up: the environment, its tasks, the engine, a plugin's
+    ``start_run``; or before its first step was stored) has nothing to continue: the message says so, and that
+    it can be run again as a new run (``rerun``: the command, for a new run) or resumed to reuse its id and
+    folder (which starts it from step 0)."""
     from .resume import resume_command
 
     from .store import owned_by_this_process
 
     row = _stored_row(store, run_id)
     status = None if row is None else str(row.status)
-    again = f"after fixing the cause, continue it with `{resume_command(run_id, str(store.url))}`."
+    resume = resume_command(run_id, str(store.url))
+    again = f"after fixing the cause, continue it with `{resume}`."
+    if status == "failed" and _trained_nothing(store, run_id):
+        new = f"run the recipe again as a new run (this one was `{rerun}`)" if rerun else "run its recipe again as a new run"
+        return (f"The run {run_id} failed before it trained anything and is marked failed with this error: the "
+                f"store holds no step and no checkpoint of it, so there is nothing to continue. After fixing the "
+                f"cause, {new}, or reuse this run's id and folder with `{resume}`, which starts it from step 0 "
+                f"with the recipe and overrides it was started with (a fix in those needs a new run).")
     if status == "failed":
         return f"The run {run_id} is marked failed; {again}"
     if row is not None and status == "running" and not owned_by_this_process(row):
@@ -419,6 +433,15 @@ def _failed_run_state(store: Any, run_id: str) -> str:
                 "the cause, start it again.")
     return (f"The store could not record how the run ended (it says {status!r}; a run left 'running' by a process "
             f"that has exited reads as crashed); {again}")
+
+
+def _trained_nothing(store: Any, run_id: str) -> bool:
+    """Whether the store holds no step and no checkpoint of the run; False where that cannot be read (the
+    message then keeps the plain resume hint)."""
+    try:
+        return not store.steps(run_id) and not store.checkpoints(run_id)
+    except Exception:  # a failed command must still print its message
+        return False
 
 
 def _stored_row(store: Any, run_id: str) -> Any:

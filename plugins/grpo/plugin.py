@@ -111,7 +111,11 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None
 
     uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
     grpo = settings.get("grpo") or GRPOSettings()
-    found = problems(config, settings.get("policy") or PolicySettings(), uses_policy, grpo, cluster)
+    policy = settings.get("policy") or PolicySettings()
+    found = problems(config, policy, uses_policy, grpo, cluster)
+    model = _model_problem(policy) if uses_policy else None
+    if model is not None:  # start_run loads the policy here, whatever the cluster: found before any row is written
+        found = [model, *found]
     ray = on_ray(cluster, grpo.placement)
     if found or not uses_policy or (cluster is not None and cluster.address):
         return found
@@ -139,6 +143,22 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None
     except ValueError:
         return found  # a model of unknown shape: nothing to check against
     return [f"memory plan (`seal-platform plan` prints it): {p}" for p in result.problems]
+
+
+def _model_problem(policy: PolicySettings) -> str | None:
+    """Why ``settings.policy.model`` names nothing :func:`~.policy.load_policy` can load without a download
+    (None: it can): the checks of :func:`~.policy.model_dir` (a local folder with a config.json), and for the
+    embedded model its package, without converting it."""
+    from .policy import EMBEDDED_MODEL, embedded_gguf_path, model_dir
+
+    try:
+        if policy.model == EMBEDDED_MODEL:
+            embedded_gguf_path()  # converted (once) by start_run
+        else:
+            model_dir(policy)
+    except FileNotFoundError as exc:
+        return str(exc)
+    return None
 
 
 @hookimpl

@@ -171,7 +171,7 @@ def test_a_signal_after_the_run_completed_says_it_completed(toy_site, toy_recipe
 
     exc = KeyboardInterrupt if signal_name == "KeyboardInterrupt" else errors.Terminated
 
-    def interrupted_report(store, run_id, console):
+    def interrupted_report(store, run_id, console, catalog=None):
         raise exc()
 
     monkeypatch.setattr(run_display, "_write_report", interrupted_report)
@@ -215,7 +215,9 @@ def test_the_interruption_hint_names_the_store_and_works_from_another_directory(
 
 def test_the_failure_hint_names_the_store_and_is_punctuated(toy_site, toy_recipe, tmp_path):
     runner = CliRunner()
-    result = runner.invoke(cli, ["run", str(toy_recipe), "settings.toy.fail_in=start_run", "--quiet"])
+    # A failure after steps were trained (one before any: tests/core/test_setup_failures.py).
+    result = runner.invoke(cli, ["run", str(toy_recipe), "settings.toy.fail_in=evaluate",
+                                 "evaluation.before_training=false", "--quiet"])
     assert result.exit_code == 2, result.output
     text = _text(result)
     (run,) = RunStore(_url(tmp_path)).list_runs()
