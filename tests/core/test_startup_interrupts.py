@@ -7,6 +7,7 @@ with a misleading error, and must not go on as if no Ctrl-C had come."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -175,8 +176,11 @@ def test_the_interrupted_run_resumes(ki_site, ki_recipe, tmp_path, monkeypatch):
 def _run_in_a_process(ki_site: Path, recipe: Path, mode: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SEAL_TEST_KI": mode,
            "PYTHONPATH": os.pathsep.join([str(ki_site), os.environ.get("PYTHONPATH", "")])}
+    # SIGINT as a terminal gives it, whatever this process inherited: a shell's background job (`CMD &`
+    # without job control) starts with SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
     return subprocess.run([sys.executable, "-m", "seal_platform", "run", str(recipe), "--quiet"], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_a_ctrl_c_swallowed_while_the_model_loads_stops_the_run(ki_site, ki_recipe, tmp_path):

@@ -163,7 +163,7 @@ def test_overlap_is_refused_where_grpo_would_drop_or_mix_its_rollouts():
     from seal_platform.config import RunConfig
     from seal_platform_plugins.grpo.engines.settings import EngineSettings
 
-    config = RunConfig.model_validate({"environment": "bfcl", "rollout": {"overlap": True},
+    config = RunConfig.model_validate({"environment": "bfcl", "rollout": {"overlap": True, "engine": "hf"},
                                        "training": {"tasks_per_step": 32}, "stages": {"optimize": "grpo"}})
     private = EngineSettings.model_validate({"hf": {"share_model": False}})
     # 32 tasks in mini-batches of 8: 4 updates per step, so overlapped rollouts are 4 versions old.
