@@ -24,16 +24,66 @@ its adapters only, a frozen base is never re-sent.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
+import threading
 import time
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Sequence
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20
+_POLL_S = 0.05  # how often a cancellable wait looks at its cancel event
 
 log = logging.getLogger(__name__)
+
+
+class SyncAborted(RuntimeError):
+    """A push or rendezvous given up (the group's ``cancel`` was set: a member died). The group is unusable; a
+    pending gloo operation ends at the group's timeout in gloo's threads, and nothing waits for it."""
+
+
+def _unless_cancelled(cancel: threading.Event, fn: Callable[[], Any], what: str) -> Any:
+    """``fn()`` on a thread of its own, waited for until ``cancel`` is set (then SyncAborted; the thread ends by
+    its own timeout): gloo's ``abort`` / ``shutdown`` end no pending operation or rendezvous (torch 2.13)."""
+    if cancel.is_set():  # given up already: no thread left waiting in the rendezvous
+        raise SyncAborted(f"weight push aborted before {what} (a member of the sync group is gone)")
+    result: Future = Future()
+    threading.Thread(target=_settle, args=(result, fn), name="seal-weight-sync", daemon=True).start()
+    _wait_for(result, cancel, what)
+    return result.result()
+
+
+def _settle(result: Future, fn: Callable[[], Any]) -> None:
+    try:
+        result.set_result(fn())
+    except BaseException as exc:  # handed to the waiter, or dropped with an abandoned rendezvous
+        result.set_exception(exc)
+
+
+def _wait_for(done: Future, cancel: threading.Event, what: str) -> None:
+    while not futures.wait([done], timeout=_POLL_S).done:
+        if cancel.is_set():
+            raise SyncAborted(f"weight push aborted in {what} (a member of the sync group is gone)")
+
+
+def _wait(work: Any, cancel: threading.Event) -> None:  # a gloo operation's wait, given up on ``cancel``
+    done: Future = Future()
+    work.get_future().add_done_callback(lambda _: done.set_result(None))
+    _wait_for(done, cancel, "a broadcast")
+    work.wait()  # its own error, if it failed
+
+
+def _cancellable(pg: Any, cancel: threading.Event) -> Any:
+    """The CUDA IPC control group as :func:`.ipc_sync.ipc_broadcast` uses it, its waits given up on ``cancel``."""
+    return SimpleNamespace(
+        broadcast=lambda t, root: SimpleNamespace(wait=functools.partial(_wait, pg.broadcast(t, root), cancel)),
+        barrier=lambda: SimpleNamespace(wait=functools.partial(_wait, pg.barrier(), cancel)))
 
 
 @dataclass(frozen=True)
@@ -93,15 +143,16 @@ class SyncGroup:
     falls back to gloo on the CPU, the reason logged). Default: nccl when CUDA is available, else gloo; every
     member must pass the same one. ``device``: where this member's buffers live (default: the current CUDA
     device for nccl, ipc and auto with CUDA, else the CPU). Construction blocks until all members joined.
+    ``cancel``: an event that, once set (:meth:`abort`, or by its holder), ends this member's waits (rendezvous,
+    broadcasts) with :class:`SyncAborted`: a member that died would hold the others for the whole timeout.
     """
 
     def __init__(self, address: str, port: int, rank: int, world_size: int, *, host_store: bool = False,
                  backend: str | None = None, device: Any = None, timeout_s: float = 600.0,
-                 name: str = "seal-weight-sync"):
+                 name: str = "seal-weight-sync", cancel: threading.Event | None = None):
         import torch
-        import torch.distributed as dist
 
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size, self.cancel = rank, world_size, cancel
         if backend is None:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend not in ("nccl", "ipc", "gloo", "auto"):
@@ -109,21 +160,30 @@ class SyncGroup:
         on_gpu = backend != "gloo" and torch.cuda.is_available()
         self.device = torch.device(device) if device is not None else (
             torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"))
-        timeout = timedelta(seconds=timeout_s)
-        self._store = dist.TCPStore(address, port, world_size, is_master=host_store, timeout=timeout,
+        self.backend = backend
+        self.pg: Any = None
+        join = functools.partial(self._join, address, port, host_store, backend, timedelta(seconds=timeout_s), name)
+        # a member that dies before it joins would hold the others here for the whole timeout
+        _unless_cancelled(cancel, join, "the rendezvous") if cancel is not None else join()
+
+    def _join(self, address: str, port: int, host_store: bool, backend: str, timeout: timedelta, name: str) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._store = dist.TCPStore(address, port, self.world_size, is_master=host_store, timeout=timeout,
                                     wait_for_workers=False)
         if backend == "auto":
             backend = self._agree(dist.PrefixStore(name + "/devices", self._store))
             if backend == "gloo":  # some member on the CPU, or a mixed membership: through host memory
                 self.device = torch.device("cpu")
-        self.backend = backend
         store = dist.PrefixStore(name, self._store)
         if backend in ("gloo", "ipc"):  # ipc: gloo carries the handles, the payload stays on the GPU
-            self.pg: Any = dist.ProcessGroupGloo(store, rank, world_size, timeout)
+            pg: Any = dist.ProcessGroupGloo(store, self.rank, self.world_size, timeout)
         else:
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = timeout
-            self.pg = dist.ProcessGroupNCCL(store, rank, world_size, options)
+            pg = dist.ProcessGroupNCCL(store, self.rank, self.world_size, options)
+        self.backend, self.pg = backend, pg
 
     def _agree(self, store: Any) -> str:
         """Every member's GPU through the store, then the backend they all pick from the same list."""
@@ -138,20 +198,42 @@ class SyncGroup:
         return backend
 
     def broadcast(self, tensor: Any) -> None:
+        cancel = self.cancel
+        if cancel is not None and cancel.is_set():
+            raise SyncAborted("weight push aborted (a member of the sync group is gone)")
         if self.backend == "ipc" and tensor.is_cuda:
             from .ipc_sync import ipc_broadcast
 
-            ipc_broadcast(self.pg, self.rank, tensor)
-        else:
+            ipc_broadcast(self.pg if cancel is None else _cancellable(self.pg, cancel), self.rank, tensor)
+        elif cancel is not None and self.backend in ("gloo", "ipc"):
+            _wait(self.pg.broadcast(tensor, 0), cancel)
+        else:  # NCCL: the host does not wait for the peers here; abort() ends a pending collective
             self.pg.broadcast(tensor, 0).wait()
 
+    def abort(self) -> None:
+        """Give up this group (a member died): this member's pending and later waits end with SyncAborted
+        (gloo, CUDA IPC: within 50 ms, through ``cancel``; NCCL: the communicator is aborted). Thread-safe."""
+        if self.cancel is not None:
+            self.cancel.set()
+        if self.backend == "nccl" and self.pg is not None:
+            with contextlib.suppress(Exception):  # already torn down
+                self.pg.abort()
+
     def close(self) -> None:
-        pg, self.pg = self.pg, None
-        if pg is not None and hasattr(pg, "shutdown"):
-            try:
-                pg.shutdown()
-            except Exception:  # already torn down
-                pass
+        """Leave the group. An aborted one on a thread of its own: gloo's destructor waits for a pending
+        operation (an abandoned bucket) until the group's timeout, and would hold the caller that long."""
+        box, self.pg = [self.pg], None
+        if self.cancel is not None and self.cancel.is_set():
+            threading.Thread(target=_release, args=(box,), name="seal-weight-sync-release", daemon=True).start()
+        else:
+            _release(box)
+
+
+def _release(box: list[Any]) -> None:
+    pg = box.pop()  # the last reference: the group goes when this returns
+    if pg is not None and hasattr(pg, "shutdown"):
+        with contextlib.suppress(Exception):  # already torn down
+            pg.shutdown()
 
 
 # --- what to send ----------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from typing import Any
 
@@ -86,28 +87,52 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# Per-operation timeout (seconds) of the replicas' group: a bucket broadcast, or the rendezvous. A member that
-# died mid-push leaves the others waiting this long at most (the driver falls back to the object store).
+# Per-operation timeout (seconds) of the replicas' group: a bucket broadcast, or the rendezvous. gloo ends a
+# pending operation only by this timeout (its abort / shutdown do not, and a dead peer is not always noticed:
+# measured); a member whose process is gone is noticed by the driver at once (its receive call fails), which
+# then gives the push up everywhere (see ReplicaPusher), so this bounds only a member that hangs alive.
 REPLICA_GROUP_TIMEOUT_S = 120.0
 
 
 class ReplicaReceiver:
-    """What a replica actor keeps: its membership of the client's group (re-joined when the group changes)."""
+    """What a replica keeps: its membership of the client's group (re-joined when the group changes), and
+    the pushes the driver gave up (:meth:`abort`), which end its waits in them at once."""
 
     def __init__(self) -> None:
         self.group: Any = None
         self.key: tuple[Any, ...] | None = None
+        self._lock = threading.Lock()
+        self._cancels: dict[tuple[str, int], threading.Event] = {}  # (address, port) -> set when given up
+
+    def _cancel(self, address: str, port: int) -> threading.Event:
+        with self._lock:  # the abort may come before the receive it is about (calls run on threads of their own)
+            event = self._cancels.get((address, port))
+            if event is None:
+                while len(self._cancels) >= 16:
+                    self._cancels.pop(next(iter(self._cancels)))
+                event = self._cancels[(address, port)] = threading.Event()
+            return event
 
     def receive(self, engine: Any, address: str, port: int, rank: int, world_size: int, backend: str) -> int:
         from ..weight_sync import SyncGroup
 
         key = (address, port, rank, world_size, backend)
+        group = self.group
         if self.key != key:
             self.close()
-            self.group = SyncGroup(address, port, rank, world_size, backend=backend,
-                                   timeout_s=REPLICA_GROUP_TIMEOUT_S)
-            self.key = key
-        return receive_into(engine, self.group)
+            group = SyncGroup(address, port, rank, world_size, backend=backend, timeout_s=REPLICA_GROUP_TIMEOUT_S,
+                              cancel=self._cancel(address, port))
+            self.group, self.key = group, key
+        return receive_into(engine, group)
+
+    def abort(self, address: str, port: int) -> None:
+        """The driver gave up its push over the group at ``address:port`` (a member died): a receive in it,
+        pending or still to come, ends at once with SyncAborted, and the group is left."""
+        self._cancel(address, port).set()
+        group = self.group
+        if group is not None and self.key is not None and self.key[:2] == (address, port):
+            group.abort()  # NCCL: the communicator too
+            self.close()
 
     def close(self) -> None:
         group, self.group, self.key = self.group, None, None
@@ -121,17 +146,24 @@ class ReplicaPusher:
     Transport-agnostic: the replicas are reached through a :class:`.routing.ReplicaClient` (Ray actors or
     local processes), whose ``receive_weights`` call on replica ``i`` joins the group and returns once the
     push is in (each replica runs :class:`ReplicaReceiver`); ``client._sync_address()`` is the address the
-    replicas reach the driver's store at."""
+    replicas reach the driver's store at.
+
+    A member that dies during a push (its receive call fails: a local replica's pipe closes, a Ray actor
+    dies) makes the driver give the push up at once: its own wait ends (the group's ``cancel``), every live
+    replica is told to end its receive (``abort_receive``), and the push raises; the caller then pushes
+    through host memory and the next push forms a new group. gloo itself would hold everyone for
+    :data:`REPLICA_GROUP_TIMEOUT_S`."""
 
     def __init__(self, bucket_bytes: int, timeout_s: float = REPLICA_GROUP_TIMEOUT_S):
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
         self.group: Any = None
         self.key: tuple[Any, ...] | None = None
+        self.cancel = threading.Event()  # the current group's: set when a push over it is given up
 
     def forms_group(self, live: list[int], on_gpu: bool) -> bool:
         """Whether the next push to ``live`` builds a new group (the caller probes the replicas first: a
-        rendezvous with a dead member would wait for the whole timeout)."""
+        rendezvous with a dead member would wait until the member is found dead)."""
         return self.key is None or self.key[:2] != (tuple(live), "auto" if on_gpu else "gloo")
 
     def push(self, client: Any, live: list[int], changed: dict[str, Any], ties: dict[str, str],
@@ -145,24 +177,46 @@ class ReplicaPusher:
         if self.key is None or self.key[:2] != (tuple(live), backend):
             self.close()
             self.key = (tuple(live), backend, client._sync_address(), free_port())
-        address, port = self.key[2], self.key[3]
+            self.cancel = threading.Event()
+        address, port, cancel = self.key[2], self.key[3], self.cancel
         # the receives first: each returns once its replica has the whole push
         handles = [client._submit(i, "receive_weights", address, port, j + 1, len(live) + 1, backend)
                    for j, i in enumerate(live)]
+        for handle in handles:  # a receive that fails (its replica died) ends the driver's waits at once
+            client._future(handle).add_done_callback(lambda f: self._failed(f, cancel))
         try:
             if self.group is None:
                 # on a GPU: the model's (the one colocation is about); nothing changed: the current one
                 device = (next(iter(changed.values())).device if changed else None) if on_gpu else "cpu"
                 self.group = SyncGroup(address, port, 0, len(live) + 1, host_store=True, backend=backend,
-                                       device=device, timeout_s=self.timeout_s)
+                                       device=device, timeout_s=self.timeout_s, cancel=cancel)
             stats = push(changed, self.group, version=version, ties=ties, bucket_bytes=self.bucket_bytes)
             for handle in handles:
                 client._result(handle, timeout=self.timeout_s)
         except BaseException:
-            self.close()
+            self.give_up(client, live, address, port)
             raise
         stats["seconds"] = time.perf_counter() - started
         return stats
+
+    def _failed(self, future: Any, cancel: threading.Event) -> None:
+        if future.cancelled() or future.exception() is not None:
+            cancel.set()
+            group = self.group
+            if group is not None and group.cancel is cancel:
+                group.abort()  # NCCL: the communicator (gloo and CUDA IPC stop at the event)
+
+    def give_up(self, client: Any, live: list[int], address: str, port: int, timeout_s: float = 10.0) -> None:
+        """Leave the group and make the live replicas leave it too: a receive still waiting in it ends at once
+        (without this a survivor waits for :data:`REPLICA_GROUP_TIMEOUT_S` and then serves the fallback)."""
+        self.cancel.set()
+        self.close()
+        handles = [(i, client._submit(i, "abort_receive", address, port)) for i in live]
+        for index, handle in handles:
+            try:
+                client._result(handle, timeout=timeout_s)
+            except Exception as exc:  # gone, or stuck: the probe after the failed push tells
+                log.info("engine replica %d did not take the push's abort: %s", index, exc)
 
     def close(self) -> None:
         group, self.group, self.key = self.group, None, None

@@ -43,7 +43,8 @@ from .shipping import ChangeTracker, with_ties
 log = logging.getLogger(__name__)
 
 # Calls a replica answers (nothing else is looked up on the engine).
-_METHODS = ("generate_ids", "ready", "load_bucket", "receive_weights", "score", "sleep", "wake_up", "stats")
+_METHODS = ("generate_ids", "ready", "load_bucket", "receive_weights", "abort_receive", "score", "sleep", "wake_up",
+            "stats")
 
 
 def _exited(process: Any) -> bool:
@@ -160,6 +161,8 @@ def _call(index: int, engine: Any, receiver: Any, method: str, args: tuple[Any, 
         return int(getattr(engine, "policy_version", version or 0))
     if method == "receive_weights":  # (address, port, rank, world_size, backend): returns once the push is in
         return receiver.receive(engine, *args)
+    if method == "abort_receive":  # (address, port): the driver gave that push up (a member died)
+        return receiver.abort(*args)
     if method == "score":  # log-probs of fixed sequences under the engine's current weights (a sync check)
         from ..testing import sequence_logprobs
 

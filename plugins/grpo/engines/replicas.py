@@ -56,8 +56,11 @@ class EngineReplica:
     """One engine replica: any engine with ``generate_ids``, ``load_weights`` and ``close``."""
 
     def __init__(self, builder: Callable[[], Any], index: int):
+        from .collective import ReplicaReceiver
+
         self.index = index
         self.engine = builder()
+        self._receiver = ReplicaReceiver()  # a threaded actor: an abort_receive comes during a receive
 
     def ready(self) -> dict[str, Any]:
         return {"index": self.index, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
@@ -73,11 +76,11 @@ class EngineReplica:
 
     def receive_weights(self, address: str, port: int, rank: int, world_size: int, backend: str) -> int:
         """Receive one collective push into the engine (joining the client's group when it changed)."""
-        if not hasattr(self, "_receiver"):
-            from .collective import ReplicaReceiver
-
-            self._receiver = ReplicaReceiver()
         return self._receiver.receive(self.engine, address, port, rank, world_size, backend)
+
+    def abort_receive(self, address: str, port: int) -> None:
+        """The client gave up its push at ``address:port`` (a member died): end this replica's receive in it."""
+        self._receiver.abort(address, port)
 
     def sleep(self) -> None:
         if callable(getattr(self.engine, "sleep", None)):
@@ -128,6 +131,9 @@ class RayEngineClient(ReplicaClient):
 
     def _result(self, handle: Any, timeout: float | None = None) -> Any:
         return ray.get(handle, timeout=timeout)
+
+    def _future(self, handle: Any) -> Any:
+        return handle.future()
 
     def _router_call(self, method: str, *args: Any) -> Any:
         return ray.get(getattr(self.router, method).remote(*args))

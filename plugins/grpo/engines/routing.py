@@ -122,6 +122,11 @@ class ReplicaClient:
         """The value of a call started by :meth:`_submit` (raises what it raised; TimeoutError past ``timeout``)."""
         raise NotImplementedError
 
+    def _future(self, handle: Any) -> Any:
+        """A ``concurrent.futures.Future`` of a call started by :meth:`_submit` (local replicas' handles are
+        ones; Ray's ``ObjectRef.future()``): callbacks when it ends, e.g. a replica dying during a push."""
+        return handle
+
     def _router_call(self, method: str, *args: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -1,0 +1,134 @@
+"""A replica killed in the middle of a collective weight push (three local hf replicas on the CPU, gloo): the
+push is given up at once and reaches the live replicas through the host path (the shared-memory file), well
+within the group's timeout (``REPLICA_GROUP_TIMEOUT_S``, 120 s, which gloo alone would wait: its abort and
+shutdown do not end a pending operation or rendezvous), the live replicas' log-probs then equal the trainer's
+bit for bit, and the next push forms a new group with them. The driver kills the replica at a chosen point of
+the push: as the driver joins the group (every replica already asked to receive), and once the push's header
+has gone out to an existing group (before the first bucket)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from seal_platform_plugins.grpo.engines.local import start_local_replicas  # noqa: E402
+from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
+from seal_platform_plugins.grpo.testing import sequence_logprobs, tiny_llama  # noqa: E402
+from seal_platform_plugins.grpo.weight_sync import SyncGroup  # noqa: E402
+
+SEQUENCES = [[1, 17, 230, 5, 99, 42, 7, 7, 311, 2], [3, 1000, 4, 4, 4]]
+BOUND_S = 30.0  # the push with a replica killed in it: seconds, not the group's 120 s timeout
+
+
+@pytest.fixture(scope="module")
+def trio(tokenizer):
+    """Three hf replicas on the CPU pushing over gloo in buckets of 64 KiB (about 7 per push); module-scoped:
+    the tests run in file order, each killing one replica."""
+    model = tiny_llama(tokenizer, hidden_size=64, intermediate_size=128, max_position_embeddings=256)
+    client = start_local_replicas("hf", model, tokenizer, EngineSettings(), [None, None, None], seed=0,
+                                  weight_sync="collective", bucket_bytes=64 * 1024)
+    yield client, model
+    client.close()
+
+
+def _update(model, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # every weight moves
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+
+
+def _scores_equal_the_trainers(client, model) -> None:
+    ours = sequence_logprobs(model, SEQUENCES)
+    for index in client.live():
+        theirs = client._result(client._submit(index, "score", SEQUENCES), timeout=60)
+        assert theirs == ours, index
+
+
+def _timed(fn, bound_s: float) -> float:
+    """Seconds ``fn()`` took, run in a thread; fails the test (instead of hanging it) past ``bound_s``."""
+    out: dict = {}
+
+    def run():
+        started = time.monotonic()
+        try:
+            fn()
+        except BaseException as exc:  # handed to the test
+            out["error"] = exc
+        out["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound_s)
+    assert not thread.is_alive(), f"the push is still waiting after {bound_s} s"
+    if "error" in out:
+        raise out["error"]
+    return out["seconds"]
+
+
+def _killed_push(client, model, victim: int, seed: int) -> None:
+    """One update whose push has ``victim`` killed in it (by the patched method): done within the bound,
+    through the host path, the live replicas holding the trainer's weights."""
+    version = client.policy_version + 1
+    survivors = [i for i in client.live() if i != victim]
+    _update(model, seed)
+    seconds = _timed(lambda: client.update_weights(model), BOUND_S)
+    print(f"push with replica {victim} killed in it: {seconds:.2f} s")
+    assert client.live() == survivors and client.policy_version == version
+    assert client.sync_stats["put_s"] > 0 and "buckets" not in client.sync_stats  # the host path's push
+    _scores_equal_the_trainers(client, model)
+
+
+def _next_push_forms_a_group_of_the_live(client, model, seed: int) -> None:
+    live = client.live()
+    _update(model, seed)
+    seconds = _timed(lambda: client.update_weights(model), 60)
+    print(f"next push, over a new group of {live}: {seconds:.2f} s")
+    assert client.sync_stats["buckets"] > 1 and client.sync_stats["put_s"] == 0.0  # over the sync group
+    assert client._pusher.key[0] == tuple(live)
+    _scores_equal_the_trainers(client, model)
+
+
+def test_a_replica_killed_as_the_group_forms_holds_the_push_seconds_not_the_timeout(trio, monkeypatch):
+    client, model = trio
+    victim = 2
+    join = SyncGroup.__init__
+
+    def killing_join(self, *args, **kwargs):
+        if kwargs.get("host_store"):  # the driver joining, each replica asked to receive already
+            os.kill(client.pids()[victim], signal.SIGKILL)
+        join(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncGroup, "__init__", killing_join)
+    assert client._pusher.key is None and client.live() == [0, 1, 2]  # this push forms the group
+    _killed_push(client, model, victim, seed=1)
+    monkeypatch.undo()
+    _next_push_forms_a_group_of_the_live(client, model, seed=2)
+
+
+def test_a_replica_killed_between_buckets_holds_the_push_seconds_not_the_timeout(trio, monkeypatch):
+    client, model = trio
+    if client._pusher.key is None:  # alone: a group of the live ones first
+        _next_push_forms_a_group_of_the_live(client, model, seed=3)
+    victim = client.live()[-1]
+    broadcast = SyncGroup.broadcast
+    sent: list[int] = []
+
+    def killing_broadcast(self, tensor):
+        broadcast(self, tensor)
+        if self.rank == 0:
+            sent.append(tensor.numel())
+            if len(sent) == 2:  # the header's size and bytes went out, no bucket yet
+                os.kill(client.pids()[victim], signal.SIGKILL)
+
+    monkeypatch.setattr(SyncGroup, "broadcast", killing_broadcast)
+    _killed_push(client, model, victim, seed=4)
+    monkeypatch.undo()
+    assert len(sent) >= 2  # killed in the push, over the group kept from the pushes before
+    _next_push_forms_a_group_of_the_live(client, model, seed=5)
