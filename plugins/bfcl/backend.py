@@ -234,15 +234,16 @@ class Backend:
             return ERROR_PREFIX + f"name '{name}' is not defined", True
         if allowed is not None and name not in allowed:
             return ERROR_PREFIX + f"tool '{name}' is not available in the current tool list", True
-        class_name, signature, self_name = entry
+        class_name, positions, self_name = entry
         method = getattr(self.instances[class_name], name)  # a name from our own table, never model text
-        params = list(signature.parameters)
+        n_args = len(call.args)
         for key in call.kwargs:
             # CPython's own checks, in its order and with its wording, so replays agree with the official
             # checker -- but done before the call so an undeclared name never reaches it.
-            if key == self_name or (key in params and params.index(key) < len(call.args)):
+            position = positions.get(key)
+            if key == self_name or (position is not None and position < n_args):
                 return ERROR_PREFIX + f"{method.__qualname__}() got multiple values for argument '{key}'", True
-            if key not in signature.parameters:
+            if position is None:
                 return ERROR_PREFIX + f"{method.__qualname__}() got an unexpected keyword argument '{key}'", True
         # Backends keep and mutate argument objects (a tweet's tag list); a call replayed from the same
         # ParsedCall must not see what an earlier replay did to them, just as eval builds fresh ones.
@@ -257,13 +258,14 @@ class Backend:
 
 
 @lru_cache(maxsize=None)
-def _method_table(involved_classes: tuple[str, ...]) -> dict[str, tuple[str, inspect.Signature, str]]:
-    """Public method name -> (class name, signature, self parameter name) of a set of involved classes; a
-    later class wins a name clash, as in the official mapping."""
-    table: dict[str, tuple[str, inspect.Signature, str]] = {}
+def _method_table(involved_classes: tuple[str, ...]) -> dict[str, tuple[str, dict[str, int], str]]:
+    """Public method name -> (class name, its parameters' positions by name (``self`` not counted), self
+    parameter name) of a set of involved classes; a later class wins a name clash, as in the official
+    mapping."""
+    table: dict[str, tuple[str, dict[str, int], str]] = {}
     for class_name in involved_classes:
         for name, signature, self_name in _public_methods(backend_class(class_name)):
-            table[name] = (class_name, signature, self_name)
+            table[name] = (class_name, {p: i for i, p in enumerate(signature.parameters)}, self_name)
     return table
 
 
@@ -279,15 +281,15 @@ def warm_up(involved: Iterable[Sequence[str]], long_context: bool = True) -> Non
         _constant_encodings()
 
 
-_ATOMS = (str, int, float, bool, type(None))
+_ATOMS = frozenset({str, int, float, bool, type(None)})
 
 
 def _fresh(value: tuple | dict) -> Any:
     """A call's arguments as new objects: immutable values are shared, anything else is deep-copied."""
-    values = value.values() if isinstance(value, dict) else value
-    if all(type(v) in _ATOMS for v in values):
-        return value if isinstance(value, tuple) else dict(value)
-    return copy.deepcopy(value)
+    for v in value.values() if isinstance(value, dict) else value:
+        if type(v) not in _ATOMS:
+            return copy.deepcopy(value)
+    return value if isinstance(value, tuple) else dict(value)
 
 
 def copy_data(value: Any) -> Any:
