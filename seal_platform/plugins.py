@@ -30,7 +30,7 @@ import click
 import pluggy
 from pydantic import BaseModel, ValidationError
 
-from . import hookspecs
+from . import errors, hookspecs
 from .errors import PluginError, SealError
 from .recipe_keys import close_key
 from .registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
@@ -110,12 +110,9 @@ class PluginExit(Exception):
 
 
 def short_repr(value: Any) -> str:
-    """``repr(value)`` cut to 120 characters, for messages about what a plugin returned."""
-    try:
-        text = repr(value)
-    except PLUGIN_FAILURES:  # a plugin's own object, whose repr may be as broken as the rest of it
-        text = f"<{type(value).__name__} object>"
-    return text if len(text) <= 120 else text[:117] + "..."
+    """``repr(value)`` cut to 120 characters, for messages about what a plugin returned
+    (:func:`seal_platform.errors.short_repr`)."""
+    return errors.short_repr(value, 120)
 
 
 def _check_registered(hook: str, result: Any) -> tuple[list[Any], str | None]:
