@@ -8,6 +8,7 @@ recipe can be run again as a new run or the run resumed to reuse its id and fold
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,13 +124,15 @@ def test_a_run_that_failed_in_set_up_resumes_from_step_0_once_the_cause_is_gone(
                                                                                 monkeypatch):
     """What the message says of --resume holds: with the cause outside the recipe fixed (here a flag file a
     plugin's start_run refuses to start with, removed), the resume trains the run from step 0 under its id."""
-    make_dist(toy_site, "seal-flaky", "0.1.0", {"flaky": "flaky_plugin"}, {"flaky_plugin.py": FLAKY})
+    # A module name of its own: test_plugin_audit installs another `flaky` plugin, and an imported module stays.
+    make_dist(toy_site, "seal-licence", "0.1.0", {"licence": "licence_plugin"}, {"licence_plugin.py": FLAKY})
+    sys.modules.pop("licence_plugin", None)
     flag = tmp_path / "server-down"
     flag.touch()
     monkeypatch.setenv("SEAL_TEST_FLAKY_FLAG", str(flag))
     runner = CliRunner()
-    first = runner.invoke(cli, ["run", str(toy_recipe), "plugins.allow=[toy,flaky]", "--quiet"])
-    assert first.exit_code == 2 and "plugin 'flaky' failed in 'start_run'" in first.output, first.output
+    first = runner.invoke(cli, ["run", str(toy_recipe), "plugins.allow=[toy,licence]", "--quiet"])
+    assert first.exit_code == 2 and "plugin 'licence' failed in 'start_run'" in first.output, first.output
     assert "failed before it trained anything" in _text(first), first.output
     store = RunStore(_url(tmp_path))
     (run,) = store.list_runs()
