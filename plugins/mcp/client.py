@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -112,8 +111,7 @@ class MCPConnection:
             return streamable_http_client(s.url, http_client=client, terminate_on_close=True)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        command = sys.executable if s.command == "python" else str(s.command)  # the run's own interpreter
-        params = StdioServerParameters(command=command, args=list(s.args), env=dict(s.env) or None, cwd=s.cwd)
+        params = StdioServerParameters(command=s.program(), args=list(s.args), env=dict(s.env) or None, cwd=s.cwd)
         return stdio_client(params, errlog=_devnull())
 
     def _where(self) -> str:

@@ -26,8 +26,8 @@ def server_problems(where: str, server: MCPServerSettings) -> list[str]:
         problems.append(f"{label}: its cwd {server.cwd!r} is not a directory on this machine (relative paths are "
                         f"read from the current directory, {Path.cwd()}), so the server cannot start: give an "
                         "existing folder, or leave cwd out (the run's directory).")
-    command = str(server.command)
-    if command == "python":  # the interpreter running seal-platform (see MCPConnection)
+    command = server.program()
+    if command == sys.executable:  # `python`: the interpreter running seal-platform
         return problems
     if os.sep in command or (os.altsep and os.altsep in command):
         path = Path(command).expanduser()
