@@ -1,14 +1,22 @@
 """What several grpo tests compare with (not a test module): a trainer's log-probs of generated tokens, a
 dialogue whose routing key stops before its first sampled reply, the gradients a trainer's update would
-apply, and a plain language-model update that changes a policy before a weight push."""
+apply, a plain language-model update that changes a policy before a weight push, the check that every live
+engine replica scores like the trainer, and a call bounded in time."""
 
 from __future__ import annotations
+
+import threading
+from typing import Any, Callable
 
 import torch
 
 from seal_platform.types import Message
 from seal_platform_plugins.grpo.objective import token_logprobs
+from seal_platform_plugins.grpo.testing import sequence_logprobs
 from seal_platform_plugins.grpo.trainer import GRPOTrainer
+
+# a fixed sequence whose log-probs every replica must give exactly as the trainer does
+SEQUENCES = [[1, 17, 230, 5, 99, 42, 7, 7, 311, 2], [3, 1000, 4, 4, 4]]
 
 
 def trainer_logprobs(model, prompt: list[int], generated: list[int]) -> torch.Tensor:
@@ -51,3 +59,31 @@ def language_model_step(model, ids: torch.Tensor, optimizer) -> None:
     optimizer.step()
     optimizer.zero_grad()
     model.eval()
+
+
+def scores_equal_the_trainers(client: Any, model: Any) -> None:
+    """Every live replica of ``client`` gives the log-probs of :data:`SEQUENCES` that ``model`` (the trainer's)
+    gives, bit for bit."""
+    ours = sequence_logprobs(model, SEQUENCES)
+    for index in client.live():
+        theirs = client._result(client._submit(index, "score", SEQUENCES), timeout=60)
+        assert theirs == ours, (index, theirs, ours)
+
+
+def bounded(fn: Callable[[], Any], seconds: float) -> Any:
+    """``fn()`` in a thread; fails the test (instead of hanging it) when it takes longer than ``seconds``."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # handed to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")

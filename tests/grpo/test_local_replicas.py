@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.engines import POLICY_KEY, REPLICATED, buckets, engine_specs  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_plugins.grpo.testing import sequence_logprobs  # noqa: E402
 from tests.grpo.checks import language_model_step  # noqa: E402
 from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
     EngineSettings,
@@ -31,39 +29,8 @@ from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
     per_replica,
     step_concurrency,
 )
-from tests.grpo.checks import conversation, trainer_logprobs  # noqa: E402
+from tests.grpo.checks import SEQUENCES, bounded, conversation, scores_equal_the_trainers, trainer_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
-
-
-# a fixed sequence whose log-probs every replica must give exactly as the trainer does
-SEQUENCES = [[1, 17, 230, 5, 99, 42, 7, 7, 311, 2], [3, 1000, 4, 4, 4]]
-
-
-def _scores_equal_the_trainers(client, model) -> None:
-    """Every live replica's log-probs of :data:`SEQUENCES` equal the trainer's bit for bit."""
-    ours = sequence_logprobs(model, SEQUENCES)
-    for index in client.live():
-        theirs = client._result(client._submit(index, "score", SEQUENCES), timeout=60)
-        assert theirs == ours, (index, theirs, ours)
-
-
-def _bounded(fn, seconds: float):
-    """``fn()`` in a thread; fails the test (instead of hanging it) when it takes longer than ``seconds``."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # handed to the test
-            out["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still running after {seconds} s"
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
 
 
 def _alive(pid: int) -> bool:
@@ -136,7 +103,7 @@ def test_replicas_logprobs_equal_the_trainers_after_a_weight_push(local_pair):
     assert client.sync_stats["tensors"] == 1 and client.policy_version == 4
     gen = client._result(client._submit(1, "generate_ids", [prompt], greedy))[0]
     assert torch.allclose(torch.tensor(gen.logprobs), trainer_logprobs(model, prompt, gen.token_ids), atol=1e-4)
-    _scores_equal_the_trainers(client, model)
+    scores_equal_the_trainers(client, model)
 
 
 def test_after_each_of_several_updates_every_replica_equals_the_trainer_bit_for_bit(local_pair):
@@ -147,11 +114,11 @@ def test_after_each_of_several_updates_every_replica_equals_the_trainer_bit_for_
     for k in range(3):  # a real update each time: a loss, its gradients, an optimizer step
         language_model_step(model, ids, optimizer)
         version = client.policy_version + 1
-        _bounded(lambda: client.update_weights(model), 120)
+        bounded(lambda: client.update_weights(model), 120)
         assert client.policy_version == version and client.sync_stats["buckets"] > 1
         assert client.sync_stats["put_s"] == 0.0  # nothing went through the shared-memory file
         assert client._pusher is pusher and pusher.group is not None and pusher.key[0] == (0, 1)  # one group, kept
-        _scores_equal_the_trainers(client, model)
+        scores_equal_the_trainers(client, model)
         gen = client._result(client._submit(k % 2, "generate_ids", [SEQUENCES[1]], SamplingParams(max_new_tokens=2)))[0]
         assert gen.policy_version == version
 
@@ -171,10 +138,10 @@ def test_weight_sync_host_pushes_through_the_shared_memory_file(tokenizer, mode)
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(torch.randn_like(p) * 0.05)
-            _bounded(lambda: client.update_weights(model), 120)
+            bounded(lambda: client.update_weights(model), 120)
             assert client.policy_version == k + 1 and "buckets" not in client.sync_stats
             assert client.sync_stats["put_s"] > 0
-            _scores_equal_the_trainers(client, model)
+            scores_equal_the_trainers(client, model)
     finally:
         client.close()
 
@@ -197,10 +164,10 @@ def test_a_push_reaches_the_live_replica_and_requests_fail_over_when_one_dies(lo
     with torch.no_grad():
         model.model.norm.weight.mul_(0.9)
     version = client.policy_version + 1
-    _bounded(lambda: client.update_weights(model), 60)  # no rendezvous waits for the dead replica
+    bounded(lambda: client.update_weights(model), 60)  # no rendezvous waits for the dead replica
     assert client.live() == [1 - index] and client.policy_version == version
     assert client._pusher.key[0] == (1 - index,) and client.sync_stats["tensors"] == 1  # a new group, the live one
-    _scores_equal_the_trainers(client, model)
+    scores_equal_the_trainers(client, model)
     prompt = prompt_ids(tokenizer, conversation(20))
     alone = client._result(client._submit(1 - index, "generate_ids", [prompt], greedy))[0]
     after = client.generate([conversation(20)], greedy)[0]  # its group's replica is gone: served by the other

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -19,10 +18,10 @@ torch = pytest.importorskip("torch")
 
 from seal_platform_plugins.grpo.engines.local import start_local_replicas  # noqa: E402
 from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
-from seal_platform_plugins.grpo.testing import sequence_logprobs, tiny_llama  # noqa: E402
+from seal_platform_plugins.grpo.testing import tiny_llama  # noqa: E402
 from seal_platform_plugins.grpo.weight_sync import SyncGroup  # noqa: E402
+from tests.grpo.checks import bounded, scores_equal_the_trainers  # noqa: E402
 
-SEQUENCES = [[1, 17, 230, 5, 99, 42, 7, 7, 311, 2], [3, 1000, 4, 4, 4]]
 BOUND_S = 30.0  # the push with a replica killed in it: seconds, not the group's 120 s timeout
 
 
@@ -44,32 +43,11 @@ def _update(model, seed: int) -> None:
             p.add_(torch.randn(p.shape, generator=generator) * 0.05)
 
 
-def _scores_equal_the_trainers(client, model) -> None:
-    ours = sequence_logprobs(model, SEQUENCES)
-    for index in client.live():
-        theirs = client._result(client._submit(index, "score", SEQUENCES), timeout=60)
-        assert theirs == ours, index
-
-
 def _timed(fn, bound_s: float) -> float:
-    """Seconds ``fn()`` took, run in a thread; fails the test (instead of hanging it) past ``bound_s``."""
-    out: dict = {}
-
-    def run():
-        started = time.monotonic()
-        try:
-            fn()
-        except BaseException as exc:  # handed to the test
-            out["error"] = exc
-        out["seconds"] = time.monotonic() - started
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(bound_s)
-    assert not thread.is_alive(), f"the push is still waiting after {bound_s} s"
-    if "error" in out:
-        raise out["error"]
-    return out["seconds"]
+    """Seconds ``fn()`` took; fails the test (instead of hanging it) past ``bound_s``."""
+    started = time.monotonic()
+    bounded(fn, bound_s)
+    return time.monotonic() - started
 
 
 def _killed_push(client, model, victim: int, seed: int) -> None:
@@ -82,7 +60,7 @@ def _killed_push(client, model, victim: int, seed: int) -> None:
     print(f"push with replica {victim} killed in it: {seconds:.2f} s")
     assert client.live() == survivors and client.policy_version == version
     assert client.sync_stats["put_s"] > 0 and "buckets" not in client.sync_stats  # the host path's push
-    _scores_equal_the_trainers(client, model)
+    scores_equal_the_trainers(client, model)
 
 
 def _next_push_forms_a_group_of_the_live(client, model, seed: int) -> None:
@@ -92,7 +70,7 @@ def _next_push_forms_a_group_of_the_live(client, model, seed: int) -> None:
     print(f"next push, over a new group of {live}: {seconds:.2f} s")
     assert client.sync_stats["buckets"] > 1 and client.sync_stats["put_s"] == 0.0  # over the sync group
     assert client._pusher.key[0] == tuple(live)
-    _scores_equal_the_trainers(client, model)
+    scores_equal_the_trainers(client, model)
 
 
 def test_a_replica_killed_as_the_group_forms_holds_the_push_seconds_not_the_timeout(trio, monkeypatch):
