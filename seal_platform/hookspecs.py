@@ -199,9 +199,11 @@ def register_clusters() -> list[ClusterSpec]:
 def register_metrics() -> list[MetricSpec]:
     """Declare how the step metrics this plugin records are shown.
 
-    Called by what shows a run: the live progress line, the end-of-run summary, ``seal-platform show`` and
-    the HTML report (with the plugins installed when they run; a stored run is shown with the declarations of
-    the plugins installed now). The output never reads a plugin's metric names: it reads these declarations.
+    Called once per plugin when the plugins are loaded, like every ``register_*`` hook but
+    ``register_commands`` (where its answer is checked); the core keeps that answer for what shows a run: the
+    live progress line, the end-of-run summary, ``seal-platform show`` and the HTML report (with the plugins
+    of the run; a stored run is shown with the declarations of the plugins installed now). The output never
+    reads a plugin's metric names: it reads these declarations.
     A metric nobody declares is still stored and shown by name (``show``'s metrics column, when the step has
     no ``update`` metric).
 
@@ -218,7 +220,8 @@ def register_metrics() -> list[MetricSpec]:
 
     All results are collected, in the order the plugins are called, after the core's own (dynamic
     sampling's ``ds_*``); a name declared twice keeps its first declaration. A plugin whose hook raises or
-    returns anything but ``MetricSpec`` items is left out of the display (its metrics are shown by name).
+    returns anything but a list of ``MetricSpec`` is failed when the plugins are loaded, with the reason,
+    and left out, as for every registration hook (its metrics are shown by name).
     """
 
 

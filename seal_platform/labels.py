@@ -12,6 +12,14 @@ from dataclasses import dataclass
 
 from .plugins import PluginHost
 
+#: The SEAL reference implementation's labels (docs/labels.md, "Reference labels"), in the order its rules
+#: fire, and ``unreached_turn`` (ours). A-Patch's base weights are per reference label, and a finer label is
+#: weighed as the reference label it maps to. The one list of them: ``seal-platform labels`` calls a label
+#: that maps to no other a reference label only when it is one of these (or another label maps to it).
+REFERENCE_LABELS: tuple[str, ...] = ("gt_error", "spurious_tool_call", "correct_abstention",
+                                     "empty_turn_model_response", "instance_mismatch", "checker_error",
+                                     "state_mismatch", "response_mismatch", "pass", "unreached_turn")
+
 
 @dataclass(frozen=True)
 class LabelRow:

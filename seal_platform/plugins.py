@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from . import errors, hookspecs
 from .errors import PluginError, SealError
 from .recipe_keys import close_key
-from .registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec
+from .registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec, MetricSpec
 
 ENTRY_POINT_GROUP = "seal_platform"
 ENV_ALLOW = "SEAL_PLATFORM_PLUGINS"
@@ -50,6 +50,7 @@ REGISTER_HOOKS: dict[str, type | None] = {
     "register_rollout_engines": EngineSpec,
     "register_executors": ExecutorSpec,
     "register_clusters": ClusterSpec,
+    "register_metrics": MetricSpec,
 }
 
 
@@ -90,7 +91,7 @@ def _env_names(var: str) -> set[str] | None:
 PLUGIN_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit)
 
 
-def _describe(exc: BaseException, when: str = "") -> str:
+def describe_exception(exc: BaseException, when: str = "") -> str:
     """``exc`` in a sentence's words: its type and message (``SystemExit(code)`` for a sys.exit), ``when``
     it was raised, and where (its last frame)."""
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
@@ -104,8 +105,9 @@ class PluginExit(Exception):
     would be, rather than the end of the command or run (the SystemExit is its ``__cause__``)."""
 
     def __init__(self, exc: SystemExit):
-        # "it called sys.exit(3) (at FILE:LINE)": _describe's "SystemExit(3) (at ...)" in a sentence's words
-        super().__init__("it called sys.exit" + _describe(exc).removeprefix("SystemExit"))
+        # "it called sys.exit(3) (at FILE:LINE)": describe_exception's "SystemExit(3) (at ...)" in a sentence's
+        # words
+        super().__init__("it called sys.exit" + describe_exception(exc).removeprefix("SystemExit"))
         self.__cause__ = exc
 
 
@@ -165,7 +167,7 @@ def _settings_model_problem(section: str, model: type[BaseModel]) -> str | None:
         why = (f"field(s) without a default: {', '.join(missing)}" if missing
                else f"its defaults do not validate: {exc.errors()[0]['msg']}")
     except PLUGIN_FAILURES as exc:  # the model's own validators are plugin code
-        why = f"validating its defaults raised {_describe(exc)}"
+        why = f"validating its defaults raised {describe_exception(exc)}"
     else:
         return None
     return (f"register_settings: the settings model {model.__module__}.{model.__qualname__} of section {section!r} "
@@ -185,7 +187,7 @@ def _registrations(pm: pluggy.PluginManager, plugin: object) -> tuple[dict[str, 
         try:
             result = _call_registration(pm, hook, plugin)
         except PLUGIN_FAILURES as exc:
-            problems.append(f"{hook} raised {_describe(exc)}")
+            problems.append(f"{hook} raised {describe_exception(exc)}")
             continue
         items, problem = _check_registered(hook, result)
         if problem is not None:
@@ -348,7 +350,7 @@ class PluginHost:
             try:
                 self.pm.subset_hook_caller("register_commands", remove_plugins=others)(cli=own)
             except PLUGIN_FAILURES as exc:
-                problem = f"register_commands raised {_describe(exc)}"
+                problem = f"register_commands raised {describe_exception(exc)}"
             else:
                 taken = [f"{name!r} (" + (f"plugin {owners[name]!r}'s" if name in owners else "a core command") + ")"
                          for name in own.commands if name in group.commands and owners.get(name) != impl.plugin_name]
@@ -461,6 +463,17 @@ class PluginHost:
     def clusters(self) -> dict[str, tuple[str, ClusterSpec]]:
         return self._unique("clusters")
 
+    def metric_specs(self) -> list[MetricSpec]:
+        """Every loaded plugin's metric declarations (``register_metrics``, read and checked at load), one
+        plugin after another in the order pluggy calls them, each plugin's in the order it returned them. Not
+        a registry: a name declared twice is no clash (:class:`~seal_platform.present.metrics.MetricCatalog`
+        keeps its first declaration)."""
+        by_plugin: dict[str, list[MetricSpec]] = {}
+        for plugin, spec in self._registered("register_metrics"):
+            by_plugin.setdefault(plugin, []).append(spec)
+        return [spec for impl in reversed(self.pm.hook.register_metrics.get_hookimpls())
+                for spec in by_plugin.get(impl.plugin_name, [])]
+
     # --- "no loaded plugin registers X": said once -------------------------------------------------------
 
     # kind -> (the registry it is looked up in, how a message names it, how the hint names the registry)
@@ -534,7 +547,7 @@ def _register(pm: pluggy.PluginManager, plugin: object, record: PluginRecord) ->
         return
     except PLUGIN_FAILURES as exc:  # reading its attributes ran its code (a property, a module __getattr__)
         record.status = "failed"
-        record.error = _describe(exc)
+        record.error = describe_exception(exc)
         return
     problems = _unknown_hooks(pm, plugin)
     if problems:
@@ -627,7 +640,8 @@ def make_plugin_manager(
             except PLUGIN_FAILURES as exc:  # a broken third-party plugin must not take the others down
                 record.status = "failed"
                 # sys.exit at import: named as such (its message alone reads as the command's own)
-                record.error = f"raised {_describe(exc, ' at import')}" if isinstance(exc, SystemExit) else _describe(exc)
+                record.error = (f"raised {describe_exception(exc, ' at import')}" if isinstance(exc, SystemExit)
+                                else describe_exception(exc))
             else:
                 _register(pm, plugin, record)
     for name, plugin in extra:

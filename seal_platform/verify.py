@@ -14,7 +14,7 @@ from .context import RunContext
 from .environment import BatchVerifyingEnvironment, VerifyingEnvironment
 from .errors import SealError
 from .lifecycle import lifecycle
-from .plugins import PLUGIN_FAILURES, PluginHost, _describe, make_plugin_manager, short_repr
+from .plugins import PLUGIN_FAILURES, PluginHost, describe_exception, make_plugin_manager, short_repr
 
 
 @dataclass
@@ -80,7 +80,7 @@ def _cannot_run(benchmark: str, owner: str, what: str) -> Iterator[None]:
         raise
     except PLUGIN_FAILURES as exc:
         raise SealError(f"benchmark {benchmark!r} (plugin {owner!r}) cannot run: {what} raised "
-                        f"{_describe(exc)}.") from exc
+                        f"{describe_exception(exc)}.") from exc
 
 
 def _lacks(env: Any) -> str:

@@ -15,6 +15,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ..labels import REFERENCE_LABELS
 from .fit import fitting, words
 from .safe import LABEL_LIMIT, clean, safe_text
 
@@ -79,21 +80,14 @@ def runs_listing(console: Console, runs: Sequence[Any], title: str) -> Renderabl
 # --- labels ----------------------------------------------------------------------------------------------
 
 
-# The SEAL reference implementation's labels (docs/labels.md, "Reference labels"): A-Patch's base weights are
-# per reference label, and a finer label is weighed as the reference label it maps to.
-REFERENCE_LABELS = frozenset({"gt_error", "spurious_tool_call", "correct_abstention", "empty_turn_model_response",
-                              "instance_mismatch", "checker_error", "state_mismatch", "response_mismatch", "pass",
-                              "unreached_turn"})
-
-
 def labels_listing(console: Console, rows: Sequence[Any], title: str) -> RenderableType:
     """The labels (:func:`seal_platform.labels.label_rows`): diagnoser, label, reference label(s), meaning.
     Narrower: the reference label(s) under the meaning; narrower still, one block per label.
 
     A label that maps to no other is a reference label itself only when it is one of the SEAL reference labels
-    or another listed label maps to it; any other (a third-party diagnoser's ``ok``, say) is said to map to
-    none."""
-    targets = REFERENCE_LABELS | {ref for row in rows for ref in row.reference}
+    (:data:`seal_platform.labels.REFERENCE_LABELS`) or another listed label maps to it; any other (a
+    third-party diagnoser's ``ok``, say) is said to map to none."""
+    targets = {*REFERENCE_LABELS, *(ref for row in rows for ref in row.reference)}
     cells = [(clean(row.diagnoser, LABEL_LIMIT), clean(row.label, LABEL_LIMIT),
               tuple(clean(ref, LABEL_LIMIT) for ref in row.reference), clean(row.meaning, lines=True),
               row.label in targets) for row in rows]

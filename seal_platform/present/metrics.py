@@ -27,14 +27,12 @@ class MetricCatalog:
 
     @classmethod
     def from_host(cls, host: Any) -> MetricCatalog:
-        """The declarations of the plugins of ``host`` (a :class:`~seal_platform.plugins.PluginHost`), one
-        plugin at a time: a plugin whose ``register_metrics`` raises or returns anything but a list of
-        ``MetricSpec`` is left out (its metrics are shown by name)."""
-        specs: list[MetricSpec] = []
-        for _, answer in host.call_per_plugin("register_metrics", failed=lambda name, exc: None):
-            if isinstance(answer, (list, tuple)) and all(isinstance(s, MetricSpec) for s in answer):
-                specs.extend(answer)
-        return cls(specs)
+        """The declarations of the plugins of ``host`` (a :class:`~seal_platform.plugins.PluginHost`): what
+        their ``register_metrics`` returned when the plugins were loaded
+        (:meth:`~seal_platform.plugins.PluginHost.metric_specs`). A plugin whose hook raised or returned
+        anything but a list of ``MetricSpec`` was failed there, as for every registration hook, and is not
+        among them (its metrics are shown by name)."""
+        return cls(host.metric_specs())
 
     def get(self, name: str) -> MetricSpec | None:
         return self.specs.get(name)

@@ -133,6 +133,10 @@ def register_diagnosers():
 @hookimpl
 def register_settings():
     return {"garbage": int}
+
+@hookimpl
+def register_metrics():
+    return {"loss": "the loss"}
 """
 
 
@@ -171,6 +175,7 @@ def test_registration_hooks_returning_the_wrong_types_fail_their_plugin(bad_site
     assert "register_diagnosers returned [42]: 42 (type int) is not a DiagnoserSpec" in garbage.error
     assert "register_settings returned {'garbage': <class 'int'>}: section 'garbage' maps to <class 'int'>, " \
         "not a pydantic model class" in garbage.error
+    assert "register_metrics returned {'loss': 'the loss'} (type dict), not a list of MetricSpec" in garbage.error
     assert [r.name for r in host.failed() if r.status == "failed"] == ["garbage"]
     assert "'garbage' (seal-garbage)" in host.failure_note()
     # The others are not affected.
@@ -185,10 +190,20 @@ def test_registration_hooks_returning_the_wrong_types_fail_their_plugin(bad_site
     ("register_environments", "{'e': EnvironmentSpec('e', print)}", "(type dict), not a list of EnvironmentSpec"),
     ("register_diagnosers", "[DiagnoserSpec(3)]", "whose name is not a non-empty string"),
     ("register_settings", "[('s', BaseModel)]", "(type list), not a dict of settings section name"),
+    ("register_metrics", "MetricSpec('loss')", "(type MetricSpec), not a list of MetricSpec"),
+    ("register_metrics", "[MetricSpec('loss'), DiagnoserSpec('d')]", "(type DiagnoserSpec) is not a MetricSpec"),
+    ("register_metrics", "[MetricSpec('')]", "whose name is not a non-empty string"),
 ])
 def test_each_registration_hook_checks_what_it_returns(site, hook, returned, said):
     from seal_platform.hookspecs import hookimpl
-    from seal_platform.registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec  # noqa: F401
+    from seal_platform.registry import (  # noqa: F401
+        ClusterSpec,
+        DiagnoserSpec,
+        EngineSpec,
+        EnvironmentSpec,
+        ExecutorSpec,
+        MetricSpec,
+    )
 
     namespace = {"BaseModel": __import__("pydantic").BaseModel, **locals()}
 
@@ -203,6 +218,59 @@ def test_each_registration_hook_checks_what_it_returns(site, hook, returned, sai
     for listing in (host.settings_models, host.environments, host.engines, host.diagnosers, host.executors,
                     host.clusters):
         assert listing() == {}
+    assert host.metric_specs() == []
+
+
+def test_register_metrics_that_raises_fails_its_plugin_and_the_others_declarations_are_shown(site):
+    from seal_platform.hookspecs import hookimpl
+    from seal_platform.present.metrics import MetricCatalog
+    from seal_platform.registry import EnvironmentSpec, MetricSpec
+
+    class Raises:
+        @hookimpl
+        def register_metrics(self):
+            raise RuntimeError("no metrics today")
+
+        @hookimpl
+        def register_environments(self):
+            return [EnvironmentSpec("bench", lambda ctx: None)]
+
+    class Declares:
+        @hookimpl
+        def register_metrics(self):
+            return [MetricSpec("opt_steps", "optimizer steps", role="updates")]
+
+    host = make_plugin_manager(allow=["good"], extra=[("raises", Raises()), ("declares", Declares())])
+    raises = next(r for r in host.records if r.name == "raises")
+    # Failed at load, as a plugin whose register_environments raises is: recorded with the reason, left out
+    # whole (its environment too), named where a recipe needs what it would have provided.
+    assert raises.status == "failed" and not host.is_loaded("raises") and raises.hooks == []
+    assert raises.error.startswith("register_metrics raised RuntimeError: no metrics today (at "), raises.error
+    assert host.environments() == {} and "'raises' (no distribution): register_metrics raised" in host.failure_note()
+    # The others' declarations are read as they were at load.
+    assert [s.name for s in host.metric_specs()] == ["opt_steps"] and host.is_loaded("declares")
+    assert MetricCatalog.from_host(host).name_of("updates") == "opt_steps"
+
+
+def test_metric_declarations_are_read_in_the_order_pluggy_calls_the_plugins(site):
+    from seal_platform.hookspecs import hookimpl
+    from seal_platform.present.metrics import MetricCatalog
+    from seal_platform.registry import MetricSpec
+
+    def declaring(label):
+        class Declares:
+            @hookimpl
+            def register_metrics(self):
+                return [MetricSpec("loss", label=label, role="update"), MetricSpec(f"{label}_only")]
+        return Declares()
+
+    host = make_plugin_manager(allow=[], extra=[("first", declaring("first")), ("second", declaring("second"))])
+    called = [name for name, _ in host.call_per_plugin("register_metrics")]
+    assert called == ["second", "first"]
+    assert [s.name for s in host.metric_specs()] == ["loss", "second_only", "loss", "first_only"]
+    # A name declared twice keeps the declaration of the plugin called first.
+    catalog = MetricCatalog.from_host(host)
+    assert catalog.get("loss").label == "second" and catalog.get("first_only") is not None
 
 
 def test_a_registration_hook_that_raises_fails_its_plugin_like_an_import_error(bad_site, monkeypatch):
@@ -248,6 +316,7 @@ def test_the_cli_lists_a_plugin_with_bad_registrations_as_failed(bad_site):
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.output)}
     assert rows["garbage"]["status"] == "failed" and "register_diagnosers returned [42]" in rows["garbage"]["error"]
+    assert "register_metrics returned {'loss': 'the loss'}" in rows["garbage"]["error"]
     assert rows["raises"]["status"] == "failed" and "boom in register_environments" in rows["raises"]["error"]
     assert rows["provider"]["provides"] == ["environment:bench", "diagnoser:judge"]
     result = CliRunner().invoke(cli, ["labels"], env={"SEAL_PLATFORM_PLUGINS": "good,garbage,raises,provider"})
@@ -321,6 +390,7 @@ class _Exits:
 @pytest.mark.parametrize(("hook", "said"), [
     ("register_environments", "register_environments raised SystemExit(4) (at "),
     ("register_diagnosers", "register_diagnosers raised SystemExit(4) (at "),
+    ("register_metrics", "register_metrics raised SystemExit(4) (at "),
     ("settings model", "validating its defaults raised SystemExit(5) (at "),
 ])
 def test_a_registration_hook_calling_sys_exit_fails_its_plugin(site, hook, said):

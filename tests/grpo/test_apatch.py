@@ -165,3 +165,12 @@ def test_unreached_turns_neither_weigh_nor_count():
     assert result.label_weights["state_mismatch"] == pytest.approx(0.75 + 0.25 * (1 + 1 / 32))
     assert result.trajectory_weights["a"] == pytest.approx(result.label_weights["state_mismatch"])
     assert result.trajectory_weights["b"] == 1.0  # nothing but unreached turns: as if unlabelled
+
+
+def test_the_reference_base_weights_are_given_for_the_core_reference_labels():
+    # grpo's default base weights and exclusions are keyed by the reference labels the core defines, every one
+    # of them either weighed or excluded (never both).
+    from seal_platform.labels import REFERENCE_LABELS
+    from seal_platform_plugins.grpo.settings import REFERENCE_BASE_WEIGHTS, REFERENCE_EXCLUDED
+
+    assert sorted([*REFERENCE_BASE_WEIGHTS, *REFERENCE_EXCLUDED]) == sorted(REFERENCE_LABELS)
