@@ -109,8 +109,9 @@ def register_environments() -> list[EnvironmentSpec]:
 
     Called when a run starts and by ``seal-platform plugins``, ``verify`` and ``config validate``.
 
-    :returns: a list of :class:`seal_platform.registry.EnvironmentSpec` (name, factory, description). The
-        factory is called as ``factory(ctx)``, after ``start_run`` and before the rollout engine is built (so
+    :returns: a list of :class:`seal_platform.registry.EnvironmentSpec` (name, factory, description, and
+        optionally ``splits``: the task splits it has, so that a recipe asking for another is refused when it
+        is planned, before a run's row is written). The factory is called as ``factory(ctx)``, after ``start_run`` and before the rollout engine is built (so
         that a bad split or an empty task list is refused before a long model load; the engine is not yet in
         ``ctx.shared``), and returns an object satisfying
         :class:`seal_platform.environment.Environment`. The plugin that registers the environment named by

@@ -188,9 +188,47 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
     issues.extend(scaleout.check(config, host, settings))
     issues.extend(_plugin_checks(config, host, settings))
     issues += check_benchmarks(config, host)
+    issues += _split_issues(config, host, settings)
     if issues:
         return None, issues
     return Plan(config, settings, env_owner, diagnoser_plugins, primary, diagnoser_names=active), []
+
+
+def _split_issues(config: RunConfig, host: PluginHost, settings: dict[str, Any]) -> list[Issue]:
+    """The splits the recipe asks of its environments (``train`` and ``evaluation.split`` of the run's, each
+    benchmark's ``split``) that an environment declaring its splits (``EnvironmentSpec.splits``) does not
+    have; an environment that declares none is left to refuse the split when the run lists its tasks."""
+    environments = host.environments()
+    wanted = [(config.environment, "train", "environment"), (config.environment, config.evaluation.split, "evaluation.split")]
+    wanted += [(bench.environment, bench.split, f"evaluation.benchmarks[{i}].split")
+               for i, bench in enumerate(config.evaluation.benchmarks)]
+    declared: dict[str, list[str] | Issue | None] = {}
+    issues = []
+    for environment, split, where in wanted:
+        if environment not in environments:
+            continue  # one that no plugin (or more than one) registers is a problem of its own
+        owner, spec = environments[environment]
+        if environment not in declared:
+            try:
+                declared[environment] = spec.declared_splits(settings)
+            except Exception as exc:  # a plugin's bug: named, with the rest of the recipe's problems
+                failed = Issue(where, f"plugin {owner!r} failed listing the splits of environment {environment!r}: "
+                                      f"{type(exc).__name__}: {exc}",
+                               "fix the plugin's EnvironmentSpec.splits, or block the plugin (plugins.block)")
+                declared[environment] = failed
+                issues.append(failed)
+        splits = declared[environment]
+        if not isinstance(splits, list) or split in splits:
+            continue
+        named = f"environment {environment!r}" + (f" (plugin {owner!r})" if owner != environment else "")
+        has = f"its splits: {', '.join(splits)}" if splits else "it declares no split"
+        if where == "environment":  # a run lists its training tasks from `train`, whatever the recipe says
+            issues.append(Issue(where, f"{named} has no 'train' split to train on; {has}",
+                                "train on an environment that has one (a task file gives each task's split)"))
+        else:
+            issues.append(Issue(where, f"{named} has no split {split!r}; {has}",
+                                f"set {where} to one of them" if splits else "check the environment's settings"))
+    return issues
 
 
 # The stages that work from the diagnosers' labels: interface evolution (the capability state) and A-Patch.

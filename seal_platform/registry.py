@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
 
 from .cluster import Cluster
 
@@ -19,11 +19,29 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class EnvironmentSpec:
-    """An environment (benchmark). ``factory(ctx)`` builds it; heavy imports belong inside the factory."""
+    """An environment (benchmark). ``factory(ctx)`` builds it; heavy imports belong inside the factory.
+
+    ``splits`` declares the task splits the environment has, so that a recipe asking for another one (its
+    ``evaluation.split``, a benchmark's ``split``, or training on an environment without a ``train`` split)
+    is refused with the recipe's other problems (``config validate``, ``run``, ``eval``), before a run's row
+    is written or anything is loaded: a tuple of names, or ``splits(settings)`` (every enabled plugin's
+    validated settings section, by name) for splits that depend on the settings, such as a task file's.
+    The callable must be cheap (no server, no download) and returns None where it cannot tell (a task file
+    that is not there); None (the default): not declared, and a bad split is refused only when the run
+    lists its tasks, after its row is written (``tasks`` raising, naming the splits it has).
+    """
 
     name: str
     factory: Callable[[RunContext], Environment]
     description: str = ""
+    splits: tuple[str, ...] | Callable[[dict[str, BaseModel]], Collection[str] | None] | None = None
+
+    def declared_splits(self, settings: dict[str, BaseModel]) -> list[str] | None:
+        """The splits ``splits`` declares under ``settings``, sorted; None where it declares none."""
+        found = self.splits(settings) if callable(self.splits) else self.splits
+        if found is None:
+            return None
+        return [found] if isinstance(found, str) else sorted(set(found))
 
 
 @dataclass(frozen=True)

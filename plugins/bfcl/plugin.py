@@ -50,8 +50,16 @@ def register_environments() -> list[EnvironmentSpec]:
             "bfcl",
             build_environment,
             "BFCL v3 multi-turn (base, miss_func, miss_param, long_context) with the official binary verifier",
+            splits=_splits,
         )
     ]
+
+
+def _splits(settings: dict[str, Any]) -> tuple[str, ...]:
+    """``tasks`` reads ``train`` and ``eval`` from the settings' split names, any other of the SEAL split as given."""
+    from .data import SPLITS
+
+    return SPLITS
 
 
 @hookimpl

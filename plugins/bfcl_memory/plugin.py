@@ -95,7 +95,13 @@ def register_settings() -> dict[str, type]:
 def register_environments() -> list[EnvironmentSpec]:
     return [EnvironmentSpec(NAME, lambda ctx: MemoryEnvironment(ctx.settings_for(NAME, MemorySettings)),
                             "BFCL V4 Memory (kv, rec_sum and vector backends): prerequisite conversations fill the "
-                            "memory, then questions scored by BFCL's answer check")]
+                            "memory, then questions scored by BFCL's answer check", splits=_splits)]
+
+
+def _splits(settings: dict[str, Any]) -> tuple[str, ...]:
+    from .data import SPLITS
+
+    return SPLITS
 
 
 @hookimpl

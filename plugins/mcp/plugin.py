@@ -86,7 +86,21 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Is
 @hookimpl
 def register_environments() -> list[EnvironmentSpec]:
     return [EnvironmentSpec(NAME, _build, "the tools of MCP servers named in the recipe (stdio or streamable HTTP), "
-                                          "tasks from a JSON Lines file, turns checked by calls against the server")]
+                                          "tasks from a JSON Lines file, turns checked by calls against the server",
+                            splits=_splits)]
+
+
+def _splits(settings: dict[str, Any]) -> set[str] | None:
+    """The task file's splits; None where it cannot be read (check_machine, or the environment, says why)."""
+    from .tasks import load_tasks
+
+    ours = settings.get(NAME)
+    if ours is None or not ours.tasks:
+        return None
+    try:
+        return {task.split for task in load_tasks(ours.tasks)}
+    except (OSError, ValueError):
+        return None
 
 
 @hookimpl

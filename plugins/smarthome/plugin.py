@@ -47,7 +47,8 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Is
 @hookimpl
 def register_environments() -> list[EnvironmentSpec]:
     return [EnvironmentSpec(NAME, _build, "smart-home tool use: 4 tools with enums, 2-3 user turns, seeded tasks "
-                                          "sized for a CPU and the embedded 135M model")]
+                                          "sized for a CPU and the embedded 135M model",
+                            splits=("train", "eval"))]
 
 
 @hookimpl

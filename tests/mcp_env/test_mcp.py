@@ -250,3 +250,20 @@ def test_a_task_file_missing_here_stops_the_run_before_anything_is_started(tmp_p
     assert "settings.mcp.tasks: there is no file 'examples/mcp-inventory/tasks.jsonl' here" in text, text
     store = tmp_path / "runs" / "store.sqlite"
     assert not store.exists() or not RunStore(f"sqlite:///{store}").list_runs()
+
+
+def test_the_task_files_splits_are_checked_with_the_recipe(tmp_path):
+    """The mcp environment declares its task file's splits: a split the file lacks is a recipe problem, found
+    before a run's row is written; a file that is not there is left to check_machine (it names the file)."""
+    from seal_platform.errors import ConfigError
+    from seal_platform.planning import plan_recipe
+
+    with pytest.raises(ConfigError) as raised:
+        plan_recipe("mcp-example", [f"settings.mcp.tasks={TASKS}", "evaluation.split=test"])
+    assert "evaluation.split: environment 'mcp' has no split 'test'; its splits: eval, train" in str(raised.value)
+    evals = tmp_path / "eval-only.jsonl"
+    evals.write_text("".join(line + "\n" for line in Path(TASKS).read_text().splitlines() if '"split": "eval"' in line))
+    with pytest.raises(ConfigError) as raised:
+        plan_recipe("mcp-example", [f"settings.mcp.tasks={evals}"])
+    assert "environment: environment 'mcp' has no 'train' split to train on; its splits: eval" in str(raised.value)
+    assert plan_recipe("mcp-example", [f"settings.mcp.tasks={tmp_path / 'missing.jsonl'}", "evaluation.split=test"])

@@ -137,7 +137,8 @@ def register_settings() -> dict[str, type]:
 @hookimpl
 def register_environments() -> list[EnvironmentSpec]:
     return [EnvironmentSpec(NAME, lambda ctx: MyEnvironment(ctx.settings_for(NAME, MyEnvSettings)),
-                            "greet a person with the greet tool (made from examples/plugin-template)")]
+                            "greet a person with the greet tool (made from examples/plugin-template)",
+                            splits=("train", "eval"))]  # a recipe asking for another split is refused at once
 
 
 @hookimpl

@@ -31,7 +31,8 @@ def register_settings() -> dict[str, type]:
 
 @hookimpl
 def register_environments() -> list[EnvironmentSpec]:
-    return [EnvironmentSpec(name=NAME, factory=_env, description="arithmetic with a calculator tool (example plugin)")]
+    return [EnvironmentSpec(name=NAME, factory=_env, description="arithmetic with a calculator tool (example plugin)",
+                            splits=("train", "eval"))]
 
 
 @hookimpl
