@@ -50,6 +50,10 @@ class OpenEnvUnavailable(SealError):
     """The OpenEnv server named in the recipe cannot be reached or used (raised while the run starts)."""
 
 
+class NoAnswer(InfraError):
+    """The server did not answer a request in time (it may be reachable, only slow)."""
+
+
 class ActionRefused(Exception):
     """The server refused the agent's action (its message is shown to the agent)."""
 
@@ -144,7 +148,7 @@ class HTTPClient:
                     chunks.append(chunk)
                 status = response.status_code
         except httpx.TimeoutException:
-            raise InfraError(f"the OpenEnv server at {self.url} did not answer {op} within {self.timeout:g} s") from None
+            raise NoAnswer(f"the OpenEnv server at {self.url} did not answer {op} within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise InfraError(f"the OpenEnv server at {self.url} could not be reached for {op} "
                              f"({type(exc).__name__}: {_short(str(exc), 160)})") from None

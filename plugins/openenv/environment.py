@@ -89,6 +89,25 @@ def action_doc(schema: dict[str, Any], name: str, description: str) -> dict[str,
             or "Act in the environment.", "input_schema": clean}
 
 
+def described_action(url: str, settings: OpenEnvSettings, schema: dict[str, Any] | None) -> dict[str, Any]:
+    """The action doc, from ``settings.action_schema`` or else the server's ``schema`` (its ``GET /schema``;
+    None: it gave nothing usable). Raises :class:`OpenEnvUnavailable` with a paragraph when the action is not
+    described, or described by something other than a JSON object schema."""
+    action_schema = settings.action_schema or (schema or {}).get("action")
+    if not isinstance(action_schema, dict):
+        raise OpenEnvUnavailable(
+            f"The OpenEnv server at {url} does not describe its action (GET /schema gave "
+            f"{'nothing usable' if schema is None else 'no action schema'}): set settings.openenv.action_schema "
+            "to the action's JSON schema. See docs/openenv.md.")
+    try:
+        return action_doc(action_schema, settings.action_name, settings.action_description)
+    except ValueError as exc:
+        where = "settings.openenv.action_schema" if settings.action_schema else f"GET {url}/schema"
+        raise OpenEnvUnavailable(
+            f"The action schema from {where} is malformed ({exc}): an OpenEnv action is described by a "
+            "JSON object schema. See docs/openenv.md.") from None
+
+
 class OpenEnvEnvironment:
     """Tasks (reset arguments), the action doc and the sessions; revision 0 is the pristine interface."""
 
@@ -111,19 +130,7 @@ class OpenEnvEnvironment:
             self.url = settings.url.rstrip("/")
         try:
             schema = probe(self.url, settings.timeout_s)
-            action_schema = settings.action_schema or (schema or {}).get("action")
-            if not isinstance(action_schema, dict):
-                raise OpenEnvUnavailable(
-                    f"The OpenEnv server at {self.url} does not describe its action (GET /schema gave "
-                    f"{'nothing usable' if schema is None else 'no action schema'}): set settings.openenv.action_schema "
-                    "to the action's JSON schema. See docs/openenv.md.")
-            try:
-                doc = action_doc(action_schema, settings.action_name, settings.action_description)
-            except ValueError as exc:
-                where = "settings.openenv.action_schema" if settings.action_schema else f"GET {self.url}/schema"
-                raise OpenEnvUnavailable(
-                    f"The action schema from {where} is malformed ({exc}): an OpenEnv action is described by a "
-                    "JSON object schema. See docs/openenv.md.") from None
+            doc = described_action(self.url, settings, schema)
         except BaseException:
             self.close()
             raise

@@ -51,6 +51,21 @@ def register_settings() -> dict[str, type]:
 
 
 @hookimpl
+def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[str]:
+    """The running server a run of the openenv environment names (settings.openenv.url), probed before anything
+    starts (otherwise a server that is down, or is not an OpenEnv server, would leave a failed run in the store):
+    it answers GET /health and its action is described, each request waiting a few seconds at most. A local
+    server (settings.openenv.server) is started by the run and not probed."""
+    uses = config.environment == NAME or any(b.environment == NAME for b in config.evaluation.benchmarks)
+    ours = settings.get(NAME)
+    if not uses or ours is None:
+        return []
+    from .probe import url_problems
+
+    return url_problems(ours)
+
+
+@hookimpl
 def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
     """openenv plays its episodes in lock step in the run's process (in chunks; one engine call per round for a
     chunk, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that names an
@@ -63,7 +78,23 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Is
 @hookimpl
 def register_environments() -> list[EnvironmentSpec]:
     return [EnvironmentSpec(NAME, _build, "an OpenEnv environment server (reset/step/state over a WebSocket "
-                                          "session or HTTP), rewarded by the environment itself")]
+                                          "session or HTTP), rewarded by the environment itself", splits=_splits)]
+
+
+def _splits(settings: dict[str, Any]) -> set[str] | None:
+    """The task file's splits (without one: the seeds' train and eval); None where the file cannot be read
+    (the environment says why when the run builds it)."""
+    ours = settings.get(NAME)
+    if ours is None:
+        return None
+    if not ours.tasks:
+        return {"train", "eval"}
+    from .environment import load_tasks
+
+    try:
+        return {task.split for task in load_tasks(ours.tasks)}
+    except (OSError, ValueError):
+        return None
 
 
 @hookimpl

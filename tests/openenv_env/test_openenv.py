@@ -269,6 +269,23 @@ def test_task_files_and_settings_are_checked(tmp_path):
         OpenEnvSettings(url="file:///etc/passwd")
 
 
+def test_the_splits_of_the_task_file_or_the_seeds_are_checked_with_the_recipe(tmp_path):
+    """The openenv environment declares its splits (the task file's; without one the seeds' train and eval): a
+    split it lacks is a recipe problem, found before a run's row is written or its server is contacted."""
+    from seal_platform.errors import ConfigError
+    from seal_platform.planning import plan_recipe
+
+    with pytest.raises(ConfigError) as raised:
+        plan_recipe("openenv-example", ["evaluation.split=test"])
+    assert "evaluation.split: environment 'openenv' has no split 'test'; its splits: eval, train" in str(raised.value)
+    path = tmp_path / "tasks.jsonl"
+    path.write_text('{"id": "a", "reset": {"seed": 1}}\n{"id": "h", "split": "hard", "reset": {"seed": 2}}\n')
+    assert plan_recipe("openenv-example", [f"settings.openenv.tasks={path}", "evaluation.split=hard"])
+    with pytest.raises(ConfigError) as raised:
+        plan_recipe("openenv-example", [f"settings.openenv.tasks={path}"])
+    assert "evaluation.split: environment 'openenv' has no split 'eval'; its splits: hard, train" in str(raised.value)
+
+
 def test_the_environment_refuses_to_start_without_a_server(tmp_path):
     from seal_platform.config import RunConfig
     from seal_platform.context import RunContext
