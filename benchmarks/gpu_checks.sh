@@ -39,3 +39,4 @@ part "GRPO step, Qwen2.5-1.5B shape, plain trainer" 60 timeout 60 python3 benchm
 part "probe: NCCL with two ranks on one GPU (expected: Duplicate GPU detected)" 45 timeout 45 python3 benchmarks/probe_nccl_same_gpu.py
 part "weight sync per GB on one GPU: CUDA IPC vs host path" 90 timeout 90 python3 benchmarks/bench_weight_sync.py \
   --device cuda --size-mb 4096 --tensor-mb 64 --repeats 3
+part "probe: CUDA IPC pushes to two colocated receivers leave no memory on the sender" 60 timeout 60 python3 benchmarks/probe_ipc_memory.py

@@ -10,6 +10,15 @@ IPC memory handle, offsets, an event), broadcasts those bytes over gloo, and eve
 viewing the sender's memory, copies it into its own buffer, synchronizes and drops the view; all members then
 pass a gloo barrier before the sender returns, so the sender never frees or reuses a bucket still being read.
 
+The buffer is shared once per receiver, each receiver reading its own share. torch counts a share's readers
+with a counter in shared memory: 1 when shared, minus 1 when a reader drops its view, and the sender's
+memory goes back to its allocator when the counter is 0 after the sender frees it, else waits in torch's
+"sent data limbo" until it is. One share read by two receivers leaves the counter at -1, which torch reads
+as unsigned (pytorch PR 172060: a huge count, never 0), so every bucket stayed in the limbo for good: on an
+H200 with torch 2.11 a sender pushing 1 GiB to two receivers 20 times held 21 GiB (2026-11-27; a colocated
+run would have run out of memory within a few steps). One share per receiver brings every counter to 0
+(tests/grpo/test_weight_sync_ipc.py checks the sender's memory; not yet run on a GPU).
+
 A CUDA IPC handle names its device by index in the sender's process, and a receiver with another
 ``CUDA_VISIBLE_DEVICES`` may number the same GPU differently: the sender sends its GPU's UUID with the handle
 and the receiver opens it on the local device with that UUID (as verl does); a receiver that cannot see the
@@ -83,16 +92,17 @@ def local_index(uuid: str) -> int:
     return seen.index(uuid)
 
 
-def ipc_broadcast(pg: Any, rank: int, tensor: Any) -> None:
-    """Broadcast CUDA ``tensor`` from rank 0 of gloo group ``pg`` to the others' ``tensor`` (same shape and
-    dtype), by CUDA IPC. Returns on every rank once every receiver has its copy."""
+def ipc_broadcast(pg: Any, rank: int, tensor: Any, world_size: int) -> None:
+    """Broadcast CUDA ``tensor`` from rank 0 of gloo group ``pg`` (``world_size`` members) to the others'
+    ``tensor`` (same shape and dtype), by CUDA IPC. Returns on every rank once every receiver has its copy."""
     import torch
     from torch.multiprocessing.reductions import reduce_tensor
 
     if rank == 0:
         torch.cuda.synchronize(tensor.device)  # the bucket is written before anyone reads it
-        rebuild, args = reduce_tensor(tensor.detach())
-        data = pickle.dumps((gpu_uuid(tensor.device), rebuild, args))
+        # One share per receiver (receiver r reads entry r - 1): see the module's docstring.
+        shares = [reduce_tensor(tensor.detach()) for _ in range(world_size - 1)]
+        data = pickle.dumps((gpu_uuid(tensor.device), shares))
         payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         pg.broadcast(torch.tensor([payload.numel()], dtype=torch.int64), 0).wait()
         pg.broadcast(payload, 0).wait()
@@ -102,7 +112,8 @@ def ipc_broadcast(pg: Any, rank: int, tensor: Any) -> None:
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
         pg.broadcast(payload, 0).wait()
         # the bytes come from rank 0 of this job's own group (the trainer), never from model output
-        uuid, rebuild, args = pickle.loads(payload.numpy().tobytes())
+        uuid, shares = pickle.loads(payload.numpy().tobytes())
+        rebuild, args = shares[rank - 1]
         args = list(args)
         if len(args) < 8 or not isinstance(args[6], int):  # another torch's rebuild_cuda_tensor signature
             raise IPCSyncError(f"CUDA IPC weight push: torch {torch.__version__}'s reduce_tensor gave arguments "

@@ -204,7 +204,8 @@ class SyncGroup:
         if self.backend == "ipc" and tensor.is_cuda:
             from .ipc_sync import ipc_broadcast
 
-            ipc_broadcast(self.pg if cancel is None else _cancellable(self.pg, cancel), self.rank, tensor)
+            pg = self.pg if cancel is None else _cancellable(self.pg, cancel)
+            ipc_broadcast(pg, self.rank, tensor, self.world_size)
         elif cancel is not None and self.backend in ("gloo", "ipc"):
             _wait(self.pg.broadcast(tensor, 0), cancel)
         else:  # NCCL: the host does not wait for the peers here; abort() ends a pending collective

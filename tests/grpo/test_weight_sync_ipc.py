@@ -143,3 +143,60 @@ def test_colocated_processes_sync_over_cuda_ipc_exactly():
         if previous is not None:  # the weights changed: a stale receiver would have failed above
             assert (want_lp - previous).abs().max() > 1e-3
         previous = want_lp
+
+
+# --- CUDA IPC, one sender and two receivers: nothing left behind on the sender -------------------------------
+
+MIB = 1024 * 1024
+PUSH_NUMEL = 1024 * 1024  # 4 MiB of float32 per tensor, 4 tensors: 16 MiB a push, in 4 buckets of 4 MiB
+
+
+def _fanout_sender(port: int, pushes: int, results) -> None:
+    torch.cuda.set_device(0)
+    group = SyncGroup("127.0.0.1", port, 0, 3, host_store=True, backend="auto", device="cuda:0", timeout_s=TIMEOUT_S)
+    named = {f"w{i}": torch.zeros(PUSH_NUMEL, device="cuda:0") for i in range(4)}
+    for k in range(pushes):
+        for i, t in enumerate(named.values()):
+            t.fill_(float(10 * k + i))
+        stats = push(named, group, version=k, bucket_bytes=4 * MIB)
+        torch.cuda.synchronize()
+        results.put(pickle.dumps(("sender", k, group.backend, stats["buckets"], torch.cuda.memory_allocated())))
+    group.close()
+
+
+def _fanout_receiver(rank: int, port: int, pushes: int, results) -> None:
+    torch.cuda.set_device(0)
+    group = SyncGroup("127.0.0.1", port, rank, 3, backend="auto", device="cuda:0", timeout_s=TIMEOUT_S)
+    dst = {f"w{i}": torch.full((PUSH_NUMEL,), -1.0, device="cuda:0") for i in range(4)}
+
+    def sink(incoming):
+        for name, t in incoming:
+            dst[name].copy_(t)
+
+    for k in range(pushes):
+        version, _ = receive(group, sink)
+        values = [(float(t.min()), float(t.max())) for t in dst.values()]
+        results.put(pickle.dumps((f"receiver{rank}", k, group.backend, version, values)))
+    group.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
+def test_pushes_to_two_colocated_receivers_arrive_and_leave_no_memory_on_the_sender():
+    """Each receiver reads its own share of every bucket (torch counts a share's readers: one share read by two
+    receivers left its counter at -1, read as unsigned, and every bucket stayed allocated on the sender:
+    +1 GiB per GiB pushed on an H200 before the fix). Every push arrives whole at both receivers, and the
+    sender's allocated memory after the last push is what it was after the first."""
+    pushes, port = 6, free_port()
+    targets = [(_fanout_sender, (port, pushes)), (_fanout_receiver, (1, port, pushes)),
+               (_fanout_receiver, (2, port, pushes))]
+    rows = collect_rows(targets, 3 * pushes, TIMEOUT_S, clean_exit=True)
+    for k in range(pushes):
+        backend, buckets, _ = rows["sender", k]
+        assert backend == "ipc" and buckets == 4
+        for rank in (1, 2):
+            got_backend, version, values = rows[f"receiver{rank}", k]
+            assert got_backend == "ipc" and version == k
+            assert values == [(float(10 * k + i), float(10 * k + i)) for i in range(4)], f"push {k}, receiver {rank}"
+    first, last = rows["sender", 0][2], rows["sender", pushes - 1][2]
+    grew = (last - first) / MIB
+    assert last - first <= 4 * MIB, f"the sender's allocated memory grew by {grew:.0f} MiB over {pushes - 1} pushes"
