@@ -9,8 +9,14 @@ refines no other is a reference label itself; A-Patch's base weights are per ref
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .plugins import PluginHost
+if TYPE_CHECKING:  # only a type: the constants below are imported by plugin settings modules, keep them cheap
+    from .plugins import PluginHost
+
+#: A turn the episode never reached (it ended at a step or context limit first). Ours: the reference called
+#: such turns ``correct_abstention``, which rewards running out of steps.
+UNREACHED_LABEL = "unreached_turn"
 
 #: The SEAL reference implementation's labels (docs/labels.md, "Reference labels"), in the order its rules
 #: fire, and ``unreached_turn`` (ours). A-Patch's base weights are per reference label, and a finer label is
@@ -18,7 +24,15 @@ from .plugins import PluginHost
 #: that maps to no other a reference label only when it is one of these (or another label maps to it).
 REFERENCE_LABELS: tuple[str, ...] = ("gt_error", "spurious_tool_call", "correct_abstention",
                                      "empty_turn_model_response", "instance_mismatch", "checker_error",
-                                     "state_mismatch", "response_mismatch", "pass", "unreached_turn")
+                                     "state_mismatch", "response_mismatch", "pass", UNREACHED_LABEL)
+
+#: The reference labels that say nothing about the agent's conduct in the turn (docs/labels.md, base weight
+#: "excluded"): the ground truth or a checker raised, or the episode never reached the turn (its cause is
+#: labelled on the turn that used up the budget). The one list of them, in the order of
+#: :data:`REFERENCE_LABELS`: the default of A-Patch's ``excluded_labels`` (never weighed, never counted), of
+#: the interface evolution's ``excluded_labels`` (no capability pressure) and of the LLM judge's
+#: ``skip_labels`` (never judged).
+EXCLUDED_LABELS: tuple[str, ...] = ("gt_error", "checker_error", UNREACHED_LABEL)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ label. Turns the agent never reached (the episode ended at a step or context lim
 ``unreached_turn`` with the reference label ``unreached_turn`` too: the reference calls them
 ``correct_abstention``, a bug that rewards running out of steps. Like ``gt_error`` and ``checker_error`` they
 say nothing about the agent's behaviour in that turn (the failure is labelled on the turn where it happened),
-so they belong to :data:`EXCLUDED_LABELS`.
+so they belong to the core's :data:`seal_platform.labels.EXCLUDED_LABELS`.
 """
 
 from __future__ import annotations
@@ -24,28 +24,20 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
+from seal_platform import labels as core_labels
 from seal_platform.types import Task, ToolCall, Trajectory, TurnLabel, TurnVerdict
 
 from .trace import TurnChecks
 
 SOURCE = "bfcl"
 
-REFERENCE_LABELS = (
-    "gt_error",
-    "spurious_tool_call",
-    "correct_abstention",
-    "empty_turn_model_response",
-    "instance_mismatch",
-    "checker_error",
-    "state_mismatch",
-    "response_mismatch",
-    "pass",
-)
+UNREACHED = core_labels.UNREACHED_LABEL
+# The labels the reference's rules compute, in the order they fire: the core's reference labels less
+# ``unreached_turn``, which no rule computes (a turn the episode never reached gets it before any rule runs,
+# see :func:`label_turn`) and which is listed after the finer labels.
+REFERENCE_LABELS = tuple(label for label in core_labels.REFERENCE_LABELS if label != UNREACHED)
 FINE_LABELS = ("invalid_tool_call", "argument_mismatch", "missing_tool_call", "recovery_failure")
-UNREACHED = "unreached_turn"
 ALL_LABELS = REFERENCE_LABELS + FINE_LABELS + (UNREACHED,)
-# Labels that describe the data, the checker or the episode's end rather than the agent's turn.
-EXCLUDED_LABELS = ("gt_error", "checker_error", UNREACHED)
 # Reference labels a finer label may replace (for documentation; the actual reference label of each
 # turn is computed and stored with it).
 REFINES: dict[str, tuple[str, ...]] = {

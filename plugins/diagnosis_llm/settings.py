@@ -1,8 +1,9 @@
 """Settings of the LLM-judge diagnoser (recipe section ``settings.diagnosis_llm``).
 
-Pure pydantic: imported when the plugin loads, so ``seal-platform plugins`` and ``config validate`` stay fast.
-No secret is ever a setting: the OpenAI-compatible backend names the *environment variable* that holds the
-API key (``api_key_env``), so neither the run store nor the config dump can contain the key.
+Pure pydantic (and the core's label constants): imported when the plugin loads, so ``seal-platform plugins``
+and ``config validate`` stay fast. No secret is ever a setting: the OpenAI-compatible backend names the
+*environment variable* that holds the API key (``api_key_env``), so neither the run store nor the config dump
+can contain the key.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from seal_platform.labels import EXCLUDED_LABELS
 
 
 class _Section(BaseModel):
@@ -88,7 +91,7 @@ class DiagnosisLlmSettings(_Section):
         description="Heuristic labels that mean the turn passed (refine mode does not judge them).",
     )
     skip_labels: list[str] = Field(
-        default_factory=lambda: ["gt_error", "checker_error", "unreached_turn"],
+        default_factory=lambda: list(EXCLUDED_LABELS),
         description="Heuristic labels about the data or the episode's end, not the agent (never judged).",
     )
     max_turns_per_step: int = Field(

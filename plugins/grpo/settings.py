@@ -1,7 +1,8 @@
 """Settings sections ``grpo`` (the objective and the optimizer) and ``apatch`` (advantage reweighting).
 
 Defaults are the reference GRPO recipe of the SEAL release (see docs/seal-method.md, "Optimization" and
-"A-Patch"). Only pydantic is imported here: the plugin module imports these models when it is loaded.
+"A-Patch"). Only pydantic and the core's label constants are imported here: the plugin module imports these
+models when it is loaded.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from seal_platform.labels import EXCLUDED_LABELS
 
 # The reference A-Patch base weight of each reference label (docs/seal-method.md, "Diagnosis").
 REFERENCE_BASE_WEIGHTS: dict[str, float] = {
@@ -20,10 +23,10 @@ REFERENCE_BASE_WEIGHTS: dict[str, float] = {
     "response_mismatch": 0.9,
     "pass": 1.0,
 }
-# Labels that say nothing about the model's conduct in the turn, never weighted, never counted: the
-# verifier's own errors, and turns the episode never reached (the reference counted those as correct
-# abstentions, weight 1.8 - a bug we do not copy).
-REFERENCE_EXCLUDED = ("gt_error", "checker_error", "unreached_turn")
+# Labels that say nothing about the model's conduct in the turn are never weighted, never counted: the
+# core's EXCLUDED_LABELS, the verifier's own errors and turns the episode never reached (the reference counted
+# those as correct abstentions, weight 1.8 - a bug we do not copy). Every other reference label has a weight
+# above.
 
 
 class _Section(BaseModel):
@@ -307,7 +310,7 @@ class APatchSettings(_Section):
     )
     default_base_weight: float = Field(default=1.0, gt=0.0, description="Base weight of a label with no entry.")
     excluded_labels: list[str] = Field(
-        default_factory=lambda: list(REFERENCE_EXCLUDED),
+        default_factory=lambda: list(EXCLUDED_LABELS),
         description="Labels that never weigh a trajectory nor count in N (verifier-side errors, unreached turns).",
     )
     fixed_labels: list[str] = Field(

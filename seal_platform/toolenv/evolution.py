@@ -68,6 +68,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from seal_platform.capability import CapabilityState, CapabilityTables
+from seal_platform.labels import EXCLUDED_LABELS
 from seal_platform.types import Interface
 
 from .interface import ALL_SCOPES, Guideline, InterfaceSpec, ScopeSpec, describe_system
@@ -96,10 +97,8 @@ TRIGGERS: dict[str, tuple[str, ...]] = {
     "recovery": ("recovery_failure", "instance_mismatch", "invalid_tool_call"),
 }
 
-# Left out of every prevalence denominator, as A-Patch does: verifier trouble is not the agent's doing, and
-# turns never reached say nothing about how the agent handles a turn (their cause is labelled on the turn
-# that used up the budget).
-EXCLUDED_LABELS = ("gt_error", "checker_error", "unreached_turn")
+# Left out of every prevalence denominator by default (``excluded_labels``), as A-Patch does: the core's
+# :data:`seal_platform.labels.EXCLUDED_LABELS` (imported above), verifier trouble and turns never reached.
 
 GUIDELINES: dict[str, str] = {
     "spurious_tool_call": "When a request needs no tool (it only asks for information you already have, or "

@@ -8,7 +8,8 @@ import pytest
 
 from seal_platform.types import ToolCall, Trajectory, TurnVerdict
 from seal_platform_plugins.bfcl import diagnoser
-from seal_platform_plugins.bfcl.diagnoser import ALL_LABELS, EXCLUDED_LABELS, REFERENCE_LABELS, label_turns
+from seal_platform.labels import EXCLUDED_LABELS
+from seal_platform_plugins.bfcl.diagnoser import ALL_LABELS, REFERENCE_LABELS, label_turns
 
 
 def verdict(turn: int = 0, passed: bool = False, reached: bool = True, **checks: Any) -> TurnVerdict:
@@ -175,6 +176,16 @@ def test_every_label_has_a_test_and_reference_labels_are_in_order():
     tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
     for label in ALL_LABELS:
         assert any(t.startswith(label) for t in tested), label
+
+
+def test_the_reference_labels_are_the_cores_less_unreached_turn():
+    # Derived from the one list (seal_platform.labels): the rules compute all of them but unreached_turn, which
+    # the diagnoser gives an unreached turn before any rule runs and lists after the finer labels.
+    from seal_platform import labels as core
+
+    assert REFERENCE_LABELS + ("unreached_turn",) == core.REFERENCE_LABELS
+    assert ALL_LABELS[:len(REFERENCE_LABELS)] == REFERENCE_LABELS and ALL_LABELS[-1] == core.UNREACHED_LABEL
+    assert set(core.REFERENCE_LABELS) <= set(ALL_LABELS)
 
 
 def test_diagnose_labels_every_turn_of_every_trajectory_with_calls_routed_by_turn():

@@ -94,6 +94,14 @@ def test_unreached_turns_and_successful_trajectories_are_not_judged(tmp_path):
     assert [lab.turn for lab in judge_labels(results)] == [1]
 
 
+def test_the_labels_never_judged_are_the_cores_excluded_labels():
+    # Not a copy: the default is seal_platform.labels.EXCLUDED_LABELS, the labels about the data, the checker
+    # or the episode's end rather than the agent (A-Patch and the interface evolution leave out the same).
+    from seal_platform.labels import EXCLUDED_LABELS
+
+    assert DiagnosisLlmSettings().skip_labels == list(EXCLUDED_LABELS) == ["gt_error", "checker_error", "unreached_turn"]
+
+
 def test_refine_mode_judges_only_heuristic_failures_and_offers_finer_labels(tmp_path):
     traj = trajectory(failing_turns=(0, 1, 2))
     # The heuristic: turn 0 state_mismatch (coarse), turn 1 gt_error (about the data), turn 2 pass.

@@ -169,8 +169,10 @@ def test_unreached_turns_neither_weigh_nor_count():
 
 def test_the_reference_base_weights_are_given_for_the_core_reference_labels():
     # grpo's default base weights and exclusions are keyed by the reference labels the core defines, every one
-    # of them either weighed or excluded (never both).
-    from seal_platform.labels import REFERENCE_LABELS
-    from seal_platform_plugins.grpo.settings import REFERENCE_BASE_WEIGHTS, REFERENCE_EXCLUDED
+    # of them either weighed or excluded (never both); the exclusions are the core's excluded labels.
+    from seal_platform.labels import EXCLUDED_LABELS, REFERENCE_LABELS
+    from seal_platform_plugins.grpo.settings import REFERENCE_BASE_WEIGHTS
 
-    assert sorted([*REFERENCE_BASE_WEIGHTS, *REFERENCE_EXCLUDED]) == sorted(REFERENCE_LABELS)
+    excluded = APatchSettings().excluded_labels
+    assert excluded == list(EXCLUDED_LABELS)
+    assert sorted([*REFERENCE_BASE_WEIGHTS, *excluded]) == sorted(REFERENCE_LABELS)
