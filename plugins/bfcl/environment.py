@@ -62,7 +62,7 @@ class BfclEnvironment:
     def tasks(self, split: str) -> list[Task]:
         """The tasks of ``split``: ``train`` and ``eval`` map to the settings' split names; other names
         (``eval_val``, ``eval_test``, ``all``) are used as given. Filtered by categories, ids and limit."""
-        name = {"train": self.settings.train_split, "eval": self.settings.eval_split}.get(split, split)
+        name = self.settings.data_split(split)
         ids = self.settings.task_ids
         if ids is not None:
             # The id filter may name tasks of one split only; the other split is then empty, not an error.

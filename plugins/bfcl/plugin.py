@@ -56,10 +56,16 @@ def register_environments() -> list[EnvironmentSpec]:
 
 
 def _splits(settings: dict[str, Any]) -> tuple[str, ...]:
-    """``tasks`` reads ``train`` and ``eval`` from the settings' split names, any other of the SEAL split as given."""
+    """The splits ``tasks`` can read under the recipe's settings: each name of the bfcl data's splits whose data
+    split (``train`` and ``eval`` through ``train_split`` / ``eval_split``, any other as given) is one of them.
+    Settings validation refuses a ``train_split`` or ``eval_split`` the data lacks, so these are all of them."""
     from .data import SPLITS
+    from .settings import BfclSettings
 
-    return SPLITS
+    section = settings.get(SECTION)
+    if not isinstance(section, BfclSettings):  # the section failed validation, a problem reported on its own;
+        return SPLITS  # every valid train_split / eval_split reads one of the data's splits
+    return tuple(split for split in SPLITS if section.data_split(split) in SPLITS)
 
 
 @hookimpl

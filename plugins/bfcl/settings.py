@@ -27,8 +27,10 @@ class BfclSettings(BaseModel):
         default_factory=lambda: list(CATEGORY_NAMES),
         description="BFCL multi-turn categories to use (train and eval).",
     )
-    train_split: str = Field(default="train", description="Split that `tasks('train')` reads.")
-    eval_split: str = Field(default="eval", description="Split that `tasks('eval')` reads (eval, eval_val, eval_test).")
+    train_split: str = Field(default="train", description="Split that `tasks('train')` reads (a split of the bfcl data).")
+    eval_split: str = Field(
+        default="eval", description="Split that `tasks('eval')` reads (a split of the bfcl data: eval, eval_val, eval_test)."
+    )
     task_ids: list[str] | None = Field(default=None, description="Use only these task ids (within the split).")
     limit_per_category: int | None = Field(default=None, ge=0, le=100_000, description="First N tasks per category.")
 
@@ -73,6 +75,21 @@ class BfclSettings(BaseModel):
         if not value:
             raise ValueError(f"at least one category is needed; choose from {', '.join(CATEGORY_NAMES)}")
         return value
+
+    @field_validator("train_split", "eval_split")
+    @classmethod
+    def _known_split(cls, value: str) -> str:
+        # The split names the bfcl data has (data.SPLITS, the one list): imported here, not when the plugin loads.
+        from .data import SPLITS
+
+        if value not in SPLITS:
+            raise ValueError(f"the bfcl data has no split {value!r}; choose from {', '.join(SPLITS)}")
+        return value
+
+    def data_split(self, split: str) -> str:
+        """The split of the bfcl data that the environment's ``tasks(split)`` reads: ``train`` and ``eval`` are
+        ``train_split`` and ``eval_split``, any other name is itself."""
+        return {"train": self.train_split, "eval": self.eval_split}.get(split, split)
 
     @field_validator("tool_call_format")
     @classmethod

@@ -28,6 +28,18 @@ def _is_ours(environment: Any) -> bool:
     return isinstance(environment, OpenEnvEnvironment)
 
 
+# Neither settings.openenv.url nor settings.openenv.server: refused by check_config with the recipe's other
+# problems (before a run's row is written), and by the factory for a run planned some other way.
+NO_SERVER = "needs settings.openenv.url (a running OpenEnv server) or settings.openenv.server (a local one to start)"
+NO_SERVER_FIX = ("set settings.openenv.url to http://host:port, or settings.openenv.server to the command that starts "
+                 "one; see docs/openenv.md and recipes/openenv-example.yaml")
+
+
+def _uses(config: Any) -> bool:
+    """Whether the recipe trains or evaluates on the openenv environment."""
+    return config.environment == NAME or any(b.environment == NAME for b in config.evaluation.benchmarks)
+
+
 def _build(ctx: Any) -> Any:
     from seal_platform.errors import ConfigError
 
@@ -35,9 +47,7 @@ def _build(ctx: Any) -> Any:
 
     settings = _settings(ctx)
     if not settings.url and settings.server is None:
-        raise ConfigError("environment openenv needs settings.openenv.url (a running OpenEnv server) or "
-                          "settings.openenv.server (a local one to start) in the recipe (see docs/openenv.md and "
-                          "recipes/openenv-example.yaml).")
+        raise ConfigError(f"environment openenv {NO_SERVER} in the recipe ({NO_SERVER_FIX}).")
     environment = OpenEnvEnvironment(settings)
     _BUILT.append(environment)
     return environment
@@ -56,9 +66,8 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[s
     starts (otherwise a server that is down, or is not an OpenEnv server, would leave a failed run in the store):
     it answers GET /health and its action is described, each request waiting a few seconds at most. A local
     server (settings.openenv.server) is started by the run and not probed."""
-    uses = config.environment == NAME or any(b.environment == NAME for b in config.evaluation.benchmarks)
     ours = settings.get(NAME)
-    if not uses or ours is None:
+    if not _uses(config) or ours is None:
         return []
     from .probe import url_problems
 
@@ -67,10 +76,20 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[s
 
 @hookimpl
 def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
-    """openenv plays its episodes in lock step in the run's process (in chunks; one engine call per round for a
-    chunk, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that names an
-    executor for an openenv run asks for something that would go unused."""
-    return lockstep_executor_issues(
+    """A recipe that trains or evaluates on openenv names its server: ``settings.openenv.url`` or
+    ``settings.openenv.server`` (the settings' own validation refuses both at once). And openenv plays its
+    episodes in lock step in the run's process (in chunks; one engine call per round for a chunk, which is what
+    batches generation) and never hands them to ``ctx.executor``: a recipe that names an executor for an
+    openenv run asks for something that would go unused."""
+    issues: list[Issue] = []
+    ours = settings.get(NAME)  # None: the section failed validation, a problem reported on its own
+    if _uses(config) and ours is not None and not ours.url and ours.server is None:
+        uses = (["environment"] if config.environment == NAME else []) + [
+            f"evaluation.benchmarks[{i}].environment" for i, b in enumerate(config.evaluation.benchmarks)
+            if b.environment == NAME]
+        issues.append(Issue(f"settings.{NAME}", f"environment {NAME} {NO_SERVER}, and the recipe sets neither "
+                            f"(it names {NAME} in {', '.join(uses)})", NO_SERVER_FIX))
+    return issues + lockstep_executor_issues(
         config, NAME, "in chunks of settings.openenv.max_parallel_episodes, each round's generations batched in one engine call",
         'remove rollout.executor or set it to local; for more episodes at once raise settings.openenv.max_parallel_episodes (WebSocket transport)')
 

@@ -37,7 +37,7 @@ class OpenEnvSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Empty by default: every installed plugin's section is validated for every recipe; only a recipe whose
-    # environment is `openenv` needs a url or a server (the environment refuses to start without either).
+    # environment is `openenv` needs a url or a server (the plugin's check_config refuses one with neither).
     url: str = Field(default="", description="Base URL of a running OpenEnv server (http://host:port).")
     server: OpenEnvServerSettings | None = Field(
         default=None, description="Start this local server instead (then leave url empty)."

@@ -298,6 +298,37 @@ def test_the_environment_refuses_to_start_without_a_server(tmp_path):
         _build(ctx)
 
 
+def test_a_recipe_with_neither_url_nor_server_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """Refused with the recipe's other problems (`config validate`, `run`), not when the run builds the
+    environment after its row is written."""
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.errors import ConfigError
+    from seal_platform.planning import plan_recipe
+
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    monkeypatch.chdir(tmp_path)  # a run would write its folder under ./runs
+    wanted = ("settings.openenv: environment openenv needs settings.openenv.url (a running OpenEnv server) or "
+              "settings.openenv.server (a local one to start), and the recipe sets neither (it names openenv in "
+              "environment) (set settings.openenv.url to http://host:port, or settings.openenv.server to the command "
+              "that starts one; see docs/openenv.md and recipes/openenv-example.yaml)")
+    checked = CliRunner().invoke(cli, ["config", "validate", "openenv-example", "settings.openenv.server=null"])
+    assert checked.exit_code == 1 and wanted in " ".join(checked.output.split()), checked.output
+    store = tmp_path / "store.sqlite"
+    run = CliRunner().invoke(cli, ["run", "openenv-example", "settings.openenv.server=null", "--store", str(store),
+                                   "--quiet"])
+    assert run.exit_code == 2 and wanted in " ".join(run.output.split()), run.output
+    assert not store.exists() and not (tmp_path / "runs").exists()  # no run row, no run folder
+    # A benchmark on openenv needs one too; a url (or the recipe's server) is enough.
+    benchmark = "evaluation.benchmarks=[{environment: openenv, name: thermostat}]"
+    with pytest.raises(ConfigError, match=r"sets neither \(it names openenv in environment, "
+                                          r"evaluation\.benchmarks\[0\]\.environment\)"):
+        plan_recipe("openenv-example", ["settings.openenv.server=null", benchmark])
+    assert plan_recipe("openenv-example", ["settings.openenv.server=null", "settings.openenv.url=http://127.0.0.1:1"])
+    assert plan_recipe("openenv-example", [benchmark])
+
+
 def test_labels_drive_action_doc_changes_and_evaluation_stays_pristine(thermostat_url):
     from seal_platform_plugins.openenv.evolution import evolve
 
