@@ -5,17 +5,24 @@ prompt token ids (with :func:`~seal_platform_plugins.grpo.tokens.prompt_ids`) an
 conversation; a single worker thread owns the model and serves the queue, so the model is never entered from
 two threads, and requests that arrive together (a group's G rollouts, the next turns of several dialogues)
 are generated together. Subclasses implement :meth:`QueuedEngine._serve`.
+
+New weights are loaded on the worker thread too, between batches. A load that raises (a weight push given up
+halfway: a member of its sync group died) may leave the model part old, part new; from then on requests are
+held, not served, until a complete load lands (e.g. the host-path fallback of that push), and are then
+generated with its weights and stamped with its version; a request held longer than :attr:`QueuedEngine.hold_s`
+fails with :class:`WeightsIncomplete`, and so does every later one until a complete load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from seal_platform.types import Generation, Message, SamplingParams
 
@@ -24,6 +31,10 @@ from ..tokens import prompt_ids
 log = logging.getLogger(__name__)
 
 PROMPT_TOO_LONG = "prompt_too_long"
+
+# How long requests wait for a complete load of the weights after one stopped halfway (a given-up push is
+# followed at once by its fallback; this bounds a fallback that never comes).
+WEIGHTS_HOLD_S = 120.0
 
 
 @dataclass
@@ -39,6 +50,11 @@ class Request:
 
 class EngineClosed(RuntimeError):
     """generate() was called on an engine after close()."""
+
+
+class WeightsIncomplete(RuntimeError):
+    """The engine's weights are a mix of two versions (a load stopped halfway) and no complete load followed
+    within the engine's ``hold_s``: it serves nothing until one does."""
 
 
 class QueuedEngine:
@@ -61,6 +77,10 @@ class QueuedEngine:
         # its last push); changed only on the worker thread, between batches, so every Generation carries
         # the version it was sampled with.
         self.policy_version = 0
+        # Since when the weights are part loaded (a load raised; None: whole), and the requests held meanwhile.
+        self.hold_s = WEIGHTS_HOLD_S
+        self._torn_since: float | None = None
+        self._held: list[Request] = []
 
     def _start(self) -> None:
         if not self._started:
@@ -145,6 +165,27 @@ class QueuedEngine:
         self._queue.put(task)
         return done.result()
 
+    # --- weights (on the worker thread) --------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def loading(self) -> Iterator[None]:
+        """Around a load of new weights into the model: if it raises, the model may hold part of them, and
+        requests are held from then on until a complete load (:meth:`weights_complete`)."""
+        try:
+            yield
+        except BaseException:
+            if self._torn_since is None:
+                self._torn_since = time.monotonic()
+                log.warning("%s engine: a weight load stopped halfway; requests wait (up to %.0f s) for a "
+                            "complete one", self.name, self.hold_s)
+            raise
+
+    def weights_complete(self, version: int | None = None) -> None:
+        """New weights are wholly loaded: they are policy version ``version`` (default: the current one plus
+        1), stamped on every later Generation; requests held since a load stopped halfway are served."""
+        self.policy_version = self.policy_version + 1 if version is None else int(version)
+        self._torn_since = None
+
     # --- worker ---------------------------------------------------------------------------------------
 
     def _run_worker(self) -> None:
@@ -155,6 +196,7 @@ class QueuedEngine:
             self._fail_pending(exc)
 
     def _fail_pending(self, exc: BaseException) -> None:
+        self._fail_held(exc)
         while True:
             try:
                 item = self._queue.get_nowait()
@@ -164,11 +206,34 @@ class QueuedEngine:
                 item.future.set_exception(exc)
 
     def _take(self, block: bool, timeout: float | None = None) -> Request | Callable[[], None] | None | bool:
-        """The next queue item; False when none arrived (non-blocking or timed out)."""
+        """The next queue item; False when none arrived (non-blocking or timed out). While the weights are part
+        loaded a request is held instead (False); once they are whole, the held requests come first."""
+        if self._held and self._torn_since is None:
+            return self._held.pop(0)
+        if block and self._held and self._torn_since is not None:  # wake up when the hold runs out
+            left = max(0.0, self._torn_since + self.hold_s - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
         try:
-            return self._queue.get(block=block, timeout=timeout)
+            item: Request | Callable[[], None] | None | bool = self._queue.get(block=block, timeout=timeout)
         except queue.Empty:
-            return False
+            item = False
+        if item is None:
+            self._fail_held(EngineClosed(f"the {self.name} engine is closed"))
+        elif isinstance(item, Request) and self._torn_since is not None:
+            self._held.append(item)
+            item = False
+        if self._held and self._torn_since is not None and time.monotonic() >= self._torn_since + self.hold_s:
+            self._fail_held(WeightsIncomplete(
+                f"the {self.name} engine's weights are part loaded (a weight load stopped halfway "
+                f"{time.monotonic() - self._torn_since:.0f} s ago) and no complete load followed within "
+                f"{self.hold_s:g} s: it serves no request until one does"))
+        return item
+
+    def _fail_held(self, exc: BaseException) -> None:
+        held, self._held = self._held, []
+        for request in held:
+            if not request.future.done():
+                request.future.set_exception(exc)
 
     def _collect_batch(self, max_batch: int, wait_s: float) -> tuple[list[Request], bool]:
         """Block for one request, then gather more for up to ``wait_s``. Returns (batch, stop)."""
@@ -194,6 +259,8 @@ class QueuedEngine:
                 batch.append(item)
             elif callable(item):
                 item()
+                if self._torn_since is not None:  # a load stopped halfway: the batch waits for a complete one
+                    self._held[:0], batch = batch, []
         return batch, False
 
     def _serve(self) -> None:  # pragma: no cover - abstract

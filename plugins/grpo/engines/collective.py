@@ -3,7 +3,9 @@ format are :mod:`..weight_sync`'s).
 
 Engine side, :func:`receive_into`: one push received into a running engine on its worker thread, between
 batches, so no generation sees a half-loaded model, and the push's version becomes the engine's policy
-version (what every later Generation carries):
+version (what every later Generation carries). A push given up after its header (a member died) may have
+loaded part of its buckets: the engine then holds its requests until a complete load, the push's fallback
+(:meth:`.base.QueuedEngine.loading`):
 
 * ``hf``: each bucket's tensors are copied into the engine's model in place (a peft model's adapters too,
   starting a new adapter version);
@@ -36,26 +38,45 @@ log = logging.getLogger(__name__)
 
 def receive_into(engine: Any, group: Any) -> int:
     """Receive one push over ``group`` (a :class:`~..weight_sync.SyncGroup`) into ``engine``; its version."""
+    into = _into_module
     if getattr(engine, "name", "") == "vllm":
         if getattr(engine, "_lora", None):
             raise NotImplementedError("vLLM serves LoRA adapters as LoRA requests, not over a sync group")
-        return int(engine.call_in_worker(lambda: _into_vllm(engine, group)))
-    return int(engine.call_in_worker(lambda: _into_module(engine, group)))
+        into = _into_vllm
+    try:
+        return int(engine.call_in_worker(lambda: into(engine, group)))
+    except BaseException as exc:
+        _let_go(exc)
+        raise
+
+
+def _let_go(exc: BaseException) -> None:
+    """Drop what the frames of a failed push's traceback hold (its bucket, the pending gloo operation and, through
+    it, the group): the exception is kept in reference cycles (a future holding it, whose traceback holds that
+    future) until the garbage collector runs, and with it a given-up group whose pending operation keeps the
+    other members' waits (and their buckets) alive until the group's timeout."""
+    import traceback
+
+    traceback.clear_frames(exc.__traceback__)
+    while exc.__context__ is not None:
+        exc = exc.__context__
+        traceback.clear_frames(exc.__traceback__)
 
 
 def _into_module(engine: Any, group: Any) -> int:
     from ..lora import adapter_name, is_lora
     from ..weight_sync import Incoming, load_into
 
-    incoming = Incoming(group)
+    incoming = Incoming(group)  # a push given up before this leaves the weights as they were
     try:
-        load_into(engine.model, incoming)
+        with engine.loading():  # given up from here on, the model may hold part of the push: held until whole
+            load_into(engine.model, incoming)
     finally:
         incoming.drain()
     if is_lora(engine.model):
         engine._adapter_pushes += 1
         engine.adapter_version = adapter_name(engine._adapter_pushes)
-    engine.policy_version = incoming.version
+    engine.weights_complete(incoming.version)
     return incoming.version
 
 
@@ -64,20 +85,22 @@ def _into_vllm(engine: Any, group: Any) -> int:
 
     incoming = Incoming(group)
     try:
-        llm = engine.llm
-        engine.wake_for_weights()
-        weights = engine.loadable(incoming, incoming.ties)
-        if engine.settings.in_process:
-            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
-        else:  # vLLM's engine core in its own process: the buckets cross in one shared-memory file
-            from .vllm_worker import load_through_shared_memory
+        with engine.loading():  # a reload that raises may leave vLLM's model part loaded: held until whole
+            llm = engine.llm
+            engine.wake_for_weights()
+            weights = engine.loadable(incoming, incoming.ties)
+            if engine.settings.in_process:
+                llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                             "is_checkpoint_format": True})
+            else:  # vLLM's engine core in its own process: the buckets cross in one shared-memory file
+                from .vllm_worker import load_through_shared_memory
 
-            load_through_shared_memory(llm, dict(weights))
-        engine.weights_loaded()
-        llm.reset_prefix_cache()
+                load_through_shared_memory(llm, dict(weights))
+            engine.weights_loaded()
+            llm.reset_prefix_cache()
     finally:
         incoming.drain()
-    engine.policy_version = incoming.version
+    engine.weights_complete(incoming.version)
     return incoming.version
 
 
@@ -193,8 +216,9 @@ class ReplicaPusher:
             stats = push(changed, self.group, version=version, ties=ties, bucket_bytes=self.bucket_bytes)
             for handle in handles:
                 client._result(handle, timeout=self.timeout_s)
-        except BaseException:
+        except BaseException as exc:
             self.give_up(client, live, address, port)
+            _let_go(exc)  # this member's bucket and pending operation: its group goes, ending the others' waits
             raise
         stats["seconds"] = time.perf_counter() - started
         return stats

@@ -59,7 +59,7 @@ class HFEngine(QueuedEngine):
         """
         lora = is_lora(model)
         if model is self.model and not lora:
-            self.call_in_worker(lambda: self._set_version(version))
+            self.call_in_worker(lambda: self.weights_complete(version))
             return
         if lora:
             from ..lora import adapter_state_dict
@@ -69,16 +69,17 @@ class HFEngine(QueuedEngine):
             state = model.state_dict()
 
         def apply() -> None:
-            if lora:
-                if state is not None:
-                    from peft import set_peft_model_state_dict
+            with self.loading():  # one that raises may have copied part of the weights
+                if lora:
+                    if state is not None:
+                        from peft import set_peft_model_state_dict
 
-                    set_peft_model_state_dict(self.model, state)
-                self._adapter_pushes += 1
-                self.adapter_version = adapter_name(self._adapter_pushes)
-            else:
-                self.model.load_state_dict(state)
-            self._set_version(version)
+                        set_peft_model_state_dict(self.model, state)
+                    self._adapter_pushes += 1
+                    self.adapter_version = adapter_name(self._adapter_pushes)
+                else:
+                    self.model.load_state_dict(state)
+            self.weights_complete(version)
 
         self.call_in_worker(apply)
 
@@ -91,15 +92,12 @@ class HFEngine(QueuedEngine):
             unknown = sorted(set(named) - set(params))
             if unknown:
                 raise KeyError(f"the engine's model has no tensors named {unknown[:5]}")
-            with torch.no_grad():
+            with torch.no_grad(), self.loading():  # one that raises may have copied part of them
                 for name, tensor in named.items():
                     params[name].copy_(tensor)
-            self._set_version(version)
+            self.weights_complete(version)
 
         self.call_in_worker(load)
-
-    def _set_version(self, version: int | None) -> None:
-        self.policy_version = self.policy_version + 1 if version is None else int(version)
 
     # --- worker -------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ between batches (:mod:`.collective`, the same code as the Ray replicas'), and re
 shared-memory file carries the initial weights, every push with ``grpo.weight_sync: host`` or for a vLLM
 replica of a LoRA policy, and a push whose collective attempt failed. A replica process that exits is found by
 its pipe closing (or, before a push, by its process being gone); its pending calls fail over, and the next
-collective push re-forms the group with the live replicas.
+collective push re-forms the group with the live replicas. One stopped (SIGSTOP) during a push is killed.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from seal_platform.types import Message
 from . import buckets
 from .routing import ReplicaClient, StickyRouter
 from .shipping import ChangeTracker, with_ties
+from .stopped import StoppedWatch
 
 log = logging.getLogger(__name__)
 
@@ -304,6 +305,11 @@ class LocalEngineClient(ReplicaClient):
             if not replica.alive or _exited(replica.process):
                 self._lost(index)
         return super().live()
+
+    def update_weights(self, model: Any, version: int | None = None) -> None:
+        """:meth:`.routing.ReplicaClient.update_weights`; a replica stopped during it is killed (:mod:`.stopped`)."""
+        with StoppedWatch(self.replicas):
+            super().update_weights(model, version)
 
     def _push(self, changed: dict[str, Any], ties: dict[str, str], version: int) -> dict[str, float]:
         """The host path: one shared-memory file for all replicas; removed once every live one has loaded it."""

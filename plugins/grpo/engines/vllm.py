@@ -27,6 +27,7 @@ logits before temperature / top-p, i.e. the same quantity the ``hf`` engine and 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import logging
@@ -199,7 +200,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
                 self.wake_for_weights()  # a LoRA policy's engine sleeps at level 1: its base weights come back
                 self._lora.activate(self.llm.llm_engine, request)
                 self.adapter_version = request.lora_name
-                self.policy_version = self.policy_version + 1 if version is None else int(version)
+                self.weights_complete(version)
 
             self.call_in_worker(swap)
             return
@@ -210,19 +211,20 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
         from .shipping import ChangeTracker
 
         def reload() -> None:
-            self.wake_for_weights()
-            weights = self.loadable(named.items(), ChangeTracker.ties(named))
-            if self.settings.in_process:
-                with self._classes.kept():  # the reload builds the model anew
-                    self.llm.collective_rpc("reload_weights", kwargs={
-                        "weights_iterator": ((n, t.detach()) for n, t in weights), "is_checkpoint_format": True})
-            else:
-                from .vllm_worker import load_through_shared_memory
+            with self.loading():  # one that raises may leave the model part loaded
+                self.wake_for_weights()
+                weights = self.loadable(named.items(), ChangeTracker.ties(named))
+                if self.settings.in_process:
+                    with self._classes.kept():  # the reload builds the model anew
+                        self.llm.collective_rpc("reload_weights", kwargs={
+                            "weights_iterator": ((n, t.detach()) for n, t in weights), "is_checkpoint_format": True})
+                else:
+                    from .vllm_worker import load_through_shared_memory
 
-                load_through_shared_memory(self.llm, dict(weights))
-            self.weights_loaded()
-            self.llm.reset_prefix_cache()
-            self.policy_version = self.policy_version + 1 if version is None else int(version)
+                    load_through_shared_memory(self.llm, dict(weights))
+                self.weights_loaded()
+                self.llm.reset_prefix_cache()
+            self.weights_complete(version)
 
         self.call_in_worker(reload)
 
@@ -364,10 +366,8 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
         if llm is not None:
             if self.settings.in_process:  # a separate engine-core process takes its memory with it
                 forget_reload_info(llm)
-            try:
+            with contextlib.suppress(Exception):  # already down
                 llm.llm_engine.engine_core.shutdown()
-            except Exception:  # already down
-                pass
             del llm
             gc.collect()
         self._cleanup_tmp()
