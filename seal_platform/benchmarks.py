@@ -18,7 +18,7 @@ from .errors import PluginError
 from .stages import check_ids_unused, evaluate_sampling, score_evaluation, wrap
 from .types import EvalResult
 
-_ENVIRONMENTS = "seal_platform.benchmarks"
+_PREPARED = "seal_platform.benchmarks"  # ctx.shared key: the benchmarks built at set-up
 
 
 def check_benchmarks(config: RunConfig, host: Any) -> list[Issue]:
@@ -40,14 +40,21 @@ def check_benchmarks(config: RunConfig, host: Any) -> list[Issue]:
     return issues
 
 
-def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> dict[str, EvalResult]:
-    """Evaluate every extra benchmark at ``step`` and record each result under the benchmark's name.
+def prepare_benchmarks(host: Any, ctx: RunContext) -> None:
+    """Build every extra benchmark's environment and list its tasks, at the run's set-up: a benchmark whose
+    factory fails, whose split is missing or empty, is refused before the model load and before any step,
+    not at its first evaluation (after ``evaluation.every`` steps of training). Kept in ``ctx.shared`` for
+    :func:`evaluate_benchmarks`; each environment is built once per run, by its own plugin's factory."""
+    _prepared(host, ctx)
 
-    Environments are built once per run (kept in ``ctx.shared``), by their own plugin's factory.
-    """
-    built: dict[str, Any] = ctx.shared.setdefault(_ENVIRONMENTS, {})
-    results: dict[str, EvalResult] = {}
+
+def _prepared(host: Any, ctx: RunContext) -> dict[str, tuple[str, Any, list[Any]]]:
+    """Benchmark key -> (owner plugin, environment, tasks), built on first use."""
+    prepared: dict[str, tuple[str, Any, list[Any]]] = ctx.shared.setdefault(_PREPARED, {})
+    built: dict[str, Any] = {}
     for bench in ctx.config.evaluation.benchmarks:
+        if bench.key in prepared:
+            continue
         owner, spec = host.environments()[bench.environment]
         if bench.environment not in built:
             built[bench.environment] = wrap("environment", owner, lambda: spec.factory(ctx), host)
@@ -56,6 +63,16 @@ def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> d
         tasks = tasks[: bench.max_tasks] if bench.max_tasks else tasks
         if not tasks:
             raise PluginError(f"benchmark {bench.environment!r} has no tasks in split {bench.split!r}.")
+        prepared[bench.key] = (owner, env, list(tasks))
+    return prepared
+
+
+def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> dict[str, EvalResult]:
+    """Evaluate every extra benchmark at ``step`` and record each result under the benchmark's name."""
+    prepared = _prepared(host, ctx)
+    results: dict[str, EvalResult] = {}
+    for bench in ctx.config.evaluation.benchmarks:
+        owner, env, tasks = prepared[bench.key]
         raw = wrap("evaluate", owner, lambda: host.call_owned(
             "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
             sampling=evaluate_sampling(ctx.config),

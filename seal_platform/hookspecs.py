@@ -111,10 +111,11 @@ def register_environments() -> list[EnvironmentSpec]:
 
     :returns: a list of :class:`seal_platform.registry.EnvironmentSpec` (name, factory, description, and
         optionally ``splits``: the task splits it has, so that a recipe asking for another is refused when it
-        is planned, before a run's row is written). The factory is called as ``factory(ctx)``, after ``start_run`` and before the rollout engine is built (so
-        that a bad split or an empty task list is refused before a long model load; the engine is not yet in
-        ``ctx.shared``), and returns an object satisfying
-        :class:`seal_platform.environment.Environment`. The plugin that registers the environment named by
+        is planned, before a run's row is written). The factory is called as ``factory(ctx)``, after
+        ``start_run`` and before the rollout engine is built, for the run's environment and for each of
+        ``evaluation.benchmarks`` (so that a failing factory, a bad split or an empty task list is refused
+        before a long model load and before any step; the engine is not yet in ``ctx.shared``), and returns
+        an object satisfying :class:`seal_platform.environment.Environment`. The plugin that registers the environment named by
         the recipe's ``environment`` key owns the ``collect`` and ``evaluate`` stages.
 
     All results are collected; a name two plugins register is left out: a recipe that uses it gets a

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import infra, rollouts, scaleout
-from .benchmarks import evaluate_benchmarks
+from .benchmarks import evaluate_benchmarks, prepare_benchmarks
 from .capability import CapabilityState
 from .checkpoints import (
     CoreState,
@@ -226,6 +226,9 @@ class Runner:
             self.progress.stage(self.start_step, "build environment")
             environment = life.environment()
             train_tasks, eval_tasks = self._tasks(environment)
+            if self.config.evaluation.benchmarks:  # a broken benchmark is refused now, not after training
+                self.progress.stage(self.start_step, "build benchmarks")
+                prepare_benchmarks(self.host, self.ctx)
             self.progress.stage(self.start_step, "load model")
             engine = life.engine()
             self._record_stage_time("setup", self.start_step, time.perf_counter() - setup_started)

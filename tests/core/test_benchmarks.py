@@ -135,3 +135,57 @@ def test_a_benchmark_s_evaluation_is_checked_as_the_run_s_own_is(toy_site, toy_r
     # Nothing of the refused evaluation is stored: the last one refused, the ids' case at step 1.
     assert ("twice-ood", 0) not in stored or said.startswith("evaluate of plugin 'twice' returned trajectories whose")
     assert ("twice-ood", 1) not in stored
+
+
+BROKEN = '''
+from seal_platform import hookimpl
+from seal_platform.registry import EnvironmentSpec
+
+import toy_plugin
+
+
+def build(ctx):
+    FAILURE
+
+
+@hookimpl
+def register_environments():
+    return [EnvironmentSpec("broken", build)]
+
+
+@hookimpl
+def evaluate(ctx, environment, engine, tasks, step):
+    raise AssertionError("never reached: the benchmark is refused at set-up")
+'''
+
+
+@pytest.mark.parametrize("failure, said", [
+    ('raise RuntimeError("no such dataset")', "no such dataset"),
+    ("return toy_plugin.ToyEnvironment(ctx.settings_for('toy', toy_plugin.ToySettings))",
+     "listing the tasks of split 'nowhere' of plugin 'broken' failed"),
+])
+def test_a_broken_benchmark_is_refused_at_set_up_before_the_model_and_any_step(toy_site, toy_recipe, monkeypatch,
+                                                                               failure, said):
+    """With evaluation.before_training off the first evaluation comes after training: a benchmark whose
+    factory fails, or that lacks its split, used to end the run only there. It is built at set-up now."""
+    import sys
+
+    from seal_platform.errors import PluginError
+
+    from .conftest import make_dist
+
+    make_dist(toy_site, "seal-broken", "0.1.0", {"broken": "broken_plugin"},
+              {"broken_plugin.py": BROKEN.replace("FAILURE", failure)})
+    sys.modules.pop("broken_plugin", None)
+    monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
+    config, host, path = _plan(toy_recipe, [
+        "plugins.allow=[toy,broken]", "training.steps=3", "evaluation.every=3", "evaluation.before_training=false",
+        "evaluation.benchmarks=[{environment: broken, split: nowhere}]"])
+    store = RunStore(config.store_url())
+    runner = Runner(prepare(config, host, str(path)), host, store, recipe=str(path))
+    with pytest.raises(PluginError) as raised:
+        runner.run()
+    assert said in str(raised.value), repr(raised.value)
+    toy = next(plugin for name, plugin in host.pm.list_name_plugin() if name == "toy")
+    assert toy.engines_built == 0  # refused before the model load
+    assert store.steps(runner.run_id) == []  # and before any step
