@@ -174,9 +174,11 @@ def test_a_broken_benchmark_is_refused_at_set_up_before_the_model_and_any_step(t
 
     from .conftest import make_dist
 
-    make_dist(toy_site, "seal-broken", "0.1.0", {"broken": "broken_plugin"},
-              {"broken_plugin.py": BROKEN.replace("FAILURE", failure)})
-    sys.modules.pop("broken_plugin", None)
+    # A module name of its own: test_plugins' "broken_plugin" (one that fails at import) must not find this one
+    # already imported in the same session.
+    make_dist(toy_site, "seal-broken-benchmark", "0.1.0", {"broken": "broken_benchmark_plugin"},
+              {"broken_benchmark_plugin.py": BROKEN.replace("FAILURE", failure)})
+    sys.modules.pop("broken_benchmark_plugin", None)
     monkeypatch.delenv("SEAL_PLATFORM_PLUGINS", raising=False)
     config, host, path = _plan(toy_recipe, [
         "plugins.allow=[toy,broken]", "training.steps=3", "evaluation.every=3", "evaluation.before_training=false",
