@@ -70,6 +70,26 @@ def scores_equal_the_trainers(client: Any, model: Any) -> None:
         assert theirs == ours, (index, theirs, ours)
 
 
+def after_senders_broadcast(monkeypatch: Any, count: int, action: Callable[[], None]) -> list[int]:
+    """Patch ``SyncGroup.broadcast`` so that ``action()`` runs on the sender (rank 0) right after its
+    ``count``-th broadcast from now on (a push's header takes two, then one per bucket): a replica killed or
+    stopped at a chosen point of a push. Returns the sizes (numel) of the sender's broadcasts, as they go."""
+    from seal_platform_plugins.grpo.weight_sync import SyncGroup
+
+    broadcast = SyncGroup.broadcast
+    sent: list[int] = []
+
+    def patched(self: Any, tensor: Any) -> None:
+        broadcast(self, tensor)
+        if self.rank == 0:
+            sent.append(tensor.numel())
+            if len(sent) == count:
+                action()
+
+    monkeypatch.setattr(SyncGroup, "broadcast", patched)
+    return sent
+
+
 def bounded(fn: Callable[[], Any], seconds: float) -> Any:
     """``fn()`` in a thread; fails the test (instead of hanging it) when it takes longer than ``seconds``."""
     out: dict = {}

@@ -25,8 +25,13 @@ from seal_platform_plugins.grpo.engines.hf import HFEngine  # noqa: E402
 from seal_platform_plugins.grpo.engines.local import LocalEngineClient, start_local_replicas  # noqa: E402
 from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
 from seal_platform_plugins.grpo.testing import sequence_logprobs, tiny_llama  # noqa: E402
-from seal_platform_plugins.grpo.weight_sync import SyncGroup  # noqa: E402
-from tests.grpo.checks import SEQUENCES, bounded, scores_equal_the_trainers, trainer_logprobs  # noqa: E402
+from tests.grpo.checks import (  # noqa: E402
+    SEQUENCES,
+    after_senders_broadcast,
+    bounded,
+    scores_equal_the_trainers,
+    trainer_logprobs,
+)
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=6)
 # no batching wait: a request is generated as soon as the worker takes it (nothing waits for the fallback)
@@ -58,18 +63,12 @@ def test_a_request_made_while_a_push_is_given_up_halfway_gets_the_fallbacks_whol
         _update(model, 2)
         version = client.policy_version + 1
         prompt = SEQUENCES[0]
-        broadcast = SyncGroup.broadcast
-        sent: list[int] = []
         window: dict = {}
 
-        def killing_broadcast(self, tensor):
-            broadcast(self, tensor)
-            if self.rank == 0:
-                sent.append(tensor.numel())
-                if len(sent) == 4:  # the header and two buckets went out: the survivor is loading this push
-                    window["generation"] = client._submit(survivor, "generate_ids", [prompt], GREEDY)
-                    window["scores"] = client._submit(survivor, "score", SEQUENCES)  # its weights in the window
-                    os.kill(client.pids()[victim], signal.SIGKILL)
+        def requests_then_kill() -> None:
+            window["generation"] = client._submit(survivor, "generate_ids", [prompt], GREEDY)
+            window["scores"] = client._submit(survivor, "score", SEQUENCES)  # its weights in the window
+            os.kill(client.pids()[victim], signal.SIGKILL)
 
         host_push = LocalEngineClient._push
 
@@ -77,7 +76,8 @@ def test_a_request_made_while_a_push_is_given_up_halfway_gets_the_fallbacks_whol
             time.sleep(1.0)
             return host_push(self, *args)
 
-        monkeypatch.setattr(SyncGroup, "broadcast", killing_broadcast)
+        # after the header and two buckets went out: the survivor is loading this push
+        after_senders_broadcast(monkeypatch, 4, requests_then_kill)
         monkeypatch.setattr(LocalEngineClient, "_push", later_push)
         bounded(lambda: client.update_weights(model), 30)
         monkeypatch.undo()

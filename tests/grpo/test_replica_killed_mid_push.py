@@ -20,7 +20,7 @@ from seal_platform_plugins.grpo.engines.local import start_local_replicas  # noq
 from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
 from seal_platform_plugins.grpo.testing import tiny_llama  # noqa: E402
 from seal_platform_plugins.grpo.weight_sync import SyncGroup  # noqa: E402
-from tests.grpo.checks import bounded, scores_equal_the_trainers  # noqa: E402
+from tests.grpo.checks import after_senders_broadcast, bounded, scores_equal_the_trainers  # noqa: E402
 
 BOUND_S = 30.0  # the push with a replica killed in it: seconds, not the group's 120 s timeout
 
@@ -95,17 +95,8 @@ def test_a_replica_killed_between_buckets_holds_the_push_seconds_not_the_timeout
     if client._pusher.key is None:  # alone: a group of the live ones first
         _next_push_forms_a_group_of_the_live(client, model, seed=3)
     victim = client.live()[-1]
-    broadcast = SyncGroup.broadcast
-    sent: list[int] = []
-
-    def killing_broadcast(self, tensor):
-        broadcast(self, tensor)
-        if self.rank == 0:
-            sent.append(tensor.numel())
-            if len(sent) == 2:  # the header's size and bytes went out, no bucket yet
-                os.kill(client.pids()[victim], signal.SIGKILL)
-
-    monkeypatch.setattr(SyncGroup, "broadcast", killing_broadcast)
+    # killed once the header's size and bytes went out, no bucket yet
+    sent = after_senders_broadcast(monkeypatch, 2, lambda: os.kill(client.pids()[victim], signal.SIGKILL))
     _killed_push(client, model, victim, seed=4)
     monkeypatch.undo()
     assert len(sent) >= 2  # killed in the push, over the group kept from the pushes before

@@ -18,8 +18,7 @@ from seal_platform_plugins.grpo.engines.local import start_local_replicas  # noq
 from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
 from seal_platform_plugins.grpo.engines.stopped import STOPPED_S, stopped  # noqa: E402
 from seal_platform_plugins.grpo.testing import tiny_llama  # noqa: E402
-from seal_platform_plugins.grpo.weight_sync import SyncGroup  # noqa: E402
-from tests.grpo.checks import bounded, scores_equal_the_trainers  # noqa: E402
+from tests.grpo.checks import after_senders_broadcast, bounded, scores_equal_the_trainers  # noqa: E402
 
 BOUND_S = 30.0  # the push with a replica stopped in it: seconds, not the group's 120 s timeout
 
@@ -41,18 +40,11 @@ def test_a_replica_stopped_between_buckets_is_killed_and_the_push_goes_on_withou
         _update(model, 1)
         bounded(lambda: client.update_weights(model), 60)  # a group of both, kept for the next push
         assert client._pusher.key[0] == (0, 1)
-        broadcast = SyncGroup.broadcast
-        sent: list[int] = []
+        def stop() -> None:
+            os.kill(pid, signal.SIGSTOP)
+            assert bounded(lambda: _until(lambda: stopped(pid)), 10)
 
-        def stopping_broadcast(self, tensor):
-            broadcast(self, tensor)
-            if self.rank == 0:
-                sent.append(tensor.numel())
-                if len(sent) == 3:  # the header and a bucket went out
-                    os.kill(pid, signal.SIGSTOP)
-                    assert bounded(lambda: _until(lambda: stopped(pid)), 10)
-
-        monkeypatch.setattr(SyncGroup, "broadcast", stopping_broadcast)
+        after_senders_broadcast(monkeypatch, 3, stop)  # stopped once the header and a bucket went out
         _update(model, 2)
         version = client.policy_version + 1
         started = time.monotonic()
