@@ -40,16 +40,12 @@ def check_benchmarks(config: RunConfig, host: Any) -> list[Issue]:
     return issues
 
 
-def prepare_benchmarks(host: Any, ctx: RunContext) -> None:
-    """Build every extra benchmark's environment and list its tasks, at the run's set-up: a benchmark whose
-    factory fails, whose split is missing or empty, is refused before the model load and before any step,
-    not at its first evaluation (after ``evaluation.every`` steps of training). Kept in ``ctx.shared`` for
-    :func:`evaluate_benchmarks`; each environment is built once per run, by its own plugin's factory."""
-    _prepared(host, ctx)
-
-
-def _prepared(host: Any, ctx: RunContext) -> dict[str, tuple[str, Any, list[Any]]]:
-    """Benchmark key -> (owner plugin, environment, tasks), built on first use."""
+def prepare_benchmarks(host: Any, ctx: RunContext) -> dict[str, tuple[str, Any, list[Any]]]:
+    """Benchmark key -> (owner plugin, environment, tasks): every extra benchmark's environment built and its
+    tasks listed, at the run's set-up (and kept in ``ctx.shared`` for :func:`evaluate_benchmarks`): a benchmark
+    whose factory fails, whose split is missing or empty, is refused before the model load and before any
+    step, not at its first evaluation (after ``evaluation.every`` steps of training). Each environment is built
+    once per run, by its own plugin's factory."""
     prepared: dict[str, tuple[str, Any, list[Any]]] = ctx.shared.setdefault(_PREPARED, {})
     built: dict[str, Any] = {}
     for bench in ctx.config.evaluation.benchmarks:
@@ -69,7 +65,7 @@ def _prepared(host: Any, ctx: RunContext) -> dict[str, tuple[str, Any, list[Any]
 
 def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> dict[str, EvalResult]:
     """Evaluate every extra benchmark at ``step`` and record each result under the benchmark's name."""
-    prepared = _prepared(host, ctx)
+    prepared = prepare_benchmarks(host, ctx)  # built at set-up: read back
     results: dict[str, EvalResult] = {}
     for bench in ctx.config.evaluation.benchmarks:
         owner, env, tasks = prepared[bench.key]
