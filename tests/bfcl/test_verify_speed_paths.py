@@ -85,3 +85,60 @@ def test_thin_official_command_gives_the_official_verdicts(all_tasks, tmp_path):
     by_id = {task.id: task.payload for task in picked}
     expected = [official_verdict(by_id[r["task_id"]], r["turns"])[0] for r in records]
     assert [g["success"] for g in got] == expected == [True, False, False] * len(picked)
+
+
+def test_default_state_copies_by_pickle_equal_deepcopies_and_share_nothing():
+    import copy
+    import importlib
+
+    from seal_platform_plugins.bfcl.backend import BACKEND_MODULES
+
+    patched = []
+    for class_name, module_name in BACKEND_MODULES.items():
+        backend_class(class_name)
+        module = importlib.import_module(module_name)
+        default = module.__dict__.get("DEFAULT_STATE")
+        if default is None or module.deepcopy is copy.deepcopy:
+            continue
+        patched.append(class_name)
+        before = copy.deepcopy(default)
+        fast, slow = module.deepcopy(default), copy.deepcopy(default)
+        assert fast == slow and repr(fast) == repr(slow) and fast is not default
+        # Every container is new: changing the copy leaves the module's state as it was.
+        for key, value in fast.items():
+            if isinstance(value, (dict, list, set)):
+                assert value is not default[key]
+                value.clear()
+        assert default == before
+        # Anything else is copy.deepcopy's, memo included.
+        other, memo = [[1], {"a": [2]}], {}
+        assert module.deepcopy(other, memo) == other and memo
+    # The stateful classes with plain default states; GorillaFileSystem's holds Directory objects: left alone.
+    assert {"TradingBot", "TravelAPI", "MessageAPI", "VehicleControlAPI"} <= set(patched)
+    assert "GorillaFileSystem" not in patched
+
+
+def test_only_a_plain_default_state_is_copied_by_pickle():
+    import copy
+    import types
+
+    from seal_platform_plugins.bfcl.backend import _copy_default_state_by_pickle
+
+    def module(state):
+        made = types.ModuleType("fake_backend")
+        made.deepcopy, made.DEFAULT_STATE = copy.deepcopy, state
+        _copy_default_state_by_pickle(made)
+        return made
+
+    assert module({"a": [1, 2.5, None, ("x", True)], "ids": {1, 2}}).deepcopy is not copy.deepcopy
+    assert module({"a": [object()]}).deepcopy is copy.deepcopy
+    assert module({"a": {(1, 2): 3}}).deepcopy is copy.deepcopy  # a tuple key
+    assert module([1, 2]).deepcopy is copy.deepcopy
+    nested: list = []
+    for _ in range(60):
+        nested = [nested]
+    assert module({"deep": nested}).deepcopy is copy.deepcopy
+    renamed = types.ModuleType("fake_backend")
+    renamed.deepcopy, renamed.DEFAULT_STATE = (lambda value, memo=None: value), {"a": 1}
+    _copy_default_state_by_pickle(renamed)
+    assert renamed.deepcopy(renamed.DEFAULT_STATE) is renamed.DEFAULT_STATE  # not copy.deepcopy: untouched
