@@ -117,13 +117,13 @@ def _as_int(value: Any, default: int = 0) -> int:
 
 def _signature(call: Any) -> tuple[str, str] | None:
     """(name, canonical arguments) of a call given as BFCL text, a mapping or a ToolCall; None if unreadable."""
+    if isinstance(call, str):  # the usual case (a trace's call texts), tested first: Mapping's check is slow
+        return _text_signature(call)
     if isinstance(call, ToolCall):
         return call.name, _canon(call.arguments)
     if isinstance(call, Mapping) and "name" in call:
         args = call.get("arguments", call.get("kwargs", {}))
         return str(call["name"]), _canon(args if isinstance(args, Mapping) else {})
-    if isinstance(call, str):
-        return _text_signature(call)
     return None
 
 

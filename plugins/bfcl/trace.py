@@ -17,6 +17,7 @@ state each side actually reached, so diagnosers can label every turn; the task's
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -114,16 +115,15 @@ class TurnChecks(BaseModel):
         """These checks as stored (``TurnVerdict.checks``), fields in :data:`CHECK_KEYS` order: what
         ``model_dump()`` gives for the verifier's own checks (plain JSON values; tests hold the two equal),
         without pydantic's serializer in the per-turn hot path. The dict shares this object's lists."""
-        values = self.__dict__
-        return {key: values[key] for key in CHECK_KEYS}
+        return dict(zip(CHECK_KEYS, _CHECK_VALUES(self.__dict__)))
 
     @classmethod
     def view(cls, checks: Mapping[str, Any]) -> "TurnChecks":
         """An unvalidated view of a stored ``checks`` dict: a field it lacks has its default, any other value is
         kept as it is (a trace read back from a store or a file may hold anything, so readers stay defensive
         about types); unknown keys are ignored."""
-        if all(name in checks for name in CHECK_KEYS):  # a full stored dict (every trace the verifier writes)
-            return cls.construct_full({name: checks[name] for name in CHECK_KEYS})
+        if checks.keys() >= _CHECK_KEY_SET:  # a full stored dict (every trace the verifier writes)
+            return cls.construct_full(dict(zip(CHECK_KEYS, _CHECK_VALUES(checks))))
         return cls.model_construct(**{name: checks[name] for name in CHECK_KEYS if name in checks})
 
     @classmethod
@@ -142,6 +142,10 @@ class TurnChecks(BaseModel):
 
 # The checks' field names, in their stored order.
 CHECK_KEYS: tuple[str, ...] = tuple(TurnChecks.model_fields)
+# The same, as a set, and the values of a mapping holding them all in that order (a tuple): ``view`` and
+# ``stored`` run for every turn of every verification and diagnosis, and these do their work in C.
+_CHECK_KEY_SET = frozenset(CHECK_KEYS)
+_CHECK_VALUES = operator.itemgetter(*CHECK_KEYS)
 
 
 def empty_checks(gt_calls: list[str]) -> dict[str, Any]:
