@@ -34,6 +34,17 @@ REFERENCE_LABELS: tuple[str, ...] = ("gt_error", "spurious_tool_call", "correct_
 #: ``skip_labels`` (never judged).
 EXCLUDED_LABELS: tuple[str, ...] = ("gt_error", "checker_error", UNREACHED_LABEL)
 
+#: The SEAL paper's finer labels (its Table 5) -> the reference labels each may refine (docs/labels.md,
+#: "Finer labels and the mapping", the bfcl column). The one mapping: the ``bfcl`` diagnoser registers it as
+#: its labels' reference labels, and the LLM judge's ``refine`` mode offers the finer labels that refine the
+#: heuristic's label by it. Other environments' diagnosers declare mappings of their own.
+REFINES: dict[str, tuple[str, ...]] = {
+    "invalid_tool_call": ("spurious_tool_call", "empty_turn_model_response", "state_mismatch", "response_mismatch"),
+    "recovery_failure": ("state_mismatch", "response_mismatch"),
+    "missing_tool_call": ("state_mismatch", "response_mismatch"),
+    "argument_mismatch": ("state_mismatch", "response_mismatch"),
+}
+
 
 @dataclass(frozen=True)
 class LabelRow:

@@ -18,13 +18,8 @@ from seal_platform.toolenv.bfcl_data import DataError, data_dir
 from seal_platform.types import Task
 
 from .backend import copy_data  # a private deep copy of plain data
+from .categories import CATEGORIES
 
-CATEGORIES: tuple[str, ...] = (
-    "multi_turn_base",
-    "multi_turn_miss_func",
-    "multi_turn_miss_param",
-    "multi_turn_long_context",
-)
 SPLITS: tuple[str, ...] = ("train", "eval", "eval_val", "eval_test", "all")
 SPLIT_FILE = Path(__file__).with_name("bfcl_multi_turn_split.json")
 

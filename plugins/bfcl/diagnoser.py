@@ -38,14 +38,9 @@ UNREACHED = core_labels.UNREACHED_LABEL
 REFERENCE_LABELS = tuple(label for label in core_labels.REFERENCE_LABELS if label != UNREACHED)
 FINE_LABELS = ("invalid_tool_call", "argument_mismatch", "missing_tool_call", "recovery_failure")
 ALL_LABELS = REFERENCE_LABELS + FINE_LABELS + (UNREACHED,)
-# Reference labels a finer label may replace (for documentation; the actual reference label of each
-# turn is computed and stored with it).
-REFINES: dict[str, tuple[str, ...]] = {
-    "invalid_tool_call": ("spurious_tool_call", "empty_turn_model_response", "state_mismatch", "response_mismatch"),
-    "recovery_failure": ("state_mismatch", "response_mismatch"),
-    "missing_tool_call": ("state_mismatch", "response_mismatch"),
-    "argument_mismatch": ("state_mismatch", "response_mismatch"),
-}
+# Reference labels a finer label may replace, the core's (for documentation; the actual reference label of
+# each turn is computed and stored with it).
+REFINES = core_labels.REFINES
 
 # What each label means (``seal-platform labels bfcl``, docs/labels.md). The first rule that fires wins, in
 # the order of REFERENCE_LABELS; a finer label replaces its reference label where the trace shows why.

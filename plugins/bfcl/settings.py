@@ -8,12 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from seal_platform.toolenv.evolution import EvolutionSettings
 
-CATEGORY_NAMES = (
-    "multi_turn_base",
-    "multi_turn_miss_func",
-    "multi_turn_miss_param",
-    "multi_turn_long_context",
-)
+from .categories import CATEGORIES
+
 FORMAT_NAMES = ("hermes", "python")
 
 
@@ -24,7 +20,7 @@ class BfclSettings(BaseModel):
 
     # --- tasks
     categories: list[str] = Field(
-        default_factory=lambda: list(CATEGORY_NAMES),
+        default_factory=lambda: list(CATEGORIES),
         description="BFCL multi-turn categories to use (train and eval).",
     )
     train_split: str = Field(default="train", description="Split that `tasks('train')` reads (a split of the bfcl data).")
@@ -69,11 +65,11 @@ class BfclSettings(BaseModel):
     @field_validator("categories")
     @classmethod
     def _known_categories(cls, value: list[str]) -> list[str]:
-        unknown = [c for c in value if c not in CATEGORY_NAMES]
+        unknown = [c for c in value if c not in CATEGORIES]
         if unknown:
-            raise ValueError(f"unknown categories {unknown}; choose from {', '.join(CATEGORY_NAMES)}")
+            raise ValueError(f"unknown categories {unknown}; choose from {', '.join(CATEGORIES)}")
         if not value:
-            raise ValueError(f"at least one category is needed; choose from {', '.join(CATEGORY_NAMES)}")
+            raise ValueError(f"at least one category is needed; choose from {', '.join(CATEGORIES)}")
         return value
 
     @field_validator("train_split", "eval_split")

@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from seal_platform import labels as core_labels
 from seal_platform.types import Message, Trajectory, TurnLabel, TurnVerdict
 
 from . import metrics as shown
@@ -70,13 +71,8 @@ REFERENCE_OF: dict[str, str] = {
     "missing_tool_call": "state_mismatch",
     "recovery_failure": "state_mismatch",
 }
-# Finer labels -> the coarse labels each may replace in refine mode (the paper's Table 5).
-REFINES: dict[str, tuple[str, ...]] = {
-    "invalid_tool_call": ("spurious_tool_call", "empty_turn_model_response", "state_mismatch", "response_mismatch"),
-    "recovery_failure": ("state_mismatch", "response_mismatch"),
-    "missing_tool_call": ("state_mismatch", "response_mismatch"),
-    "argument_mismatch": ("state_mismatch", "response_mismatch"),
-}
+# Finer labels -> the coarse labels each may replace in refine mode (the paper's Table 5): the core's.
+REFINES = core_labels.REFINES
 
 SYSTEM_PROMPT = (
     "You diagnose why a tool-using AI agent failed one turn of a conversation. You get the conversation up to "

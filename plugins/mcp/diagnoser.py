@@ -21,17 +21,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from seal_platform.labels import UNREACHED_LABEL
 from seal_platform.types import ToolCall, Trajectory, TurnLabel, TurnVerdict
 
 SOURCE = "mcp"
-LABELS = ("pass", "unreached_turn", "invalid_tool_call", "recovery_failure", "empty_turn_model_response",
+LABELS = ("pass", UNREACHED_LABEL, "invalid_tool_call", "recovery_failure", "empty_turn_model_response",
           "missing_tool_call", "argument_mismatch", "state_mismatch")
 REFERENCE = {"invalid_tool_call": ("empty_turn_model_response",),
              "recovery_failure": ("instance_mismatch", "state_mismatch"),
              "missing_tool_call": ("state_mismatch",), "argument_mismatch": ("state_mismatch",)}
 MEANINGS = {
     "pass": "the turn passed its check",
-    "unreached_turn": "the episode ended before the turn",
+    UNREACHED_LABEL: "the episode ended before the turn",
     "invalid_tool_call": "nothing ran: a message did not parse or named an unknown tool",
     "recovery_failure": "a call failed (rejected by the schema or an error from the server) and was not put right",
     "empty_turn_model_response": "the agent made no tool call",
@@ -49,7 +50,7 @@ def label_turn(verdict: TurnVerdict, calls: list[ToolCall]) -> tuple[str, str, s
     if verdict.passed:
         return "pass", "pass", "the turn passed its check"
     if not verdict.reached:
-        return "unreached_turn", "unreached_turn", "the episode ended before this turn"
+        return UNREACHED_LABEL, UNREACHED_LABEL, "the episode ended before this turn"
     ran = [c for c in calls if c.result is not None]
     failed = [c for c in calls if c.error]
     if not ran:

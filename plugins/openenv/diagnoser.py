@@ -23,17 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from seal_platform.labels import UNREACHED_LABEL
 from seal_platform.types import Trajectory, TurnLabel, TurnVerdict
 
 SOURCE = "openenv"
-LABELS = ("pass", "unreached_turn", "invalid_tool_call", "empty_turn_model_response", "invalid_arguments",
+LABELS = ("pass", UNREACHED_LABEL, "invalid_tool_call", "empty_turn_model_response", "invalid_arguments",
           "action_refused", "unrewarded_step", "failed_episode")
 REFERENCE = {"invalid_tool_call": ("empty_turn_model_response",), "invalid_arguments": ("instance_mismatch",),
              "action_refused": ("instance_mismatch",), "unrewarded_step": ("state_mismatch",),
              "failed_episode": ("state_mismatch",)}
 MEANINGS = {
     "pass": "the turn passed (its step was rewarded, or the episode passed)",
-    "unreached_turn": "the context ran out before the agent answered",
+    UNREACHED_LABEL: "the context ran out before the agent answered",
     "invalid_tool_call": "the message did not parse, named another tool, or made more than one call",
     "empty_turn_model_response": "the agent made no call (the episode ended there)",
     "invalid_arguments": "the action's arguments failed the action schema (it never reached the environment)",
@@ -42,7 +43,7 @@ MEANINGS = {
     "failed_episode": "the step ran in an episode whose final reward is below success_threshold (final mode)",
 }
 _BY_KIND = {
-    "context_limit": ("unreached_turn", "unreached_turn", "the context ran out before the agent answered"),
+    "context_limit": (UNREACHED_LABEL, UNREACHED_LABEL, "the context ran out before the agent answered"),
     "invalid_call": ("invalid_tool_call", "empty_turn_model_response", "the call was not usable"),
     "no_action": ("empty_turn_model_response", "empty_turn_model_response", "the agent made no call"),
     "invalid_arguments": ("invalid_arguments", "instance_mismatch", "the arguments failed the action schema"),

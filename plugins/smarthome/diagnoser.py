@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from seal_platform.labels import UNREACHED_LABEL
 from seal_platform.types import ToolCall, Trajectory, TurnLabel, TurnVerdict
 
 from .episode import TurnChecks
 
 SOURCE = "smarthome"
-LABELS = ("pass", "unreached_turn", "invalid_tool_call", "recovery_failure", "empty_turn_model_response",
+LABELS = ("pass", UNREACHED_LABEL, "invalid_tool_call", "recovery_failure", "empty_turn_model_response",
           "missing_tool_call", "argument_mismatch", "state_mismatch")
 
 
@@ -36,7 +37,7 @@ def label_turn(verdict: TurnVerdict, calls: list[ToolCall]) -> tuple[str, str, s
     if verdict.passed:
         return "pass", "pass", "the home's state matches the ground truth"
     if not verdict.reached:
-        return "unreached_turn", "unreached_turn", "the episode ended before this turn"
+        return UNREACHED_LABEL, UNREACHED_LABEL, "the episode ended before this turn"
     ran = [c for c in calls if c.result is not None]
     failed = [c for c in calls if c.error]
     if not ran:

@@ -68,7 +68,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from seal_platform.capability import CapabilityState, CapabilityTables
-from seal_platform.labels import EXCLUDED_LABELS
+from seal_platform.labels import EXCLUDED_LABELS, UNREACHED_LABEL
 from seal_platform.types import Interface
 
 from .interface import ALL_SCOPES, Guideline, InterfaceSpec, ScopeSpec, describe_system
@@ -118,7 +118,7 @@ GUIDELINES: dict[str, str] = {
     "missing_tool_call": "Complete every step of the request: make each needed call before you answer.",
     "recovery_failure": "When a call returns an error, read it, fix the cause (argument, path, login) and "
     "retry instead of giving up or repeating the same call.",
-    "unreached_turn": "Finish each user request in few steps and then answer, so the conversation can go on.",
+    UNREACHED_LABEL: "Finish each user request in few steps and then answer, so the conversation can go on.",
 }
 
 

@@ -35,6 +35,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from seal_platform.labels import UNREACHED_LABEL
+
 CHANGES = ("required_markers", "allowed_values", "recovery_hints", "call_format")
 # anyOf/oneOf nesting that enum_of and type_of look into (a server may nest them thousands deep).
 MAX_SCHEMA_DEPTH = 8
@@ -329,7 +331,7 @@ def switch_on_changes(interface: Any, state: Any, settings: Any,
     driven_by: list[str] = []
     for change, labels in triggers.items():
         for label in labels:
-            share = window.prevalence(label, exclude=("unreached_turn",))
+            share = window.prevalence(label, exclude=(UNREACHED_LABEL,))
             if window.count(label) >= settings.min_count and share >= settings.min_prevalence:
                 if change not in active:
                     driven_by.append(label)
