@@ -62,16 +62,18 @@ def register_settings() -> dict[str, type]:
 
 @hookimpl
 def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[str]:
-    """The running server a run of the openenv environment names (settings.openenv.url), probed before anything
-    starts (otherwise a server that is down, or is not an OpenEnv server, would leave a failed run in the store):
-    it answers GET /health and its action is described, each request waiting a few seconds at most. A local
-    server (settings.openenv.server) is started by the run and not probed."""
+    """The server a run of the openenv environment names, checked before anything starts (otherwise a server
+    that is down, is not an OpenEnv server or cannot be started would leave a failed run in the store): a
+    running one (settings.openenv.url) is probed -- it answers GET /health and its action is described, within
+    settings.openenv.probe_timeout_s for each request, resolving its host name included; a local one
+    (settings.openenv.server) is started by the run, so only its command (found on PATH, or an executable
+    file) and working directory are checked."""
     ours = settings.get(NAME)
     if not _uses(config) or ours is None:
         return []
-    from .probe import url_problems
+    from .probe import server_problems, url_problems
 
-    return url_problems(ours)
+    return server_problems(ours) + url_problems(ours)
 
 
 @hookimpl

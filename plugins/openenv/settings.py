@@ -6,6 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+#: The default of ``probe_timeout_s``: how long the machine check waits for the server (url) before a run.
+PROBE_TIMEOUT_S = 2.0
+
 
 class OpenEnvServerSettings(BaseModel):
     """A local OpenEnv server the plugin starts itself (from the recipe, never from model output)."""
@@ -50,6 +53,14 @@ class OpenEnvSettings(BaseModel):
         "one episode at a time.",
     )
     timeout_s: float = Field(default=10.0, gt=0, description="Longest wait for one reset, step or state answer.")
+    probe_timeout_s: float = Field(
+        default=PROBE_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description="Longest wait of the check before a run (`run`, `eval`) for each of the url server's GET /health "
+        "(resolving its host name included) and GET /schema; timeout_s when that is less. A server slower than "
+        "this is refused before anything starts.",
+    )
     action_schema: dict[str, Any] | None = Field(
         default=None, description="The action's JSON schema; null: read from GET /schema (its `action`)."
     )
