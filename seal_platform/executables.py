@@ -14,6 +14,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
+def launch_spec(command: str, cwd: str | None = None) -> tuple[str, str | None]:
+    """The program and working directory a plugin starts a process with, as :func:`command_problems` checks
+    them: ``python`` is the interpreter running seal-platform, and a leading ``~`` in a command that is a path
+    or in ``cwd`` is the user's home (a recipe's ``~/servers``; ``subprocess.Popen`` alone would look for a
+    folder named ``~``)."""
+    if command == "python":
+        command = sys.executable
+    elif command.startswith("~") and (os.sep in command or (os.altsep and os.altsep in command)):
+        command = os.path.expanduser(command)
+    return command, (os.path.expanduser(cwd) if cwd else cwd)
+
+
 def command_problems(label: str, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
                      what: str = "the server") -> list[str]:
     """Each problem with starting ``command`` (the recipe's key ``label``; ``python`` means the interpreter
@@ -22,17 +34,17 @@ def command_problems(label: str, command: str, *, cwd: str | None = None, env: M
     Empty when nothing is wrong that can be seen without starting it."""
     env = env or {}
     problems = []
-    folder = Path(cwd).expanduser() if cwd else None
+    asked = cwd
+    command, cwd = launch_spec(command, cwd)
+    folder = Path(cwd) if cwd else None
     if folder is not None and not folder.is_dir():
-        problems.append(f"{label}: its cwd {cwd!r} is not a directory on this machine (relative paths are read from "
+        problems.append(f"{label}: its cwd {asked!r} is not a directory on this machine (relative paths are read from "
                         f"the current directory, {Path.cwd()}), so {what} cannot start: give an existing folder, or "
                         "leave cwd out (the run's directory).")
-    if command == "python":
-        command = sys.executable
     if command == sys.executable:
         return problems
     if os.sep in command or (os.altsep and os.altsep in command):
-        path = Path(command).expanduser()
+        path = Path(command)
         if not path.is_absolute():
             path = (folder if folder is not None and folder.is_dir() else Path.cwd()) / path
         if not path.exists():

@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Self
 
+from seal_platform.executables import launch_spec
 from seal_platform.infra import InfraError
 
 from .settings import MCPServerSettings
@@ -111,7 +112,8 @@ class MCPConnection:
             return streamable_http_client(s.url, http_client=client, terminate_on_close=True)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        params = StdioServerParameters(command=s.program(), args=list(s.args), env=dict(s.env) or None, cwd=s.cwd)
+        command, cwd = launch_spec(s.program(), s.cwd)  # as check_machine looked for them
+        params = StdioServerParameters(command=command, args=list(s.args), env=dict(s.env) or None, cwd=cwd)
         return stdio_client(params, errlog=_devnull())
 
     def _where(self) -> str:

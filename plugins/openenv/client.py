@@ -29,7 +29,6 @@ import math
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from seal_platform.errors import SealError
+from seal_platform.executables import launch_spec
 from seal_platform.infra import InfraError
 
 from .settings import OpenEnvServerSettings
@@ -310,12 +310,12 @@ class LocalServer:
     def start(self) -> str:
         s = self.settings
         port = free_port()
-        command = sys.executable if s.command == "python" else s.command
+        command, cwd = launch_spec(s.command, s.cwd)  # as check_machine looked for them
         args = [a.replace("{port}", str(port)) for a in s.args]
         self.url = f"http://127.0.0.1:{port}"
         self._log = tempfile.TemporaryFile()
         try:
-            self.process = subprocess.Popen([command, *args], cwd=s.cwd, env={**os.environ, **s.env},
+            self.process = subprocess.Popen([command, *args], cwd=cwd, env={**os.environ, **s.env},
                                             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         except OSError as exc:

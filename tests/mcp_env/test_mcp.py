@@ -267,3 +267,16 @@ def test_the_task_files_splits_are_checked_with_the_recipe(tmp_path):
         plan_recipe("mcp-example", [f"settings.mcp.tasks={evals}"])
     assert "environment: environment 'mcp' has no 'train' split to train on; its splits: eval" in str(raised.value)
     assert plan_recipe("mcp-example", [f"settings.mcp.tasks={tmp_path / 'missing.jsonl'}", "evaluation.split=test"])
+
+
+def test_a_stdio_server_starts_where_the_check_looked_a_home_relative_cwd_included(tmp_path, monkeypatch):
+    """check_machine reads `~` in a stdio server's cwd as the home folder; the run starts the server there too."""
+    from seal_platform_plugins.mcp.client import MCPConnection
+    from seal_platform_plugins.mcp.probe import server_problems
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "srv").mkdir()
+    server = settings().servers[0].model_copy(update={"cwd": "~/srv"})
+    assert server_problems("settings.mcp.servers[0]", server) == []
+    with MCPConnection(server) as conn:
+        assert conn.list_tools()

@@ -270,3 +270,23 @@ def test_a_host_whose_name_does_not_resolve_in_time_is_reported_within_the_probe
                     "(this machine's name resolver did not answer), so a run cannot use it: check the host name and "
                     "this machine's DNS (or give the server's IP address in the URL); if the resolver is only slow, "
                     "raise settings.openenv.probe_timeout_s (now 2 s); see docs/openenv.md."]
+
+
+def test_a_local_server_is_started_where_the_check_looked_a_home_relative_cwd_included(tmp_path, monkeypatch):
+    """check_machine reads `~` in the server's cwd (and in a command that is a path) as the home folder; the run
+    starts the process there too, not in a folder named `~` (subprocess alone would look for one)."""
+    from seal_platform_plugins.openenv.client import LocalServer, OpenEnvUnavailable
+    from seal_platform_plugins.openenv.settings import OpenEnvServerSettings
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "srv").mkdir()
+    script = tmp_path / "bin" / "server"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\npwd > started_in\n")
+    script.chmod(0o755)
+    asked = {"command": "~/bin/server", "cwd": "~/srv", "startup_timeout_s": 5}
+    assert _machine(server=asked) == []
+    server = LocalServer(OpenEnvServerSettings(**asked))
+    with pytest.raises(OpenEnvUnavailable, match="exited with status 0 before answering GET /health"):
+        server.start()  # it writes where it runs and exits: not an OpenEnv server, but it started
+    assert (tmp_path / "srv" / "started_in").read_text().strip() == str(tmp_path / "srv")
