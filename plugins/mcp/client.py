@@ -112,7 +112,7 @@ class MCPConnection:
             return streamable_http_client(s.url, http_client=client, terminate_on_close=True)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        command, cwd = launch_spec(s.program(), s.cwd)  # as check_machine looked for them
+        command, cwd = launch_spec(str(s.command), s.cwd)  # as check_machine looked for them
         params = StdioServerParameters(command=command, args=list(s.args), env=dict(s.env) or None, cwd=cwd)
         return stdio_client(params, errlog=_devnull())
 

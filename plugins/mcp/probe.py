@@ -18,7 +18,7 @@ def server_problems(where: str, server: MCPServerSettings) -> list[str]:
     label = f"{where} ({server.name!r})"
     if server.url is not None:
         return _url_problems(label, server.url)
-    return command_problems(label, server.program(), cwd=server.cwd, env=server.env)
+    return command_problems(label, str(server.command), cwd=server.cwd, env=server.env)
 
 
 def _url_problems(label: str, url: str) -> list[str]:

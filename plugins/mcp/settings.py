@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -47,11 +45,6 @@ class MCPServerSettings(BaseModel):
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"server {self.name!r}: url must start with http:// or https:// (got {self.url!r})")
         return self
-
-    def program(self) -> str:
-        """The executable a stdio server is started with: ``command``, where ``python`` means the interpreter
-        running seal-platform (what the SDK starts, and what ``check_machine`` looks for)."""
-        return sys.executable if self.command == "python" else str(self.command)
 
 
 class MCPEvolutionSettings(BaseModel):
