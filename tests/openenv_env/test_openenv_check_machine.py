@@ -76,25 +76,32 @@ def test_the_example_server_passes_and_a_local_server_or_another_environment_is_
     assert check_machine(RunConfig(environment="openenv"), {"openenv": local}, None) == []
 
 
-def test_a_run_naming_an_unreachable_server_stops_before_anything_is_stored(tmp_path, monkeypatch):
+def _refused_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, openenv: dict) -> str:
+    """`seal-platform run` of the example recipe with ``openenv`` as its settings.openenv: refused by the machine
+    check (exit 2, "nothing was started"), no run stored and no run folder made; its output on one line."""
     from click.testing import CliRunner
 
     from seal_platform.cli import cli
     from seal_platform.store import RunStore
 
-    url = f"http://127.0.0.1:{free_port()}"
-    recipe = tmp_path / "down.yaml"
-    recipe.write_text(yaml.safe_dump({"extends": "openenv-example", "name": "down", "runs_dir": str(tmp_path / "runs"),
-                                      "settings": {"openenv": {"server": None, "url": url}}}))
+    recipe = tmp_path / f"{name}.yaml"
+    recipe.write_text(yaml.safe_dump({"extends": "openenv-example", "name": name, "runs_dir": str(tmp_path / "runs"),
+                                      "settings": {"openenv": openenv}}))
     monkeypatch.chdir(tmp_path)
     store = tmp_path / "store.sqlite"
     result = CliRunner().invoke(cli, ["run", str(recipe), "--store", str(store), "--quiet"])
     text = " ".join(result.output.split())
     assert result.exit_code == 2, text
     assert "nothing was started" in text, text
-    assert f"settings.openenv.url: the OpenEnv server at {url} could not be reached for health" in text, text
     assert not store.exists() or RunStore(f"sqlite:///{store}").list_runs() == []
     assert not Path(tmp_path / "runs").exists() or not any(Path(tmp_path / "runs").iterdir())
+    return text
+
+
+def test_a_run_naming_an_unreachable_server_stops_before_anything_is_stored(tmp_path, monkeypatch):
+    url = f"http://127.0.0.1:{free_port()}"
+    text = _refused_run(tmp_path, monkeypatch, "down", {"server": None, "url": url})
+    assert f"settings.openenv.url: the OpenEnv server at {url} could not be reached for health" in text, text
 
 
 def _machine(**settings) -> list[str]:
@@ -125,24 +132,9 @@ def test_a_local_server_command_this_machine_does_not_have_is_reported(tmp_path)
 
 
 def test_a_run_naming_a_missing_local_server_command_stops_before_anything_is_stored(tmp_path, monkeypatch):
-    from click.testing import CliRunner
-
-    from seal_platform.cli import cli
-    from seal_platform.store import RunStore
-
-    recipe = tmp_path / "missing-server.yaml"
-    recipe.write_text(yaml.safe_dump({"extends": "openenv-example", "name": "missing-server",
-                                      "runs_dir": str(tmp_path / "runs"),
-                                      "settings": {"openenv": {"server": {"command": "no-such-openenv-server-7c1e"}}}}))
-    monkeypatch.chdir(tmp_path)
-    store = tmp_path / "store.sqlite"
-    result = CliRunner().invoke(cli, ["run", str(recipe), "--store", str(store), "--quiet"])
-    text = " ".join(result.output.split())
-    assert result.exit_code == 2, text
-    assert "nothing was started" in text, text
+    text = _refused_run(tmp_path, monkeypatch, "missing-server", {"server": {"command": "no-such-openenv-server-7c1e"}})
     assert ("settings.openenv.server: its command 'no-such-openenv-server-7c1e' is not found on this machine's "
             "PATH, so the server cannot start") in text, text
-    assert not store.exists() or RunStore(f"sqlite:///{store}").list_runs() == []
 
 
 @pytest.fixture
