@@ -10,6 +10,7 @@ the defaults that use them are the core's values.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -23,10 +24,12 @@ HOME = ROOT / "seal_platform" / "labels.py"
 CATEGORIES_HOME = ROOT / "plugins" / "bfcl" / "categories.py"
 
 
-def _sources() -> list[tuple[str, ast.AST]]:
-    """(file, syntax tree) of every module of the core and the shipped plugins."""
+@functools.lru_cache(maxsize=1)
+def _sources() -> tuple[tuple[str, ast.AST], ...]:
+    """(file, syntax tree) of every module of the core and the shipped plugins, parsed once for all the scans
+    below (the trees are only walked)."""
     paths = sorted([*(ROOT / "seal_platform").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")])
-    return [(str(path.relative_to(ROOT)), ast.parse(path.read_text(), filename=str(path))) for path in paths]
+    return tuple((str(path.relative_to(ROOT)), ast.parse(path.read_text(), filename=str(path))) for path in paths)
 
 
 def _strings(node: ast.AST) -> tuple[str, ...] | None:
