@@ -29,6 +29,9 @@ from .settings import PROBE_TIMEOUT_S, OpenEnvSettings
 __all__ = ["PROBE_TIMEOUT_S", "server_problems", "url_problems"]
 
 _FAILED = "check the URL and the server; see docs/openenv.md."
+# What to do about a server that does not answer GET /health.
+_START = ("start the server (or let the plugin start a local one: settings.openenv.server), or fix the URL (an "
+          "OpenEnv server answers GET /health); see docs/openenv.md.")
 
 
 def server_problems(settings: OpenEnvSettings) -> list[str]:
@@ -139,9 +142,7 @@ def _late(url: str, settings: OpenEnvSettings, watch: _Watch) -> str | None:
 
 
 def _slow_health(what: str, settings: OpenEnvSettings) -> str:
-    return (f"{what}, so a run cannot use it: if it is up but slow to answer, {_raise_limit(settings)}; else start "
-            "the server (or let the plugin start a local one: settings.openenv.server), or fix the URL (an OpenEnv "
-            "server answers GET /health); see docs/openenv.md.")
+    return f"{what}, so a run cannot use it: if it is up but slow to answer, {_raise_limit(settings)}; else {_START}"
 
 
 def _resolve(url: str) -> None:
@@ -180,9 +181,7 @@ def _problem(url: str, settings: OpenEnvSettings, watch: _Watch) -> str | None:
         except NoAnswer as exc:
             return _slow_health(str(exc), settings)
         except InfraError as exc:
-            return (f"{exc}, so a run cannot use it: start the server (or let the plugin start a local one: "
-                    "settings.openenv.server), or fix the URL (an OpenEnv server answers GET /health); see "
-                    "docs/openenv.md.")
+            return f"{exc}, so a run cannot use it: {_START}"
         if status != 200:
             return (f"the server at {url} answered GET /health with HTTP {status}, not 200: it is not ready, or not "
                     f"an OpenEnv server; {_FAILED}")
