@@ -31,6 +31,11 @@ def child(path: str) -> None:
     t0 = time.perf_counter()
     marks: list[tuple[str, float]] = []
     forks: list[tuple[float, float]] = []  # (when it began, how long it took)
+    cpu: dict[str, float] = {}  # this process's CPU seconds at the first fork and when the lanes are done
+
+    def cpu_now() -> float:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return own.ru_utime + own.ru_stime
 
     def mark(name: str) -> None:
         marks.append((name, time.perf_counter() - t0))
@@ -46,11 +51,13 @@ def child(path: str) -> None:
 
     def traced_start(self, *args):
         begun = time.perf_counter()
+        cpu.setdefault("first fork", cpu_now())
         start(self, *args)
         forks.append((begun - t0, time.perf_counter() - begun))
 
     def traced_verify_forked(*args, **kwargs):
         out = verify_forked(*args, **kwargs)
+        cpu["lanes done"] = cpu_now()
         mark("forked verification done")
         return out
 
@@ -76,8 +83,13 @@ def child(path: str) -> None:
         print(f"  {len(forks)} lane(s) forked from {forks[0][0]:.3f} s to {forks[-1][0] + forks[-1][1]:.3f} s, "
               f"{1000 * took[0]:.1f}-{1000 * took[-1]:.1f} ms a fork", file=sys.stderr)
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(f"  CPU: parent {own.ru_utime + own.ru_stime:.2f} s, children {kids.ru_utime + kids.ru_stime:.2f} s; "
+    total = own.ru_utime + own.ru_stime
+    print(f"  CPU: parent {total:.2f} s, children {kids.ru_utime + kids.ru_stime:.2f} s; "
           f"parent peak RSS {own.ru_maxrss / 1024:.0f} MB", file=sys.stderr)
+    if len(cpu) == 2:
+        print(f"  parent CPU: {cpu['first fork']:.3f} s before the first fork, "
+              f"{cpu['lanes done'] - cpu['first fork']:.3f} s while the lanes ran, "
+              f"{total - cpu['lanes done']:.3f} s after", file=sys.stderr)
     print(f"SCRIPT {time.perf_counter() - t0:.6f}", file=sys.stderr)
 
 

@@ -231,23 +231,34 @@ class Backend:
         involved_classes: list[str],
         long_context: bool = False,
         shared: dict[tuple[Any, ...], Any] | None = None,
+        configs: dict[str, bytes] | None = None,
     ):
         self.instances: dict[str, Any] = {}
         shared = {} if shared is None else shared
+        configs = {} if configs is None else configs
         for class_name in involved_classes:
             cls = backend_class(class_name)
             instance = cls()
             if class_name not in STATELESS_CLASSES:
-                instance._load_scenario(copy_data(initial_config.get(class_name, {})), long_context=long_context)
+                # Each instance loads its own copy of its initial config, unpickled from one pickling of it
+                # per ``configs`` (backends built with the same dict, for one task, pickle it once).
+                blob = configs.get(class_name)
+                if blob is None:
+                    blob = configs[class_name] = pickle.dumps(initial_config.get(class_name, {}),
+                                                              protocol=pickle.HIGHEST_PROTOCOL)
+                instance._load_scenario(pickle.loads(blob), long_context=long_context)
                 if long_context:
                     _privatise(instance, shared)
             self.instances[class_name] = instance
         self._methods = _method_table(tuple(involved_classes))
 
     @classmethod
-    def for_payload(cls, payload: dict[str, Any], shared: dict[tuple[Any, ...], Any] | None = None) -> "Backend":
+    def for_payload(cls, payload: dict[str, Any], shared: dict[tuple[Any, ...], Any] | None = None,
+                    configs: dict[str, bytes] | None = None) -> "Backend":
         """The backend of a task entry; backends built with the same ``shared`` dict share long-context
-        module objects as the official checker's two instance sets do (see :func:`_long_context_objects`)."""
+        module objects as the official checker's two instance sets do (see :func:`_long_context_objects`).
+        ``configs``: the task's initial configs, pickled, by class (filled on first use): pass one dict to
+        every backend of this payload built while it stays unchanged, so each config is pickled once."""
         task_id = str(payload.get("id", ""))
         category = task_id.rsplit("_", 1)[0]
         return cls(
@@ -255,6 +266,7 @@ class Backend:
             list(payload["involved_classes"]),
             long_context="long_context" in category or "composite" in category,
             shared=shared,
+            configs=configs,
         )
 
     @property

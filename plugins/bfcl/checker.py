@@ -10,6 +10,7 @@ tool-worker server :mod:`._worker` calls :func:`verify_texts` for untrusted tran
 from __future__ import annotations
 
 import pickle
+from functools import lru_cache
 from typing import Any, NamedTuple, Sequence
 
 from seal_platform.toolenv.calls import ParsedCall, parse_call, parse_call_shared
@@ -41,14 +42,35 @@ def _compare(model_instances: dict[str, Any], gt_instances: dict[str, Any]) -> d
         model_instance = model_instances[class_name]
         if type(model_instance) is not type(gt_instance):
             raise AssertionError("Objects are not of the same type.")
-        differing = [
-            attr
-            for attr in vars(gt_instance)
-            if not attr.startswith("_") and getattr(model_instance, attr) != getattr(gt_instance, attr)
-        ]
+        if _no_data_descriptors(type(gt_instance)):
+            # getattr(instance, attr) is the instance's own value (its __dict__'s) for every attribute it has:
+            # read the two dicts directly. An attribute the model's instance lacks is still read by getattr
+            # (a class attribute, or the AttributeError the official check raises).
+            gt_vars, model_vars = vars(gt_instance), vars(model_instance)
+            differing = [
+                attr
+                for attr, gt_value in gt_vars.items()
+                if not attr.startswith("_")
+                and (model_vars[attr] if attr in model_vars else getattr(model_instance, attr)) != gt_value
+            ]
+        else:
+            differing = [
+                attr
+                for attr in vars(gt_instance)
+                if not attr.startswith("_") and getattr(model_instance, attr) != getattr(gt_instance, attr)
+            ]
         if differing:
             return {class_name: differing}
     return {}
+
+
+@lru_cache(maxsize=None)
+def _no_data_descriptors(cls: type) -> bool:
+    """Whether no public attribute of ``cls`` (or of its bases) is a data descriptor (a property, a slot, ...),
+    which ``getattr`` would prefer to an instance's own value (no BFCL backend class has one). Names with a
+    leading underscore (``__dict__``'s own descriptor among them) are not compared, so not counted."""
+    return not any(hasattr(type(value), "__set__") or hasattr(type(value), "__delete__")
+                   for klass in cls.__mro__ for name, value in vars(klass).items() if not name.startswith("_"))
 
 
 def _missing(expected: list[str], got: list[str]) -> list[str]:
@@ -129,7 +151,8 @@ def verify_group(payload: dict[str, Any], transcripts: Sequence[list[list[Parsed
     """
     if not transcripts:
         return []
-    gt = _independent_set(payload)
+    configs: dict[str, bytes] = {}  # the task's initial configs, pickled once for every instance set below
+    gt = _independent_set(payload, configs)
     pristine = _pristine(gt.shared) if gt is not None else None
     if gt is None or pristine is None:
         return [verify_payload(payload, turns) for turns in transcripts]
@@ -146,7 +169,7 @@ def verify_group(payload: dict[str, Any], transcripts: Sequence[list[list[Parsed
         reaching = [i for i, turns in enumerate(transcripts) if index < len(turns) and i not in alone]
         for i in reaching:
             if own[i] is None and transcripts[i][index] != gt_parsed[index]:
-                own[i] = _caught_up(payload, transcripts[i][:index], pristine)
+                own[i] = _caught_up(payload, transcripts[i][:index], pristine, configs)
                 if own[i] is None:
                     alone.add(i)
                 pools[i] = list(gt_pool)
@@ -194,11 +217,12 @@ class _Set(NamedTuple):
     shared: dict[tuple[Any, ...], Any]
 
 
-def _independent_set(payload: dict[str, Any]) -> _Set | None:
-    """A new instance set of the task that shares no object with any other; None if it cannot be built."""
+def _independent_set(payload: dict[str, Any], configs: dict[str, bytes]) -> _Set | None:
+    """A new instance set of the task that shares no object with any other; None if it cannot be built.
+    ``configs``: :meth:`.Backend.for_payload`'s pickled configs of the task."""
     try:
         shared: dict[tuple[Any, ...], Any] = {}
-        return _Set(Backend.for_payload(payload, shared), shared)
+        return _Set(Backend.for_payload(payload, shared, configs), shared)
     except Exception:  # each transcript, verified alone, reports it
         return None
 
@@ -226,10 +250,11 @@ def _untouched(instances: _Set, pristine: bytes) -> bool:
         return False
 
 
-def _caught_up(payload: dict[str, Any], turns: list[list[ParsedCall]], pristine: bytes) -> _Set | None:
+def _caught_up(payload: dict[str, Any], turns: list[list[ParsedCall]], pristine: bytes,
+               configs: dict[str, bytes]) -> _Set | None:
     """A new instance set of the task with ``turns``' calls run on it (their results unused: they are the ground
     truth's calls, see :func:`verify_group`); None if it cannot be built, or its long-context copies changed."""
-    instances = _independent_set(payload)
+    instances = _independent_set(payload, configs)
     if instances is not None:
         for calls in turns:
             _run_model_calls(instances.backend, calls)
@@ -243,7 +268,8 @@ def _build_backends(payload: dict[str, Any]) -> tuple[tuple[Backend, Backend] | 
     checker's do), or the reason they cannot be built: a broken task, not the model's fault."""
     try:
         shared: dict[tuple[Any, ...], Any] = {}
-        return (Backend.for_payload(payload, shared), Backend.for_payload(payload, shared)), None
+        configs: dict[str, bytes] = {}
+        return (Backend.for_payload(payload, shared, configs), Backend.for_payload(payload, shared, configs)), None
     except Exception as exc:
         return (), f"{type(exc).__name__}: {exc}"
 
@@ -298,7 +324,7 @@ def _turn_checks(
         rejected_calls=rejected,
         empty_gt=not gt_calls,
         empty_model=not calls,
-        instance_ok=set(model_backend.instances) == set(gt_backend.instances),
+        instance_ok=model_backend.instances.keys() == gt_backend.instances.keys(),
         state_ok=state_ok,
         state_diff=state_diff,
         response_ok=not missing,

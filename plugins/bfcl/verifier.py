@@ -114,20 +114,23 @@ def parse_record(record: Any) -> tuple[str, list[list[ParsedCall]]]:
     return task_id, parse_turns(turns)
 
 
-def _warm_up(records: list[Any], prepare: Callable[[Any], tuple[str, Task, list[list[str]]]]) -> None:
-    """Look up the task of each well-formed record (``prepare`` caches it) and import the backend classes they
-    involve, in this process, before it forks (:mod:`.fork_verify`). The children would each do all of it
-    again, at their first items: it is not divided between them. Bad records are left to the children, who
-    report them in their places."""
+def _warm_up(records: list[Any], lookup: Callable[[str], Task]) -> None:
+    """Look up the task each record names (``lookup`` caches it) and import the backend classes they involve,
+    in this process, before it forks (:mod:`.fork_verify`). The children would each do all of it again, at
+    their first items: it is not divided between them. Checking the records is: each child checks its own.
+    Bad records and unknown ids are left to the children, who report them in their places."""
     from .backend import warm_up
 
     involved, long_context = set(), False
     for record in records:
+        task_id = record.get("task_id") if isinstance(record, dict) else None
+        if not isinstance(task_id, str):
+            continue
         try:
-            task_id, task, _ = prepare(record)
+            task = lookup(task_id)
             involved.add(tuple(task.payload.get("involved_classes") or ()))
             long_context = long_context or "long_context" in task_id or "composite" in task_id
-        except Exception:  # a bad record or lookup: its child answers for it, in its place
+        except Exception:  # an unknown id: its child answers for it, in its place
             continue
     try:
         warm_up(involved, long_context)
@@ -155,12 +158,16 @@ def verify_records(
 
     tasks: dict[str, Task] = {}  # looked up once per process; records of one task share its (read-only) Task
 
+    def lookup(task_id: str) -> Task:
+        task = tasks.get(task_id)
+        if task is None:
+            task = tasks[task_id] = (task_lookup or _load_task)(task_id)
+        return task
+
     def prepare(record: Any) -> tuple[str, Task, list[list[str]]]:
         """The record's task id, task and call strings (ValueError, KeyError, TypeError: a bad record)."""
         task_id, turns = check_record(record)
-        if task_id not in tasks:
-            tasks[task_id] = (task_lookup or _load_task)(task_id)
-        return task_id, tasks[task_id], turns
+        return task_id, lookup(task_id), turns
 
     def output(task_id: str, task: Task, outcome: Any) -> dict[str, Any]:
         labels = list(label_turns(task, outcome)) if label_turns is not None else reference_labels(outcome)
@@ -186,7 +193,7 @@ def verify_records(
         # Each child checks, parses and verifies its own records, so none of that waits on this process. What
         # every child would otherwise do again for itself -- read the tasks' data, import their backends --
         # is done here once first, for the tasks these records name, and every child starts with it.
-        _warm_up(records, prepare)
+        _warm_up(records, lookup)
 
         def limit(record: Any) -> float:
             if call_timeout_s is None:

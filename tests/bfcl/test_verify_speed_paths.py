@@ -142,3 +142,78 @@ def test_only_a_plain_default_state_is_copied_by_pickle():
     renamed.deepcopy, renamed.DEFAULT_STATE = (lambda value, memo=None: value), {"a": 1}
     _copy_default_state_by_pickle(renamed)
     assert renamed.deepcopy(renamed.DEFAULT_STATE) is renamed.DEFAULT_STATE  # not copy.deepcopy: untouched
+
+
+class _Plain:
+    def __init__(self, **values):
+        vars(self).update(values)
+
+
+class _WithProperty(_Plain):
+    @property
+    def shown(self):  # a data descriptor: getattr reads it, not the instance's own "shown"
+        return vars(self).get("shown_base", 0) * 2
+
+
+def _official_compare(model_instances, gt_instances):
+    """The official state check, as bfcl_eval writes it (getattr on both sides), for the comparison below."""
+    for class_name, gt_instance in gt_instances.items():
+        model_instance = model_instances[class_name]
+        differing = [attr for attr in vars(gt_instance)
+                     if not attr.startswith("_") and getattr(model_instance, attr) != getattr(gt_instance, attr)]
+        if differing:
+            return {class_name: differing}
+    return {}
+
+
+def test_the_state_check_reads_the_instances_dicts_as_getattr_would():
+    from seal_platform_plugins.bfcl.checker import _compare, _no_data_descriptors
+
+    assert _no_data_descriptors(_Plain) and not _no_data_descriptors(_WithProperty)
+    assert all(_no_data_descriptors(backend_class(name)) for name in ("GorillaFileSystem", "TravelAPI", "TradingBot"))
+    nan = float("nan")
+    cases = [
+        ({"a": 1, "b": [1, 2], "_hidden": 1}, {"a": 1, "b": [1, 2], "_hidden": 2}),  # equal but for a private one
+        ({"a": 1, "b": [1, 3]}, {"a": 2, "b": [1, 2]}),  # two differ, in the GT's order
+        ({"a": nan}, {"a": nan}),  # not equal to itself: differs, as the official check finds
+        ({"b": 1, "a": 1}, {"a": 1, "b": 2}),  # the GT's attribute order
+    ]
+    for model, gt in cases:
+        got = _compare({"C": _Plain(**model)}, {"C": _Plain(**gt)})
+        assert got == _official_compare({"C": _Plain(**model)}, {"C": _Plain(**gt)})
+    # An attribute the model's instance lacks: getattr's AttributeError, as in the official check.
+    for compare in (_compare, _official_compare):
+        try:
+            compare({"C": _Plain(a=1)}, {"C": _Plain(a=1, b=2)})
+        except AttributeError as exc:
+            assert "'_Plain' object has no attribute 'b'" in str(exc)
+        else:
+            raise AssertionError("no AttributeError")
+    # A class attribute stands in for a missing instance attribute, on both paths.
+    _Plain.shared = 5
+    try:
+        assert _compare({"C": _Plain(a=1)}, {"C": _Plain(a=1, shared=5)}) == {}
+        assert _compare({"C": _Plain(a=1)}, {"C": _Plain(a=1, shared=6)}) == {"C": ["shared"]}
+    finally:
+        del _Plain.shared
+    # With a data descriptor, getattr's reading (the property's, on both sides) decides.
+    model, gt = _WithProperty(shown_base=1), _WithProperty(shown_base=1)
+    vars(model)["shown"], vars(gt)["shown"] = 1, 2  # the instances' own values differ, the property's do not
+    assert _compare({"C": model}, {"C": gt}) == _official_compare({"C": model}, {"C": gt}) == {}
+
+
+def test_backends_built_from_one_pickled_config_are_fresh_and_equal(all_tasks):
+    """Backends of one task built with one ``configs`` dict (the config pickled once) hold the state of backends
+    built each from its own copy, and share no object."""
+    for task in all_tasks[::50]:
+        configs: dict[str, bytes] = {}
+        first, second = (Backend.for_payload(task.payload, {}, configs) for _ in range(2))
+        alone = Backend.for_payload(task.payload, {})
+        assert set(configs) == set(task.payload["involved_classes"]) - {"MathAPI"}
+        for name, instance in alone.instances.items():
+            for attr, value in vars(instance).items():
+                if attr.startswith("_"):
+                    continue
+                assert getattr(first.instances[name], attr) == value == getattr(second.instances[name], attr)
+                if isinstance(value, (dict, list)):
+                    assert getattr(first.instances[name], attr) is not getattr(second.instances[name], attr)
