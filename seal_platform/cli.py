@@ -1035,9 +1035,9 @@ def _few_collections() -> Iterator[None]:
 
 
 def _verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
-    from .verify import VerifyCounts, verify_lines
+    from .verify import VerifyCounts, benchmark_host, verify_lines
 
-    host = make_plugin_manager()
+    host = benchmark_host(benchmark, overrides)  # the benchmark's own plugin alone, where it can serve
     _warn_failed_plugins(host)  # on stderr: the output stays one JSON line per input line
     # At exit the interpreter's last collection would walk every object this command made (tasks, backends,
     # caches: about 0.1 s, a tenth of a 3,200-line file on 2 cores); frozen, they are left to the process's

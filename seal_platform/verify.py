@@ -12,9 +12,16 @@ from typing import Any, Iterable, Iterator
 from .config import apply_overrides, raise_for, validate_core, validate_settings
 from .context import RunContext
 from .environment import BatchVerifyingEnvironment, VerifyingEnvironment
-from .errors import SealError
+from .errors import ConfigError, SealError
 from .lifecycle import lifecycle
-from .plugins import PLUGIN_FAILURES, PluginHost, describe_exception, make_plugin_manager, short_repr
+from .plugins import (
+    PLUGIN_FAILURES,
+    PluginHost,
+    describe_exception,
+    make_benchmark_host,
+    make_plugin_manager,
+    short_repr,
+)
 
 
 @dataclass
@@ -26,15 +33,27 @@ class VerifyCounts:
     errors: int = 0
 
 
+def benchmark_host(benchmark: str, overrides: Iterable[str]) -> PluginHost:
+    """The plugins that verifying with ``benchmark`` needs: its own plugin alone where it can serve (it
+    registers the benchmark and owns every settings section the ``overrides`` name; see
+    :func:`~seal_platform.plugins.make_benchmark_host`), else every installed plugin. Malformed overrides:
+    every plugin (:func:`verify_lines` reports them as it always has)."""
+    try:
+        sections = list(apply_overrides({}, list(overrides)))
+    except ConfigError:
+        return make_plugin_manager()
+    return make_benchmark_host(benchmark, sections)
+
+
 def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[str],
                  host: PluginHost | None = None, counts: VerifyCounts | None = None) -> Iterator[str]:
     """One output line (a JSON object) per non-blank input line, in input order; bad lines become
     ``{"error": ...}`` and the lines after them are still scored. Lines may be bytes (a file opened in
     binary): one that is not UTF-8 gets an error record instead of stopping the whole file. What the plugin
     returns is checked too: a result that is not a dict, not JSON or holds a NaN or an infinity becomes an
-    error record naming the plugin. ``host``: the plugins (default: every installed one). ``counts``: updated
+    error record naming the plugin. ``host``: the plugins (default: :func:`benchmark_host`'s). ``counts``: updated
     with each line written. The plugin's ``ctx.run_dir`` is a temporary directory, removed at the end."""
-    host = host or make_plugin_manager()  # a benchmark is an environment name, not a plugin name
+    host = host or benchmark_host(benchmark, overrides)
     owner, spec = host.require("benchmark", benchmark)
     settings = apply_overrides({}, overrides, example=f"{benchmark}.KEY=VALUE with a KEY from `seal-platform settings`")
     config, issues = validate_core({"environment": benchmark, "settings": settings})  # --set bfcl=1: not a mapping

@@ -185,10 +185,11 @@ def test_the_verify_command_exits_1_when_a_line_could_not_be_scored(tmp_path, mo
     from click.testing import CliRunner
 
     from seal_platform import cli as cli_module
+    from seal_platform import verify as verify_module
 
     plugin = Plugin(Verifier())
-    monkeypatch.setattr(cli_module, "make_plugin_manager",
-                        lambda: make_plugin_manager(entry_points=[], extra=[("judged-plugin", plugin)]))
+    monkeypatch.setattr(verify_module, "benchmark_host",
+                        lambda benchmark, overrides: make_plugin_manager(entry_points=[], extra=[("judged-plugin", plugin)]))
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "in.jsonl"
     data.write_text('{"kind": "ok"}\n{"kind": "exit"}\n{"kind": "nan"}\n')

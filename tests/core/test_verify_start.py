@@ -93,10 +93,11 @@ class _WatchPlugin:
 
 def test_verify_runs_with_few_collections_and_leaves_the_collector_as_it_was(tmp_path, monkeypatch):
     from seal_platform import cli as cli_module
+    from seal_platform import verify as verify_module
     from seal_platform.plugins import make_plugin_manager
 
-    monkeypatch.setattr(cli_module, "make_plugin_manager",
-                        lambda: make_plugin_manager(entry_points=[], extra=[("watch", _WatchPlugin())]))
+    monkeypatch.setattr(verify_module, "benchmark_host",
+                        lambda benchmark, overrides: make_plugin_manager(entry_points=[], extra=[("watch", _WatchPlugin())]))
     data = tmp_path / "in.jsonl"
     data.write_text(json.dumps({"task_id": "t1"}) + "\n" + json.dumps({"task_id": "t2"}) + "\n")
     threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
