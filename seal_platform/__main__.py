@@ -9,6 +9,9 @@ thousand objects (modules, classes, pydantic's schemas) that live as long as the
 and collecting while it runs walks them again and again (about 50 ms, an eighth of a short command's start-up).
 Afterwards they are left out of every later collection (``gc.freeze``, as a forked child does with what it
 inherits) and the collector runs as usual for whatever the command does.
+
+A command that asked for a quick exit (:mod:`seal_platform.quick_exit`: ``verify``, once its output is written)
+ends here without the interpreter's teardown, its exit handlers run and its output flushed.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ def main() -> None:
             gc.freeze()
             gc.enable()
 
-        cli_main()
+        try:
+            cli_main()
+        except SystemExit as exc:  # how the command line always ends
+            from .quick_exit import exit_if_requested
+
+            exit_if_requested(exc.code)  # a command that asked for it (verify) ends here, without teardown
+            raise
     except KeyboardInterrupt as exc:  # one the command line has not handled itself (an import's, above all)
         sigterm = type(exc).__name__ == "Terminated"  # seal_platform.errors.Terminated, not imported here
         print("stopped by SIGTERM" if sigterm else "interrupted", file=sys.stderr)
