@@ -699,7 +699,9 @@ def make_benchmark_host(
     on that path: their load failures are not warned about, and a second plugin that registers the same
     benchmark name is not consulted (the plugin named like the benchmark is its owner; ``seal-platform
     plugins`` and ``seal-platform run`` still report the clash). ``$SEAL_PLATFORM_PLUGINS`` and
-    ``$SEAL_PLATFORM_BLOCK_PLUGINS`` apply on both paths. ``entry_points``: as for :func:`make_plugin_manager`.
+    ``$SEAL_PLATFORM_BLOCK_PLUGINS`` apply on both paths. When the named plugin cannot serve, the full load
+    calls its registration hooks a second time (its module is imported once). ``entry_points``: as for
+    :func:`make_plugin_manager`.
     """
     eps = list(entry_points) if entry_points is not None else _entry_points()
     if any(ep.name == benchmark for ep in eps):
