@@ -9,7 +9,7 @@ quick exit (:func:`request`). Then, when the command line returns, the console e
 
 1. flushes standard output and standard error;
 2. runs the exit handlers (:mod:`atexit`: logging's shutdown, the finalizers of temporary files and folders,
-   a coverage tool's);
+   a coverage tool's), and flushes the two streams again (for what the handlers wrote);
 3. ends the process with the command's status (``os._exit``).
 
 Only the freeing of memory is skipped. The quick exit is refused, and the interpreter exits as usual, when a
@@ -47,13 +47,21 @@ def exit_if_requested(status: object) -> None:
     if not _requested or threading.active_count() != 1:
         return
     code = 0 if status is None else status if isinstance(status, int) else 1
+    if not isinstance(status, (int, type(None))):
+        print(status, file=sys.stderr)
+    if not _flushed():  # a closed pipe or stream: the usual exit says so, as it always has
+        return
+    atexit._run_exitfuncs()  # they run once: the usual exit, if it follows, finds none left
+    if _flushed():  # what the exit handlers wrote too
+        os._exit(code)
+
+
+def _flushed() -> bool:
+    """Flush standard output and standard error; False if that failed."""
     try:
-        if not isinstance(status, (int, type(None))):
-            print(status, file=sys.stderr)
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
-    except (OSError, ValueError):  # a closed pipe or stream: the usual exit says so, as it always has
-        return
-    atexit._run_exitfuncs()
-    os._exit(code)
+    except (OSError, ValueError):
+        return False
+    return True

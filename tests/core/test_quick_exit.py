@@ -29,6 +29,7 @@ class Teardown:
 
 keep = Teardown()
 atexit.register(lambda: print("exit handler ran", file=sys.stderr))
+atexit.register(lambda: print("the last line, from an exit handler"))  # stdout: a pipe, so block-buffered
 if sys.argv[1] == "thread":
     sys.argv.pop(1)
     threading.Thread(target=lambda: (time.sleep(1.5), print("thread done", file=sys.stderr))).start()
@@ -39,7 +40,7 @@ main()
 
 
 def _run(args: list[str], tmp_path: Path, site: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout to a pipe: block-buffered
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-c", _PROGRAM, *args], capture_output=True, text=True, cwd=tmp_path,
                           env=env, timeout=300)
@@ -55,14 +56,16 @@ def test_verify_ends_without_teardown_with_its_output_status_and_exit_handlers(t
     data = _lines(tmp_path, *({"task_id": f"t{i}", "answer": 42 if i % 2 else 7} for i in range(500)))
     done = _run(["verify", "--benchmark", "toy", data], tmp_path, toy_site)
     assert done.returncode == 0, done.stderr
-    assert [json.loads(line)["success"] for line in done.stdout.splitlines()] == [i % 2 == 1 for i in range(500)]
+    *lines, last = done.stdout.splitlines()
+    assert [json.loads(line)["success"] for line in lines] == [i % 2 == 1 for i in range(500)]
+    assert last == "the last line, from an exit handler"  # written after the first flush, flushed too
     assert "exit handler ran" in done.stderr and "torn down" not in done.stderr
 
     # A line that cannot be scored: every line is still written, status 1 and the note on stderr.
     data = _lines(tmp_path, {"task_id": "a", "answer": 42}, {"answer": 1})
     done = _run(["verify", "--benchmark", "toy", data], tmp_path, toy_site)
     assert done.returncode == 1
-    assert len(done.stdout.splitlines()) == 2 and "error" in json.loads(done.stdout.splitlines()[1])
+    assert len(done.stdout.splitlines()) == 3 and "error" in json.loads(done.stdout.splitlines()[1])
     assert "1 of 2 line(s) could not be scored" in done.stderr
     assert "exit handler ran" in done.stderr and "torn down" not in done.stderr
 
@@ -71,7 +74,7 @@ def test_the_usual_exit_where_a_thread_runs_or_nothing_asked_for_a_quick_one(tmp
     data = _lines(tmp_path, {"task_id": "a", "answer": 42})
     done = _run(["thread", "verify", "--benchmark", "toy", data], tmp_path, toy_site)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"task_id": "a", "success": True}
+    assert json.loads(done.stdout.splitlines()[0]) == {"task_id": "a", "success": True}
     # The interpreter waited for the thread, then tore the module down.
     assert done.stderr.index("thread done") < done.stderr.index("exit handler ran") < done.stderr.index("torn down")
 
