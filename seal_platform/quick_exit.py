@@ -41,14 +41,12 @@ def requested() -> bool:
 
 
 def exit_if_requested(status: object) -> None:
-    """End the process now with ``status`` (a ``SystemExit`` code: None, an int, or a message for stderr and
-    status 1) if a command requested a quick exit and it is safe; otherwise return, and the caller exits as
-    usual."""
-    if not _requested or threading.active_count() != 1:
+    """End the process now with ``status`` (a ``SystemExit`` code: None or an int) if a command requested a
+    quick exit and it is safe; otherwise return, and the caller exits as usual (a message as the status, too:
+    the usual exit prints it)."""
+    if not _requested or threading.active_count() != 1 or not isinstance(status, (int, type(None))):
         return
-    code = 0 if status is None else status if isinstance(status, int) else 1
-    if not isinstance(status, (int, type(None))):
-        print(status, file=sys.stderr)
+    code = status or 0
     if not _flushed():  # a closed pipe or stream: the usual exit says so, as it always has
         return
     atexit._run_exitfuncs()  # they run once: the usual exit, if it follows, finds none left
