@@ -82,8 +82,7 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         for name, source in plugins.items():
             module = f"vh_plugin_{name.replace('-', '_')}"
             (tmp_path / f"{module}.py").write_text(source)
-            sys.modules.pop(module, None)
-            monkeypatch.delitem(sys.modules, module, raising=False)
+            sys.modules.pop(module, None)  # imported afresh, and only if loaded
             eps.append(metadata.EntryPoint(name, module, plugins_module.ENTRY_POINT_GROUP))
         monkeypatch.setattr(plugins_module, "_entry_points", lambda: list(eps))
         return eps
