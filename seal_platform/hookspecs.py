@@ -365,11 +365,14 @@ def track(ctx: RunContext, event: TrackEvent) -> None:
     revision: the pristine one when a new run starts, then each one ``evolve_interface`` produced;
     ``event.interface``), ``"labels"`` (a training step's turn labels from every diagnoser;
     ``event.labels``), ``"step"`` (a training step's metrics after ``optimize``:
-    ``reward/mean``, ``trajectories``, the optimizer's metrics, ``time/<stage>``; ``event.metrics``) or
-    ``"evaluation"`` (``event.evaluation``, an :class:`EvalResult` with per-category pass rates and the
-    trajectories). In one training step the order is ``interface`` (if ``evolve_interface`` made a new
-    revision), then ``labels`` and ``step`` (both recorded with the step).
-    See :mod:`seal_platform.tracking`.
+    ``reward/mean``, ``trajectories``, the optimizer's metrics, ``time/<stage>``; ``event.metrics``, and the
+    A-Patch weights of the step's labels, ``event.label_weights``), ``"evaluation"`` (``event.evaluation``, an
+    :class:`EvalResult` with per-category pass rates and the trajectories) or ``"report"`` (the HTML report
+    ``seal-platform run`` wrote at its end, ``event.path``: sent after ``end_run``). In one training step the
+    order is ``interface`` (if ``evolve_interface`` made a new revision), then ``labels`` and ``step`` (both
+    recorded with the step). ``seal_platform.tracking.scalars(event)`` gives any event as named numbers.
+    See :mod:`seal_platform.tracking`; the shipped trackers are the ``wandb`` and ``mlflow`` plugins
+    (docs/trackers.md) and ``examples/seal-tensorboard``.
 
     :param ctx: the run context (``ctx.run_dir`` is a good place for a tracker's files).
     :param event: a :class:`seal_platform.tracking.TrackEvent` (``kind``, ``run_id``, ``step`` and the

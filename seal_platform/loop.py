@@ -378,7 +378,8 @@ class Runner:
             state=self.state, interface_revision=self.interface.revision, metrics=metrics, timings=timer.timings,
         )
         track(self.host, self.ctx, "labels", step, labels=labels)
-        track(self.host, self.ctx, "step", step, metrics=step_metrics(trajs, metrics, timer.timings))
+        track(self.host, self.ctx, "step", step, metrics=step_metrics(trajs, metrics, timer.timings),
+              label_weights=label_weights)
         self.progress.step_done(step, infra.mean_reward(trajs), metrics)
         return prefetch
 

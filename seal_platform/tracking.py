@@ -7,7 +7,13 @@ The run loop calls the ``track`` hook right after each of these reaches the run 
 * ``labels`` - every diagnoser's turn labels of a training step;
 * ``step`` - a training step's metrics: ``reward/mean``, ``trajectories``, the optimizer's own metrics
   (``loss``, ``kl``, ...) and the stage timings as ``time/<stage>`` (seconds);
-* ``evaluation`` - a held-out evaluation, ``step`` being the number of training steps done.
+* ``evaluation`` - a held-out evaluation, ``step`` being the number of training steps done;
+* ``report`` - the HTML report written at the end of ``seal-platform run`` (``event.path``), after ``end_run``
+  (a tracker that closed its session there reopens it, or uploads with a client that needs none), ``step``
+  being the number of training steps done. Not sent when the run is started with ``--no-report``.
+
+:func:`scalars` is the one flat view of an event as named numbers (what TensorBoard, W&B and MLflow chart);
+:func:`describe_interface` the one text view of a revision.
 
 A tracker that raises does not stop the run: the error is recorded as a ``tracker_failed`` event and the run
 goes on (tracking is observation, the store stays the record); at the end ``seal-platform run`` says so under
@@ -18,6 +24,7 @@ the run's summary, one line per failing tracker (:func:`failure_warnings`, which
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .types import TrackEvent, TrackKind, Trajectory
@@ -33,6 +40,58 @@ def step_metrics(trajectories: list[Trajectory], metrics: dict[str, float], timi
     out.update({k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
     out.update({f"time/{stage}": seconds for stage, seconds in timings.items()})
     return out
+
+
+def scalars(event: TrackEvent) -> dict[str, float]:
+    """The event as named numbers, for trackers that chart them (empty for kinds that carry none):
+
+    * ``step``: every metric (``reward/mean``, ``loss``, ``kl``, ``time/collect``, ...) and ``apatch/<label>``,
+      the A-Patch weight of each label used in the step;
+    * ``evaluation``: ``eval/<category>`` and ``eval/average`` (pass rate in percent);
+    * ``labels``: ``labels/<diagnoser>/<label>`` (turns given that label in the step) and
+      ``label_rate/<diagnoser>/<label>`` (its share of the turns that diagnoser labelled in the step);
+    * ``interface``: ``interface/revision``.
+    """
+    if event.kind == "step":
+        return {**event.metrics, **{f"apatch/{label}": float(w) for label, w in event.label_weights.items()}}
+    if event.kind == "evaluation" and event.evaluation is not None:
+        result = event.evaluation
+        return {**{f"eval/{c}": float(v) for c, v in result.per_category.items()}, "eval/average": result.average}
+    if event.kind == "labels":
+        counts = Counter((label.source, label.label) for label in event.labels)
+        per_source = Counter(label.source for label in event.labels)
+        out: dict[str, float] = {}
+        for (source, label), n in sorted(counts.items()):
+            out[f"labels/{source}/{label}"] = float(n)
+            out[f"label_rate/{source}/{label}"] = n / per_source[source]
+        return out
+    if event.kind == "interface" and event.interface is not None:
+        return {"interface/revision": float(event.interface.revision)}
+    return {}
+
+
+def shareable_config(ctx: RunContext) -> dict[str, Any]:
+    """The run's resolved config as a tracker may log it (JSON-ready)."""
+    return ctx.config.model_dump(mode="json")
+
+
+def flat(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as ``{"a.b.c": leaf}`` (lists are leaves), for trackers whose parameters are flat."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def describe_interface(interface: Any) -> str:
+    """A revision as short Markdown: its number and parent, what changed, which labels drove it."""
+    changes = "\n".join(f"- {c}" for c in interface.changes) or "- (none)"
+    driven = ", ".join(interface.driven_by) or "nothing"
+    return f"**revision {interface.revision}** (parent {interface.parent})\n\n{changes}\n\ndriven by: {driven}"
 
 
 def track(host: PluginHost, ctx: RunContext, kind: TrackKind, step: int, **fields: Any) -> None:

@@ -362,7 +362,7 @@ class Generation(BaseModel):
     )
 
 
-TrackKind = Literal["step", "evaluation", "interface", "labels"]
+TrackKind = Literal["step", "evaluation", "interface", "labels", "report"]
 
 
 class TrackEvent(BaseModel):
@@ -376,3 +376,7 @@ class TrackEvent(BaseModel):
     evaluation: EvalResult | None = None
     interface: Interface | None = None
     labels: list[TurnLabel] = Field(default_factory=list)
+    # ``step`` events: the A-Patch weight of each label used in the step (empty when nothing was reweighted).
+    label_weights: dict[str, float] = Field(default_factory=dict)
+    # ``report`` events: the HTML report the run's end wrote.
+    path: str | None = None

@@ -54,6 +54,10 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
             said = "resumed: there was no durable checkpoint yet, so the run started again from step 1"
         console.print(said, highlight=False)
     digest = load_digest(store, runner.run_id)
+    if report_path is not None and host is not None and getattr(runner, "ctx", None) is not None:
+        from ..tracking import track
+
+        track(host, runner.ctx, "report", len(digest.steps), path=str(report_path))
     extra = getattr(progress, "extra_seconds", None) if live else None
     console.print(run_summary(digest, stage_extra=extra, report=str(report_path) if report_path else None,
                               log=str(log_path), catalog=catalog), highlight=False)

@@ -3,9 +3,11 @@
 Switched on by a recipe (``settings.tensorboard.enabled: true``); it then writes one TensorBoard event file
 per run under ``RUN_DIR/tensorboard`` (or ``settings.tensorboard.log_dir/RUN_ID``):
 
-* ``step`` events: every metric as a scalar (``reward/mean``, ``loss``, ``kl``, ``time/collect``, ...);
+* ``step`` events: every metric as a scalar (``reward/mean``, ``loss``, ``kl``, ``time/collect``, ...) and
+  ``apatch/<label>``, the A-Patch weights (names: :func:`seal_platform.tracking.scalars`);
 * ``evaluation`` events: ``eval/<category>`` and ``eval/average`` (pass rate in percent);
-* ``labels`` events: ``labels/<diagnoser>/<label>``, how many turns got that label in the step;
+* ``labels`` events: ``labels/<diagnoser>/<label>``, how many turns got that label in the step, and
+  ``label_rate/<diagnoser>/<label>``, its share of the turns that diagnoser labelled;
 * ``interface`` events: a text summary ``interface`` (revision, parent, what changed, which labels drove it)
   and the scalar ``interface/revision``.
 
@@ -15,13 +17,13 @@ per run under ``RUN_DIR/tensorboard`` (or ``settings.tensorboard.log_dir/RUN_ID`
 from __future__ import annotations
 
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from seal_platform import hookimpl
+from seal_platform.tracking import describe_interface, scalars
 
 SECTION = "tensorboard"
 SHARED_KEY = "tensorboard.writer"
@@ -71,29 +73,15 @@ def _text(ctx: Any, step: int, tag: str, text: str) -> None:
     _writer(ctx).add_event(Event(wall_time=time.time(), step=step, summary=text_pb(tag, text)))
 
 
-def _describe_interface(interface: Any) -> str:
-    changes = "\n".join(f"- {c}" for c in interface.changes) or "- (none)"
-    driven = ", ".join(interface.driven_by) or "nothing"
-    return f"**revision {interface.revision}** (parent {interface.parent})\n\n{changes}\n\ndriven by: {driven}"
-
-
 @hookimpl
 def track(ctx: Any, event: Any) -> None:
-    if not ctx.settings_for(SECTION, TensorBoardSettings).enabled:
+    if not ctx.settings_for(SECTION, TensorBoardSettings).enabled or event.kind == "report":
         return
-    if event.kind == "step":
-        _scalars(ctx, event.step, event.metrics)
-    elif event.kind == "evaluation" and event.evaluation is not None:
-        result = event.evaluation
-        _scalars(ctx, event.step, {**{f"eval/{c}": v for c, v in result.per_category.items()},
-                                   "eval/average": result.average})
-    elif event.kind == "labels":
-        counts = Counter(f"labels/{label.source}/{label.label}" for label in event.labels)
-        if counts:
-            _scalars(ctx, event.step, dict(counts))
-    elif event.kind == "interface" and event.interface is not None:
-        _scalars(ctx, event.step, {"interface/revision": event.interface.revision})
-        _text(ctx, event.step, "interface", _describe_interface(event.interface))
+    values = scalars(event)
+    if values:
+        _scalars(ctx, event.step, values)
+    if event.kind == "interface" and event.interface is not None:
+        _text(ctx, event.step, "interface", describe_interface(event.interface))
     _writer(ctx).flush()
 
 
