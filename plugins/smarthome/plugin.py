@@ -1,6 +1,6 @@
 """The smarthome plugin: a CPU-sized multi-turn tool environment, its diagnoser and its training-interface
-evolution (BFCL's changes: schema affordances, recovery feedback, guidelines, driven by the capability
-state through :func:`seal_platform.toolenv.evolution.evolve`)."""
+evolution (BFCL's changes: schema affordances, recovery feedback, guidelines, through
+:func:`seal_platform.toolenv.evolution.evolve`, with this environment's own cue texts, :mod:`.cues`)."""
 
 from __future__ import annotations
 
@@ -92,5 +92,7 @@ def diagnose(trajectories: list) -> list:
 def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
     from seal_platform.toolenv.evolution import evolve
 
+    from .cues import CUES
+
     settings = _settings(ctx)
-    return evolve(interface, state, settings.evolution, list(settings.categories))
+    return evolve(interface, state, settings.evolution, list(settings.categories), CUES)
