@@ -142,6 +142,12 @@ class EvaluationConfig(_Section):
         description="More benchmarks evaluated at the same steps as the training environment (names, or "
         "{environment, split, max_tasks}); each is stored and shown under its own name.",
     )
+    training_interface: bool = Field(
+        default=False,
+        description="Also score each evaluation point on the run's current TRAINING interface (stored and shown "
+        "as '<environment>@training'), so the gap between training and evaluation interfaces is measured; "
+        "points where the training interface is still the pristine one are not repeated.",
+    )
 
 
 class DiagnosisConfig(_Section):

@@ -484,6 +484,13 @@ class Runner:
         result = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step)
         check_ids_unused(self.store, result.trajectories, "evaluate", self.plan.env_owner)  # before the write
         self.store.add_evaluation(self.run_id, step, result, benchmark=self.config.environment)
+        if self.config.evaluation.training_interface and self.interface is not None and self.interface.revision:
+            # The same tasks on the run's current training interface: the train/eval interface gap, measured.
+            on_training = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step,
+                                         interface=self.interface)
+            check_ids_unused(self.store, on_training.trajectories, "evaluate", self.plan.env_owner)
+            self.store.add_evaluation(self.run_id, step, on_training,
+                                      benchmark=training_interface_set(self.config.environment))
         if self.config.evaluation.benchmarks:
             self.progress.stage(step, "benchmarks")
         evaluate_benchmarks(self.host, self.ctx, engine, step)
@@ -540,12 +547,18 @@ def _eval_tasks(env: Environment, owner: str, config: RunConfig, host: PluginHos
     return tasks[: config.evaluation.max_tasks] if config.evaluation.max_tasks else tasks
 
 
+def training_interface_set(environment: str) -> str:
+    """The name the evaluations on the training interface are stored and shown under."""
+    return f"{environment}@training"
+
+
 def _call_evaluate(
-    host: PluginHost, owner: str, ctx: RunContext, env: Environment, engine: Any, tasks: list[Task], step: int
+    host: PluginHost, owner: str, ctx: RunContext, env: Environment, engine: Any, tasks: list[Task], step: int,
+    interface: Interface | None = None,
 ) -> EvalResult:
     result = wrap("evaluate", owner, lambda: host.call_owned(
         "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
-        sampling=evaluate_sampling(ctx.config),
+        sampling=evaluate_sampling(ctx.config), interface=interface,
     ), host)
     return score_evaluation(result, ctx.config.evaluation.split, owner, tasks)  # one per task, finite rewards
 

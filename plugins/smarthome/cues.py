@@ -5,6 +5,7 @@ BFCL's texts speak of paths, logins and requests that need no tool; none of that
 
 from __future__ import annotations
 
+from seal_platform.labels import UNREACHED_LABEL
 from seal_platform.toolenv.evolution import CueTexts
 
 TOOLS = "set_light, set_thermostat, lock_door and play_music"
@@ -14,7 +15,7 @@ CUES = CueTexts(
         "missing_tool_call": "Every request is one action: call the one tool for the device it names (a light, "
         "a thermostat, a door, music).",
         "empty_turn_model_response": "Do not just describe the action: make the tool call that performs it.",
-        "unreached_turn": "Make the call for each request right away, then answer in one short sentence.",
+        UNREACHED_LABEL: "Make the call for each request right away, then answer in one short sentence.",
     },
     hints={
         "missing_argument": "Hint: the call is missing a required argument ({detail}). Call the tool again with "

@@ -70,12 +70,13 @@ def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any
 
 
 @hookimpl
-def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> list:
-    """Verified greedy episodes on the pristine interface; the core scores them per category."""
+def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int, interface: Any) -> list:
+    """Verified greedy episodes on the pristine interface (or the one the core passes); the core scores them
+    per category."""
     from .episode import run_episodes
 
     s = environment.settings
-    return run_episodes(engine, evaluation_episodes(tasks, step), environment.pristine_interface(),
+    return run_episodes(engine, evaluation_episodes(tasks, step), interface or environment.pristine_interface(),
                         tool_call_sampling(ctx, True, s.max_new_tokens), s.attempts_per_turn, s.worked_examples,
                         s.example_results)
 

@@ -71,7 +71,8 @@ Modes
 affordances (required markers, enum values, the no-invent note) on for every category (or those the
 ``categories`` switch names) from the first call, whatever the state, and never anything else.
 ``closed_loop`` (this platform's extension, the ``*-closed-loop`` recipes): the above. The core
-first calls ``evolve_interface`` after step 0's rollouts, so step 0 itself still runs on revision 0.
+calls ``evolve_interface`` once with the empty state before step 0's rollouts, so the static affordances are in
+place from the very first training rollout (the paper: "on from step 0").
 ``off`` (vanilla GRPO): never a new revision.
 """
 
