@@ -39,6 +39,7 @@ from .checkpoints import (
     CoreState,
     durable_checkpoints,
     load_plugin_checkpoints,
+    read_core_state,
     rotate_checkpoints,
     write_checkpoint,
 )
@@ -565,13 +566,15 @@ def _call_evaluate(
 
 def evaluate_checkpoint(
     store: RunStore, host: PluginHost, plan: Plan, run_id: str, step: int | None = None,
-    progress: Progress | None = None,
+    progress: Progress | None = None, training_interface: bool = False,
 ) -> tuple[int, EvalResult]:
     """Evaluate a run's checkpoint (the last one by default) on ``plan.config.evaluation``'s split and
     record the result with the run, apart from the run's own evaluations (origin ``eval``: ``show`` and the
     report list it on its own, and a resume keeps it while that checkpoint stays). The run itself is left as
     it was. ``progress`` (as for a run) is told
-    each phase (model load, checkpoint load, evaluation with its episode counts)."""
+    each phase (model load, checkpoint load, evaluation with its episode counts). ``training_interface``: on
+    the training interface the run had at that checkpoint instead of the pristine one (recorded as
+    ``<environment>@training``), to measure the train/eval interface gap."""
     progress = progress or Progress()
     config = plan.config
     durable = durable_checkpoints(store, run_id)
@@ -595,10 +598,17 @@ def evaluate_checkpoint(
         engine = life.engine()
         progress.stage(done, "load checkpoint")
         load_plugin_checkpoints(host, ctx, Path(ckpt.path), ckpt.step)
+        interface = None
+        if training_interface:
+            if not host.takes(plan.env_owner, "evaluate", "interface"):
+                raise SealError(f"plugin {plan.env_owner!r} evaluates {config.environment!r} on its pristine "
+                                "interface only (its 'evaluate' takes no 'interface'); drop --training-interface.")
+            interface = store.interface(run_id, read_core_state(Path(ckpt.path)).interface_revision)
         progress.stage(done, "evaluate")
-        result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done)
+        result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done, interface=interface)
+        benchmark = training_interface_set(config.environment) if interface is not None else config.environment
         store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}),
-                             benchmark=config.environment, origin=EVAL_BY_COMMAND)
+                             benchmark=benchmark, origin=EVAL_BY_COMMAND)
         store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: "
                         f"{result.average:.2f}", {"checkpoint_step": ckpt.step, "split": result.split,
                                                   "n_tasks": result.n_tasks})

@@ -51,3 +51,24 @@ def test_an_environment_that_evaluates_only_on_its_pristine_interface_is_refused
     result = CliRunner().invoke(cli, ["config", "validate", str(recipe), "evaluation.training_interface=true"])
     assert result.exit_code == 1, result.output
     assert "evaluation.training_interface" in result.output and "'arithmetic'" in result.output
+
+
+def test_the_eval_command_scores_a_checkpoint_on_the_training_interface_it_had(toy_site, toy_recipe):
+    from seal_platform.loop import evaluate_checkpoint
+    from seal_platform.planning import plan_recipe
+    from seal_platform.present.digest import load_digest
+    from seal_platform.store import EVAL_BY_COMMAND
+
+    overrides = ["training.steps=4", "training.checkpoint_every=2", "evaluation.every=0"]
+    runner = _run(toy_recipe, *overrides)
+    store, run_id = runner.store, runner.run_id
+    plan = plan_recipe(toy_recipe, overrides)
+    done, on_training = evaluate_checkpoint(store, plan.host, plan, run_id, training_interface=True)
+    _, pristine = evaluate_checkpoint(store, plan.host, plan, run_id)
+    by_command = {e.benchmark for e in store.evaluations(run_id, origin=EVAL_BY_COMMAND)}
+    assert done == 4 and by_command == {"toy", "toy@training"}
+    assert {entry.eval_set for entry in load_digest(store, run_id).checkpoint_evaluations} == {"toy:eval",
+                                                                                              "toy@training:eval"}
+    assert on_training.n_tasks == pristine.n_tasks
+    assert {t.interface_revision for t in pristine.trajectories} == {0}
+    assert {t.interface_revision for t in on_training.trajectories} == {runner.interface.revision} != {0}
