@@ -121,6 +121,10 @@ def run_one(recipe: str, overrides: list[str], runs_dir: Path, keep_checkpoints:
            "interface_revision": summary.interface_revision,
            # From the store: the whole run's evaluations, those before a resume included.
            "evaluations": stored_evaluations(store, summary.run_id, config.environment),
+           # evaluation.training_interface (--training-interface): the same points on the run's training
+           # interface, where it differed from the pristine one.
+           "training_interface_evaluations": stored_evaluations(store, summary.run_id,
+                                                                f"{config.environment}@training"),
            "wall_s": round(wall, 1),
            # 1-minute load average when the run started and ended: wall times are only comparable when these are.
            "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -183,7 +187,7 @@ def stored_evaluations(store: Any, run_id: str, environment: str) -> dict[str, d
     pass rates and the number of tasks (as the loop's summary gives them, but for the whole run)."""
     by_step: dict[int, dict] = {}
     for e in store.evaluations(run_id):  # ordered by step, then category
-        if e.benchmark in ("", environment):
+        if e.benchmark == environment or (e.benchmark == "" and "@" not in environment):
             entry = by_step.setdefault(e.step, {"per_category": {}, "n_tasks": e.n_tasks})
             entry["per_category"][e.category] = e.pass_rate
     return {str(step): {"average": sum(r["per_category"].values()) / len(r["per_category"]), **r}
@@ -227,15 +231,48 @@ def load_results(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def bootstrap_ci(values: list[float], n: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean of ``values`` (resampled with replacement)."""
-    import random
+def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """The Student-t interval of the mean of ``values`` (for paired differences: the paired-t interval). With
+    few seeds this is honest where a percentile bootstrap of the mean is too narrow; one value (or none)
+    gives a degenerate interval."""
+    from scipy import stats
 
     if len(values) < 2:
         return (values[0], values[0]) if values else (float("nan"), float("nan"))
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(n))
-    return means[int(0.025 * n)], means[int(0.975 * n) - 1]
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    if sd == 0.0:
+        return mean, mean
+    half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * sd / len(values) ** 0.5
+    return mean - half, mean + half
+
+
+def sign_flip_p(diffs: list[float]) -> float:
+    """The exact two-sided sign-flip (randomisation) p-value of paired differences: the share of the 2^n
+    sign assignments whose mean is at least as far from 0 as the observed one (no distribution assumed)."""
+    import itertools
+
+    if not diffs:
+        return float("nan")
+    observed = abs(statistics.fmean(diffs)) - 1e-12
+    flips = list(itertools.product((1, -1), repeat=len(diffs)))
+    extreme = sum(abs(statistics.fmean(d * s for d, s in zip(diffs, signs))) >= observed for signs in flips)
+    return extreme / len(flips)
+
+
+def min_detectable_effect(diffs: list[float], alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean paired difference a two-sided paired t-test on this many seeds detects with
+    ``power``, given the spread of the observed differences: (t_{1-a/2} + t_{power}) x sd / sqrt(n)."""
+    from scipy import stats
+
+    if len(diffs) < 2:
+        return float("nan")
+    df = len(diffs) - 1
+    return (stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * statistics.stdev(diffs) / len(diffs) ** 0.5
+
+
+def paired_cell(diffs: list[float]) -> str:
+    """``mean [paired-t 95% interval] p=<exact sign-flip p>`` of paired differences."""
+    return f"{_fmt(statistics.fmean(diffs), t_interval(diffs), sign=True)} p={sign_flip_p(diffs):.3f}"
 
 
 def final_evaluation(row: dict) -> dict:
@@ -253,8 +290,9 @@ def _fmt(mean: float, ci: tuple[float, float], sign: bool = False) -> str:
 
 
 def table(rows: list[dict], recipes: list[str]) -> str:
-    """Markdown table: final held-out pass rate per recipe (mean over seeds, 95% bootstrap interval), the
-    paired difference to vanilla GRPO, the gain over the base model, and the wall time."""
+    """Markdown table: final held-out pass rate per recipe (mean over seeds, 95% t interval), the paired
+    difference to vanilla GRPO (paired-t 95% interval and exact sign-flip p), the gain over the base model,
+    and the wall time."""
     out = ["| recipe | seeds | held-out pass rate % (mean [95% CI]) | per seed | vs vanilla GRPO, paired (points) "
            "| gain over base (points) | per category (mean) | wall time per run |",
            "|---|---|---|---|---|---|---|---|"]
@@ -275,16 +313,16 @@ def table(rows: list[dict], recipes: list[str]) -> str:
             diffs = [by_seed[(recipe, r["seed"])] - by_seed[(vanilla, r["seed"])] for r in mine
                      if (vanilla, r["seed"]) in by_seed]
             if diffs:
-                paired = f"{_fmt(statistics.fmean(diffs), bootstrap_ci(diffs), sign=True)} (n={len(diffs)})"
+                paired = f"{paired_cell(diffs)} (n={len(diffs)})"
         gain = "-"
         if base is not None and recipe != BASE:
             gains = [v - base for v in values]
-            gain = _fmt(statistics.fmean(gains), bootstrap_ci(gains), sign=True)
+            gain = _fmt(statistics.fmean(gains), t_interval(gains), sign=True)
         cats = sorted({c for f in finals for c in f["per_category"]})
         per_cat = ", ".join(f"{c} {statistics.fmean(f['per_category'].get(c, 0.0) for f in finals):.1f}" for c in cats)
         walls = [r["wall_s"] for r in mine]
         seeds = "-" if recipe == BASE else ",".join(str(r["seed"]) for r in mine)
-        out.append(f"| {_label(recipe)} | {seeds} | {_fmt(mean, bootstrap_ci(values))} | "
+        out.append(f"| {_label(recipe)} | {seeds} | {_fmt(mean, t_interval(values))} | "
                    f"{' / '.join(f'{v:.1f}' for v in values)} | {paired} | {gain} | {per_cat} | "
                    f"{statistics.fmean(walls):.0f} s (± {statistics.stdev(walls) if len(walls) > 1 else 0.0:.0f}) |")
     return "\n".join(out)
@@ -306,13 +344,31 @@ def _paired_cells(finals: dict[tuple[str, int], dict], recipe: str, other: str, 
     cells = []
     for key in keys:
         diffs = [value(key, finals[(recipe, s)]) - value(key, finals[(other, s)]) for s in seeds]
-        cells.append(_fmt(statistics.fmean(diffs), bootstrap_ci(diffs), sign=True) if diffs else "-")
+        cells.append(paired_cell(diffs) if diffs else "-")
     return len(seeds), cells
+
+
+def detectable_effects(rows: list[dict], recipes: list[str]) -> str:
+    """One line per recipe paired with vanilla GRPO: the minimum detectable effect (80% power, two-sided 0.05)
+    for the seeds used, from the spread of the observed paired differences."""
+    vanilla = next((r for r in recipes if _is(r, "vanilla-grpo")), None)
+    finals = _finals(rows)
+    lines = []
+    for recipe in recipes:
+        if vanilla is None or recipe == vanilla:
+            continue
+        seeds = sorted(s for (r, s) in finals if r == recipe and (vanilla, s) in finals)
+        diffs = [finals[(recipe, s)]["average"] - finals[(vanilla, s)]["average"] for s in seeds]
+        if len(diffs) >= 2:
+            lines.append(f"minimum detectable effect, {_label(recipe)} - vanilla GRPO with {len(diffs)} seeds: "
+                         f"{min_detectable_effect(diffs):.1f} points (sd of the differences "
+                         f"{statistics.stdev(diffs):.1f})")
+    return "\n".join(lines)
 
 
 def category_table(rows: list[dict], recipes: list[str]) -> str:
     """Markdown table: per recipe and held-out category, the paired difference of the final pass rate to
-    vanilla GRPO (same seed; mean over the seeds both have, 95% bootstrap interval), so that a difference
+    vanilla GRPO (same seed; mean over the seeds both have, paired-t 95% interval, sign-flip p), so that a difference
     in the average can be traced to the kind of request it comes from."""
     vanilla = next((r for r in recipes if _is(r, "vanilla-grpo")), None)
     finals = _finals(rows)
@@ -329,7 +385,7 @@ def category_table(rows: list[dict], recipes: list[str]) -> str:
 
 def controls_table(rows: list[dict], recipes: list[str]) -> str:
     """Markdown table: each label control against SEAL (real labels), paired by seed: the difference of the
-    final held-out pass rate, overall and per category (mean [95% bootstrap CI]); empty without both."""
+    final held-out pass rate, overall and per category (mean [paired-t 95% CI] sign-flip p); empty without both."""
     seal = next((r for r in recipes if _is(r, "seal")), None)
     finals = _finals(rows)
     cats = sorted({c for f in finals.values() for c in f["per_category"]})
@@ -396,9 +452,14 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=1, metavar="N",
                         help="training runs write a checkpoint every N steps (keeping the last and the best), so "
                              "that a run cut off is resumed from there (default 1; 0: the recipe's own setting)")
+    parser.add_argument("--training-interface", action="store_true",
+                        help="also score every evaluation point on the run's training interface "
+                             "(evaluation.training_interface): the train/eval interface gap, in the results")
     parser.add_argument("--table-only", action="store_true")
     parser.add_argument("--plot", type=Path, default=None, help="write the learning curves (PNG) here")
     args = parser.parse_args()
+    if args.training_interface:
+        args.overrides.append("evaluation.training_interface=true")
     results = args.results or args.runs_dir / "results.jsonl"
     rows = load_results(results)
     if not args.table_only:
@@ -438,7 +499,9 @@ def main() -> None:
             rows.append(row)
             new += 1
     print(table(rows, args.recipes))
-    print("\nPaired difference to vanilla GRPO per held-out category (points, mean [95% CI] over seeds):\n")
+    print(detectable_effects(rows, args.recipes))
+    print("\nPaired difference to vanilla GRPO per held-out category (points, mean [paired-t 95% CI], exact "
+          "sign-flip p, over seeds):\n")
     print(category_table(rows, args.recipes))
     controls = controls_table(rows, args.recipes)
     if controls:

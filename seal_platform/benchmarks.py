@@ -70,7 +70,7 @@ def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> d
     for bench in ctx.config.evaluation.benchmarks:
         owner, env, tasks = prepared[bench.key]
         raw = wrap("evaluate", owner, lambda: host.call_owned(
-            "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
+            "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step, interface=None,
             sampling=evaluate_sampling(ctx.config),
         ), host)
         result = score_evaluation(raw, bench.split, owner, tasks)  # one per task (or its count), ids, rewards

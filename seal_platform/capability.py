@@ -107,6 +107,8 @@ class CapabilityState(BaseModel):
     step: int = 0
     window: CapabilityTables = Field(default_factory=CapabilityTables)
     totals: CapabilityTables = Field(default_factory=CapabilityTables)
+    # The latest step's labels alone (the current round's failure profile; empty in states saved before it).
+    last: CapabilityTables = Field(default_factory=CapabilityTables)
 
     def update(self, step: int, epoch: int, trajectories: list[Trajectory], labels: list[TurnLabel]) -> None:
         """Fold one step's labels in; a new epoch starts a fresh window."""
@@ -114,6 +116,7 @@ class CapabilityState(BaseModel):
             self.window = CapabilityTables()
             self.epoch = epoch
         self.step = step
+        self.last = CapabilityTables()
         by_traj: dict[str, list[TurnLabel]] = defaultdict(list)
         for lab in labels:
             by_traj[lab.trajectory_id].append(lab)
@@ -121,3 +124,4 @@ class CapabilityState(BaseModel):
             own = by_traj.get(traj.id, [])
             self.window.add(traj, own)
             self.totals.add(traj, own)
+            self.last.add(traj, own)

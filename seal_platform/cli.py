@@ -939,11 +939,14 @@ def upgrade_store(store_url: str | None) -> None:
                    "as 'after N + 1 step(s)' (default: the last checkpoint).")
 @click.option("--split", default=None, help="Task split (default: the run's evaluation split).")
 @click.option("--max-tasks", type=click.IntRange(min=1), default=None, help="Evaluate on the first N tasks only.")
+@click.option("--training-interface", is_flag=True,
+              help="Evaluate on the training interface the run had at that checkpoint instead of the pristine one "
+                   "(recorded as '<environment>@training'): the train/eval interface gap.")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @store_option
-def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: int | None, quiet: bool,
-                 verbose: bool, store_url: str | None) -> None:
+def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: int | None, training_interface: bool,
+                 quiet: bool, verbose: bool, store_url: str | None) -> None:
     """Evaluate a run's checkpoint on a split (pristine interface, greedy) and record the result.
 
     As for `run`, library logs go to <run dir>/run.log (-v shows them here too) and a progress display shows
@@ -977,7 +980,8 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
             from rich.console import Console
 
             progress.console = Console(file=terminal, width=out.width if not out.is_terminal else None)
-        done, result = evaluate_checkpoint(store, plan.host, plan, row.id, step, progress=progress)
+        done, result = evaluate_checkpoint(store, plan.host, plan, row.id, step, progress=progress,
+                                           training_interface=training_interface)
     table = Table(title=f"run {row.id}, checkpoint after {done} step(s), split {result.split} ({result.n_tasks} tasks)")
     table.add_column("category")
     table.add_column("pass rate (%)", justify="right")

@@ -77,6 +77,12 @@ class DynamicSamplingConfig(_Section):
         description="Tasks collected per round (verl's gen_batch_size): round 1 is the step's scheduled batch "
         "topped up with drawn tasks to this many, later rounds draw this many; null: training.tasks_per_step.",
     )
+    keep_surplus: bool = Field(
+        default=False,
+        description="Train on every mixed group the step's rounds drew, not only the first "
+        "training.tasks_per_step (rounds still stop once that many are mixed): the rollouts already paid for "
+        "are not thrown away, and the update is sized to what was drawn.",
+    )
 
 
 class RolloutConfig(_Section):
@@ -141,6 +147,12 @@ class EvaluationConfig(_Section):
         default_factory=list,
         description="More benchmarks evaluated at the same steps as the training environment (names, or "
         "{environment, split, max_tasks}); each is stored and shown under its own name.",
+    )
+    training_interface: bool = Field(
+        default=False,
+        description="Also score each evaluation point on the run's current TRAINING interface (stored and shown "
+        "as '<environment>@training'), so the gap between training and evaluation interfaces is measured; "
+        "points where the training interface is still the pristine one are not repeated.",
     )
 
 

@@ -417,7 +417,7 @@ def _owned_evaluate(host: PluginHost, owner: str) -> Callable[..., Any]:
     """``evaluate`` of plugin ``owner``, as :func:`_owned_collect` for ``collect``."""
     def evaluate(ctx: Any, environment: Any, engine: Any, tasks: Any, step: Any, sampling: Any) -> Any:
         return host.call_owned("evaluate", owner, ctx=ctx, environment=environment, engine=engine, tasks=tasks,
-                               step=step, sampling=sampling)
+                               step=step, sampling=sampling, interface=None)
     return evaluate
 
 

@@ -98,14 +98,15 @@ class Selection:
                 UNIFORM: float(self.uniform), SURPLUS: float(self.surplus)}
 
 
-def select(trainable: list[Trajectory], wanted: int, rounds: int, drawn: int) -> Selection:
-    """Keep the first ``wanted`` mixed groups of ``trainable`` (whole groups, in order)."""
+def select(trainable: list[Trajectory], wanted: int, rounds: int, drawn: int, keep_surplus: bool = False) -> Selection:
+    """Keep the first ``wanted`` mixed groups of ``trainable`` (whole groups, in order); with ``keep_surplus``
+    every mixed group."""
     selection = Selection(rounds=rounds, drawn=drawn)
     kept = 0
     for group in groups_of(trainable).values():
         if not is_mixed(group):
             selection.uniform += 1
-        elif kept < wanted:
+        elif kept < wanted or keep_surplus:
             selection.kept.extend(group)
             kept += 1
         else:

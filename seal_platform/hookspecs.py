@@ -547,6 +547,7 @@ def evaluate(
     tasks: list[Task],
     step: int,
     sampling: SamplingParams,
+    interface: Interface | None,
 ) -> list[Trajectory] | EvalResult:
     """Evaluate the policy on held-out tasks with the pristine interface and the unchanged verifier.
 
@@ -560,6 +561,10 @@ def evaluate(
     :param step: the number of training steps done so far.
     :param sampling: greedy decoding (temperature 0, top-p 1) with ``evaluation.max_new_tokens`` (default
         ``rollout.max_new_tokens``), filled in by the core; add only stop strings of your own.
+    :param interface: None for every scheduled evaluation: use the pristine interface (revision 0). With
+        ``evaluation.training_interface`` the core calls a second time at each point with the run's current
+        training interface, to measure the train/eval gap (stored as ``<environment>@training``); an
+        environment whose implementation does not take ``interface`` is refused for that option.
     :returns: the verified trajectories, one per task; the core scores them (pass rate per category, a
         trajectory passes when ``reward > 0.5``: :meth:`EvalResult.from_trajectories`) so every
         environment is scored the same way. An environment with a scoring rule of its own may return an

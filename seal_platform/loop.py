@@ -39,6 +39,7 @@ from .checkpoints import (
     CoreState,
     durable_checkpoints,
     load_plugin_checkpoints,
+    read_core_state,
     rotate_checkpoints,
     write_checkpoint,
 )
@@ -485,6 +486,13 @@ class Runner:
         result = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step)
         check_ids_unused(self.store, result.trajectories, "evaluate", self.plan.env_owner)  # before the write
         self.store.add_evaluation(self.run_id, step, result, benchmark=self.config.environment)
+        if self.config.evaluation.training_interface and self.interface is not None and self.interface.revision:
+            # The same tasks on the run's current training interface: the train/eval interface gap, measured.
+            on_training = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step,
+                                         interface=self.interface)
+            check_ids_unused(self.store, on_training.trajectories, "evaluate", self.plan.env_owner)
+            self.store.add_evaluation(self.run_id, step, on_training,
+                                      benchmark=training_interface_set(self.config.environment))
         if self.config.evaluation.benchmarks:
             self.progress.stage(step, "benchmarks")
         evaluate_benchmarks(self.host, self.ctx, engine, step)
@@ -541,25 +549,33 @@ def _eval_tasks(env: Environment, owner: str, config: RunConfig, host: PluginHos
     return tasks[: config.evaluation.max_tasks] if config.evaluation.max_tasks else tasks
 
 
+def training_interface_set(environment: str) -> str:
+    """The name the evaluations on the training interface are stored and shown under."""
+    return f"{environment}@training"
+
+
 def _call_evaluate(
-    host: PluginHost, owner: str, ctx: RunContext, env: Environment, engine: Any, tasks: list[Task], step: int
+    host: PluginHost, owner: str, ctx: RunContext, env: Environment, engine: Any, tasks: list[Task], step: int,
+    interface: Interface | None = None,
 ) -> EvalResult:
     result = wrap("evaluate", owner, lambda: host.call_owned(
         "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
-        sampling=evaluate_sampling(ctx.config),
+        sampling=evaluate_sampling(ctx.config), interface=interface,
     ), host)
     return score_evaluation(result, ctx.config.evaluation.split, owner, tasks)  # one per task, finite rewards
 
 
 def evaluate_checkpoint(
     store: RunStore, host: PluginHost, plan: Plan, run_id: str, step: int | None = None,
-    progress: Progress | None = None,
+    progress: Progress | None = None, training_interface: bool = False,
 ) -> tuple[int, EvalResult]:
     """Evaluate a run's checkpoint (the last one by default) on ``plan.config.evaluation``'s split and
     record the result with the run, apart from the run's own evaluations (origin ``eval``: ``show`` and the
     report list it on its own, and a resume keeps it while that checkpoint stays). The run itself is left as
     it was. ``progress`` (as for a run) is told
-    each phase (model load, checkpoint load, evaluation with its episode counts)."""
+    each phase (model load, checkpoint load, evaluation with its episode counts). ``training_interface``: on
+    the training interface the run had at that checkpoint instead of the pristine one (recorded as
+    ``<environment>@training``), to measure the train/eval interface gap."""
     progress = progress or Progress()
     config = plan.config
     durable = durable_checkpoints(store, run_id)
@@ -583,10 +599,17 @@ def evaluate_checkpoint(
         engine = life.engine()
         progress.stage(done, "load checkpoint")
         load_plugin_checkpoints(host, ctx, Path(ckpt.path), ckpt.step)
+        interface = None
+        if training_interface:
+            if not host.takes(plan.env_owner, "evaluate", "interface"):
+                raise SealError(f"plugin {plan.env_owner!r} evaluates {config.environment!r} on its pristine "
+                                "interface only (its 'evaluate' takes no 'interface'); drop --training-interface.")
+            interface = store.interface(run_id, read_core_state(Path(ckpt.path)).interface_revision)
         progress.stage(done, "evaluate")
-        result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done)
+        result = _call_evaluate(host, plan.env_owner, ctx, env, engine, tasks, done, interface=interface)
+        benchmark = training_interface_set(config.environment) if interface is not None else config.environment
         store.add_evaluation(run_id, done, result.model_copy(update={"trajectories": []}),
-                             benchmark=config.environment, origin=EVAL_BY_COMMAND)
+                             benchmark=benchmark, origin=EVAL_BY_COMMAND)
         store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: "
                         f"{result.average:.2f}", {"checkpoint_step": ckpt.step, "split": result.split,
                                                   "n_tasks": result.n_tasks})

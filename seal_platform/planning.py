@@ -118,6 +118,13 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         for hook in ("collect", "evaluate"):
             if not host.implements(env_owner, hook):
                 issues.append(Issue("environment", f"plugin {env_owner!r} registers {config.environment!r} but does not implement {hook!r}"))
+        if (config.evaluation.training_interface and host.implements(env_owner, "evaluate")
+                and not host.takes(env_owner, "evaluate", "interface")):
+            issues.append(Issue("evaluation.training_interface",
+                                f"plugin {env_owner!r} evaluates {config.environment!r} on its pristine interface only "
+                                "(its 'evaluate' takes no 'interface' argument)",
+                                "set evaluation.training_interface to false, or evaluate on the interface the core "
+                                "passes (docs/hooks.md, 'evaluate')"))
     if config.rollout.engine is None:
         engines = sorted(host.engines())
         issues.append(Issue("rollout.engine", "not set: a run needs a rollout engine (it loads the policy and "

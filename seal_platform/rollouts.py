@@ -83,7 +83,7 @@ def collect_step(collect: Callable[[list[Task]], list[Trajectory]], config: RunC
             trajs = trajs + dynamic_sampling.separate_groups(trajs, more, rounds)
             health = infra.triage(trajs)
         drawn = len(dynamic_sampling.groups_of(trajs))
-        selection = dynamic_sampling.select(health.trainable, wanted, rounds, drawn)
+        selection = dynamic_sampling.select(health.trainable, wanted, rounds, drawn, dyn.keep_surplus)
     return Collected(trajs, health, selection, round(time.perf_counter() - started, 4))
 
 

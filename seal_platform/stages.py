@@ -374,8 +374,9 @@ def collect_with(fn: Callable[..., Any], *, ctx: Any, environment: Any, engine: 
 
 
 def evaluate_with(fn: Callable[..., Any], *, ctx: Any, environment: Any, engine: Any, tasks: list[Any],
-                  step: int, plugin: str = "test") -> EvalResult:
-    """``fn`` (an ``evaluate`` implementation) called and scored as the run loop does."""
+                  step: int, plugin: str = "test", interface: Interface | None = None) -> EvalResult:
+    """``fn`` (an ``evaluate`` implementation) called and scored as the run loop does (``interface`` None:
+    the pristine one, as at every scheduled point)."""
     result = call_impl(fn, ctx=ctx, environment=environment, engine=engine, tasks=tasks, step=step,
-                       sampling=evaluate_sampling(ctx.config))
+                       sampling=evaluate_sampling(ctx.config), interface=interface)
     return score_evaluation(result, ctx.config.evaluation.split, plugin, tasks)

@@ -203,10 +203,12 @@ class BfclEnvironment:
         return list(mapper(one, jobs, on_infra_failure=lost))
 
     def evaluation_rollouts(
-        self, engine: RolloutEngine, tasks: list[Task], step: int, mapper: Mapper, sampling: SamplingParams
+        self, engine: RolloutEngine, tasks: list[Task], step: int, mapper: Mapper, sampling: SamplingParams,
+        interface: Interface | None = None,
     ) -> list[Trajectory]:
-        """One rollout per task on the pristine interface with the core's (greedy) ``sampling``, verified."""
-        interface = self.pristine_interface()
+        """One rollout per task on the pristine interface (or ``interface``, the run's training interface when
+        the core measures the train/eval gap) with the core's (greedy) ``sampling``, verified."""
+        interface = interface or self.pristine_interface()
 
         def one(task: Task) -> Trajectory:
             return self.play(task, engine, interface, sampling, group=evaluation_group(step, task.id))

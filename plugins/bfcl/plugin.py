@@ -101,10 +101,11 @@ def collect(
 @hookimpl
 def evaluate(
     ctx: RunContext, environment: BfclEnvironment, engine: RolloutEngine, tasks: list[Task], step: int,
-    sampling: SamplingParams,
+    sampling: SamplingParams, interface: Interface | None,
 ) -> list[Trajectory]:
-    """Greedy rollouts on the pristine interface, verified; the core scores them per category."""
-    return environment.evaluation_rollouts(engine, tasks, step, ctx.executor.map, sampling)
+    """Greedy rollouts on the pristine interface (or the one the core passes), verified; the core scores them
+    per category."""
+    return environment.evaluation_rollouts(engine, tasks, step, ctx.executor.map, sampling, interface)
 
 
 @hookimpl

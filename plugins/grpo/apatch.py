@@ -48,7 +48,9 @@ class APatch:
         self.settings = settings or APatchSettings()
         self.grpo = grpo or GRPOSettings()
         self.rho: dict[str, float] = {}
-        # label -> the reference label it maps to, as diagnosers reported it.
+        # label -> reference label -> how often diagnosers reported that mapping (the run's totals), and the
+        # mapping in force: the most reported, ties broken by name, so it never depends on label order.
+        self.reference_counts: dict[str, dict[str, int]] = {}
         self.reference: dict[str, str] = {}
         # The last step whose labels moved rho: a repeated call for the same step does not move it again.
         self.updated_step: int | None = None
@@ -56,10 +58,14 @@ class APatch:
     # --- labels -----------------------------------------------------------------------------------------
 
     def learn_labels(self, labels: Sequence[TurnLabel]) -> None:
-        """Remember which reference label each finer label maps to."""
+        """Remember which reference label each finer label maps to: the one diagnosers reported most often
+        over the run, ties broken by name (the same labels in any order give the same mapping)."""
         for lab in labels:
             if lab.reference_label and lab.reference_label != lab.label:
-                self.reference[lab.label] = lab.reference_label
+                counts = self.reference_counts.setdefault(lab.label, {})
+                counts[lab.reference_label] = counts.get(lab.reference_label, 0) + 1
+        self.reference = {label: min(counts, key=lambda ref: (-counts[ref], ref))
+                          for label, counts in self.reference_counts.items()}
 
     def is_excluded(self, label: str) -> bool:
         excluded = self.settings.excluded_labels
@@ -166,10 +172,16 @@ class APatch:
     # --- persistence -------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rho": dict(self.rho), "reference": dict(self.reference), "updated_step": self.updated_step}
+        return {"rho": dict(self.rho), "reference": dict(self.reference),
+                "reference_counts": {k: dict(v) for k, v in self.reference_counts.items()},
+                "updated_step": self.updated_step}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         self.rho = {str(k): float(v) for k, v in data.get("rho", {}).items()}
         self.reference = {str(k): str(v) for k, v in data.get("reference", {}).items()}
+        counts = data.get("reference_counts")
+        # States saved before the counts: the mapping they had, counted once.
+        self.reference_counts = ({str(k): {str(r): int(n) for r, n in v.items()} for k, v in counts.items()}
+                                 if isinstance(counts, dict) else {k: {v: 1} for k, v in self.reference.items()})
         step = data.get("updated_step")
         self.updated_step = int(step) if step is not None else None

@@ -8,14 +8,19 @@ label                    when                                                   
 pass                     the turn passed                                                pass
 unreached_turn           the episode ended before the turn                              unreached_turn
 invalid_tool_call        nothing ran; a message did not parse or named an unknown tool  empty_turn_model_response
-recovery_failure         a call failed and the turn was not put right                   instance_mismatch (nothing
-                                                                                        ran) / state_mismatch
-empty_turn_model_response no call at all                                                empty_turn_model_response
+argument_mismatch        a call was refused for its arguments (missing, unexpected, not state_mismatch
+                         an allowed value) and the turn was not put right; or the right
+                         tool ran with other arguments
 missing_tool_call        the ground truth's tool was never called                       state_mismatch
-argument_mismatch        the right tool with other arguments                            state_mismatch
+empty_turn_model_response no call at all                                                empty_turn_model_response
 state_mismatch           anything else (the state was already wrong from an earlier
                          turn, or an extra call changed it)                             state_mismatch
 ======================== ============================================================== ==========================
+
+The order follows the paper's Table 5: a call refused for a bad enum value or a missing argument is an
+argument mismatch (constraint cues help it), not a recovery failure. ``recovery_failure`` is not emitted: every
+error a smart-home tool returns is such a refusal (:func:`.tools.check_arguments`). Each label maps to ONE reference label,
+so A-Patch's base weight of a label never depends on which turns came first.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ from seal_platform.types import ToolCall, Trajectory, TurnLabel, TurnVerdict
 from .episode import TurnChecks
 
 SOURCE = "smarthome"
-LABELS = ("pass", UNREACHED_LABEL, "invalid_tool_call", "recovery_failure", "empty_turn_model_response",
-          "missing_tool_call", "argument_mismatch", "state_mismatch")
+LABELS = ("pass", UNREACHED_LABEL, "invalid_tool_call", "argument_mismatch", "empty_turn_model_response",
+          "missing_tool_call", "state_mismatch")
 
 
 def label_turn(verdict: TurnVerdict, calls: list[ToolCall]) -> tuple[str, str, str]:
@@ -40,14 +45,13 @@ def label_turn(verdict: TurnVerdict, calls: list[ToolCall]) -> tuple[str, str, s
         return UNREACHED_LABEL, UNREACHED_LABEL, "the episode ended before this turn"
     ran = [c for c in calls if c.result is not None]
     failed = [c for c in calls if c.error]
+    if not ran and any(c.rejected for c in calls):
+        return "invalid_tool_call", "empty_turn_model_response", "no call ran: " + next(c.rejected for c in calls if c.rejected)
+    if failed and (not ran or calls[-1].error):
+        # Every error a smart-home tool returns is a refusal of the call's arguments (tools.check_arguments).
+        return "argument_mismatch", "state_mismatch", "a call was refused for its arguments: " + (failed[-1].error or "")
     if not ran:
-        if any(c.rejected for c in calls):
-            return "invalid_tool_call", "empty_turn_model_response", "no call ran: " + next(c.rejected for c in calls if c.rejected)
-        if failed:
-            return "recovery_failure", "instance_mismatch", "every call failed: " + (failed[-1].error or "")
         return "empty_turn_model_response", "empty_turn_model_response", "the agent made no tool call"
-    if failed and calls[-1].error:
-        return "recovery_failure", "state_mismatch", "the last call failed: " + (calls[-1].error or "")
     gt = TurnChecks.model_validate(verdict.checks).gt_calls
     names = {c.name for c in ran}
     missing = [g["name"] for g in gt if g["name"] not in names]

@@ -26,6 +26,8 @@ from seal_platform.toolenv.interface import recovery_hint, render_tools, system_
 from seal_platform.toolenv.jsoncalls import parse_calls  # JSON only, within limits on size, nesting and calls
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
+from .cues import CUES
+
 from .tools import TOOL_DOCS, ToolError, execute, render_docs, run_calls
 
 SYSTEM = (
@@ -117,7 +119,7 @@ def _react(ep: _Episode, text: str, interface: Interface, attempts_per_turn: int
             ep.traj.tool_calls.append(record)
     content = "\n".join(observations)
     if failed:
-        hint = recovery_hint(interface, ep.task.category, content)
+        hint = recovery_hint(interface, ep.task.category, content, CUES.hints)
         if hint:
             content = f"{content}\n{hint}"
     ep.messages.append(Message(role="tool", content=content))

@@ -1,6 +1,6 @@
 """The smarthome plugin: a CPU-sized multi-turn tool environment, its diagnoser and its training-interface
-evolution (BFCL's changes: schema affordances, recovery feedback, guidelines, driven by the capability
-state through :func:`seal_platform.toolenv.evolution.evolve`)."""
+evolution (BFCL's changes: schema affordances, recovery feedback, guidelines, through
+:func:`seal_platform.toolenv.evolution.evolve`, with this environment's own cue texts, :mod:`.cues`)."""
 
 from __future__ import annotations
 
@@ -70,12 +70,13 @@ def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any
 
 
 @hookimpl
-def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> list:
-    """Verified greedy episodes on the pristine interface; the core scores them per category."""
+def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int, interface: Any) -> list:
+    """Verified greedy episodes on the pristine interface (or the one the core passes); the core scores them
+    per category."""
     from .episode import run_episodes
 
     s = environment.settings
-    return run_episodes(engine, evaluation_episodes(tasks, step), environment.pristine_interface(),
+    return run_episodes(engine, evaluation_episodes(tasks, step), interface or environment.pristine_interface(),
                         tool_call_sampling(ctx, True, s.max_new_tokens), s.attempts_per_turn, s.worked_examples,
                         s.example_results)
 
@@ -92,5 +93,7 @@ def diagnose(trajectories: list) -> list:
 def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
     from seal_platform.toolenv.evolution import evolve
 
+    from .cues import CUES
+
     settings = _settings(ctx)
-    return evolve(interface, state, settings.evolution, list(settings.categories))
+    return evolve(interface, state, settings.evolution, list(settings.categories), CUES)

@@ -23,41 +23,56 @@ recovery            after a parse error or a tool error (``{"error": ...}`` resu
 guidelines          a short system block, one line per high-pressure label (at most ``max_guidelines``)
 ==================  =========================================================================================
 
-What drives them (label -> change)
-----------------------------------
+What drives them (failure type -> cue type)
+-------------------------------------------
 For each scope the *pressure* of a label is ``prevalence x (1 - mean reward)``, where prevalence is the
 label's share of the scope's labelled turns (``excluded_labels`` left out: by default ``gt_error`` and
 ``checker_error``, not the agent's doing, and ``unreached_turn``, as A-Patch does) and mean reward is the mean reward of the trajectories that contain the label. A label is
 *eligible* in a scope when it has at least ``min_count`` occurrences and a prevalence of at least
 ``min_prevalence`` there. A change is switched on when one of its trigger labels is eligible with pressure
-of at least ``activate_pressure``:
+of at least ``activate_pressure``. Each failure type drives ONE cue type (:data:`CUE_TYPE`), as the paper maps
+failure types to cues:
 
-* required_markers <- argument_mismatch, invalid_tool_call, instance_mismatch, empty_turn_model_response
-* enum_values      <- argument_mismatch, state_mismatch
-* type_hints       <- argument_mismatch, instance_mismatch
-* hide_optional    <- argument_mismatch
-* no_invent_note   <- invalid_tool_call, spurious_tool_call
-* recovery         <- recovery_failure, instance_mismatch, invalid_tool_call
-* guidelines       <- every eligible label with a guideline text (``pass``, ``correct_abstention`` and the
-  excluded labels have none), the ``max_guidelines`` of highest pressure; ties broken by label name.
+========================== ================ =====================================================
+failure type               cue type         changes
+========================== ================ =====================================================
+argument_mismatch          constraint info  required_markers, enum_values (type_hints, hide_optional if allowed)
+instance_mismatch          constraint info  required_markers, type_hints
+state_mismatch             constraint info  enum_values
+invalid_tool_call          tool list        no_invent_note
+recovery_failure           recovery         recovery
+missing_tool_call,         guideline        a guideline line (``max_guidelines`` of highest pressure; ties by
+empty_turn_model_response,                  label name); ``pass``, ``correct_abstention`` and the excluded
+spurious_tool_call,                         labels have none. A label not in the table (a third-party
+response_mismatch,                          diagnoser's) is a guideline target when a text exists for it
+unreached_turn                              (``guideline_texts``)
+========================== ================ =====================================================
 
 Both the reference taxonomy (instance/state mismatch, spurious call, empty turn) and the finer one
 (invalid tool call, argument mismatch, recovery failure) drive changes, so a diagnoser that only emits the
 reference labels still closes the loop.
 
-Stability: a scope is only re-decided when its window holds at least ``min_evidence`` labelled turns, so the
-fresh window at the start of an epoch does not undo anything. Once on, a change stays on (the pressure it
-relieved would come back without it) unless ``release_pressure`` is set: then a change whose trigger
-labels' pressure have all fallen below it is switched off again. Guidelines are re-chosen each time a scope
-is re-decided. Everything is a pure function of (current spec, state, settings): the same inputs give the
-same revision, and specs list their entries in sorted order.
+The failure profile (``table``): ``round`` (default, the paper's Eq. 14) reads the current step's labels only;
+``window`` the current epoch's; ``totals`` the run's. A scope is only re-decided when the table holds at least
+``min_evidence`` labelled turns for it, so a thin round changes nothing. A change is switched off again when
+the pressure of all its trigger labels has fallen below ``release_pressure`` (default 0.02, below
+``activate_pressure``'s 0.05: a band in which nothing flips back and forth); null keeps every change once on.
+Guidelines are re-chosen each time a scope is re-decided. Everything is a pure function of (current spec,
+state, settings, cue texts): the same inputs give the same revision, and specs list their entries in sorted
+order.
+
+Cue texts belong to the environment: :class:`CueTexts` holds guideline lines by label and recovery hints by
+kind; an environment plugin passes its own to :func:`evolve` (guidelines) and to
+:func:`seal_platform.toolenv.interface.recovery_hint` (hints). :data:`BFCL_CUES` are BFCL's.
 
 Modes
 -----
-``closed_loop`` (SEAL, default): the above. ``reference``: the public release's behaviour, static schema
+``reference`` (default: the paper's active configuration, the public release's behaviour): static schema
 affordances (required markers, enum values, the no-invent note) on for every category (or those the
-``categories`` switch names) from the first call, whatever the state, and never anything else. The core
-first calls ``evolve_interface`` after step 0's rollouts, so step 0 itself still runs on revision 0.
+``categories`` switch names) from the first call, whatever the state, and never anything else.
+``closed_loop`` (this platform's extension, the ``*-closed-loop`` recipes): the above. The core
+calls ``evolve_interface`` once with the empty state before step 0's rollouts, so the static affordances are in
+place from the very first training rollout (the paper: "on from step 0").
 ``off`` (vanilla GRPO): never a new revision.
 """
 
@@ -83,23 +98,33 @@ CHANGES = (
 )
 REFERENCE_CHANGES = ("required_markers", "enum_values", "no_invent_note")
 
+# Which cue type each failure type drives (module docstring, "What drives them").
+CUE_TYPE: dict[str, str] = {
+    "argument_mismatch": "constraint_info",
+    "instance_mismatch": "constraint_info",
+    "state_mismatch": "constraint_info",
+    "invalid_tool_call": "tool_list",
+    "recovery_failure": "recovery",
+    "missing_tool_call": "guideline",
+    "empty_turn_model_response": "guideline",
+    "spurious_tool_call": "guideline",
+    "response_mismatch": "guideline",
+    UNREACHED_LABEL: "guideline",
+}
+
 TRIGGERS: dict[str, tuple[str, ...]] = {
-    "required_markers": (
-        "argument_mismatch",
-        "invalid_tool_call",
-        "instance_mismatch",
-        "empty_turn_model_response",
-    ),
+    "required_markers": ("argument_mismatch", "instance_mismatch"),
     "enum_values": ("argument_mismatch", "state_mismatch"),
     "type_hints": ("argument_mismatch", "instance_mismatch"),
     "hide_optional": ("argument_mismatch",),
-    "no_invent_note": ("invalid_tool_call", "spurious_tool_call"),
-    "recovery": ("recovery_failure", "instance_mismatch", "invalid_tool_call"),
+    "no_invent_note": ("invalid_tool_call",),
+    "recovery": ("recovery_failure",),
 }
 
 # Left out of every prevalence denominator by default (``excluded_labels``), as A-Patch does: the core's
 # :data:`seal_platform.labels.EXCLUDED_LABELS` (imported above), verifier trouble and turns never reached.
 
+# BFCL's guideline lines (the default cue texts; other environments pass their own CueTexts).
 GUIDELINES: dict[str, str] = {
     "spurious_tool_call": "When a request needs no tool (it only asks for information you already have, or "
     "cannot be served by the listed tools), answer in text without calling any tool.",
@@ -122,6 +147,22 @@ GUIDELINES: dict[str, str] = {
 }
 
 
+class CueTexts(BaseModel):
+    """An environment's cue texts: guideline lines by label (:func:`evolve`) and recovery hints by the kind
+    :func:`seal_platform.toolenv.interface.classify_observation` names (``{detail}`` is the error's text)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    guidelines: dict[str, str] = Field(default_factory=dict)
+    hints: dict[str, str] = Field(default_factory=dict)
+
+
+def _bfcl_cues() -> CueTexts:
+    from .interface import DEFAULT_HINTS
+
+    return CueTexts(guidelines=dict(GUIDELINES), hints=dict(DEFAULT_HINTS))
+
+
 class EvolutionSettings(BaseModel):
     """How the training interface evolves (the ``evolution`` key of the environment's recipe section, e.g.
     ``settings.bfcl.evolution``)."""
@@ -129,9 +170,10 @@ class EvolutionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["closed_loop", "reference", "off"] = Field(
-        default="closed_loop",
-        description="closed_loop: the capability state decides the changes (SEAL); reference: static schema "
-        "affordances always on (the public release); off: the pristine interface throughout (vanilla GRPO).",
+        default="reference",
+        description="reference: static schema affordances always on in training (the paper's active "
+        "configuration, the public release); closed_loop: the capability state decides the changes per "
+        "failure type (this platform's extension); off: the pristine interface throughout (vanilla GRPO).",
     )
     # Families and the optional schema changes.
     schema_affordances: bool = Field(default=True, description="Allow required markers, enum values, no-invent note.")
@@ -146,8 +188,9 @@ class EvolutionSettings(BaseModel):
     categories: list[str] | None = Field(
         default=None, description="Categories whose interface may evolve; null: all of them."
     )
-    table: Literal["window", "totals"] = Field(
-        default="window", description="Read the current epoch's window or the run's totals."
+    table: Literal["round", "window", "totals"] = Field(
+        default="round", description="The failure profile read: the current step's labels (round, the "
+        "paper's Eq. 14), the current epoch's (window) or the run's (totals)."
     )
     # Thresholds (reference: 8 occurrences, prevalence 0.10, 3 guideline lines).
     min_count: int = Field(default=8, ge=1, le=1_000_000, description="Occurrences before a label can drive a change.")
@@ -156,7 +199,7 @@ class EvolutionSettings(BaseModel):
         default=0.05, ge=0.0, le=1.0, description="prevalence x (1 - mean reward) that switches a change on."
     )
     release_pressure: float | None = Field(
-        default=None,
+        default=0.02,
         ge=0.0,
         le=1.0,
         description="Switch a change off again when all its trigger labels fall below this pressure; null: never.",
@@ -185,8 +228,10 @@ class EvolutionSettings(BaseModel):
             return self.recovery_feedback
         raise ValueError(f"unknown interface change {change!r}; known: {', '.join(CHANGES)}")
 
-    def guideline_text(self, label: str) -> str | None:
-        return self.guideline_texts.get(label) or GUIDELINES.get(label)
+    def guideline_text(self, label: str, cues: CueTexts | None = None) -> str | None:
+        """The recipe's line for ``label``, else the environment's (``cues``; BFCL's when None)."""
+        own = (cues if cues is not None else _bfcl_cues()).guidelines
+        return self.guideline_texts.get(label) or own.get(label)
 
 
 class LabelPressure(BaseModel):
@@ -239,9 +284,11 @@ def _eligible(p: LabelPressure, settings: EvolutionSettings) -> bool:
 
 
 def decide_scope(
-    current: ScopeSpec, pressures: dict[str, LabelPressure], settings: EvolutionSettings
+    current: ScopeSpec, pressures: dict[str, LabelPressure], settings: EvolutionSettings,
+    cues: CueTexts | None = None,
 ) -> tuple[ScopeSpec, list[str], set[str]]:
     """The next spec of one scope: (scope spec, change descriptions, driving labels)."""
+    cues = cues if cues is not None else _bfcl_cues()
     active = set(current.changes)
     notes: list[str] = []
     driven: set[str] = set()
@@ -270,11 +317,12 @@ def decide_scope(
     new_lines: list[tuple[str, str]] = []
     if settings.guidelines and settings.max_guidelines > 0:
         ranked = sorted(
-            (p for p in pressures.values() if _eligible(p, settings) and settings.guideline_text(p.label)),
+            (p for p in pressures.values() if _eligible(p, settings) and CUE_TYPE.get(p.label, "guideline") == "guideline"
+             and settings.guideline_text(p.label, cues)),
             key=lambda p: (-p.pressure, p.label),
         )
         ranked = [p for p in ranked if p.pressure > 0.0][: settings.max_guidelines]
-        new_lines = [(p.label, settings.guideline_text(p.label) or "") for p in ranked]
+        new_lines = [(p.label, settings.guideline_text(p.label, cues) or "") for p in ranked]
         if new_lines != old_lines:
             driven.update(p.label for p in ranked)
             notes.append("guidelines " + (", ".join(p.describe() for p in ranked) or "cleared"))
@@ -290,6 +338,7 @@ def evolve(
     state: CapabilityState,
     settings: EvolutionSettings,
     categories: list[str],
+    cues: CueTexts | None = None,
 ) -> Interface | None:
     """The next training-interface revision's content, or None when nothing changes (the core numbers it:
     ``revision``, ``parent`` and ``step``, see ``seal_platform.stages.adopt_interface``).
@@ -299,6 +348,7 @@ def evolve(
     :param settings: the evolution settings.
     :param categories: the environment's task categories (the scopes that may be decided separately);
         empty: the categories present in the state.
+    :param cues: the environment's cue texts (guideline lines); None: BFCL's.
     """
     if settings.mode == "off":
         return None
@@ -314,7 +364,7 @@ def evolve(
             notes.extend(f"{name}: static schema affordances " + ", ".join(wanted.changes) for name in target)
         scopes = target
     else:
-        tables = state.window if settings.table == "window" else state.totals
+        tables = {"round": state.last, "window": state.window, "totals": state.totals}[settings.table]
         if settings.per_category:
             allowed = set(settings.categories) if settings.categories is not None else None
             known = set(categories) or set(tables.by_category_label)
@@ -326,7 +376,8 @@ def evolve(
             if evidence(tables, category, settings.excluded_labels) < settings.min_evidence:
                 continue
             scope, scope_notes, scope_driven = decide_scope(
-                scopes.get(scope_name, ScopeSpec()), label_pressures(tables, category, settings.excluded_labels), settings
+                scopes.get(scope_name, ScopeSpec()), label_pressures(tables, category, settings.excluded_labels), settings,
+                cues,
             )
             if scope.dump():
                 scopes[scope_name] = scope

@@ -351,7 +351,8 @@ def _argument_problem(message: str) -> tuple[str, str] | None:
     return None
 
 
-_HINTS = {
+# BFCL's recovery hints by kind (the default; an environment passes its own, evolution.CueTexts.hints).
+DEFAULT_HINTS = {
     "parse_error": "Hint: your last message contained a tool call that could not be parsed, so none of its "
     "calls ran. Write every call in exactly the documented format, with valid JSON arguments, and try again.",
     "unknown_tool": "Hint: that tool is not in the current tool list. Call only listed tools, by their exact "
@@ -371,11 +372,13 @@ _HINTS = {
 }
 
 
-def recovery_hint(interface: Interface, category: str, observation: str) -> str | None:
+def recovery_hint(interface: Interface, category: str, observation: str,
+                  hints: dict[str, str] | None = None) -> str | None:
     """A hint to append after a failed call's observation, or None (always None for revision 0).
 
     The hint names the problem (missing or unexpected argument, unknown path, not authenticated, unknown
     tool, type mismatch, parse error) when the revision activates recovery feedback for ``category``.
+    ``hints``: the environment's texts by kind (:data:`DEFAULT_HINTS`, BFCL's, for a kind it lacks).
     """
     if "recovery" not in active_changes(interface, category):
         return None
@@ -383,4 +386,5 @@ def recovery_hint(interface: Interface, category: str, observation: str) -> str 
     if found is None:
         return None
     kind, detail = found
-    return _HINTS[kind].format(detail=detail[:200])
+    text = (hints or {}).get(kind) or DEFAULT_HINTS[kind]
+    return text.replace("{detail}", detail[:200])

@@ -166,7 +166,8 @@ def _pressure_state(tasks: list[Task]) -> CapabilityState:
 def test_evaluation_is_byte_identical_whatever_training_evolved(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     env, engine, tasks, ctx = setup
     ctx.settings["bfcl"] = ctx.settings["bfcl"].model_copy(
-        update={"evolution": EvolutionSettings(type_hints=True, hide_optional=True, min_count=2, min_evidence=2)}
+        update={"evolution": EvolutionSettings(mode="closed_loop", type_hints=True, hide_optional=True, min_count=2,
+                                               min_evidence=2)}
     )
     verified = _record_verifier(monkeypatch)
 
@@ -245,7 +246,7 @@ def test_the_diagnosers_labels_close_the_loop(setup: Any) -> None:
     agent's unrecovered tool errors and invalid calls switch on recovery feedback and the no-invent note."""
     env, engine, tasks, ctx = setup
     ctx.settings["bfcl"] = ctx.settings["bfcl"].model_copy(
-        update={"evolution": EvolutionSettings(min_count=2, min_evidence=4)}
+        update={"evolution": EvolutionSettings(mode="closed_loop", min_count=2, min_evidence=4)}
     )
     trajs = collect_with(plugin.collect, ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=Interface(), group_size=2, step=0)
     labels = plugin.diagnose(trajectories=trajs)

@@ -163,3 +163,26 @@ def test_runs_and_show_json_expose_evaluations_and_the_summary_the_learning(toy_
     assert f"{int(first['ds_groups_kept'])}/{int(first['ds_groups_drawn'])}" in shown_text
     page = (tmp_path / "runs" / run_id / "report.html").read_text()
     assert "Dynamic sampling" in page and "kept (mixed)" in page
+
+
+def test_keep_surplus_keeps_every_mixed_group_drawn():
+    trajs = [_traj("a", 0), _traj("a", 0), _traj("b", 1), _traj("b", 0), _traj("c", 1), _traj("c", 1),
+             _traj("d", 0), _traj("d", 1), _traj("e", 1), _traj("e", 0)]
+    sel = ds.select(trajs, wanted=2, rounds=2, drawn=5, keep_surplus=True)
+    assert [t.group for t in sel.kept] == ["b", "b", "d", "d", "e", "e"]
+    assert (sel.kept_groups, sel.uniform, sel.surplus) == (3, 2, 0)
+
+
+def test_with_keep_surplus_the_update_is_sized_to_every_mixed_group_drawn(toy_site, toy_recipe):
+    runner, store = _runner(toy_recipe, DS + ["training.steps=2", "rollout.dynamic_sampling.tasks_per_round=6",
+                                           "rollout.dynamic_sampling.max_rounds=3", "settings.toy.outcomes=every_third",
+                                           "rollout.dynamic_sampling.keep_surplus=true"])
+    runner.run()
+    plugin = sys.modules["toy_plugin"].plugin
+    for step in store.steps(runner.run_id):
+        trajs = store.trajectories(runner.run_id, step=step.step, phase="train")
+        assert step.metrics["ds_groups_kept"] == len(_mixed(trajs)) and step.metrics["ds_groups_surplus"] == 0
+    assert any(step.metrics["ds_groups_kept"] > 2 for step in store.steps(runner.run_id))  # more than the quota
+    last = store.trajectories(runner.run_id, step=1, phase="train")
+    seen = set(plugin.seen_trajectories["optimize"])
+    assert {t.group for t in last if t.id in seen} == _mixed(last) and len(_mixed(last)) >= 2

@@ -451,7 +451,7 @@ def collect(ctx, environment, engine, tasks, interface, group_size, step):
 
 @hookimpl
 def evaluate(ctx, environment, engine, tasks, step):
-    return toy_plugin.plugin.evaluate(ctx, environment, engine, tasks, step)
+    return toy_plugin.plugin.evaluate(ctx, environment, engine, tasks, step, None)
 '''
 
 
@@ -531,7 +531,7 @@ def collect(ctx, environment, engine, tasks, interface, group_size, step):
 
 @hookimpl
 def evaluate(ctx, environment, engine, tasks, step):
-    return toy_plugin.plugin.evaluate(ctx, environment, engine, tasks, step)
+    return toy_plugin.plugin.evaluate(ctx, environment, engine, tasks, step, None)
 '''
 
 

@@ -369,10 +369,11 @@ class ToyPlugin:
         return {"loss": 1.0 - engine.skill, "skill": engine.skill}
 
     @hookimpl
-    def evaluate(self, ctx, environment, engine, tasks, step):
+    def evaluate(self, ctx, environment, engine, tasks, step, interface):
         settings = self._note("evaluate", ctx, environment=environment, engine=engine, tasks=tasks, step=step)
         _maybe_interrupt(settings, "evaluate", step)
-        trajs = [_episode(engine, t, environment.pristine_interface(), f"eval:{t.id}", 0, True) for t in tasks]
+        interface = interface or environment.pristine_interface()  # None: the pristine one (every scheduled point)
+        trajs = [_episode(engine, t, interface, f"eval:{t.id}", 0, True) for t in tasks]
         if settings.bad_data and settings.bad_data != "eval_rate_7":  # a buggy environment's verified trajectories
             return _spoil(trajs, settings.bad_data, True)
         per_cat: dict[str, list[float]] = {}

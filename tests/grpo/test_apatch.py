@@ -176,3 +176,29 @@ def test_the_reference_base_weights_are_given_for_the_core_reference_labels():
     excluded = APatchSettings().excluded_labels
     assert excluded == list(EXCLUDED_LABELS)
     assert sorted([*REFERENCE_BASE_WEIGHTS, *excluded]) == sorted(REFERENCE_LABELS)
+
+
+def test_a_finer_labels_base_weight_does_not_depend_on_label_order():
+    """A finer label reported with two reference labels takes the one reported most often (ties: by name),
+    whatever order the labels came in; the mapping survives a checkpoint."""
+    mixed = (_labels("a", "recovery_failure", ref="instance_mismatch")
+             + _labels("b", "recovery_failure", ref="state_mismatch")
+             + _labels("c", "recovery_failure", ref="state_mismatch"))
+    bases = set()
+    for order in (mixed, list(reversed(mixed)), [mixed[1], mixed[0], mixed[2]]):
+        apatch = APatch(APatchSettings(mode="static"))
+        apatch.learn_labels(order)
+        bases.add(apatch.weight("recovery_failure"))
+        assert apatch.reference["recovery_failure"] == "state_mismatch"
+    assert bases == {APatchSettings().base_weights["state_mismatch"]}
+    tie = APatch(APatchSettings(mode="static"))
+    tie.learn_labels(list(reversed(mixed[:2])))
+    assert tie.reference["recovery_failure"] == "instance_mismatch"  # 1 each: the first by name
+    again = APatch(APatchSettings(mode="static"))
+    again.load_state_dict(apatch.state_dict())
+    assert again.reference["recovery_failure"] == "state_mismatch"
+    again.learn_labels(_labels("d", "recovery_failure", ref="instance_mismatch"))
+    assert again.reference["recovery_failure"] == "instance_mismatch"  # the counts came along: 2 against 2
+    old = APatch()
+    old.load_state_dict({"rho": {}, "reference": {"x": "gt_error"}})  # a state saved before the counts
+    assert old.reference == {"x": "gt_error"} and old.is_excluded("x")

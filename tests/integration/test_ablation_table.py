@@ -1,4 +1,4 @@
-"""benchmarks/ablation.py's table: mean over seeds of the final held-out pass rate with bootstrap intervals,
+"""benchmarks/ablation.py's table: mean over seeds of the final held-out pass rate with t intervals,
 the paired difference to vanilla GRPO and the gain over the base model; the learning-curve plot."""
 
 from __future__ import annotations
@@ -23,14 +23,19 @@ def _row(recipe, seed, final, wall, before=None):
     return {"recipe": recipe, "seed": seed, "evaluations": evals, "wall_s": wall}
 
 
-def test_bootstrap_interval_brackets_the_mean_and_is_reproducible():
+def test_t_interval_sign_flip_p_and_minimum_detectable_effect():
     ablation = _module()
     values = [10.0, 20.0, 30.0, 40.0, 50.0]
-    low, high = ablation.bootstrap_ci(values)
-    assert low < 30.0 < high and 10.0 <= low and high <= 50.0
-    assert ablation.bootstrap_ci(values) == (low, high)
-    assert ablation.bootstrap_ci([7.0]) == (7.0, 7.0)
-    assert ablation.bootstrap_ci([3.0, 3.0, 3.0]) == (3.0, 3.0)
+    low, high = ablation.t_interval(values)  # mean 30, sd 15.81, t(0.975, 4) = 2.776: half-width 19.63
+    assert round(low, 2) == 10.37 and round(high, 2) == 49.63
+    assert ablation.t_interval([7.0]) == (7.0, 7.0) and ablation.t_interval([3.0, 3.0, 3.0]) == (3.0, 3.0)
+    # 5 seeds all positive: only the all-positive and all-negative flips are as extreme, p = 2/32.
+    assert ablation.sign_flip_p([1.0, 2.0, 3.0, 4.0, 5.0]) == 2 / 32
+    assert ablation.sign_flip_p([1.0, -1.0]) == 1.0
+    # The issue's own case: SEAL - vanilla on 5 seeds with mixed signs is not significant at 0.05.
+    assert ablation.sign_flip_p([-2.0, -9.0, -12.0, 1.0, -9.5]) > 0.05
+    mde = ablation.min_detectable_effect([1.0, 2.0, 3.0, 4.0, 5.0])  # (2.776 + 0.941) x 1.581 / sqrt(5)
+    assert round(mde, 2) == 2.63
 
 
 def test_table_reports_intervals_paired_differences_and_gains(tmp_path):
@@ -43,13 +48,16 @@ def test_table_reports_intervals_paired_differences_and_gains(tmp_path):
     lines = ablation.table(rows, ["smarthome-vanilla-grpo", "smarthome-seal"]).splitlines()
     assert lines[2].startswith("| base model | - | 12.5 [12.5, 12.5] |")
     vanilla = lines[3]
-    assert vanilla.startswith("| vanilla GRPO | 0,1 | 20.0 [10.0, 30.0] | 10.0 / 30.0 | - |")
-    assert "| +7.5 [-2.5, +17.5] |" in vanilla  # gains 10 - 12.5 and 30 - 12.5
+    low, high = ablation.t_interval([10.0, 30.0])
+    assert vanilla.startswith(f"| vanilla GRPO | 0,1 | 20.0 [{low:.1f}, {high:.1f}] | 10.0 / 30.0 | - |")
+    glow, ghigh = ablation.t_interval([-2.5, 17.5])  # gains 10 - 12.5 and 30 - 12.5
+    assert f"| +7.5 [{glow:+.1f}, {ghigh:+.1f}] |" in vanilla
     seal = lines[4]
-    low, high = ablation.bootstrap_ci([20.0, 30.0, 40.0])
+    low, high = ablation.t_interval([20.0, 30.0, 40.0])
     assert seal.startswith(f"| SEAL | 0,1,2 | 30.0 [{low:.1f}, {high:.1f}] | 20.0 / 30.0 / 40.0 |")  # the last evaluation counts
     # Paired with vanilla on the seeds both have (0 and 1): +10 and +0.
-    assert "+5.0 [+0.0, +10.0] (n=2)" in seal
+    plow, phigh = ablation.t_interval([10.0, 0.0])
+    assert f"+5.0 [{plow:+.1f}, {phigh:+.1f}] p=1.000 (n=2)" in seal  # 2 seeds: p is never below 0.5
     assert "direct 35.0, paraphrase 25.0" in seal and "120 s (± 20)" in seal
     out = tmp_path / "curves.png"
     ablation.plot_curves(rows, ["smarthome-vanilla-grpo", "smarthome-seal"], out)
@@ -64,8 +72,10 @@ def test_category_table_pairs_each_category_with_vanilla_on_the_seeds_both_have(
     lines = ablation.category_table(rows, ["smarthome-vanilla-grpo", "smarthome-seal"]).splitlines()
     assert lines[0] == "| recipe | direct | paraphrase |" and len(lines) == 3  # no row for vanilla itself
     # seed 2 has no vanilla run; direct: 40 - 15 and 25 - 35; paraphrase: 0 - 5 and 15 - 25
-    low, high = ablation.bootstrap_ci([25.0, -10.0])
-    assert lines[2] == f"| SEAL (n=2) | +7.5 [{low:+.1f}, {high:+.1f}] | -7.5 [-10.0, -5.0] |"
+    low, high = ablation.t_interval([25.0, -10.0])
+    plow, phigh = ablation.t_interval([-5.0, -10.0])
+    assert lines[2] == (f"| SEAL (n=2) | +7.5 [{low:+.1f}, {high:+.1f}] p=1.000 | "
+                        f"-7.5 [{plow:+.1f}, {phigh:+.1f}] p=0.500 |")
 
 
 def test_controls_table_pairs_each_label_control_with_seal_by_seed():
@@ -77,8 +87,8 @@ def test_controls_table_pairs_each_label_control_with_seal_by_seed():
     lines = ablation.controls_table(rows, recipes).splitlines()
     # seed 2 has no SEAL run and fixed label shares no seed with SEAL: one row, over seeds 0 and 1 (+4, -2)
     assert lines[0] == "| control - SEAL | average | direct | paraphrase |" and len(lines) == 3
-    low, high = ablation.bootstrap_ci([4.0, -2.0])
-    cell = f"+1.0 [{low:+.1f}, {high:+.1f}]"
+    low, high = ablation.t_interval([4.0, -2.0])
+    cell = f"+1.0 [{low:+.1f}, {high:+.1f}] p=1.000"
     assert lines[2] == f"| random labels (control) (n=2) | {cell} | {cell} | {cell} |"
     assert ablation.controls_table(rows[:2], recipes) == ""  # no control: no table
 

@@ -39,7 +39,8 @@ FORMAT = get_format("hermes")  # or "python": the agent writes [book_room(room='
 
 class CalendarSettings(BaseModel):  # the recipe section `settings.calendar`, registered with register_settings
     model_config = ConfigDict(extra="forbid")
-    evolution: EvolutionSettings = Field(default_factory=EvolutionSettings)
+    # The stock default is the paper's static affordances (mode: reference); this example shows the closed loop.
+    evolution: EvolutionSettings = Field(default_factory=lambda: EvolutionSettings(mode="closed_loop"))
 
 
 def system_text(interface: Interface, category: str) -> str:
@@ -105,7 +106,7 @@ def test_the_capability_state_drives_the_next_revision(tmp_path) -> None:
     assert revision is not None and revision.spec["scopes"]["booking"]["changes"] == ["enum_values", "required_markers"]
     room = render_tools(TOOL_DOCS, revision, "booking")[0]["parameters"]["properties"]["room"]
     assert room["description"] == '[required] The room. [Enum]: ["red", "blue"]. Allowed values: red, blue.'
-    assert "Guidelines (from recent practice):" in system_text(revision, "booking")
+    assert "Guidelines (from recent practice):" not in system_text(revision, "booking")  # a constraint cue
     assert TOOL_DOCS[0]["parameters"]["properties"]["room"]["description"] == 'The room. [Enum]: ["red", "blue"]'
 
 
