@@ -246,3 +246,13 @@ def test_the_logits_byte_counts_bound_what_the_log_prob_code_allocates():
     # + 0.25: the per-token tensors (targets, log-probs, the hidden states' gradient) are in the count too.
     assert 0.75 * LOGITS_BYTES_CHUNKED <= per_chunk <= LOGITS_BYTES_CHUNKED + 0.25
     assert 0.75 * LOGITS_BYTES_UNCHUNKED <= per_batch <= LOGITS_BYTES_UNCHUNKED + 0.25
+
+
+@pytest.mark.parametrize("recipe", ["seal-gpu4", "seal-gpu8", "seal-lora", "seal-ray"])
+def test_the_gpu_recipes_pack_their_micro_batches(recipe):
+    """Packed rows ran 1.6-2.1x the padded update on an H200 (docs/scaling.md): the GPU recipes use them."""
+    from seal_platform.planning import load_recipe
+
+    config, issues, _ = load_recipe(recipe, [M])
+    assert config is not None and not issues
+    assert config.settings["grpo"]["pack_sequences"] is True
