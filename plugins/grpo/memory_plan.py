@@ -166,9 +166,9 @@ def loss_tokens(grpo: Any) -> int:
 
 
 def trainer_parts(shape: Shape, grpo: Any, policy_dtype: str, world: int, on_cuda: bool = True,
-                  pushes: bool = False, holder: str = "trainer") -> list[Part]:
+                  pushes: bool = False, holder: str = "trainer", colocated: bool = False) -> list[Part]:
     """What one trainer rank holds, phase by phase (see the module's formulas); ``pushes``: it sends weights
-    to engines in other processes after each update."""
+    to engines in other processes after each update; ``colocated``: engines share its GPU."""
     n, b = shape.params(), _dtype_bytes(policy_dtype)
     parts: list[Part] = []
     sharding = "more trainer ranks (settings.grpo.train_workers) or LoRA (settings.grpo.lora)"
@@ -181,12 +181,21 @@ def trainer_parts(shape: Shape, grpo: Any, policy_dtype: str, world: int, on_cud
         parts.append(Part(f"LoRA adapters, gradients, AdamW moments (float32, {p / 1e6:.1f} M)", 16 * p / GIB,
                           "a smaller settings.grpo.lora.rank"))
     else:
-        parts.append(Part(f"master weights ({policy_dtype})", n * b / world / GIB, sharding))
+        # grpo.trainer_offload (colocated, sharded): shards and moments in host memory while the engines sample.
+        offload = world > 1 and colocated and getattr(grpo, "trainer_offload", False)
+        held = tuple(p for p in ALL if not (offload and p == ROLLOUT))
+        parts.append(Part(f"master weights ({policy_dtype})", n * b / world / GIB, sharding, held))
         parts.append(Part(f"AdamW moments ({policy_dtype}, from the first update)", 2 * n * b / world / GIB, sharding,
-                          after_first_update))
+                          tuple(p for p in after_first_update if p in held)))
         parts.append(Part(f"gradients ({policy_dtype})", n * b / world / GIB, sharding, (UPDATE,)))
         if grpo.kl_coef > 0:
-            parts.append(Part("KL reference (bfloat16)", n * 2 / world / GIB, "settings.grpo.kl_coef: 0"))
+            # Sharded workers hold it in grpo.ref_dtype (auto: bf16 on CUDA), in host memory between steps with
+            # grpo.ref_offload; the single-process trainer in the policy's dtype.
+            ref = getattr(grpo, "ref_dtype", "auto") if world > 1 else policy_dtype
+            ref = "bfloat16" if ref == "auto" else ref
+            parts.append(Part(f"KL reference ({ref}{', offloaded between steps' if world > 1 and getattr(grpo, 'ref_offload', False) else ''})",
+                              n * _dtype_bytes(ref) / world / GIB, "settings.grpo.kl_coef: 0",
+                              (LOAD, UPDATE) if world > 1 and getattr(grpo, "ref_offload", False) else ALL))
         if world > 1:
             root, block = shape.root_params(), shape.block_params()
             parts.append(Part("FSDP gathered bf16 root + 2 blocks, unsharded float32 grads",
@@ -238,8 +247,9 @@ def engine_parts(shape: Shape, vllm: Any, capacity: float, sleeping: bool, recei
     weights = 2 * shape.params() / GIB
     kv = share - weights - VLLM_OVERHEAD_GIB
     setting = "settings.engine.vllm.gpu_memory_utilization"
-    awake = (START, PUSH, ROLLOUT) if sleeping else ALL
-    kv_awake = (START, ROLLOUT) if sleeping else ALL
+    # The engines wake their KV cache inside the push (vLLM: wake_up(tags=["weights"]), load, wake_up(tags=
+    # ["kv_cache"])), while the trainer still holds its push buffers: the push phase counts it awake.
+    awake = kv_awake = (START, PUSH, ROLLOUT) if sleeping else ALL
     # Engines start after the trainer has loaded: nothing of theirs exists in the load phase.
     no_load = tuple(p for p in ALL if p != LOAD)
     parts = [Part("vLLM CUDA context (outside its budget)", CONTEXT_GIB, "-", no_load),
@@ -310,7 +320,7 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
     for rank, k in enumerate(trainer_gpus):
         holder = f"trainer rank {rank}" if world > 1 else "trainer"
         devices[k].holders.append(holder)
-        devices[k].parts += trainer_parts(shape, grpo, dtype, world, pushes=pushes, holder=holder)
+        devices[k].parts += trainer_parts(shape, grpo, dtype, world, pushes=pushes, holder=holder, colocated=colocate)
     max_len = engine.vllm.max_model_len or 32768
     sleeping = colocate and engine.vllm.sleep_mode
     bucket = max(shape.vocab * shape.hidden * 2, grpo.weight_sync_bucket_mb * 2**20)

@@ -42,12 +42,14 @@ def test_trainer_parts_are_the_hand_formulas(name):
     one = {p.what: p.gib for p in trainer_parts(s, GRPOSettings(kl_coef=0.001), "float32", 1)}
     assert one["master weights (float32)"] == pytest.approx(4 * n / GIB)
     assert one["AdamW moments (float32, from the first update)"] == pytest.approx(8 * n / GIB)
-    assert one["KL reference (bfloat16)"] == pytest.approx(2 * n / GIB)
+    assert one["KL reference (float32)"] == pytest.approx(4 * n / GIB)  # the single-process trainer: the policy's dtype
     assert one["autocast's bf16 copies of the weights"] == pytest.approx(2 * n / GIB)
     assert one[f"activations, {t} tokens, no checkpointing"] == pytest.approx(t * layers * (10 * h + 4 * i) * 2 / GIB)
     four = {p.what: p.gib for p in trainer_parts(s, GRPOSettings(kl_coef=0.0, gradient_checkpointing=True), "float32", 4)}
     assert four["gradients (float32)"] == pytest.approx(4 * n / 4 / GIB)
-    assert "KL reference (bfloat16)" not in four
+    assert not any(what.startswith("KL reference") for what in four)
+    sharded = {p.what: p.gib for p in trainer_parts(s, GRPOSettings(kl_coef=0.001), "float32", 4)}
+    assert sharded["KL reference (bfloat16)"] == pytest.approx(2 * n / 4 / GIB)  # sharded workers: bf16 on CUDA
     expected = t * (2 * layers * h * 2 + (10 * h + 4 * i) * 2)  # kept inputs + attention outputs, one block
     assert four[f"activations, {t} tokens, checkpointing"] == pytest.approx(expected / GIB)
 
@@ -256,3 +258,17 @@ def test_the_gpu_recipes_pack_their_micro_batches(recipe):
     config, issues, _ = load_recipe(recipe, [M])
     assert config is not None and not issues
     assert config.settings["grpo"]["pack_sequences"] is True
+
+
+def test_offloaded_reference_and_trainer_state_leave_the_phases_they_are_offloaded_in():
+    """grpo.ref_offload: the sharded reference is on the GPU for the update's reference pass only (and while it
+    loads); grpo.trainer_offload (colocated): shards and moments are in host memory while the engines sample.
+    (model_copy: on a tree without these settings the plan reads them where they are set.)"""
+    s, n = KNOWN["qwen2.5-7b"], KNOWN["qwen2.5-7b"].params()
+    grpo = GRPOSettings(kl_coef=0.001).model_copy(update={"ref_offload": True, "trainer_offload": True})
+    parts = {p.what.split(" (")[0]: p for p in trainer_parts(s, grpo, "float32", 4, colocated=True)}
+    assert parts["KL reference"].phases == ("load", "update") and parts["KL reference"].gib == pytest.approx(2 * n / 4 / GIB)
+    assert "rollout" not in parts["master weights"].phases and "rollout" not in parts["AdamW moments"].phases
+    assert "push" in parts["master weights"].phases  # the push comes before the offload
+    apart = {p.what.split(" (")[0]: p for p in trainer_parts(s, grpo, "float32", 4, colocated=False)}
+    assert "rollout" in apart["master weights"].phases  # nothing to make room for on a GPU of its own
