@@ -15,18 +15,22 @@ Phases (a GPU needs the largest of its phases; every part says in which phases i
         engine). vLLM's start-up rule: the memory free on its GPU when it starts must be at least
         ``gpu_memory_utilization`` x the GPU (the ``free`` check of vLLM's worker); a plan that breaks it is
         refused, whatever the later phases need.
-    push: after an update, the hybrid-engine sequence (empty cache, wake weights, push, empty cache, wake KV
-        cache): engines hold their weights but not yet their KV cache; every trainer rank gathers one full
-        tensor at a time and casts it into a bf16 bucket.
-    rollout: engines generate (KV cache awake); the trainer holds only its resident states.
+    push: after an update, the hybrid-engine sequence (``memory_phases.to_rollout_mode``: empty cache, wake
+        weights, push, offload (``grpo.trainer_offload``), empty cache, wake KV cache); every trainer rank
+        gathers one full tensor at a time and casts it into a bf16 bucket. The engines wake their KV cache
+        inside the push (vLLM: ``wake_up(tags=["weights"])``, load, ``wake_up(tags=["kv_cache"])``), before the
+        trainer empties its cache, so this phase counts the whole engine and the trainer's push buffers.
+    rollout: engines generate; the trainer holds only its resident states.
     update: the trainer computes (gradients, gathered FSDP buffers, activations, logits); colocated engines in
         sleep mode hold only their residue.
 
 trainer rank (full fine-tune, FSDP2 over W ranks; W = 1 is the single-process trainer)
     master weights (policy dtype, b bytes) N b / W, every phase; AdamW moments 2 N b / W from the first update
     on (torch creates them at the first step: not in load/start-up); gradients N b / W, update;
-    KL reference (``grpo.kl_coef`` > 0) in bf16, 2 N / W, every phase (an offloaded reference is counted
-    resident: an upper bound); compute copies in the update: W = 1 on CUDA with float32 weights, autocast's
+    KL reference (``grpo.kl_coef`` > 0): sharded workers in ``grpo.ref_dtype`` (auto: bf16 on CUDA), 2 N / W,
+    on the GPU in the load and update phases only with ``grpo.ref_offload``; the single-process trainer in the
+    policy's dtype, N b; ``grpo.trainer_offload`` (colocated, sharded) takes weights and moments off the GPU
+    in the rollout phase; compute copies in the update: W = 1 on CUDA with float32 weights, autocast's
     bf16 copies of the weights, 2 N; W > 1, FSDP's gathered bf16 root + two blocks and their unsharded
     float32 gradients (2 R + 4 B_l + 4 B_l + 4 R);
     load (W > 1): one full tensor broadcast from rank 0, the largest (the embedding, V x h x b);
@@ -57,6 +61,14 @@ vLLM replica (started from the checkpoint folder or with dummy weights; no trans
 driver copy
     with ``grpo.train_workers`` > 1 the driver keeps a full copy of the policy (the weight-sync source) on
     ``policy.device``: N x b on GPU 0 unless ``settings.policy.device: cpu``, every phase.
+
+What each figure assumes: the code as issue 49 leaves it: sharded ranks start from the meta device with
+rank 0's broadcast, the reference in ``grpo.ref_dtype``, ``empty_cache`` after sharding and every update
+(load, reference, allocator figures); replicas start from the checkpoint folder or dummy weights and receive
+bf16 pushes, over CUDA IPC from the trainer rank on their GPU or over NCCL from another GPU (engine and push
+figures); chunked log-probs on the sharded path too (logits). Measured: the logits byte counts (on the CPU,
+against the code) and nothing else yet; the 1 GiB contexts, 1 GiB vLLM overhead, 2 GiB allocator reserve and
+2 GiB sleep residue are estimates until ``benchmarks/gpu_checks.sh``'s memory checks run on a GPU.
 """
 
 from __future__ import annotations
