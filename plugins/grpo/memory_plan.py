@@ -32,7 +32,8 @@ trainer rank (full fine-tune, FSDP2 over W ranks; W = 1 is the single-process tr
     policy's dtype, N b; ``grpo.trainer_offload`` (colocated, sharded) takes weights and moments off the GPU
     in the rollout phase; compute copies in the update: W = 1 on CUDA with float32 weights, autocast's
     bf16 copies of the weights, 2 N; W > 1, FSDP's gathered bf16 root + two blocks and their unsharded
-    float32 gradients (2 R + 4 B_l + 4 B_l + 4 R);
+    float32 gradients (2 R + 4 B_l + 4 B_l + 4 R), and AdamW's foreach temporary at the step, N b / W (FSDP2's
+    DTensor parameters get no fused kernel; the single-process trainer's fused AdamW makes none);
     load (W > 1): one full tensor broadcast from rank 0, the largest (the embedding, V x h x b);
     push (engines in other processes): the gathered largest tensor (V x h x b) and its bf16 bucket
     (max(V x h x 2, ``grpo.weight_sync_bucket_mb``));
@@ -178,10 +179,13 @@ def loss_tokens(grpo: Any) -> int:
 
 
 def trainer_parts(shape: Shape, grpo: Any, policy_dtype: str, world: int, on_cuda: bool = True,
-                  pushes: bool = False, holder: str = "trainer", colocated: bool = False) -> list[Part]:
+                  pushes: bool = False, holder: str = "trainer", colocated: bool = False,
+                  sharded: bool | None = None) -> list[Part]:
     """What one trainer rank holds, phase by phase (see the module's formulas); ``pushes``: it sends weights
-    to engines in other processes after each update; ``colocated``: engines share its GPU."""
+    to engines in other processes after each update; ``colocated``: engines share its GPU; ``sharded``: an
+    FSDP2 worker (default: ``world`` > 1; a 1-rank worker with True)."""
     n, b = shape.params(), _dtype_bytes(policy_dtype)
+    fsdp = world > 1 if sharded is None else sharded
     parts: list[Part] = []
     sharding = "more trainer ranks (settings.grpo.train_workers) or LoRA (settings.grpo.lora)"
     after_first_update = (PUSH, ROLLOUT, UPDATE)
@@ -194,7 +198,7 @@ def trainer_parts(shape: Shape, grpo: Any, policy_dtype: str, world: int, on_cud
                           "a smaller settings.grpo.lora.rank"))
     else:
         # grpo.trainer_offload (colocated, sharded): shards and moments in host memory while the engines sample.
-        offload = world > 1 and colocated and getattr(grpo, "trainer_offload", False)
+        offload = fsdp and colocated and getattr(grpo, "trainer_offload", False)
         held = tuple(p for p in ALL if not (offload and p == ROLLOUT))
         parts.append(Part(f"master weights ({policy_dtype})", n * b / world / GIB, sharding, held))
         parts.append(Part(f"AdamW moments ({policy_dtype}, from the first update)", 2 * n * b / world / GIB, sharding,
@@ -203,15 +207,20 @@ def trainer_parts(shape: Shape, grpo: Any, policy_dtype: str, world: int, on_cud
         if grpo.kl_coef > 0:
             # Sharded workers hold it in grpo.ref_dtype (auto: bf16 on CUDA), in host memory between steps with
             # grpo.ref_offload; the single-process trainer in the policy's dtype.
-            ref = getattr(grpo, "ref_dtype", "auto") if world > 1 else policy_dtype
+            ref = getattr(grpo, "ref_dtype", "auto") if fsdp else policy_dtype
             ref = "bfloat16" if ref == "auto" else ref
-            parts.append(Part(f"KL reference ({ref}{', offloaded between steps' if world > 1 and getattr(grpo, 'ref_offload', False) else ''})",
+            away = fsdp and getattr(grpo, "ref_offload", False)
+            parts.append(Part(f"KL reference ({ref}{', offloaded between steps' if away else ''})",
                               n * _dtype_bytes(ref) / world / GIB, "settings.grpo.kl_coef: 0",
-                              (LOAD, UPDATE) if world > 1 and getattr(grpo, "ref_offload", False) else ALL))
-        if world > 1:
+                              (LOAD, UPDATE) if away else ALL))
+        if fsdp:
             root, block = shape.root_params(), shape.block_params()
             parts.append(Part("FSDP gathered bf16 root + 2 blocks, unsharded float32 grads",
                               (2 * root + 4 * block + 4 * block + 4 * root) / GIB, sharding, (UPDATE,)))
+            # FSDP2's parameters are DTensors: AdamW runs its foreach path (no fused kernel), whose
+            # sqrt(second moment) is a new tensor the size of the rank's shard.
+            parts.append(Part(f"AdamW step: foreach temporary ({policy_dtype})", n * b / world / GIB, sharding,
+                              (UPDATE,)))
             parts.append(Part(f"load: one full tensor broadcast from rank 0 (the largest, {policy_dtype})",
                               largest * b / GIB, sharding, (LOAD,)))
         elif on_cuda and b == 4 and grpo.autocast != "off":

@@ -139,9 +139,10 @@ def test_every_phase_of_seal_gpu8_is_the_hand_arithmetic():
     assert trainer["start-up"] == pytest.approx((masters + ref) / GIB + fixed, abs=0.01)
     assert trainer["push"] == pytest.approx((masters + moments + ref + 4 * biggest + 2 * biggest) / GIB + fixed, abs=0.01)
     assert trainer["rollout"] == pytest.approx((masters + moments + ref) / GIB + fixed, abs=0.01)
-    assert trainer["update"] == pytest.approx((masters + moments + grads + ref + fsdp + act + logits) / GIB + fixed,
-                                              abs=0.01)
-    assert round(trainer["update"], 1) == 50.3
+    foreach = 4 * n / 4  # AdamW's temporary (FSDP2's DTensors take its foreach path)
+    assert trainer["update"] == pytest.approx((masters + moments + grads + ref + fsdp + foreach + act + logits) / GIB
+                                              + fixed, abs=0.01)
+    assert round(trainer["update"], 1) == 57.4
     engine = data["gpus"][4]["phases"]
     assert engine["load"] == 0  # the engines start after the trainer has loaded
     assert engine["start-up"] == engine["rollout"] == engine["update"] == pytest.approx(1 + 0.9 * 80)
