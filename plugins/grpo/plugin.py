@@ -122,6 +122,18 @@ def _template_issue(policy: PolicySettings) -> Issue | None:
         return None
     if not (folder / "tokenizer_config.json").is_file():
         return None  # a hub name, or the embedded model not yet converted (its template is ChatML)
+    # Once per folder and version of its tokenizer files in a process (config validate, then run, ...).
+    key = (str(folder.resolve()), tuple(sorted((f.name, f.stat().st_mtime_ns) for f in folder.iterdir()
+                                               if f.name.startswith(("tokenizer", "chat_template", "special_tokens")))))
+    if key not in _TEMPLATE_VERDICTS:
+        _TEMPLATE_VERDICTS[key] = _template_verdict(folder)
+    return _TEMPLATE_VERDICTS[key]
+
+
+_TEMPLATE_VERDICTS: dict[tuple[str, tuple[tuple[str, int], ...]], Issue | None] = {}
+
+
+def _template_verdict(folder: Path) -> Issue | None:
     from transformers import AutoTokenizer
 
     from seal_platform.types import Message
