@@ -48,7 +48,8 @@ trainer rank (full fine-tune, FSDP2 over W ranks; W = 1 is the single-process tr
     path allocate (``tests/grpo/test_memory_plan.py`` counts them on the CPU);
     LoRA instead of weights, moments, gradients and reference: a frozen base N x b (also the reference:
     adapters off) and the adapters P = sum over targeted projections of r x (in + out) per layer, float32:
-    16 P; nothing gathered or pushed but the adapters;
+    16 P; pushing to replicas (plain models of the base), merged copies of every targeted projection, made
+    at once (``lora.merged_weights``: L x sum of in x out, x b), and a bf16 bucket;
     per process: 1 GiB of CUDA context, and 2 GiB the caching allocator keeps reserved but free (``empty_cache``
     runs after sharding and after every update; the device check (B) of ``benchmarks/gpu_checks.sh`` bounds
     what stays reserved by 2 GiB).
@@ -196,6 +197,11 @@ def trainer_parts(shape: Shape, grpo: Any, policy_dtype: str, world: int, on_cud
                           "settings.policy.dtype: bfloat16 for the frozen base"))
         parts.append(Part(f"LoRA adapters, gradients, AdamW moments (float32, {p / 1e6:.1f} M)", 16 * p / GIB,
                           "a smaller settings.grpo.lora.rank"))
+        if pushes:  # replicas are plain models of the base: they receive merged weights, all merged at once
+            merged = shape.projection_params(list(grpo.lora.target_modules)) * b
+            bucket = max(largest * 2, grpo.weight_sync_bucket_mb * 2**20)
+            parts.append(Part(f"push: merged copies of the adapted weights ({policy_dtype}) and a bf16 bucket",
+                              (merged + bucket) / GIB, "fewer settings.grpo.lora.target_modules", (PUSH,)))
     else:
         # grpo.trainer_offload (colocated, sharded): shards and moments in host memory while the engines sample.
         offload = fsdp and colocated and getattr(grpo, "trainer_offload", False)
@@ -349,8 +355,8 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
         holder = f"vLLM replica {r}" if len(engine_gpus) > 1 else "vLLM"
         devices[k].holders.append(holder)
         # A replica beside a trainer rank receives over CUDA IPC (no copy of its own); one on a GPU of its own
-        # receives over NCCL, into a bucket. LoRA pushes only its adapters.
-        receives = bucket if pushes and k not in trainer_gpus and grpo.lora is None else 0
+        # receives over NCCL, into a bucket (LoRA too: replicas receive merged weights).
+        receives = bucket if pushes and k not in trainer_gpus else 0
         parts, kv = engine_parts(shape, engine.vllm, gpu_memory, sleeping and k in trainer_gpus, receives, holder)
         devices[k].parts += parts
         if kv * GIB < max_len * shape.kv_bytes_per_token():

@@ -273,3 +273,20 @@ def test_offloaded_reference_and_trainer_state_leave_the_phases_they_are_offload
     assert "push" in parts["master weights"].phases  # the push comes before the offload
     apart = {p.what.split(" (")[0]: p for p in trainer_parts(s, grpo, "float32", 4, colocated=False)}
     assert "rollout" in apart["master weights"].phases  # nothing to make room for on a GPU of its own
+
+
+def test_lora_replicas_receive_merged_weights_made_at_once_on_the_trainers_gpu():
+    """With replicas (plain models of the base) a LoRA push merges every targeted projection at once
+    (lora.merged_weights) and sends it; an in-process engine (seal-lora on one GPU) needs no push."""
+    s = KNOWN["qwen2.5-7b"]
+    all7 = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    per_layer = 2 * 3584 * 3584 + 2 * 3584 * 512 + 3 * 3584 * 18944  # q, o; k, v (4 KV heads x 128); the MLP
+    assert s.projection_params(all7) == 28 * per_layer
+    code, data = _plan_json("seal-lora", M, "settings.engine.replicas=2", "--gpus", "2", "--gpu-memory", "80")
+    assert code == 0, data["problems"]
+    push = [p for p in data["gpus"][0]["parts"] if p["what"].startswith("push: merged copies")]
+    assert [p["phases"] for p in push] == [["push"]]
+    assert push[0]["gib"] == pytest.approx((28 * per_layer * 2 + 152064 * 3584 * 2) / GIB, abs=0.01)
+    assert any(p["what"] == "push: a received bucket (NCCL)" for p in data["gpus"][1]["parts"])
+    code, one = _plan_json("seal-lora", M, "--gpus", "1", "--gpu-memory", "80")
+    assert code == 0 and not any(p["what"].startswith("push") for p in one["gpus"][0]["parts"])
