@@ -12,6 +12,18 @@ export SEAL_PLATFORM_TEST_TOKENIZER=$PWD/.gpu/tokenizer
 nvidia-smi -L
 python3 -c "import torch, transformers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
 part() { echo; echo "=== $1 (limit $2 s) ==="; local t0=$SECONDS; shift 2; "$@"; echo "=== rc $? in $((SECONDS - t0)) s ==="; }
+# The memory checks of issue 49 (benchmarks/memory_checks.py; each prints one line ending PASS, FAIL or NOT RUN),
+# each in a fresh process so that nothing else holds the GPU. `bash benchmarks/gpu_checks.sh memory` runs only
+# these (about 5 minutes on an H200; 8 at most with the limits below).
+memory_checks() {
+  part "(A) replica start-up, Qwen2.5-7B shape: free memory when vLLM starts >= 0.9 x GPU, no transformers model" 90 \
+    timeout 90 python3 benchmarks/memory_checks.py A --tokenizer .gpu/tokenizer
+  part "(B) 7B-shaped trainer rank (a quarter of the blocks) + reference, start-up and one update: reserve < 2 GiB" 180 \
+    timeout 180 python3 benchmarks/memory_checks.py B
+  part "(C) one FSDP2 rank, Qwen2.5-1.5B shape: fp32 masters move at lr 1e-6, peak within 10% of the plan" 180 \
+    timeout 180 python3 benchmarks/memory_checks.py C
+}
+if [ "${1:-}" = memory ]; then memory_checks; exit 0; fi
 part "pytest: CUDA tests, IPC weight sync, precision, packing" 150 timeout 150 python3 -m pytest -q -p no:cacheprovider \
   tests/grpo/test_cuda.py tests/grpo/test_weight_sync_ipc.py tests/grpo/test_precision.py tests/grpo/test_packing.py
 # The padded path peaks at 69-83 GiB on this batch and its seeds 1-4 (H200, 2026-11-27): on an 80 GB card skip this
@@ -40,3 +52,4 @@ part "probe: NCCL with two ranks on one GPU (expected: Duplicate GPU detected)" 
 part "weight sync per GB on one GPU: CUDA IPC vs host path" 90 timeout 90 python3 benchmarks/bench_weight_sync.py \
   --device cuda --size-mb 4096 --tensor-mb 64 --repeats 3
 part "probe: CUDA IPC pushes to two colocated receivers leave no memory on the sender" 60 timeout 60 python3 benchmarks/probe_ipc_memory.py
+memory_checks

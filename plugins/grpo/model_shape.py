@@ -48,12 +48,20 @@ class Shape:
     def params(self) -> int:
         return self.layers * self.block_params() + self.root_params()
 
-    def lora_params(self, rank: int, targets: list[str]) -> int:
+    def _projections(self) -> dict[str, tuple[int, int]]:
         q, kv = self.heads * self.hd, self.kv_heads * self.hd
-        dims = {"q_proj": (self.hidden, q), "k_proj": (self.hidden, kv), "v_proj": (self.hidden, kv),
+        return {"q_proj": (self.hidden, q), "k_proj": (self.hidden, kv), "v_proj": (self.hidden, kv),
                 "o_proj": (q, self.hidden), "gate_proj": (self.hidden, self.intermediate),
                 "up_proj": (self.hidden, self.intermediate), "down_proj": (self.intermediate, self.hidden)}
+
+    def lora_params(self, rank: int, targets: list[str]) -> int:
+        dims = self._projections()
         return self.layers * sum(rank * sum(dims[t]) for t in targets if t in dims)
+
+    def projection_params(self, targets: list[str]) -> int:
+        """Weights of the targeted projections over all layers (what merging LoRA adapters makes anew)."""
+        dims = self._projections()
+        return self.layers * sum(dims[t][0] * dims[t][1] for t in targets if t in dims)
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.layers * self.kv_heads * self.hd * 2

@@ -97,12 +97,69 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None)
     if engine.replicas is not None and ray is not None:
         return [Issue("settings.engine.replicas", "it counts local engine processes, which a run on "
                       "Ray does not start", "set settings.grpo.replicas (Ray actors) and drop settings.engine.replicas")]
+    uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
+    template = _template_issue(settings.get("policy") or PolicySettings()) if uses_policy else None
+    if template is not None:  # before any model loads (start_run would find it only after loading them all)
+        return [template]
     if config.rollout.overlap and config.stages.optimize == NAME:
         from .staleness import overlap_issues
 
         return overlap_issues(config, grpo, settings.get("engine") or EngineSettings(),
                               on_ray(cluster, grpo.placement) is not None)
     return []
+
+
+def _template_issue(policy: PolicySettings) -> Issue | None:
+    """Why the policy's chat template cannot give exact episode token sequences (None: it can, or its tokenizer
+    is not on this machine, which check_machine reports). Only the tokenizer is loaded, and the template is put
+    to the token code's own test (:func:`.tokens.encode_episode` on a two-turn probe whose first answer carries
+    reasoning, which templates that rewrite history drop), so the two never disagree."""
+    from .policy import EMBEDDED_MODEL, converted_dir
+
+    try:
+        folder = converted_dir(policy) if policy.model == EMBEDDED_MODEL else Path(policy.model).expanduser()
+    except FileNotFoundError:
+        return None
+    if not (folder / "tokenizer_config.json").is_file():
+        return None  # a hub name, or the embedded model not yet converted (its template is ChatML)
+    # Once per folder and version of its tokenizer files in a process (config validate, then run, ...).
+    key = (str(folder.resolve()), tuple(sorted((f.name, f.stat().st_mtime_ns) for f in folder.iterdir()
+                                               if f.name.startswith(("tokenizer", "chat_template", "special_tokens")))))
+    if key not in _TEMPLATE_VERDICTS:
+        _TEMPLATE_VERDICTS[key] = _template_verdict(folder)
+    return _TEMPLATE_VERDICTS[key]
+
+
+_TEMPLATE_VERDICTS: dict[tuple[str, tuple[tuple[str, int], ...]], Issue | None] = {}
+
+
+def _template_verdict(folder: Path) -> Issue | None:
+    from transformers import AutoTokenizer
+
+    from seal_platform.types import Message
+
+    from .tokens import TemplateNotIncrementalError, encode_episode
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except Exception:  # noqa: BLE001 - a tokenizer that does not load: start_run's load reports it
+        return None
+
+    def sampled(text: str) -> Message:
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id or 0]
+        return Message(role="assistant", content=text, token_ids=ids, trainable=True)
+
+    probe = [Message(role="user", content="What is 2 + 2?"), sampled("<think>\nAdd them.\n</think>\n\n4"),
+             Message(role="user", content="And 3 + 3?"), sampled("<think>\nAdd again.\n</think>\n\n6")]
+    try:
+        encode_episode(tokenizer, probe)
+    except TemplateNotIncrementalError as exc:
+        return Issue("settings.policy.model", f"the chat template of {str(folder)!r} cannot be trained: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a template that cannot render a two-turn chat fails every episode
+        return Issue("settings.policy.model", f"the chat template of {str(folder)!r} cannot render a two-turn "
+                     f"conversation ({type(exc).__name__}: {exc})", "give the model folder a chat template "
+                     "(tokenizer_config.json's chat_template, or chat_template.jinja)")
+    return None
 
 
 @hookimpl
