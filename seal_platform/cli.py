@@ -87,8 +87,8 @@ class SealGroup(click.Group):
                         raise
                     raise stop from exc
         except KeyboardInterrupt as exc:  # one the command does not handle itself (`run` does, with a resume hint)
-            _err().print("stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted", highlight=False)
-            ctx.exit(143 if isinstance(exc, Terminated) else 130)
+            _err().print(exc.how if isinstance(exc, Terminated) else "interrupted", highlight=False)
+            ctx.exit(exc.exit_status if isinstance(exc, Terminated) else 130)
         except SealError as exc:
             if os.environ.get("SEAL_PLATFORM_DEBUG"):
                 raise
@@ -348,7 +348,8 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         with _sigterm_interrupts():
             run_with_display(runner, store, _out(), verbose=verbose, live=not quiet, report=not no_report)
     except KeyboardInterrupt as exc:
-        how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+        how = exc.how if isinstance(exc, Terminated) else "interrupted"
+        code = exc.exit_status if isinstance(exc, Terminated) else 130
         status = _stored_status(store, runner.run_id)
         if status == "completed":  # the signal came after the run's end: while its report or summary was written
             again = (f"write its report with: seal-platform report {runner.run_id} --store {store_arg}"
@@ -356,13 +357,13 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
             _err().print(f"the run {runner.run_id} completed ({how} afterwards, before its report and summary were "
                          f"done); {again + '; ' if again else ''}details: seal-platform show {runner.run_id} --store "
                          f"{store_arg}", highlight=False)
-            sys.exit(143 if isinstance(exc, Terminated) else 130)  # what was stopped was the report, still a stop
+            sys.exit(code)  # what was stopped was the report, still a stop
         marked = f"the run is marked {status}" if status else "the run's status could not be read"
         point = _resume_point(store, runner)  # its own line: the hint's command ends the next one
         if point:
             _err().print(point, highlight=False)
         _err().print(f"{how}; {marked}; continue with: {resume_command(runner.run_id, str(store.url))}", highlight=False)
-        sys.exit(143 if isinstance(exc, Terminated) else 130)
+        sys.exit(code)
     except CheckpointLoadError as exc:
         raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
     except SealError as exc:
@@ -519,8 +520,9 @@ def _config_hash(data: Any) -> str | None:
 
 @contextlib.contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
-    """While a run goes on, SIGTERM stops it the way Ctrl-C does (the run is marked ``interrupted`` and can
-    be resumed) instead of killing the process with the run left ``running``."""
+    """While a run goes on, SIGTERM and SIGHUP (the terminal or SSH session that started it closed) stop it
+    the way Ctrl-C does (the run is marked ``interrupted`` and can be resumed) instead of killing the process
+    with the run left ``running``. A SIGHUP that is ignored (``nohup``) stays ignored."""
     import signal
     import threading
 
@@ -529,13 +531,15 @@ def _sigterm_interrupts() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise Terminated()
+        raise Terminated(signal.Signals(signum).name, signum)
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    handled = [signal.SIGTERM] + [signal.SIGHUP] * (signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN)
+    previous = {signum: signal.signal(signum, stop) for signum in handled}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _warn_failed_plugins(host: Any) -> None:
@@ -799,7 +803,9 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
 
         write_page(Path(html_out), comparison_html(comparison, digests))
     if as_json:
-        click.echo(comparison.model_dump_json(indent=2))
+        from .present.safe import json_safe
+
+        click.echo(json_safe(comparison.model_dump_json(indent=2)))
         return
     _out().print(comparison_view(_out(), comparison), highlight=False, soft_wrap=False)
     if html_out:
@@ -1055,11 +1061,11 @@ def _verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
             for line in verify_lines(benchmark, file, list(overrides), host=host, counts=counts):
                 out.write(line + "\n")
             out.flush()
-    except Terminated:
+    except Terminated as exc:
         with contextlib.suppress(OSError):
             out.flush()
-        _err().print("verify: stopped by SIGTERM; the lines above are complete, the rest were not scored")
-        sys.exit(143)
+        _err().print(f"verify: {exc.how}; the lines above are complete, the rest were not scored")
+        sys.exit(exc.exit_status)
     except BrokenPipeError:  # the reader went away (| head): nothing more to say to it
         raise
     except OSError as exc:  # a full disk, a device that refuses writes (> /dev/full)

@@ -116,14 +116,14 @@ def lifecycle(
         status = "completed"
     except KeyboardInterrupt as exc:
         status = "interrupted"
-        error = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted by the user (KeyboardInterrupt)"
+        error = exc.how if isinstance(exc, Terminated) else "interrupted by the user (KeyboardInterrupt)"
         raise
     except BaseException as exc:
         stop = as_interruption(exc)
         if stop is not None:  # a Ctrl-C that surfaced as another error
             status = "interrupted"
             how = "interrupted by the user (KeyboardInterrupt)"
-            error = f"{'stopped by SIGTERM' if isinstance(stop, Terminated) else how}; it surfaced as " \
+            error = f"{stop.how if isinstance(stop, Terminated) else how}; it surfaced as " \
                     f"{type(exc).__name__}: {str(exc)[:300]}"
             raise stop from exc
         error = f"{type(exc).__name__}: {exc}"
