@@ -401,6 +401,10 @@ class Runner:
         for impl in reversed([i for i in impls if i not in wrappers]):  # pluggy's order
             plugin = impl.plugin_name
             answer = wrap("diagnose", plugin, lambda: self.host.call_subset("diagnose", [plugin], **kwargs), self.host)
+            if not answer and trajectories:  # pluggy leaves a None out: the plugin returned nothing
+                raise PluginError(f"plugin {plugin!r} returned None from 'diagnose' for the {len(trajectories)} "
+                                  f"trajectories of step {step}: a diagnoser returns a list of TurnLabel (an empty "
+                                  "list when it has nothing to label); is a `return` missing?")
             if answer:
                 results.append(checked_labels(answer[0], plugin, registered, ids, undeclared))
         for impl in wrappers:
