@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import click
 
 from . import quick_exit
-from .config import as_store_url, raise_for, resume_overrides, stored_config
+from .config import as_store_url, raise_for, refuse_redacted, resume_overrides, stored_config
 from .errors import SealError, Terminated, as_sentence
 from .plugins import make_plugin_manager
 from .recipe_keys import RecipeOrigin
@@ -115,9 +115,12 @@ def _clean(value: Any) -> str:
 def _print_error(exc: BaseException) -> None:
     from rich.markup import escape
 
+    from .recipe_secrets import scrub
+
     # The message is text: a "[binary]" or "[a, b]" in it is not rich markup, an escape sequence in a
-    # plugin's exception is not obeyed.
-    _err().print(f"[bold red]Error:[/] {escape(_clean(exc))}", highlight=False, markup=True, soft_wrap=True)
+    # plugin's exception is not obeyed; a secret in it (a URL's password, a recipe's token) is not shown.
+    _err().print(f"[bold red]Error:[/] {escape(_clean(scrub(str(exc))))}", highlight=False, markup=True,
+                 soft_wrap=True)
 
 
 _STORE_URL_KEY = "seal_platform.store_url"
@@ -272,6 +275,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     from .loop import Runner
     from .planning import plan_config, recipe_problems
     from .present.progress import RichProgress
+    from .resume import CheckpointLoadError, resume_command
     from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
 
     # What runs the recipe again as a new run, for the message of a run that failed before training anything.
@@ -303,6 +307,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
             from .planning import plugin_host_for
 
             config = resume_overrides(config, list(args), plugin_host_for(config).settings_models())
+        refuse_redacted(config, row.id, resume_command(row.id, str(store.url)))
         if run_dir is not None:
             if not (run_dir / "config.json").is_file():
                 raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
@@ -325,8 +330,6 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         store = RunStore(config.store_url())
     plan = plan_config(config, recipe_name, origin=origin, host=checked_with[0] if checked_with else None)
     assert plan.host is not None
-    from .resume import CheckpointLoadError, resume_command
-
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(_out())
     # A resume's plugins are checked against those the run recorded by the Runner: refused (or, allowed,
@@ -343,7 +346,9 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                      "path(s) updated)", highlight=False)
     from .present.run_display import run_with_display
 
-    store_arg = shlex.quote(str(store.url))
+    from .recipe_secrets import shown_store_url
+
+    store_arg = shlex.quote(shown_store_url(store.url))
     try:
         with _sigterm_interrupts():
             run_with_display(runner, store, _out(), verbose=verbose, live=not quiet, report=not no_report)
@@ -368,7 +373,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
     except SealError as exc:
         raise SealError(f"{as_sentence(str(exc))} {_failed_run_state(store, runner.run_id, rerun)}") from exc
-    _out().print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
+    _out().print(f"details: seal-platform show {runner.run_id} --store {store_arg}", highlight=False)
 
 
 def _refuse_a_live_owner_here(row: Any) -> None:
@@ -691,7 +696,10 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
         raise_for(problems, str(path))
     assert checked is not None
     data["settings"] = {name: model.model_dump(mode="json") for name, model in sorted(checked.settings.items())}
-    click.echo(yaml.safe_dump(data, sort_keys=False))
+    from .recipe_secrets import redact_config
+
+    models = {name: type(model) for name, model in checked.settings.items()}
+    click.echo(yaml.safe_dump(redact_config(data, models), sort_keys=False))
 
 
 # --- runs, show, report ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import ConfigError
 from .recipe_keys import close_key, known_keys, resolve_recipe_path
+from .recipe_secrets import expand_settings, is_secret_name, scrub
 
 
 
@@ -186,8 +187,11 @@ class RunConfig(_Section):
         return {v for v in self.stages.model_dump().values() if v}
 
     def store_url(self) -> str:
+        """The store's URL, a ``${NAME}`` in ``store:`` read from the environment (``postgresql://seal:${PGPASSWORD}@db/runs``)."""
         if self.store:
-            return as_store_url(self.store)
+            from .recipe_secrets import expand
+
+            return as_store_url(expand(self.store, "store", secret=True))
         return f"sqlite:///{Path(self.runs_dir).resolve() / 'store.sqlite'}"
 
     def canonical_json(self) -> str:
@@ -401,7 +405,9 @@ def _pydantic_issues(exc: ValidationError, prefix: str = "", model: type[BaseMod
             issues.append(_section_given_a_value(where, err.get("input"), known_keys(model, err["loc"])))
         else:
             got = err.get("input")
-            shown = f" (got {got!r})" if not isinstance(got, (dict, list)) else ""
+            # A secret's value is never echoed: not for a key named so nor one a model marks (SecretStr).
+            secret = any(is_secret_name(p) for p in err["loc"]) or "secret" in kind
+            shown = f" (got {scrub(repr(got))})" if not isinstance(got, (dict, list)) and not secret else ""
             issues.append(Issue(where, f"{err['msg']}{shown}", "change the value"))
     return issues
 
@@ -566,6 +572,12 @@ def validate_settings(
         if not isinstance(raw, dict):
             issues.append(Issue(f"settings.{section}", "must be a mapping of keys to values"))
             continue
+        try:  # ${NAME} references read from the environment: the plugin gets the values, the config keeps the names
+            raw = expand_settings(raw, model, f"settings.{section}")
+        except ConfigError as exc:
+            where, _, what = str(exc).partition(": ")
+            issues.append(Issue(where, what.rstrip(".")))
+            continue
         try:
             validated = model.model_validate(raw, extra=None if _chooses_extra(model) else "forbid")
         except ValidationError as exc:
@@ -642,18 +654,49 @@ def runtime_keys(models: dict[str, type[BaseModel]]) -> list[str]:
 
 
 def resume_overrides(config: RunConfig, overrides: list[str], models: dict[str, type[BaseModel]]) -> RunConfig:
-    """``config`` (a resumed run's) with ``overrides`` applied: each must name a :data:`RUNTIME` setting (the
-    values are validated with the rest when the run is planned)."""
+    """``config`` (a resumed run's) with ``overrides`` applied: each must name a :data:`RUNTIME` setting, or a
+    secret the store holds redacted (written out in the recipe, so not stored: the resume gives it again,
+    best as a ``${NAME}`` reference). The values are validated with the rest when the run is planned."""
+    from .recipe_secrets import redacted_paths
+
     allowed = runtime_keys(models)
+    redacted = redacted_paths({"settings": config.settings})
     settings = copy.deepcopy(config.settings)
     for text in overrides:
         path, value = parse_override(text)
         key = ".".join(path)
+        if key in redacted and len(path) > 2:
+            _set_path(settings, path[1:], value)
+            continue
         if key not in allowed:
+            secrets = f"; and the secrets the store holds redacted: {', '.join(redacted)}" if redacted else ""
             raise ConfigError(f"override {text!r}: a resumed run keeps its recipe and overrides; only settings that "
-                              f"say where it runs may be given again ({', '.join(allowed) or 'none'}).")
+                              f"say where it runs may be given again ({', '.join(allowed) or 'none'}{secrets}).")
         settings.setdefault(path[1], {})[path[2]] = value
     return config.model_copy(update={"settings": settings})
+
+
+def _set_path(data: Any, path: list[str], value: Any) -> None:
+    """Set ``value`` at ``path`` in nested mappings and lists (a list's index given as its number)."""
+    for part in path[:-1]:
+        data = data[int(part)] if isinstance(data, list) else data[part]
+    if isinstance(data, list):
+        data[int(path[-1])] = value
+    else:
+        data[path[-1]] = value
+
+
+def refuse_redacted(config: RunConfig, run_id: str, resume_hint: str) -> None:
+    """ConfigError naming every secret a resumed run's stored config holds redacted (it was written out in the
+    recipe, and a secret is never stored): the run cannot go on with ``<redacted>`` in their place."""
+    from .recipe_secrets import redacted_paths
+
+    redacted = redacted_paths({"settings": config.settings})
+    if redacted:
+        example = " ".join(f"'{key}=${{VARIABLE}}'" for key in redacted[:2])
+        raise ConfigError(f"run {run_id}'s recipe wrote out secret(s) that were not stored ({', '.join(redacted)}): "
+                          f"give them again from the environment, e.g. `{resume_hint} {example}` with VARIABLE "
+                          "exported (docs/mcp.md, 'Secrets'); nothing was changed.")
 
 
 def raise_for(issues: list[Issue], source: str) -> None:
