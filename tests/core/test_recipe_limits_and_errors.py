@@ -102,3 +102,70 @@ def test_non_finite_floats_are_refused_in_a_recipe_file_too(tmp_path):
     assert result.exit_code == 1 and "rollout.temperature: not a finite number (got inf)" in said, said
     assert "r.yaml:3: rollout.temperature" in said, said  # the file and line
 
+
+
+# A task-file environment as the mcp and openenv plugins are: its EnvironmentSpec.splits reads the task file
+# (the core's toolenv loader) and raises a ConfigError for one that cannot be used.
+TASKFILE_ENVIRONMENT = '''
+import os
+
+from pydantic import BaseModel
+
+from seal_platform import hookimpl
+from seal_platform.errors import ConfigError
+from seal_platform.registry import EnvironmentSpec
+from seal_platform.toolenv.episodes import load_task_file
+
+import toy_plugin
+
+
+class Spec(BaseModel):
+    id: str
+    split: str = "train"
+    category: str = "default"
+
+
+def splits(settings):
+    try:
+        return {t.split for t in load_task_file(os.environ["H7_TASKS"], Spec, "settings.taskfile.tasks", lambda s: {})}
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+@hookimpl
+def register_environments():
+    return [EnvironmentSpec("taskfile", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings)),
+                            splits=splits)]
+
+
+@hookimpl
+def collect(ctx, environment, engine, tasks, interface, group_size, step):
+    return toy_plugin.plugin.collect(ctx, environment, engine, tasks, interface, group_size, step)
+
+
+@hookimpl
+def evaluate(ctx, environment, engine, tasks, step):
+    return toy_plugin.plugin.evaluate(ctx, environment, engine, tasks, step)
+'''
+
+
+def test_a_task_file_with_a_latin1_byte_is_refused_naming_file_and_line_before_a_run_row_exists(
+        toy_site, toy_recipe, tmp_path, monkeypatch):
+    from tests.core.test_plugin_contracts import _install
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(b'{"id": "a"}\n{"id": "b", "split": "eval"}\n{"id": "caf\xe9"}\n')
+    _install(toy_site, "taskfile", TASKFILE_ENVIRONMENT, monkeypatch)
+    monkeypatch.setenv("H7_TASKS", str(tasks))
+    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "plugins.allow=[toy,taskfile]", "environment=taskfile",
+                                      "--quiet"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in said and "UnicodeDecodeError" not in said, said
+    assert f"{tasks}:3: not UTF-8 text (byte 0xe9 at column 12 cannot be decoded)" in said, said
+    assert "failed listing the splits" not in said  # the user's file, not the plugin's bug
+    store = tmp_path / "runs" / "store.sqlite"
+    assert not store.exists() or not RunStore(f"sqlite:///{store}").list_runs()  # no run row was made
+    tasks.write_bytes(b'{"id": "a"}\n{"id": "b", "split": "eval"}\n')  # fixed, it runs
+    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "plugins.allow=[toy,taskfile]", "environment=taskfile",
+                                      "--quiet", "training.steps=1", "stages.evolve_interface=null"])
+    assert result.exit_code == 0 and "not UTF-8" not in result.output, result.output
