@@ -587,9 +587,7 @@ def plugins(name: str | None, as_json: bool) -> None:
         raise SealError(f"no installed plugin is called {name!r}{f' (did you mean {meant!r}?)' if meant else ''}; "
                         f"installed plugins: {', '.join(known) or 'none'}.")
     if as_json:
-        from .present.safe import json_safe
-
-        click.echo(json_safe(json.dumps(rows, indent=2)))  # a plugin's error text may hold DEL (JSON leaves it raw)
+        click.echo(json.dumps(rows, indent=2))
         return
     if name is not None:
         owners = commands.__dict__.get("_seal_platform_command_owners", {})
@@ -920,10 +918,7 @@ def settings(plugin: str | None, as_json: bool) -> None:
         raise SealError(f"no loaded plugin or settings section named {plugin!r}; known: {known}.")
     rows = [(p, *row) for s, (p, m) in sorted(chosen.items()) for row in settings_rows(m, f"settings.{s}")]
     if as_json:
-        from .present.safe import json_safe
-
-        click.echo(json_safe(json.dumps([dict(zip(("plugin", "key", "type", "default", "description"), r))
-                                         for r in rows], indent=2)))
+        click.echo(json.dumps([dict(zip(("plugin", "key", "type", "default", "description"), r)) for r in rows], indent=2))
         return
     from .present.listings import settings_listing
 
