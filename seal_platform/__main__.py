@@ -37,9 +37,9 @@ def main() -> None:
             exit_if_requested(exc.code)  # a command that asked for it (verify) ends here, without teardown
             raise
     except KeyboardInterrupt as exc:  # one the command line has not handled itself (an import's, above all)
-        sigterm = type(exc).__name__ == "Terminated"  # seal_platform.errors.Terminated, not imported here
-        print("stopped by SIGTERM" if sigterm else "interrupted", file=sys.stderr)
-        sys.exit(143 if sigterm else 130)
+        signame, signum = getattr(exc, "signame", None), getattr(exc, "signum", None)  # seal_platform.errors.Terminated
+        print(f"stopped by {signame}" if signame else "interrupted", file=sys.stderr)
+        sys.exit(128 + signum if isinstance(signum, int) else 130)
 
 
 if __name__ == "__main__":

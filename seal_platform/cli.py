@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import click
 
 from . import quick_exit
-from .config import as_store_url, raise_for, resume_overrides, stored_config
+from .config import as_store_url, raise_for, refuse_redacted, resume_overrides, stored_config
 from .errors import SealError, Terminated, as_sentence
 from .plugins import make_plugin_manager
 from .recipe_keys import RecipeOrigin
@@ -87,8 +87,8 @@ class SealGroup(click.Group):
                         raise
                     raise stop from exc
         except KeyboardInterrupt as exc:  # one the command does not handle itself (`run` does, with a resume hint)
-            _err().print("stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted", highlight=False)
-            ctx.exit(143 if isinstance(exc, Terminated) else 130)
+            _err().print(exc.how if isinstance(exc, Terminated) else "interrupted", highlight=False)
+            ctx.exit(exc.exit_status if isinstance(exc, Terminated) else 130)
         except SealError as exc:
             if os.environ.get("SEAL_PLATFORM_DEBUG"):
                 raise
@@ -115,9 +115,12 @@ def _clean(value: Any) -> str:
 def _print_error(exc: BaseException) -> None:
     from rich.markup import escape
 
+    from .recipe_secrets import scrub
+
     # The message is text: a "[binary]" or "[a, b]" in it is not rich markup, an escape sequence in a
-    # plugin's exception is not obeyed.
-    _err().print(f"[bold red]Error:[/] {escape(_clean(exc))}", highlight=False, markup=True, soft_wrap=True)
+    # plugin's exception is not obeyed; a secret in it (a URL's password, a recipe's token) is not shown.
+    _err().print(f"[bold red]Error:[/] {escape(_clean(scrub(str(exc))))}", highlight=False, markup=True,
+                 soft_wrap=True)
 
 
 _STORE_URL_KEY = "seal_platform.store_url"
@@ -272,6 +275,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     from .loop import Runner
     from .planning import plan_config, recipe_problems
     from .present.progress import RichProgress
+    from .resume import CheckpointLoadError, resume_command
     from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
 
     # What runs the recipe again as a new run, for the message of a run that failed before training anything.
@@ -303,6 +307,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
             from .planning import plugin_host_for
 
             config = resume_overrides(config, list(args), plugin_host_for(config).settings_models())
+        refuse_redacted(config, row.id, resume_command(row.id, str(store.url)))
         if run_dir is not None:
             if not (run_dir / "config.json").is_file():
                 raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
@@ -325,8 +330,6 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
         store = RunStore(config.store_url())
     plan = plan_config(config, recipe_name, origin=origin, host=checked_with[0] if checked_with else None)
     assert plan.host is not None
-    from .resume import CheckpointLoadError, resume_command
-
     _warn_failed_plugins(plan.host)
     progress = None if quiet else RichProgress(_out())
     # A resume's plugins are checked against those the run recorded by the Runner: refused (or, allowed,
@@ -343,12 +346,15 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                      "path(s) updated)", highlight=False)
     from .present.run_display import run_with_display
 
-    store_arg = shlex.quote(str(store.url))
+    from .recipe_secrets import shown_store_url
+
+    store_arg = shlex.quote(shown_store_url(store.url))
     try:
         with _sigterm_interrupts():
             run_with_display(runner, store, _out(), verbose=verbose, live=not quiet, report=not no_report)
     except KeyboardInterrupt as exc:
-        how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+        how = exc.how if isinstance(exc, Terminated) else "interrupted"
+        code = exc.exit_status if isinstance(exc, Terminated) else 130
         status = _stored_status(store, runner.run_id)
         if status == "completed":  # the signal came after the run's end: while its report or summary was written
             again = (f"write its report with: seal-platform report {runner.run_id} --store {store_arg}"
@@ -356,18 +362,18 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
             _err().print(f"the run {runner.run_id} completed ({how} afterwards, before its report and summary were "
                          f"done); {again + '; ' if again else ''}details: seal-platform show {runner.run_id} --store "
                          f"{store_arg}", highlight=False)
-            sys.exit(143 if isinstance(exc, Terminated) else 130)  # what was stopped was the report, still a stop
+            sys.exit(code)  # what was stopped was the report, still a stop
         marked = f"the run is marked {status}" if status else "the run's status could not be read"
         point = _resume_point(store, runner)  # its own line: the hint's command ends the next one
         if point:
             _err().print(point, highlight=False)
         _err().print(f"{how}; {marked}; continue with: {resume_command(runner.run_id, str(store.url))}", highlight=False)
-        sys.exit(143 if isinstance(exc, Terminated) else 130)
+        sys.exit(code)
     except CheckpointLoadError as exc:
         raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
     except SealError as exc:
         raise SealError(f"{as_sentence(str(exc))} {_failed_run_state(store, runner.run_id, rerun)}") from exc
-    _out().print(f"details: seal-platform show {runner.run_id} --store {store.url}", highlight=False)
+    _out().print(f"details: seal-platform show {runner.run_id} --store {store_arg}", highlight=False)
 
 
 def _refuse_a_live_owner_here(row: Any) -> None:
@@ -519,8 +525,9 @@ def _config_hash(data: Any) -> str | None:
 
 @contextlib.contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
-    """While a run goes on, SIGTERM stops it the way Ctrl-C does (the run is marked ``interrupted`` and can
-    be resumed) instead of killing the process with the run left ``running``."""
+    """While a run goes on, SIGTERM and SIGHUP (the terminal or SSH session that started it closed) stop it
+    the way Ctrl-C does (the run is marked ``interrupted`` and can be resumed) instead of killing the process
+    with the run left ``running``. A SIGHUP that is ignored (``nohup``) stays ignored."""
     import signal
     import threading
 
@@ -529,13 +536,15 @@ def _sigterm_interrupts() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise Terminated()
+        raise Terminated(signal.Signals(signum).name, signum)
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    handled = [signal.SIGTERM] + [signal.SIGHUP] * (signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN)
+    previous = {signum: signal.signal(signum, stop) for signum in handled}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _warn_failed_plugins(host: Any) -> None:
@@ -687,7 +696,10 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
         raise_for(problems, str(path))
     assert checked is not None
     data["settings"] = {name: model.model_dump(mode="json") for name, model in sorted(checked.settings.items())}
-    click.echo(yaml.safe_dump(data, sort_keys=False))
+    from .recipe_secrets import redact_config
+
+    models = {name: type(model) for name, model in checked.settings.items()}
+    click.echo(yaml.safe_dump(redact_config(data, models), sort_keys=False))
 
 
 # --- runs, show, report ------------------------------------------------------------------------------
@@ -799,7 +811,9 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
 
         write_page(Path(html_out), comparison_html(comparison, digests))
     if as_json:
-        click.echo(comparison.model_dump_json(indent=2))
+        from .present.safe import json_safe
+
+        click.echo(json_safe(comparison.model_dump_json(indent=2)))
         return
     _out().print(comparison_view(_out(), comparison), highlight=False, soft_wrap=False)
     if html_out:
@@ -1059,11 +1073,11 @@ def _verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
             for line in verify_lines(benchmark, file, list(overrides), host=host, counts=counts):
                 out.write(line + "\n")
             out.flush()
-    except Terminated:
+    except Terminated as exc:
         with contextlib.suppress(OSError):
             out.flush()
-        _err().print("verify: stopped by SIGTERM; the lines above are complete, the rest were not scored")
-        sys.exit(143)
+        _err().print(f"verify: {exc.how}; the lines above are complete, the rest were not scored")
+        sys.exit(exc.exit_status)
     except BrokenPipeError:  # the reader went away (| head): nothing more to say to it
         raise
     except OSError as exc:  # a full disk, a device that refuses writes (> /dev/full)

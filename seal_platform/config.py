@@ -11,6 +11,7 @@ import copy
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import ConfigError
 from .recipe_keys import close_key, known_keys, resolve_recipe_path
+from .recipe_secrets import expand_settings, is_secret_name, scrub
 
 
 
@@ -197,8 +199,11 @@ class RunConfig(_Section):
         return {v for v in self.stages.model_dump().values() if v}
 
     def store_url(self) -> str:
+        """The store's URL, a ``${NAME}`` in ``store:`` read from the environment (``postgresql://seal:${PGPASSWORD}@db/runs``)."""
         if self.store:
-            return as_store_url(self.store)
+            from .recipe_secrets import expand
+
+            return as_store_url(expand(self.store, "store", secret=True))
         return f"sqlite:///{Path(self.runs_dir).resolve() / 'store.sqlite'}"
 
     def canonical_json(self) -> str:
@@ -230,11 +235,17 @@ class Issue:
 # expand to billions of nodes once anything walks the mapping) and nesting that would overflow the stack.
 MAX_RECIPE_NODES = 100_000
 MAX_RECIPE_DEPTH = 64
+# The characters of its scalars (keys and values) once every alias is expanded: a value written once and
+# aliased a thousand times costs a thousand copies when it is loaded (a 1 MB string, 1 GB).
+MAX_RECIPE_CHARS = 16 * 2**20
+# Recipes in one ``extends`` chain (an ablation of an ablation of a base recipe is three).
+MAX_EXTENDS_DEPTH = 32
 
 
 def _check_yaml_shape(path: Path, text: str) -> None:
     """Refuse a recipe whose node graph, with every alias expanded, has more than :data:`MAX_RECIPE_NODES`
-    nodes or is nested deeper than :data:`MAX_RECIPE_DEPTH` levels, before anything expands it."""
+    nodes or :data:`MAX_RECIPE_CHARS` characters of keys and values, or is nested deeper than
+    :data:`MAX_RECIPE_DEPTH` levels, before anything expands it."""
     import yaml
 
     try:
@@ -244,6 +255,7 @@ def _check_yaml_shape(path: Path, text: str) -> None:
     if root is None:
         return
     size: dict[int, int] = {}
+    chars: dict[int, int] = {}
     height: dict[int, int] = {}
     open_: set[int] = set()  # nodes whose children are still being sized: one met again is its own ancestor
     stack: list[tuple[Any, bool]] = [(root, False)]
@@ -264,10 +276,16 @@ def _check_yaml_shape(path: Path, text: str) -> None:
             continue
         open_.discard(id(node))
         size[id(node)] = 1 + sum(size[id(c)] for c in children)
+        chars[id(node)] = (len(node.value) if isinstance(node.value, str) else 0) + sum(chars[id(c)] for c in children)
         height[id(node)] = 1 + max((height[id(c)] for c in children), default=0)
         if size[id(node)] > MAX_RECIPE_NODES:
             raise ConfigError(f"{path}: with its aliases (*name) expanded the recipe has more than "
                               f"{MAX_RECIPE_NODES:,} values (an alias bomb?); write the values out or use fewer aliases.")
+        if chars[id(node)] > MAX_RECIPE_CHARS:
+            line = node.start_mark.line + 1
+            raise ConfigError(f"{path}:{line}: with its aliases (*name) expanded the recipe holds more than "
+                              f"{MAX_RECIPE_CHARS // 2**20} MiB of text (an alias bomb?); a recipe is a few "
+                              "kilobytes of settings: write large data (task files, prompts) to a file and name it.")
         if height[id(node)] > MAX_RECIPE_DEPTH:
             line = node.start_mark.line + 1
             raise ConfigError(f"{path}:{line}: nested deeper than {MAX_RECIPE_DEPTH} levels; a recipe is a shallow "
@@ -318,6 +336,12 @@ def load_recipe_data(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any
     if path in _chain:
         cycle = " -> ".join(p.name for p in (*_chain, path))
         raise ConfigError(f"recipe {path}: `extends` goes round in a circle ({cycle}).")
+    if len(_chain) >= MAX_EXTENDS_DEPTH:
+        names = [str(p) for p in (*_chain, path)]
+        shown = " -> ".join(names if len(names) <= 6 else [*names[:3], f"... ({len(names) - 5} more)", *names[-2:]])
+        raise ConfigError(f"recipe {_chain[0]}: its `extends` chain is longer than {MAX_EXTENDS_DEPTH} recipes "
+                          f"({shown}); a recipe extends a base that extends at most a few others: merge the chain "
+                          "into fewer files.")
     data = load_yaml(path)
     parent = data.pop("extends", None)
     if parent is None:
@@ -393,7 +417,9 @@ def _pydantic_issues(exc: ValidationError, prefix: str = "", model: type[BaseMod
             issues.append(_section_given_a_value(where, err.get("input"), known_keys(model, err["loc"])))
         else:
             got = err.get("input")
-            shown = f" (got {got!r})" if not isinstance(got, (dict, list)) else ""
+            # A secret's value is never echoed: not for a key named so nor one a model marks (SecretStr).
+            secret = any(is_secret_name(p) for p in err["loc"]) or "secret" in kind
+            shown = f" (got {scrub(repr(got))})" if not isinstance(got, (dict, list)) and not secret else ""
             issues.append(Issue(where, f"{err['msg']}{shown}", "change the value"))
     return issues
 
@@ -484,13 +510,38 @@ def drop_moved_keys(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def non_finite_issues(value: Any, where: str) -> list[Issue]:
+    """One issue per float in a validated setting (``value``: a settings model, or what one holds) that is not
+    a finite number: ``lr=1e999`` reads as infinity, ``nan`` and ``inf`` as themselves, and none of them is a
+    setting any computation can use. The one check of every float setting, the core's and every plugin's,
+    whatever its model says (pydantic takes them unless a model forbids them itself)."""
+    issues: list[Issue] = []
+    pending: list[tuple[str, Any]] = [(where, value)]
+    while pending:
+        at, item = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            issues.append(Issue(at, f"not a finite number (got {item!r})", "give a finite number"))
+        elif isinstance(item, BaseModel):
+            pending.extend((f"{at}.{name}" if at else name, getattr(item, name, None))
+                           for name in type(item).model_fields)
+        elif isinstance(item, dict):
+            pending.extend((f"{at}.{key}" if at else str(key), sub) for key, sub in item.items())
+        elif isinstance(item, (list, tuple)):
+            pending.extend((f"{at}.{i}", sub) for i, sub in enumerate(item))
+    return sorted(issues, key=lambda issue: issue.where)
+
+
 def validate_core(data: dict[str, Any]) -> tuple[RunConfig | None, list[Issue]]:
     moved = moved_key_issues(data)
     try:
         config = RunConfig.model_validate(drop_moved_keys(data) if moved else data)
     except ValidationError as exc:
         return None, moved + _pydantic_issues(exc, model=RunConfig)
-    return (None, moved) if moved else (config, [])
+    # The plugins' sections (settings:) are their models' to check (validate_settings), non-finite floats too.
+    infinite = non_finite_issues(config.model_copy(update={"settings": {}}), "")
+    if moved or infinite:
+        return None, moved + infinite
+    return config, []
 
 
 def salvage_config(data: dict[str, Any]) -> RunConfig | None:
@@ -533,10 +584,22 @@ def validate_settings(
         if not isinstance(raw, dict):
             issues.append(Issue(f"settings.{section}", "must be a mapping of keys to values"))
             continue
+        try:  # ${NAME} references read from the environment: the plugin gets the values, the config keeps the names
+            raw = expand_settings(raw, model, f"settings.{section}")
+        except ConfigError as exc:
+            where, _, what = str(exc).partition(": ")
+            issues.append(Issue(where, what.rstrip(".")))
+            continue
         try:
-            settings[section] = model.model_validate(raw, extra=None if _chooses_extra(model) else "forbid")
+            validated = model.model_validate(raw, extra=None if _chooses_extra(model) else "forbid")
         except ValidationError as exc:
             issues.extend(_pydantic_issues(exc, prefix=f"settings.{section}", model=model))
+            continue
+        infinite = non_finite_issues(validated, f"settings.{section}")
+        if infinite:
+            issues.extend(infinite)
+        else:
+            settings[section] = validated
     return settings, issues
 
 
@@ -603,18 +666,49 @@ def runtime_keys(models: dict[str, type[BaseModel]]) -> list[str]:
 
 
 def resume_overrides(config: RunConfig, overrides: list[str], models: dict[str, type[BaseModel]]) -> RunConfig:
-    """``config`` (a resumed run's) with ``overrides`` applied: each must name a :data:`RUNTIME` setting (the
-    values are validated with the rest when the run is planned)."""
+    """``config`` (a resumed run's) with ``overrides`` applied: each must name a :data:`RUNTIME` setting, or a
+    secret the store holds redacted (written out in the recipe, so not stored: the resume gives it again,
+    best as a ``${NAME}`` reference). The values are validated with the rest when the run is planned."""
+    from .recipe_secrets import redacted_paths
+
     allowed = runtime_keys(models)
+    redacted = redacted_paths({"settings": config.settings})
     settings = copy.deepcopy(config.settings)
     for text in overrides:
         path, value = parse_override(text)
         key = ".".join(path)
+        if key in redacted and len(path) > 2:
+            _set_path(settings, path[1:], value)
+            continue
         if key not in allowed:
+            secrets = f"; and the secrets the store holds redacted: {', '.join(redacted)}" if redacted else ""
             raise ConfigError(f"override {text!r}: a resumed run keeps its recipe and overrides; only settings that "
-                              f"say where it runs may be given again ({', '.join(allowed) or 'none'}).")
+                              f"say where it runs may be given again ({', '.join(allowed) or 'none'}{secrets}).")
         settings.setdefault(path[1], {})[path[2]] = value
     return config.model_copy(update={"settings": settings})
+
+
+def _set_path(data: Any, path: list[str], value: Any) -> None:
+    """Set ``value`` at ``path`` in nested mappings and lists (a list's index given as its number)."""
+    for part in path[:-1]:
+        data = data[int(part)] if isinstance(data, list) else data[part]
+    if isinstance(data, list):
+        data[int(path[-1])] = value
+    else:
+        data[path[-1]] = value
+
+
+def refuse_redacted(config: RunConfig, run_id: str, resume_hint: str) -> None:
+    """ConfigError naming every secret a resumed run's stored config holds redacted (it was written out in the
+    recipe, and a secret is never stored): the run cannot go on with ``<redacted>`` in their place."""
+    from .recipe_secrets import redacted_paths
+
+    redacted = redacted_paths({"settings": config.settings})
+    if redacted:
+        example = " ".join(f"'{key}=${{VARIABLE}}'" for key in redacted[:2])
+        raise ConfigError(f"run {run_id}'s recipe wrote out secret(s) that were not stored ({', '.join(redacted)}): "
+                          f"give them again from the environment, e.g. `{resume_hint} {example}` with VARIABLE "
+                          "exported (docs/mcp.md, 'Secrets'); nothing was changed.")
 
 
 def raise_for(issues: list[Issue], source: str) -> None:

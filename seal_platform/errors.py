@@ -69,8 +69,22 @@ def disk_full(path: str | os.PathLike[str], exc: BaseException | None = None) ->
 
 
 class Terminated(KeyboardInterrupt):
-    """The process got SIGTERM (what schedulers and ``kill`` send): the run stops as on Ctrl-C, marked
-    ``interrupted`` and resumable, and the command exits with 143 (128 + 15) instead of 130."""
+    """The process got SIGTERM (what schedulers and ``kill`` send) or SIGHUP (its terminal or SSH session
+    went away): the run stops as on Ctrl-C, marked ``interrupted`` and resumable, and the command exits with
+    128 + the signal's number (143 for SIGTERM, 129 for SIGHUP) instead of 130."""
+
+    def __init__(self, signame: str = "SIGTERM", signum: int = 15):
+        super().__init__(signame)
+        self.signame, self.signum = signame, signum
+
+    @property
+    def how(self) -> str:
+        """What stopped the command, for its messages: ``stopped by SIGTERM``."""
+        return f"stopped by {self.signame}"
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
 
 
 class SealError(Exception):

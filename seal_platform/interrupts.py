@@ -63,7 +63,8 @@ def as_interruption(exc: BaseException) -> KeyboardInterrupt | None:
             continue
         seen.add(id(current))
         if isinstance(current, KeyboardInterrupt):
-            return Terminated() if isinstance(current, Terminated) else KeyboardInterrupt(str(current))
+            return Terminated(current.signame, current.signum) if isinstance(current, Terminated) \
+                else KeyboardInterrupt(str(current))
         pending += [current.__cause__, current.__context__]
         if isinstance(current, BaseExceptionGroup):
             pending += current.exceptions

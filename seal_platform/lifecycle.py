@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .errors import PluginError, SealError, Terminated
 from .interrupts import as_interruption, raise_if_interrupted
+from .recipe_secrets import scrub
 from .stages import wrap
 
 log = logging.getLogger(__name__)
@@ -116,21 +117,21 @@ def lifecycle(
         status = "completed"
     except KeyboardInterrupt as exc:
         status = "interrupted"
-        error = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted by the user (KeyboardInterrupt)"
+        error = exc.how if isinstance(exc, Terminated) else "interrupted by the user (KeyboardInterrupt)"
         raise
     except BaseException as exc:
         stop = as_interruption(exc)
         if stop is not None:  # a Ctrl-C that surfaced as another error
             status = "interrupted"
             how = "interrupted by the user (KeyboardInterrupt)"
-            error = f"{'stopped by SIGTERM' if isinstance(stop, Terminated) else how}; it surfaced as " \
+            error = f"{stop.how if isinstance(stop, Terminated) else how}; it surfaced as " \
                     f"{type(exc).__name__}: {str(exc)[:300]}"
             raise stop from exc
-        error = f"{type(exc).__name__}: {exc}"
+        error = scrub(f"{type(exc).__name__}: {exc}")  # a secret in it (a URL's password) is not stored
         if owns_run and store is not None and (heartbeat is None or heartbeat.lost_to is None):
             # a process whose run was taken over writes nothing more
             _unrecorded("crash event", lambda: store.add_event(
-                ctx.run_id, "crash", error, {"traceback": traceback.format_exc()}))
+                ctx.run_id, "crash", error, {"traceback": scrub(traceback.format_exc())}))
         raise
     finally:
         if heartbeat is not None:

@@ -63,6 +63,7 @@ from .stages import (
     undeclared_note,
     wrap,
 )
+from .recipe_secrets import redact_config, scrub
 from .resume import PluginChanges, check_restart_point, check_resume_plugins, record_plugin_changes, restore_run
 from .store import EVAL_BY_COMMAND, RunStore, is_stale
 from .tracking import step_metrics, track
@@ -121,6 +122,16 @@ def _check_writable(run_dir: Path) -> None:
         raise SealError(f"the run folder {run_dir} cannot be written ({exc.strerror or exc}): make its runs "
                         f"folder writable, or choose another one with runs_dir=PATH (a resumed run's folder can "
                         f"be given with --run-dir). Nothing was written to the store.") from None
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (mode 0600, also where the file was there)."""
+    import os
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        os.fchmod(fd, 0o600)
+        out.write(text)
 
 
 class Runner:
@@ -210,11 +221,13 @@ class Runner:
             if self.plugin_changes is not None:  # the previous plugin list, before the claim replaced its rows
                 record_plugin_changes(self.store, self.plugin_changes)
         else:
+            # Secrets written out in the recipe are stored and written redacted (${NAME} references as they are).
+            shown = redact_config(self.config.model_dump(mode="json"), self.host.settings_models())
             self.store.create_run(
-                self.run_id, name=self.config.name, recipe=self.recipe, config=self.config.model_dump(mode="json"),
+                self.run_id, name=self.config.name, recipe=scrub(self.recipe), config=shown,
                 config_hash=self.config.config_hash(), seed=self.config.seed, run_dir=str(self.run_dir), plugins=plugins,
             )
-            (self.run_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
+            _write_private(self.run_dir / "config.json", json.dumps(shown, indent=2))
         for record in self.host.records:
             if record.status == "failed":
                 self.store.add_event(self.run_id, "plugin_load_failed", f"{record.name}: {record.error}", record.to_dict())
@@ -403,6 +416,10 @@ class Runner:
         for impl in reversed([i for i in impls if i not in wrappers]):  # pluggy's order
             plugin = impl.plugin_name
             answer = wrap("diagnose", plugin, lambda: self.host.call_subset("diagnose", [plugin], **kwargs), self.host)
+            if not answer and trajectories:  # pluggy leaves a None out: the plugin returned nothing
+                raise PluginError(f"plugin {plugin!r} returned None from 'diagnose' for the {len(trajectories)} "
+                                  f"trajectories of step {step}: a diagnoser returns a list of TurnLabel (an empty "
+                                  "list when it has nothing to label); is a `return` missing?")
             if answer:
                 results.append(checked_labels(answer[0], plugin, registered, ids, undeclared))
         for impl in wrappers:

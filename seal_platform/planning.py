@@ -218,6 +218,10 @@ def _split_issues(config: RunConfig, host: PluginHost, settings: dict[str, Any])
         if environment not in declared:
             try:
                 declared[environment] = spec.declared_splits(settings)
+            except SealError as exc:  # the data it reads (a task file) is the user's to fix: said as it is
+                problem = Issue(where, f"environment {environment!r}: {str(exc).rstrip('.')}")
+                declared[environment] = problem
+                issues.append(problem)
             except Exception as exc:  # a plugin's bug: named, with the rest of the recipe's problems
                 failed = Issue(where, f"plugin {owner!r} failed listing the splits of environment {environment!r}: "
                                       f"{type(exc).__name__}: {exc}",

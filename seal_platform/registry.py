@@ -28,7 +28,10 @@ class EnvironmentSpec:
     validated settings section, by name) for splits that depend on the settings, such as a task file's.
     The callable must be cheap (no server, no download) and returns None where it cannot tell (a task file
     that is not there); None (the default): not declared, and a bad split is refused only when the run
-    lists its tasks, after its row is written (``tasks`` raising, naming the splits it has).
+    lists its tasks, after its row is written (``tasks`` raising, naming the splits it has). A task file it
+    reads that cannot be used (not UTF-8, a line that is no task, a repeated id) is best raised here as a
+    :class:`~seal_platform.errors.ConfigError` naming the file and line: it is reported with the recipe's
+    other problems, before a run's row exists (any other exception is reported as the plugin's bug).
     """
 
     name: str

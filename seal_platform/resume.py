@@ -25,8 +25,11 @@ class CheckpointLoadError(SealError):
 
 
 def resume_command(run_id: str, store_url: str, restart_from: int | None = None) -> str:
-    """The command that resumes run ``run_id`` of the store at ``store_url``, from any directory."""
-    command = f"seal-platform run --resume {run_id} --store {shlex.quote(store_url)}"
+    """The command that resumes run ``run_id`` of the store at ``store_url``, from any directory (a password in
+    the URL shown as ``***``: give it again, or the whole URL as ``$SEAL_PLATFORM_STORE``)."""
+    from .recipe_secrets import shown_store_url
+
+    command = f"seal-platform run --resume {run_id} --store {shlex.quote(shown_store_url(store_url))}"
     return command if restart_from is None else f"{command} --restart-from-step {restart_from}"
 
 

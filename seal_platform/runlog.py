@@ -24,9 +24,19 @@ from typing import IO, Iterator
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class _Scrubbed(logging.Formatter):
+    """Log lines with the secrets met so far hidden (:func:`~seal_platform.recipe_secrets.scrub`): a failure's
+    message and traceback may hold a URL's password or a token a plugin put in its error."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from .recipe_secrets import scrub
+
+        return scrub(super().format(record))
+
+
 def _log_handler(stream: IO[str]) -> logging.Handler:
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter(_FORMAT))
+    handler.setFormatter(_Scrubbed(_FORMAT))
     handler.setLevel(logging.INFO)
     return handler
 

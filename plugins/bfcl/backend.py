@@ -18,7 +18,7 @@ import inspect
 import json
 import pickle
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from seal_platform.toolenv.calls import ParsedCall
 
@@ -41,6 +41,11 @@ BACKEND_MODULES: dict[str, str] = {
     "VehicleControlAPI": f"{_PREFIX}.vehicle_control",
 }
 STATELESS_CLASSES = frozenset({"MathAPI"})
+
+# Called after every tool call :meth:`Backend.execute` makes (None: nothing). A child of ``verify``'s forked
+# path (:mod:`.fork_verify`) marks its progress with it, so that the parent holds each call to the per-call
+# time limit, as training's worker pool does.
+CALL_DONE: Callable[[], None] | None = None
 
 
 class BackendError(ValueError):
@@ -311,6 +316,9 @@ class Backend:
             return stringify(method(*args, **kwargs)), False
         except Exception as exc:  # a backend failure is the call's result, as in the official executor
             return ERROR_PREFIX + str(exc), False
+        finally:
+            if CALL_DONE is not None:  # a forked verify child's progress mark (fork_verify)
+                CALL_DONE()
 
 
 @lru_cache(maxsize=None)

@@ -29,7 +29,34 @@ import time
 from typing import Any, Callable, Sequence
 
 # Imported here, in the parent, not in each child: _worker brings the checker that every verification uses.
+from . import backend as _backend
 from ._worker import _limit_resources
+
+
+class _Ticks:
+    """When each lane's child last finished a tool call (``time.monotonic()``, one double per lane) in memory
+    shared with the children: a child marks it after every call without a system call, and the parent reads
+    it when a call window runs out. (CLOCK_MONOTONIC is one clock for every process of the machine.)"""
+
+    def __init__(self, lanes: int):
+        import mmap
+
+        self.memory = mmap.mmap(-1, 8 * max(1, lanes))
+
+    def marker(self, slot: int) -> Callable[[], None]:
+        import struct
+
+        memory, offset, now, pack = self.memory, 8 * slot, time.monotonic, struct.pack_into
+
+        def mark() -> None:
+            pack("d", memory, offset, now())
+
+        return mark
+
+    def last(self, slot: int) -> float:
+        import struct
+
+        return float(struct.unpack_from("d", self.memory, 8 * slot)[0])
 
 
 def can_fork() -> bool:
@@ -37,9 +64,11 @@ def can_fork() -> bool:
 
 
 def _child(items: Sequence[Any], write_fd: int, score: Callable[[Any], dict[str, Any]],
-           memory_bytes: int | None) -> None:
+           memory_bytes: int | None, ticks: "_Ticks | None" = None, slot: int = 0) -> None:
     _limit_resources(memory_bytes)
     _quiet_gc()
+    if ticks is not None:  # each tool call marks the lane's progress, for the per-call time limit
+        _backend.CALL_DONE = ticks.marker(slot)
     with os.fdopen(write_fd, "wb", buffering=1 << 16) as out:
         for item in items:
             try:
@@ -83,6 +112,10 @@ def _quiet_gc() -> None:
     gc.set_threshold(GC_THRESHOLD, second, third)
 
 
+# With a per-call limit, the least time a lane's first call of an item gets (it includes building the task's
+# instances, and a new child's start).
+FIRST_CALL_S = 5.0
+
 # How long the parent waits, once one lane has output, for the others' (a short pause, well within any item's
 # time limit: it delays the last result by at most this).
 GATHER_S = 0.002
@@ -99,20 +132,42 @@ def default_lanes() -> int:
 class _Lane:
     """The items at ``indices`` (in that order), scored by one forked child at a time."""
 
-    def __init__(self, indices: Sequence[int]):
+    def __init__(self, indices: Sequence[int], slot: int = 0):
         self.indices = indices
+        self.slot = slot  # this lane's place in the shared progress marks (_Ticks)
         self.next = 0  # position in ``indices`` of the next result expected
         self.pid: int | None = None
         self.fd: int | None = None  # the read end of the child's output pipe
         self.buffer = bytearray()
-        self.deadline = 0.0
+        self.deadline = 0.0  # when the item (or, with a per-call limit, the call under way) has overrun
+        self.item_end = 0.0  # when the item as a whole has overrun
+        self.seen = 0.0  # the last progress mark taken into account
+
+    def begin(self, limit: float, call_window: float | None) -> None:
+        """The next item starts now: its whole ``limit``, and (``call_window``) a window for its first call."""
+        now = time.monotonic()
+        self.item_end, self.seen = now + limit, now
+        self.deadline = self.item_end if call_window is None else min(self.item_end, now + call_window)
+
+    def extend(self, ticks: "_Ticks | None", call_limit: float | None, now: float) -> bool:
+        """Past its deadline: whether the child finished a call since the last look, the next call then getting
+        ``call_limit`` from that moment (within the item's own limit)."""
+        if ticks is None or call_limit is None or self.deadline >= self.item_end:
+            return False
+        mark = ticks.last(self.slot)
+        if mark <= self.seen:
+            return False
+        self.seen = mark
+        self.deadline = min(self.item_end, mark + call_limit)
+        return self.deadline > now
 
     @property
     def done(self) -> bool:
         return self.next >= len(self.indices)
 
     def start(self, items: Sequence[Any], score: Callable[[Any], dict[str, Any]],
-              memory_bytes: int | None, timeout_s: Callable[[int], float]) -> None:
+              memory_bytes: int | None, timeout_s: Callable[[int], float], ticks: _Ticks | None = None,
+              call_window: float | None = None) -> None:
         """Fork a child that verifies this lane's items from ``next`` on."""
         todo = [items[i] for i in self.indices[self.next:]]
         read_fd, write_fd = os.pipe()
@@ -123,14 +178,14 @@ class _Lane:
             try:
                 _die_with(parent)
                 os.close(read_fd)
-                _child(todo, write_fd, score, memory_bytes)
+                _child(todo, write_fd, score, memory_bytes, ticks, self.slot)
             except BaseException:
                 status = 1
             finally:
                 os._exit(status)
         os.close(write_fd)
         self.pid, self.fd, self.buffer = pid, read_fd, bytearray()
-        self.deadline = time.monotonic() + timeout_s(self.indices[self.next])
+        self.begin(timeout_s(self.indices[self.next]), call_window)
 
     def stop(self) -> None:
         if self.fd is not None:
@@ -164,6 +219,7 @@ def verify_forked(
     memory_bytes: int | None = None,
     lanes: int | None = None,
     min_per_lane: int = 64,
+    call_timeout_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """``score(item)`` for every item, computed in forked children, each item within ``timeout_s``; an item
     that overruns, crashes its child or raises gets ``on_failure(item, reason)``.
@@ -171,14 +227,29 @@ def verify_forked(
     The items are dealt to up to ``lanes`` lanes (default: one per usable CPU, at least ``min_per_lane``
     items each; see :func:`deal`) scored side by side, one child per lane; results come back in the items'
     order. A child that overruns or dies is killed and a new one goes on from the next item of its lane.
-    ``timeout_s`` may be a function of the item (a limit per transcript, e.g. from its number of calls)."""
+    ``timeout_s`` may be a function of the item (a limit per transcript, e.g. from its number of calls).
+
+    ``call_timeout_s``: also each tool call the children make (:meth:`.backend.Backend.execute`) within this
+    many seconds of the one before (the first within :data:`FIRST_CALL_S` at least, which includes building the
+    task's instances), as training's worker pool holds every call: a runaway call costs its item this limit,
+    not the item's whole ``timeout_s``."""
     n = len(items)
 
     def limit_of(index: int) -> float:
         return float(timeout_s(items[index])) if callable(timeout_s) else float(timeout_s)
     count = max(1, min(lanes or default_lanes(), n // max(1, min_per_lane)))
-    all_lanes = [_Lane(indices) for indices in deal(n, count)]
+    all_lanes = [_Lane(indices, slot) for slot, indices in enumerate(deal(n, count))]
     results: list[dict[str, Any] | None] = [None] * n
+    ticks = _Ticks(len(all_lanes)) if call_timeout_s is not None else None
+    window = None if call_timeout_s is None else max(call_timeout_s, FIRST_CALL_S)
+
+    def start(lane: _Lane) -> None:
+        lane.start(items, score, memory_bytes, limit_of, ticks, window)
+
+    def overrun(lane: _Lane) -> str:
+        if call_timeout_s is not None and lane.deadline < lane.item_end:
+            return f"a tool call took longer than {call_timeout_s:g} s (the per-call time limit, as in training)"
+        return f"verification took longer than {limit_of(lane.indices[lane.next]):g} s"
 
     def fail(lane: _Lane, reason: str) -> None:
         index = lane.indices[lane.next]
@@ -189,18 +260,18 @@ def verify_forked(
     try:
         for lane in all_lanes:
             if not lane.done:
-                lane.start(items, score, memory_bytes, limit_of)
+                start(lane)
         while True:
             active = [lane for lane in all_lanes if not lane.done]
             if not active:
                 break
             for lane in active:  # a lane whose child was stopped goes on from its next item
                 if lane.fd is None:
-                    lane.start(items, score, memory_bytes, limit_of)
+                    start(lane)
             now = time.monotonic()
-            overdue = [lane for lane in active if lane.deadline <= now]
+            overdue = [lane for lane in active if lane.deadline <= now and not lane.extend(ticks, call_timeout_s, now)]
             for lane in overdue:
-                fail(lane, f"verification took longer than {limit_of(lane.indices[lane.next]):g} s")
+                fail(lane, overrun(lane))
             if overdue:
                 continue
             wait = min(lane.deadline for lane in active) - now
@@ -230,7 +301,7 @@ def verify_forked(
                     results[index] = on_failure(items[index], failed) if failed else value
                     lane.next += 1
                     if not lane.done:
-                        lane.deadline = time.monotonic() + limit_of(lane.indices[lane.next])
+                        lane.begin(limit_of(lane.indices[lane.next]), window)
                 if lane.done:
                     lane.stop()
     finally:

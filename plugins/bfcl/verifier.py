@@ -206,7 +206,7 @@ def verify_records(
                 calls = 0
             return min(timeout_s, call_timeout_s * (2 * calls + 2))
 
-        return _verify_forked_in_groups(records, prepare, output, failed, limit, memory_bytes)
+        return _verify_forked_in_groups(records, prepare, output, failed, limit, memory_bytes, call_timeout_s)
     out: list[dict[str, Any] | None] = [None] * len(records)
     todo: list[tuple[int, str, Task, list[list[ParsedCall]]]] = []
     for index, record in enumerate(records):
@@ -254,6 +254,7 @@ def _verify_forked_in_groups(
     failed: Callable[[Any, str], dict[str, Any]],
     limit: Callable[[Any], float],
     memory_bytes: int | None,
+    call_timeout_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`verify_records`' forked path. Each group of records of one task (:func:`task_groups`) is scored
     in one child with one ground-truth replay, identical transcripts once; the group's time limit is that of
@@ -294,6 +295,7 @@ def _verify_forked_in_groups(
         return verify_forked(
             groups, score, on_failure, timeout_s=lambda group: max(limit(records[i]) for i in group),
             memory_bytes=memory_bytes, lanes=max(1, min(default_lanes(), len(records) // 64)), min_per_lane=1,
+            call_timeout_s=call_timeout_s,
         )
 
     groups = task_groups(records)

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from .. import dynamic_sampling as ds
+from ..recipe_secrets import redact_config
 from ..store.models import EVAL_BY_COMMAND
 from .metrics import MetricCatalog, catalog_or_installed
 
@@ -245,7 +246,7 @@ def load_digest(store: Any, run_id: str) -> RunDigest:
         labels={src: dict(c.most_common()) for src, c in sorted(labels.items())},
         labels_per_step={src: {step: dict(c) for step, c in sorted(steps.items())} for src, steps in sorted(per_step.items())},
         label_weights=dict(sorted(weights.items())),
-        config=dict(run.config or {}),
+        config=redact_config(dict(run.config or {})),  # a run stored before secrets were redacted too
         stage_times={stage: dict(sorted(v.items())) for stage, v in stage_times.items()},
         events=events,
         revisions=[

@@ -36,13 +36,20 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
         progress.catalog = catalog
     earlier = {event.id for event in store.events(runner.run_id)}  # a resumed run's: said by the attempt that had them
     with quiet_terminal(log_path, verbose=verbose) as terminal:
-        if hasattr(progress, "console") and terminal is not console.file:
-            # The display draws on the real terminal while descriptors 1 and 2 point at the log.
-            progress.console = Console(file=terminal, width=console.width if not console.is_terminal else None)
+        # The display and any warning draw on the real terminal while descriptors 1 and 2 point at the log (a
+        # warning printed on `console` went to the log: unseen, and on a full disk an OSError of its own).
+        shown = console if terminal is console.file else \
+            Console(file=terminal, width=console.width if not console.is_terminal else None)
+        if hasattr(progress, "console") and shown is not console:
+            progress.console = shown
+        ended = False
         try:
             result = runner.run()
+            ended = True
         finally:
-            report_path = _write_report(store, runner.run_id, console, catalog) if report else None
+            # After a failure the report is written for what was done, if it can be; that it could not is not
+            # said: the run's own error is the one paragraph the command ends with.
+            report_path = _write_report(store, runner.run_id, shown, catalog, warn=ended) if report else None
     if getattr(runner, "resumed", False) and not live:  # the live display said so as the run went on
         if runner.start_step > 0:
             said = (f"resumed: steps 1-{runner.start_step} came from the checkpoint, step {runner.start_step + 1} "
@@ -67,7 +74,9 @@ def run_with_display(runner: Any, store: Any, console: Console, *, verbose: bool
     return result
 
 
-def _write_report(store: Any, run_id: str, console: Console, catalog: MetricCatalog | None = None) -> Any:
+def _write_report(store: Any, run_id: str, console: Console, catalog: MetricCatalog | None = None, *,
+                  warn: bool = True) -> Any:
+    """Write the run's report; one warning on ``console`` when it cannot be written (``warn``), naming why."""
     from .html_report import write_run_report
     from .transcripts import report_transcripts
 
@@ -75,6 +84,16 @@ def _write_report(store: Any, run_id: str, console: Console, catalog: MetricCata
         return write_run_report(load_digest(store, run_id), transcripts=report_transcripts(store, run_id),
                                 catalog=catalog)
     except Exception as exc:  # a failed report must not hide the run's outcome
-        console.print(clean(f"warning: the report could not be written: {type(exc).__name__}: {exc}", lines=True),
-                      highlight=False, markup=False)
+        if not warn:
+            return None
+        from ..errors import SealError, as_sentence, disk_full
+
+        why = str(exc) if isinstance(exc, SealError) else f"{type(exc).__name__}: {exc}"
+        full = disk_full(getattr(store, "run_dir", None) or ".", exc) if not isinstance(exc, SealError) else None
+        warning = f"warning: the report could not be written: {as_sentence(why)}" + (f" ({full})" if full else "") + \
+            f" Write it later with: seal-platform report {run_id} --out FILE"
+        try:
+            console.print(clean(warning, lines=True), style="yellow", highlight=False, markup=False)
+        except (OSError, ValueError):  # a terminal that cannot be written to either: the run's outcome comes first
+            pass
         return None

@@ -244,3 +244,46 @@ def test_identical_and_bad_records_of_one_task_each_get_their_own_line():
     alone = [verify_records([record], executor=lambda: None)[0] for record in records[-3:]]
     assert out[:70] == [alone[0]] * 70 and out[0]["success"] is True
     assert out[70:] == alone[1:] and "error" in out[70] and out[71]["success"] is False
+
+
+def test_one_runaway_call_costs_its_line_the_per_call_limit_as_in_training():
+    """Issue 52: one `verify` line could still take 40 s (four call limits for a one-call line, more for longer
+    ones): the line's whole limit was spent on one runaway call. Each call is now held to call_timeout_s from the
+    call before it, as training's worker pool holds it, and the line says which limit it ran into."""
+    good = "multi_turn_base_15"
+    gt = ground_truth(get_task(good))
+    runaway = [list(turn) for turn in gt]
+    runaway[-1] = [*runaway[-1], "power(base=10, exponent=300000000)"]  # after every other call: minutes
+    calls = sum(len(turn) for turn in runaway)
+    whole_line = 1.0 * (2 * calls + 2)  # the line's own limit, which the runaway call used to take whole
+    assert whole_line >= 12
+    started = time.monotonic()
+    [out] = verify_records([{"task_id": good, "turns": runaway}], executor=lambda: None, timeout_s=600.0,
+                           call_timeout_s=1.0)
+    took = time.monotonic() - started
+    assert out["success"] is False
+    assert out["checker_error"] == "a tool call took longer than 1 s (the per-call time limit, as in training)"
+    assert took < whole_line - 4, took  # about one call limit past the last call, not the line's limit
+
+
+def test_the_per_call_limit_leaves_long_lines_of_quick_calls_alone():
+    from seal_platform_plugins.bfcl.fork_verify import verify_forked
+
+    from seal_platform_plugins.bfcl.fork_verify import FIRST_CALL_S
+
+    def slow_item(item):  # many quick calls, together longer than one call's limit and the first call's window
+        from seal_platform_plugins.bfcl import backend
+
+        for _ in range(int(FIRST_CALL_S / 0.2) + 5):
+            time.sleep(0.2)
+            backend.CALL_DONE()
+        if item == 1:
+            time.sleep(60)  # then one call that overruns
+        return {"item": item}
+
+    started = time.monotonic()
+    out = verify_forked([0, 1], slow_item, lambda item, why: {"failed": why}, timeout_s=120.0, lanes=1,
+                        min_per_lane=1, call_timeout_s=0.5)
+    assert out == [{"item": 0}, {"failed": "a tool call took longer than 0.5 s (the per-call time limit, as in "
+                                           "training)"}]
+    assert time.monotonic() - started < 30

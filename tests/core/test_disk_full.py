@@ -166,3 +166,61 @@ def test_a_failure_the_full_store_cannot_record_keeps_its_own_error_and_still_cl
     plugin = _sys.modules["toy_plugin"].plugin
     assert plugin.last_engine.closed
     assert store.get_run(runner.run_id).status == "running"  # what the store could not update (this process lives)
+
+
+# --- the end of a run (issue 52, item 8) ---------------------------------------------------------------------
+
+END_RUN_PLUGIN = '''
+import os
+import shutil
+
+from seal_platform import hookimpl
+
+
+@hookimpl
+def end_run(ctx, status):
+    if os.environ.get("H7_AT_END") == "fill":  # the disk fills as the run ends: nothing more can be written
+        with open(ctx.run_dir.parent / "ballast-at-end", "wb") as fh:
+            fh.write(b"\\0" * shutil.disk_usage(ctx.run_dir).free)
+    elif os.environ.get("H7_AT_END") == "block-report":  # the report's path cannot be written
+        (ctx.run_dir / "report.html" / "report.html").mkdir(parents=True)
+'''
+
+
+def _run_ending(toy_site: Path, tmp_path: Path, runs: Path, at_end: str) -> subprocess.CompletedProcess:
+    from tests.core.conftest import make_dist
+
+    make_dist(toy_site, "seal-atend", "0.1.0", {"atend": "atend_plugin"}, {"atend_plugin.py": END_RUN_PLUGIN})
+    recipe = _recipe(tmp_path, runs)
+    data = yaml.safe_load(recipe.read_text())
+    data["plugins"]["allow"] = ["toy", "atend"]
+    data["training"]["steps"] = 2
+    recipe.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_site), os.environ.get("PYTHONPATH", "")]),
+           "H7_AT_END": at_end}
+    # Not --no-report: the report is written at the end, while descriptors 1 and 2 point at run.log.
+    return subprocess.run([sys.executable, "-m", "seal_platform", "run", str(recipe), "--quiet"], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_disk_that_fills_as_the_run_ends_ends_the_command_in_one_paragraph(small_disk, tmp_path, toy_site):
+    # It used to end in two tracebacks: the report's warning, printed while stdout pointed at the full run.log,
+    # raised an OSError of its own, whose traceback hid the real error.
+    result = _run_ending(toy_site, tmp_path, small_disk / "runs", "fill")
+    output = result.stdout + result.stderr
+    assert result.returncode == 2 and "Traceback" not in output, output
+    assert output.count("Error:") == 1 and "the disk is full" in result.stderr, output
+    assert "could not record how the run ended" in result.stderr or "is marked failed" in result.stderr, output
+
+
+def test_a_report_that_cannot_be_written_is_said_on_the_terminal(tmp_path, toy_site):
+    runs = tmp_path / "runs"
+    result = _run_ending(toy_site, tmp_path, runs, "block-report")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "Traceback" not in output, output
+    # On the terminal (it used to go to run.log, where no one saw it), naming why and how to write it later.
+    said = " ".join(result.stdout.split())
+    assert "warning: the report could not be written: cannot write" in said, output
+    assert "seal-platform report" in said and "--out FILE" in said, output
+    [log] = runs.glob("*/run.log")
+    assert "the report could not be written" not in log.read_text()

@@ -467,6 +467,8 @@ def test_a_pristine_interface_that_is_not_an_interface_fails_naming_the_plugin(t
     ('raise RuntimeError("boom in diagnose")', "the 'diagnose' stage failed in plugin 'multi': RuntimeError: boom in diagnose"),
     ('return "ok"', "plugin 'multi' must return a list of TurnLabel from 'diagnose', not str"),
     ('return {"labels": []}', "plugin 'multi' must return a list of TurnLabel from 'diagnose', not dict"),
+    ('return None', "plugin 'multi' returned None from 'diagnose' for the "),
+    ('pass', "plugin 'multi' returned None from 'diagnose' for the "),
     ('return [label(t, source="toy") for t in trajectories]', "whose source is not a diagnoser it registers (multi)"),
     ('return [label(t, trajectory_id="nope") for t in trajectories]', "for a trajectory that is not one of the step's"),
     ('return [label(t, turn=99) for t in trajectories]', "for a turn the trajectory does not have"),

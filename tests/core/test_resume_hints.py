@@ -171,7 +171,7 @@ def test_a_signal_after_the_run_completed_says_it_completed(toy_site, toy_recipe
 
     exc = KeyboardInterrupt if signal_name == "KeyboardInterrupt" else errors.Terminated
 
-    def interrupted_report(store, run_id, console, catalog=None):
+    def interrupted_report(store, run_id, console, catalog=None, **_options):
         raise exc()
 
     monkeypatch.setattr(run_display, "_write_report", interrupted_report)

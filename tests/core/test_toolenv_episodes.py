@@ -64,3 +64,10 @@ def test_task_file_lines_are_validated_and_reported_by_number(tmp_path):
         load_task_file(path, _Spec, "settings.demo.tasks", lambda s: {})
     with pytest.raises(ValueError, match=r"not found \(settings.demo.tasks"):
         load_task_file(tmp_path / "nope.jsonl", _Spec, "settings.demo.tasks", lambda s: {})
+
+
+def test_a_task_file_line_that_is_not_utf8_is_named_by_file_line_and_byte(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(b'{"id": "a", "x": 1}\r\n{"id": "caf\xe9", "x": 2}\n')  # a Latin-1 byte on line 2
+    with pytest.raises(ValueError, match=r"tasks.jsonl:2: not UTF-8 text \(byte 0xe9 at column 12 cannot be decoded\)"):
+        load_task_file(path, _Spec, "settings.demo.tasks", lambda s: {})
