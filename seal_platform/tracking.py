@@ -71,8 +71,13 @@ def scalars(event: TrackEvent) -> dict[str, float]:
 
 
 def shareable_config(ctx: RunContext) -> dict[str, Any]:
-    """The run's resolved config as a tracker may log it (JSON-ready)."""
-    return ctx.config.model_dump(mode="json")
+    """The run's resolved config as a tracker may log it (JSON-ready), its secrets redacted as everywhere a
+    config is shown (:func:`seal_platform.recipe_secrets.redact_config`: the store URL's password, headers,
+    server env, fields a plugin marks secret)."""
+    from .recipe_secrets import redact_config
+
+    models = {section: type(value) for section, value in ctx.settings.items()}
+    return redact_config(ctx.config.model_dump(mode="json"), models)
 
 
 def flat(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -141,3 +141,16 @@ def test_mlflow_marks_an_interrupted_or_failed_run(toy_site, toy_recipe, tmp_pat
     client = MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("seal-platform").experiment_id])
     assert run.info.status == "FAILED"
+
+
+def test_trackers_log_the_config_with_its_secrets_redacted(tmp_path):
+    from seal_platform.config import RunConfig
+    from seal_platform.context import RunContext
+    from seal_platform.tracking import shareable_config
+
+    config = RunConfig(environment="mcp", store=f"postgresql+psycopg://seal:{SECRET}@db.example/runs",
+                       settings={"mcp": {"servers": [{"name": "s", "headers": {"Authorization": f"Bearer {SECRET}"},
+                                                      "env": {"API_KEY": SECRET}}]}})
+    shared = shareable_config(RunContext(config=config, run_id="r", run_dir=tmp_path))
+    assert SECRET not in json.dumps(shared)
+    assert shared["settings"]["mcp"]["servers"][0]["name"] == "s"  # what is not secret stays

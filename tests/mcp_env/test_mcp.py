@@ -280,3 +280,16 @@ def test_a_stdio_server_starts_where_the_check_looked_a_home_relative_cwd_includ
     assert server_problems("settings.mcp.servers[0]", server) == []
     with MCPConnection(server) as conn:
         assert conn.list_tools()
+
+
+def test_a_system_prompt_and_a_tasks_context_reach_the_prompt(env, tmp_path):
+    from seal_platform.types import Task
+
+    told = MCPEnvironment(settings(system_prompt="You run a hardware shop's stock system."))
+    task = Task(id="t", category="c", split="eval",
+                payload={"turns": [{"user": "x", "calls": [], "check": []}], "context": "The lamp is fragile."})
+    system = build_prompt(told, task, Interface())[0].content
+    assert system.startswith("You run a hardware shop's stock system.\nYou can use these tools:")
+    assert system.endswith("\nThe lamp is fragile.") and "move_item(" in system
+    plain = build_prompt(env, env.tasks("eval")[0], Interface())[0].content
+    assert plain.startswith("You can use these tools:")
