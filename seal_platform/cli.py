@@ -762,21 +762,24 @@ def show(run_id: str, store_url: str | None, as_json: bool, all_steps: bool, tra
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @store_option
-@click.option("--out", type=click.Path(), default=None, help="The HTML file (or a folder for report.html); default: <run dir>/report.html.")
+@click.option("--out", type=click.Path(), default=None,
+              help="The HTML file (or a folder for report.html); default: report-<run id>.html in the current directory.")
 @click.option("--eval-episodes", type=click.IntRange(0), default=20, show_default=True,
               help="Transcripts shown per evaluation (failed ones first).")
 @click.option("--train-groups", type=click.IntRange(0), default=1, show_default=True,
               help="Groups of rollouts shown per training step (mixed rewards first).")
 def report(run_id: str, store_url: str | None, out: str | None, eval_episodes: int, train_groups: int) -> None:
     """Write one self-contained HTML page about a run: pass rate per category, labels and A-Patch weights
-    over steps, the interface revisions with their diffs, step timings, transcripts."""
+    over steps, the interface revisions with their diffs, step timings, transcripts. It is written where --out
+    says or in the current directory, never where the store says (the run's folder is a path from the store)."""
     from .present.digest import load_digest
-    from .present.html_report import write_run_report
+    from .present.html_report import default_report_path, write_run_report
     from .present.transcripts import report_transcripts
 
     store = open_store(store_url)
     sample = report_transcripts(store, run_id, eval_limit=eval_episodes, train_groups=train_groups)
-    path = write_run_report(load_digest(store, run_id), Path(out) if out else None, transcripts=sample)
+    digest = load_digest(store, run_id)
+    path = write_run_report(digest, Path(out) if out else default_report_path(digest.id), transcripts=sample)
     _out().print(f"wrote {path}", highlight=False)
 
 

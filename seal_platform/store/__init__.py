@@ -21,7 +21,7 @@ from alembic import command
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import create_engine, delete, event, inspect, select, update
+from sqlalchemy import create_engine, delete, event, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, object_session, sessionmaker
@@ -207,20 +207,15 @@ class RunStore:
         sqlite = self.engine.dialect.name == "sqlite"
         probe = create_engine(self.engine.url, connect_args={"timeout": 30}) if sqlite else self.engine
         try:
-            tables = set(inspect(probe).get_table_names())
+            kind, tables = safety.schema_kind(probe)
         except DatabaseError as exc:
             raise safety.describe(self.url, exc, None) from None
         finally:
             if probe is not self.engine:
                 probe.dispose()
-        if "runs" in tables or (tables and tables <= {"alembic_version"}):
-            return
-        if tables - {"alembic_version"}:
-            listed = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
-            raise StoreError(f"{where} is not a seal-platform run store (its tables: {listed}); nothing was "
-                             "changed: give --store the store.sqlite of a runs directory, or a new path to start "
-                             "a new store.")
-        if not self.create:
+        if kind == "foreign":
+            raise safety.not_ours(where, tables)
+        if kind == "empty" and not self.create:
             raise StoreError(f"{where} is an empty database, not a seal-platform run store; nothing was changed: "
                              "give --store the store.sqlite of a runs directory.")
 
