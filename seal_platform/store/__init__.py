@@ -21,7 +21,7 @@ from alembic import command
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import create_engine, delete, event, select, update
+from sqlalchemy import String, create_engine, delete, event, select, type_coerce, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, object_session, sessionmaker
@@ -369,9 +369,11 @@ class RunStore:
         status, pid, host, beat = seen
         with self.session() as s:
             run = self._get_run(s, run_id)
+            same_beat = self._same_beat(s, run.id, beat)
+            if same_beat is None:  # the owner beat after ``seen`` was read
+                return False
             match = [m.Run.id == run.id, m.Run.status == status, m.Run.host == host,
-                     m.Run.pid.is_(None) if pid is None else m.Run.pid == pid,
-                     m.Run.heartbeat_at.is_(None) if beat is None else m.Run.heartbeat_at == beat]
+                     m.Run.pid.is_(None) if pid is None else m.Run.pid == pid, same_beat]
             result = s.execute(update(m.Run).where(*match).values(
                 status="running", pid=os.getpid(), host=socket.gethostname(), ended_at=None, error=None,
                 heartbeat_at=utcnow()))
@@ -380,6 +382,20 @@ class RunStore:
                 return False
             self._add_plugins(s, run.id, plugins)
             return True
+
+    @staticmethod
+    def _same_beat(s: Session, run_id: str, beat: datetime | None) -> Any:
+        """The condition "the run's heartbeat is still ``beat``" for a compare-and-set UPDATE, or None when it
+        is not (any more). It compares the value as stored: a heartbeat written by another tool (``sqlite3``'s
+        ``datetime('now')``, no microseconds; a ``T`` or an offset) reads as the same time as this version's
+        format, but a comparison with ``beat`` re-formatted would never match it."""
+        if beat is None:
+            return m.Run.heartbeat_at.is_(None)
+        stored = type_coerce(m.Run.heartbeat_at, String)
+        row = s.execute(select(m.Run.heartbeat_at.label("beat"), stored.label("raw")).where(m.Run.id == run_id)).first()
+        if row is None or row[0] != beat:
+            return None
+        return stored == row[1]
 
     def beat(self, run_id: str) -> bool:
         """Refresh the heartbeat of a run this process owns. False when the row is no longer this process's
@@ -445,10 +461,14 @@ class RunStore:
             s.expunge(run)
             run.status = "crashed"
             return
+        same_beat = self._same_beat(s, run.id, run.heartbeat_at)
+        if same_beat is None:  # it beat since it was read: as it is now
+            s.refresh(run)
+            return
         result = s.execute(
             update(m.Run)
             .where(m.Run.id == run.id, m.Run.status == "running", m.Run.host == run.host,
-                   m.Run.pid.is_not_distinct_from(run.pid), m.Run.heartbeat_at.is_not_distinct_from(run.heartbeat_at))
+                   m.Run.pid.is_not_distinct_from(run.pid), same_beat)
             .values(status="crashed")
             .execution_options(synchronize_session=False)
         )

@@ -249,12 +249,13 @@ def test_a_resume_that_finds_the_run_taken_by_a_live_process_writes_nothing(toy_
     assert [s.step for s in store.steps(run_id)] == steps and store.get_run(run_id).status == "running"
 
 
-def _as_if_owned_elsewhere(db, run_id, seconds_ago):
-    """The row as a live (or dead) process on another machine leaves it, its heartbeat in the store's format."""
+def _as_if_owned_elsewhere(db, run_id, seconds_ago, form="%Y-%m-%d %H:%M:%S.%f"):
+    """The row as a live (or dead) process on another machine leaves it, its heartbeat in the store's format
+    (or in ``form``: another writer's)."""
     import sqlite3
     from datetime import datetime, timedelta, timezone
 
-    beat = (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    beat = (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).strftime(form)
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE runs SET status = 'running', host = 'other-host', pid = 4242, heartbeat_at = ? "
                      "WHERE id = ?", (beat, run_id))
@@ -280,6 +281,29 @@ def test_a_run_whose_owner_stopped_beating_is_taken_over_without_the_flag(toy_si
     stale = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
     assert stale.exit_code == 0, stale.output
     assert "taking it over" in " ".join(stale.output.split())
+    assert RunStore(url).get_run(run_id).status == "completed"
+
+
+@pytest.mark.parametrize("form", ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S+00:00"])
+def test_a_heartbeat_another_writer_stored_is_read_as_the_time_it_says(toy_site, toy_recipe, tmp_path, form):
+    """A heartbeat without microseconds (``sqlite3``'s ``datetime('now')``), with a ``T`` or an offset: a stale
+    one is taken over by a plain --resume (before, the compare-and-set never matched the stored text and the
+    resume was refused as if the owner had just beaten), a fresh one is refused."""
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.store import RunStore
+
+    runner = CliRunner()
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path)
+    db = tmp_path / "runs" / "store.sqlite"
+    url = f"sqlite:///{db}"
+    _as_if_owned_elsewhere(db, run_id, 5, form)
+    fresh = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    assert fresh.exit_code == 2 and "last heartbeat" in fresh.output, fresh.output
+    _as_if_owned_elsewhere(db, run_id, 7200, form)
+    stale = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    assert stale.exit_code == 0, stale.output
     assert RunStore(url).get_run(run_id).status == "completed"
 
 
