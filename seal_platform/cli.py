@@ -203,7 +203,14 @@ def open_store(url: str | None, *, write: bool = False) -> Any:
         raise SealError(f"no run store at {url.removeprefix('sqlite:///')}: no run has been made here yet "
                         f"(give --store or set {ENV_STORE}).")
     # Either way the store must exist (create=False): a database without seal-platform's tables is refused.
-    return RunStore(url, read_only=not write and url.startswith("sqlite:"), create=False)
+    store = RunStore(url, read_only=not write and url.startswith("sqlite:"), create=False)
+    store.on_damage = _say_damage  # a row that cannot be read: one line, and the command goes on
+    return store
+
+
+def _say_damage(line: str) -> None:
+    """One line on standard error for a row of the store that could not be read (:mod:`.store.untrusted`)."""
+    _err().print(f"warning: {_clean(line)}", style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 store_option = click.option("--store", "store_url", default=None, callback=_store_option_url,
@@ -281,7 +288,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     checked_with: list[Any] = []  # a new run's recipe is planned with the plugin host it was checked with
     if resume is not None:
         store = open_store(store_url, write=True)  # an existing store: a mistyped path is not created
-        row = store.get_run(resume)
+        row = store.get_run(resume, whole=True)  # a damaged row is refused, not resumed with stand-ins
         if row.status == "completed":
             raise SealError(f"run {row.id} already completed; nothing to resume.")
         if row.status == "running":  # with --takeover or not: two processes would write the run
@@ -693,20 +700,31 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
 # --- runs, show, report ------------------------------------------------------------------------------
 
 
+RUNS_ON_A_TERMINAL = 50  # `runs` on a terminal lists the newest this many unless --limit says otherwise
+
+
 @cli.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def runs(store_url: str | None, as_json: bool) -> None:
+@click.option("--limit", type=click.IntRange(0), default=None,
+              help=f"List the newest N runs; 0: all (default: the newest {RUNS_ON_A_TERMINAL} on a terminal, all "
+                   "otherwise and with --json).")
+def runs(store_url: str | None, as_json: bool, limit: int | None) -> None:
     """List runs in the store, newest first. Before the first run there is no store at the default place
     (runs/store.sqlite): no runs, and none is made; a store given by --store or $SEAL_PLATFORM_STORE must
-    exist, as for `show`."""
+    exist, as for `show`. A row that cannot be read whole is listed with what can be read, and a warning line
+    says what could not."""
     named = store_url or env_store_url()
     url = named or default_store_url()
+    if limit is None:
+        limit = RUNS_ON_A_TERMINAL if not as_json and _out().is_terminal else 0
+    total = 0
     if named is None and url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         store, listed = None, []
     else:
         store = open_store(store_url)
-        listed = store.list_runs()
+        listed = store.list_runs(limit=limit or None)
+        total = store.count_runs() if limit and len(listed) == limit else len(listed)
     if as_json:
         from .present.digest import load_digest
 
@@ -715,7 +733,8 @@ def runs(store_url: str | None, as_json: bool) -> None:
             digest = load_digest(store, r.id)
             rows.append({
                 "id": r.id, "name": r.name, "status": r.status, "steps": None if r.last_step is None else r.last_step + 1,
-                "started_at": r.started_at.isoformat(), "ended_at": r.ended_at.isoformat() if r.ended_at else None,
+                "started_at": r.started_at.isoformat() if r.started_at else None,
+                "ended_at": r.ended_at.isoformat() if r.ended_at else None,
                 "config_hash": r.config_hash, "run_dir": r.run_dir, "recipe": r.recipe, "seed": r.seed,
                 "updates": digest.updates(),
                 "evaluations": {name: [{"step": p.step, "pass_rate": p.average, "n_tasks": p.n_tasks}
@@ -732,6 +751,9 @@ def runs(store_url: str | None, as_json: bool) -> None:
 
     # Ids, names and statuses whole at any width: fewer columns, then a block per run, when narrow (all: --json).
     _out().print(runs_listing(_out(), listed, f"runs in {url}"), soft_wrap=False, crop=False)
+    if total > len(listed):
+        _out().print(f"the newest {len(listed)} of {total} runs; --limit N lists more (0: all)", highlight=False,
+                     markup=False)
 
 
 @cli.command()
@@ -961,7 +983,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     from rich.text import Text
 
     store = open_store(store_url, write=True)
-    row = store.get_run(run_id)
+    row = store.get_run(run_id, whole=True)
     data = row.config
     if split:
         data = {**data, "evaluation": {**data["evaluation"], "split": split}}
