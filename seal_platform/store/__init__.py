@@ -569,7 +569,7 @@ class RunStore:
         quick on a store of any size). A row with values that cannot be read is listed with stand-ins for them
         (a line noted)."""
         with self.session() as s:
-            query = select(m.Run).order_by(m.Run.started_at.desc(), m.Run.id.desc())
+            query = select(m.Run).order_by(m.Run.started_at.desc())
             runs = readable_rows(s.scalars(query.limit(limit) if limit else query))
             for run in runs:
                 self._mark_if_crashed(run)
