@@ -17,10 +17,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from alembic import command
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import String, create_engine, delete, event, func, select, type_coerce, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, SQLAlchemyError
@@ -125,7 +121,8 @@ def _screen(row: Any, context: Any, *_attrs: Any) -> None:
     else:
         row._seal_left_out = True
         line = f"{name} left out: {untrusted.describe(found)}"
-    store = context.session.info.get("store") if context.session is not None else None
+    session = getattr(context, "session", None) or object_session(row)
+    store = session.info.get("store") if session is not None else None
     if store is not None:
         store.note_damage(line)
 
@@ -243,6 +240,9 @@ class RunStore:
     # --- schema ----------------------------------------------------------------------------------------
 
     def migrate(self, revision: str = "head") -> None:
+        from alembic import command  # not imported by the read commands, which never migrate
+        from alembic.util import CommandError
+
         self.refuse_foreign()
         try:
             # One migrator at a time: processes creating the same new store must not both create tables.
@@ -278,12 +278,14 @@ class RunStore:
                              "give --store the store.sqlite of a runs directory.")
 
     def schema_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
         with self.engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
 
     @staticmethod
     def head_revision() -> str | None:
-        return ScriptDirectory.from_config(alembic_config()).get_current_head()
+        return safety.head_revision()
 
     @contextmanager
     def session(self) -> Iterator[Session]:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import (
     Float,
@@ -207,6 +208,6 @@ class CacheEntry(Base):
 
     namespace: Mapped[str] = mapped_column(String(100), primary_key=True)
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
-    value: Mapped[dict] = mapped_column(TolerantJSON)
+    value: Mapped[Any] = mapped_column(TolerantJSON)  # any JSON value
     run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(TolerantDateTime(timezone=True), default=utcnow)

@@ -55,10 +55,7 @@ def unreadable(url: str, reason: str, exc: BaseException) -> StoreError:
 
 def check_schema(url: str, engine: Engine, head: str | None, reason: str) -> None:
     """Refuse, in one paragraph, a read-only store whose schema is not this version's head."""
-    from alembic.script import ScriptDirectory
-    from alembic.util import CommandError
-
-    from .safety import alembic_config
+    from .safety import revisions
 
     path = sqlite_path(url) or url
     try:
@@ -81,11 +78,7 @@ def check_schema(url: str, engine: Engine, head: str | None, reason: str) -> Non
     if current is None:
         raise StoreError(f"run store {path} has seal-platform's tables but no schema version (alembic_version): it "
                          "was not written by seal-platform, or was damaged; nothing was read or changed.")
-    try:
-        known = ScriptDirectory.from_config(alembic_config()).get_revision(current) is not None
-    except CommandError:
-        known = False
-    if not known:
+    if current not in revisions():
         raise StoreError(
             f"run store {path} has schema revision {current}, newer than this seal-platform knows (its newest "
             f"is {head}): it was written by a newer version; upgrade seal-platform (pip install -U "

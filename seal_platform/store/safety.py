@@ -251,6 +251,28 @@ def not_ours(where: Any, tables: list[str], *, changed: str = "nothing was chang
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
+def revisions() -> dict[str, str | None]:
+    """The migrations' revisions (revision -> the one it revises), read from ``migrations/versions`` without
+    importing Alembic (a read command does not need it: it costs a third of a second to import)."""
+    import re
+
+    found: dict[str, str | None] = {}
+    for script in sorted((MIGRATIONS / "versions").glob("[0-9]*.py")):
+        text = script.read_text(encoding="utf-8")
+        revision = re.search(r"^revision\s*=\s*[\"']([^\"']+)[\"']", text, re.M)
+        down = re.search(r"^down_revision\s*=\s*(?:[\"']([^\"']+)[\"']|None)", text, re.M)
+        if revision:
+            found[revision.group(1)] = down.group(1) if down else None
+    return found
+
+
+def head_revision() -> str | None:
+    """The newest revision: the one no other revises (what Alembic's ``get_current_head`` gives)."""
+    known = revisions()
+    heads = set(known) - {down for down in known.values() if down}
+    return heads.pop() if len(heads) == 1 else None
+
+
 def alembic_config(connection: Any = None, url: str | None = None) -> Any:
     """Alembic's configuration for the store's migrations (on ``connection``, or ``url``)."""
     from alembic.config import Config
