@@ -260,6 +260,10 @@ def cli() -> None:
                    "version changed, a plugin added, removed or now failing to load); without it such a resume is "
                    "refused before anything is changed. The differences and the previous plugin list are recorded "
                    "in the run's events (plugins_changed).")
+@click.option("--accept-changes", is_flag=True,
+              help="With --resume: go on although the run's task data changed since it started (a task file "
+                   "edited); without it such a resume stops before its history is touched. The change is recorded "
+                   "in the run's events (task_data).")
 @click.option("--store", "store_url", default=None, callback=_store_option_url,
               help=f"Run store: an SQLAlchemy URL or an SQLite file's path (default: ${ENV_STORE}, else the "
                    "recipe's store:, else <runs_dir>/store.sqlite; the read commands take --store, else "
@@ -268,7 +272,8 @@ def cli() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
 def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart_from: int | None, takeover: bool,
-        allow_plugin_changes: bool, store_url: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
+        allow_plugin_changes: bool, accept_changes: bool, store_url: str | None, quiet: bool, verbose: bool,
+        no_report: bool) -> None:
     """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
 
     RECIPE is a YAML file or the name of a shipped recipe (default: smarthome-embedded, the stock SEAL loop on
@@ -315,8 +320,9 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                 raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
                                 f"holds the run's checkpoints/ (it was {row.run_dir}).")
             _check_own_run_dir(store, row, run_dir)  # before the store or the folder is changed
-    elif run_dir is not None or restart_from is not None or takeover or allow_plugin_changes:
-        raise SealError("--run-dir, --restart-from-step, --takeover and --allow-plugin-changes go with --resume RUN.")
+    elif run_dir is not None or restart_from is not None or takeover or allow_plugin_changes or accept_changes:
+        raise SealError("--run-dir, --restart-from-step, --takeover, --allow-plugin-changes and --accept-changes go "
+                        "with --resume RUN.")
     else:
         recipe, overrides = _split_recipe_args(args)
         loaded, issues, path = recipe_problems(recipe, overrides, on_host=checked_with.append)
@@ -340,6 +346,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     # announced here) before the store or the run's folder (--run-dir) is changed.
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress,
                     restart_from=restart_from, takeover=takeover, allow_plugin_changes=allow_plugin_changes,
+                    accept_changes=accept_changes,
                     run_dir=None if run_dir is None else run_dir.resolve())
     if runner.plugin_changes is not None:
         _err().print(f"run {runner.run_id} resumes with other plugins than it ran with (--allow-plugin-changes; "

@@ -351,3 +351,40 @@ def test_the_heartbeat_beats_and_a_process_whose_run_was_taken_over_stops_writin
     row = store.get_run("r1")
     assert (row.status, row.pid, row.host) == ("running", 4242, "other-host")
     assert heartbeat_age(row) < 60
+
+
+def test_a_resume_whose_task_data_changed_stops_unless_the_change_is_accepted(toy_site, toy_recipe, tmp_path):
+    """A task file edited between an interrupt and --resume: the resume stops, naming the split whose data
+    changed, before the history is touched; --accept-changes goes on and records the change."""
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.resume import TASK_DATA_EVENT
+    from seal_platform.store import RunStore
+
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("version 1")
+    runner = CliRunner()
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path, f"settings.toy.task_file={tasks}")
+    url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    store = RunStore(url)
+    steps = [s.step for s in store.steps(run_id)]
+    recorded = [e.data["fingerprints"] for e in store.events(run_id) if e.kind == TASK_DATA_EVENT]
+    assert len(recorded) == 1 and set(recorded[0]) == {"toy train", "toy eval:eval"}
+    tasks.write_text("version 2")
+    refused = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    text = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and f"run {run_id}: its task data changed since it started (toy eval:eval: sha256:" in text
+    assert "toy train: sha256:" in text and "--accept-changes" in text and "Traceback" not in text
+    assert [s.step for s in store.steps(run_id)] == steps  # nothing resumed, nothing dropped
+    # The tasks are known only once the environment is built, after the resume took the run over: the row
+    # then says why it stopped (failed, with this error), and a later resume goes on from the same checkpoint.
+    assert store.get_run(run_id).status == "failed" and "task data changed" in store.get_run(run_id).error
+    accepted = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet", "--accept-changes"])
+    assert accepted.exit_code == 0, accepted.output
+    assert store.get_run(run_id).status == "completed"
+    last = [e for e in store.events(run_id) if e.kind == TASK_DATA_EVENT][-1]
+    assert "accepted (--accept-changes)" in last.message and last.data["previous"] == recorded[0]
+    # Unchanged data resumes as before (the other resume tests), and a new run is not told about the option.
+    new = runner.invoke(cli, ["run", str(toy_recipe), "--accept-changes"])
+    assert new.exit_code == 2 and "go with --resume RUN" in new.output
