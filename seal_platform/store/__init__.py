@@ -86,10 +86,11 @@ def unpack_trajectory(blob: bytes) -> Trajectory:
     try:
         return Trajectory.model_validate_json(data)
     except ValidationError as exc:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ())) or "the JSON"
-        raise untrusted.DamagedValue(f"the trajectory blob is not a trajectory ({where}: "
-                                     f"{str(first.get('msg', exc))[:120]})") from None
+        errors = exc.errors()
+        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
+        said = errors[0]["msg"] if errors else str(exc)
+        raise untrusted.DamagedValue(f"the trajectory blob is not a trajectory ({where or 'the JSON'}: "
+                                     f"{said[:120]})") from None
 
 
 def _refuse_damaged(run: m.Run, what: str) -> None:
@@ -116,7 +117,7 @@ def _screen(row: Any, context: Any, *_attrs: Any) -> None:
     if isinstance(row, m.Run):
         for key in found:
             set_committed_value(row, key, untrusted.stand_in(row, key))
-        row._seal_damage = found
+        row._seal_damage = found  # type: ignore[attr-defined]  # read by _refuse_damaged
         line = f"{name}: its row cannot be read whole ({untrusted.describe(found)}); shown without those values"
     else:
         row._seal_left_out = True
