@@ -234,13 +234,14 @@ class Runner:
             environment = life.environment()
             train_tasks, eval_tasks = self._tasks(environment)
             env_name = self.config.environment
-            check_task_data(self.store, self.run_id, {
-                f"{env_name} train": task_fingerprint(train_tasks),
-                f"{env_name} eval:{self.config.evaluation.split}": task_fingerprint(eval_tasks)},
-                resumed=self.resumed, accept=self.accept_changes)
+            fingerprints = {f"{env_name} train": task_fingerprint(train_tasks),
+                            f"{env_name} eval:{self.config.evaluation.split}": task_fingerprint(eval_tasks)}
             if self.config.evaluation.benchmarks:  # a broken benchmark is refused now, not after training
                 self.progress.stage(self.start_step, "build benchmarks")
-                prepare_benchmarks(self.host, self.ctx)
+                fingerprints.update({f"benchmark {key}": task_fingerprint(tasks)
+                                     for key, (_owner, _env, tasks) in prepare_benchmarks(self.host, self.ctx).items()})
+            # A resume on other task data than the run started with stops here, before its history is touched.
+            check_task_data(self.store, self.run_id, fingerprints, resumed=self.resumed, accept=self.accept_changes)
             self.progress.stage(self.start_step, "load model")
             engine = life.engine()
             self._record_stage_time("setup", self.start_step, time.perf_counter() - setup_started)

@@ -365,17 +365,19 @@ def test_a_resume_whose_task_data_changed_stops_unless_the_change_is_accepted(to
     tasks = tmp_path / "tasks.txt"
     tasks.write_text("version 1")
     runner = CliRunner()
-    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path, f"settings.toy.task_file={tasks}")
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path, f"settings.toy.task_file={tasks}",
+                                  "evaluation.benchmarks=[{environment: toy, split: ood, name: toy-ood, max_tasks: 4}]")
     url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
     store = RunStore(url)
     steps = [s.step for s in store.steps(run_id)]
     recorded = [e.data["fingerprints"] for e in store.events(run_id) if e.kind == TASK_DATA_EVENT]
-    assert len(recorded) == 1 and set(recorded[0]) == {"toy train", "toy eval:eval"}
+    assert len(recorded) == 1 and set(recorded[0]) - {"toy train", "toy eval:eval"} == {"benchmark toy-ood"}
     tasks.write_text("version 2")
     refused = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
     text = " ".join(refused.output.split())
     assert refused.exit_code == 2 and f"run {run_id}: its task data changed since it started (toy eval:eval: sha256:" in text
-    assert "toy train: sha256:" in text and "--accept-changes" in text and "Traceback" not in text
+    assert "toy train: sha256:" in text and "benchmark toy-ood: sha256:" in text and "--accept-changes" in text
+    assert "Traceback" not in text
     assert [s.step for s in store.steps(run_id)] == steps  # nothing resumed, nothing dropped
     # The tasks are known only once the environment is built, after the resume took the run over: the row
     # then says why it stopped (failed, with this error), and a later resume goes on from the same checkpoint.
