@@ -206,7 +206,14 @@ def open_store(url: str | None, *, write: bool = False) -> Any:
         raise SealError(f"no run store at {url.removeprefix('sqlite:///')}: no run has been made here yet "
                         f"(give --store or set {ENV_STORE}).")
     # Either way the store must exist (create=False): a database without seal-platform's tables is refused.
-    return RunStore(url, read_only=not write and url.startswith("sqlite:"), create=False)
+    store = RunStore(url, read_only=not write and url.startswith("sqlite:"), create=False)
+    store.on_damage = _say_damage  # a row that cannot be read: one line, and the command goes on
+    return store
+
+
+def _say_damage(line: str) -> None:
+    """One line on standard error for a row of the store that could not be read (:mod:`.store.untrusted`)."""
+    _err().print(f"warning: {_clean(line)}", style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 store_option = click.option("--store", "store_url", default=None, callback=_store_option_url,
@@ -256,6 +263,10 @@ def cli() -> None:
                    "version changed, a plugin added, removed or now failing to load); without it such a resume is "
                    "refused before anything is changed. The differences and the previous plugin list are recorded "
                    "in the run's events (plugins_changed).")
+@click.option("--accept-changes", is_flag=True,
+              help="With --resume: go on although the run's task data changed since it started (a task file "
+                   "edited); without it such a resume stops before its history is touched. The change is recorded "
+                   "in the run's events (task_data).")
 @click.option("--store", "store_url", default=None, callback=_store_option_url,
               help=f"Run store: an SQLAlchemy URL or an SQLite file's path (default: ${ENV_STORE}, else the "
                    "recipe's store:, else <runs_dir>/store.sqlite; the read commands take --store, else "
@@ -264,7 +275,8 @@ def cli() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
 def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart_from: int | None, takeover: bool,
-        allow_plugin_changes: bool, store_url: str | None, quiet: bool, verbose: bool, no_report: bool) -> None:
+        allow_plugin_changes: bool, accept_changes: bool, store_url: str | None, quiet: bool, verbose: bool,
+        no_report: bool) -> None:
     """Run a recipe: seal-platform run [RECIPE] [key.sub=value ...]
 
     RECIPE is a YAML file or the name of a shipped recipe (default: smarthome-embedded, the stock SEAL loop on
@@ -285,7 +297,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     checked_with: list[Any] = []  # a new run's recipe is planned with the plugin host it was checked with
     if resume is not None:
         store = open_store(store_url, write=True)  # an existing store: a mistyped path is not created
-        row = store.get_run(resume)
+        row = store.get_run(resume, whole=True)  # a damaged row is refused, not resumed with stand-ins
         if row.status == "completed":
             raise SealError(f"run {row.id} already completed; nothing to resume.")
         if row.status == "running":  # with --takeover or not: two processes would write the run
@@ -313,8 +325,9 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
                 raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
                                 f"holds the run's checkpoints/ (it was {row.run_dir}).")
             _check_own_run_dir(store, row, run_dir)  # before the store or the folder is changed
-    elif run_dir is not None or restart_from is not None or takeover or allow_plugin_changes:
-        raise SealError("--run-dir, --restart-from-step, --takeover and --allow-plugin-changes go with --resume RUN.")
+    elif run_dir is not None or restart_from is not None or takeover or allow_plugin_changes or accept_changes:
+        raise SealError("--run-dir, --restart-from-step, --takeover, --allow-plugin-changes and --accept-changes go "
+                        "with --resume RUN.")
     else:
         recipe, overrides = _split_recipe_args(args)
         loaded, issues, path = recipe_problems(recipe, overrides, on_host=checked_with.append)
@@ -336,6 +349,7 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     # announced here) before the store or the run's folder (--run-dir) is changed.
     runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress,
                     restart_from=restart_from, takeover=takeover, allow_plugin_changes=allow_plugin_changes,
+                    accept_changes=accept_changes,
                     run_dir=None if run_dir is None else run_dir.resolve())
     if runner.plugin_changes is not None:
         _err().print(f"run {runner.run_id} resumes with other plugins than it ran with (--allow-plugin-changes; "
@@ -705,20 +719,31 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
 # --- runs, show, report ------------------------------------------------------------------------------
 
 
+RUNS_ON_A_TERMINAL = 50  # `runs` on a terminal lists the newest this many unless --limit says otherwise
+
+
 @cli.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def runs(store_url: str | None, as_json: bool) -> None:
+@click.option("--limit", type=click.IntRange(0), default=None,
+              help=f"List the newest N runs; 0: all (default: the newest {RUNS_ON_A_TERMINAL} on a terminal, all "
+                   "otherwise and with --json).")
+def runs(store_url: str | None, as_json: bool, limit: int | None) -> None:
     """List runs in the store, newest first. Before the first run there is no store at the default place
     (runs/store.sqlite): no runs, and none is made; a store given by --store or $SEAL_PLATFORM_STORE must
-    exist, as for `show`."""
+    exist, as for `show`. A row that cannot be read whole is listed with what can be read, and a warning line
+    says what could not."""
     named = store_url or env_store_url()
     url = named or default_store_url()
+    if limit is None:
+        limit = RUNS_ON_A_TERMINAL if not as_json and _out().is_terminal else 0
+    total = 0
     if named is None and url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         store, listed = None, []
     else:
         store = open_store(store_url)
-        listed = store.list_runs()
+        listed = store.list_runs(limit=limit or None)
+        total = store.count_runs() if limit and len(listed) == limit else len(listed)
     if as_json:
         from .present.digest import load_digest
 
@@ -727,7 +752,8 @@ def runs(store_url: str | None, as_json: bool) -> None:
             digest = load_digest(store, r.id)
             rows.append({
                 "id": r.id, "name": r.name, "status": r.status, "steps": None if r.last_step is None else r.last_step + 1,
-                "started_at": r.started_at.isoformat(), "ended_at": r.ended_at.isoformat() if r.ended_at else None,
+                "started_at": r.started_at.isoformat() if r.started_at else None,
+                "ended_at": r.ended_at.isoformat() if r.ended_at else None,
                 "config_hash": r.config_hash, "run_dir": r.run_dir, "recipe": r.recipe, "seed": r.seed,
                 "updates": digest.updates(),
                 "evaluations": {name: [{"step": p.step, "pass_rate": p.average, "n_tasks": p.n_tasks}
@@ -744,6 +770,9 @@ def runs(store_url: str | None, as_json: bool) -> None:
 
     # Ids, names and statuses whole at any width: fewer columns, then a block per run, when narrow (all: --json).
     _out().print(runs_listing(_out(), listed, f"runs in {url}"), soft_wrap=False, crop=False)
+    if total > len(listed):
+        _out().print(f"the newest {len(listed)} of {total} runs; --limit N lists more (0: all)", highlight=False,
+                     markup=False)
 
 
 @cli.command()
@@ -774,21 +803,24 @@ def show(run_id: str, store_url: str | None, as_json: bool, all_steps: bool, tra
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @store_option
-@click.option("--out", type=click.Path(), default=None, help="The HTML file (or a folder for report.html); default: <run dir>/report.html.")
+@click.option("--out", type=click.Path(), default=None,
+              help="The HTML file (or a folder for report.html); default: report-<run id>.html in the current directory.")
 @click.option("--eval-episodes", type=click.IntRange(0), default=20, show_default=True,
               help="Transcripts shown per evaluation (failed ones first).")
 @click.option("--train-groups", type=click.IntRange(0), default=1, show_default=True,
               help="Groups of rollouts shown per training step (mixed rewards first).")
 def report(run_id: str, store_url: str | None, out: str | None, eval_episodes: int, train_groups: int) -> None:
     """Write one self-contained HTML page about a run: pass rate per category, labels and A-Patch weights
-    over steps, the interface revisions with their diffs, step timings, transcripts."""
+    over steps, the interface revisions with their diffs, step timings, transcripts. It is written where --out
+    says or in the current directory, never where the store says (the run's folder is a path from the store)."""
     from .present.digest import load_digest
-    from .present.html_report import write_run_report
+    from .present.html_report import default_report_path, write_run_report
     from .present.transcripts import report_transcripts
 
     store = open_store(store_url)
     sample = report_transcripts(store, run_id, eval_limit=eval_episodes, train_groups=train_groups)
-    path = write_run_report(load_digest(store, run_id), Path(out) if out else None, transcripts=sample)
+    digest = load_digest(store, run_id)
+    path = write_run_report(digest, Path(out) if out else default_report_path(digest.id), transcripts=sample)
     _out().print(f"wrote {path}", highlight=False)
 
 
@@ -975,7 +1007,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     from rich.text import Text
 
     store = open_store(store_url, write=True)
-    row = store.get_run(run_id)
+    row = store.get_run(run_id, whole=True)
     data = row.config
     if split:
         data = {**data, "evaluation": {**data["evaluation"], "split": split}}

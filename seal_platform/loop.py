@@ -64,7 +64,8 @@ from .stages import (
     wrap,
 )
 from .recipe_secrets import redact_config, scrub
-from .resume import PluginChanges, check_restart_point, check_resume_plugins, record_plugin_changes, restore_run
+from .resume import (PluginChanges, check_restart_point, check_resume_plugins, check_task_data, record_plugin_changes,
+                     restore_run, task_fingerprint)
 from .store import EVAL_BY_COMMAND, RunStore, is_stale
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
@@ -150,6 +151,7 @@ class Runner:
         takeover: bool = False,
         allow_plugin_changes: bool = False,
         run_dir: Path | None = None,
+        accept_changes: bool = False,
     ):
         """``restart_from`` (a resume only): train again from step N, discarding the store's later history (0:
         from the start; N > 0 resumes from the durable checkpoint after step N - 1).
@@ -160,7 +162,12 @@ class Runner:
         the differences are :attr:`plugin_changes`, recorded as an event once the run is claimed.
 
         ``run_dir`` (a resume only, ``--run-dir``): the run's folder was moved there; once the checks above
-        passed, the store is pointed at it (:attr:`relocated`: how many checkpoint paths were rewritten)."""
+        passed, the store is pointed at it (:attr:`relocated`: how many checkpoint paths were rewritten).
+
+        A resume trains on the task data the run started with: when its fingerprints differ (a task file edited
+        since), the resume stops once the tasks are loaded, before the history or checkpoints are touched,
+        unless ``accept_changes`` (``--accept-changes``; :func:`~seal_platform.resume.check_task_data`)."""
+        self.accept_changes = accept_changes
         self.plugin_changes: PluginChanges | None = None
         self.relocated: int | None = None
         row = None
@@ -240,9 +247,15 @@ class Runner:
             self.progress.stage(self.start_step, "build environment")
             environment = life.environment()
             train_tasks, eval_tasks = self._tasks(environment)
+            env_name = self.config.environment
+            fingerprints = {f"{env_name} train": task_fingerprint(train_tasks),
+                            f"{env_name} eval:{self.config.evaluation.split}": task_fingerprint(eval_tasks)}
             if self.config.evaluation.benchmarks:  # a broken benchmark is refused now, not after training
                 self.progress.stage(self.start_step, "build benchmarks")
-                prepare_benchmarks(self.host, self.ctx)
+                fingerprints.update({f"benchmark {key}": task_fingerprint(tasks)
+                                     for key, (_owner, _env, tasks) in prepare_benchmarks(self.host, self.ctx).items()})
+            # A resume on other task data than the run started with stops here, before its history is touched.
+            check_task_data(self.store, self.run_id, fingerprints, resumed=self.resumed, accept=self.accept_changes)
             self.progress.stage(self.start_step, "load model")
             engine = life.engine()
             self._record_stage_time("setup", self.start_step, time.perf_counter() - setup_started)

@@ -1,6 +1,8 @@
 """Where a resumed run starts: the partial checkpoints cleared, the last durable one loaded, later history
-dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to train again from step N); and the
-check that a resume runs with the plugins the run ran with (``--allow-plugin-changes`` to go on without)."""
+dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to train again from step N); the
+check that a resume runs with the plugins the run ran with (``--allow-plugin-changes`` to go on without); and
+the check that it trains and evaluates on the task data it started with (``--accept-changes`` to go on
+without)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from .context import RunContext
 from .errors import SealError, as_sentence
 from .plugins import ENV_ALLOW, ENV_BLOCK, PluginHost
 from .store import RunStore
-from .types import Interface
+from .types import Interface, Task
 
 
 class CheckpointLoadError(SealError):
@@ -34,6 +36,55 @@ def resume_command(run_id: str, store_url: str, restart_from: int | None = None)
 
 
 PLUGINS_CHANGED_EVENT = "plugins_changed"  # the event a resume with --allow-plugin-changes records
+TASK_DATA_EVENT = "task_data"  # the fingerprints of a run's task data, recorded when it starts (and when accepted)
+
+
+def task_fingerprint(tasks: Sequence[Task]) -> str:
+    """A digest of a list of tasks as the run uses them (ids, categories, splits, payloads, in order): an edited
+    task file, a task added, removed or reordered changes it."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256()
+    for task in tasks:
+        digest.update(json.dumps(task.model_dump(mode="json"), sort_keys=True, default=str).encode())
+        digest.update(b"\n")
+    return f"sha256:{digest.hexdigest()} ({len(tasks)} tasks)"
+
+
+class TaskDataChangedError(SealError):
+    """A resume refused because the environment's task data is not what the run started with."""
+
+
+def check_task_data(store: RunStore, run_id: str, fingerprints: Mapping[str, str], *, resumed: bool,
+                    accept: bool = False) -> list[str]:
+    """Record (a new run), or compare with what the run recorded (a resume), the fingerprints of its task data
+    (``fingerprints``: ``<environment> train``/``<environment> eval:<split>`` -> :func:`task_fingerprint`).
+
+    A resume whose task data differs (a task file edited between an interrupt and the resume: the run would
+    mix old and new prompts) is a :class:`TaskDataChangedError` naming each difference, raised before the
+    run's history or checkpoints are touched, unless ``accept`` (``--accept-changes``): then the differences
+    and the previous fingerprints are recorded in a ``task_data`` event and the resume goes on. Returns the
+    differences. A run that recorded none (started before this check) records them now."""
+    recorded = next((e.data.get("fingerprints") for e in reversed(store.events(run_id))
+                     if e.kind == TASK_DATA_EVENT and isinstance(e.data.get("fingerprints"), dict)), None)
+    if not resumed or recorded is None:
+        store.add_event(run_id, TASK_DATA_EVENT, "task data fingerprints", {"fingerprints": dict(fingerprints)})
+        return []
+    differences = [f"{name}: {recorded.get(name) or '(none)'} -> {fingerprints.get(name) or '(none)'}"
+                   for name in sorted(set(recorded) | set(fingerprints)) if recorded.get(name) != fingerprints.get(name)]
+    if not differences:
+        return []
+    listed = "; ".join(differences)
+    if not accept:
+        raise TaskDataChangedError(
+            f"run {run_id}: its task data changed since it started ({listed}); resuming would mix the old and the "
+            f"new tasks, so nothing was resumed (its history and checkpoints are as they were). Restore the task "
+            f"files the run started with, or resume with `{resume_command(run_id, str(store.url))} "
+            "--accept-changes` to go on with the data as it is now (the change is recorded in the run's events).")
+    store.add_event(run_id, TASK_DATA_EVENT, f"task data changed, accepted (--accept-changes): {listed}",
+                    {"fingerprints": dict(fingerprints), "previous": recorded, "differences": differences})
+    return differences
 
 
 def _plugin_key(p: Mapping[str, Any]) -> tuple[str, str | None]:

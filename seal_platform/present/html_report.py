@@ -4,15 +4,17 @@ data URIs, no external files, scripts or styles), written with matplotlib's Agg 
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
+import re
 from pathlib import Path
 from typing import Any, Callable
 
 from .. import dynamic_sampling as ds
 from ..errors import SealError
 from ..registry import MetricSpec
-from .digest import RunDigest
+from .digest import REPORT_FILE, RunDigest
 from .metrics import MetricCatalog, catalog_or_installed
 from .summary import Comparison
 from .transcript_html import CSS as TRANSCRIPT_CSS
@@ -382,21 +384,60 @@ def run_report_html(digest: RunDigest, transcripts: list[StepTranscripts] | None
 
 def write_run_report(digest: RunDigest, out: Path | None = None,
                      transcripts: list[StepTranscripts] | None = None, catalog: MetricCatalog | None = None) -> Path:
-    """Write the run's HTML report (default ``<run dir>/report.html``; ``out`` a file, or a folder -- one that
-    exists, or a name without a suffix -- for ``report.html`` in it); returns its path."""
-    path = Path(out) if out else digest.report_path
+    """Write the run's HTML report; returns its path. ``out``: a file, or a folder -- one that exists, or a name
+    without a suffix, made if need be -- for ``report.html`` in it (a path the user named). Without ``out``:
+    ``<run dir>/report.html``, for the run command only, which made that folder: the folder is not created
+    here (a read command passes ``out``, never a path the store names: :func:`default_report_path`)."""
+    if out is None:
+        return write_page(digest.report_path, run_report_html(digest, transcripts, catalog), make_folder=False)
+    path = Path(out)
     if path.is_dir() or not path.suffix:
-        path = path / "report.html"
+        path = path / REPORT_FILE
     return write_page(path, run_report_html(digest, transcripts, catalog))
 
 
-def write_page(path: Path, text: str) -> Path:
-    """Write a page to ``path`` (its folder made if need be); a path that cannot be written is a
+def default_report_path(run_id: str, folder: Path | None = None) -> Path:
+    """Where ``seal-platform report RUN`` without ``--out`` writes: ``report-<run id>.html`` in the current
+    directory (never the run folder the store names: a store from elsewhere names any path). The id is the
+    store's, so only its letters, digits, ``.``, ``_`` and ``-`` make the name."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:100].lstrip(".") or "run"
+    return (folder or Path.cwd()) / f"report-{safe}.html"
+
+
+def write_page(path: Path, text: str, *, make_folder: bool = True) -> Path:
+    """Write a page to ``path`` without following a symbolic link: the text goes to a new temporary file in
+    the same folder, which then replaces ``path`` (:func:`os.replace`), so a link or a file appearing there
+    meanwhile is replaced, never written through; a ``path`` that is a symbolic link is refused. The folder is
+    made only with ``make_folder`` (a path the user named). A path that cannot be written is a
     :class:`SealError` naming it and why, not a traceback."""
+    import os
+    import tempfile
+
     path = Path(path)
+    folder = path.parent
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        if path.is_symlink():
+            raise SealError(f"cannot write {path}: it is a symbolic link (to {os.readlink(path)}), which is not "
+                            "followed; give another path.")
+        if path.is_dir():
+            raise SealError(f"cannot write {path}: it is a folder; give a file path.")
+        if make_folder:
+            folder.mkdir(parents=True, exist_ok=True)
+        elif not folder.is_dir():
+            raise SealError(f"cannot write {path}: there is no folder {folder} (it is not created here); give "
+                            "another path.")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            mask = os.umask(0)
+            os.umask(mask)
+            os.fchmod(fd, 0o666 & ~mask)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     except OSError as exc:
         raise SealError(f"cannot write {path}: {exc.strerror or exc}; give another path.") from None
     return path

@@ -51,7 +51,7 @@ def runs_listing(console: Console, runs: Sequence[Any], title: str) -> Renderabl
     """The runs (store rows, newest first): id, name, status, steps, start, config hash. Narrower: without
     the config hash, then without the start (the id holds it), then one block per run."""
     cells = [(clean(r.id), clean(r.name), clean(r.status), "" if r.last_step is None else str(r.last_step + 1),
-              f"{r.started_at:%m-%d %H:%M}", clean(r.config_hash[:8])) for r in runs]
+              f"{r.started_at:%m-%d %H:%M}" if r.started_at else "?", clean(r.config_hash[:8])) for r in runs]
     heads = ("id", "name", "status", "steps", "started", "config")
 
     def table(keep: int, narrow: bool) -> tuple[RenderableType, list[str]]:

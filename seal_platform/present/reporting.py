@@ -225,7 +225,8 @@ def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = F
                   highlight=False)
     _say(console, f"recipe {run.recipe or '-'}; config hash {run.config_hash}; seed {run.seed}")
     ended = f"{run.ended_at:%Y-%m-%d %H:%M:%S}" if run.ended_at else "-"
-    _say(console, f"started {run.started_at:%Y-%m-%d %H:%M:%S} on {run.host}; ended {ended}")
+    started = f"{run.started_at:%Y-%m-%d %H:%M:%S}" if run.started_at else "?"
+    _say(console, f"started {started} on {run.host}; ended {ended}")
     console.print(safe_text(f"dir {run.run_dir}"), highlight=False)  # one line however long, for copying
     if run.error:
         _say(console, f"error: {run.error}", style="red", styled=len("error:"))

@@ -152,9 +152,11 @@ def nothing_matched(store: RunStore, run_id: str, *, evaluation: bool, step: int
     run = store.get_run(run_id)
     phase = "eval" if evaluation else "train"
     with store.session() as s:
-        steps = sorted(s.scalars(select(m.TrajectoryRow.step).distinct().where(
-            m.TrajectoryRow.run_id == run.id, m.TrajectoryRow.phase == phase)))
-        labels = sorted(s.scalars(select(m.TurnLabelRow.label).distinct().where(m.TurnLabelRow.run_id == run.id)))
+        # As stored: a step that is not a number, a label that is not text (a damaged row) is not listed.
+        steps = sorted(v for v in s.scalars(select(m.TrajectoryRow.step).distinct().where(
+            m.TrajectoryRow.run_id == run.id, m.TrajectoryRow.phase == phase)) if type(v) is int)
+        labels = sorted(v for v in s.scalars(select(m.TurnLabelRow.label).distinct().where(
+            m.TurnLabelRow.run_id == run.id)) if isinstance(v, str))
     what = "evaluation" if evaluation else "training"
     parts = [f"no episode matches; run {run.id} has {what} episodes at "
              + (f"step(s) {', '.join(map(str, steps))}" if steps else "no step")]
@@ -173,14 +175,16 @@ def _steps_of(store: RunStore, run_id: str, phase: str, step: int | None) -> lis
     """(trajectory, step) pairs: the store keeps the step on each trajectory row."""
     from sqlalchemy import select
 
+    from ..store import readable_rows
     from ..store import models as m
-    from ..store import unpack_trajectory
 
     with store.session() as s:
         q = select(m.TrajectoryRow).where(m.TrajectoryRow.run_id == run_id, m.TrajectoryRow.phase == phase)
         if step is not None:
             q = q.where(m.TrajectoryRow.step == step)
-        return [(unpack_trajectory(r.blob), r.step) for r in s.scalars(q.order_by(m.TrajectoryRow.step))]
+        rows = readable_rows(s.scalars(q.order_by(m.TrajectoryRow.step)))
+    pairs = ((store.read_trajectory(r), r.step) for r in rows)  # a blob that cannot be read: a line, left out
+    return [(t, step) for t, step in pairs if t is not None]
 
 
 class StepTranscripts(BaseModel):
@@ -203,15 +207,16 @@ def report_transcripts(store: RunStore, run_id: str, *, eval_limit: int = 20,
     first, at most ``eval_limit``); for every training step, ``train_groups`` of its groups with all their
     samples (groups whose rewards differ first: they carry the GRPO signal), with their labels."""
     from sqlalchemy import select
+    from sqlalchemy.orm import defer
 
+    from ..store import readable_rows
     from ..store import models as m
-    from ..store import unpack_trajectory
 
     run = store.get_run(run_id)
     T = m.TrajectoryRow
     with store.session() as s:
-        rows = list(s.execute(select(T.id, T.phase, T.step, T.group, T.reward, T.sample)
-                              .where(T.run_id == run.id).order_by(T.step, T.id)))
+        # The whole rows but their blobs (not loaded here): each is checked as it loads, a damaged one left out.
+        rows = readable_rows(s.scalars(select(T).options(defer(T.blob)).where(T.run_id == run.id).order_by(T.step, T.id)))
     by_step: dict[tuple[str, int], list[Any]] = {}
     for row in rows:
         by_step.setdefault((row.phase, row.step), []).append(row)
@@ -232,10 +237,12 @@ def report_transcripts(store: RunStore, run_id: str, *, eval_limit: int = 20,
     with store.session() as s:
         for start in range(0, len(ids), 500):  # bounded IN lists
             part = ids[start:start + 500]
-            for tid, blob in s.execute(select(T.id, T.blob).where(T.id.in_(part))):
-                blobs[tid] = unpack_trajectory(blob)
+            for tid, step, blob in s.execute(select(T.id, T.step, T.blob).where(T.id.in_(part))):
+                traj = store.read_blob(run.id, tid, step, blob)
+                if traj is not None:
+                    blobs[tid] = traj
             L = m.TurnLabelRow
-            for lab in s.scalars(select(L).where(L.run_id == run.id, L.trajectory_id.in_(part)).order_by(L.id)):
+            for lab in readable_rows(s.scalars(select(L).where(L.run_id == run.id, L.trajectory_id.in_(part)).order_by(L.id))):
                 labels.setdefault(lab.trajectory_id, []).append(lab)
     weights: dict[int, dict[str, float]] = {}
     for w in store.label_weights(run.id):

@@ -17,11 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from alembic import command
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
-from sqlalchemy import create_engine, delete, event, inspect, select, update
+from sqlalchemy import String, create_engine, delete, event, func, select, type_coerce, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, object_session, sessionmaker
@@ -32,7 +28,7 @@ from ..errors import StoreError, finite_reward, listed
 from ..infra import mean_reward as policy_mean_reward
 from ..types import EvalResult, Interface, Trajectory, TurnLabel, make_text_valid
 from . import models as m
-from . import readonly, safety
+from . import readonly, safety, untrusted
 from .safety import alembic_config
 from .models import EVAL_BY_COMMAND, EVAL_BY_RUN, EVAL_ORIGINS, utcnow
 
@@ -73,11 +69,67 @@ def pack_trajectory(traj: Trajectory) -> bytes:
     # Environments fill a trajectory after building it: its text is made valid (lone surrogates replaced,
     # counted in its metadata) again here, so the store never fails on what a model wrote.
     make_text_valid(traj)
-    return zlib.compress(traj.model_dump_json().encode(), level=6)
+    data = traj.model_dump_json().encode()
+    if len(data) > untrusted.MAX_TRAJECTORY_JSON:  # readers inflate no more than this (untrusted.inflate)
+        raise StoreError(f"trajectory {traj.id!r} (task {traj.task_id!r}) is {len(data):,} bytes of JSON, more than "
+                         f"the {untrusted.MAX_TRAJECTORY_JSON:,} a stored trajectory may have; nothing of it was "
+                         "written.")
+    return zlib.compress(data, level=6)
 
 
 def unpack_trajectory(blob: bytes) -> Trajectory:
-    return Trajectory.model_validate_json(zlib.decompress(blob))
+    """A stored trajectory: its blob inflated under :data:`untrusted.MAX_TRAJECTORY_JSON` and validated; a
+    :class:`untrusted.DamagedValue` saying why when it cannot be read."""
+    from pydantic import ValidationError
+
+    data = untrusted.inflate(blob)
+    try:
+        return Trajectory.model_validate_json(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
+        said = errors[0]["msg"] if errors else str(exc)
+        raise untrusted.DamagedValue(f"the trajectory blob is not a trajectory ({where or 'the JSON'}: "
+                                     f"{said[:120]})") from None
+
+
+def _refuse_damaged(run: m.Run, what: str) -> None:
+    damage = getattr(run, "_seal_damage", None)
+    if damage:
+        raise StoreError(f"run {run.id} cannot be {what}: its row in the store is damaged "
+                         f"({untrusted.describe(damage)}); nothing was changed. `seal-platform show` shows what "
+                         "else the store holds about it.")
+
+
+def readable_rows(rows: Any) -> list[Any]:
+    """The rows of a query that could be read: those :func:`_screen` left out are not (a line says so)."""
+    return [row for row in rows if not getattr(row, "_seal_left_out", False)]
+
+
+def _screen(row: Any, context: Any, *_attrs: Any) -> None:
+    """Every row the ORM loads (or refreshes): a value that is not what its column says (see :mod:`.untrusted`)
+    is noted on the store as one line; a ``runs`` row then shows a stand-in for it, any other row is left out
+    of what the store's readers return."""
+    found = untrusted.problems(row)
+    if not found:
+        return
+    name = untrusted.row_name(row)
+    if isinstance(row, m.Run):
+        for key in found:
+            set_committed_value(row, key, untrusted.stand_in(row, key))
+        row._seal_damage = found  # type: ignore[attr-defined]  # read by _refuse_damaged
+        line = f"{name}: its row cannot be read whole ({untrusted.describe(found)}); shown without those values"
+    else:
+        row._seal_left_out = True
+        line = f"{name} left out: {untrusted.describe(found)}"
+    session = getattr(context, "session", None) or object_session(row)
+    store = session.info.get("store") if session is not None else None
+    if store is not None:
+        store.note_damage(line)
+
+
+event.listen(m.Base, "load", _screen, propagate=True)
+event.listen(m.Base, "refresh", _screen, propagate=True)
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -131,6 +183,10 @@ class RunStore:
         self.url = url
         self.read_only = read_only
         self.create = create
+        # What could not be read (one line per damaged row, :mod:`.untrusted`), in order; ``on_damage`` (the
+        # read commands: a line on standard error) is called with each new one.
+        self.damage: list[str] = []
+        self.on_damage: Callable[[str], None] | None = None
         safety.check_file(url)
         if read_only:
             self._open_read_only(url)
@@ -155,7 +211,7 @@ class RunStore:
             raise missing_driver(url, exc) from None
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False, info={"store": self})
         if migrate:
             self.migrate()
 
@@ -180,11 +236,14 @@ class RunStore:
         else:
             raise readonly.unreadable(url, reason, error) from None  # type: ignore[arg-type]
         # No autoflush, no commit: nothing is written unless a caller adds rows, which fails at the flush.
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False, autoflush=False, info={"store": self})
 
     # --- schema ----------------------------------------------------------------------------------------
 
     def migrate(self, revision: str = "head") -> None:
+        from alembic import command  # not imported by the read commands, which never migrate
+        from alembic.util import CommandError
+
         self.refuse_foreign()
         try:
             # One migrator at a time: processes creating the same new store must not both create tables.
@@ -207,30 +266,27 @@ class RunStore:
         sqlite = self.engine.dialect.name == "sqlite"
         probe = create_engine(self.engine.url, connect_args={"timeout": 30}) if sqlite else self.engine
         try:
-            tables = set(inspect(probe).get_table_names())
+            kind, tables = safety.schema_kind(probe)
         except DatabaseError as exc:
             raise safety.describe(self.url, exc, None) from None
         finally:
             if probe is not self.engine:
                 probe.dispose()
-        if "runs" in tables or (tables and tables <= {"alembic_version"}):
-            return
-        if tables - {"alembic_version"}:
-            listed = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
-            raise StoreError(f"{where} is not a seal-platform run store (its tables: {listed}); nothing was "
-                             "changed: give --store the store.sqlite of a runs directory, or a new path to start "
-                             "a new store.")
-        if not self.create:
+        if kind == "foreign":
+            raise safety.not_ours(where, tables)
+        if kind == "empty" and not self.create:
             raise StoreError(f"{where} is an empty database, not a seal-platform run store; nothing was changed: "
                              "give --store the store.sqlite of a runs directory.")
 
     def schema_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
         with self.engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
 
     @staticmethod
     def head_revision() -> str | None:
-        return ScriptDirectory.from_config(alembic_config()).get_current_head()
+        return safety.head_revision()
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -330,6 +386,30 @@ class RunStore:
     def close(self) -> None:
         self.engine.dispose()
 
+    def note_damage(self, line: str) -> None:
+        """Record one line about a value of the store that could not be read (each line once)."""
+        if line in self.damage:
+            return
+        self.damage.append(line)
+        if self.on_damage is not None:
+            self.on_damage(line)
+
+    def read_trajectory(self, row: m.TrajectoryRow) -> Trajectory | None:
+        """The trajectory a row holds, or None (and a line noted) when its blob cannot be read."""
+        try:
+            return unpack_trajectory(row.blob)
+        except untrusted.DamagedValue as exc:
+            self.note_damage(f"run {row.run_id}: trajectories row {row.id} (step {row.step}) left out: {exc}")
+            return None
+
+    def read_blob(self, run_id: str, trajectory_id: str, step: Any, blob: Any) -> Trajectory | None:
+        """As :meth:`read_trajectory`, for a blob selected as a column."""
+        try:
+            return unpack_trajectory(blob)
+        except untrusted.DamagedValue as exc:
+            self.note_damage(f"run {run_id}: trajectories row {trajectory_id} (step {step}) left out: {exc}")
+            return None
+
     # --- runs ------------------------------------------------------------------------------------------
 
     def create_run(
@@ -374,9 +454,12 @@ class RunStore:
         status, pid, host, beat = seen
         with self.session() as s:
             run = self._get_run(s, run_id)
+            _refuse_damaged(run, "resumed")
+            same_beat = self._same_beat(s, run.id, beat)
+            if same_beat is None:  # the owner beat after ``seen`` was read
+                return False
             match = [m.Run.id == run.id, m.Run.status == status, m.Run.host == host,
-                     m.Run.pid.is_(None) if pid is None else m.Run.pid == pid,
-                     m.Run.heartbeat_at.is_(None) if beat is None else m.Run.heartbeat_at == beat]
+                     m.Run.pid.is_(None) if pid is None else m.Run.pid == pid, same_beat]
             result = s.execute(update(m.Run).where(*match).values(
                 status="running", pid=os.getpid(), host=socket.gethostname(), ended_at=None, error=None,
                 heartbeat_at=utcnow()))
@@ -385,6 +468,20 @@ class RunStore:
                 return False
             self._add_plugins(s, run.id, plugins)
             return True
+
+    @staticmethod
+    def _same_beat(s: Session, run_id: str, beat: datetime | None) -> Any:
+        """The condition "the run's heartbeat is still ``beat``" for a compare-and-set UPDATE, or None when it
+        is not (any more). It compares the value as stored: a heartbeat written by another tool (``sqlite3``'s
+        ``datetime('now')``, no microseconds; a ``T`` or an offset) reads as the same time as this version's
+        format, but a comparison with ``beat`` re-formatted would never match it."""
+        if beat is None:
+            return m.Run.heartbeat_at.is_(None)
+        stored = type_coerce(m.Run.heartbeat_at, String)
+        row = s.execute(select(m.Run.heartbeat_at.label("beat"), stored.label("raw")).where(m.Run.id == run_id)).first()
+        if row is None or row[0] != beat:
+            return None
+        return stored == row[1]
 
     def beat(self, run_id: str) -> bool:
         """Refresh the heartbeat of a run this process owns. False when the row is no longer this process's
@@ -430,11 +527,15 @@ class RunStore:
             raise StoreError(f"no run {run_id!r} in {self.url} (see `seal-platform runs`).")
         return run
 
-    def get_run(self, run_id: str) -> m.Run:
+    def get_run(self, run_id: str, *, whole: bool = False) -> m.Run:
         """A run by id or unique id prefix. Runs left ``running`` by a dead process on this host read as
-        ``crashed`` (and are marked so)."""
+        ``crashed`` (and are marked so). A row with values that cannot be read shows stand-ins for them (a line
+        noted, :mod:`.untrusted`); with ``whole`` (a command that acts on the run: a resume, ``eval``) it is a
+        :class:`StoreError` instead."""
         with self.session() as s:
             run = self._get_run(s, run_id)
+            if whole:
+                _refuse_damaged(run, "used")
             self._mark_if_crashed(run)
             return run
 
@@ -450,10 +551,14 @@ class RunStore:
             s.expunge(run)
             run.status = "crashed"
             return
+        same_beat = self._same_beat(s, run.id, run.heartbeat_at)
+        if same_beat is None:  # it beat since it was read: as it is now
+            s.refresh(run)
+            return
         result = s.execute(
             update(m.Run)
             .where(m.Run.id == run.id, m.Run.status == "running", m.Run.host == run.host,
-                   m.Run.pid.is_not_distinct_from(run.pid), m.Run.heartbeat_at.is_not_distinct_from(run.heartbeat_at))
+                   m.Run.pid.is_not_distinct_from(run.pid), same_beat)
             .values(status="crashed")
             .execution_options(synchronize_session=False)
         )
@@ -462,16 +567,24 @@ class RunStore:
         else:  # changed since it was read: as it is now
             s.refresh(run)
 
-    def list_runs(self) -> list[m.Run]:
+    def list_runs(self, limit: int | None = None) -> list[m.Run]:
+        """The runs, newest first (``limit``: the newest that many; the index on ``started_at`` makes that
+        quick on a store of any size). A row with values that cannot be read is listed with stand-ins for them
+        (a line noted)."""
         with self.session() as s:
-            runs = list(s.scalars(select(m.Run).order_by(m.Run.started_at.desc())))
+            query = select(m.Run).order_by(m.Run.started_at.desc())
+            runs = readable_rows(s.scalars(query.limit(limit) if limit else query))
             for run in runs:
                 self._mark_if_crashed(run)
             return runs
 
+    def count_runs(self) -> int:
+        with self.session() as s:
+            return int(s.scalar(select(func.count()).select_from(m.Run)) or 0)
+
     def run_plugins(self, run_id: str) -> list[m.RunPlugin]:
         with self.session() as s:
-            return list(s.scalars(select(m.RunPlugin).where(m.RunPlugin.run_id == run_id).order_by(m.RunPlugin.id)))
+            return readable_rows(s.scalars(select(m.RunPlugin).where(m.RunPlugin.run_id == run_id).order_by(m.RunPlugin.id)))
 
     # --- per step --------------------------------------------------------------------------------------
 
@@ -546,7 +659,7 @@ class RunStore:
 
     def steps(self, run_id: str) -> list[m.Step]:
         with self.session() as s:
-            return list(s.scalars(select(m.Step).where(m.Step.run_id == run_id).order_by(m.Step.step)))
+            return readable_rows(s.scalars(select(m.Step).where(m.Step.run_id == run_id).order_by(m.Step.step)))
 
     def trajectories(self, run_id: str, step: int | None = None, phase: str | None = None) -> list[Trajectory]:
         with self.session() as s:
@@ -555,18 +668,19 @@ class RunStore:
                 q = q.where(m.TrajectoryRow.step == step)
             if phase is not None:
                 q = q.where(m.TrajectoryRow.phase == phase)
-            return [unpack_trajectory(r.blob) for r in s.scalars(q.order_by(m.TrajectoryRow.step))]
+            rows = readable_rows(s.scalars(q.order_by(m.TrajectoryRow.step)))
+        return [t for t in (self.read_trajectory(r) for r in rows) if t is not None]
 
     def labels(self, run_id: str, step: int | None = None) -> list[m.TurnLabelRow]:
         with self.session() as s:
             q = select(m.TurnLabelRow).where(m.TurnLabelRow.run_id == run_id)
             if step is not None:
                 q = q.where(m.TurnLabelRow.step == step)
-            return list(s.scalars(q.order_by(m.TurnLabelRow.id)))
+            return readable_rows(s.scalars(q.order_by(m.TurnLabelRow.id)))
 
     def label_weights(self, run_id: str) -> list[m.LabelWeight]:
         with self.session() as s:
-            return list(s.scalars(select(m.LabelWeight).where(m.LabelWeight.run_id == run_id).order_by(m.LabelWeight.step, m.LabelWeight.label)))
+            return readable_rows(s.scalars(select(m.LabelWeight).where(m.LabelWeight.run_id == run_id).order_by(m.LabelWeight.step, m.LabelWeight.label)))
 
     def discard_after(self, run_id: str, step: int) -> int:
         """Delete what steps after ``step`` wrote (a resume re-does them); returns how many steps went."""
@@ -603,7 +717,7 @@ class RunStore:
 
     def interfaces(self, run_id: str) -> list[m.InterfaceRevision]:
         with self.session() as s:
-            return list(
+            return readable_rows(
                 s.scalars(select(m.InterfaceRevision).where(m.InterfaceRevision.run_id == run_id).order_by(m.InterfaceRevision.revision))
             )
 
@@ -662,7 +776,7 @@ class RunStore:
             q = select(m.Evaluation).where(m.Evaluation.run_id == run_id)
             if origin is not None:
                 q = q.where(m.Evaluation.origin == origin)
-            return list(s.scalars(q.order_by(m.Evaluation.step, m.Evaluation.category, m.Evaluation.id)))
+            return readable_rows(s.scalars(q.order_by(m.Evaluation.step, m.Evaluation.category, m.Evaluation.id)))
 
     def add_checkpoint(self, run_id: str, step: int, path: str, meta: dict[str, Any]) -> None:
         """Record the checkpoint after ``step`` (one per run and step, revision 0007). A checkpoint of a step the
@@ -700,7 +814,7 @@ class RunStore:
 
     def checkpoints(self, run_id: str) -> list[m.Checkpoint]:
         with self.session() as s:
-            return list(s.scalars(select(m.Checkpoint).where(m.Checkpoint.run_id == run_id).order_by(m.Checkpoint.step)))
+            return readable_rows(s.scalars(select(m.Checkpoint).where(m.Checkpoint.run_id == run_id).order_by(m.Checkpoint.step)))
 
     def add_event(self, run_id: str | None, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
         with self.session() as s:
@@ -708,7 +822,7 @@ class RunStore:
 
     def events(self, run_id: str) -> list[m.Event]:
         with self.session() as s:
-            return list(s.scalars(select(m.Event).where(m.Event.run_id == run_id).order_by(m.Event.id)))
+            return readable_rows(s.scalars(select(m.Event).where(m.Event.run_id == run_id).order_by(m.Event.id)))
 
     # --- a generic content-keyed cache for plugins -----------------------------------------------------
 
@@ -719,7 +833,7 @@ class RunStore:
             for start in range(0, len(keys), 500):  # keep the IN list within SQLite's variable limit
                 chunk = keys[start : start + 500]
                 q = select(m.CacheEntry).where(m.CacheEntry.namespace == namespace, m.CacheEntry.key.in_(chunk))
-                found.update((row.key, row.value) for row in s.scalars(q))
+                found.update((row.key, row.value) for row in readable_rows(s.scalars(q)))
         return found
 
     def cache_put(self, namespace: str, key: str, value: Any, run_id: str | None = None) -> None:

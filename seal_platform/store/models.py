@@ -1,13 +1,13 @@
 """The run store's tables (SQLAlchemy 2 declarative). Change them only together with a new migration in
-``migrations/versions``; a test checks the two agree."""
+``migrations/versions``; a test checks the two agree. JSON and date columns read through the tolerant types of
+:mod:`.untrusted` (the same column types in the database)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import (
-    JSON,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -18,6 +18,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from .untrusted import TolerantDateTime, TolerantJSON
 
 
 def utcnow() -> datetime:
@@ -34,17 +36,18 @@ class Run(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     recipe: Mapped[str] = mapped_column(Text, default="")
-    config: Mapped[dict] = mapped_column(JSON)
+    config: Mapped[dict] = mapped_column(TolerantJSON)
     config_hash: Mapped[str] = mapped_column(String(64))
     seed: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(20), default="running")
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Indexed (revision 0008): `runs` lists the newest first, a page at a time.
+    started_at: Mapped[datetime] = mapped_column(TolerantDateTime(timezone=True), default=utcnow, index=True)
+    ended_at: Mapped[datetime | None] = mapped_column(TolerantDateTime(timezone=True), nullable=True)
     host: Mapped[str] = mapped_column(String(200), default="")
     pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Set when the run is created or taken over and refreshed by its owner every HEARTBEAT_S seconds while it
     # runs; a ``running`` row whose heartbeat is older than STALE_AFTER_S belongs to a process that is gone.
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(TolerantDateTime(timezone=True), nullable=True)
     run_dir: Mapped[str] = mapped_column(Text, default="")
     last_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -59,7 +62,7 @@ class RunPlugin(Base):
     distribution: Mapped[str | None] = mapped_column(String(200), nullable=True)
     version: Mapped[str | None] = mapped_column(String(100), nullable=True)
     status: Mapped[str] = mapped_column(String(20))
-    hooks: Mapped[list] = mapped_column(JSON, default=list)
+    hooks: Mapped[list] = mapped_column(TolerantJSON, default=list)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
@@ -74,10 +77,10 @@ class Step(Base):
     mean_reward: Mapped[float] = mapped_column(Float)
     n_trajectories: Mapped[int] = mapped_column(Integer)
     interface_revision: Mapped[int] = mapped_column(Integer)
-    metrics: Mapped[dict] = mapped_column(JSON, default=dict)
-    timings: Mapped[dict] = mapped_column(JSON, default=dict)
-    capability_state: Mapped[dict] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    metrics: Mapped[dict] = mapped_column(TolerantJSON, default=dict)
+    timings: Mapped[dict] = mapped_column(TolerantJSON, default=dict)
+    capability_state: Mapped[dict] = mapped_column(TolerantJSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(TolerantDateTime(timezone=True), default=utcnow)
 
 
 class TrajectoryRow(Base):
@@ -125,9 +128,9 @@ class InterfaceRevision(Base):
     revision: Mapped[int] = mapped_column(Integer)
     parent: Mapped[int | None] = mapped_column(Integer, nullable=True)
     step: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    content: Mapped[dict] = mapped_column(JSON)
-    changes: Mapped[list] = mapped_column(JSON, default=list)
-    driven_by: Mapped[list] = mapped_column(JSON, default=list)
+    content: Mapped[dict] = mapped_column(TolerantJSON)
+    changes: Mapped[list] = mapped_column(TolerantJSON, default=list)
+    driven_by: Mapped[list] = mapped_column(TolerantJSON, default=list)
     diff: Mapped[str] = mapped_column(Text, default="")
 
 
@@ -167,7 +170,7 @@ class Evaluation(Base):
     category: Mapped[str] = mapped_column(String(100))
     pass_rate: Mapped[float] = mapped_column(Float)
     n_tasks: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(TolerantDateTime(timezone=True), default=utcnow)
 
 
 class Checkpoint(Base):
@@ -180,8 +183,8 @@ class Checkpoint(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     step: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(Text)
-    meta: Mapped[dict] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    meta: Mapped[dict] = mapped_column(TolerantJSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(TolerantDateTime(timezone=True), default=utcnow)
 
 
 class Event(Base):
@@ -189,10 +192,10 @@ class Event(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[datetime] = mapped_column(TolerantDateTime(timezone=True), default=utcnow)
     kind: Mapped[str] = mapped_column(String(50))
     message: Mapped[str] = mapped_column(Text)
-    data: Mapped[dict] = mapped_column(JSON, default=dict)
+    data: Mapped[dict] = mapped_column(TolerantJSON, default=dict)
 
 
 class CacheEntry(Base):
@@ -205,6 +208,6 @@ class CacheEntry(Base):
 
     namespace: Mapped[str] = mapped_column(String(100), primary_key=True)
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
-    value: Mapped[dict] = mapped_column(JSON)
+    value: Mapped[Any] = mapped_column(TolerantJSON)  # any JSON value
     run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(TolerantDateTime(timezone=True), default=utcnow)

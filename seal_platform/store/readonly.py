@@ -13,12 +13,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sqlalchemy import text
 from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.engine import Engine
 
 from ..errors import StoreError
-from .safety import current_revision, describe, sqlite_path
+from .safety import current_revision, describe, not_ours, schema_kind, sqlite_path
 
 
 def not_writable(url: str) -> str | None:
@@ -56,40 +55,30 @@ def unreadable(url: str, reason: str, exc: BaseException) -> StoreError:
 
 def check_schema(url: str, engine: Engine, head: str | None, reason: str) -> None:
     """Refuse, in one paragraph, a read-only store whose schema is not this version's head."""
-    from alembic.script import ScriptDirectory
-    from alembic.util import CommandError
-
-    from .safety import alembic_config
+    from .safety import revisions
 
     path = sqlite_path(url) or url
-    current = current_revision(engine)
-    if current == head:
-        return
     try:
-        with engine.connect() as conn:
-            names = {row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))}
+        kind, names = schema_kind(engine)
     except OperationalError:
         raise  # the caller may retry with immutable=1 (the WAL index could not be created)
     except DatabaseError as exc:  # not a database, or a damaged one ("database disk image is malformed")
         raise describe(url, exc, head) from None
-    if not names:
+    if kind == "empty" and not [n for n in names if n != "alembic_version"]:
         if reason == "opened read-only":
             raise StoreError(f"{path} is an empty file, not a seal-platform run store (a read command writes "
                              "nothing, so it does not set one up): give --store the store.sqlite of a runs directory.")
         raise StoreError(f"run store {path} is empty and cannot be written ({reason}), so it cannot be set up "
                          f"either: give --store the store.sqlite of a runs directory.")
-    if not {"runs", "steps", "trajectories"} <= names:
-        listed = ", ".join(sorted(names)[:8]) + (", ..." if len(names) > 8 else "")
-        raise StoreError(f"{path} is not a seal-platform run store (its tables: {listed}); nothing was read or "
-                         "changed: give --store the store.sqlite of a runs directory.")
+    if kind != "own":
+        raise not_ours(path, names, changed="nothing was read or changed")
+    current = current_revision(engine)
+    if current == head:
+        return
     if current is None:
         raise StoreError(f"run store {path} has seal-platform's tables but no schema version (alembic_version): it "
                          "was not written by seal-platform, or was damaged; nothing was read or changed.")
-    try:
-        known = ScriptDirectory.from_config(alembic_config()).get_revision(current) is not None
-    except CommandError:
-        known = False
-    if not known:
+    if current not in revisions():
         raise StoreError(
             f"run store {path} has schema revision {current}, newer than this seal-platform knows (its newest "
             f"is {head}): it was written by a newer version; upgrade seal-platform (pip install -U "

@@ -216,7 +216,61 @@ def translate(url: str, engine: Engine, head: str | None, exc: BaseException) ->
     return describe(url, exc, head, current_revision(engine))
 
 
+# What makes a database a seal-platform store, whatever its revision (each has had these since revision 0001):
+# its tables, and its runs table's columns. A database of another application that happens to have a table
+# named ``runs`` (or ``steps``) is not one.
+OWN_TABLES = frozenset({"runs", "run_plugins", "steps", "trajectories", "turn_labels", "interface_revisions",
+                        "label_weights", "evaluations", "checkpoints", "events"})
+OWN_RUN_COLUMNS = frozenset({"id", "name", "recipe", "config", "config_hash", "seed", "status", "started_at",
+                             "ended_at", "host", "pid", "run_dir", "last_step", "error"})
+
+
+def schema_kind(engine: Engine) -> tuple[str, list[str]]:
+    """Whether the database behind ``engine`` is a seal-platform store: ``("own", tables)``, ``("empty",
+    tables)`` (no tables, or only an ``alembic_version``: a new store may be made there) or ``("foreign",
+    tables)``. It only reads (SQLite's schema table); every path that opens a store, reading or writing, asks
+    this before anything is changed. A database error (not a database, a damaged one) is the caller's."""
+    from sqlalchemy import inspect
+
+    inspector = inspect(engine)
+    tables = sorted(inspector.get_table_names())
+    if not set(tables) - {"alembic_version"}:
+        return "empty", tables
+    if OWN_TABLES <= set(tables) and OWN_RUN_COLUMNS <= {c["name"] for c in inspector.get_columns("runs")}:
+        return "own", tables
+    return "foreign", tables
+
+
+def not_ours(where: Any, tables: list[str], *, changed: str = "nothing was changed") -> StoreError:
+    """The one paragraph for a database that is not a seal-platform store (``tables``: what it holds)."""
+    listed = ", ".join(tables[:8]) + (", ..." if len(tables) > 8 else "")
+    return StoreError(f"{where} is not a seal-platform run store (its tables: {listed}); {changed}: give --store "
+                      "the store.sqlite of a runs directory, or a new path to start a new store.")
+
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def revisions() -> dict[str, str | None]:
+    """The migrations' revisions (revision -> the one it revises), read from ``migrations/versions`` without
+    importing Alembic (a read command does not need it: it costs a third of a second to import)."""
+    import re
+
+    found: dict[str, str | None] = {}
+    for script in sorted((MIGRATIONS / "versions").glob("[0-9]*.py")):
+        text = script.read_text(encoding="utf-8")
+        revision = re.search(r"^revision\s*=\s*[\"']([^\"']+)[\"']", text, re.M)
+        down = re.search(r"^down_revision\s*=\s*(?:[\"']([^\"']+)[\"']|None)", text, re.M)
+        if revision:
+            found[revision.group(1)] = down.group(1) if down else None
+    return found
+
+
+def head_revision() -> str | None:
+    """The newest revision: the one no other revises (what Alembic's ``get_current_head`` gives)."""
+    known = revisions()
+    heads = set(known) - {down for down in known.values() if down}
+    return heads.pop() if len(heads) == 1 else None
 
 
 def alembic_config(connection: Any = None, url: str | None = None) -> Any:

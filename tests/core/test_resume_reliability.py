@@ -249,12 +249,13 @@ def test_a_resume_that_finds_the_run_taken_by_a_live_process_writes_nothing(toy_
     assert [s.step for s in store.steps(run_id)] == steps and store.get_run(run_id).status == "running"
 
 
-def _as_if_owned_elsewhere(db, run_id, seconds_ago):
-    """The row as a live (or dead) process on another machine leaves it, its heartbeat in the store's format."""
+def _as_if_owned_elsewhere(db, run_id, seconds_ago, form="%Y-%m-%d %H:%M:%S.%f"):
+    """The row as a live (or dead) process on another machine leaves it, its heartbeat in the store's format
+    (or in ``form``: another writer's)."""
     import sqlite3
     from datetime import datetime, timedelta, timezone
 
-    beat = (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    beat = (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).strftime(form)
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE runs SET status = 'running', host = 'other-host', pid = 4242, heartbeat_at = ? "
                      "WHERE id = ?", (beat, run_id))
@@ -280,6 +281,29 @@ def test_a_run_whose_owner_stopped_beating_is_taken_over_without_the_flag(toy_si
     stale = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
     assert stale.exit_code == 0, stale.output
     assert "taking it over" in " ".join(stale.output.split())
+    assert RunStore(url).get_run(run_id).status == "completed"
+
+
+@pytest.mark.parametrize("form", ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S+00:00"])
+def test_a_heartbeat_another_writer_stored_is_read_as_the_time_it_says(toy_site, toy_recipe, tmp_path, form):
+    """A heartbeat without microseconds (``sqlite3``'s ``datetime('now')``), with a ``T`` or an offset: a stale
+    one is taken over by a plain --resume (before, the compare-and-set never matched the stored text and the
+    resume was refused as if the owner had just beaten), a fresh one is refused."""
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.store import RunStore
+
+    runner = CliRunner()
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path)
+    db = tmp_path / "runs" / "store.sqlite"
+    url = f"sqlite:///{db}"
+    _as_if_owned_elsewhere(db, run_id, 5, form)
+    fresh = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    assert fresh.exit_code == 2 and "last heartbeat" in fresh.output, fresh.output
+    _as_if_owned_elsewhere(db, run_id, 7200, form)
+    stale = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    assert stale.exit_code == 0, stale.output
     assert RunStore(url).get_run(run_id).status == "completed"
 
 
@@ -327,3 +351,43 @@ def test_the_heartbeat_beats_and_a_process_whose_run_was_taken_over_stops_writin
     row = store.get_run("r1")
     assert (row.status, row.pid, row.host) == ("running", 4242, "other-host")
     assert heartbeat_age(row) < 60
+
+
+def test_a_resume_whose_task_data_changed_stops_unless_the_change_is_accepted(toy_site, toy_recipe, tmp_path):
+    """A task file edited between an interrupt and --resume: the resume stops, naming the split whose data
+    changed, before the history is touched; --accept-changes goes on and records the change."""
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+    from seal_platform.resume import TASK_DATA_EVENT
+    from seal_platform.store import RunStore
+
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("version 1")
+    runner = CliRunner()
+    run_id = _interrupted_cli_run(runner, toy_recipe, tmp_path, f"settings.toy.task_file={tasks}",
+                                  "evaluation.benchmarks=[{environment: toy, split: ood, name: toy-ood, max_tasks: 4}]")
+    url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
+    store = RunStore(url)
+    steps = [s.step for s in store.steps(run_id)]
+    recorded = [e.data["fingerprints"] for e in store.events(run_id) if e.kind == TASK_DATA_EVENT]
+    assert len(recorded) == 1 and set(recorded[0]) - {"toy train", "toy eval:eval"} == {"benchmark toy-ood"}
+    tasks.write_text("version 2")
+    refused = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet"])
+    text = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and f"run {run_id}: its task data changed since it started (" in text
+    assert "toy eval:eval: sha256:" in text
+    assert "toy train: sha256:" in text and "benchmark toy-ood: sha256:" in text and "--accept-changes" in text
+    assert "Traceback" not in text
+    assert [s.step for s in store.steps(run_id)] == steps  # nothing resumed, nothing dropped
+    # The tasks are known only once the environment is built, after the resume took the run over: the row
+    # then says why it stopped (failed, with this error), and a later resume goes on from the same checkpoint.
+    assert store.get_run(run_id).status == "failed" and "task data changed" in store.get_run(run_id).error
+    accepted = runner.invoke(cli, ["run", "--resume", run_id, "--store", url, "--quiet", "--accept-changes"])
+    assert accepted.exit_code == 0, accepted.output
+    assert store.get_run(run_id).status == "completed"
+    last = [e for e in store.events(run_id) if e.kind == TASK_DATA_EVENT][-1]
+    assert "accepted (--accept-changes)" in last.message and last.data["previous"] == recorded[0]
+    # Unchanged data resumes as before (the other resume tests), and a new run is not told about the option.
+    new = runner.invoke(cli, ["run", str(toy_recipe), "--accept-changes"])
+    assert new.exit_code == 2 and "go with --resume RUN" in new.output

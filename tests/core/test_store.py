@@ -22,7 +22,7 @@ def _url(tmp_path, name="s.sqlite"):
 
 def test_fresh_store_is_at_head_in_wal_mode_and_matches_the_models(tmp_path):
     store = RunStore(_url(tmp_path))
-    assert store.schema_revision() == store.head_revision() == "0007"
+    assert store.schema_revision() == store.head_revision() == "0008"
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
@@ -42,7 +42,7 @@ def test_old_schema_with_data_is_upgraded_in_place(tmp_path):
         columns = [r[1] for r in conn.exec_driver_sql("PRAGMA table_info(trajectories)")]
     assert "generated_tokens" not in columns
     reopened = RunStore(_url(tmp_path))  # opening migrates to head
-    assert reopened.schema_revision() == "0007"
+    assert reopened.schema_revision() == RunStore.head_revision() == "0008"
     assert reopened.get_run("r1").name == "old"
     with reopened.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT generated_tokens FROM trajectories WHERE id='t1'").scalar() == 0

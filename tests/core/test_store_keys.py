@@ -103,7 +103,7 @@ def test_upgrading_a_0006_store_with_duplicates_keeps_the_newest_and_says_so(tmp
         evaluation("q", 0, "run", "eval", {"a": 3.0, "b": 4.0})
         evaluation("r", 0, "run", "eval", {"a": 9.0})
     upgraded = RunStore(store.url)
-    assert upgraded.schema_revision() == "0007" == RunStore.head_revision()
+    assert upgraded.schema_revision() == "0008" == RunStore.head_revision()
     assert [(c.step, c.path) for c in upgraded.checkpoints("r")] == [(1, "/new-1"), (2, "/only-2")]
     assert sorted((e.split, e.category, e.pass_rate) for e in upgraded.evaluations("r", origin=EVAL_BY_COMMAND)) == [
         ("eval", "a", 60.0), ("test", "b", 40.0), ("test", "c", 30.0)]

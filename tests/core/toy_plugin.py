@@ -32,6 +32,9 @@ from seal_platform.types import (
 class ToySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     n_tasks: int = 12
+    # A task file as environments read them: its text goes into every task's payload (``note``), so editing it
+    # between an interrupt and a resume changes the run's task data.
+    task_file: str | None = None
     start_skill: float = 0.2
     skill_step: float = 0.1
     fail_in: str | None = None  # name of a stage that raises, for failure tests
@@ -115,9 +118,10 @@ class ToyEnvironment:
         if split not in ("train", "eval", "test", "ood"):
             raise ValueError(f"unknown split {split!r}: the toy has 'train', 'eval', 'test' and 'ood'")
         offset = 0 if split == "train" else 1000
+        note = {"note": Path(self.settings.task_file).read_text()} if self.settings.task_file else {}
         return [
             Task(id=f"{split}-{i}", category="small" if i % 2 else "big", split=split,
-                 payload={"a": offset + i, "b": i * 3})
+                 payload={"a": offset + i, "b": i * 3, **note})
             for i in range(self.settings.n_tasks)
         ]
 
