@@ -112,8 +112,7 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None)
 def _template_issue(policy: PolicySettings) -> Issue | None:
     """Why the policy's chat template cannot give exact episode token sequences (None: it can, or its tokenizer
     is not on this machine, which check_machine reports). Only the tokenizer is loaded, and the template is put
-    to the token code's own test (:func:`.tokens.encode_episode` on a two-turn probe whose first answer carries
-    reasoning, which templates that rewrite history drop), so the two never disagree."""
+    to the token code's own test (:func:`.tokens.chat_template_problem`), so the two never disagree."""
     from .policy import EMBEDDED_MODEL, converted_dir
 
     try:
@@ -136,30 +135,18 @@ _TEMPLATE_VERDICTS: dict[tuple[str, tuple[tuple[str, int], ...]], Issue | None] 
 def _template_verdict(folder: Path) -> Issue | None:
     from transformers import AutoTokenizer
 
-    from seal_platform.types import Message
-
-    from .tokens import TemplateNotIncrementalError, encode_episode
+    from .tokens import chat_template_problem
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except Exception:  # noqa: BLE001 - a tokenizer that does not load: start_run's load reports it
         return None
-
-    def sampled(text: str) -> Message:
-        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id or 0]
-        return Message(role="assistant", content=text, token_ids=ids, trainable=True)
-
-    probe = [Message(role="user", content="What is 2 + 2?"), sampled("<think>\nAdd them.\n</think>\n\n4"),
-             Message(role="user", content="And 3 + 3?"), sampled("<think>\nAdd again.\n</think>\n\n6")]
-    try:
-        encode_episode(tokenizer, probe)
-    except TemplateNotIncrementalError as exc:
-        return Issue("settings.policy.model", f"the chat template of {str(folder)!r} cannot be trained: {exc}")
-    except Exception as exc:  # noqa: BLE001 - a template that cannot render a two-turn chat fails every episode
-        return Issue("settings.policy.model", f"the chat template of {str(folder)!r} cannot render a two-turn "
-                     f"conversation ({type(exc).__name__}: {exc})", "give the model folder a chat template "
-                     "(tokenizer_config.json's chat_template, or chat_template.jinja)")
-    return None
+    problem = chat_template_problem(tokenizer)
+    if problem is None:
+        return None
+    return Issue("settings.policy.model", f"the chat template of {str(folder)!r} cannot be trained: {problem}",
+                 "give the model folder a chat template that renders assistant messages as their text "
+                 "(tokenizer_config.json's chat_template, or chat_template.jinja)")
 
 
 @hookimpl

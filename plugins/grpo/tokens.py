@@ -6,32 +6,42 @@ a prefix of the final sequence, so that the trainer's log-probs are of the very 
 the very context they were sampled in. Both engines build their prompts with :func:`prompt_ids` and the
 trainer builds its sequence with :func:`encode_episode`; both run the same splicing code below.
 
-Splicing rule
--------------
-Chat templates render a whole conversation; we need it piece by piece. Let ``render(msgs, gen)`` be the
-template's text for ``msgs`` (``gen``: with the generation prompt, e.g. ``<|im_start|>assistant\\n``). Call an
-assistant message *sampled* when it carries ``token_ids``. Walking through the sampled messages ``k`` in order:
+Token in, token out
+-------------------
+The sequence only ever grows: the ids of what is already in it (the first prompt, the sampled messages, the
+context between them) are kept as they are, and history is never rendered or tokenised again. Let
+``render(msgs, gen)`` be the chat template's text for ``msgs`` (``gen``: with the generation prompt, e.g.
+``<|im_start|>assistant\\n``). Call an assistant message *sampled* when it carries ``token_ids``.
 
-1. ``prompt_k = render(msgs[:k], gen=True)``. The text not yet covered, ``prompt_k[len(covered):]``, is
-   tokenised (``add_special_tokens=False``) and appended with loss mask 0. (For the first sampled message
-   ``covered`` is empty, so this is the whole first prompt.)
-2. The sampled ``token_ids`` of message ``k`` are appended verbatim: loss mask 1, engine log-probs aligned.
-3. ``full_k = render(msgs[:k+1], gen=False)``. The template's closing of message ``k`` is what follows its
-   content in ``full_k[len(prompt_k):]`` (for ChatML: ``<|im_end|>\\n``). The part of it the model already
-   produced (trailing special tokens such as the EOS ``<|im_end|>``) is dropped; the rest (``\\n``; or all of
-   ``<|im_end|>\\n`` after a length cut or a stop string) is *pending*: it is prepended to the next text
-   segment, so it is context (mask 0) and tokenised together with what follows it. ``covered = full_k``.
+1. The first prompt, everything before the first sampled message, is ``render(msgs[:k0], gen=True)``,
+   tokenised (``add_special_tokens=False``): loss mask 0. Nothing has been sampled yet, so it is rendered once.
+2. Each sampled message's ``token_ids`` are appended verbatim: loss mask 1, engine log-probs aligned.
+3. What comes after a sampled message -- the template's closing of that message and the new messages up to
+   the next sampled one (tool results, user turns, scripted replies), ending with the generation prompt -- is
+   a *delta*, rendered against a fixed dummy conversation that ends with an assistant message
+   (:data:`_BASE`: a user turn and a reply whose text is a marker): the delta's text is what follows the
+   marker in ``render(_BASE + new, gen=True)``, i.e. what the template puts after an assistant message when
+   ``new`` follows it (the fixed-base approach of verl's and SkyRL's multi-turn rollouts). The part of it the
+   model already produced (trailing special tokens of the sampled ids, such as the EOS ``<|im_end|>``, when
+   the delta starts with their text) is dropped; the rest (``\\n<|im_start|>user...``; or all of
+   ``<|im_end|>\\n<|im_start|>user...`` after a length cut or a stop string) is tokenised on its own and
+   appended with loss mask 0.
 
 The final sequence of :func:`encode_episode` ends with the last sampled token (what comes after it carries no
-loss); :func:`prompt_ids` ends with the generation prompt for the next assistant message. The rule needs the
-template to be *append-only*: the rendering of a conversation's prefix is a prefix of the rendering of the
-whole conversation (true of ChatML templates such as SmolLM2's and Qwen2.5's). A template that rewrites
-earlier turns (e.g. drops earlier reasoning) raises :class:`TemplateNotIncrementalError` rather than training
-on a sequence the engine never saw.
+loss); :func:`prompt_ids` ends with the delta of the messages after the last sampled one and the generation
+prompt for the next assistant message.
+
+Any template whose rendering of an assistant message contains its text verbatim works this way, including
+templates that re-render history: Qwen3's drops earlier turns' reasoning (``<think>...</think>``) when a new
+user turn comes, but here the sampled ids, reasoning included, stay in the context of every later turn, in the
+engine's prompts and in the trained sequence alike (what the engine saw is what is trained).
+For templates that only append (ChatML-style, SmolLM2's and Qwen2.5's) the sequence is token for token the
+template's rendering of the whole conversation with the sampled ids in place of their messages' text.
+:func:`chat_template_problem` says whether a tokenizer's template can be used (before any model loads).
 
 Assistant messages without ``token_ids`` (few-shot examples, a scripted reply) are ordinary context rendered
-by the template. A sampled message is trained on (mask 1) unless its ``trainable`` field was explicitly set to
-False.
+by the template (in the first prompt, or in a delta). A sampled message is trained on (mask 1) unless its
+``trainable`` field was explicitly set to False.
 """
 
 from __future__ import annotations
@@ -52,8 +62,8 @@ from seal_platform.types import Message
 _TOKENIZER_LOCK = threading.Lock()
 
 
-class TemplateNotIncrementalError(ValueError):
-    """The chat template re-renders earlier turns, so an episode cannot be one exact token sequence."""
+class UnsupportedChatTemplateError(ValueError):
+    """The tokenizer's chat template cannot build an episode's token sequence (see :func:`chat_template_problem`)."""
 
 
 @dataclass
@@ -144,59 +154,88 @@ def _is_trained(message: Message) -> bool:
     return message.trainable or "trainable" not in message.model_fields_set
 
 
-def _after(text: str, covered: str, where: str) -> str:
-    if not text.startswith(covered):
-        raise TemplateNotIncrementalError(
-            f"the chat template is not append-only ({where}): rendering a longer conversation changed the text "
-            "of its earlier turns, so the prompts the engine saw would not be a prefix of the trained sequence. "
-            "Supported: chat templates that only append (ChatML-style, as SmolLM2's and Qwen2.5's). Qwen3 and "
-            "Qwen3.5 templates drop earlier turns' reasoning and are refused; give such a model an append-only "
-            "template (tokenizer_config.json's chat_template) to train it."
+# The fixed conversation every delta is rendered after: it ends with an assistant message whose text is a marker,
+# so that what follows the marker in a rendering is what the template puts after an assistant message's text.
+# No system message: templates that take none (Gemma's) accept it; a default system prompt that a template
+# adds when there is none comes before the marker and is cut off with the rest.
+_MARKER = "seal-platform: the end of an assistant message (token-in-token-out marker)"
+_BASE = (Message(role="user", content="seal-platform: a user message"), Message(role="assistant", content=_MARKER))
+
+
+def _delta(tokenizer: Any, new: Sequence[Message], add_generation_prompt: bool) -> str:
+    """The template's text after an assistant message's text when ``new`` follows it (with the generation
+    prompt when asked): the closing of that message, then ``new`` as the template renders it there."""
+    text = render(tokenizer, [*_BASE, *new], add_generation_prompt)
+    at = text.find(_MARKER)
+    if at < 0:
+        raise UnsupportedChatTemplateError(
+            "the chat template does not copy an assistant message's text verbatim into its rendering, so the "
+            "context that follows a sampled message cannot be rendered as a delta after the sampled tokens. "
+            "Give the model a chat template that writes assistant content as it is (tokenizer_config.json's "
+            "chat_template); templates of the ChatML family (SmolLM2, Qwen2.5, Qwen3) do."
         )
-    return text[len(covered):]
+    return text[at + len(_MARKER):]
 
 
-def _pending_closing(tokenizer: Any, message: Message, prompt: str, full: str) -> str:
-    """The template text after message's content that its sampled tokens did not produce."""
-    part = _after(full, prompt, "closing an assistant message")
-    ids = list(message.token_ids or ())
-    decoded = tokenizer.decode(ids, skip_special_tokens=True)
-    closing = None
-    for candidate in (message.content, message.content.strip(), decoded, decoded.strip()):
-        if not candidate:
-            continue
-        pos = 0 if part.startswith(candidate) else part.find(candidate)
-        if pos >= 0:
-            closing = part[pos + len(candidate):]
-            break
-    if closing is None:
-        if message.content.strip() or decoded.strip():
-            raise TemplateNotIncrementalError(
-                "the chat template does not copy assistant content verbatim, so the end of a sampled message "
-                "cannot be located in its rendering."
-            )
-        closing = part  # empty content: everything the template wrote for the message is its closing
+def _unproduced(tokenizer: Any, ids: Sequence[int], delta: str) -> str:
+    """``delta`` without the part of it that the sampled ``ids`` already end with: their trailing special
+    tokens (the EOS ``<|im_end|>``), when the delta starts with their text."""
     special = set(getattr(tokenizer, "all_special_ids", ()) or ())
     n = 0
     while n < len(ids) and ids[len(ids) - 1 - n] in special:
         n += 1
     if n:
-        produced = tokenizer.decode(ids[len(ids) - n:], skip_special_tokens=False)
-        if closing.startswith(produced):
-            closing = closing[len(produced):]
-    return closing
+        produced = tokenizer.decode(list(ids[len(ids) - n:]), skip_special_tokens=False)
+        if delta.startswith(produced):
+            return delta[len(produced):]
+    return delta
+
+
+_PROBLEMS: dict[str, str | None] = {}  # by template key: the answer depends on the template and the tokenizer
+
+
+def _template_key(tokenizer: Any) -> str:
+    return str(getattr(tokenizer, "chat_template", "") or "") + f"|{type(tokenizer).__name__}|{len(tokenizer)}"
+
+
+def chat_template_problem(tokenizer: Any) -> str | None:
+    """None when ``tokenizer``'s chat template can build episodes token-in-token-out; else why not, as one
+    paragraph for the user. Cheap (a few renderings of a probe conversation, cached per template): a
+    configuration check calls it with the model's tokenizer before any model loads.
+
+    Checked: there is a chat template; it renders a system prompt, a user turn and the generation prompt; it
+    renders the deltas episodes append after a sampled message (tool results, a user turn, the generation
+    prompt) and copies assistant text verbatim. Templates that rewrite earlier turns (Qwen3's) are supported.
+    """
+    key = _template_key(tokenizer)
+    if key not in _PROBLEMS:
+        problem: str | None = None
+        if not getattr(tokenizer, "chat_template", None):
+            problem = ("the tokenizer has no chat template, so a conversation cannot be rendered into a prompt; "
+                       "use an instruction-tuned model's folder (tokenizer_config.json's chat_template).")
+        else:
+            try:
+                render(tokenizer, [Message(role="system", content="s"), Message(role="user", content="u")], True)
+                _delta(tokenizer, [Message(role="tool", content="t"), Message(role="tool", content="t2")], True)
+                _delta(tokenizer, [Message(role="user", content="u")], True)
+                _delta(tokenizer, [], True)
+            except UnsupportedChatTemplateError as exc:
+                problem = str(exc)
+            except Exception as exc:  # the template raised (jinja): a message it cannot render
+                problem = (f"the chat template cannot render the conversations episodes are made of (a system "
+                           f"prompt, user turns, tool results after an assistant message): {exc}")
+        _PROBLEMS[key] = problem
+    return _PROBLEMS[key]
 
 
 @dataclass(frozen=True)
 class _State:
-    """The splice after a sampled message: the sequence so far, the text it covers, the pending closing."""
+    """The splice after a sampled message: the sequence so far, which ends with that message's ids."""
 
     input_ids: tuple[int, ...]
     loss_mask: tuple[int, ...]
     engine_logprobs: tuple[float | None, ...]
     spans: tuple[tuple[int, int, int], ...]
-    covered: str
-    pending: str
 
 
 class _SpliceCache:
@@ -246,13 +285,25 @@ def _fingerprints(messages: Sequence[Message]) -> list[int]:
     return out
 
 
+def _append(out: EpisodeTokens, ids: Sequence[int], mask: int, logprobs: Sequence[float | None] | None = None) -> None:
+    out.input_ids.extend(ids)
+    out.loss_mask.extend([mask] * len(ids))
+    out.engine_logprobs.extend(logprobs if logprobs is not None else [None] * len(ids))
+
+
+def _context_after(tokenizer: Any, messages: Sequence[Message], last: int | None, end: int, gen: bool) -> str:
+    """The context text between sampled message ``last`` (None: none yet) and message ``end``: the first
+    prompt, or the delta after ``last``'s sampled ids."""
+    if last is None:
+        return render(tokenizer, messages[:end], add_generation_prompt=gen)
+    return _unproduced(tokenizer, messages[last].token_ids or (), _delta(tokenizer, messages[last + 1:end], gen))
+
+
 def _splice(tokenizer: Any, messages: Sequence[Message], for_prompt: bool) -> EpisodeTokens:
     out = EpisodeTokens()
-    covered = ""
-    pending = ""
     sampled = [i for i, m in enumerate(messages) if _is_sampled(m)]
-    any_sampled = bool(sampled)
-    template = str(getattr(tokenizer, "chat_template", "") or "") + f"|{type(tokenizer).__name__}|{len(tokenizer)}"
+    last: int | None = None  # the last sampled message in ``out``
+    template = _template_key(tokenizer)
     cache = SPLICE_CACHE if SPLICE_CACHE.enabled else None
     prints = _fingerprints(messages) if cache is not None else []
     resumed_key: tuple[str, int] | None = None
@@ -262,51 +313,31 @@ def _splice(tokenizer: Any, messages: Sequence[Message], for_prompt: bool) -> Ep
             if state is not None:
                 out = EpisodeTokens(list(state.input_ids), list(state.loss_mask), list(state.engine_logprobs),
                                     list(state.spans))
-                covered, pending = state.covered, state.pending
-                resumed_key = (template, prints[sampled[j]])
+                last, resumed_key = sampled[j], (template, prints[sampled[j]])
                 sampled = sampled[j + 1:]
                 break
     for k in sampled:
-        prompt = render(tokenizer, messages[:k], add_generation_prompt=True)
-        context = _tokenize(tokenizer, pending + _after(prompt, covered, f"before message {k}"))
-        out.input_ids.extend(context)
-        out.loss_mask.extend([0] * len(context))
-        out.engine_logprobs.extend([None] * len(context))
+        _append(out, _tokenize(tokenizer, _context_after(tokenizer, messages, last, k, gen=True)), 0)
         message = messages[k]
         ids = list(message.token_ids or ())
-        logprobs: list[float | None]
-        if message.logprobs is not None and len(message.logprobs) == len(ids):
-            logprobs = list(message.logprobs)
-        else:
-            logprobs = [None] * len(ids)
+        logprobs = message.logprobs if message.logprobs is not None and len(message.logprobs) == len(ids) else None
         start = len(out.input_ids)
-        out.input_ids.extend(ids)
-        out.loss_mask.extend([1 if _is_trained(message) else 0] * len(ids))
-        out.engine_logprobs.extend(logprobs)
+        _append(out, ids, 1 if _is_trained(message) else 0, logprobs)
         out.spans.append((k, start, len(out.input_ids)))
-        full = render(tokenizer, messages[: k + 1], add_generation_prompt=False)
-        pending = _pending_closing(tokenizer, message, prompt, full)
-        covered = full
+        last = k
         if cache is not None:
             key = (template, prints[k])
             cache.put(key, _State(tuple(out.input_ids), tuple(out.loss_mask), tuple(out.engine_logprobs),
-                                  tuple(out.spans), covered, pending), replaces=resumed_key)
+                                  tuple(out.spans)), replaces=resumed_key)
             resumed_key = key
-    if for_prompt:
-        tail = pending + _after(render(tokenizer, messages, add_generation_prompt=True), covered, "at the end")
-    elif not any_sampled:
-        tail = render(tokenizer, messages, add_generation_prompt=False)
-    else:
-        tail = ""
-    context = _tokenize(tokenizer, tail)
-    out.input_ids.extend(context)
-    out.loss_mask.extend([0] * len(context))
-    out.engine_logprobs.extend([None] * len(context))
+    if for_prompt or last is None:  # an episode with no sampled message is its whole rendering
+        _append(out, _tokenize(tokenizer, _context_after(tokenizer, messages, last, len(messages), gen=for_prompt)), 0)
     return out
 
 
 def encode_episode(tokenizer: Any, messages: Sequence[Message]) -> EpisodeTokens:
-    """The episode's training sequence: context rendered by the template, sampled messages verbatim.
+    """The episode's training sequence: the first prompt and the context deltas rendered by the template,
+    sampled messages verbatim.
 
     Ends with the last sampled token (context after it carries no loss). An episode with no sampled message
     is its whole rendering with an all-zero mask.

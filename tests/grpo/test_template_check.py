@@ -1,6 +1,7 @@
 """A chat template the token code cannot train is refused by grpo's ``check_config``, before any model loads:
 only the tokenizer is read (the model folder below has no weights at all), and the verdict is the token
-code's own (``tokens.encode_episode``)."""
+code's own (``tokens.chat_template_problem``). Templates that rewrite history (Qwen3's) pass: episodes are
+built token in, token out."""
 
 from __future__ import annotations
 
@@ -13,17 +14,22 @@ from click.testing import CliRunner
 
 from seal_platform.cli import cli
 from seal_platform.config import RunConfig
-from seal_platform.types import Message
 from seal_platform_plugins.grpo.plugin import check_config
 from seal_platform_plugins.grpo.policy import PolicySettings
-from seal_platform_plugins.grpo.tokens import TemplateNotIncrementalError, encode_episode
+from seal_platform_plugins.grpo.tokens import chat_template_problem
 
-# Announces the number of messages up front, so every new message changes the beginning of the text (as
-# tests/grpo/test_tokens.py's refused template).
+# Shouts every message: assistant text is not rendered as it was sampled, so no episode can be exact.
+REFUSED = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content']|upper }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Announces the number of messages up front, so every new message changes the beginning of the text: history
+# is rewritten, which token-in-token-out building trains all the same.
 REWRITING = (
     "{{ messages|length }} messages\n{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+QWEN3 = (Path(__file__).parent / "fixtures" / "qwen3_chat_template.jinja").read_text()
 
 
 def _folder(tmp_path: Path, tokenizer, template: str | None) -> Path:
@@ -37,30 +43,30 @@ def _folder(tmp_path: Path, tokenizer, template: str | None) -> Path:
     return folder
 
 
-def _episode(tokenizer) -> list[Message]:
-    def sampled(text: str) -> Message:
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        return Message(role="assistant", content=text, token_ids=ids, trainable=True)
-
-    return [Message(role="user", content="List the files."), sampled("a.txt"),
-            Message(role="user", content="Delete a.txt"), sampled("Done.")]
-
-
 def test_a_template_the_token_code_refuses_is_refused_before_any_model_loads(tmp_path, tokenizer):
-    folder = _folder(tmp_path, tokenizer, REWRITING)
+    folder = _folder(tmp_path, tokenizer, REFUSED)
     refusing = copy.deepcopy(tokenizer)
-    refusing.chat_template = REWRITING
-    with pytest.raises(TemplateNotIncrementalError) as raised:  # what a run would meet after loading every model
-        encode_episode(refusing, _episode(refusing))
+    refusing.chat_template = REFUSED
+    reason = chat_template_problem(refusing)  # what a run would meet after loading every model
+    assert reason
     config = RunConfig(environment="bfcl", stages={"optimize": "grpo"})
     (issue,) = check_config(config, {"policy": PolicySettings(model=str(folder))}, None)
     assert issue.where == "settings.policy.model"
-    assert str(raised.value) in issue.what  # the token code's own message
+    assert reason in issue.what  # the token code's own message
     # Through the CLI: the recipe is refused with the message; the folder holds no weights to load.
     result = CliRunner().invoke(cli, ["config", "validate", "smarthome-seal", f"settings.policy.model={folder}"])
     assert result.exit_code == 1, result.output
-    assert "not append-only" in " ".join(result.output.split())
+    assert "cannot be trained" in " ".join(result.output.split())
     assert not any(folder.glob("*.safetensors"))
+
+
+@pytest.mark.parametrize("template", [REWRITING, QWEN3], ids=["rewriting", "qwen3"])
+def test_templates_that_rewrite_history_are_trained_not_refused(tmp_path, tokenizer, template):
+    tok = copy.deepcopy(tokenizer)
+    tok.add_tokens(["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"])
+    folder = _folder(tmp_path, tok, template)
+    config = RunConfig(environment="bfcl", stages={"optimize": "grpo"})
+    assert check_config(config, {"policy": PolicySettings(model=str(folder))}, None) == []
 
 
 def test_an_append_only_template_and_a_model_not_on_this_machine_pass(tmp_path, tokenizer):
@@ -71,5 +77,5 @@ def test_an_append_only_template_and_a_model_not_on_this_machine_pass(tmp_path, 
     assert check_config(config, {"policy": PolicySettings(model="Qwen/Qwen3-8B")}, None) == []
     # A recipe that neither trains with grpo nor samples from its engines does not read the tokenizer.
     other = RunConfig(environment="bfcl", stages={"optimize": "none"}, rollout={"engine": "scripted"})
-    broken = _folder(tmp_path / "b", tokenizer, REWRITING)
+    broken = _folder(tmp_path / "b", tokenizer, REFUSED)
     assert check_config(other, {"policy": PolicySettings(model=str(broken))}, None) == []

@@ -8,7 +8,8 @@ import pytest
 
 from seal_platform.types import Message
 from seal_platform_plugins.grpo.tokens import (
-    TemplateNotIncrementalError,
+    UnsupportedChatTemplateError,
+    chat_template_problem,
     encode_episode,
     prompt_ids,
     render,
@@ -111,16 +112,40 @@ def test_unsampled_assistant_messages_are_template_context(tokenizer):
     assert "scripted answer<|im_end|>" in tokenizer.decode(episode.input_ids)
 
 
-def test_template_that_rewrites_history_is_refused(tokenizer):
+def test_template_that_rewrites_history_is_spliced_without_re_rendering_it(tokenizer):
     rewriting = copy.deepcopy(tokenizer)
     # Announces the number of messages up front, so every new message changes the beginning of the text.
     rewriting.chat_template = (
         "{{ messages|length }} messages\n{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
         "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
+    assert chat_template_problem(rewriting) is None
+    messages = [Message(role="user", content="a"), sampled(tokenizer, "b"), Message(role="user", content="c"),
+                sampled(tokenizer, "d")]
+    episode = encode_episode(rewriting, messages)
+    for k, start, end in episode.spans:
+        prompt = prompt_ids(rewriting, messages[:k])
+        assert episode.input_ids[:start] == prompt and episode.input_ids[start:end] == messages[k].token_ids
+    # The header is the first prompt's ("1 messages"); later turns are appended, never re-rendered.
+    text = rewriting.decode(episode.input_ids)
+    assert text == ("1 messages\n<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n"
+                    "<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\nd<|im_end|>")
+
+
+def test_template_that_does_not_copy_assistant_text_is_refused_with_a_reason(tokenizer):
+    shouting = copy.deepcopy(tokenizer)
+    shouting.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | upper }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    assert "does not copy an assistant message's text verbatim" in chat_template_problem(shouting)
     messages = [Message(role="user", content="a"), sampled(tokenizer, "b"), Message(role="user", content="c")]
-    with pytest.raises(TemplateNotIncrementalError, match="append-only.*Qwen3 and Qwen3.5 templates .* are refused"):
-        prompt_ids(rewriting, messages)
+    with pytest.raises(UnsupportedChatTemplateError, match="verbatim"):
+        prompt_ids(shouting, messages)
+    bare = copy.deepcopy(tokenizer)
+    bare.chat_template = None
+    assert "no chat template" in chat_template_problem(bare)
+    assert chat_template_problem(tokenizer) is None
 
 
 # A template that wraps tool messages itself, as Qwen2.5's does (its tool branch, simplified).
