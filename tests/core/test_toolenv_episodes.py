@@ -40,7 +40,7 @@ def test_an_episode_lost_to_the_server_is_kept_but_not_scored():
     trajs = [_traj("a", 1.0), _traj("b", 0.0), _traj("c", 0.0, infra="server crashed")]
     ctx = SimpleNamespace(config=SimpleNamespace(evaluation=SimpleNamespace(split="eval")))
     result = scored_without_infra_failures(ctx, _tasks(3), trajs)
-    assert result.n_tasks == 2 and result.average == 50.0
+    assert result.n_tasks == 3 and result.n_infra_failures == 1 and result.average == 50.0
     assert result.trajectories == trajs
 
 

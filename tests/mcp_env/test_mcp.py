@@ -280,3 +280,23 @@ def test_a_stdio_server_starts_where_the_check_looked_a_home_relative_cwd_includ
     assert server_problems("settings.mcp.servers[0]", server) == []
     with MCPConnection(server) as conn:
         assert conn.list_tools()
+
+
+def test_a_server_that_dies_mid_evaluation_is_scored_as_an_infrastructure_failure(tmp_path):
+    """The plugin's evaluate and the core's check of its result together (before: the helper left the lost
+    episode out of n_tasks and the core refused the result: 'an EvalResult of 2 task(s) for 3 task(s)'). The
+    server exits on remove_stock, which only the second of the three eval tasks calls."""
+    from seal_platform.config import RunConfig
+    from seal_platform.context import RunContext
+    from seal_platform.stages import evaluate_with
+    from seal_platform_plugins.mcp.plugin import evaluate
+
+    dying = MCPEnvironment(settings(env={"INVENTORY_CRASH_ON": "remove_stock"}, n_eval=3))
+    tasks = dying.tasks("eval")
+    assert [t.payload["turns"][0]["calls"][0]["name"] for t in tasks] == ["set_status", "remove_stock", "move_item"]
+    ctx = RunContext(config=RunConfig(environment="mcp"), run_id="r", run_dir=tmp_path, settings={"mcp": dying.settings})
+    result = evaluate_with(evaluate, ctx=ctx, environment=dying, engine=gt_engine(tasks), tasks=tasks, step=0, plugin="mcp")
+    assert result.n_tasks == 3 and result.n_infra_failures == 1
+    lost = [t for t in result.trajectories if t.infra_failure]
+    assert [t.task_id for t in lost] == [tasks[1].id] and "inventory" in lost[0].infra_failure
+    assert result.per_category == {tasks[0].category: 100.0, tasks[2].category: 100.0}  # the episodes that ran

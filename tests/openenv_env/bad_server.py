@@ -8,6 +8,7 @@
 * ``badschema``: a /schema whose action schema is not an object schema (properties a list, required a number);
 * ``hang``: never answers a step;
 * ``crash``: the process exits on a step;
+* ``dies``: the first step answers (reward 1, done), the process exits on the second;
 * ``hostile``: observations of 1 MB with control characters and lone surrogates;
 * ``error``: every step is an EXECUTION_ERROR on /ws and HTTP 422 over HTTP (a refused action).
 """
@@ -34,7 +35,13 @@ def _reset() -> object:
     return {"observation": {"text": "Go left or right."}, "reward": None, "done": False}
 
 
+STEPS = [0]
+
+
 async def _step() -> str:
+    STEPS[0] += 1
+    if MODE == "dies" and STEPS[0] > 1:
+        os._exit(3)
     if MODE == "hang":
         await asyncio.sleep(3600)
     if MODE == "crash":

@@ -354,3 +354,24 @@ def test_labels_drive_action_doc_changes_and_evaluation_stays_pristine(thermosta
                            new, SAMPLING)
     assert 'Hint: act requires direction, degrees; direction must be one of "up", "down". Try again.' in \
         traj.messages[-1].content
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+def test_a_server_that_dies_mid_evaluation_is_scored_as_an_infrastructure_failure(bad_server, transport, tmp_path):
+    """The plugin's evaluate and the core's check of its result together, against a server that answers the
+    first episode's step and exits on the second (before: 'an EvalResult of 1 task(s) for 3 task(s)')."""
+    from seal_platform.config import RunConfig
+    from seal_platform.context import RunContext
+    from seal_platform.stages import evaluate_with
+    from seal_platform_plugins.openenv.plugin import evaluate
+
+    settings = OpenEnvSettings(url=bad_server("dies"), transport=transport, timeout_s=2, n_eval=3,
+                               max_parallel_episodes=1)
+    env = OpenEnvEnvironment(settings)
+    tasks = env.tasks("eval")
+    ctx = RunContext(config=RunConfig(environment="openenv"), run_id="r", run_dir=tmp_path, settings={"openenv": settings})
+    engine = Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}</tool_call>')
+    result = evaluate_with(evaluate, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=0, plugin="openenv")
+    assert result.n_tasks == 3 and result.n_infra_failures == 2
+    assert [t.task_id for t in result.trajectories if not t.infra_failure] == [tasks[0].id]
+    assert result.per_category == {"default": 100.0}
