@@ -30,7 +30,7 @@ class MCPEnvironment:
         self.categories = tuple(dict.fromkeys(t.category for t in self._tasks))
         self._docs: list[dict[str, Any]] | None = None
         self._owner: dict[str, tuple[int, str]] = {}  # shown tool name -> (server index, server's tool name)
-        self._reference: dict[str, list[list[str]]] = {}
+        self._reference: dict[str, list[dict[str, list[str]]]] = {}
         self._lock = threading.Lock()
 
     def tasks(self, split: str) -> list[Task]:
@@ -79,27 +79,29 @@ class MCPEnvironment:
 
     # --- the reference server: results of each turn's checks after the ground truth ---------------------------
 
-    def reference(self, task: Task) -> list[list[str]]:
-        """Per turn, the check calls' results on a fresh server that ran the ground truth (cached per task:
-        servers are assumed deterministic from their starting state)."""
+    def reference(self, task: Task) -> list[dict[str, list[str]]]:
+        """Per turn, on a fresh server that ran the ground truth: the results of the ground-truth calls
+        (``results``) and of the turn's check calls after them (``checks``); cached per task (servers are
+        assumed deterministic from their starting state)."""
         with self._lock:
             if task.id in self._reference:
                 return self._reference[task.id]
-        from .episode import open_servers, run_checks, server_call
+        from .episode import close_servers, open_servers, run_checks, server_call
 
         conns = open_servers(self)
         try:
             out = []
             for turn in task.payload["turns"]:
+                results = []
                 for call in turn["calls"]:
                     result = server_call(self, conns, call["name"], call["arguments"])
                     if result.is_error:
                         raise ValueError(f"task {task.id}: the ground-truth call {call['name']} failed on the "
                                          f"reference server: {result.text[:200]}")
-                out.append(run_checks(self, conns, turn))
+                    results.append(result.text)
+                out.append({"results": results, "checks": run_checks(self, conns, turn)})
         finally:
-            for conn in conns:
-                conn.close()
+            close_servers(conns)
         with self._lock:
             self._reference[task.id] = out
         return out
