@@ -11,7 +11,6 @@ import importlib.util
 import json
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +148,95 @@ def test_the_reset_tool_is_called_with_the_recipes_arguments(sqlite_command):
     turn = task.payload["turns"][0]
     (traj,) = run_episodes(env, Scripted({turn["user"]: turn["calls"][0]}), [(task, "g", 0)], Interface(), SAMPLING)
     assert traj.tool_calls[0].result == "[{'stock': 3}]"
+
+
+class _Coin:
+    """A rollout engine for the run below: each turn's ground-truth call or, on a seeded coin flip, a query on
+    a column the table lacks (a text error of the server), as tokens of the policy's tokenizer with the
+    policy's own log-probs, so the groups are mixed and GRPO has something to learn from."""
+
+    name = "sqlite_coin"
+
+    def __init__(self, model, tokenizer, seed: int):
+        from seal_platform_plugins.mcp.tasks import load_tasks
+
+        self.model, self.tokenizer, self.rng = model, tokenizer, random.Random(seed)
+        tasks = load_tasks(EXAMPLE / "tasks.jsonl")
+        self.truth = {turn["user"]: turn["calls"][0] for t in tasks for turn in t.payload["turns"]}
+
+    def _text(self, conv: list[Message]) -> str:
+        call = self.truth.get(conv[-1].content) if conv[-1].role == "user" else None
+        if call is None:
+            return "Done."
+        if self.rng.random() < 0.5:
+            call = {"name": call["name"], "arguments": {"query": "UPDATE products SET stok = 1"}}
+        return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+    def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
+        import torch
+        from seal_platform_plugins.grpo.tokens import prompt_ids
+
+        out = []
+        for conv in conversations:
+            text = self._text(conv)
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            prompt = prompt_ids(self.tokenizer, conv)
+            with torch.no_grad():
+                logits = self.model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].float()
+            logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0].tolist()
+            out.append(Generation(text=text, token_ids=ids, logprobs=logprobs, prompt_tokens=len(prompt)))
+        return out
+
+    def count_tokens(self, conversation: list[Message]) -> int:
+        from seal_platform_plugins.grpo.tokens import prompt_ids
+
+        return len(prompt_ids(self.tokenizer, conversation))
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_short_training_run_on_the_pypi_server(sqlite_command, tiny_model_dir, tmp_path, monkeypatch):
+    """recipes/mcp-sqlite.yaml end to end with the tiny policy: one step of one task x 4 episodes against
+    mcp-server-sqlite, each on its own copy of the database; the mixed group updates the policy."""
+    pytest.importorskip("torch")
+    from seal_platform.hookspecs import hookimpl
+    from seal_platform.loop import Runner
+    from seal_platform.planning import load_recipe, prepare
+    from seal_platform.plugins import make_plugin_manager
+    from seal_platform.registry import EngineSpec
+    from seal_platform.store import RunStore
+
+    class CoinPlugin:
+        @hookimpl
+        def register_rollout_engines(self) -> list:
+            from seal_platform_plugins.grpo.engines import POLICY_KEY
+
+            return [EngineSpec("sqlite_coin", lambda ctx: _Coin(*ctx.shared[POLICY_KEY], seed=ctx.seed), "test")]
+
+    monkeypatch.chdir(ROOT)
+    before = _digest(SEED)
+    server = (f"settings.mcp.servers=[{{name: sqlite, command: {sqlite_command}, args: [--db-path, "
+              "'{episode_dir}/shop.sqlite3'], seed_files: [examples/mcp-sqlite/shop.sqlite3], "
+              "error_pattern: '^(Database error|Error):'}]")
+    overrides = [server, "training.steps=1", "training.tasks_per_step=1", "training.group_size=4",
+                 "settings.mcp.n_train=1", "settings.mcp.n_eval=2", "evaluation.before_training=false",
+                 "rollout.dynamic_sampling.enabled=false", "settings.grpo.train_layers=1",
+                 "settings.grpo.micro_batch_size=4", "settings.grpo.mini_batch_tasks=1", "rollout.engine=sqlite_coin",
+                 f"runs_dir={tmp_path}", f"settings.policy.model={tiny_model_dir}"]
+    config, issues, path = load_recipe(ROOT / "recipes" / "mcp-sqlite.yaml", overrides)
+    assert config is not None, issues
+    host = make_plugin_manager(allow=config.plugins.allow, block=config.plugins.block,
+                               extra=[("sqlite_coin", CoinPlugin())])
+    plan = prepare(config, host, str(path))
+    store = RunStore(plan.config.store_url())
+    runner = Runner(plan, plan.host, store, recipe=plan.source)
+    runner.run()
+    assert store.get_run(runner.run_id).status == "completed"
+    (step,) = store.steps(runner.run_id)
+    trajs = store.trajectories(runner.run_id, step=0, phase="train")
+    assert len(trajs) == 4 and not any(t.infra_failure for t in trajs)
+    assert {t.reward for t in trajs} == {0.0, 1.0}, [t.tool_calls for t in trajs]
+    assert {row.label for row in store.labels(runner.run_id, step=0)} == {"pass", "recovery_failure"}
+    assert step.metrics["updates"] >= 1, step.metrics
+    assert _digest(SEED) == before
