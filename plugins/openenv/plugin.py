@@ -50,6 +50,11 @@ def _build(ctx: Any) -> Any:
         raise ConfigError(f"environment openenv {NO_SERVER} in the recipe ({NO_SERVER_FIX}).")
     environment = OpenEnvEnvironment(settings)
     _BUILT.append(environment)
+    if environment.session_limit < settings.max_parallel_episodes and settings.transport == "ws":
+        ctx.event("openenv_capacity", f"the OpenEnv server at {environment.url} serves "
+                  f"{environment.session_limit} session(s) at once: episodes run {environment.session_limit} at a "
+                  f"time, not settings.openenv.max_parallel_episodes={settings.max_parallel_episodes}",
+                  session_limit=environment.session_limit, max_parallel_episodes=settings.max_parallel_episodes)
     return environment
 
 

@@ -375,3 +375,47 @@ def test_a_server_that_dies_mid_evaluation_is_scored_as_an_infrastructure_failur
     assert result.n_tasks == 3 and result.n_infra_failures == 2
     assert [t.task_id for t in result.trajectories if not t.infra_failure] == [tasks[0].id]
     assert result.per_category == {"default": 100.0}
+
+
+def test_episodes_never_open_more_sessions_than_the_server_serves(bad_server):
+    """openenv-core's template serves one session unless its app says more; the recipe asked for 8 at once
+    (before: 7 of 8 episodes were refused, and in evaluation the run crashed)."""
+    url = bad_server("one_session")
+    env = OpenEnvEnvironment(OpenEnvSettings(url=url, n_train=4, n_eval=1, max_parallel_episodes=8))
+    assert env.parallel_episodes() == 1
+    tasks = env.tasks("train")
+    engine = Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}</tool_call>')
+    trajs = run_episodes(env, engine, [(t, f"g{i}", j) for i, t in enumerate(tasks) for j in range(2)], Interface(),
+                         SAMPLING)
+    assert len(trajs) == 8 and not [t.infra_failure for t in trajs if t.infra_failure] and {t.reward for t in trajs} == {1.0}
+    told = OpenEnvEnvironment(OpenEnvSettings(url=url, n_train=1, max_parallel_episodes=8, max_sessions=1))
+    assert told.parallel_episodes() == 1  # the recipe's limit: no sessions opened to find it out
+
+
+def test_a_server_that_refuses_every_session_is_one_paragraph_before_the_run(bad_server):
+    url = bad_server("full")
+    with pytest.raises(OpenEnvUnavailable) as info:
+        OpenEnvEnvironment(OpenEnvSettings(url=url, n_train=1))
+    text = str(info.value)
+    assert url in text and "refuses every session" in text and "max_concurrent_envs" in text and "\n" not in text
+
+
+def test_an_answer_that_trickles_in_is_bounded_by_wall_clock_time(bad_server):
+    """Each read of the trickled /step answer comes within httpx's read timeout; the whole answer (about 11 s)
+    does not come within timeout_s (before: each episode was held until the last byte, ~35x timeout_s)."""
+    env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("trickle"), transport="http", timeout_s=1.5, n_train=1))
+    start = time.monotonic()
+    (traj,) = run_episodes(env, Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
+                           [(env.tasks("train")[0], "g", 0)], Interface(), SAMPLING)
+    assert time.monotonic() - start < 8
+    assert traj.infra_failure and "did not finish its answer to step within 1.5 s" in traj.infra_failure
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+def test_finite_step_rewards_whose_sum_overflows_mask_the_episode(bad_server, transport):
+    env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("hugereward"), transport=transport, reward_mode="per_step",
+                                             binary_reward=False, max_steps=3, n_train=2))
+    trajs = run_episodes(env, Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
+                         [(t, f"g{i}", 0) for i, t in enumerate(env.tasks("train"))], Interface(), SAMPLING)
+    assert all(t.infra_failure and "not a finite number" in t.infra_failure for t in trajs)
+    json.dumps([t.model_dump() for t in trajs], allow_nan=False)  # storable
