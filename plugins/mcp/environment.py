@@ -72,6 +72,49 @@ class MCPEnvironment:
                 self._docs, self._owner = docs, owner
             return self._docs
 
+    def tool_problems(self) -> list[str]:
+        """Every tool the recipe and the task file name that the servers do not offer (listing them, once):
+        the tasks' ground-truth and check calls and the worked examples (by the names the agent is shown),
+        ``hidden_tools``, ``reset_tool`` and each server's set-up and tear-down calls (by the server's own names).
+        Each problem is one line naming where; empty when all exist."""
+        self.docs()
+        shown = set(self._owner)
+        own = {index: {tool for i, tool in self._owner.values() if i == index}
+               for index in range(len(self.settings.servers))}
+        everyone = set().union(*own.values()) if own else set()
+        problems: list[str] = []
+
+        def need(name: str, known: set[str], where: str) -> None:
+            if name not in known:
+                problems.append(f"{where} names tool {name!r}, which the servers do not offer "
+                                f"(they offer: {', '.join(sorted(known)) or 'none'})")
+
+        missing: dict[str, list[str]] = {}  # a tool the task file names and no server offers -> where
+        for task in self._tasks:
+            for t, turn in enumerate(task.payload["turns"]):
+                for kind in ("calls", "check"):
+                    for call in turn[kind]:
+                        if call["name"] not in shown:
+                            missing.setdefault(call["name"], []).append(f"task {task.id!r}, turn {t}, {kind}")
+        for name, places in missing.items():
+            problems.append(f"the task file {self.settings.tasks} names tool {name!r} {len(places)} time(s) (first: "
+                            f"{places[0]}), which the servers do not offer (they offer: "
+                            f"{', '.join(sorted(shown)) or 'none'})")
+        for i, example in enumerate(self.settings.worked_examples):
+            call = example.get("call") if isinstance(example, dict) else None
+            if isinstance(call, dict) and isinstance(call.get("name"), str):
+                need(call["name"], shown, f"settings.mcp.worked_examples[{i}]")
+        for name in self.settings.hidden_tools:
+            need(name, everyone, "settings.mcp.hidden_tools")
+        for index, server in enumerate(self.settings.servers):
+            where = f"settings.mcp.servers[{index}] ({server.name!r})"
+            if self.settings.isolation == "reset" and self.settings.reset_tool:
+                need(self.settings.reset_tool, own[index], f"settings.mcp.reset_tool, on {where},")
+            for kind in ("setup", "teardown"):
+                for call in getattr(server, kind):
+                    need(call.name, own[index], f"{where}.{kind}")
+        return problems
+
     def route(self, shown: str) -> tuple[int, str] | None:
         self.docs()
         doc_names = {d["name"] for d in self._docs or []}

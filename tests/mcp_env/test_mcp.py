@@ -248,13 +248,14 @@ def test_a_task_file_missing_here_stops_the_run_before_anything_is_started(tmp_p
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
     assert "settings.mcp.tasks: there is no file 'examples/mcp-inventory/tasks.jsonl' here" in text, text
+    assert "nothing was started" in text or "problem(s) in the recipe" in text, text
     store = tmp_path / "runs" / "store.sqlite"
     assert not store.exists() or not RunStore(f"sqlite:///{store}").list_runs()
 
 
 def test_the_task_files_splits_are_checked_with_the_recipe(tmp_path):
     """The mcp environment declares its task file's splits: a split the file lacks is a recipe problem, found
-    before a run's row is written; a file that is not there is left to check_machine (it names the file)."""
+    before a run's row is written, and so is a file that is not there."""
     from seal_platform.errors import ConfigError
     from seal_platform.planning import plan_recipe
 
@@ -266,7 +267,9 @@ def test_the_task_files_splits_are_checked_with_the_recipe(tmp_path):
     with pytest.raises(ConfigError) as raised:
         plan_recipe("mcp-example", [f"settings.mcp.tasks={evals}"])
     assert "environment: environment 'mcp' has no 'train' split to train on; its splits: eval" in str(raised.value)
-    assert plan_recipe("mcp-example", [f"settings.mcp.tasks={tmp_path / 'missing.jsonl'}", "evaluation.split=test"])
+    with pytest.raises(ConfigError) as raised:  # a recipe problem too (before: left to check_machine)
+        plan_recipe("mcp-example", [f"settings.mcp.tasks={tmp_path / 'missing.jsonl'}"])
+    assert "settings.mcp.tasks: there is no file" in str(raised.value) and "missing.jsonl" in str(raised.value)
 
 
 def test_a_stdio_server_starts_where_the_check_looked_a_home_relative_cwd_included(tmp_path, monkeypatch):
