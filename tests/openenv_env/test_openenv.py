@@ -419,3 +419,17 @@ def test_finite_step_rewards_whose_sum_overflows_mask_the_episode(bad_server, tr
                          [(t, f"g{i}", 0) for i, t in enumerate(env.tasks("train"))], Interface(), SAMPLING)
     assert all(t.infra_failure and "not a finite number" in t.infra_failure for t in trajs)
     json.dumps([t.model_dump() for t in trajs], allow_nan=False)  # storable
+
+
+def test_config_validate_reads_every_line_of_the_task_file(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "reset": {"seed": 1}}\n{"id": "b", "rest": {}}\n')
+    monkeypatch.chdir(tmp_path)
+    for path, said in ((tasks, "tasks.jsonl:2: not a valid task"), (tmp_path / "gone.jsonl", "not found")):
+        result = CliRunner().invoke(cli, ["config", "validate", "openenv-example", f"settings.openenv.tasks={path}"])
+        assert result.exit_code == 1 and "settings.openenv.tasks" in result.output, result.output
+        assert said in " ".join(result.output.split()), result.output
