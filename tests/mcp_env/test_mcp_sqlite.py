@@ -76,10 +76,13 @@ def _task(env: MCPEnvironment, category: str, split: str = "train"):
     return next(t for t in env.tasks(split) if t.category == category)
 
 
-def test_each_episode_gets_its_own_copy_of_the_seed_database(sqlite_command, tmp_path):
+def test_each_episode_gets_its_own_copy_of_the_seed_database(sqlite_command, tmp_path, monkeypatch):
     """The same insert twice at once, and a delete: with one shared database file the second insert fails on
     the UNIQUE name (before: isolation restarted the same command on the same file; the eval's 'already
     exists' errors passed as successes)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the episodes' folders are made
     env = MCPEnvironment(_settings(sqlite_command))
     before = _digest(SEED)
     insert, delete = _task(env, "insert"), _task(env, "delete")
@@ -88,7 +91,7 @@ def test_each_episode_gets_its_own_copy_of_the_seed_database(sqlite_command, tmp
                          SAMPLING)
     assert [t.reward for t in trajs] == [1.0, 1.0, 1.0], [t.tool_calls for t in trajs]
     assert _digest(SEED) == before  # the seed is copied, never written
-    assert not list(Path("/tmp").glob("seal-mcp-sqlite-*")), "each episode's folder goes with its server"
+    assert not list(tmp_path.glob("seal-mcp-*")), "each episode's folder goes with its server"
 
 
 def test_text_errors_are_failed_calls_labelled_recovery_failure(sqlite_command):
