@@ -64,3 +64,15 @@ def test_task_file_lines_are_validated_and_reported_by_number(tmp_path):
         load_task_file(path, _Spec, "settings.demo.tasks", lambda s: {})
     with pytest.raises(ValueError, match=r"not found \(settings.demo.tasks"):
         load_task_file(tmp_path / "nope.jsonl", _Spec, "settings.demo.tasks", lambda s: {})
+
+
+def test_the_helpers_result_passes_the_cores_check_and_a_miscount_does_not():
+    from seal_platform.errors import PluginError
+    from seal_platform.stages import score_evaluation
+
+    trajs = [_traj("t0", 1.0), _traj("t1", 0.0, infra="server crashed"), _traj("t2", 0.0)]
+    ctx = SimpleNamespace(config=SimpleNamespace(evaluation=SimpleNamespace(split="eval")))
+    result = score_evaluation(scored_without_infra_failures(ctx, _tasks(3), trajs), "eval", "p", _tasks(3))
+    assert (result.n_tasks, result.n_infra_failures, result.average) == (3, 1, 50.0)
+    with pytest.raises(PluginError, match="2 infrastructure failure"):
+        score_evaluation(result.model_copy(update={"n_tasks": 1, "n_infra_failures": 2}), "eval", "p", None)
