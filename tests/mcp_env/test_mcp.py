@@ -303,3 +303,16 @@ def test_a_server_that_dies_mid_evaluation_is_scored_as_an_infrastructure_failur
     lost = [t for t in result.trajectories if t.infra_failure]
     assert [t.task_id for t in lost] == [tasks[1].id] and "inventory" in lost[0].infra_failure
     assert result.per_category == {tasks[0].category: 100.0, tasks[2].category: 100.0}  # the episodes that ran
+
+
+def test_a_system_prompt_and_a_tasks_context_reach_the_prompt(env):
+    from seal_platform.types import Task
+
+    told = MCPEnvironment(settings(system_prompt="You run a hardware shop's stock system."))
+    task = Task(id="t", category="c", split="eval",
+                payload={"turns": [{"user": "x", "calls": [], "check": []}], "context": "The lamp is fragile."})
+    system = build_prompt(told, task, Interface())[0].content
+    assert system.startswith("You run a hardware shop's stock system.\nYou can use these tools:")
+    assert system.endswith("\nThe lamp is fragile.") and "move_item(" in system
+    plain = build_prompt(env, env.tasks("eval")[0], Interface())[0].content
+    assert plain.startswith("You can use these tools:")
