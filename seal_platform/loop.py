@@ -516,6 +516,11 @@ class Runner:
         result = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step)
         check_ids_unused(self.store, result.trajectories, "evaluate", self.plan.env_owner)  # before the write
         self.store.add_evaluation(self.run_id, step, result, benchmark=self.config.environment)
+        if result.n_infra_failures:
+            self.ctx.event("infra_failure", f"evaluation at step {step}: {result.n_infra_failures} of {result.n_tasks} "
+                           "episode(s) lost to the infrastructure, left out of the pass rates", step=step,
+                           phase="eval", trajectories={t.id: t.infra_failure for t in result.trajectories
+                                                       if t.infra_failure})
         if self.config.evaluation.training_interface and self.interface is not None and self.interface.revision:
             # The same tasks on the run's current training interface: the train/eval interface gap, measured.
             on_training = _call_evaluate(self.host, self.plan.env_owner, self.ctx, env, engine, tasks, step,
@@ -642,7 +647,8 @@ def evaluate_checkpoint(
                              benchmark=benchmark, origin=EVAL_BY_COMMAND)
         store.add_event(run_id, "evaluation", f"checkpoint after step {ckpt.step} evaluated on {result.split}: "
                         f"{result.average:.2f}", {"checkpoint_step": ckpt.step, "split": result.split,
-                                                  "n_tasks": result.n_tasks})
+                                                  "n_tasks": result.n_tasks,
+                                                  "n_infra_failures": result.n_infra_failures})
         return done, result
 
 

@@ -242,7 +242,11 @@ def check_eval_result(result: EvalResult, tasks: Sequence[Task] | None, plugin: 
                           f"numbers from 0 to 100): {listed(f'{c}: {r}' for c, r in bad.items())}.")
     if tasks is not None and result.n_tasks != len(tasks):
         raise PluginError(f"evaluate of plugin {plugin!r} returned an EvalResult of {result.n_tasks} task(s) for "
-                          f"{len(tasks)} task(s); it must score each task it was given once.")
+                          f"{len(tasks)} task(s); it must score each task it was given once (a task whose episode "
+                          "was lost to the infrastructure is counted in n_tasks and in n_infra_failures).")
+    if result.n_infra_failures > result.n_tasks:
+        raise PluginError(f"evaluate of plugin {plugin!r} returned an EvalResult with {result.n_infra_failures} "
+                          f"infrastructure failure(s) among {result.n_tasks} task(s).")
     check_trajectories(result.trajectories, "evaluate", plugin)
 
 

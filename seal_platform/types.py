@@ -299,6 +299,9 @@ class EvalResult(BaseModel):
     split: str
     per_category: dict[str, float]
     n_tasks: int
+    # Of the n_tasks, those whose episode was lost to the infrastructure (a server that died, refused a
+    # session, or did not answer in time): counted here, left out of per_category (they say nothing of the policy).
+    n_infra_failures: int = Field(default=0, ge=0)
     trajectories: list[Trajectory] = Field(default_factory=list, exclude=True)
 
     @classmethod

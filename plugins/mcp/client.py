@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import threading
+from pathlib import Path
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Self
@@ -60,6 +63,8 @@ class MCPConnection:
 
     def __init__(self, server: MCPServerSettings):
         self.server = server
+        self.folder: str | None = None  # this start's own folder ({episode_dir}), removed by close
+        self._launch = server  # the server as started: {episode_dir} replaced
         self._requests: asyncio.Queue | None = None
         self._ready: Future = Future()
         self._task: Future | None = None
@@ -112,6 +117,7 @@ class MCPConnection:
             return streamable_http_client(s.url, http_client=client, terminate_on_close=True)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
+        s = self._launch
         command, cwd = launch_spec(str(s.command), s.cwd)  # as check_machine looked for them
         params = StdioServerParameters(command=command, args=list(s.args), env=dict(s.env) or None, cwd=cwd)
         return stdio_client(params, errlog=_devnull())
@@ -137,9 +143,28 @@ class MCPConnection:
     # --- the synchronous side ---------------------------------------------------------------------------------
 
     def start(self) -> MCPConnection:
-        """Start the process and the session without waiting (``wait_ready`` waits): many servers start at once."""
+        """Start the process and the session without waiting (``wait_ready`` waits): many servers start at once.
+        A server whose recipe names ``{episode_dir}`` gets a fresh folder first, with its ``seed_files`` copied in
+        (a copy that fails shows as the start's failure in ``wait_ready``)."""
+        if self.server.uses_episode_dir():
+            try:
+                self._make_folder()
+            except OSError as exc:
+                self._ready.set_exception(exc)
+                return self
         self._task = asyncio.run_coroutine_threadsafe(self._run(), _loop())
         return self
+
+    def _make_folder(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix=f"seal-mcp-{self.server.name[:20]}-".replace("/", "_"))
+        for seed in self.server.seed_files:
+            source = Path(seed).expanduser()
+            target = Path(self.folder) / source.name
+            if source.is_dir():
+                shutil.copytree(source, target, symlinks=True)
+            else:
+                shutil.copy2(source, target)
+        self._launch = self.server.in_folder(self.folder)
 
     def open(self) -> Self:
         self.start().wait_ready()
@@ -184,14 +209,18 @@ class MCPConnection:
             return
         self.closed = True
         task = self._task
-        if task is None or task.done():
-            return
-        fut: Future = Future()
-        _loop().call_soon_threadsafe(self._requests.put_nowait, ("close", None, fut))  # type: ignore[union-attr]
         try:
-            task.result(timeout=8)
-        except Exception:  # noqa: BLE001 - a session that will not close is cancelled
-            task.cancel()
+            if task is None or task.done():
+                return
+            fut: Future = Future()
+            _loop().call_soon_threadsafe(self._requests.put_nowait, ("close", None, fut))  # type: ignore[union-attr]
+            try:
+                task.result(timeout=8)
+            except Exception:  # noqa: BLE001 - a session that will not close is cancelled
+                task.cancel()
+        finally:
+            if self.folder is not None:  # the process tree is gone (or was never started)
+                shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self.open()

@@ -11,6 +11,8 @@ invalid_tool_call         nothing ran; a message did not parse or named an   emp
 recovery_failure          a call failed (schema or server error) and the     instance_mismatch / state_mismatch
                           turn was not put right
 empty_turn_model_response no call at all                                    empty_turn_model_response
+answer_mismatch           the calls passed their checks, the final answer   state_mismatch
+                          (answer_contains/answer_equals) did not
 missing_tool_call         a ground-truth tool was never called              state_mismatch
 argument_mismatch         the right tools with other arguments              state_mismatch
 state_mismatch            anything else                                     state_mismatch
@@ -26,16 +28,18 @@ from seal_platform.types import ToolCall, Trajectory, TurnLabel, TurnVerdict
 
 SOURCE = "mcp"
 LABELS = ("pass", UNREACHED_LABEL, "invalid_tool_call", "recovery_failure", "empty_turn_model_response",
-          "missing_tool_call", "argument_mismatch", "state_mismatch")
+          "answer_mismatch", "missing_tool_call", "argument_mismatch", "state_mismatch")
 REFERENCE = {"invalid_tool_call": ("empty_turn_model_response",),
              "recovery_failure": ("instance_mismatch", "state_mismatch"),
-             "missing_tool_call": ("state_mismatch",), "argument_mismatch": ("state_mismatch",)}
+             "missing_tool_call": ("state_mismatch",), "argument_mismatch": ("state_mismatch",),
+             "answer_mismatch": ("state_mismatch",)}
 MEANINGS = {
     "pass": "the turn passed its check",
     UNREACHED_LABEL: "the episode ended before the turn",
     "invalid_tool_call": "nothing ran: a message did not parse or named an unknown tool",
     "recovery_failure": "a call failed (rejected by the schema or an error from the server) and was not put right",
     "empty_turn_model_response": "the agent made no tool call",
+    "answer_mismatch": "the calls were right, the final answer was not",
     "missing_tool_call": "a ground-truth tool was never called",
     "argument_mismatch": "the right tools with other arguments",
     "state_mismatch": "the server's state differs from the ground truth's",
@@ -61,6 +65,11 @@ def label_turn(verdict: TurnVerdict, calls: list[ToolCall]) -> tuple[str, str, s
         return "empty_turn_model_response", "empty_turn_model_response", "the agent made no tool call"
     if failed and calls[-1].error:
         return "recovery_failure", "state_mismatch", "the last call failed: " + (calls[-1].error or "")[:200]
+    kinds = verdict.checks.get("kinds") or {}
+    if kinds.get("answer") is False and all(ok for kind, ok in kinds.items() if kind != "answer"):
+        said = verdict.checks.get("answer")
+        return "answer_mismatch", "state_mismatch", ("the final answer did not pass its check" if said is not None
+                                                     else "the agent never gave a final answer")
     gt = verdict.checks.get("gt_calls", [])
     names = {c.name for c in ran}
     missing = [g["name"] for g in gt if g["name"] not in names]

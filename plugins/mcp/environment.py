@@ -30,7 +30,7 @@ class MCPEnvironment:
         self.categories = tuple(dict.fromkeys(t.category for t in self._tasks))
         self._docs: list[dict[str, Any]] | None = None
         self._owner: dict[str, tuple[int, str]] = {}  # shown tool name -> (server index, server's tool name)
-        self._reference: dict[str, list[list[str]]] = {}
+        self._reference: dict[str, list[dict[str, list[str]]]] = {}
         self._lock = threading.Lock()
 
     def tasks(self, split: str) -> list[Task]:
@@ -72,6 +72,49 @@ class MCPEnvironment:
                 self._docs, self._owner = docs, owner
             return self._docs
 
+    def tool_problems(self) -> list[str]:
+        """Every tool the recipe and the task file name that the servers do not offer (listing them, once):
+        the tasks' ground-truth and check calls and the worked examples (by the names the agent is shown),
+        ``hidden_tools``, ``reset_tool`` and each server's set-up and tear-down calls (by the server's own names).
+        Each problem is one line naming where; empty when all exist."""
+        self.docs()
+        shown = set(self._owner)
+        own = {index: {tool for i, tool in self._owner.values() if i == index}
+               for index in range(len(self.settings.servers))}
+        everyone = set().union(*own.values()) if own else set()
+        problems: list[str] = []
+
+        def need(name: str, known: set[str], where: str) -> None:
+            if name not in known:
+                problems.append(f"{where} names tool {name!r}, which the servers do not offer "
+                                f"(they offer: {', '.join(sorted(known)) or 'none'})")
+
+        missing: dict[str, list[str]] = {}  # a tool the task file names and no server offers -> where
+        for task in self._tasks:
+            for t, turn in enumerate(task.payload["turns"]):
+                for kind in ("calls", "check"):
+                    for call in turn[kind]:
+                        if call["name"] not in shown:
+                            missing.setdefault(call["name"], []).append(f"task {task.id!r}, turn {t}, {kind}")
+        for name, places in missing.items():
+            problems.append(f"the task file {self.settings.tasks} names tool {name!r} {len(places)} time(s) (first: "
+                            f"{places[0]}), which the servers do not offer (they offer: "
+                            f"{', '.join(sorted(shown)) or 'none'})")
+        for i, example in enumerate(self.settings.worked_examples):
+            call = example.get("call") if isinstance(example, dict) else None
+            if isinstance(call, dict) and isinstance(call.get("name"), str):
+                need(call["name"], shown, f"settings.mcp.worked_examples[{i}]")
+        for name in self.settings.hidden_tools:
+            need(name, everyone, "settings.mcp.hidden_tools")
+        for index, server in enumerate(self.settings.servers):
+            where = f"settings.mcp.servers[{index}] ({server.name!r})"
+            if self.settings.isolation == "reset" and self.settings.reset_tool:
+                need(self.settings.reset_tool, own[index], f"settings.mcp.reset_tool, on {where},")
+            for kind in ("setup", "teardown"):
+                for call in getattr(server, kind):
+                    need(call.name, own[index], f"{where}.{kind}")
+        return problems
+
     def route(self, shown: str) -> tuple[int, str] | None:
         self.docs()
         doc_names = {d["name"] for d in self._docs or []}
@@ -79,27 +122,29 @@ class MCPEnvironment:
 
     # --- the reference server: results of each turn's checks after the ground truth ---------------------------
 
-    def reference(self, task: Task) -> list[list[str]]:
-        """Per turn, the check calls' results on a fresh server that ran the ground truth (cached per task:
-        servers are assumed deterministic from their starting state)."""
+    def reference(self, task: Task) -> list[dict[str, list[str]]]:
+        """Per turn, on a fresh server that ran the ground truth: the results of the ground-truth calls
+        (``results``) and of the turn's check calls after them (``checks``); cached per task (servers are
+        assumed deterministic from their starting state)."""
         with self._lock:
             if task.id in self._reference:
                 return self._reference[task.id]
-        from .episode import open_servers, run_checks, server_call
+        from .episode import close_servers, open_servers, run_checks, server_call
 
         conns = open_servers(self)
         try:
             out = []
             for turn in task.payload["turns"]:
+                results = []
                 for call in turn["calls"]:
                     result = server_call(self, conns, call["name"], call["arguments"])
                     if result.is_error:
                         raise ValueError(f"task {task.id}: the ground-truth call {call['name']} failed on the "
                                          f"reference server: {result.text[:200]}")
-                out.append(run_checks(self, conns, turn))
+                    results.append(result.text)
+                out.append({"results": results, "checks": run_checks(self, conns, turn)})
         finally:
-            for conn in conns:
-                conn.close()
+            close_servers(conns)
         with self._lock:
             self._reference[task.id] = out
         return out

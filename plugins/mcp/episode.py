@@ -53,11 +53,11 @@ def open_servers(env: Any, started: list[MCPConnection] | None = None) -> list[M
     try:
         for conn in conns:
             conn.wait_ready()
-        if env.settings.isolation == "reset":
-            for conn in conns:
-                result = conn.call(env.settings.reset_tool, {})
-                if result.is_error:
-                    raise InfraError(f"the reset tool of {conn.server.name!r} failed: {clip_text(result.text, 200)}")
+        for conn in conns:
+            if env.settings.isolation == "reset":
+                _recipe_call(conn, "the reset tool", env.settings.reset_tool, env.settings.reset_arguments)
+            for call in conn.server.setup:
+                _recipe_call(conn, "the setup call", call.name, call.arguments)
         return conns
     except BaseException:
         for conn in conns:
@@ -65,11 +65,34 @@ def open_servers(env: Any, started: list[MCPConnection] | None = None) -> list[M
         raise
 
 
+def _recipe_call(conn: MCPConnection, what: str, name: str, arguments: dict[str, Any]) -> None:
+    """A call the recipe makes (reset, set-up): a failure is the infrastructure's, not the agent's."""
+    result = conn.call(name, arguments)
+    if result.is_error or conn.server.is_error_text(result.text):
+        raise InfraError(f"{what} {name} of {conn.server.name!r} failed: {clip_text(result.text, 200)}")
+
+
+def close_servers(conns: list[MCPConnection]) -> None:
+    """End an episode's sessions: each server's tear-down calls (failures ignored: the episode is over), then
+    the session and process (and the start's own folder)."""
+    for conn in conns:
+        if not conn.closed:
+            for call in conn.server.teardown:
+                try:
+                    conn.call(call.name, call.arguments)
+                except InfraError:
+                    break
+        conn.close()
+
+
 def server_call(env: Any, conns: list[MCPConnection], name: str, arguments: dict[str, Any]) -> ToolResult:
+    """Call the tool shown as ``name``; a result the server flags, or whose text matches the server's
+    ``error_pattern``, is an error."""
     env.docs()
     index, tool = env._owner[name]
     result = conns[index].call(tool, arguments)
-    return ToolResult(clip_text(result.text, env.settings.max_result_chars), result.is_error)
+    failed = result.is_error or conns[index].server.is_error_text(result.text)
+    return ToolResult(clip_text(result.text, env.settings.max_result_chars), failed)
 
 
 def unsendable(arguments: dict[str, Any]) -> str | None:
@@ -89,17 +112,23 @@ def run_checks(env: Any, conns: list[MCPConnection], turn: dict[str, Any]) -> li
 
 def build_prompt(env: Any, task: Task, interface: Interface) -> list[Message]:
     changes = interface.spec.get("changes", [])
-    system = SYSTEM.format(tools=render_docs(env.docs(), changes))
+    intro = env.settings.system_prompt.strip()
+    system = (f"{intro}\n" if intro else "") + SYSTEM.format(tools=render_docs(env.docs(), changes))
     if "call_format" in changes and env.docs():
         doc = env.docs()[0]
         system += (f"\nA tool call is one JSON object inside the tags, e.g. <tool_call>{{\"name\": \"{doc['name']}\", "
                    "\"arguments\": {...}}</tool_call>, with the arguments named as in the list above.")
+    context = str(task.payload.get("context") or "").strip()
+    if context:
+        system += f"\n{context}"
     messages = [Message(role="system", content=system)]
     for example in env.settings.worked_examples:
         messages += [Message(role="user", content=str(example["user"])),
                      Message(role="assistant", content=f"<tool_call>{json.dumps(example['call'])}</tool_call>")]
         if example.get("result") is not None:
             messages.append(Message(role="tool", content=str(example["result"])))
+        if example.get("answer") is not None:
+            messages.append(Message(role="assistant", content=str(example["answer"])))
     return messages
 
 
@@ -112,6 +141,7 @@ class _Episode:
     turn: int = 0
     attempts: int = 0
     checks: list[list[str]] = field(default_factory=list)
+    answers: dict[int, str] = field(default_factory=dict)  # turn -> the agent's final message (without a call)
     done: bool = False
 
 
@@ -140,6 +170,7 @@ def _react(env: Any, ep: _Episode, text: str, interface: Interface) -> None:
         ep.traj.tool_calls.append(ToolCall(turn=ep.turn, name="", rejected=error))
         observations, failed = [f"Error: {error}"], True
     elif not calls:
+        ep.answers[ep.turn] = text
         _end_turn(env, ep)
         return
     else:
@@ -172,31 +203,69 @@ def _react(env: Any, ep: _Episode, text: str, interface: Interface) -> None:
     if failed and "recovery_hints" in changes:
         content = f"{content}\n{recovery_hint(hint_doc, content, names)}"
     ep.messages.append(Message(role="tool", content=content))
-    if not failed or ep.attempts >= s.attempts_per_turn:
+    if wants_answer(ep.task.payload["turns"][ep.turn]):
+        # The turn goes on until the agent answers without a call: its calls, and one message for the answer.
+        if ep.attempts >= s.attempts_per_turn + 1:
+            _end_turn(env, ep)
+    elif not failed or ep.attempts >= s.attempts_per_turn:
         _end_turn(env, ep)
 
 
-def verify(env: Any, task: Task, traj: Trajectory, checks: list[list[str]]) -> list[TurnVerdict]:
+def wants_answer(turn: dict[str, Any]) -> bool:
+    """Whether the turn checks the agent's final answer (``answer_contains``/``answer_equals``)."""
+    return bool(turn.get("answer_contains")) or turn.get("answer_equals") is not None
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def answer_ok(turn: dict[str, Any], answer: str | None) -> bool:
+    """The turn's answer checks on the agent's final message (None: it never answered)."""
+    if answer is None:
+        return False
+    said = _norm(answer)
+    if turn.get("answer_equals") is not None and said != _norm(turn["answer_equals"]):
+        return False
+    return all(_norm(part) in said for part in turn.get("answer_contains") or [])
+
+
+def verify(env: Any, task: Task, traj: Trajectory, checks: list[list[str]],
+           answers: dict[int, str] | None = None) -> list[TurnVerdict]:
+    """One verdict per turn: every kind of check the turn declares must hold (``check`` calls' results equal
+    the reference's, ``check_result``, the answer checks); a turn that declares none passes when every
+    ground-truth call was made with (at least) its arguments. A turn whose ground truth makes a call needs one
+    successful call of the agent."""
     reference = env.reference(task)
+    answers = answers or {}
     verdicts = []
     for i, turn in enumerate(task.payload["turns"]):
         made = [c for c in traj.tool_calls if c.turn == i and c.result is not None]
         called = bool(made) or not turn["calls"]
         reached = i < len(checks)
+        ref = reference[i]
+        kinds: dict[str, bool] = {}
         if turn["check"]:
-            ok = reached and checks[i] == reference[i]
-        else:
-            ok = reached and all(any(c.name == g["name"] and all(c.arguments.get(k) == v for k, v in g["arguments"].items())
-                                     for c in made) for g in turn["calls"])
-        verdicts.append(TurnVerdict(turn=i, passed=bool(ok and called), reached=reached, checks={
+            kinds["check"] = reached and checks[i] == ref["checks"]
+        if turn.get("check_result"):
+            kinds["check_result"] = all(any(c.name == g["name"] and c.result == r for c in made)
+                                        for g, r in zip(turn["calls"], ref["results"]))
+        if wants_answer(turn):
+            kinds["answer"] = answer_ok(turn, answers.get(i))
+        if not kinds:
+            kinds["arguments"] = all(any(c.name == g["name"] and all(c.arguments.get(k) == v
+                                                                     for k, v in g["arguments"].items())
+                                         for c in made) for g in turn["calls"])
+        ok = reached and called and all(kinds.values())
+        verdicts.append(TurnVerdict(turn=i, passed=bool(ok), reached=reached, checks={
             "gt_calls": turn["calls"], "model_calls": [{"name": c.name, "arguments": c.arguments} for c in made],
-            "check_results": checks[i] if reached else [], "reference_results": reference[i], "called": called}))
+            "check_results": checks[i] if reached else [], "reference_results": ref["checks"],
+            "reference_call_results": ref["results"], "answer": answers.get(i), "kinds": kinds, "called": called}))
     return verdicts
 
 
 def _fail(ep: _Episode, interface: Interface, reason: str) -> Trajectory:
-    for conn in ep.conns:
-        conn.close()
+    close_servers(ep.conns)
     ep.done = True
     return failed_trajectory(ep.task, ep.traj.group, ep.traj.sample, reason, interface.revision)
 
@@ -246,8 +315,7 @@ def _run_chunk(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], int
                     lost[id(ep)] = _fail(ep, interface, str(exc))
     finally:
         for ep in eps:
-            for conn in ep.conns:
-                conn.close()
+            close_servers(ep.conns)
     out = []
     for ep in eps:
         if id(ep) in lost:
@@ -255,7 +323,7 @@ def _run_chunk(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], int
             continue
         ep.traj.messages = ep.messages
         try:
-            ep.traj.turn_verdicts = verify(env, ep.task, ep.traj, ep.checks)
+            ep.traj.turn_verdicts = verify(env, ep.task, ep.traj, ep.checks, ep.answers)
         except InfraError as exc:
             out.append(failed_trajectory(ep.task, ep.traj.group, ep.traj.sample, str(exc), interface.revision))
             continue

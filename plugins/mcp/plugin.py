@@ -38,7 +38,17 @@ def _build(ctx: Any) -> Any:
     if missing:
         raise ConfigError(f"environment mcp needs {' and '.join(missing)} in the recipe: the MCP servers to start and "
                           "the JSON Lines task file (see docs/mcp.md and recipes/mcp-example.yaml).")
-    return MCPEnvironment(settings)
+    environment = MCPEnvironment(settings)
+    problems = environment.tool_problems()  # starts each server once to list its tools
+    if problems:
+        raise ConfigError(_tools_missing(problems))
+    return environment
+
+
+def _tools_missing(problems: list[str]) -> str:
+    shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+    return (f"the mcp recipe and task file name tools its servers do not offer: {shown}. Fix the names (a tool_prefix "
+            "is part of the name the tasks use), or the servers in settings.mcp.servers; see docs/mcp.md.")
 
 
 @hookimpl
@@ -66,19 +76,41 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[s
         problems.append(f"settings.mcp.tasks: there is no file {tasks!r} here (relative paths are read from the "
                         f"current directory, {Path.cwd()}): run from the folder the recipe's paths are relative to "
                         "(the repository's root for recipes/mcp-example.yaml), or give an absolute path.")
-    from .probe import server_problems
+    from .probe import server_problems, tool_problems
 
     for index, server in enumerate(ours.servers):
         problems += server_problems(f"settings.mcp.servers[{index}]", server)
+    if not problems:  # each server started once, its tools listed and the tasks' tool names checked
+        problems += tool_problems(ours)
     return problems
 
 
 @hookimpl
 def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
-    """mcp plays its episodes in lock step in the run's process (in chunks; one engine call per round for a
-    chunk, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that names an
-    executor for an mcp run asks for something that would go unused."""
-    return lockstep_executor_issues(
+    """The task file of a recipe that uses mcp: it is there and every line is a valid task (the servers are
+    not started here: ``check_machine``, before a run, and ``check-env`` list their tools and check the
+    names). And mcp plays its episodes in lock step in the run's process (in chunks; one engine call per round
+    for a chunk, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that
+    names an executor for an mcp run asks for something that would go unused."""
+    issues: list[Issue] = []
+    ours = settings.get(NAME)
+    uses = config.environment == NAME or any(b.environment == NAME for b in config.evaluation.benchmarks)
+    if uses and ours is not None and ours.tasks:
+        from pathlib import Path
+
+        from .tasks import load_tasks
+
+        if not Path(ours.tasks).expanduser().is_file():
+            return [Issue("settings.mcp.tasks", f"there is no file {ours.tasks!r} here (relative paths are read from "
+                          f"the current directory, {Path.cwd()})", "run from the folder the recipe's paths are relative "
+                          "to (the repository's root for recipes/mcp-example.yaml), or give an absolute path")]
+        try:
+            load_tasks(ours.tasks)
+        except (OSError, ValueError) as exc:
+            issues.append(Issue("settings.mcp.tasks", str(exc).rstrip("."),
+                                "give the JSON Lines task file described in docs/mcp.md (relative paths are read from "
+                                "the current directory)"))
+    return issues + lockstep_executor_issues(
         config, NAME, "in chunks of settings.mcp.max_parallel_episodes, each round's generations batched in one engine call",
         'remove rollout.executor or set it to local; for more episodes at once raise settings.mcp.max_parallel_episodes')
 

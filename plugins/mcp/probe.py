@@ -5,11 +5,12 @@ exists; a URL server's address parses and names a host (with a valid port, if it
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from seal_platform.executables import command_problems
 
-from .settings import MCPServerSettings
+from .settings import EPISODE_DIR, MCPServerSettings, MCPSettings
 
 
 def server_problems(where: str, server: MCPServerSettings) -> list[str]:
@@ -18,7 +19,29 @@ def server_problems(where: str, server: MCPServerSettings) -> list[str]:
     label = f"{where} ({server.name!r})"
     if server.url is not None:
         return _url_problems(label, server.url)
-    return command_problems(label, str(server.command), cwd=server.cwd, env=server.env)
+    problems = [f"{label}: its seed file {seed!r} is not here (relative paths are read from the current directory)."
+                for seed in server.seed_files if not Path(seed).expanduser().exists()]
+    if EPISODE_DIR in (server.cwd or "") or EPISODE_DIR in str(server.command):
+        return problems  # the episode's folder is made at each start: nothing to look at before
+    return problems + command_problems(label, str(server.command), cwd=server.cwd, env=server.env)
+
+
+def tool_problems(settings: MCPSettings) -> list[str]:
+    """Start each server once and list its tools (a server that does not start or answer is one problem), then
+    every tool the recipe and the task file name must be among them (:meth:`MCPEnvironment.tool_problems`).
+    A task file that does not load is one problem."""
+    from .environment import MCPEnvironment, MCPUnavailable
+
+    try:
+        environment = MCPEnvironment(settings)
+        problems = environment.tool_problems()
+    except MCPUnavailable as exc:
+        return [str(exc)]
+    except (OSError, ValueError) as exc:
+        return [str(exc)]
+    if len(problems) > 8:
+        problems = [*problems[:8], f"and {len(problems) - 8} more tool name problem(s)"]
+    return problems
 
 
 def _url_problems(label: str, url: str) -> list[str]:

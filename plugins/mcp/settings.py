@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: Replaced in a stdio server's command, args, env values and cwd by the episode's own fresh folder.
+EPISODE_DIR = "{episode_dir}"
+
+
+class ToolCallSetting(BaseModel):
+    """A tool call the recipe makes on a server (set-up, tear-down), never shown to the agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="The server's tool (its own name, without tool_prefix).")
+    arguments: dict[str, Any] = Field(default_factory=dict)
 
 
 class MCPServerSettings(BaseModel):
@@ -36,6 +51,33 @@ class MCPServerSettings(BaseModel):
     tool_prefix: str = Field(
         default="", description="Prepended to this server's tool names (for servers whose tool names collide)."
     )
+    seed_files: list[str] = Field(
+        default_factory=list,
+        description="stdio: files or folders copied into the episode's own fresh folder ({episode_dir} in command, "
+        "args, env or cwd) before each start of the server (relative paths: from the current directory).",
+    )
+    setup: list[ToolCallSetting] = Field(
+        default_factory=list, description="Tool calls made at the start of every episode (after the reset), unseen by "
+        "the agent; one that fails ends the episode as an infrastructure failure.",
+    )
+    teardown: list[ToolCallSetting] = Field(
+        default_factory=list, description="Tool calls made at the end of every episode (failures are ignored).",
+    )
+    error_pattern: str | None = Field(
+        default=None,
+        description="A regular expression: a tool result whose text matches it (re.search) counts as a failed call, "
+        "for servers that report errors as plain text (e.g. '^(Error|Database error):').",
+    )
+
+    @field_validator("error_pattern")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"error_pattern {value!r} is not a regular expression: {exc}") from None
+        return value
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPServerSettings:
@@ -44,7 +86,32 @@ class MCPServerSettings(BaseModel):
                              "endpoint), exactly one of them")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"server {self.name!r}: url must start with http:// or https:// (got {self.url!r})")
+        if self.url is not None and self.seed_files:
+            raise ValueError(f"server {self.name!r}: seed_files are copied into the folder of a server the plugin "
+                             "starts (command); a url server keeps its own state (use setup calls or a reset tool)")
+        if self.seed_files and not self.uses_episode_dir():
+            raise ValueError(f"server {self.name!r}: seed_files are copied into {EPISODE_DIR}, which its command, args, "
+                             f"env and cwd never name; e.g. args: [--db-path, \"{EPISODE_DIR}/shop.db\"]")
         return self
+
+    def uses_episode_dir(self) -> bool:
+        """Whether each start of this server gets its own fresh folder (``{episode_dir}`` is named somewhere)."""
+        texts = [self.command or "", self.cwd or "", *self.args, *self.env.values()]
+        return any(EPISODE_DIR in text for text in texts)
+
+    def in_folder(self, folder: str) -> MCPServerSettings:
+        """This server with ``{episode_dir}`` replaced by ``folder`` (command, args, env values, cwd)."""
+        def sub(text: str) -> str:
+            return text.replace(EPISODE_DIR, folder)
+
+        return self.model_copy(update={"command": sub(self.command) if self.command else self.command,
+                                       "args": [sub(a) for a in self.args],
+                                       "env": {k: sub(v) for k, v in self.env.items()},
+                                       "cwd": sub(self.cwd) if self.cwd else self.cwd})
+
+    def is_error_text(self, text: str) -> bool:
+        """Whether a result's text is an error by this server's ``error_pattern``."""
+        return self.error_pattern is not None and re.search(self.error_pattern, text) is not None
 
 
 class MCPEvolutionSettings(BaseModel):
@@ -72,6 +139,7 @@ class MCPSettings(BaseModel):
         "at the start of each episode (a server with state outside the process).",
     )
     reset_tool: str | None = Field(default=None, description="The reset tool (isolation: reset).")
+    reset_arguments: dict[str, Any] = Field(default_factory=dict, description="The reset tool's arguments.")
     hidden_tools: list[str] = Field(default_factory=list, description="Server tools the agent is not shown (e.g. reset).")
     n_train: int | None = Field(default=None, ge=1, le=1_000_000, description="Use at most this many train tasks; null: all.")
     n_eval: int | None = Field(default=None, ge=1, le=1_000_000, description="Use at most this many eval tasks; null: all.")
@@ -83,9 +151,14 @@ class MCPSettings(BaseModel):
         description="Server processes (or sessions) alive at once; 1 with a shared-state URL server.",
     )
     max_new_tokens: int | None = Field(default=64, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens.")
+    system_prompt: str = Field(
+        default="", description="Text put before the tool docs in the system prompt (what the tools are for, "
+        "conventions of the server); a task's own `context` follows the tool docs.",
+    )
     worked_examples: list[dict] = Field(
         default_factory=list,
-        description='Worked turns shown before the task: {"user": ..., "call": {"name", "arguments"}, "result": ...}.',
+        description='Worked turns shown before the task: {"user": ..., "call": {"name", "arguments"}, "result": ..., '
+        '"answer": ...} (result and answer optional).',
     )
     evolution: MCPEvolutionSettings = Field(default_factory=MCPEvolutionSettings)
 

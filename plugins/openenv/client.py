@@ -54,6 +54,18 @@ class NoAnswer(InfraError):
     """The server did not answer a request in time (it may be reachable, only slow)."""
 
 
+class ErrorAnswer(InfraError):
+    """The server answered a message of a session with an error (other than a refused action or session)."""
+
+
+class SessionRefused(InfraError):
+    """The server refused a session: it serves as many as it allows (openenv-core's ``CAPACITY_REACHED``)."""
+
+    def __init__(self, message: str, max_sessions: int | None):
+        super().__init__(message)
+        self.max_sessions = max_sessions
+
+
 class ActionRefused(Exception):
     """The server refused the agent's action (its message is shown to the agent)."""
 
@@ -134,9 +146,12 @@ class HTTPClient:
         self._http = httpx.Client(timeout=timeout, trust_env=not is_loopback(url), follow_redirects=False)
 
     def request(self, method: str, path: str, op: str, body: Any = None) -> tuple[int, Any]:
-        """``(status, parsed JSON)``; transport failures and oversized or non-JSON answers raise InfraError."""
+        """``(status, parsed JSON)``; transport failures and oversized or non-JSON answers raise InfraError.
+        The whole answer must come within ``timeout`` of wall-clock time (httpx's own timeouts bound each read:
+        a server that trickles its answer would pass them one byte at a time)."""
         import httpx
 
+        deadline = time.monotonic() + self.timeout
         try:
             with self._http.stream(method, self.url + path, json=body) as response:
                 chunks, size = [], 0
@@ -145,6 +160,9 @@ class HTTPClient:
                     if size > MAX_RESPONSE_BYTES:
                         raise InfraError(f"the OpenEnv server at {self.url} answered {op} with more than "
                                          f"{MAX_RESPONSE_BYTES} bytes")
+                    if time.monotonic() > deadline:
+                        raise NoAnswer(f"the OpenEnv server at {self.url} did not finish its answer to {op} "
+                                       f"within {self.timeout:g} s")
                     chunks.append(chunk)
                 status = response.status_code
         except httpx.TimeoutException:
@@ -221,7 +239,10 @@ class WSSession:
         from websockets.exceptions import ConnectionClosed
 
         try:
-            self._ws.send(json.dumps(message))
+            try:
+                self._ws.send(json.dumps(message))
+            except ConnectionClosed:
+                pass  # what the server said before it closed (a refused session's error) is still read below
             raw = self._ws.recv(timeout=self.timeout)
         except TimeoutError:
             raise InfraError(f"the OpenEnv server at {self.url} did not answer {op} within {self.timeout:g} s") from None
@@ -236,10 +257,16 @@ class WSSession:
                              '(expected {"type": ..., "data": {...}})')
         if answer.get("type") == "error":
             data = answer["data"]
+            if data.get("code") == "CAPACITY_REACHED":
+                limit = data.get("max_sessions")
+                limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+                raise SessionRefused(f"the OpenEnv server at {self.url} refused a session: it serves "
+                                     f"{limit if limit else 'a limited number of'} session(s) at once and all were "
+                                     f"taken ({_short(data.get('message', ''), 160)})", limit)
             if op == "step" and data.get("code") in REFUSED_WS_CODES:
                 detail = data.get("errors") or data.get("message") or "the action was refused"
                 raise ActionRefused(_short(detail, 600))
-            raise InfraError(f"the OpenEnv server at {self.url} answered {op} with an error: "
+            raise ErrorAnswer(f"the OpenEnv server at {self.url} answered {op} with an error: "
                              f"{_short(data.get('message', data))} (code {_short(data.get('code'), 40)})")
         if answer.get("type") != expect:
             raise InfraError(f"the OpenEnv server at {self.url} answered {op} with a {_short(answer.get('type'), 40)} "

@@ -4,6 +4,7 @@ action doc the agent reads (from the server's action schema), and the tasks (res
 from __future__ import annotations
 
 import atexit
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from seal_platform.toolenv.episodes import load_task_file
 from seal_platform.types import Interface, Task
 
-from .client import HTTPSession, LocalServer, OpenEnvUnavailable, WSSession, probe
+from seal_platform.infra import InfraError
+
+from .client import ErrorAnswer, HTTPSession, LocalServer, OpenEnvUnavailable, SessionRefused, WSSession, probe
 from .settings import OpenEnvSettings
 
 EVAL_SEED_BASE = 100_000
@@ -136,6 +139,11 @@ class OpenEnvEnvironment:
             raise
         self.schema = schema or {}
         self.doc = doc
+        try:
+            self.session_limit = self._session_limit()
+        except BaseException:
+            self.close()
+            raise
 
     def tasks(self, split: str) -> list[Task]:
         tasks = [t for t in self._tasks if t.split == split]
@@ -151,15 +159,73 @@ class OpenEnvEnvironment:
     def docs(self) -> list[dict[str, Any]]:
         return [self.doc]
 
+    def _session_limit(self) -> int:
+        """How many sessions the server serves at once (ws), up to the ``max_parallel_episodes`` wanted: the
+        recipe's ``max_sessions``, or else found out by holding that many sessions open at once and reading the
+        limit from a refusal (openenv-core answers one past its limit with ``CAPACITY_REACHED`` and its
+        ``max_sessions``). A server that refuses every session, or cannot open one, is an
+        :class:`OpenEnvUnavailable` before any episode."""
+        s = self.settings
+        want = s.max_parallel_episodes if s.transport == "ws" else 1
+        if s.transport != "ws" or s.max_sessions is not None:
+            return min(want, s.max_sessions or want)
+        sessions: list[WSSession] = []
+        refused: SessionRefused | None = None
+        try:
+            for _ in range(want):
+                try:
+                    session = WSSession(self.url, s.timeout_s)
+                    sessions.append(session)
+                    session.state()  # the first answer: a refusal comes at once, instead of it
+                except SessionRefused as exc:
+                    sessions.pop().close()
+                    refused = exc
+                    break
+                except ErrorAnswer:  # a session with no state before its reset: open all the same
+                    continue
+                except InfraError as exc:
+                    raise OpenEnvUnavailable(f"The OpenEnv server at {self.url} could not open a session before the "
+                                             f"run: {exc}. See docs/openenv.md.") from None
+        finally:
+            for session in sessions:
+                session.close()
+        if refused is None:
+            return want
+        if not sessions:
+            raise OpenEnvUnavailable(
+                f"The OpenEnv server at {self.url} refuses every session ({refused}): nothing can run. It serves "
+                "sessions up to its max_concurrent_envs; stop what holds them, or start the server with a larger "
+                "limit. See docs/openenv.md.")
+        return min(len(sessions), refused.max_sessions or len(sessions))
+
     def parallel_episodes(self) -> int:
-        """Sessions at once: a server's one environment (http) serves one episode at a time."""
-        return self.settings.max_parallel_episodes if self.settings.transport == "ws" else 1
+        """Sessions at once: never more than the server serves (:meth:`_session_limit`); a server's one
+        environment (http) serves one episode at a time."""
+        return self.session_limit
 
     def open_session(self) -> WSSession | HTTPSession:
         """A fresh session (raises InfraError naming the URL when it cannot be opened)."""
         if self.settings.transport == "ws":
             return WSSession(self.url, self.settings.timeout_s)
         return HTTPSession(self.url, self.settings.timeout_s)
+
+    def reset_session(self, arguments: dict[str, Any]) -> tuple[WSSession | HTTPSession, Any]:
+        """A fresh session and its reset's result. A session refused for capacity is asked for again until
+        ``timeout_s`` has passed: the server may not yet have let go of the sessions of episodes that just
+        ended (this plugin never holds more than the server's limit)."""
+        deadline = time.monotonic() + self.settings.timeout_s
+        while True:
+            session = self.open_session()
+            try:
+                return session, session.reset(arguments)
+            except SessionRefused:
+                session.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+            except BaseException:
+                session.close()
+                raise
 
     def close(self) -> None:
         """Stop the local server, if the plugin started one."""

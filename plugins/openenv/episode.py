@@ -20,6 +20,7 @@ guarded parser, validated, and anything the server says about it is shown as tex
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,8 +76,7 @@ class _Episode:
 
 
 def _begin(env: Any, ep: _Episode) -> None:
-    ep.session = env.open_session()
-    result = ep.session.reset(dict(ep.task.payload.get("reset") or {}))
+    ep.session, result = env.reset_session(dict(ep.task.payload.get("reset") or {}))
     ep.traj.metadata["reset_reward"] = result.reward
     ep.messages.append(Message(role="user", content=render_observation(env, result.observation)))
     if result.done:
@@ -233,5 +233,10 @@ def _run_chunk(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], int
             continue
         ep.traj.messages = ep.messages
         ep.traj.reward, ep.traj.turn_verdicts = verify(env, ep)
+        if not math.isfinite(ep.traj.reward):  # finite step rewards whose sum overflows
+            out.append(failed_trajectory(ep.task, ep.traj.group, ep.traj.sample,
+                                         f"the OpenEnv server at {env.url} gave step rewards whose sum is not a "
+                                         f"finite number ({ep.traj.reward})", interface.revision))
+            continue
         out.append(ep.traj)
     return out

@@ -50,6 +50,11 @@ def _build(ctx: Any) -> Any:
         raise ConfigError(f"environment openenv {NO_SERVER} in the recipe ({NO_SERVER_FIX}).")
     environment = OpenEnvEnvironment(settings)
     _BUILT.append(environment)
+    if environment.session_limit < settings.max_parallel_episodes and settings.transport == "ws":
+        ctx.event("openenv_capacity", f"the OpenEnv server at {environment.url} serves "
+                  f"{environment.session_limit} session(s) at once: episodes run {environment.session_limit} at a "
+                  f"time, not settings.openenv.max_parallel_episodes={settings.max_parallel_episodes}",
+                  session_limit=environment.session_limit, max_parallel_episodes=settings.max_parallel_episodes)
     return environment
 
 
@@ -91,6 +96,15 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Is
             if b.environment == NAME]
         issues.append(Issue(f"settings.{NAME}", f"environment {NAME} {NO_SERVER}, and the recipe sets neither "
                             f"(it names {NAME} in {', '.join(uses)})", NO_SERVER_FIX))
+    if _uses(config) and ours is not None and ours.tasks:  # every line of the task file, before a run row
+        from .environment import load_tasks
+
+        try:
+            load_tasks(ours.tasks)
+        except (OSError, ValueError) as exc:
+            issues.append(Issue("settings.openenv.tasks", str(exc).rstrip("."),
+                                "give the JSON Lines task file described in docs/openenv.md (relative paths are read "
+                                "from the current directory)"))
     return issues + lockstep_executor_issues(
         config, NAME, "in chunks of settings.openenv.max_parallel_episodes, each round's generations batched in one engine call",
         'remove rollout.executor or set it to local; for more episodes at once raise settings.openenv.max_parallel_episodes (WebSocket transport)')

@@ -96,6 +96,12 @@ class OpenEnvSettings(BaseModel):
     )
     max_observation_chars: int = Field(default=2000, ge=64, le=10_000_000, description="An observation is clipped to this many characters.")
     max_parallel_episodes: int = Field(default=8, ge=1, le=1024, description="WebSocket sessions open at once (ws).")
+    max_sessions: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="ws: the server's limit of sessions at once (openenv-core's max_concurrent_envs, 1 unless its "
+        "app says otherwise); null: found out when the run starts, by opening up to max_parallel_episodes sessions "
+        "and reading the limit from the server's refusal. Episodes never open more.",
+    )
     max_new_tokens: int | None = Field(default=64, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens.")
     system_prompt: str = Field(default="", description="Text put before the action doc in the system prompt.")
     worked_examples: list[dict] = Field(

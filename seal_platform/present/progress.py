@@ -135,7 +135,9 @@ class RichProgress(Progress):
         self._drop_episode_bar()
         self.stage_name = "evaluated"
         self._stage_started = time.perf_counter()
-        text = clean(f"evaluation after {step} step(s) on {result.split} ({result.n_tasks} tasks): average "
+        lost = (f", {result.n_infra_failures} lost to the infrastructure and not scored"
+                if result.n_infra_failures else "")
+        text = clean(f"evaluation after {step} step(s) on {result.split} ({result.n_tasks} tasks{lost}): average "
                      f"{result.average:.1f}%")
         self.console.print(text, highlight=False, markup=False)
         self._refresh()

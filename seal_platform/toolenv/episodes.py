@@ -60,12 +60,15 @@ def tool_call_sampling(ctx: Any, evaluation: bool, max_new_tokens: int | None) -
 
 
 def scored_without_infra_failures(ctx: Any, tasks: Sequence[Task], trajectories: list[Trajectory]) -> EvalResult:
-    """The evaluation of ``trajectories``, scored over the episodes the policy answers for: one lost to a server
-    failure (``infra_failure``) says nothing about the policy. Every trajectory stays in the result."""
+    """The evaluation of ``trajectories`` (one per task), scored over the episodes the policy answers for: one
+    lost to a server failure (``infra_failure``) says nothing about the policy, so it is left out of the pass
+    rates but counted, in ``n_tasks`` (every task given, as the core checks) and in ``n_infra_failures``. Every
+    trajectory stays in the result."""
     split = tasks[0].split if tasks else ctx.config.evaluation.split
-    result = EvalResult.from_trajectories(split, [t for t in trajectories if not t.infra_failure])
-    result.trajectories = trajectories
-    return result
+    ran = [t for t in trajectories if not t.infra_failure]
+    result = EvalResult.from_trajectories(split, ran)
+    return result.model_copy(update={"n_tasks": len(trajectories), "n_infra_failures": len(trajectories) - len(ran),
+                                     "trajectories": trajectories})
 
 
 def load_task_file(path: str | Path, spec: Any, setting: str, payload: Callable[[Any], dict[str, Any]]) -> list[Task]:

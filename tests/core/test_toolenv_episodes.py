@@ -40,7 +40,7 @@ def test_an_episode_lost_to_the_server_is_kept_but_not_scored():
     trajs = [_traj("a", 1.0), _traj("b", 0.0), _traj("c", 0.0, infra="server crashed")]
     ctx = SimpleNamespace(config=SimpleNamespace(evaluation=SimpleNamespace(split="eval")))
     result = scored_without_infra_failures(ctx, _tasks(3), trajs)
-    assert result.n_tasks == 2 and result.average == 50.0
+    assert result.n_tasks == 3 and result.n_infra_failures == 1 and result.average == 50.0
     assert result.trajectories == trajs
 
 
@@ -71,3 +71,15 @@ def test_a_task_file_line_that_is_not_utf8_is_named_by_file_line_and_byte(tmp_pa
     path.write_bytes(b'{"id": "a", "x": 1}\r\n{"id": "caf\xe9", "x": 2}\n')  # a Latin-1 byte on line 2
     with pytest.raises(ValueError, match=r"tasks.jsonl:2: not UTF-8 text \(byte 0xe9 at column 12 cannot be decoded\)"):
         load_task_file(path, _Spec, "settings.demo.tasks", lambda s: {})
+
+
+def test_the_helpers_result_passes_the_cores_check_and_a_miscount_does_not():
+    from seal_platform.errors import PluginError
+    from seal_platform.stages import score_evaluation
+
+    trajs = [_traj("t0", 1.0), _traj("t1", 0.0, infra="server crashed"), _traj("t2", 0.0)]
+    ctx = SimpleNamespace(config=SimpleNamespace(evaluation=SimpleNamespace(split="eval")))
+    result = score_evaluation(scored_without_infra_failures(ctx, _tasks(3), trajs), "eval", "p", _tasks(3))
+    assert (result.n_tasks, result.n_infra_failures, result.average) == (3, 1, 50.0)
+    with pytest.raises(PluginError, match="2 infrastructure failure"):
+        score_evaluation(result.model_copy(update={"n_tasks": 1, "n_infra_failures": 2}), "eval", "p", None)

@@ -248,13 +248,14 @@ def test_a_task_file_missing_here_stops_the_run_before_anything_is_started(tmp_p
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
     assert "settings.mcp.tasks: there is no file 'examples/mcp-inventory/tasks.jsonl' here" in text, text
+    assert "nothing was started" in text or "problem(s) in the recipe" in text, text
     store = tmp_path / "runs" / "store.sqlite"
     assert not store.exists() or not RunStore(f"sqlite:///{store}").list_runs()
 
 
 def test_the_task_files_splits_are_checked_with_the_recipe(tmp_path):
     """The mcp environment declares its task file's splits: a split the file lacks is a recipe problem, found
-    before a run's row is written; a file that is not there is left to check_machine (it names the file)."""
+    before a run's row is written, and so is a file that is not there."""
     from seal_platform.errors import ConfigError
     from seal_platform.planning import plan_recipe
 
@@ -266,7 +267,9 @@ def test_the_task_files_splits_are_checked_with_the_recipe(tmp_path):
     with pytest.raises(ConfigError) as raised:
         plan_recipe("mcp-example", [f"settings.mcp.tasks={evals}"])
     assert "environment: environment 'mcp' has no 'train' split to train on; its splits: eval" in str(raised.value)
-    assert plan_recipe("mcp-example", [f"settings.mcp.tasks={tmp_path / 'missing.jsonl'}", "evaluation.split=test"])
+    with pytest.raises(ConfigError) as raised:  # a recipe problem too (before: left to check_machine)
+        plan_recipe("mcp-example", [f"settings.mcp.tasks={tmp_path / 'missing.jsonl'}"])
+    assert "settings.mcp.tasks: there is no file" in str(raised.value) and "missing.jsonl" in str(raised.value)
 
 
 def test_a_stdio_server_starts_where_the_check_looked_a_home_relative_cwd_included(tmp_path, monkeypatch):
@@ -282,7 +285,27 @@ def test_a_stdio_server_starts_where_the_check_looked_a_home_relative_cwd_includ
         assert conn.list_tools()
 
 
-def test_a_system_prompt_and_a_tasks_context_reach_the_prompt(env, tmp_path):
+def test_a_server_that_dies_mid_evaluation_is_scored_as_an_infrastructure_failure(tmp_path):
+    """The plugin's evaluate and the core's check of its result together (before: the helper left the lost
+    episode out of n_tasks and the core refused the result: 'an EvalResult of 2 task(s) for 3 task(s)'). The
+    server exits on remove_stock, which only the second of the three eval tasks calls."""
+    from seal_platform.config import RunConfig
+    from seal_platform.context import RunContext
+    from seal_platform.stages import evaluate_with
+    from seal_platform_plugins.mcp.plugin import evaluate
+
+    dying = MCPEnvironment(settings(env={"INVENTORY_CRASH_ON": "remove_stock"}, n_eval=3))
+    tasks = dying.tasks("eval")
+    assert [t.payload["turns"][0]["calls"][0]["name"] for t in tasks] == ["set_status", "remove_stock", "move_item"]
+    ctx = RunContext(config=RunConfig(environment="mcp"), run_id="r", run_dir=tmp_path, settings={"mcp": dying.settings})
+    result = evaluate_with(evaluate, ctx=ctx, environment=dying, engine=gt_engine(tasks), tasks=tasks, step=0, plugin="mcp")
+    assert result.n_tasks == 3 and result.n_infra_failures == 1
+    lost = [t for t in result.trajectories if t.infra_failure]
+    assert [t.task_id for t in lost] == [tasks[1].id] and "inventory" in lost[0].infra_failure
+    assert result.per_category == {tasks[0].category: 100.0, tasks[2].category: 100.0}  # the episodes that ran
+
+
+def test_a_system_prompt_and_a_tasks_context_reach_the_prompt(env):
     from seal_platform.types import Task
 
     told = MCPEnvironment(settings(system_prompt="You run a hardware shop's stock system."))

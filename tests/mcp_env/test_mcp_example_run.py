@@ -190,3 +190,21 @@ def test_dynamic_sampling_trains_the_grpo_learner_on_the_kept_mixed_groups_only(
     assert m["updates"] >= 1 and m["trained_sequences"] == 2, m
     # Every rollout, kept or not, was labelled by the mcp diagnoser.
     assert {row.trajectory_id for row in store.labels(run_id, step=0)} == {t.id for t in trajs}
+
+
+def test_a_server_that_dies_during_the_runs_evaluation_is_counted_and_the_run_completes(tmp_path, tiny_model_dir,
+                                                                                         monkeypatch):
+    """The whole loop (plugin evaluate, core check, store, event) with a real server that exits on remove_stock:
+    the train task never calls it, the second eval task does. Before, the run failed at its evaluation."""
+    monkeypatch.chdir(ROOT)
+    dying = ("settings.mcp.servers=[{name: inventory, command: python, args: [examples/mcp-inventory/server.py], "
+             "env: {INVENTORY_CRASH_ON: remove_stock}}]")
+    run_id, store = _run_scripted(tmp_path, tiny_model_dir, ["training.steps=1", "training.tasks_per_step=1",
+                                                             "training.group_size=2", "settings.mcp.n_train=1", dying])
+    assert not any(t.infra_failure for t in store.trajectories(run_id, step=0, phase="train"))
+    evals = store.trajectories(run_id, phase="eval")
+    assert len(evals) == 2 and [t.task_id for t in evals if t.infra_failure] == ["eval-1"]
+    rows = store.evaluations(run_id)
+    assert rows and {r.n_tasks for r in rows} == {2} and {r.category for r in rows} == {"named"}  # eval-0 ran
+    (event,) = [e for e in store.events(run_id) if e.kind == "infra_failure"]
+    assert event.data["phase"] == "eval" and "1 of 2 episode(s) lost" in event.message

@@ -354,3 +354,82 @@ def test_labels_drive_action_doc_changes_and_evaluation_stays_pristine(thermosta
                            new, SAMPLING)
     assert 'Hint: act requires direction, degrees; direction must be one of "up", "down". Try again.' in \
         traj.messages[-1].content
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+def test_a_server_that_dies_mid_evaluation_is_scored_as_an_infrastructure_failure(bad_server, transport, tmp_path):
+    """The plugin's evaluate and the core's check of its result together, against a server that answers the
+    first episode's step and exits on the second (before: 'an EvalResult of 1 task(s) for 3 task(s)')."""
+    from seal_platform.config import RunConfig
+    from seal_platform.context import RunContext
+    from seal_platform.stages import evaluate_with
+    from seal_platform_plugins.openenv.plugin import evaluate
+
+    settings = OpenEnvSettings(url=bad_server("dies"), transport=transport, timeout_s=2, n_eval=3,
+                               max_parallel_episodes=1)
+    env = OpenEnvEnvironment(settings)
+    tasks = env.tasks("eval")
+    ctx = RunContext(config=RunConfig(environment="openenv"), run_id="r", run_dir=tmp_path, settings={"openenv": settings})
+    engine = Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}</tool_call>')
+    result = evaluate_with(evaluate, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=0, plugin="openenv")
+    assert result.n_tasks == 3 and result.n_infra_failures == 2
+    assert [t.task_id for t in result.trajectories if not t.infra_failure] == [tasks[0].id]
+    assert result.per_category == {"default": 100.0}
+
+
+def test_episodes_never_open_more_sessions_than_the_server_serves(bad_server):
+    """openenv-core's template serves one session unless its app says more; the recipe asked for 8 at once
+    (before: 7 of 8 episodes were refused, and in evaluation the run crashed)."""
+    url = bad_server("one_session")
+    env = OpenEnvEnvironment(OpenEnvSettings(url=url, n_train=4, n_eval=1, max_parallel_episodes=8))
+    assert env.parallel_episodes() == 1
+    tasks = env.tasks("train")
+    engine = Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}</tool_call>')
+    trajs = run_episodes(env, engine, [(t, f"g{i}", j) for i, t in enumerate(tasks) for j in range(2)], Interface(),
+                         SAMPLING)
+    assert len(trajs) == 8 and not [t.infra_failure for t in trajs if t.infra_failure] and {t.reward for t in trajs} == {1.0}
+    told = OpenEnvEnvironment(OpenEnvSettings(url=url, n_train=1, max_parallel_episodes=8, max_sessions=1))
+    assert told.parallel_episodes() == 1  # the recipe's limit: no sessions opened to find it out
+
+
+def test_a_server_that_refuses_every_session_is_one_paragraph_before_the_run(bad_server):
+    url = bad_server("full")
+    with pytest.raises(OpenEnvUnavailable) as info:
+        OpenEnvEnvironment(OpenEnvSettings(url=url, n_train=1))
+    text = str(info.value)
+    assert url in text and "refuses every session" in text and "max_concurrent_envs" in text and "\n" not in text
+
+
+def test_an_answer_that_trickles_in_is_bounded_by_wall_clock_time(bad_server):
+    """Each read of the trickled /step answer comes within httpx's read timeout; the whole answer (about 11 s)
+    does not come within timeout_s (before: each episode was held until the last byte, ~35x timeout_s)."""
+    env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("trickle"), transport="http", timeout_s=1.5, n_train=1))
+    start = time.monotonic()
+    (traj,) = run_episodes(env, Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
+                           [(env.tasks("train")[0], "g", 0)], Interface(), SAMPLING)
+    assert time.monotonic() - start < 8
+    assert traj.infra_failure and "did not finish its answer to step within 1.5 s" in traj.infra_failure
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+def test_finite_step_rewards_whose_sum_overflows_mask_the_episode(bad_server, transport):
+    env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("hugereward"), transport=transport, reward_mode="per_step",
+                                             binary_reward=False, max_steps=3, n_train=2))
+    trajs = run_episodes(env, Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
+                         [(t, f"g{i}", 0) for i, t in enumerate(env.tasks("train"))], Interface(), SAMPLING)
+    assert all(t.infra_failure and "not a finite number" in t.infra_failure for t in trajs)
+    json.dumps([t.model_dump() for t in trajs], allow_nan=False)  # storable
+
+
+def test_config_validate_reads_every_line_of_the_task_file(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "reset": {"seed": 1}}\n{"id": "b", "rest": {}}\n')
+    monkeypatch.chdir(tmp_path)
+    for path, said in ((tasks, "tasks.jsonl:2: not a valid task"), (tmp_path / "gone.jsonl", "not found")):
+        result = CliRunner().invoke(cli, ["config", "validate", "openenv-example", f"settings.openenv.tasks={path}"])
+        assert result.exit_code == 1 and "settings.openenv.tasks" in result.output, result.output
+        assert said in " ".join(result.output.split()), result.output
