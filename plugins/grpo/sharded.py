@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from .memory_phases import HostOffload, empty_cache, trainer_tensors
 from .packing import PACKED_SDPA, attention_implementation
 from .policy import PolicySettings
 from .samples import Sample, StepTally, engine_diff_sums
@@ -194,6 +195,31 @@ def _shard(model: Any, mp_policy: Any | None) -> None:
             module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
 
 
+def _fill_from_rank0(model: Any, full: Any | None, device: torch.device) -> None:
+    """Give a sharded meta-device ``model`` storage on ``device`` and rank 0's weights: rank 0 holds ``full``
+    (the whole model in host memory), the other ranks None. The parameters go through torch's
+    ``set_model_state_dict(..., StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))`` (each
+    rank keeps its shards only, as verl's ``fsdp2_load_full_state_dict``); the buffers are not in the state
+    dict when they are not persistent (rotary ``inv_freq``), and ``to_empty`` left them uninitialised, so rank
+    0 broadcasts its own. The model's dtype is kept (rank 0's tensors are cast to it)."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model.to_empty(device=device)
+    state: dict[str, torch.Tensor] = {}
+    if full is not None:
+        dtypes = {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
+        dtypes.update({name: b.dtype for name, b in model.named_buffers()})
+        state = {k: v.to(dtypes.get(k, v.dtype)) for k, v in full.state_dict().items()}
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    sources = dict(full.named_buffers()) if full is not None else {}
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if full is not None:
+                buffer.copy_(sources[name])
+            dist.broadcast(buffer, src=0)
+
+
 class TrainerWorker:
     """One rank of a sharded GRPO training group.
 
@@ -223,8 +249,11 @@ class TrainerWorker:
         else:
             self._owns_group = False
         torch.manual_seed(options.seed)
-        self.model, self.tokenizer = self._load()
         grpo = options.grpo
+        # Rank 0 alone reads the checkpoint (or builds the random policy), into host memory; every rank
+        # builds the architecture on the meta device, shards it and receives its shards from rank 0.
+        full, self.tokenizer = self._load_full() if rank == 0 else (None, self._load_tokenizer())
+        self.model = self._skeleton(None)
         mp_policy = None
         if self.device.type == "cuda" and grpo.autocast != "off" and next(self.model.parameters()).dtype == torch.float32:
             from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -232,26 +261,64 @@ class TrainerWorker:
             half = torch.float16 if grpo.autocast == "float16" else torch.bfloat16
             mp_policy = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
             grpo = grpo.model_copy(update={"autocast": "off"})  # FSDP casts the gathered parameters instead
+        _shard(self.model, mp_policy)
+        _fill_from_rank0(self.model, full, self.device)
         ref = None
         if grpo.kl_coef > 0:
-            ref, _ = self._load()
+            ref = self._skeleton(self._ref_dtype())
             ref.requires_grad_(False)
             _shard(ref, mp_policy)
-        _shard(self.model, mp_policy)
+            _fill_from_rank0(ref, full, self.device)
+        del full
+        empty_cache()  # what the loading and sharding left in the allocator's cache goes back to the device
+        self.ref_model = ref
+        self._ref_offload = HostOffload()
+        self._offload = HostOffload()
         self.trainer = ShardedGRPOTrainer(
             self.model, grpo, ref_model=ref, temperature=options.temperature, pad_id=options.pad_id
         )
+        self._offload_reference()
 
-    def _load(self) -> tuple[Any, Any]:
+    def _ref_dtype(self) -> str | None:
+        """The reference's dtype name (``grpo.ref_dtype``; auto: bfloat16 on CUDA, the policy's on CPU)."""
+        choice = self.options.grpo.ref_dtype
+        if choice == "auto":
+            return "bfloat16" if self.device.type == "cuda" else None
+        return choice
+
+    def _load_full(self) -> tuple[Any, Any]:
+        """Rank 0: the whole policy in host memory (read from ``policy.model``, or built), and its tokenizer."""
         from .policy import load_policy
 
-        policy = self.options.policy.model_copy(update={"device": str(self.device)})
-        torch.manual_seed(self.options.seed)  # a random_init policy is the same on every rank
+        torch.manual_seed(self.options.seed)  # a random_init policy is the one the single-process trainer gets
         if self.options.build_model is not None:
-            model = self.options.build_model().to(self.device)
+            model = self.options.build_model()
             model.eval()
             return model, None
-        return load_policy(policy)
+        return load_policy(self.options.policy.model_copy(update={"device": "cpu"}))
+
+    def _load_tokenizer(self) -> Any:
+        from .policy import load_tokenizer
+
+        return None if self.options.build_model is not None else load_tokenizer(self.options.policy)
+
+    def _skeleton(self, dtype: str | None) -> Any:
+        """The policy's architecture on the meta device (``dtype``: a torch dtype name; None: the policy's)."""
+        from .policy import empty_policy
+
+        if self.options.build_model is None:
+            return empty_policy(self.options.policy, dtype)
+        with torch.device("meta"):  # a builder that picks its own device ignores this (and costs a full copy)
+            model = self.options.build_model()
+        if dtype is not None:
+            model.to(getattr(torch, dtype))
+        model.eval()
+        return model
+
+    def _offload_reference(self) -> None:
+        """``grpo.ref_offload``: the reference's shards wait in host memory between steps (GPU only)."""
+        if self.ref_model is not None and self.options.grpo.ref_offload and self.device.type == "cuda":
+            self._ref_offload.offload(p.detach() for p in self.ref_model.parameters())
 
     @property
     def updates(self) -> int:
@@ -262,13 +329,35 @@ class TrainerWorker:
         """One step's update on ``samples`` (the whole step's samples, the same list on every rank; this rank
         trains its slice). Returns the step's metrics, the same on every rank and equal to the 1-process
         :meth:`~.trainer.GRPOTrainer.step` 's up to float rounding."""
-        return self.trainer.step(list(samples))
+        self.onload()
+        self._ref_offload.onload()
+        try:
+            return self.trainer.step(list(samples))
+        finally:
+            self._offload_reference()
+            empty_cache()  # the update's activations and gathered parameters go back to the device
+
+    # the hybrid-engine memory sequence's trainer side (.memory_phases)
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()`` in this rank's process (no-op on CPU)."""
+        empty_cache()
+
+    def offload(self) -> int:
+        """Move this rank's parameter shards and optimizer state to host memory (``grpo.trainer_offload``);
+        returns the bytes moved. Not collective."""
+        return self._offload.offload(trainer_tensors(self.model, self.trainer.optimizer))
+
+    def onload(self) -> int:
+        """Bring back what :meth:`offload` moved (nothing if nothing was); returns the bytes moved."""
+        return self._offload.onload()
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The unsharded policy weights (CPU tensors, the model's own names) on rank 0, None on the others:
         what the rollout engines load after an update (weight sync)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+        self.onload()  # an offloaded trainer (grpo.trainer_offload) is brought back for anything but sampling
         state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank != 0:
             return None
@@ -294,6 +383,7 @@ class TrainerWorker:
                 self._sync = SyncGroup(address, port, 0, world_size, backend=backend, device=device)
                 self._sync_key = key
             group = self._sync
+        self.onload()
         named, ties = sync_tensors(self.model, everything)
         stats = push(named, group, version=version, ties=ties, bucket_bytes=bucket_bytes)
         return stats if self.rank == 0 else None
@@ -312,6 +402,7 @@ class TrainerWorker:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         directory = Path(directory)
+        self.onload()
         model_state, optim_state = get_state_dict(self.model, self.trainer.optimizer)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(directory))
         if self.rank == 0:
@@ -327,6 +418,7 @@ class TrainerWorker:
 
         directory = Path(directory)
         meta = read_state(directory)
+        self.onload()
         model_state, optim_state = get_state_dict(self.model, self.trainer.optimizer)
         state = {"model": model_state, "optim": optim_state}
         dcp.load(state, checkpoint_id=str(directory))
