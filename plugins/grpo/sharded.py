@@ -44,6 +44,7 @@ from .packing import PACKED_SDPA, attention_implementation
 from .policy import PolicySettings
 from .samples import Sample, StepTally, engine_diff_sums
 from .settings import GRPOSettings
+from .sharded_start import start_models
 from .trainer import GRPOTrainer
 
 STATE_FILE = "trainer_state.json"
@@ -60,8 +61,9 @@ class WorkerOptions:
     (a ``random_init`` policy is then the same on all ranks); ``backend``: ``None`` picks NCCL on CUDA, gloo
     on CPU; ``device``: ``None`` picks ``cuda:<local rank>`` when CUDA is available, else CPU.
     ``build_model``: builds the policy instead of loading ``policy.model`` (random weights of a given shape, for
-    benchmarks); called with no argument after seeding, it must be picklable (a module-level function or a
-    ``functools.partial`` of one) when the workers are spawned processes.
+    benchmarks); called with no argument, on rank 0 after seeding for the weights and on every rank under
+    ``torch.device("meta")`` for the sharded skeleton (:mod:`.sharded_start`), it must be picklable (a
+    module-level function or a ``functools.partial`` of one) when the workers are spawned processes.
     """
 
     grpo: GRPOSettings
@@ -178,55 +180,14 @@ class ShardedGRPOTrainer(GRPOTrainer):
 # --- one rank -------------------------------------------------------------------------------------------------
 
 
-def _shard(model: Any, mp_policy: Any | None) -> None:
-    """``fully_shard`` each transformer block (the classes the model names in ``_no_split_modules``), then the
-    root; gradients are summed over ranks."""
-    from torch.distributed.fsdp import FSDPModule, fully_shard
-
-    block_names = set(getattr(model, "_no_split_modules", None) or [])
-    kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
-    for module in model.modules():
-        if type(module).__name__ in block_names:
-            fully_shard(module, **kwargs)
-    fully_shard(model, **kwargs)
-    for module in model.modules():
-        if isinstance(module, FSDPModule):
-            module.set_gradient_divide_factor(1.0)
-            module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
-
-
-def _fill_from_rank0(model: Any, full: Any | None, device: torch.device) -> None:
-    """Give a sharded meta-device ``model`` storage on ``device`` and rank 0's weights: rank 0 holds ``full``
-    (the whole model in host memory), the other ranks None. The parameters go through torch's
-    ``set_model_state_dict(..., StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))`` (each
-    rank keeps its shards only, as verl's ``fsdp2_load_full_state_dict``); the buffers are not in the state
-    dict when they are not persistent (rotary ``inv_freq``), and ``to_empty`` left them uninitialised, so rank
-    0 broadcasts its own. The model's dtype is kept (rank 0's tensors are cast to it)."""
-    import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    model.to_empty(device=device)
-    state: dict[str, torch.Tensor] = {}
-    if full is not None:
-        dtypes = {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
-        dtypes.update({name: b.dtype for name, b in model.named_buffers()})
-        state = {k: v.to(dtypes.get(k, v.dtype)) for k, v in full.state_dict().items()}
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    sources = dict(full.named_buffers()) if full is not None else {}
-    with torch.no_grad():
-        for name, buffer in model.named_buffers():
-            if full is not None:
-                buffer.copy_(sources[name])
-            dist.broadcast(buffer, src=0)
-
-
 class TrainerWorker:
     """One rank of a sharded GRPO training group.
 
     Construct one per worker process with the same ``address``/``port`` (the rendezvous: rank 0 listens there)
-    and ``options``; the constructor joins the process group, loads the policy from ``options.policy``, shards
-    it and a frozen reference copy with FSDP2 and builds the AdamW optimizer over the shards. Every method but
-    :meth:`close` is collective: call it on all ranks at once with the same arguments.
+    and ``options``; the constructor joins the process group, shards the policy and a frozen reference copy
+    with FSDP2, rank 0 alone reading ``options.policy`` (:mod:`.sharded_start`), and builds the AdamW optimizer
+    over the shards. Every method but :meth:`close`, :meth:`empty_cache`, :meth:`offload` and :meth:`onload`
+    is collective: call it on all ranks at once with the same arguments.
     """
 
     def __init__(self, rank: int, world_size: int, address: str, port: int, options: WorkerOptions):
@@ -249,71 +210,13 @@ class TrainerWorker:
         else:
             self._owns_group = False
         torch.manual_seed(options.seed)
-        grpo = options.grpo
-        # Rank 0 alone reads the checkpoint (or builds the random policy), into host memory; every rank
-        # builds the architecture on the meta device, shards it and receives its shards from rank 0.
-        full, self.tokenizer = self._load_full() if rank == 0 else (None, self._load_tokenizer())
-        self.model = self._skeleton(None)
-        mp_policy = None
-        if self.device.type == "cuda" and grpo.autocast != "off" and next(self.model.parameters()).dtype == torch.float32:
-            from torch.distributed.fsdp import MixedPrecisionPolicy
-
-            half = torch.float16 if grpo.autocast == "float16" else torch.bfloat16
-            mp_policy = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
-            grpo = grpo.model_copy(update={"autocast": "off"})  # FSDP casts the gathered parameters instead
-        _shard(self.model, mp_policy)
-        _fill_from_rank0(self.model, full, self.device)
-        ref = None
-        if grpo.kl_coef > 0:
-            ref = self._skeleton(self._ref_dtype())
-            ref.requires_grad_(False)
-            _shard(ref, mp_policy)
-            _fill_from_rank0(ref, full, self.device)
-        del full
-        empty_cache()  # what the loading and sharding left in the allocator's cache goes back to the device
-        self.ref_model = ref
+        self.model, self.ref_model, self.tokenizer, grpo = start_models(options, rank, self.device)
         self._ref_offload = HostOffload()
         self._offload = HostOffload()
         self.trainer = ShardedGRPOTrainer(
-            self.model, grpo, ref_model=ref, temperature=options.temperature, pad_id=options.pad_id
+            self.model, grpo, ref_model=self.ref_model, temperature=options.temperature, pad_id=options.pad_id
         )
         self._offload_reference()
-
-    def _ref_dtype(self) -> str | None:
-        """The reference's dtype name (``grpo.ref_dtype``; auto: bfloat16 on CUDA, the policy's on CPU)."""
-        choice = self.options.grpo.ref_dtype
-        if choice == "auto":
-            return "bfloat16" if self.device.type == "cuda" else None
-        return choice
-
-    def _load_full(self) -> tuple[Any, Any]:
-        """Rank 0: the whole policy in host memory (read from ``policy.model``, or built), and its tokenizer."""
-        from .policy import load_policy
-
-        torch.manual_seed(self.options.seed)  # a random_init policy is the one the single-process trainer gets
-        if self.options.build_model is not None:
-            model = self.options.build_model()
-            model.eval()
-            return model, None
-        return load_policy(self.options.policy.model_copy(update={"device": "cpu"}))
-
-    def _load_tokenizer(self) -> Any:
-        from .policy import load_tokenizer
-
-        return None if self.options.build_model is not None else load_tokenizer(self.options.policy)
-
-    def _skeleton(self, dtype: str | None) -> Any:
-        """The policy's architecture on the meta device (``dtype``: a torch dtype name; None: the policy's)."""
-        from .policy import empty_policy
-
-        if self.options.build_model is None:
-            return empty_policy(self.options.policy, dtype)
-        with torch.device("meta"):  # a builder that picks its own device ignores this (and costs a full copy)
-            model = self.options.build_model()
-        if dtype is not None:
-            model.to(getattr(torch, dtype))
-        model.eval()
-        return model
 
     def _offload_reference(self) -> None:
         """``grpo.ref_offload``: the reference's shards wait in host memory between steps (GPU only)."""
