@@ -123,7 +123,7 @@ def test_the_default_reference_on_cpu_is_the_policys_dtype(tiny_model_dir, token
         worker.close()
 
 
-def test_offload_and_onload_round_trip_parameters_and_optimizer_state_exactly(tiny_model_dir, tokenizer):
+def test_offload_and_onload_round_trip_parameters_and_optimizer_state_exactly(tiny_model_dir, tokenizer, tmp_path):
     """grpo.trainer_offload on a sharded worker: the storages really go (0 bytes on the device side) and come
     back bit for bit in the same tensor objects; the next update then runs."""
     from test_trainer import make_trajectories
@@ -147,6 +147,10 @@ def test_offload_and_onload_round_trip_parameters_and_optimizer_state_exactly(ti
         assert worker.onload() == moved
         for t, b in zip(local, before):
             assert torch.equal(t, b)
+        worker.offload()
+        worker.save(tmp_path / "ck")  # a checkpoint of an offloaded trainer brings its state back first
+        assert all(t.untyped_storage().nbytes() > 0 for t in local)
+        assert worker.load(tmp_path / "ck")["updates"] == worker.updates
         worker.offload()
         metrics = worker.step(build_samples(tokenizer, make_trajectories(tokenizer, seed=1), settings=settings))
         assert metrics["updates"] >= 1  # step brought the state back itself
