@@ -135,6 +135,18 @@ class LocalTrainerGroup:
         """See :meth:`TrainerWorker.push_weights` (rank 0's statistics)."""
         return self._call("push_weights", *args)
 
+    def empty_cache(self) -> None:
+        """See :meth:`TrainerWorker.empty_cache` (on every rank)."""
+        self._call("empty_cache")
+
+    def offload(self) -> int:
+        """See :meth:`TrainerWorker.offload` (rank 0's bytes)."""
+        return self._call("offload")
+
+    def onload(self) -> int:
+        """See :meth:`TrainerWorker.onload` (rank 0's bytes)."""
+        return self._call("onload")
+
     def save(self, directory: str | os.PathLike) -> None:
         """See :meth:`TrainerWorker.save`."""
         self._call("save", str(directory))
@@ -268,6 +280,20 @@ class GroupTrainer:
         self.updates += int(metrics.get("updates", 0))
         self.sync()
         return metrics
+
+    # the trainer side of the hybrid-engine memory sequence (.memory_phases), on every worker
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()`` in every worker (no-op on CPU)."""
+        self.group.empty_cache()
+
+    def offload(self) -> None:
+        """The workers' parameter shards and optimizer states to host memory (``grpo.trainer_offload``)."""
+        self.group.offload()
+
+    def onload(self) -> None:
+        """Back from :meth:`offload` (nothing if nothing was offloaded)."""
+        self.group.onload()
 
     def save_sharded(self, directory: Path) -> None:
         """The group's DCP checkpoint in ``directory``."""

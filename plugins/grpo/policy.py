@@ -195,7 +195,7 @@ def load_policy(settings: PolicySettings | None = None) -> tuple[Any, Any]:
     the model defines none) and pads on the left, as batched generation needs.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     settings = settings or PolicySettings()
     path = model_dir(settings)
@@ -204,10 +204,7 @@ def load_policy(settings: PolicySettings | None = None) -> tuple[Any, Any]:
     kwargs: dict[str, Any] = {"dtype": dtype}
     if settings.attn_implementation:
         kwargs["attn_implementation"] = settings.attn_implementation
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
+    tokenizer = load_tokenizer(settings)
     if settings.random_init:
         config = AutoConfig.from_pretrained(path)
         # name_or_path stays empty: the weights are not the directory's (the vLLM engine then saves a copy).
@@ -219,6 +216,35 @@ def load_policy(settings: PolicySettings | None = None) -> tuple[Any, Any]:
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def empty_policy(settings: PolicySettings | None = None, dtype: str | None = None) -> Any:
+    """The policy's architecture on the meta device: every parameter and buffer has its shape and dtype but
+    no storage (no checkpoint is read, no memory is taken). Sharded trainer ranks build this, shard it and
+    receive rank 0's weights (:mod:`.sharded`). ``dtype``: a torch dtype name; default the policy's own."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    settings = settings or PolicySettings()
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype or settings.resolved_dtype())}
+    if settings.attn_implementation:
+        kwargs["attn_implementation"] = settings.attn_implementation
+    config = AutoConfig.from_pretrained(model_dir(settings))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, **kwargs)
+    model.eval()
+    return model
+
+
+def load_tokenizer(settings: PolicySettings | None = None) -> Any:
+    """The policy's tokenizer alone, as :func:`load_policy` sets it up (pad token, left padding)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(settings or PolicySettings()))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
 
 
 def train_top_layers(model: Any, n: int) -> int:

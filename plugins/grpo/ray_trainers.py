@@ -95,6 +95,15 @@ class RayTrainerGroup:
     def push_weights(self, *args: Any) -> dict[str, float] | None:
         return self._call("push_weights", *args)
 
+    def empty_cache(self) -> None:
+        self._call("empty_cache")
+
+    def offload(self) -> int:
+        return self._call("offload")
+
+    def onload(self) -> int:
+        return self._call("onload")
+
     def save(self, directory: Any) -> None:
         self._call("save", str(directory))
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from seal_platform.types import Trajectory
 
-from . import allocator
+from . import allocator, memory_phases
 from .samples import build_samples, overlong
 from .settings import GRPOSettings
 from .trainer import GRPOTrainer
@@ -41,6 +41,11 @@ class GRPORun:
             self.trainer = (
                 GRPOTrainer.with_reference(model, settings, temperature=temperature, pad_id=pad or 0) if train else None
             )
+        # What holds the trainer's memory, for the hybrid-engine memory sequence (.memory_phases); the
+        # sequence's steps are appended to phase_trace when it is a list (tests, debugging).
+        self.memory = (self.trainer if self.trainer is None or hasattr(self.trainer, "offload")
+                       else memory_phases.LocalTrainerMemory(self.trainer))
+        self.phase_trace: list[str] | None = None
         # What to tell the user when a CPU update runs on glibc's malloc (see .allocator); None: nothing.
         self.allocator_advice = (
             allocator.advice(tcmalloc=allocator.installed_tcmalloc())
@@ -79,9 +84,10 @@ class GRPORun:
         wait = wait_for_rollouts or (lambda: None)
         if sleep is not None or getattr(engine, "model", None) is self.model:
             wait()  # the update itself changes (or takes the memory of) what the engine samples with
-        if sleep is not None:
-            sleep()  # colocated engines give the GPU memory to the update; the weight push wakes them
+        if sleep is not None:  # colocated engines give the GPU memory to the update
+            memory_phases.to_trainer_mode(engine, self.memory, sleep=sleep, trace=self.phase_trace)
         metrics = self.trainer.step(samples)
+        memory_phases.empty_cache()  # this process's share of the update (the workers empty their own)
         if screened is not None:
             metrics.update(screened.metrics)
         metrics["truncated_sequences"] = float(sum(x.truncated for x in samples))
@@ -93,9 +99,16 @@ class GRPORun:
             metrics["zero_advantage_frac"] = sum(1 for a in advantages if a == 0.0) / len(advantages)
         started = time.perf_counter()
         wait()  # the engine's weights change only between rollout batches: one policy version per trajectory
+
+        def push() -> None:
+            staleness.push_weights(engine, self.model, self.trainer.updates)
+
         # Unchanged weights (no update this step) need no push, unless the engines slept for the update: the
         # push is what wakes them (a vLLM engine asleep at level 2 has no weights until it).
-        if metrics.get("updates", 1.0) > 0 or sleep is not None:
-            staleness.push_weights(engine, self.model, self.trainer.updates)
+        if sleep is not None:  # the memory goes back to the engines; the push is what wakes a vLLM engine
+            memory_phases.to_rollout_mode(engine, self.memory, push, offload=settings.trainer_offload,
+                                          trace=self.phase_trace)
+        elif metrics.get("updates", 1.0) > 0:
+            push()
         metrics["weight_push_s"] = time.perf_counter() - started
         return metrics

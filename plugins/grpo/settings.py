@@ -212,6 +212,26 @@ class GRPOSettings(_Section):
         description="Mixed precision for forward/backward. auto: bfloat16 on CUDA when the parameters are "
         "float32 (fp32 master weights; a 1e-6 update is lost in bf16 weights), off on CPU.",
     )
+    ref_dtype: Literal["auto", "bfloat16", "float32"] = Field(
+        default="auto",
+        description="Dtype of the frozen KL reference held by sharded trainer workers (settings.grpo.train_workers "
+        "> 1). auto: bfloat16 on CUDA (half the memory of a float32 copy; the reference only runs forward passes, "
+        "which compute in bfloat16 there anyway), the policy's dtype on CPU (the update is then unchanged). "
+        "bfloat16 on CPU moves the reference's per-token log-probs by at most 2.8e-3 on the tiny test model "
+        "(the test allows 1e-2: tests/grpo/test_trainer_init.py).",
+    )
+    ref_offload: bool = Field(
+        default=False,
+        description="Sharded trainer workers keep the KL reference's shards in host memory between steps and "
+        "bring them to the GPU for the step's reference pass only (no effect on CPU).",
+    )
+    trainer_offload: bool = Field(
+        default=False,
+        description="Colocated engines (settings.grpo.placement.colocate) with sharded trainer workers "
+        "(settings.grpo.train_workers > 1): the workers' parameter shards and optimizer state go to host memory "
+        "while the engines sample, and come back for the update "
+        "(plugins/grpo/memory_phases.py). Frees the GPU for the engines' KV cache; costs two host copies a step.",
+    )
 
     train_layers: int | None = Field(
         default=None, ge=1, le=100_000,

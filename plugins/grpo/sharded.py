@@ -39,10 +39,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from .memory_phases import HostOffload, empty_cache, trainer_tensors
 from .packing import PACKED_SDPA, attention_implementation
 from .policy import PolicySettings
 from .samples import Sample, StepTally, engine_diff_sums
 from .settings import GRPOSettings
+from .sharded_start import start_models
 from .trainer import GRPOTrainer
 
 STATE_FILE = "trainer_state.json"
@@ -59,8 +61,9 @@ class WorkerOptions:
     (a ``random_init`` policy is then the same on all ranks); ``backend``: ``None`` picks NCCL on CUDA, gloo
     on CPU; ``device``: ``None`` picks ``cuda:<local rank>`` when CUDA is available, else CPU.
     ``build_model``: builds the policy instead of loading ``policy.model`` (random weights of a given shape, for
-    benchmarks); called with no argument after seeding, it must be picklable (a module-level function or a
-    ``functools.partial`` of one) when the workers are spawned processes.
+    benchmarks); called with no argument, on rank 0 after seeding for the weights and on every rank under
+    ``torch.device("meta")`` for the sharded skeleton (:mod:`.sharded_start`), it must be picklable (a
+    module-level function or a ``functools.partial`` of one) when the workers are spawned processes.
     """
 
     grpo: GRPOSettings
@@ -177,30 +180,14 @@ class ShardedGRPOTrainer(GRPOTrainer):
 # --- one rank -------------------------------------------------------------------------------------------------
 
 
-def _shard(model: Any, mp_policy: Any | None) -> None:
-    """``fully_shard`` each transformer block (the classes the model names in ``_no_split_modules``), then the
-    root; gradients are summed over ranks."""
-    from torch.distributed.fsdp import FSDPModule, fully_shard
-
-    block_names = set(getattr(model, "_no_split_modules", None) or [])
-    kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
-    for module in model.modules():
-        if type(module).__name__ in block_names:
-            fully_shard(module, **kwargs)
-    fully_shard(model, **kwargs)
-    for module in model.modules():
-        if isinstance(module, FSDPModule):
-            module.set_gradient_divide_factor(1.0)
-            module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
-
-
 class TrainerWorker:
     """One rank of a sharded GRPO training group.
 
     Construct one per worker process with the same ``address``/``port`` (the rendezvous: rank 0 listens there)
-    and ``options``; the constructor joins the process group, loads the policy from ``options.policy``, shards
-    it and a frozen reference copy with FSDP2 and builds the AdamW optimizer over the shards. Every method but
-    :meth:`close` is collective: call it on all ranks at once with the same arguments.
+    and ``options``; the constructor joins the process group, shards the policy and a frozen reference copy
+    with FSDP2, rank 0 alone reading ``options.policy`` (:mod:`.sharded_start`), and builds the AdamW optimizer
+    over the shards. Every method but :meth:`close`, :meth:`empty_cache`, :meth:`offload` and :meth:`onload`
+    is collective: call it on all ranks at once with the same arguments.
     """
 
     def __init__(self, rank: int, world_size: int, address: str, port: int, options: WorkerOptions):
@@ -223,35 +210,18 @@ class TrainerWorker:
         else:
             self._owns_group = False
         torch.manual_seed(options.seed)
-        self.model, self.tokenizer = self._load()
-        grpo = options.grpo
-        mp_policy = None
-        if self.device.type == "cuda" and grpo.autocast != "off" and next(self.model.parameters()).dtype == torch.float32:
-            from torch.distributed.fsdp import MixedPrecisionPolicy
-
-            half = torch.float16 if grpo.autocast == "float16" else torch.bfloat16
-            mp_policy = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
-            grpo = grpo.model_copy(update={"autocast": "off"})  # FSDP casts the gathered parameters instead
-        ref = None
-        if grpo.kl_coef > 0:
-            ref, _ = self._load()
-            ref.requires_grad_(False)
-            _shard(ref, mp_policy)
-        _shard(self.model, mp_policy)
+        self.model, self.ref_model, self.tokenizer, grpo = start_models(options, rank, self.device)
+        self._ref_offload = HostOffload()
+        self._offload = HostOffload()
         self.trainer = ShardedGRPOTrainer(
-            self.model, grpo, ref_model=ref, temperature=options.temperature, pad_id=options.pad_id
+            self.model, grpo, ref_model=self.ref_model, temperature=options.temperature, pad_id=options.pad_id
         )
+        self._offload_reference()
 
-    def _load(self) -> tuple[Any, Any]:
-        from .policy import load_policy
-
-        policy = self.options.policy.model_copy(update={"device": str(self.device)})
-        torch.manual_seed(self.options.seed)  # a random_init policy is the same on every rank
-        if self.options.build_model is not None:
-            model = self.options.build_model().to(self.device)
-            model.eval()
-            return model, None
-        return load_policy(policy)
+    def _offload_reference(self) -> None:
+        """``grpo.ref_offload``: the reference's shards wait in host memory between steps (GPU only)."""
+        if self.ref_model is not None and self.options.grpo.ref_offload and self.device.type == "cuda":
+            self._ref_offload.offload(p.detach() for p in self.ref_model.parameters())
 
     @property
     def updates(self) -> int:
@@ -262,13 +232,35 @@ class TrainerWorker:
         """One step's update on ``samples`` (the whole step's samples, the same list on every rank; this rank
         trains its slice). Returns the step's metrics, the same on every rank and equal to the 1-process
         :meth:`~.trainer.GRPOTrainer.step` 's up to float rounding."""
-        return self.trainer.step(list(samples))
+        self.onload()
+        self._ref_offload.onload()
+        try:
+            return self.trainer.step(list(samples))
+        finally:
+            self._offload_reference()
+            empty_cache()  # the update's activations and gathered parameters go back to the device
+
+    # the hybrid-engine memory sequence's trainer side (.memory_phases)
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()`` in this rank's process (no-op on CPU)."""
+        empty_cache()
+
+    def offload(self) -> int:
+        """Move this rank's parameter shards and optimizer state to host memory (``grpo.trainer_offload``);
+        returns the bytes moved. Not collective."""
+        return self._offload.offload(trainer_tensors(self.model, self.trainer.optimizer))
+
+    def onload(self) -> int:
+        """Bring back what :meth:`offload` moved (nothing if nothing was); returns the bytes moved."""
+        return self._offload.onload()
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The unsharded policy weights (CPU tensors, the model's own names) on rank 0, None on the others:
         what the rollout engines load after an update (weight sync)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+        self.onload()  # an offloaded trainer (grpo.trainer_offload) is brought back for anything but sampling
         state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank != 0:
             return None
@@ -294,6 +286,7 @@ class TrainerWorker:
                 self._sync = SyncGroup(address, port, 0, world_size, backend=backend, device=device)
                 self._sync_key = key
             group = self._sync
+        self.onload()
         named, ties = sync_tensors(self.model, everything)
         stats = push(named, group, version=version, ties=ties, bucket_bytes=bucket_bytes)
         return stats if self.rank == 0 else None
@@ -312,6 +305,7 @@ class TrainerWorker:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         directory = Path(directory)
+        self.onload()
         model_state, optim_state = get_state_dict(self.model, self.trainer.optimizer)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(directory))
         if self.rank == 0:
@@ -327,6 +321,7 @@ class TrainerWorker:
 
         directory = Path(directory)
         meta = read_state(directory)
+        self.onload()
         model_state, optim_state = get_state_dict(self.model, self.trainer.optimizer)
         state = {"model": model_state, "optim": optim_state}
         dcp.load(state, checkpoint_id=str(directory))
