@@ -66,7 +66,7 @@ def register_settings() -> dict[str, type]:
 @hookimpl
 def register_commands(cli: Any) -> None:
     from .export import add_commands  # click only; torch is imported when the command runs
-    from .memory_plan import add_command
+    from .plan_command import add_command
 
     add_commands(cli)
     add_command(cli)
