@@ -190,9 +190,10 @@ class ReplicaPusher:
         return self.key is None or self.key[:2] != (tuple(live), "auto" if on_gpu else "gloo")
 
     def push(self, client: Any, live: list[int], changed: dict[str, Any], ties: dict[str, str],
-             version: int, on_gpu: bool) -> dict[str, float]:
-        """Send ``changed`` (name -> tensor of the trainer's model) to ``client``'s replicas ``live``; every
-        replica receives into its engine. Raises when any member fails (the caller falls back and re-probes)."""
+             version: int, on_gpu: bool, cast: str | None = None) -> dict[str, float]:
+        """Send ``changed`` (name -> tensor of the trainer's model) to ``client``'s replicas ``live``, each bucket
+        cast to ``cast`` (the engines' dtype) on the sender's device before it travels; every replica receives
+        into its engine. Raises when any member fails (the caller falls back and re-probes)."""
         from ..weight_sync import SyncGroup, push
 
         started = time.perf_counter()
@@ -213,7 +214,7 @@ class ReplicaPusher:
                 device = (next(iter(changed.values())).device if changed else None) if on_gpu else "cpu"
                 self.group = SyncGroup(address, port, 0, len(live) + 1, host_store=True, backend=backend,
                                        device=device, timeout_s=self.timeout_s, cancel=cancel)
-            stats = push(changed, self.group, version=version, ties=ties, bucket_bytes=self.bucket_bytes)
+            stats = push(changed, self.group, version=version, ties=ties, bucket_bytes=self.bucket_bytes, cast=cast)
             for handle in handles:
                 client._result(handle, timeout=self.timeout_s)
         except BaseException as exc:

@@ -38,7 +38,8 @@ from seal_platform.types import Message
 
 from . import buckets
 from .routing import ReplicaClient, StickyRouter
-from .shipping import ChangeTracker, with_ties
+from .shipping import with_ties
+from .spec import PolicySpec
 from .stopped import StoppedWatch
 
 log = logging.getLogger(__name__)
@@ -97,14 +98,11 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
     try:
         import torch
 
-        from .remote import engine_from_weights
+        from .remote import build_engine
 
         if spec["seed"] is not None:
             torch.manual_seed(int(spec["seed"]) + index)  # sampling without a request seed differs per replica
-        weights = buckets.read(spec["bucket"])
-        engine = engine_from_weights(spec["kind"], spec["settings"], spec["config"], spec["dtype"],
-                                     with_ties(weights, spec["ties"]), spec["tokenizer"], spec["seed"])
-        del weights
+        engine = build_engine(spec["kind"], spec["settings"], spec["policy"], spec["tokenizer"], spec["seed"])
     except BaseException:
         send((0, "error", traceback.format_exc()))
         return
@@ -148,7 +146,7 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
 
 def _info(index: int, engine: Any) -> dict[str, Any]:
     return {"index": index, "pid": os.getpid(), "max_model_len": int(getattr(engine, "max_model_len", 0) or 0),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "dtype": engine.dtype}
 
 
 def _call(index: int, engine: Any, receiver: Any, method: str, args: tuple[Any, ...]) -> Any:
@@ -354,17 +352,13 @@ def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, d
     cuda = [visible_device(d) for d in devices]
     on_cpu = [i for i, d in enumerate(cuda) if d is None]
     shares = cpu_shares(len(on_cpu)) if on_cpu else []
-    state = model.state_dict()
-    ties = ChangeTracker.ties(state)
-    bucket = buckets.write({n: t for n, t in state.items() if n not in ties})
+    policy = PolicySpec.of(model)  # no weights: the first push brings them, once every replica is up
     context = multiprocessing.get_context("spawn")
     replicas: list[_Replica] = []
     try:
         for index, device in enumerate(cuda):
             cpus = shares[on_cpu.index(index)] if device is None else None
-            spec = {"kind": kind, "settings": settings, "config": model.config.to_dict(),
-                    "dtype": str(model.dtype).removeprefix("torch."), "bucket": bucket.to_dict(), "ties": ties,
-                    "tokenizer": tokenizer, "seed": seed, "device": device, "cpus": cpus,
+            spec = {"kind": kind, "settings": settings, "policy": policy, "tokenizer": tokenizer, "seed": seed, "device": device, "cpus": cpus,
                     "threads": len(cpus) if cpus else 1}
             parent, child = context.Pipe()
             process = context.Process(target=_replica_main, args=(index, spec, child), daemon=True,
@@ -385,12 +379,16 @@ def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, d
         for replica in replicas:
             replica.stop(timeout_s=10)
         raise
-    finally:
-        bucket.remove()
     client = LocalEngineClient(kind, replicas, functools.partial(prompt_ids, tokenizer), cuda, weight_sync,
                                bucket_bytes)
-    client.max_model_len = min(int(r.started.result()["max_model_len"]) for r in replicas)
-    client.mark_synced(model)
+    infos = [r.started.result() for r in replicas]
+    client.max_model_len = min(int(i["max_model_len"]) for i in infos)
+    client.set_engine_dtype([i["dtype"] for i in infos])
+    try:
+        client.update_weights(model, version=0)  # the replicas' first weights: policy version 0
+    except BaseException:
+        client.close()
+        raise
     return client
 
 

@@ -43,6 +43,7 @@ from .vllm_classes import PolicyClasses
 from .vllm_lora import VLLMLoRAState
 from .vllm_release import forget_reload_info
 from .vllm_sleep import VLLMSleep
+from .spec import PolicySpec
 from .settings import engine_dtype, engine_section, vllm_available
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,11 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
     """Rollout engine over a ``vllm.LLM``. Thread-safe; see :mod:`.base`. ``model`` is the trainer's
     transformers model: vLLM loads the architecture and initial weights from ``model.name_or_path`` when that
     is a model directory, else from a temporary copy saved from ``model``. Later weights: :meth:`update_weights`.
+
+    ``model`` may instead be a :class:`.spec.PolicySpec` (an engine replica's, which holds no model): vLLM
+    starts from the spec's checkpoint folder when this process sees it, else with dummy weights
+    (``load_format="dummy"``) from a folder holding only the config and the tokenizer; either way the caller
+    pushes the trainer's weights before serving (:func:`.remote.build_engine`).
     """
 
     name = "vllm"
@@ -69,11 +75,22 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
             )
         self._tmpdir: str | None = None
         self._vllm_children: frozenset[str] | None = None  # see loadable
-        self._lora = VLLMLoRAState.for_model(model)
+        self._dummy = False  # vLLM starts with dummy weights: a push must come before it serves
+        spec = model if isinstance(model, PolicySpec) else None
+        self._lora = None if spec is not None else VLLMLoRAState.for_model(model)
         path = Path(model_path) if model_path else None
         base = self._lora.base(model) if self._lora else model
         self._classes = PolicyClasses(base)  # kept from vLLM's Transformers backend (.vllm_classes)
-        if path is None:
+        if spec is not None:
+            self._model_config = spec.model_config()
+            path = path or spec.checkpoint()
+            if path is None:  # only the config and the tokenizer: vLLM's dummy weights until the first push
+                self._tmpdir = tempfile.mkdtemp(prefix="seal-vllm-config-")
+                path = Path(self._tmpdir)
+                self._model_config.save_pretrained(path)
+                tokenizer.save_pretrained(path)
+                self._dummy = True
+        elif path is None:
             source = Path(str(getattr(base, "name_or_path", "") or ""))
             if source.name and (source / "config.json").is_file() and any(source.glob("*.safetensors")):
                 path = source
@@ -124,6 +141,8 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
             kwargs["max_model_len"] = s.max_model_len
         if s.max_num_batched_tokens:
             kwargs["max_num_batched_tokens"] = s.max_num_batched_tokens
+        if self._dummy:
+            kwargs["load_format"] = "dummy"
         if on_cuda:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
             if s.sleep_mode:
