@@ -277,8 +277,8 @@ class ReplicaClient:
         assert self._tracker is not None
         started = time.perf_counter()
         named, ties, always = self._outgoing(model, parameters_only=False)
-        changed = self._changed(named, always)
-        extra = self._push(_cast(changed, self.engine_dtype), ties, version)
+        changed = _cast(self._changed(named, always), self.engine_dtype)
+        extra = self._push(changed, ties, version)
         self._tracker.mark(named)
         self.policy_version, self._asleep = version, False
         self.sync_stats = {

@@ -70,4 +70,5 @@ def empty_model(spec: PolicySpec, dtype: str, device: Any) -> Any:
                 made[id(param)] = torch.nn.Parameter(torch.empty_like(param, device=device),
                                                      requires_grad=param.requires_grad)
             module._parameters[name] = made[id(param)]
+    model.tie_weights()  # the output layer is the embedding again where the config ties them
     return model.to(device).eval()
