@@ -13,8 +13,13 @@ loaded part of its buckets: the engine then holds its requests until a complete 
   names; the tied output layer comes last under its own name, which vLLM's reload of a tied Llama needs),
   then the prefix cache is reset. A sleeping engine (``sleep_mode``) is woken in the same worker step, so it
   never serves the weights it slept with (after a level-2 sleep: its weight memory first, the KV cache once
-  the push is in). A LoRA policy's adapters are vLLM LoRA requests, not reloaded
-  weights: those engines keep the host path.
+  the push is in). A LoRA policy's replicas are plain models of its base: they receive its merged weights
+  (:func:`..lora.merged_weights`) like any other push.
+
+Every push is cast to the engines' dtype (:attr:`.routing.ReplicaClient.engine_dtype`, what the replicas
+reported at start-up) bucket by bucket on the sender's device (:func:`..weight_sync.push`'s ``cast``): a bf16
+engine receives bf16, half the bytes of a float32 policy. The CUDA IPC and NCCL backends are designed to
+torch's documented APIs and have not run in this project's tests (CPU only: gloo).
 
 Client side, :class:`ReplicaPusher` (used by both replica transports, Ray actors and local processes, through
 :class:`.routing.ReplicaClient`): the driver (rank 0) and the live replicas (ranks 1..K) form one group,

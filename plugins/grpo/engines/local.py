@@ -2,9 +2,10 @@
 
 :func:`start_local_replicas` spawns K processes, each pinned to its device before CUDA starts
 (``CUDA_VISIBLE_DEVICES`` = its GPU, or empty for a CPU replica, whose torch / vLLM threads get their own
-share of the cores). Each rebuilds the policy from its config and the weights the driver wrote once into a
-shared-memory file (:mod:`.buckets`), wraps it in the recipe's engine (``hf`` or ``vllm``, built exactly as
-a Ray replica builds it: :func:`.remote.engine_from_weights`) and serves calls over a pipe: each generation
+share of the cores). Each builds the recipe's engine (``hf`` or ``vllm``) from the policy's
+:class:`.spec.PolicySpec`, without weights, exactly as a Ray replica builds it (:func:`.remote.build_engine`),
+and the driver then pushes the trainer's weights to all of them (policy version 0), cast to the engines'
+dtype, as after every update. Each serves calls over a pipe: each generation
 request is submitted to the engine's queue at once (so requests from many episode threads batch in the
 replica), and its result goes back when done.
 
@@ -15,8 +16,9 @@ push goes from the trainer's model straight to the live replicas over one sync g
 1..K; gloo when the model is on the CPU, else ``auto``: CUDA IPC / NCCL / gloo from the members' GPUs): each
 replica's ``receive_weights`` call joins the group and receives into its engine on the engine's worker thread,
 between batches (:mod:`.collective`, the same code as the Ray replicas'), and returns once the push is in. The
-shared-memory file carries the initial weights, every push with ``grpo.weight_sync: host`` or for a vLLM
-replica of a LoRA policy, and a push whose collective attempt failed. A replica process that exits is found by
+shared-memory file carries every push with ``grpo.weight_sync: host`` (``auto`` from a model in host memory)
+and a push whose collective attempt failed. A LoRA policy's replicas are plain models of its base and receive
+its merged weights. A replica process that exits is found by
 its pipe closing (or, before a push, by its process being gone); its pending calls fail over, and the next
 collective push re-forms the group with the live replicas. One stopped (SIGSTOP) during a push is killed.
 """

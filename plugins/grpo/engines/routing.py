@@ -15,6 +15,9 @@ Weight pushes with ``grpo.weight_sync: collective`` (a subclass sets :attr:`Repl
 trainer's model straight to the live replicas over one sync group (driver rank 0, replicas 1..K), each replica
 receiving into its engine between batches (its ``receive_weights`` call); a push that fails (a replica died)
 falls back to the host path after a probe, and the next push re-forms the group with the live replicas.
+Replicas start without weights (:mod:`.spec`): the first push (policy version 0) brings them. Every push is
+cast to the dtype the replicas serve in (:attr:`ReplicaClient.engine_dtype`); a LoRA policy pushes its base
+with the adapters merged in.
 
 Routing: a conversation's key is its opening (everything before the first message an engine sampled: the system
 prompt, any few-shot examples and the task), which every sample of a GRPO group and every turn of a dialogue

@@ -20,6 +20,8 @@ old weights. Measured for SmolLM2-135M (float32, 2-core CPU): about 2-3.7 s per 
 LoRA policies (``grpo.lora``): the engine is built with ``enable_lora`` on the base model, and every
 ``update_weights`` loads the adapters (megabytes) as a new ``LoRARequest`` that all later requests name;
 the base weights are never reloaded, and each generation carries the adapter version (``Generation.adapter``).
+Engine replicas (other processes) of a LoRA policy are not LoRA engines: they serve the base with the adapters
+merged in, pushed as full weights (:mod:`.routing`).
 
 Log-probs: ``logprobs=0`` with vLLM's default ``logprobs_mode="raw_logprobs"``: the log-softmax of the raw
 logits before temperature / top-p, i.e. the same quantity the ``hf`` engine and the trainer compute.
