@@ -51,6 +51,29 @@ class PolicySpec:
         return None
 
 
+def start_folder(model: Any, tokenizer: Any, config: Any, lora: Any) -> tuple[Path, str | None]:
+    """The folder vLLM starts from for ``model`` (a model, or a replica's :class:`PolicySpec`) and the temporary
+    folder to remove later (None: the checkpoint's own). The checkpoint folder when this process sees it; else,
+    for a spec, a folder holding only ``config`` (transformers') and the tokenizer, which vLLM loads with
+    ``load_format="dummy"`` (random weights: vLLM's documented start for an engine whose weights come later,
+    as in its RL examples); for a model, a saved copy of it (``lora``: its base, a :class:`.vllm_lora.VLLMLoRAState`)."""
+    import tempfile
+
+    spec = model if isinstance(model, PolicySpec) else PolicySpec.of(model)
+    found = spec.checkpoint()
+    if found is not None:
+        return found, None
+    tmpdir = tempfile.mkdtemp(prefix="seal-vllm-model-")
+    if model is spec:
+        config.save_pretrained(tmpdir)
+    elif lora:
+        lora.save_base(model, Path(tmpdir))
+    else:
+        model.save_pretrained(tmpdir, safe_serialization=True)
+    tokenizer.save_pretrained(tmpdir)
+    return Path(tmpdir), tmpdir
+
+
 def empty_model(spec: PolicySpec, dtype: str, device: Any) -> Any:
     """The policy's architecture with uninitialised parameters in ``dtype`` on ``device`` (built on the meta
     device, then given storage; buffers such as rotary frequencies are computed as usual), ready to receive a

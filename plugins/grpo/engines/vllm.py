@@ -20,8 +20,6 @@ old weights. Measured for SmolLM2-135M (float32, 2-core CPU): about 2-3.7 s per 
 LoRA policies (``grpo.lora``): the engine is built with ``enable_lora`` on the base model, and every
 ``update_weights`` loads the adapters (megabytes) as a new ``LoRARequest`` that all later requests name;
 the base weights are never reloaded, and each generation carries the adapter version (``Generation.adapter``).
-Engine replicas (other processes) of a LoRA policy are not LoRA engines: they serve the base with the adapters
-merged in, pushed as full weights (:mod:`.routing`).
 
 Log-probs: ``logprobs=0`` with vLLM's default ``logprobs_mode="raw_logprobs"``: the log-softmax of the raw
 logits before temperature / top-p, i.e. the same quantity the ``hf`` engine and the trainer compute.
@@ -35,7 +33,6 @@ import itertools
 import logging
 import os
 import shutil
-import tempfile
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator
@@ -45,7 +42,7 @@ from .vllm_classes import PolicyClasses
 from .vllm_lora import VLLMLoRAState
 from .vllm_release import forget_reload_info
 from .vllm_sleep import VLLMSleep
-from .spec import PolicySpec
+from .spec import PolicySpec, start_folder
 from .settings import engine_dtype, engine_section, vllm_available
 
 log = logging.getLogger(__name__)
@@ -55,11 +52,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
     """Rollout engine over a ``vllm.LLM``. Thread-safe; see :mod:`.base`. ``model`` is the trainer's
     transformers model: vLLM loads the architecture and initial weights from ``model.name_or_path`` when that
     is a model directory, else from a temporary copy saved from ``model``. Later weights: :meth:`update_weights`.
-
-    ``model`` may instead be a :class:`.spec.PolicySpec` (an engine replica's, which holds no model): vLLM
-    starts from the spec's checkpoint folder when this process sees it, else with dummy weights
-    (``load_format="dummy"``) from a folder holding only the config and the tokenizer; either way the caller
-    pushes the trainer's weights before serving (:func:`.remote.build_engine`).
+    A replica passes a :class:`.spec.PolicySpec` instead, and pushes weights before serving (:func:`.spec.start_folder`).
     """
 
     name = "vllm"
@@ -77,33 +70,15 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
             )
         self._tmpdir: str | None = None
         self._vllm_children: frozenset[str] | None = None  # see loadable
-        self._dummy = False  # vLLM starts with dummy weights: a push must come before it serves
-        spec = model if isinstance(model, PolicySpec) else None
+        spec = model if isinstance(model, PolicySpec) else None  # a replica's: no model, no LoRA engine
         self._lora = None if spec is not None else VLLMLoRAState.for_model(model)
-        path = Path(model_path) if model_path else None
-        base = self._lora.base(model) if self._lora else model
-        self._classes = PolicyClasses(base)  # kept from vLLM's Transformers backend (.vllm_classes)
+        self._classes = PolicyClasses(self._lora.base(model) if self._lora else model)  # see .vllm_classes
         if spec is not None:
             self._model_config = spec.model_config()
-            path = path or spec.checkpoint()
-            if path is None:  # only the config and the tokenizer: vLLM's dummy weights until the first push
-                self._tmpdir = tempfile.mkdtemp(prefix="seal-vllm-config-")
-                path = Path(self._tmpdir)
-                self._model_config.save_pretrained(path)
-                tokenizer.save_pretrained(path)
-                self._dummy = True
-        elif path is None:
-            source = Path(str(getattr(base, "name_or_path", "") or ""))
-            if source.name and (source / "config.json").is_file() and any(source.glob("*.safetensors")):
-                path = source
-            else:
-                self._tmpdir = tempfile.mkdtemp(prefix="seal-vllm-model-")
-                path = Path(self._tmpdir)
-                if self._lora:
-                    self._lora.save_base(model, path)
-                else:
-                    model.save_pretrained(path, safe_serialization=True)
-                tokenizer.save_pretrained(path)
+        path = Path(model_path) if model_path else None
+        if path is None:
+            path, self._tmpdir = start_folder(model, tokenizer, self._model_config, self._lora)
+        self._dummy = spec is not None and self._tmpdir is not None  # vLLM's dummy weights until the first push
         self.model_path = path
         self.dtype = engine_dtype(self.settings.dtype, model)
         self._seed = 0 if seed is None else int(seed)
