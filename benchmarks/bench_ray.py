@@ -66,20 +66,18 @@ def _ray(args: argparse.Namespace | None = None) -> Any:
 
 
 def _start(kind: str, model: Any, tokenizer: Any, replicas: int, args: argparse.Namespace) -> Any:
-    import ray
-
     from seal_platform_plugins.grpo.engines import EngineSettings
-    from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
+    from seal_platform_plugins.grpo.engines.remote import build_engine
+    from seal_platform_plugins.grpo.engines.spec import PolicySpec
     from seal_platform_plugins.grpo.tokens import prompt_ids
     from seal_platform_plugins.grpo.engines.replicas import start_replicas
 
     config = _ray(args)
     settings = EngineSettings()
     settings.hf.max_batch_size = args.hf_batch
-    box = [ray.put(_model_blob(model))]
-    builder = functools.partial(build_engine, kind, settings, box, tokenizer, 0)
+    builder = functools.partial(build_engine, kind, settings, PolicySpec.of(model), tokenizer, 0)
     client = start_replicas(kind, config, replicas, builder, functools.partial(prompt_ids, tokenizer))
-    client.mark_synced(model)
+    client.update_weights(model, version=0)  # the replicas start without weights
     return client
 
 

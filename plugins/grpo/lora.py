@@ -253,3 +253,38 @@ def merged_model(model: Any) -> Any:
     """The base model with the adapters folded into its weights (W + B A * alpha / r), as a plain
     transformers model. ``model`` is consumed (its modules are the merged model's)."""
     return model.merge_and_unload(safe_merge=True)
+
+
+def merged_weights(model: Any) -> tuple[dict[str, Any], dict[str, str], set[str]]:
+    """The base model's parameters under their checkpoint names with the active adapters folded in
+    (W + B A * alpha / r, peft's ``get_delta_weight``), without touching ``model``: what an engine replica, a
+    plain model of the base, receives. Returns (name -> tensor, tied names left out -> the name kept, the
+    merged names): an unadapted parameter is the policy's own tensor (its change is tracked as any other's),
+    a merged one a new tensor each call."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    base = base_model(model)
+    adapter = model.active_adapter
+    adapted = {f"{name}.base_layer.weight": module for name, module in base.named_modules()
+               if isinstance(module, LoraLayer) and adapter in module.lora_A}
+    first: dict[int, str] = {}
+    named: dict[str, Any] = {}
+    ties: dict[str, str] = {}
+    merged: set[str] = set()
+    with torch.no_grad():
+        for name, param in base.named_parameters(remove_duplicate=False):
+            if "lora_" in name:
+                continue
+            plain = name.replace(".base_layer.", ".")
+            kept = first.setdefault(id(param), plain)
+            if kept != plain:
+                ties[plain] = kept
+                continue
+            module = adapted.get(name)
+            if module is None:
+                named[plain] = param
+            else:
+                named[plain] = param.detach() + module.get_delta_weight(adapter).to(param.dtype)
+                merged.add(plain)
+    return named, ties, merged

@@ -271,12 +271,12 @@ def push(named: dict[str, Any], group: SyncGroup | None, *, version: int, ties: 
 
     Every rank of a sharded training group calls it with the same names at once (the shards are gathered
     bucket by bucket); only the rank holding the group (the sender, its rank 0) passes it, the others pass
-    None. ``cast``: a dtype name to send in (e.g. ``bfloat16`` for an engine serving bf16); default: each
-    tensor's own. Returns the push's counts and seconds."""
+    None. ``cast``: a dtype to send the floating-point tensors in (the engines', e.g. ``bfloat16``: each bucket
+    is cast on the sender's device); default: each tensor's own. Returns the push's counts and seconds."""
     import torch
 
     started = time.perf_counter()
-    metas = [(n, cast or _dtype_name(t), tuple(t.shape)) for n, t in named.items()]
+    metas = [(n, cast if cast and t.is_floating_point() else _dtype_name(t), tuple(t.shape)) for n, t in named.items()]
     buckets = plan_buckets(metas, bucket_bytes)
     sent = 0
     if group is not None:

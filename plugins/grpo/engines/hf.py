@@ -50,6 +50,11 @@ class HFEngine(QueuedEngine):
         if is_lora(model):
             self.adapter_version = adapter_name(1)
 
+    @property
+    def dtype(self) -> str:
+        """The dtype the engine generates in (its model's), as vLLM's engine names it: ``bfloat16``, ``float32``."""
+        return str(self.model.dtype).removeprefix("torch.")
+
     def update_weights(self, model: Any, version: int | None = None) -> None:
         """Make the engine sample from ``model``'s weights. Free when the engine shares the trainer's model.
 

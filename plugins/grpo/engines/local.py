@@ -2,9 +2,10 @@
 
 :func:`start_local_replicas` spawns K processes, each pinned to its device before CUDA starts
 (``CUDA_VISIBLE_DEVICES`` = its GPU, or empty for a CPU replica, whose torch / vLLM threads get their own
-share of the cores). Each rebuilds the policy from its config and the weights the driver wrote once into a
-shared-memory file (:mod:`.buckets`), wraps it in the recipe's engine (``hf`` or ``vllm``, built exactly as
-a Ray replica builds it: :func:`.remote.engine_from_weights`) and serves calls over a pipe: each generation
+share of the cores). Each builds the recipe's engine (``hf`` or ``vllm``) from the policy's
+:class:`.spec.PolicySpec`, without weights, exactly as a Ray replica builds it (:func:`.remote.build_engine`),
+and the driver then pushes the trainer's weights to all of them (policy version 0), cast to the engines'
+dtype, as after every update. Each serves calls over a pipe: each generation
 request is submitted to the engine's queue at once (so requests from many episode threads batch in the
 replica), and its result goes back when done.
 
@@ -15,8 +16,9 @@ push goes from the trainer's model straight to the live replicas over one sync g
 1..K; gloo when the model is on the CPU, else ``auto``: CUDA IPC / NCCL / gloo from the members' GPUs): each
 replica's ``receive_weights`` call joins the group and receives into its engine on the engine's worker thread,
 between batches (:mod:`.collective`, the same code as the Ray replicas'), and returns once the push is in. The
-shared-memory file carries the initial weights, every push with ``grpo.weight_sync: host`` or for a vLLM
-replica of a LoRA policy, and a push whose collective attempt failed. A replica process that exits is found by
+shared-memory file carries every push with ``grpo.weight_sync: host`` (``auto`` from a model in host memory)
+and a push whose collective attempt failed. A LoRA policy's replicas are plain models of its base and receive
+its merged weights. A replica process that exits is found by
 its pipe closing (or, before a push, by its process being gone); its pending calls fail over, and the next
 collective push re-forms the group with the live replicas. One stopped (SIGSTOP) during a push is killed.
 """
@@ -38,7 +40,8 @@ from seal_platform.types import Message
 
 from . import buckets
 from .routing import ReplicaClient, StickyRouter
-from .shipping import ChangeTracker, with_ties
+from .shipping import with_ties
+from .spec import PolicySpec
 from .stopped import StoppedWatch
 
 log = logging.getLogger(__name__)
@@ -97,14 +100,11 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
     try:
         import torch
 
-        from .remote import engine_from_weights
+        from .remote import build_engine
 
         if spec["seed"] is not None:
             torch.manual_seed(int(spec["seed"]) + index)  # sampling without a request seed differs per replica
-        weights = buckets.read(spec["bucket"])
-        engine = engine_from_weights(spec["kind"], spec["settings"], spec["config"], spec["dtype"],
-                                     with_ties(weights, spec["ties"]), spec["tokenizer"], spec["seed"])
-        del weights
+        engine = build_engine(spec["kind"], spec["settings"], spec["policy"], spec["tokenizer"], spec["seed"])
     except BaseException:
         send((0, "error", traceback.format_exc()))
         return
@@ -148,7 +148,7 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
 
 def _info(index: int, engine: Any) -> dict[str, Any]:
     return {"index": index, "pid": os.getpid(), "max_model_len": int(getattr(engine, "max_model_len", 0) or 0),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "dtype": engine.dtype}
 
 
 def _call(index: int, engine: Any, receiver: Any, method: str, args: tuple[Any, ...]) -> Any:
@@ -354,17 +354,13 @@ def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, d
     cuda = [visible_device(d) for d in devices]
     on_cpu = [i for i, d in enumerate(cuda) if d is None]
     shares = cpu_shares(len(on_cpu)) if on_cpu else []
-    state = model.state_dict()
-    ties = ChangeTracker.ties(state)
-    bucket = buckets.write({n: t for n, t in state.items() if n not in ties})
+    policy = PolicySpec.of(model)  # no weights: the first push brings them, once every replica is up
     context = multiprocessing.get_context("spawn")
     replicas: list[_Replica] = []
     try:
         for index, device in enumerate(cuda):
             cpus = shares[on_cpu.index(index)] if device is None else None
-            spec = {"kind": kind, "settings": settings, "config": model.config.to_dict(),
-                    "dtype": str(model.dtype).removeprefix("torch."), "bucket": bucket.to_dict(), "ties": ties,
-                    "tokenizer": tokenizer, "seed": seed, "device": device, "cpus": cpus,
+            spec = {"kind": kind, "settings": settings, "policy": policy, "tokenizer": tokenizer, "seed": seed, "device": device, "cpus": cpus,
                     "threads": len(cpus) if cpus else 1}
             parent, child = context.Pipe()
             process = context.Process(target=_replica_main, args=(index, spec, child), daemon=True,
@@ -385,12 +381,16 @@ def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, d
         for replica in replicas:
             replica.stop(timeout_s=10)
         raise
-    finally:
-        bucket.remove()
     client = LocalEngineClient(kind, replicas, functools.partial(prompt_ids, tokenizer), cuda, weight_sync,
                                bucket_bytes)
-    client.max_model_len = min(int(r.started.result()["max_model_len"]) for r in replicas)
-    client.mark_synced(model)
+    infos = [r.started.result() for r in replicas]
+    client.max_model_len = min(int(i["max_model_len"]) for i in infos)
+    client.set_engine_dtype([i["dtype"] for i in infos])
+    try:
+        client.update_weights(model, version=0)  # the replicas' first weights: policy version 0
+    except BaseException:
+        client.close()
+        raise
     return client
 
 

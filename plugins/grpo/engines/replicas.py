@@ -2,8 +2,8 @@
 
 :func:`start_replicas` places K :class:`EngineReplica` actors in one placement group (one bundle each:
 ``grpo.placement.engine_cpus`` / ``engine_gpus``), each building its engine with a picklable ``builder`` the engine's
-plugin supplies (grpo builds its ``hf`` or ``vllm`` engine from the policy's config and weights, shipped once
-through the object store). The returned :class:`RayEngineClient` satisfies the core's ``RolloutEngine``; it
+plugin supplies (grpo builds its ``hf`` or ``vllm`` engine from the policy's config, without weights, and then
+pushes them: :mod:`.remote`). The returned :class:`RayEngineClient` satisfies the core's ``RolloutEngine``; it
 pickles (actor handles and a tokenizer-bound prompt function), so episodes running in Ray actors use it too.
 
 Routing: a conversation's key is its opening (everything before the first message an engine sampled: the
@@ -64,7 +64,7 @@ class EngineReplica:
 
     def ready(self) -> dict[str, Any]:
         return {"index": self.index, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
-                "max_model_len": int(getattr(self.engine, "max_model_len", 0) or 0)}
+                "max_model_len": int(getattr(self.engine, "max_model_len", 0) or 0), "dtype": self.engine.dtype}
 
     def generate_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         return self.engine.generate_ids(prompts, sampling)
@@ -201,13 +201,15 @@ def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[]
             ).remote(builder, i)
             for i in range(n)
         ]
-        ray.get([r.ready.remote() for r in replicas])
+        infos = ray.get([r.ready.remote() for r in replicas])
         router = Router.remote(n)
     except BaseException:
         on_ray.release(config)
         raise
-    return RayEngineClient(kind, replicas, router, prompt_fn, config, group, weight_sync=weight_sync,
-                           bucket_bytes=bucket_bytes)
+    client = RayEngineClient(kind, replicas, router, prompt_fn, config, group, weight_sync=weight_sync,
+                             bucket_bytes=bucket_bytes)
+    client.set_engine_dtype([info["dtype"] for info in infos])
+    return client
 
 
 __all__ = ["EngineReplica", "RayEngineClient", "Router", "routing_key", "start_replicas"]

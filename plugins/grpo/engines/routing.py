@@ -15,6 +15,9 @@ Weight pushes with ``grpo.weight_sync: collective`` (a subclass sets :attr:`Repl
 trainer's model straight to the live replicas over one sync group (driver rank 0, replicas 1..K), each replica
 receiving into its engine between batches (its ``receive_weights`` call); a push that fails (a replica died)
 falls back to the host path after a probe, and the next push re-forms the group with the live replicas.
+Replicas start without weights (:mod:`.spec`): the first push (policy version 0) brings them. Every push is
+cast to the dtype the replicas serve in (:attr:`ReplicaClient.engine_dtype`); a LoRA policy pushes its base
+with the adapters merged in.
 
 Routing: a conversation's key is its opening (everything before the first message an engine sampled: the system
 prompt, any few-shot examples and the task), which every sample of a GRPO group and every turn of a dialogue
@@ -105,6 +108,7 @@ class ReplicaClient:
         self._routes: dict[str, int] = {}
         self.sync_stats: dict[str, float] = {}
         self._asleep = False
+        self.engine_dtype: str | None = None  # what the replicas serve in; every push is cast to it (set_engine_dtype)
         self.weight_sync = weight_sync  # grpo.weight_sync: auto, collective (a group with the replicas) or host
         self._pusher: Any = None
         if weight_sync in ("collective", "auto"):
@@ -232,8 +236,41 @@ class ReplicaClient:
 
     # --- TrainableEngine -------------------------------------------------------------------------------
 
+    def set_engine_dtype(self, dtypes: list[str]) -> None:
+        """The replicas serve in ``dtypes`` (one per replica, from their start-up answers): pushes are cast to
+        that dtype where they all agree (a bf16 engine receives bf16: half the bytes of a float32 policy)."""
+        self.engine_dtype = dtypes[0] if dtypes and len(set(dtypes)) == 1 else None
+        if dtypes and self.engine_dtype is None:
+            log.warning("engine replicas serve in different dtypes %s: weight pushes keep the policy's dtype", dtypes)
+
+    def _outgoing(self, model: Any, parameters_only: bool) -> tuple[dict[str, Any], dict[str, str], set[str]]:
+        """What a push of ``model`` sends: name -> tensor, the tied names (left out -> kept), and the names
+        sent whatever the change tracker says. A LoRA (peft) policy sends its base weights with the adapters
+        merged in (W + B A * alpha / r, :func:`..lora.merged_weights`): replicas are plain models of the base,
+        and the merged tensors are new every push. ``parameters_only``: parameters (the sync group's), else
+        the state dict (buffers too; the host path's)."""
+        if is_lora(model):
+            from ..lora import merged_weights
+
+            return merged_weights(model)
+        if parameters_only:
+            from ..weight_sync import sync_tensors
+
+            named, ties = sync_tensors(model, everything=True)
+            return named, ties, set()
+        state = model.state_dict()
+        ties = ChangeTracker.ties(state)
+        return {n: t for n, t in state.items() if n not in ties}, ties, set()
+
+    def _changed(self, named: dict[str, Any], always: set[str]) -> dict[str, Any]:
+        assert self._tracker is not None
+        changed = self._tracker.changed(named, everything=self._whole_state)
+        changed.update((n, named[n]) for n in always if n not in changed)
+        return changed
+
     def update_weights(self, model: Any, version: int | None = None) -> None:
-        """Push the tensors of ``model`` that changed since the last push (vLLM: all) to every live replica:
+        """Push the tensors of ``model`` that changed since the last push (vLLM: all; a LoRA policy: its base
+        with the adapters merged) to every live replica, cast to the replicas' dtype (:attr:`engine_dtype`):
         over the sync group with ``grpo.weight_sync: collective``, else (or when that push fails) through host
         memory (:meth:`_push`)."""
         self._check_owner()
@@ -242,10 +279,10 @@ class ReplicaClient:
             return
         assert self._tracker is not None
         started = time.perf_counter()
-        state = model.state_dict()
-        changed = self._tracker.changed(state, everything=self._whole_state)
-        extra = self._push(changed, ChangeTracker.ties(state), version)
-        self._tracker.mark(state)
+        named, ties, always = self._outgoing(model, parameters_only=False)
+        changed = _cast(self._changed(named, always), self.engine_dtype)
+        extra = self._push(changed, ties, version)
+        self._tracker.mark(named)
         self.policy_version, self._asleep = version, False
         self.sync_stats = {
             "tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),
@@ -256,9 +293,8 @@ class ReplicaClient:
     def _uses_collective(self, model: Any) -> bool:
         """Whether this push goes over the sync group: ``grpo.weight_sync`` collective, or auto with the model
         on a GPU (from host memory the host path is faster: one shared-memory copy or object-store put that
-        every replica reads, against gloo's loopback TCP); never a LoRA policy to vLLM replicas, which serve its
-        adapters as LoRA requests that a sync group does not feed."""
-        if self._pusher is None or (self._whole_state and is_lora(model)):
+        every replica reads, against gloo's loopback TCP)."""
+        if self._pusher is None:
             return False
         return self.weight_sync != "auto" or self._collective_on_gpu(model)
 
@@ -266,11 +302,8 @@ class ReplicaClient:
         """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync
         group (see :mod:`.collective`). False when it failed (e.g. a replica died: marked dead by a probe):
         the caller pushes through host memory instead."""
-        from ..weight_sync import sync_tensors
-
-        assert self._tracker is not None
-        named, ties = sync_tensors(model, everything=True)
-        changed = self._tracker.changed(named, everything=self._whole_state)
+        named, ties, always = self._outgoing(model, parameters_only=True)
+        changed = self._changed(named, always)
         on_gpu = self._collective_on_gpu(model)
         live = self.live()
         if self._pusher.forms_group(live, on_gpu):
@@ -278,7 +311,7 @@ class ReplicaClient:
         if not live:
             return False  # the host path raises the InfraError
         try:
-            stats = self._pusher.push(self, live, changed, ties, version, on_gpu)
+            stats = self._pusher.push(self, live, changed, ties, version, on_gpu, cast=self.engine_dtype)
         except Exception:
             log.exception("collective weight push failed; pushing through host memory")
             self.probe()
@@ -289,11 +322,6 @@ class ReplicaClient:
                            "bytes": stats["bytes"], "buckets": stats["buckets"], "put_s": 0.0,
                            "total_s": stats["seconds"]}
         return True
-
-    def mark_synced(self, model: Any) -> None:
-        """The replicas were built from ``model``'s current weights: the next push sends only changes."""
-        assert self._tracker is not None
-        self._tracker.mark(model.state_dict())
 
     def sleep(self) -> None:
         """Engines give their accelerator memory back during the update (colocated placement); the next
@@ -321,3 +349,13 @@ class ReplicaClient:
 
     def stats(self) -> list[dict[str, Any]]:
         return [self._result(self._submit(i, "stats")) for i in self.live()]
+
+
+def _cast(named: dict[str, Any], dtype: str | None) -> dict[str, Any]:
+    """``named`` with its floating-point tensors in ``dtype`` (None: as they are)."""
+    if dtype is None:
+        return named
+    import torch
+
+    target = getattr(torch, dtype)
+    return {n: t.detach().to(target) if t.is_floating_point() else t for n, t in named.items()}

@@ -64,6 +64,12 @@ class HFEngineSettings(_Section):
         default=True,
         description="Prefill identical prompts of a batch (a group's G rollouts) once and copy their KV cache.",
     )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto",
+        description="Dtype an hf engine REPLICA (settings.grpo.replicas on Ray, or local replicas) builds its model "
+        "in; pushed weights are cast to it. auto: bfloat16 where the replica runs on CUDA, else the policy's "
+        "dtype. An hf engine in the trainer's process shares (or copies) the policy and keeps its dtype.",
+    )
 
 
 class VLLMEngineSettings(_Section):
@@ -257,9 +263,10 @@ def _torch_dtype_name(model: Any) -> str:
 
 
 def engine_dtype(setting: str, model: Any) -> str:
-    """The dtype vLLM serves ``model`` in (``engine.vllm.dtype``): ``auto`` is bfloat16 where the engine runs
-    on CUDA (this process: a Ray replica decides on its own node), whatever the policy's master dtype (float32
-    by default), and the policy's dtype elsewhere."""
+    """The dtype an engine serves ``model`` (a model, or anything with its ``dtype``: a
+    :class:`.spec.PolicySpec`) in (``engine.vllm.dtype``, ``engine.hf.dtype`` for an hf replica): ``auto`` is
+    bfloat16 where the engine runs on CUDA (this process: a Ray replica decides on its own node), whatever the
+    policy's master dtype (float32 by default), and the policy's dtype elsewhere."""
     if setting != "auto":
         return setting
     import torch

@@ -33,7 +33,6 @@ import itertools
 import logging
 import os
 import shutil
-import tempfile
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator
@@ -43,6 +42,7 @@ from .vllm_classes import PolicyClasses
 from .vllm_lora import VLLMLoRAState
 from .vllm_release import forget_reload_info
 from .vllm_sleep import VLLMSleep
+from .spec import PolicySpec, start_folder
 from .settings import engine_dtype, engine_section, vllm_available
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
     """Rollout engine over a ``vllm.LLM``. Thread-safe; see :mod:`.base`. ``model`` is the trainer's
     transformers model: vLLM loads the architecture and initial weights from ``model.name_or_path`` when that
     is a model directory, else from a temporary copy saved from ``model``. Later weights: :meth:`update_weights`.
+    A replica passes a :class:`.spec.PolicySpec` instead, and pushes weights before serving (:func:`.spec.start_folder`).
     """
 
     name = "vllm"
@@ -69,22 +70,15 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
             )
         self._tmpdir: str | None = None
         self._vllm_children: frozenset[str] | None = None  # see loadable
-        self._lora = VLLMLoRAState.for_model(model)
+        spec = model if isinstance(model, PolicySpec) else None  # a replica's: no model, no LoRA engine
+        self._lora = None if spec is not None else VLLMLoRAState.for_model(model)
+        self._classes = PolicyClasses(self._lora.base(model) if self._lora else model)  # see .vllm_classes
+        if spec is not None:
+            self._model_config = spec.model_config()
         path = Path(model_path) if model_path else None
-        base = self._lora.base(model) if self._lora else model
-        self._classes = PolicyClasses(base)  # kept from vLLM's Transformers backend (.vllm_classes)
         if path is None:
-            source = Path(str(getattr(base, "name_or_path", "") or ""))
-            if source.name and (source / "config.json").is_file() and any(source.glob("*.safetensors")):
-                path = source
-            else:
-                self._tmpdir = tempfile.mkdtemp(prefix="seal-vllm-model-")
-                path = Path(self._tmpdir)
-                if self._lora:
-                    self._lora.save_base(model, path)
-                else:
-                    model.save_pretrained(path, safe_serialization=True)
-                tokenizer.save_pretrained(path)
+            path, self._tmpdir = start_folder(model, tokenizer, self._model_config, self._lora)
+        self._dummy = spec is not None and self._tmpdir is not None  # vLLM's dummy weights until the first push
         self.model_path = path
         self.dtype = engine_dtype(self.settings.dtype, model)
         self._seed = 0 if seed is None else int(seed)
@@ -124,6 +118,8 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
             kwargs["max_model_len"] = s.max_model_len
         if s.max_num_batched_tokens:
             kwargs["max_num_batched_tokens"] = s.max_num_batched_tokens
+        if self._dummy:
+            kwargs["load_format"] = "dummy"
         if on_cuda:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
             if s.sleep_mode:
