@@ -9,7 +9,10 @@ decides which samples this rank trains and keeps the ranks' collective calls in 
 * every rank receives **all** of the step's samples (identical lists) and forms the same mini-batches; the
   per-token loss weights (``seq-mean-token-mean`` / ``token-mean``) are computed from the whole mini-batch, so
   they are the global normalisation without a collective; each rank then trains its slice of the mini-batch's
-  samples (balanced by tokens, deterministic);
+  samples (balanced by tokens, deterministic). The slices are cut once per mini-batch at the start of the step
+  (from the samples it will run in any epoch) and the same rank computes a sample's old log-probs and trains it
+  in every epoch: a sample trained where its old log-probs were not computed would take them from its own pass
+  (ratio 1, never clipped; the step metric ``own_pass_ratio_samples`` counts such samples, 0 here);
 * gradients are summed over ranks, not averaged (``set_gradient_divide_factor(1)``): each rank's loss is its
   part of one global sum;
 * FSDP2 all-gathers parameters at every forward and reduce-scatters gradients at every backward, so every rank
@@ -43,6 +46,7 @@ from .packing import PACKED_SDPA, attention_implementation
 from .policy import PolicySettings
 from .samples import Sample, StepTally, engine_diff_sums
 from .settings import GRPOSettings
+from .skipping import predicted_batch_runs
 from .trainer import GRPOTrainer
 
 STATE_FILE = "trainer_state.json"
@@ -89,6 +93,22 @@ def balanced_slices(samples: Sequence[Sample], world_size: int) -> list[list[Sam
     return [[s for i, s in enumerate(samples) if owner[i] == r] for r in range(world_size)]
 
 
+def output_layer_in_root(model: Any) -> bool:
+    """Whether ``model``'s output layer belongs to the FSDP unit of the root ``model`` itself (no module
+    between them, nor the layer, is sharded as a unit of its own), where its parameters stay gathered from the
+    root's forward to its backward's end (what the chunked log-probs outside the forward need)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    layer = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if layer is None or not isinstance(model, FSDPModule):
+        return False
+    name = next((n for n, m in model.named_modules() if m is layer), None)
+    if name is None:
+        return False
+    parts = name.split(".")
+    return not any(isinstance(model.get_submodule(".".join(parts[:i])), FSDPModule) for i in range(1, len(parts) + 1))
+
+
 class ShardedGRPOTrainer(GRPOTrainer):
     """:class:`~.trainer.GRPOTrainer` on an FSDP2-sharded policy, one rank of a process group.
 
@@ -99,9 +119,15 @@ class ShardedGRPOTrainer(GRPOTrainer):
     def __init__(self, model: Any, settings: GRPOSettings, **kwargs: Any):
         import torch.distributed as dist
 
-        # The output layer runs inside the sharded model's own forward (not chunked outside it, where its
-        # parameters are not gathered).
-        settings = settings.model_copy(update={"logits_chunk_tokens": None})
+        # Chunked log-probs (grpo.logits_chunk_tokens) apply the output layer to the final hidden states after
+        # the model's forward, and again when the chunks are recomputed in backward. That layer's parameters
+        # must then be gathered: they are where they belong to the root's FSDP unit, which (reshard_after_forward
+        # unset: fully_shard's documented default for the root) keeps its parameters unsharded from its forward
+        # until its post-backward; a tied output layer is the root's input embeddings, in that unit too.
+        # Elsewhere (an output layer sharded as a unit of its own) the logits come from the model's forward.
+        if settings.logits_chunk_tokens and not all(output_layer_in_root(m) for m in (model, kwargs.get("ref_model"))
+                                                    if m is not None):
+            settings = settings.model_copy(update={"logits_chunk_tokens": None})
         super().__init__(model, settings, **kwargs)
         # Every rank must make the same collective calls: prefix sharing stays on only where the prompt runs at
         # the head of a packed row (per-sequence SDPA), not in a pass of its own.
@@ -111,11 +137,27 @@ class ShardedGRPOTrainer(GRPOTrainer):
             self.settings = self.settings.model_copy(update={"shared_prefix": False})
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
+        self._owners: dict[int, int] = {}  # id(sample) -> the rank that trains it, this step (see _partition)
 
     # hooks of GRPOTrainer.step
 
+    def _partition(self, batches: Sequence[Sequence[Sample]]) -> None:
+        # One partition per mini-batch, for the whole step: the samples a mini-batch may run in any epoch
+        # (a superset of what it runs, see .skipping) split by tokens. The old-log-prob pass before the first
+        # update and every training pass take a sample on the same rank.
+        self._owners = {}
+        for runs in predicted_batch_runs(batches, self.settings, self.policy_is_reference):
+            self._assign(runs)
+
+    def _assign(self, samples: Sequence[Sample]) -> None:
+        for rank, part in enumerate(balanced_slices(samples, self.world_size)):
+            self._owners.update((id(x), rank) for x in part)
+
     def _local(self, samples: Sequence[Sample]) -> list[Sample]:
-        return balanced_slices(samples, self.world_size)[self.rank]
+        unowned = [x for x in samples if id(x) not in self._owners]
+        if unowned:  # not predicted to run (never the case, see .skipping): split the same way on every rank
+            self._assign(unowned)
+        return [x for x in samples if self._owners[id(x)] == self.rank]
 
     def _max_over_ranks(self, n: int) -> int:
         import torch.distributed as dist
