@@ -18,6 +18,11 @@ decides which samples this rank trains and keeps the ranks' collective calls in 
 * FSDP2 all-gathers parameters at every forward and reduce-scatters gradients at every backward, so every rank
   must make the same number of model calls: a rank with fewer micro-batches runs zero-weight one-token passes;
 * loss parts and counts are summed over ranks (``ratio_max``: the max), the gradient norm is the global one.
+* chunked log-probs (``grpo.logits_chunk_tokens``) apply the output layer outside the model's forward: it
+  belongs to the root's FSDP unit (a tied one is the input embeddings, there too), whose parameters stay
+  gathered from the root's forward to the end of its backward (fully_shard's default for the root), so the
+  chunks and their recomputation in backward see the whole layer and its gradient is reduce-scattered with
+  the root's (:func:`output_layer_in_root`; elsewhere the logits come from the model's own forward).
 
 Prefix sharing (``grpo.shared_prefix``) is on on the sharded path only with packed rows under per-sequence SDPA
 (the prompt at the head of each row, :mod:`.packing`); elsewhere its extra prefix pass would make ranks' call
