@@ -28,6 +28,8 @@ METRIC_SPECS = (
     MetricSpec(SKIPPED_SEQUENCES, "advantage 0, nothing to learn", role="skipped_sequences", format=".0f",
                skip_reason="every advantage was 0", skipped=_every_advantage_zero),
     MetricSpec("trained_tokens", "tokens trained on", role="trained_tokens", format=".0f"),
+    MetricSpec("own_pass_ratio_samples", "samples trained after an update with old log-probs from their own pass "
+               "(ratio 1, never clipped): a wrong update; always 0", label="own-pass ratios", format=".0f"),
     MetricSpec("update_s", "seconds the update took", role="update_seconds"),
     MetricSpec("tokens_per_s", "trained tokens per second of the update", role="tokens_per_s", format=".0f"),
 )

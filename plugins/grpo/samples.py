@@ -56,7 +56,8 @@ class StepTally:
     """What one training step adds up. A sharded trainer makes the fields in :attr:`SUMMED` sums over its
     ranks and :attr:`MAXED` maxima; the others are the same on every rank."""
 
-    SUMMED: ClassVar[tuple[str, ...]] = (*LOSS_PARTS, "tokens", "clipped", "dual", "approx_kl", "trained_tokens")
+    SUMMED: ClassVar[tuple[str, ...]] = (*LOSS_PARTS, "tokens", "clipped", "dual", "approx_kl", "trained_tokens",
+                                         "own_pass_ratio_samples")
     MAXED: ClassVar[tuple[str, ...]] = ("ratio_max",)
 
     # Loss parts and gradient norms, summed over the optimizer updates.
@@ -74,6 +75,9 @@ class StepTally:
     updates: int = 0  # optimizer updates taken
     skipped: int = 0  # updates skipped for a non-finite gradient
     trained_tokens: int = 0  # sequence tokens run through the policy with a gradient
+    # Samples trained after an update of this step with their old log-probs taken from their own training pass
+    # (ratio exactly 1, never clipped): a wrong update. 0 unless old log-probs are missing where they train.
+    own_pass_ratio_samples: int = 0
     trained_ids: set[int] = field(default_factory=set)
     skips: SkipCounter = field(default_factory=SkipCounter)
 
@@ -97,16 +101,19 @@ def weights_by_sample(batch: Sequence[Sample], loss_agg: str) -> dict[int, list[
     return out
 
 
-def keep_policy_logprobs(micro: Sequence[Sample], logp: torch.Tensor, as_reference: bool) -> None:
+def keep_policy_logprobs(micro: Sequence[Sample], logp: torch.Tensor, as_reference: bool) -> int:
     """Take the training pass's log-probs as old log-probs where none were computed (the first mini-batch:
     the policy has not moved yet) and, ``as_reference`` (the policy still equals the reference), as
-    reference log-probs."""
+    reference log-probs. Returns how many samples took their old log-probs so."""
     parts = torch.split(logp.detach(), [x.n_tokens for x in micro])
+    taken = 0
     for x, part in zip(micro, parts):
         if as_reference and x.ref_logp is None:
             x.ref_logp = part.clone()
         if x.old_logp is None:
             x.old_logp = part.clone()
+            taken += 1
+    return taken
 
 
 def overlong(trajectory: Trajectory) -> bool:

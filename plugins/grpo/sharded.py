@@ -1,24 +1,7 @@
-"""Sharded GRPO training, one rank: the policy update across N worker processes with torch FSDP2.
-
-Each worker is one process holding one shard (``torch.distributed.fsdp.fully_shard``, one shard per worker,
-NCCL on CUDA, gloo on CPU) of the policy, of the frozen reference policy and of the AdamW states. The step's
-objective and micro-batching are :class:`~.trainer.GRPOTrainer` 's own: :class:`ShardedGRPOTrainer` only
-decides which samples this rank trains and keeps the ranks' collective calls in step, so that the update is the
-1-process update (same weights, loss and metrics up to float rounding):
-
-* every rank receives **all** of the step's samples (identical lists) and forms the same mini-batches; the
-  per-token loss weights (``seq-mean-token-mean`` / ``token-mean``) are computed from the whole mini-batch, so
-  they are the global normalisation without a collective; each rank then trains its slice of the mini-batch's
-  samples (balanced by tokens, deterministic);
-* gradients are summed over ranks, not averaged (``set_gradient_divide_factor(1)``): each rank's loss is its
-  part of one global sum;
-* FSDP2 all-gathers parameters at every forward and reduce-scatters gradients at every backward, so every rank
-  must make the same number of model calls: a rank with fewer micro-batches runs zero-weight one-token passes;
-* loss parts and counts are summed over ranks (``ratio_max``: the max), the gradient norm is the global one.
-
-Prefix sharing (``grpo.shared_prefix``) is on on the sharded path only with packed rows under per-sequence SDPA
-(the prompt at the head of each row, :mod:`.packing`); elsewhere its extra prefix pass would make ranks' call
-sequences differ. It is an exact speed-up only, so the result is unchanged.
+"""Sharded GRPO training, one rank: a worker process holding one shard of the policy, its reference and its
+AdamW states (``torch.distributed.fsdp.fully_shard``; NCCL on CUDA, gloo on CPU), started without full copies
+(:mod:`.sharded_start`), training with :class:`~.sharded_trainer.ShardedGRPOTrainer` (which samples this rank
+trains, and why the update equals the 1-process update).
 
 Checkpoints are written sharded with ``torch.distributed.checkpoint`` (DCP): every rank writes its own shards
 of the policy and the optimizer state under fully-qualified parameter names; DCP reshards on load, so a
@@ -35,17 +18,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from .memory_phases import HostOffload, empty_cache, trainer_tensors
-from .packing import PACKED_SDPA, attention_implementation
 from .policy import PolicySettings
-from .samples import Sample, StepTally, engine_diff_sums
+from .samples import Sample
 from .settings import GRPOSettings
 from .sharded_start import start_models
-from .trainer import GRPOTrainer
+from .sharded_trainer import ShardedGRPOTrainer, balanced_slices, output_layer_in_root  # noqa: F401 - re-exported
 
 STATE_FILE = "trainer_state.json"
 FORMAT_VERSION = 1
@@ -74,107 +56,6 @@ class WorkerOptions:
     backend: str | None = None
     device: str | None = None
     build_model: Callable[[], Any] | None = None
-
-
-# --- the sharded trainer ------------------------------------------------------------------------------------
-
-
-def balanced_slices(samples: Sequence[Sample], world_size: int) -> list[list[Sample]]:
-    """Split ``samples`` into ``world_size`` slices with about equal token counts (longest first onto the
-    least-loaded rank; ties by rank). Deterministic; each slice keeps the samples' original order."""
-    load = [0] * world_size
-    owner: dict[int, int] = {}
-    order = sorted(range(len(samples)), key=lambda i: (-len(samples[i].input_ids), i))
-    for i in order:
-        r = min(range(world_size), key=lambda k: (load[k], k))
-        owner[i] = r
-        load[r] += len(samples[i].input_ids)
-    return [[s for i, s in enumerate(samples) if owner[i] == r] for r in range(world_size)]
-
-
-class ShardedGRPOTrainer(GRPOTrainer):
-    """:class:`~.trainer.GRPOTrainer` on an FSDP2-sharded policy, one rank of a process group.
-
-    ``model`` (and ``ref_model``) must already be sharded with ``fully_shard`` and the default process group
-    initialised. Call :meth:`step` on every rank with the same samples.
-    """
-
-    def __init__(self, model: Any, settings: GRPOSettings, **kwargs: Any):
-        import torch.distributed as dist
-
-        # The output layer runs inside the sharded model's own forward (not chunked outside it, where its
-        # parameters are not gathered).
-        settings = settings.model_copy(update={"logits_chunk_tokens": None})
-        super().__init__(model, settings, **kwargs)
-        # Every rank must make the same collective calls: prefix sharing stays on only where the prompt runs at
-        # the head of a packed row (per-sequence SDPA), not in a pass of its own.
-        in_row = settings.pack_sequences and all(
-            attention_implementation(m) == PACKED_SDPA for m in (model, self.ref_model) if m is not None)
-        if not in_row:
-            self.settings = self.settings.model_copy(update={"shared_prefix": False})
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
-
-    # hooks of GRPOTrainer.step
-
-    def _local(self, samples: Sequence[Sample]) -> list[Sample]:
-        return balanced_slices(samples, self.world_size)[self.rank]
-
-    def _max_over_ranks(self, n: int) -> int:
-        import torch.distributed as dist
-
-        t = torch.tensor([n], dtype=torch.long, device=self._comm_device())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
-
-    def _comm_device(self) -> torch.device:
-        return self.device if self.device.type == "cuda" else torch.device("cpu")
-
-    def _idle_logits(self, model: Any) -> torch.Tensor:
-        ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.device)
-        with self._autocast():
-            return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
-
-    @torch.no_grad()
-    def fill_logprobs(self, model: Any, samples: Any, attr: str) -> None:
-        samples = list(samples)
-        todo = [s for s in samples if getattr(s, attr) is None and s.n_tokens]
-        mine = len(self._micro_batches(todo))
-        total = self._max_over_ranks(mine)
-        super().fill_logprobs(model, todo, attr)
-        for _ in range(total - mine):
-            self._idle_logits(model)
-
-    def _accumulation_batches(self, samples: Sequence[Sample]) -> Iterator[list[Sample]]:
-        micros = self._micro_batches(samples)
-        total = self._max_over_ranks(len(micros))
-        yield from micros
-        # Zero-weight passes so that this rank makes the calls the others make (reference pass, then a
-        # forward and backward of the policy): FSDP's all-gathers and reduce-scatters must pair up.
-        for _ in range(total - len(micros)):
-            if self.settings.kl_coef > 0:
-                self.fill_logprobs(self.ref_model, [], "ref_logp")
-            (self._idle_logits(self.model).float().sum() * 0.0).backward()
-
-    def _reduce_stats(self, tally: StepTally) -> None:
-        import torch.distributed as dist
-
-        summed = torch.tensor([getattr(tally, k) for k in tally.SUMMED], dtype=torch.float64, device=self._comm_device())
-        dist.all_reduce(summed)
-        maxed = torch.tensor([getattr(tally, k) for k in tally.MAXED], dtype=torch.float64, device=self._comm_device())
-        dist.all_reduce(maxed, op=dist.ReduceOp.MAX)
-        for key, value in [*zip(tally.SUMMED, summed.tolist()), *zip(tally.MAXED, maxed.tolist())]:
-            setattr(tally, key, type(getattr(tally, key))(value))  # counts stay ints (exact in float64)
-
-    def _engine_diff(self, samples: Sequence[Sample]) -> float | None:
-        import torch.distributed as dist
-
-        if not self._checks_engine_logprobs():
-            return None
-        total, n = engine_diff_sums(samples)
-        t = torch.tensor([total, n], dtype=torch.float64, device=self._comm_device())
-        dist.all_reduce(t)
-        return float(t[0] / t[1]) if t[1] > 0 else None
 
 
 # --- one rank -------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ picks ``skip`` (this, the default) or ``compute`` (run everything, the reference
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .settings import GRPOSettings
 
@@ -57,18 +57,47 @@ class SkipCounter:
         }
 
 
+def _predicted_active(batches: Sequence[Sequence[Any]], settings: GRPOSettings, at_reference: bool
+                      ) -> Iterator[tuple[int, int, list[Any]]]:
+    """``(epoch, index, active)`` for each mini-batch a step on ``batches`` trains, in order over its
+    ``epochs_per_step`` passes: ``active``, the samples of mini-batch ``index`` that will (or may) be run there.
+    Assumes every mini-batch with something to run makes an update (if one does not, the policy stays at the
+    reference longer and a few more samples are skipped than predicted: never fewer)."""
+    for epoch in range(settings.epochs_per_step):
+        for i, batch in enumerate(batches):
+            active = [x for x in batch if not can_skip(x, settings, at_reference)]
+            yield epoch, i, active
+            if active:
+                at_reference = False
+
+
 def predicted_runs(batches: Sequence[Sequence[Any]], settings: GRPOSettings, at_reference: bool) -> list[Any]:
-    """Samples of mini-batches after the first that will (or may) be run: those need old log-probs computed
-    before the first update. Assumes every mini-batch with something to run makes an update (if one does
-    not, a few more samples are skipped than predicted: never fewer)."""
+    """Samples that will (or may) be run after the step's first mini-batch: those need old log-probs computed
+    before the first update. The first mini-batch's samples get theirs from their own first training pass
+    (the policy has not moved yet); one of its samples skipped then but run in a later epoch (a zero advantage
+    at the reference under a k2/k3 KL term) is here too. Each sample once, in order."""
+    first: set[int] = set()
     out: list[Any] = []
-    for i, batch in enumerate(batches):
-        active = [x for x in batch if not can_skip(x, settings, at_reference)]
-        if i > 0:
-            out.extend(active)
-        if active:
-            at_reference = False
+    seen: set[int] = set()
+    for epoch, i, active in _predicted_active(batches, settings, at_reference):
+        if epoch == 0 and i == 0:
+            first = {id(x) for x in active}
+            continue
+        for x in active:
+            if id(x) not in first and id(x) not in seen:
+                seen.add(id(x))
+                out.append(x)
     return out
+
+
+def predicted_batch_runs(batches: Sequence[Sequence[Any]], settings: GRPOSettings, at_reference: bool
+                         ) -> list[list[Any]]:
+    """For each of ``batches``, its samples that will (or may) be run in any of the step's epochs (in the
+    mini-batch's order): what a sharded trainer partitions over its ranks, once per mini-batch."""
+    runs: list[set[int]] = [set() for _ in batches]
+    for _, i, active in _predicted_active(batches, settings, at_reference):
+        runs[i].update(id(x) for x in active)
+    return [[x for x in batch if id(x) in run] for batch, run in zip(batches, runs)]
 
 
 def no_grad_passes(

@@ -218,6 +218,7 @@ class GRPOTrainer(LogprobPasses):
         # checkpointing in transformers only engages in train mode.
         self.model.train(self.settings.gradient_checkpointing)
         batches = self.mini_batches(samples)
+        self._partition(batches)
         self._prepare_old_logprobs(samples, batches)
         engine_diff = self._engine_diff(samples)
         tally = StepTally()
@@ -279,7 +280,9 @@ class GRPOTrainer(LogprobPasses):
         if need_ref and not at_reference:
             self.fill_logprobs(self.ref_model, micro, "ref_logp")
         logp, ent = self._forward(self.model, micro, entropy=True)
-        keep_policy_logprobs(micro, logp, as_reference=need_ref and at_reference)
+        own_pass = keep_policy_logprobs(micro, logp, as_reference=need_ref and at_reference)
+        if tally.updates:  # the policy has moved since the step began: its own pass is not the old policy's
+            tally.own_pass_ratio_samples += own_pass
         dev = logp.device
         old = torch.cat([x.old_logp.to(dev) for x in micro])
         adv = torch.tensor([x.advantage for x in micro for _ in x.positions], dtype=torch.float32, device=dev)
@@ -331,6 +334,7 @@ class GRPOTrainer(LogprobPasses):
             trained_sequences=float(len(tally.trained_ids)),
             generated_tokens=float(sum(x.n_tokens for x in samples)),
             trained_tokens=float(tally.trained_tokens),
+            own_pass_ratio_samples=float(tally.own_pass_ratio_samples),
             tokens_per_s=tally.trained_tokens / elapsed if elapsed > 0 else 0.0,
             update_s=elapsed,
             lr=self._lr(),
@@ -342,8 +346,12 @@ class GRPOTrainer(LogprobPasses):
 
     # Hooks for a sharded trainer (sharded.ShardedGRPOTrainer): one process trains everything here.
 
+    def _partition(self, batches: Sequence[Sequence[Sample]]) -> None:
+        """Decide, at the start of a step on ``batches``, which process trains each sample (and computes its
+        old log-probs: the same one). One process trains them all."""
+
     def _local(self, samples: Sequence[Sample]) -> list[Sample]:
-        """The samples of a mini-batch that this process trains."""
+        """The samples among ``samples`` that this process trains (and computes the old log-probs of)."""
         return list(samples)
 
     def _accumulation_batches(self, samples: Sequence[Sample]) -> Iterable[list[Sample]]:

@@ -21,7 +21,7 @@ from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 # Metrics that must agree between the sharded and the 1-process update (timings differ, of course).
 COMPARED = ("loss", "pg_loss", "kl", "entropy", "grad_norm", "clip_frac", "dual_clip_frac", "approx_kl",
             "ratio_max", "updates", "skipped_updates", "trained_sequences", "generated_tokens", "trained_tokens",
-            "lr", "engine_logprob_abs_diff")
+            "lr", "engine_logprob_abs_diff", "own_pass_ratio_samples")
 
 
 def max_diff(a: dict, b: dict) -> float:
@@ -56,16 +56,22 @@ def test_one_sharded_worker_equals_the_single_process_trainer_and_reloads_its_ch
     side only); DCP save/load."""
     from test_trainer import make_trajectories
 
-    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=2, lr=1e-3, adam_eps=1e-6)
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=2, lr=1e-3, adam_eps=1e-6,
+                            logits_chunk_tokens=None)
     policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
     trajs = make_trajectories(tokenizer)
     model, _ = load_policy(policy)
     want = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id).step(
         build_samples(tokenizer, trajs, settings=settings))
-    sharded = settings.model_copy(update={"gradient_checkpointing": checkpointing, "pack_sequences": packed})
+    # The sharded side takes its log-probs through the output layer in chunks of 7 loss tokens (several per
+    # micro-batch), outside the sharded model's forward; the 1-process side from the model's own logits.
+    sharded = settings.model_copy(update={"gradient_checkpointing": checkpointing, "pack_sequences": packed,
+                                          "logits_chunk_tokens": 7})
     options = WorkerOptions(grpo=sharded, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
     worker = TrainerWorker(0, 1, "127.0.0.1", free_port(), options)
     try:
+        assert worker.trainer.settings.logits_chunk_tokens == 7
+        assert all(head is not None for head in worker.trainer._output_heads.values())
         # Packed rows under per-sequence SDPA keep prefix sharing (the prompt at the row's head); padded
         # micro-batches drop it on the sharded path (its prefix pass would be an extra collective call).
         assert worker.trainer.settings.shared_prefix is packed
@@ -139,6 +145,40 @@ def test_two_workers_equal_one_process_and_resume_into_one_worker(tiny_model_dir
     finally:
         worker.close()
     assert not dist.is_initialized()
+
+
+# Two worker processes start: about 40 s on 2 idle cores.
+def test_two_workers_equal_one_process_over_many_mini_batches_and_epochs(tiny_model_dir, tokenizer):
+    """One partition of each mini-batch serves its old-log-prob pass and its training in every epoch: with five
+    mini-batches (where a partition of all later samples and one per mini-batch differ) and two epochs, the
+    2-rank update is the 1-process one and no sample takes its ratio from its own pass after an update. The
+    ranks take their log-probs through the output layer in chunks (outside the sharded forward), the 1 process
+    from the model's logits. ``zero_advantage: compute``: the workers' trainers do not assume their reference
+    equals the policy at the start, so they never skip a zero advantage at the reference; both sides run all."""
+    from test_trainer import make_trajectories
+
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=2, lr=1e-3, adam_eps=1e-6,
+                            epochs_per_step=2, logits_chunk_tokens=None, zero_advantage="compute")
+    policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    rewards = ((1.0, 1.0, 1.0), (1.0, 0.0, 0.0), (0.0, 1.0, 1.0), (1.0, 1.0, 0.0), (0.0, 0.0, 1.0))
+    trajs = make_trajectories(tokenizer, rewards=rewards, seed=3)
+
+    model, _ = load_policy(policy)
+    want = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id).step(
+        build_samples(tokenizer, trajs, settings=settings))
+    want_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    assert want["updates"] == 10 and want["own_pass_ratio_samples"] == 0
+
+    chunked = settings.model_copy(update={"logits_chunk_tokens": 7})
+    options = WorkerOptions(grpo=chunked, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
+    with LocalTrainerGroup(2, options) as group:
+        got = group.step(build_samples(tokenizer, trajs, settings=settings))
+        weights = group.full_state_dict()
+    assert got["own_pass_ratio_samples"] == 0
+    assert_same_metrics(got, want)
+    assert max_diff(weights, want_weights) <= 1e-4
+    moved = max(float((want_weights[k] - load_policy(policy)[0].state_dict()[k]).abs().max()) for k in want_weights)
+    assert moved > 1e-3
 
 
 def test_worker_failure_is_reported_with_its_cause(tmp_path):
