@@ -85,4 +85,4 @@ def test_the_shipped_diagnosers_unmapped_finer_labels_map_to_no_reference_label(
         pytest.skip("the smarthome plugin is not installed")
     blocks = " ".join(_listed(rows, 30).split())
     assert "smarthome: pass (a reference label)" in blocks, blocks
-    assert "smarthome: recovery_failure (maps to no reference label)" in blocks, blocks
+    assert "smarthome: argument_mismatch (maps to no reference label)" in blocks, blocks

@@ -144,8 +144,8 @@ def collect(ctx, environment, engine, tasks, interface, group_size, step):
 
 
 @hookimpl
-def evaluate(ctx, environment, engine, tasks, step):
-    return toy_plugin.plugin.evaluate(ctx, environment, engine, tasks, step)
+def evaluate(ctx, environment, engine, tasks, step, interface):
+    return toy_plugin.plugin.evaluate(ctx, environment, engine, tasks, step, interface)
 '''
 
 

@@ -38,6 +38,7 @@ def test_every_kind_of_event_is_written(tmp_path):
     events.Reload()
     value = {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"]}
     assert value == pytest.approx({"interface/revision": 1, "labels/bfcl/pass": 2, "labels/bfcl/recovery_failure": 1,
+                                   "label_rate/bfcl/pass": 2 / 3, "label_rate/bfcl/recovery_failure": 1 / 3,
                                    "loss": 0.5, "reward/mean": 0.25, "eval/a": 50, "eval/b": 100, "eval/average": 75})
     assert events.Tags()["tensors"] == ["interface"], events.Tags()
     text = events.Tensors("interface")[0].tensor_proto.string_val[0].decode()
