@@ -5,7 +5,6 @@ and with a scripted sampler that passes some episodes, so that the short run mak
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,8 @@ from seal_platform.planning import load_recipe, plan_recipe, plugin_host_for, pr
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.registry import EngineSpec
 from seal_platform.store import RunStore
-from seal_platform.types import Generation, Message, SamplingParams
+from mcp_scripted_engine import ScriptedWithPolicyLogprobs
+from seal_platform.types import Message
 
 SMALL = ["training.steps=1", "training.tasks_per_step=2", "training.group_size=2", "rollout.max_new_tokens=8",
          "evaluation.max_new_tokens=8", "evaluation.before_training=false", "settings.mcp.n_eval=2",
@@ -75,7 +75,7 @@ def test_the_embedded_model_is_trained_on_the_example(tmp_path, monkeypatch):
     assert sum(s.metrics.get("updates", 0) for s in steps) >= 1
 
 
-class ScriptedCalls:
+class ScriptedCalls(ScriptedWithPolicyLogprobs):
     """A rollout engine that answers each task's user turn with its ground-truth call or, on a seeded coin flip,
     the same call with another allowed value (a valid call the verifier fails), as tokens of the policy's
     tokenizer with the policy's own log-probs: the tiny random policy never writes a call, so its groups are
@@ -86,11 +86,7 @@ class ScriptedCalls:
              "status": {"active": "discontinued", "discontinued": "backorder", "backorder": "active"}}
 
     def __init__(self, model, tokenizer, seed: int):
-        from seal_platform_plugins.mcp.tasks import load_tasks
-
-        self.model, self.tokenizer, self.rng = model, tokenizer, random.Random(seed)
-        tasks = load_tasks(ROOT / "examples" / "mcp-inventory" / "tasks.jsonl")
-        self.truth = {turn["user"]: turn["calls"][0] for t in tasks for turn in t.payload["turns"] if turn["calls"]}
+        super().__init__(model, tokenizer, seed, ROOT / "examples" / "mcp-inventory" / "tasks.jsonl")
 
     def _text(self, conv: list[Message]) -> str:
         call = self.truth.get(conv[-1].content) if conv[-1].role == "user" else None
@@ -101,29 +97,6 @@ class ScriptedCalls:
         if keys and self.rng.random() < 0.5:
             call["arguments"][keys[0]] = self.OTHER[keys[0]][call["arguments"][keys[0]]]
         return f"<tool_call>{json.dumps(call)}</tool_call>"
-
-    def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
-        import torch
-        from seal_platform_plugins.grpo.tokens import prompt_ids
-
-        out = []
-        for conv in conversations:
-            text = self._text(conv)
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-            prompt = prompt_ids(self.tokenizer, conv)
-            with torch.no_grad():
-                logits = self.model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].float()
-            logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0].tolist()
-            out.append(Generation(text=text, token_ids=ids, logprobs=logprobs, prompt_tokens=len(prompt)))
-        return out
-
-    def count_tokens(self, conversation: list[Message]) -> int:
-        from seal_platform_plugins.grpo.tokens import prompt_ids
-
-        return len(prompt_ids(self.tokenizer, conversation))
-
-    def close(self) -> None:
-        pass
 
 
 class ScriptedCallsPlugin:

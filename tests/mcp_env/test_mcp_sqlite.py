@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import random
 import subprocess
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from mcp_scripted_engine import ScriptedWithPolicyLogprobs
 from seal_platform.types import Generation, Interface, Message, SamplingParams
 from seal_platform_plugins.mcp.diagnoser import diagnose
 from seal_platform_plugins.mcp.environment import MCPEnvironment
@@ -153,7 +153,7 @@ def test_the_reset_tool_is_called_with_the_recipes_arguments(sqlite_command):
     assert traj.tool_calls[0].result == "[{'stock': 3}]"
 
 
-class _Coin:
+class _Coin(ScriptedWithPolicyLogprobs):
     """A rollout engine for the run below: each turn's ground-truth call or, on a seeded coin flip, a query on
     a column the table lacks (a text error of the server), as tokens of the policy's tokenizer with the
     policy's own log-probs, so the groups are mixed and GRPO has something to learn from."""
@@ -161,11 +161,7 @@ class _Coin:
     name = "sqlite_coin"
 
     def __init__(self, model, tokenizer, seed: int):
-        from seal_platform_plugins.mcp.tasks import load_tasks
-
-        self.model, self.tokenizer, self.rng = model, tokenizer, random.Random(seed)
-        tasks = load_tasks(EXAMPLE / "tasks.jsonl")
-        self.truth = {turn["user"]: turn["calls"][0] for t in tasks for turn in t.payload["turns"]}
+        super().__init__(model, tokenizer, seed, EXAMPLE / "tasks.jsonl")
 
     def _text(self, conv: list[Message]) -> str:
         call = self.truth.get(conv[-1].content) if conv[-1].role == "user" else None
@@ -174,29 +170,6 @@ class _Coin:
         if self.rng.random() < 0.5:
             call = {"name": call["name"], "arguments": {"query": "UPDATE products SET stok = 1"}}
         return f"<tool_call>{json.dumps(call)}</tool_call>"
-
-    def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
-        import torch
-        from seal_platform_plugins.grpo.tokens import prompt_ids
-
-        out = []
-        for conv in conversations:
-            text = self._text(conv)
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-            prompt = prompt_ids(self.tokenizer, conv)
-            with torch.no_grad():
-                logits = self.model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].float()
-            logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0].tolist()
-            out.append(Generation(text=text, token_ids=ids, logprobs=logprobs, prompt_tokens=len(prompt)))
-        return out
-
-    def count_tokens(self, conversation: list[Message]) -> int:
-        from seal_platform_plugins.grpo.tokens import prompt_ids
-
-        return len(prompt_ids(self.tokenizer, conversation))
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_short_training_run_on_the_pypi_server(sqlite_command, tiny_model_dir, tmp_path, monkeypatch):
