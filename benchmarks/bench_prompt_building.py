@@ -1,10 +1,13 @@
 """Per-turn CPU time of building an episode's next prompt (plugins/grpo/tokens.py) as the episode grows.
 
-An engine builds the prompt of every generation with `prompt_ids(tokenizer, messages)`. Without the splice
-cache each call re-renders and re-tokenizes the whole conversation once per sampled message (work growing
-with the square of the turns, per call); with it (the default) each call resumes from its prefix's cached
-splice and tokenizes only what the last turns appended. This prints, per turn, the time of one prompt build
-with the cache and without it, for a dialogue of assistant calls and ~300-token tool results (BFCL-like).
+An engine builds the prompt of every generation with `prompt_ids(tokenizer, messages)`, token in, token out:
+the first prompt is rendered once, sampled messages are appended as their token ids, and what follows each
+sampled message (tool results, user turns, the generation prompt) is a delta rendered against a fixed base
+conversation; history is never rendered again. Without the splice cache a call rebuilds the sequence from
+the start (the first prompt and one delta per sampled message so far: work growing with the turns, per
+call); with it (the default) a call resumes from the longest prefix already spliced and renders and
+tokenizes only the deltas after it. This prints, per turn, the time of one prompt build with the cache and
+without it, for a dialogue of assistant calls and ~300-token tool results (BFCL-like).
 
     .venv/bin/python benchmarks/bench_prompt_building.py --turns 20
 """
