@@ -84,12 +84,14 @@ def test_a_plugin_section_at_the_top_level_of_a_recipe_file(runner, tmp_path):
 
 
 def _readme_keys() -> list[tuple[str, str]]:
-    """Every backticked `section.key: value` or `section.key` of the README whose section is a plugin's."""
+    """Every backticked `section.key: value` or `section.key` of the README and of the default run's page (the
+    README's details) whose section is a plugin's."""
     from seal_platform.planning import plugin_host_for
 
     sections = set(plugin_host_for(None).settings_models())
     found = []
-    for key, value in re.findall(r"`((?:settings\.)?[a-z_]+(?:\.[a-z_]+)+)(?:: ([^`]+))?`", (REPO / "README.md").read_text()):
+    text = (REPO / "README.md").read_text() + (REPO / "docs" / "default-run.md").read_text()
+    for key, value in re.findall(r"`((?:settings\.)?[a-z_]+(?:\.[a-z_]+)+)(?:: ([^`]+))?`", text):
         if key.removeprefix("settings.").split(".")[0] in sections:
             found.append((key, value))
     return found
