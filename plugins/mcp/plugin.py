@@ -3,6 +3,7 @@ diagnoser (BFCL taxonomy) and its training-interface evolution on the servers' t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from seal_platform.config import Issue
@@ -24,8 +25,7 @@ def _settings_model() -> type:
 HOOKS = LockstepHooks(
     NAME, _settings_model,
     batches="in chunks of settings.mcp.max_parallel_episodes, each round's generations batched in one engine call",
-    fix="remove rollout.executor or set it to local; for more episodes at once raise settings.mcp.max_parallel_episodes",
-    example_recipe="recipes/mcp-example.yaml")
+    fix="remove rollout.executor or set it to local; for more episodes at once raise settings.mcp.max_parallel_episodes")
 register_settings, collect, evaluate = HOOKS.register_settings, HOOKS.collect, HOOKS.evaluate
 
 
@@ -59,8 +59,6 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[s
     would leave a failed run in the store, after the model load): the task file, every stdio server's command
     (found on PATH, or an executable file) and working directory, and every URL server's address (it parses,
     with a host; the server is not contacted here)."""
-    from pathlib import Path
-
     ours = settings.get(NAME)
     if not HOOKS.uses(config) or ours is None:
         return []
@@ -85,12 +83,15 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Is
     not started here: ``check_machine``, before a run, and ``check-env`` list their tools and check the
     names); and the recipe problems of lock-step episodes (:meth:`LockstepHooks.recipe_issues`)."""
     ours = settings.get(NAME)  # None: the section failed validation, a problem reported on its own
-    issues = []
-    if ours is not None:
-        from .tasks import load_tasks
+    if ours is None:
+        return HOOKS.recipe_issues(config)
+    if HOOKS.uses(config) and ours.tasks and not Path(ours.tasks).expanduser().is_file():
+        return [Issue("settings.mcp.tasks", f"there is no file {ours.tasks!r} here (relative paths are read from "
+                      f"the current directory, {Path.cwd()})", "run from the folder the recipe's paths are relative "
+                      "to (the repository's root for recipes/mcp-example.yaml), or give an absolute path")]
+    from .tasks import load_tasks
 
-        issues = HOOKS.task_file_issues(config, ours.tasks, load_tasks, "docs/mcp.md")
-    return issues + HOOKS.recipe_issues(config)
+    return HOOKS.task_file_issues(config, ours.tasks, load_tasks, "docs/mcp.md") + HOOKS.recipe_issues(config)
 
 
 @hookimpl

@@ -26,8 +26,7 @@ HOOKS = LockstepHooks(
     NAME, _settings_model,
     batches="in chunks of settings.openenv.max_parallel_episodes, each round's generations batched in one engine call",
     fix="remove rollout.executor or set it to local; for more episodes at once raise "
-        "settings.openenv.max_parallel_episodes (WebSocket transport)",
-    example_recipe="recipes/openenv-example.yaml")
+        "settings.openenv.max_parallel_episodes (WebSocket transport)")
 register_settings, collect, evaluate = HOOKS.register_settings, HOOKS.collect, HOOKS.evaluate
 
 

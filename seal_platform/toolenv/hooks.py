@@ -3,7 +3,7 @@ whose environment plays its episodes in lock step (:mod:`.lockstep`) makes one :
 exports the hooks it wants from its plugin module (pluggy reads a module's attributes, so a bound method marked
 ``@hookimpl`` is a hook implementation like a function)::
 
-    HOOKS = LockstepHooks(NAME, _settings_model, batches="...", fix="...", example_recipe="recipes/x.yaml")
+    HOOKS = LockstepHooks(NAME, _settings_model, batches="...", fix="...")
     register_settings, collect, evaluate = HOOKS.register_settings, HOOKS.collect, HOOKS.evaluate
 
 The core calls ``collect`` and ``evaluate`` on the plugin that registered the run's environment only (and a
@@ -18,7 +18,6 @@ The environment object gives ``settings`` (with ``max_new_tokens``), ``pristine_
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 from seal_platform.config import Issue, RunConfig
@@ -44,16 +43,13 @@ class LockstepHooks:
     """The standard hooks of the tool-environment plugin ``name`` (also its environment's and its settings
     section's name); ``settings_model``: returns the section's pydantic model (imported when called, so that
     loading the plugin module stays cheap). ``batches`` and ``fix``: how the episodes are batched and what to
-    do instead of naming an executor (see :func:`.episodes.lockstep_executor_issues`); ``example_recipe``: the
-    recipe whose relative paths a user should run from (named when a task file is missing)."""
+    do instead of naming an executor (see :func:`.episodes.lockstep_executor_issues`)."""
 
-    def __init__(self, name: str, settings_model: Callable[[], type], *, batches: str, fix: str,
-                 example_recipe: str | None = None) -> None:
+    def __init__(self, name: str, settings_model: Callable[[], type], *, batches: str, fix: str) -> None:
         self.name = name
         self.settings_model = settings_model
         self.batches = batches
         self.fix = fix
-        self.example_recipe = example_recipe
 
     def settings(self, ctx: Any) -> Any:
         """The run's validated settings section of this plugin."""
@@ -78,22 +74,16 @@ class LockstepHooks:
 
     def task_file_issues(self, config: RunConfig, path: str | None, load_tasks: Callable[[str], Sequence[Task]],
                          doc: str) -> list[Issue]:
-        """For ``check_config`` of a recipe that uses this environment with a task file at ``path``: the file is
-        there and every line is a valid task (``load_tasks`` raises OSError or ValueError otherwise); ``doc``:
-        the page that describes the file."""
+        """For ``check_config`` of a recipe that uses this environment with a task file at ``path``: every line
+        of the file is a valid task (``load_tasks`` raises OSError or ValueError otherwise, with the file and
+        line); ``doc``: the page that describes the file."""
         if not self.uses(config) or not path:
             return []
-        where = f"settings.{self.name}.tasks"
-        if not Path(path).expanduser().is_file():
-            recipe = f" (the repository's root for {self.example_recipe})" if self.example_recipe else ""
-            return [Issue(where, f"there is no file {path!r} here (relative paths are read from the current "
-                          f"directory, {Path.cwd()})", f"run from the folder the recipe's paths are relative to{recipe}, "
-                          "or give an absolute path")]
         try:
             load_tasks(path)
         except (OSError, ValueError) as exc:
-            return [Issue(where, str(exc).rstrip("."), f"give the JSON Lines task file described in {doc} (relative "
-                          "paths are read from the current directory)")]
+            return [Issue(f"settings.{self.name}.tasks", str(exc).rstrip("."), f"give the JSON Lines task file "
+                          f"described in {doc} (relative paths are read from the current directory)")]
         return []
 
     @hookimpl

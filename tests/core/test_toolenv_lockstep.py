@@ -246,19 +246,32 @@ def test_recipe_issues_name_an_unused_executor_and_an_evolution_for_another_envi
 
 
 def test_the_task_file_issue_says_what_is_wrong_with_it(tmp_path):
-    hooks = _hooks()
+    from pydantic import BaseModel
+
+    from seal_platform.toolenv.episodes import load_task_file
+
+    class Spec(BaseModel):
+        id: str
+        split: str = "train"
+        category: str = "count"
+        to: int
 
     def load(path: str) -> list[Task]:
-        raise ValueError(f"{path}:1: not a valid task.")
+        return load_task_file(path, Spec, "settings.counting.tasks", lambda line: {"to": line.to})
 
-    uses = RunConfig(environment="counting")
-    missing = hooks.task_file_issues(uses, str(tmp_path / "nowhere.jsonl"), load, "docs/x.md")
-    assert len(missing) == 1 and missing[0].where == "settings.counting.tasks" and "there is no file" in missing[0].what
-    (tmp_path / "bad.jsonl").write_text("{}\n")
-    bad = hooks.task_file_issues(uses, str(tmp_path / "bad.jsonl"), load, "docs/x.md")
-    assert len(bad) == 1 and bad[0].what.endswith("not a valid task") and "docs/x.md" in bad[0].fix
-    assert hooks.task_file_issues(RunConfig(environment="toy"), str(tmp_path / "bad.jsonl"), load, "docs/x.md") == []
-    assert hooks.task_file_issues(uses, str(tmp_path / "bad.jsonl"), lambda path: [], "docs/x.md") == []
+    hooks, uses = _hooks(), RunConfig(environment="counting")
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text('{"id": "a", "to": 2}\n')
+    bad.write_text('{"id": "a", "to": 2}\n{"id": "b", "to": "many"}\n')
+    assert hooks.task_file_issues(uses, str(good), load, "docs/x.md") == []
+    (issue,) = hooks.task_file_issues(uses, str(bad), load, "docs/x.md")
+    assert issue.where == "settings.counting.tasks" and f"{bad}:2: not a valid task" in issue.what
+    assert "docs/x.md" in issue.fix and not issue.what.endswith(".")
+    (missing,) = hooks.task_file_issues(uses, str(tmp_path / "gone.jsonl"), load, "docs/x.md")
+    assert "not found" in missing.what
+    # Not read for a recipe that does not use the environment, nor without a file.
+    assert hooks.task_file_issues(RunConfig(environment="toy"), str(bad), load, "docs/x.md") == []
+    assert hooks.task_file_issues(uses, None, load, "docs/x.md") == []
 
 
 # --- the core calls an environment plugin for its own environment only ------------------------------------------
