@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from seal_platform.types import Interface, Task
+from seal_platform.types import Interface, SamplingParams, Task, Trajectory
 
 from seal_platform.errors import SealError
 from seal_platform.infra import InfraError
@@ -43,6 +43,13 @@ class MCPEnvironment:
 
     def pristine_interface(self) -> Interface:
         return Interface(revision=0)
+
+    def play(self, engine: Any, episodes: list[tuple[Task, str, int]], interface: Interface,
+             sampling: SamplingParams) -> list[Trajectory]:
+        """Play ``(task, group, sample)`` episodes in lock step and verify them (:mod:`.episode`)."""
+        from .episode import run_episodes
+
+        return run_episodes(self, engine, episodes, interface, sampling)
 
     # --- tools ------------------------------------------------------------------------------------------------
 

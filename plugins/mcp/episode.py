@@ -19,8 +19,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal_platform.infra import InfraError, failed_trajectory
+from seal_platform.infra import InfraError
 from seal_platform.toolenv.jsoncalls import clip_text, parse_calls
+from seal_platform.toolenv.lockstep import LockstepEpisode, play_lockstep
 from seal_platform.toolenv.schemadocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
 from seal_platform.types import (
     Interface,
@@ -133,82 +134,87 @@ def build_prompt(env: Any, task: Task, interface: Interface) -> list[Message]:
 
 
 @dataclass
-class _Episode:
-    task: Task
-    traj: Trajectory
-    messages: list[Message]
+class _Episode(LockstepEpisode):
+    env: Any = None
     conns: list[MCPConnection] = field(default_factory=list)
     turn: int = 0
     attempts: int = 0
     checks: list[list[str]] = field(default_factory=list)
     answers: dict[int, str] = field(default_factory=dict)  # turn -> the agent's final message (without a call)
-    done: bool = False
 
+    def begin(self) -> None:
+        self.conns = open_servers(self.env, self.conns)
+        self._start_turn()
 
-def _start_turn(ep: _Episode) -> None:
-    ep.messages.append(Message(role="user", content=ep.task.payload["turns"][ep.turn]["user"]))
-    ep.attempts = 0
+    def _start_turn(self) -> None:
+        self.messages.append(Message(role="user", content=self.task.payload["turns"][self.turn]["user"]))
+        self.attempts = 0
 
+    def _end_turn(self) -> None:
+        self.checks.append(run_checks(self.env, self.conns, self.task.payload["turns"][self.turn]))
+        self.turn += 1
+        if self.turn >= len(self.task.payload["turns"]):
+            self.done = True
+        else:
+            self._start_turn()
 
-def _end_turn(env: Any, ep: _Episode) -> None:
-    ep.checks.append(run_checks(env, ep.conns, ep.task.payload["turns"][ep.turn]))
-    ep.turn += 1
-    if ep.turn >= len(ep.task.payload["turns"]):
-        ep.done = True
-    else:
-        _start_turn(ep)
-
-
-def _react(env: Any, ep: _Episode, text: str, interface: Interface) -> None:
-    s = env.settings
-    ep.attempts += 1
-    calls, error = parse_calls(text, s.max_calls_per_message)
-    changes = interface.spec.get("changes", [])
-    names = [d["name"] for d in env.docs()]
-    hint_doc: dict[str, Any] | None = None
-    if error is not None:
-        ep.traj.tool_calls.append(ToolCall(turn=ep.turn, name="", rejected=error))
-        observations, failed = [f"Error: {error}"], True
-    elif not calls:
-        ep.answers[ep.turn] = text
-        _end_turn(env, ep)
-        return
-    else:
-        observations, failed = [], False
-        for call in calls:
-            record = ToolCall(turn=ep.turn, name=call["name"], arguments=call["arguments"])
-            doc = next((d for d in env.docs() if d["name"] == call["name"]), None)
-            if doc is None:
-                record.rejected = f"unknown tool {call['name']!r}; available tools: {', '.join(names)}"
-                observations.append(f"Error: {record.rejected}")
-                failed = True
-            else:
-                extra = unknown_arguments(doc, call["arguments"])
-                problem = ((f"unexpected argument {extra[0]!r}" if extra else None) or unsendable(call["arguments"])
-                           or validate_arguments(doc, call["arguments"]))
-                if problem:
-                    record.error = f"Error: invalid arguments for {call['name']}: {problem}"
+    def react(self, text: str) -> None:
+        env, s = self.env, self.env.settings
+        self.attempts += 1
+        calls, error = parse_calls(text, s.max_calls_per_message)
+        changes = self.interface.spec.get("changes", [])
+        names = [d["name"] for d in env.docs()]
+        hint_doc: dict[str, Any] | None = None
+        if error is not None:
+            self.traj.tool_calls.append(ToolCall(turn=self.turn, name="", rejected=error))
+            observations, failed = [f"Error: {error}"], True
+        elif not calls:
+            self.answers[self.turn] = text
+            self._end_turn()
+            return
+        else:
+            observations, failed = [], False
+            for call in calls:
+                record = ToolCall(turn=self.turn, name=call["name"], arguments=call["arguments"])
+                doc = next((d for d in env.docs() if d["name"] == call["name"]), None)
+                if doc is None:
+                    record.rejected = f"unknown tool {call['name']!r}; available tools: {', '.join(names)}"
+                    observations.append(f"Error: {record.rejected}")
                     failed = True
                 else:
-                    result = server_call(env, ep.conns, call["name"], call["arguments"])
-                    if result.is_error:
-                        record.error = f"Error during execution: {result.text}"
+                    extra = unknown_arguments(doc, call["arguments"])
+                    problem = ((f"unexpected argument {extra[0]!r}" if extra else None)
+                               or unsendable(call["arguments"]) or validate_arguments(doc, call["arguments"]))
+                    if problem:
+                        record.error = f"Error: invalid arguments for {call['name']}: {problem}"
                         failed = True
                     else:
-                        record.result = result.text
-                observations.append(record.error or record.result or "")
-                hint_doc = doc if record.error else hint_doc
-            ep.traj.tool_calls.append(record)
-    content = "\n".join(observations)
-    if failed and "recovery_hints" in changes:
-        content = f"{content}\n{recovery_hint(hint_doc, content, names)}"
-    ep.messages.append(Message(role="tool", content=content))
-    if wants_answer(ep.task.payload["turns"][ep.turn]):
-        # The turn goes on until the agent answers without a call: its calls, and one message for the answer.
-        if ep.attempts >= s.attempts_per_turn + 1:
-            _end_turn(env, ep)
-    elif not failed or ep.attempts >= s.attempts_per_turn:
-        _end_turn(env, ep)
+                        result = server_call(env, self.conns, call["name"], call["arguments"])
+                        if result.is_error:
+                            record.error = f"Error during execution: {result.text}"
+                            failed = True
+                        else:
+                            record.result = result.text
+                    observations.append(record.error or record.result or "")
+                    hint_doc = doc if record.error else hint_doc
+                self.traj.tool_calls.append(record)
+        content = "\n".join(observations)
+        if failed and "recovery_hints" in changes:
+            content = f"{content}\n{recovery_hint(hint_doc, content, names)}"
+        self.messages.append(Message(role="tool", content=content))
+        if wants_answer(self.task.payload["turns"][self.turn]):
+            # The turn goes on until the agent answers without a call: its calls, and one message for the answer.
+            if self.attempts >= s.attempts_per_turn + 1:
+                self._end_turn()
+        elif not failed or self.attempts >= s.attempts_per_turn:
+            self._end_turn()
+
+    def close(self) -> None:
+        close_servers(self.conns)
+
+    def score(self) -> None:
+        self.traj.turn_verdicts = verify(self.env, self.task, self.traj, self.checks, self.answers)
+        self.traj.reward = 1.0 if all(v.passed for v in self.traj.turn_verdicts) else 0.0
 
 
 def wants_answer(turn: dict[str, Any]) -> bool:
@@ -264,69 +270,14 @@ def verify(env: Any, task: Task, traj: Trajectory, checks: list[list[str]],
     return verdicts
 
 
-def _fail(ep: _Episode, interface: Interface, reason: str) -> Trajectory:
-    close_servers(ep.conns)
-    ep.done = True
-    return failed_trajectory(ep.task, ep.traj.group, ep.traj.sample, reason, interface.revision)
-
-
 def run_episodes(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], interface: Interface,
                  sampling: SamplingParams) -> list[Trajectory]:
-    """Play ``(task, group, sample)`` episodes (in chunks, each in lock step) and verify them."""
-    out: list[Trajectory] = []
+    """Play ``(task, group, sample)`` episodes (in chunks, each in lock step; every episode's servers of a chunk
+    start at once) and verify them."""
+
+    def make(task: Task, traj: Trajectory) -> _Episode:
+        return _Episode(task, traj, build_prompt(env, task, interface), interface, env=env, conns=start_servers(env))
+
     # A URL server whose sessions share one state (reset per episode) serves one episode at a time.
     chunk = 1 if env.settings.shared_state() else env.settings.max_parallel_episodes
-    for start in range(0, len(episodes), chunk):
-        out += _run_chunk(env, engine, episodes[start:start + chunk], interface, sampling)
-    return out
-
-
-def _run_chunk(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], interface: Interface,
-               sampling: SamplingParams) -> list[Trajectory]:
-    eps: list[_Episode] = []
-    lost: dict[int, Trajectory] = {}
-    env.docs()
-    for task, group, sample in episodes:  # every episode's servers start at once
-        traj = Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
-                          interface_revision=interface.revision)
-        eps.append(_Episode(task, traj, build_prompt(env, task, interface), start_servers(env)))
-    for ep in eps:
-        try:
-            ep.conns = open_servers(env, ep.conns)
-        except InfraError as exc:
-            lost[id(ep)] = _fail(ep, interface, str(exc))
-            continue
-        _start_turn(ep)
-    try:
-        while True:
-            active = [ep for ep in eps if not ep.done]
-            if not active:
-                break
-            gens = engine.generate([ep.messages for ep in active], sampling)
-            for ep, gen in zip(active, gens):
-                ep.messages.append(Message.from_generation(gen))
-                if gen.finish_reason == "prompt_too_long":
-                    ep.traj.finish = "context_limit"
-                    ep.done = True
-                    continue
-                try:
-                    _react(env, ep, gen.text, interface)
-                except InfraError as exc:
-                    lost[id(ep)] = _fail(ep, interface, str(exc))
-    finally:
-        for ep in eps:
-            close_servers(ep.conns)
-    out = []
-    for ep in eps:
-        if id(ep) in lost:
-            out.append(lost[id(ep)])
-            continue
-        ep.traj.messages = ep.messages
-        try:
-            ep.traj.turn_verdicts = verify(env, ep.task, ep.traj, ep.checks, ep.answers)
-        except InfraError as exc:
-            out.append(failed_trajectory(ep.task, ep.traj.group, ep.traj.sample, str(exc), interface.revision))
-            continue
-        ep.traj.reward = 1.0 if all(v.passed for v in ep.traj.turn_verdicts) else 0.0
-        out.append(ep.traj)
-    return out
+    return play_lockstep(engine, episodes, interface, sampling, make, chunk)

@@ -3,28 +3,30 @@ diagnoser (BFCL taxonomy) and its training-interface evolution on the servers' t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.toolenv.episodes import (evaluation_episodes, lockstep_executor_issues, scored_without_infra_failures,
-                                           tool_call_sampling, training_episodes)
-from seal_platform.types import EvalResult
+from seal_platform.toolenv.hooks import LockstepHooks
 
 NAME = "mcp"
 
 
-def _settings(ctx: Any) -> Any:
+def _settings_model() -> type:
     from .settings import MCPSettings
 
-    return ctx.settings_for(NAME, MCPSettings)
+    return MCPSettings
 
 
-def _is_ours(environment: Any) -> bool:
-    from .environment import MCPEnvironment
-
-    return isinstance(environment, MCPEnvironment)
+# mcp plays its episodes in lock step in the run's process (in chunks; one engine call per round for a chunk,
+# which is what batches generation) and never hands them to ``ctx.executor``.
+HOOKS = LockstepHooks(
+    NAME, _settings_model,
+    batches="in chunks of settings.mcp.max_parallel_episodes, each round's generations batched in one engine call",
+    fix="remove rollout.executor or set it to local; for more episodes at once raise settings.mcp.max_parallel_episodes")
+register_settings, collect, evaluate = HOOKS.register_settings, HOOKS.collect, HOOKS.evaluate
 
 
 def _build(ctx: Any) -> Any:
@@ -32,7 +34,7 @@ def _build(ctx: Any) -> Any:
 
     from .environment import MCPEnvironment
 
-    settings = _settings(ctx)
+    settings = HOOKS.settings(ctx)
     missing = [key for key, value in (("settings.mcp.servers", settings.servers), ("settings.mcp.tasks", settings.tasks))
                if not value]
     if missing:
@@ -52,23 +54,13 @@ def _tools_missing(problems: list[str]) -> str:
 
 
 @hookimpl
-def register_settings() -> dict[str, type]:
-    from .settings import MCPSettings
-
-    return {NAME: MCPSettings}
-
-
-@hookimpl
 def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[str]:
     """What a run of the mcp environment needs from this machine, probed before anything starts (otherwise each
     would leave a failed run in the store, after the model load): the task file, every stdio server's command
     (found on PATH, or an executable file) and working directory, and every URL server's address (it parses,
     with a host; the server is not contacted here)."""
-    from pathlib import Path
-
-    uses = config.environment == NAME or any(b.environment == NAME for b in config.evaluation.benchmarks)
     ours = settings.get(NAME)
-    if not uses or ours is None:
+    if not HOOKS.uses(config) or ours is None:
         return []
     problems = []
     tasks = ours.tasks
@@ -89,30 +81,17 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[s
 def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
     """The task file of a recipe that uses mcp: it is there and every line is a valid task (the servers are
     not started here: ``check_machine``, before a run, and ``check-env`` list their tools and check the
-    names). And mcp plays its episodes in lock step in the run's process (in chunks; one engine call per round
-    for a chunk, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that
-    names an executor for an mcp run asks for something that would go unused."""
-    issues: list[Issue] = []
-    ours = settings.get(NAME)
-    uses = config.environment == NAME or any(b.environment == NAME for b in config.evaluation.benchmarks)
-    if uses and ours is not None and ours.tasks:
-        from pathlib import Path
+    names); and the recipe problems of lock-step episodes (:meth:`LockstepHooks.recipe_issues`)."""
+    ours = settings.get(NAME)  # None: the section failed validation, a problem reported on its own
+    if ours is None:
+        return HOOKS.recipe_issues(config)
+    if HOOKS.uses(config) and ours.tasks and not Path(ours.tasks).expanduser().is_file():
+        return [Issue("settings.mcp.tasks", f"there is no file {ours.tasks!r} here (relative paths are read from "
+                      f"the current directory, {Path.cwd()})", "run from the folder the recipe's paths are relative "
+                      "to (the repository's root for recipes/mcp-example.yaml), or give an absolute path")]
+    from .tasks import load_tasks
 
-        from .tasks import load_tasks
-
-        if not Path(ours.tasks).expanduser().is_file():
-            return [Issue("settings.mcp.tasks", f"there is no file {ours.tasks!r} here (relative paths are read from "
-                          f"the current directory, {Path.cwd()})", "run from the folder the recipe's paths are relative "
-                          "to (the repository's root for recipes/mcp-example.yaml), or give an absolute path")]
-        try:
-            load_tasks(ours.tasks)
-        except (OSError, ValueError) as exc:
-            issues.append(Issue("settings.mcp.tasks", str(exc).rstrip("."),
-                                "give the JSON Lines task file described in docs/mcp.md (relative paths are read from "
-                                "the current directory)"))
-    return issues + lockstep_executor_issues(
-        config, NAME, "in chunks of settings.mcp.max_parallel_episodes, each round's generations batched in one engine call",
-        'remove rollout.executor or set it to local; for more episodes at once raise settings.mcp.max_parallel_episodes')
+    return HOOKS.task_file_issues(config, ours.tasks, load_tasks, "docs/mcp.md") + HOOKS.recipe_issues(config)
 
 
 @hookimpl
@@ -144,27 +123,6 @@ def register_diagnosers() -> list[DiagnoserSpec]:
 
 
 @hookimpl
-def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list | None:
-    if not _is_ours(environment):
-        return None
-    from .episode import run_episodes
-
-    return run_episodes(environment, engine, training_episodes(tasks, group_size, step), interface,
-                        tool_call_sampling(ctx, False, environment.settings.max_new_tokens))
-
-
-@hookimpl
-def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> EvalResult | None:
-    if not _is_ours(environment):
-        return None
-    from .episode import run_episodes
-
-    trajs = run_episodes(environment, engine, evaluation_episodes(tasks, step), environment.pristine_interface(),
-                         tool_call_sampling(ctx, True, environment.settings.max_new_tokens))
-    return scored_without_infra_failures(ctx, tasks, trajs)
-
-
-@hookimpl
 def diagnose(trajectories: list) -> list:
     """Called by the core only in runs of this plugin's environment (the diagnoser's ``environments``)."""
     from .diagnoser import diagnose as run
@@ -174,8 +132,6 @@ def diagnose(trajectories: list) -> list:
 
 @hookimpl
 def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
-    if not _is_ours(environment):
-        return None
     from .evolution import evolve
 
-    return evolve(interface, state, _settings(ctx).evolution)
+    return evolve(interface, state, HOOKS.settings(ctx).evolution)

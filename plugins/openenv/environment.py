@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from seal_platform.toolenv.episodes import load_task_file
-from seal_platform.types import Interface, Task
+from seal_platform.types import Interface, SamplingParams, Task, Trajectory
 
 from seal_platform.infra import InfraError
 
@@ -155,6 +155,13 @@ class OpenEnvEnvironment:
 
     def pristine_interface(self) -> Interface:
         return Interface(revision=0)
+
+    def play(self, engine: Any, episodes: list[tuple[Task, str, int]], interface: Interface,
+             sampling: SamplingParams) -> list[Trajectory]:
+        """Play ``(task, group, sample)`` episodes in lock step and verify them (:mod:`.episode`)."""
+        from .episode import run_episodes
+
+        return run_episodes(self, engine, episodes, interface, sampling)
 
     def docs(self) -> list[dict[str, Any]]:
         return [self.doc]

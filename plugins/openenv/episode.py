@@ -24,11 +24,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal_platform.infra import InfraError, failed_trajectory
+from seal_platform.infra import InfraError
+from seal_platform.toolenv.jsoncalls import clip_text, parse_calls
+from seal_platform.toolenv.lockstep import LockstepEpisode, play_lockstep
+from seal_platform.toolenv.schemadocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
-from seal_platform.toolenv.jsoncalls import clip_text, parse_calls
-from seal_platform.toolenv.schemadocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
 from .client import ActionRefused, StepResult
 
 SYSTEM = (
@@ -65,72 +66,93 @@ def build_prompt(env: Any, interface: Interface) -> list[Message]:
 
 
 @dataclass
-class _Episode:
-    task: Task
-    traj: Trajectory
-    messages: list[Message]
+class _Episode(LockstepEpisode):
+    env: Any = None
     session: Any = None
     turns: list[dict[str, Any]] = field(default_factory=list)  # per agent message: kind, action, reward, ...
-    done: bool = False
     env_done: bool = False
 
+    def begin(self) -> None:
+        self.session, result = self.env.reset_session(dict(self.task.payload.get("reset") or {}))
+        self.traj.metadata["reset_reward"] = result.reward
+        self.messages.append(Message(role="user", content=render_observation(self.env, result.observation)))
+        if result.done:
+            self.done = self.env_done = True
+            self.traj.finish = "done_at_reset"
 
-def _begin(env: Any, ep: _Episode) -> None:
-    ep.session, result = env.reset_session(dict(ep.task.payload.get("reset") or {}))
-    ep.traj.metadata["reset_reward"] = result.reward
-    ep.messages.append(Message(role="user", content=render_observation(env, result.observation)))
-    if result.done:
-        ep.done = ep.env_done = True
-        ep.traj.finish = "done_at_reset"
-
-
-def _react(env: Any, ep: _Episode, text: str, interface: Interface) -> None:
-    s = env.settings
-    turn = len(ep.turns)
-    info: dict[str, Any] = {"kind": "", "action": None, "reward": None, "done": False, "error": None}
-    ep.turns.append(info)
-    calls, error = parse_calls(text, 1)
-    changes = interface.spec.get("changes", [])
-    if error is None and not calls:
-        info["kind"] = "no_action"
-        ep.done = True
-        ep.traj.finish = "no_action"
-        return
-    result: StepResult | None = None
-    if error is None and calls[0]["name"] != s.action_name:
-        error = f"unknown tool {calls[0]['name']!r}; the only tool is {s.action_name}"
-    if error is not None:
-        ep.traj.tool_calls.append(ToolCall(turn=turn, name=calls[0]["name"] if calls else "", rejected=error))
-        info.update(kind="invalid_call", error=error)
-        content = f"Error: {error}"
-    else:
-        arguments = calls[0]["arguments"]
-        record = ToolCall(turn=turn, name=s.action_name, arguments=arguments)
-        extra = unknown_arguments(env.doc, arguments)
-        problem = (f"unexpected argument {extra[0]!r}" if extra else None) or validate_arguments(env.doc, arguments)
-        info["action"] = arguments
-        if problem:
-            record.error = f"Error: invalid arguments for {s.action_name}: {problem}"
-            info.update(kind="invalid_arguments", error=problem)
+    def react(self, text: str) -> None:
+        env, s = self.env, self.env.settings
+        turn = len(self.turns)
+        info: dict[str, Any] = {"kind": "", "action": None, "reward": None, "done": False, "error": None}
+        self.turns.append(info)
+        calls, error = parse_calls(text, 1)
+        changes = self.interface.spec.get("changes", [])
+        if error is None and not calls:
+            info["kind"] = "no_action"
+            self.done = True
+            self.traj.finish = "no_action"
+            return
+        result: StepResult | None = None
+        if error is None and calls[0]["name"] != s.action_name:
+            error = f"unknown tool {calls[0]['name']!r}; the only tool is {s.action_name}"
+        if error is not None:
+            self.traj.tool_calls.append(ToolCall(turn=turn, name=calls[0]["name"] if calls else "", rejected=error))
+            info.update(kind="invalid_call", error=error)
+            content = f"Error: {error}"
         else:
-            try:
-                result = ep.session.step(arguments)
-            except ActionRefused as exc:
-                record.error = f"Error: the environment refused the action: {clip_text(str(exc), 600)}"
-                info.update(kind="refused", error=str(exc)[:600])
+            arguments = calls[0]["arguments"]
+            record = ToolCall(turn=turn, name=s.action_name, arguments=arguments)
+            extra = unknown_arguments(env.doc, arguments)
+            problem = (f"unexpected argument {extra[0]!r}" if extra else None) or validate_arguments(env.doc, arguments)
+            info["action"] = arguments
+            if problem:
+                record.error = f"Error: invalid arguments for {s.action_name}: {problem}"
+                info.update(kind="invalid_arguments", error=problem)
             else:
-                record.result = render_observation(env, result.observation)
-                info.update(kind="stepped", reward=result.reward, done=result.done)
-        ep.traj.tool_calls.append(record)
-        content = record.error or record.result or ""
-    if result is None and "recovery_hints" in changes:
-        content = f"{content}\n{recovery_hint(env.doc, content, [s.action_name])}"
-    ep.messages.append(Message(role="tool", content=content))
-    if result is not None and result.done:
-        ep.done = ep.env_done = True
-    elif len(ep.turns) >= s.max_steps:
-        ep.done = True
-        ep.traj.finish = "step_limit"
+                try:
+                    result = self.session.step(arguments)
+                except ActionRefused as exc:
+                    record.error = f"Error: the environment refused the action: {clip_text(str(exc), 600)}"
+                    info.update(kind="refused", error=str(exc)[:600])
+                else:
+                    record.result = render_observation(env, result.observation)
+                    info.update(kind="stepped", reward=result.reward, done=result.done)
+            self.traj.tool_calls.append(record)
+            content = record.error or record.result or ""
+        if result is None and "recovery_hints" in changes:
+            content = f"{content}\n{recovery_hint(env.doc, content, [s.action_name])}"
+        self.messages.append(Message(role="tool", content=content))
+        if result is not None and result.done:
+            self.done = self.env_done = True
+        elif len(self.turns) >= s.max_steps:
+            self.done = True
+            self.traj.finish = "step_limit"
+
+    def context_limit(self) -> None:
+        self.turns.append({"kind": "context_limit", "action": None, "reward": None, "done": False, "error": None})
+        super().context_limit()
+
+    def wrap_up(self) -> None:
+        """Record the session's final state (a failure to read it is recorded too: the episode itself ran)."""
+        if self.session is None:
+            return
+        try:
+            state = self.session.state()
+            self.traj.metadata["final_state"] = clip_text(json.dumps(state, ensure_ascii=False, default=str),
+                                                          self.env.settings.max_observation_chars)
+        except InfraError as exc:
+            self.traj.metadata["final_state_error"] = clip_text(str(exc), 300)
+
+    def close(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.close()
+
+    def score(self) -> None:
+        self.traj.reward, self.traj.turn_verdicts = verify(self.env, self)
+        if not math.isfinite(self.traj.reward):  # finite step rewards whose sum overflows
+            raise InfraError(f"the OpenEnv server at {self.env.url} gave step rewards whose sum is not a finite "
+                             f"number ({self.traj.reward})")
 
 
 def episode_reward(env: Any, ep: _Episode) -> float:
@@ -160,83 +182,12 @@ def verify(env: Any, ep: _Episode) -> tuple[float, list[TurnVerdict]]:
     return (1.0 if passed else 0.0) if s.binary_reward else reward, verdicts
 
 
-def _close(ep: _Episode) -> None:
-    session, ep.session = ep.session, None
-    if session is not None:
-        session.close()
-
-
-def _fail(ep: _Episode, interface: Interface, reason: str) -> Trajectory:
-    _close(ep)
-    ep.done = True
-    return failed_trajectory(ep.task, ep.traj.group, ep.traj.sample, reason, interface.revision)
-
-
 def run_episodes(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], interface: Interface,
                  sampling: SamplingParams) -> list[Trajectory]:
     """Play ``(task, group, sample)`` episodes (in chunks of ``env.parallel_episodes()``, each in lock step)."""
-    out: list[Trajectory] = []
-    chunk = env.parallel_episodes()
-    for start in range(0, len(episodes), chunk):
-        out += _run_chunk(env, engine, episodes[start:start + chunk], interface, sampling)
-    return out
+    prompt = build_prompt(env, interface) if episodes else []
 
+    def make(task: Task, traj: Trajectory) -> _Episode:
+        return _Episode(task, traj, list(prompt), interface, env=env)
 
-def _run_chunk(env: Any, engine: Any, episodes: list[tuple[Task, str, int]], interface: Interface,
-               sampling: SamplingParams) -> list[Trajectory]:
-    eps: list[_Episode] = []
-    lost: dict[int, Trajectory] = {}
-    prompt = build_prompt(env, interface)
-    for task, group, sample in episodes:
-        traj = Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
-                          interface_revision=interface.revision)
-        eps.append(_Episode(task, traj, list(prompt)))
-    try:
-        for ep in eps:
-            try:
-                _begin(env, ep)
-            except InfraError as exc:
-                lost[id(ep)] = _fail(ep, interface, str(exc))
-        while True:
-            active = [ep for ep in eps if not ep.done]
-            if not active:
-                break
-            gens = engine.generate([ep.messages for ep in active], sampling)
-            for ep, gen in zip(active, gens):
-                ep.messages.append(Message.from_generation(gen))
-                if gen.finish_reason == "prompt_too_long":
-                    ep.turns.append({"kind": "context_limit", "action": None, "reward": None, "done": False,
-                                     "error": None})
-                    ep.traj.finish = "context_limit"
-                    ep.done = True
-                    continue
-                try:
-                    _react(env, ep, gen.text, interface)
-                except InfraError as exc:
-                    lost[id(ep)] = _fail(ep, interface, str(exc))
-        for ep in eps:
-            if id(ep) in lost or ep.session is None:
-                continue
-            try:
-                state = ep.session.state()
-                ep.traj.metadata["final_state"] = clip_text(json.dumps(state, ensure_ascii=False, default=str),
-                                                            env.settings.max_observation_chars)
-            except InfraError as exc:  # the record only: the episode itself ran
-                ep.traj.metadata["final_state_error"] = clip_text(str(exc), 300)
-    finally:
-        for ep in eps:
-            _close(ep)
-    out = []
-    for ep in eps:
-        if id(ep) in lost:
-            out.append(lost[id(ep)])
-            continue
-        ep.traj.messages = ep.messages
-        ep.traj.reward, ep.traj.turn_verdicts = verify(env, ep)
-        if not math.isfinite(ep.traj.reward):  # finite step rewards whose sum overflows
-            out.append(failed_trajectory(ep.task, ep.traj.group, ep.traj.sample,
-                                         f"the OpenEnv server at {env.url} gave step rewards whose sum is not a "
-                                         f"finite number ({ep.traj.reward})", interface.revision))
-            continue
-        out.append(ep.traj)
-    return out
+    return play_lockstep(engine, episodes, interface, sampling, make, env.parallel_episodes())

@@ -8,24 +8,26 @@ from typing import Any
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.toolenv.episodes import (evaluation_episodes, lockstep_executor_issues, scored_without_infra_failures,
-                                           tool_call_sampling, training_episodes)
-from seal_platform.types import EvalResult
+from seal_platform.toolenv.hooks import LockstepHooks
 
 NAME = "openenv"
 _BUILT: list[Any] = []  # environments built in this process (their local servers stop at end_run)
 
 
-def _settings(ctx: Any) -> Any:
+def _settings_model() -> type:
     from .settings import OpenEnvSettings
 
-    return ctx.settings_for(NAME, OpenEnvSettings)
+    return OpenEnvSettings
 
 
-def _is_ours(environment: Any) -> bool:
-    from .environment import OpenEnvEnvironment
-
-    return isinstance(environment, OpenEnvEnvironment)
+# openenv plays its episodes in lock step in the run's process (in chunks; one engine call per round for a
+# chunk, which is what batches generation) and never hands them to ``ctx.executor``.
+HOOKS = LockstepHooks(
+    NAME, _settings_model,
+    batches="in chunks of settings.openenv.max_parallel_episodes, each round's generations batched in one engine call",
+    fix="remove rollout.executor or set it to local; for more episodes at once raise "
+        "settings.openenv.max_parallel_episodes (WebSocket transport)")
+register_settings, collect, evaluate = HOOKS.register_settings, HOOKS.collect, HOOKS.evaluate
 
 
 # Neither settings.openenv.url nor settings.openenv.server: refused by check_config with the recipe's other
@@ -35,17 +37,12 @@ NO_SERVER_FIX = ("set settings.openenv.url to http://host:port, or settings.open
                  "one; see docs/openenv.md and recipes/openenv-example.yaml")
 
 
-def _uses(config: Any) -> bool:
-    """Whether the recipe trains or evaluates on the openenv environment."""
-    return config.environment == NAME or any(b.environment == NAME for b in config.evaluation.benchmarks)
-
-
 def _build(ctx: Any) -> Any:
     from seal_platform.errors import ConfigError
 
     from .environment import OpenEnvEnvironment
 
-    settings = _settings(ctx)
+    settings = HOOKS.settings(ctx)
     if not settings.url and settings.server is None:
         raise ConfigError(f"environment openenv {NO_SERVER} in the recipe ({NO_SERVER_FIX}).")
     environment = OpenEnvEnvironment(settings)
@@ -59,13 +56,6 @@ def _build(ctx: Any) -> Any:
 
 
 @hookimpl
-def register_settings() -> dict[str, type]:
-    from .settings import OpenEnvSettings
-
-    return {NAME: OpenEnvSettings}
-
-
-@hookimpl
 def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[str]:
     """The server a run of the openenv environment names, checked before anything starts (otherwise a server
     that is down, is not an OpenEnv server or cannot be started would leave a failed run in the store): a
@@ -74,7 +64,7 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[s
     (settings.openenv.server) is started by the run, so only its command (found on PATH, or an executable
     file) and working directory are checked."""
     ours = settings.get(NAME)
-    if not _uses(config) or ours is None:
+    if not HOOKS.uses(config) or ours is None:
         return []
     from .probe import server_problems, url_problems
 
@@ -84,30 +74,22 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Any) -> list[s
 @hookimpl
 def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
     """A recipe that trains or evaluates on openenv names its server: ``settings.openenv.url`` or
-    ``settings.openenv.server`` (the settings' own validation refuses both at once). And openenv plays its
-    episodes in lock step in the run's process (in chunks; one engine call per round for a chunk, which is what
-    batches generation) and never hands them to ``ctx.executor``: a recipe that names an executor for an
-    openenv run asks for something that would go unused."""
+    ``settings.openenv.server`` (the settings' own validation refuses both at once); its task file, if it
+    names one, is there and every line is a valid task; and the recipe problems of lock-step episodes
+    (:meth:`LockstepHooks.recipe_issues`)."""
     issues: list[Issue] = []
     ours = settings.get(NAME)  # None: the section failed validation, a problem reported on its own
-    if _uses(config) and ours is not None and not ours.url and ours.server is None:
+    if HOOKS.uses(config) and ours is not None and not ours.url and ours.server is None:
         uses = (["environment"] if config.environment == NAME else []) + [
             f"evaluation.benchmarks[{i}].environment" for i, b in enumerate(config.evaluation.benchmarks)
             if b.environment == NAME]
         issues.append(Issue(f"settings.{NAME}", f"environment {NAME} {NO_SERVER}, and the recipe sets neither "
                             f"(it names {NAME} in {', '.join(uses)})", NO_SERVER_FIX))
-    if _uses(config) and ours is not None and ours.tasks:  # every line of the task file, before a run row
+    if ours is not None:  # every line of the task file, before a run row
         from .environment import load_tasks
 
-        try:
-            load_tasks(ours.tasks)
-        except (OSError, ValueError) as exc:
-            issues.append(Issue("settings.openenv.tasks", str(exc).rstrip("."),
-                                "give the JSON Lines task file described in docs/openenv.md (relative paths are read "
-                                "from the current directory)"))
-    return issues + lockstep_executor_issues(
-        config, NAME, "in chunks of settings.openenv.max_parallel_episodes, each round's generations batched in one engine call",
-        'remove rollout.executor or set it to local; for more episodes at once raise settings.openenv.max_parallel_episodes (WebSocket transport)')
+        issues += HOOKS.task_file_issues(config, ours.tasks, load_tasks, "docs/openenv.md")
+    return issues + HOOKS.recipe_issues(config)
 
 
 @hookimpl
@@ -147,27 +129,6 @@ def end_run(ctx: Any, status: str) -> None:
 
 
 @hookimpl
-def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list | None:
-    if not _is_ours(environment):
-        return None
-    from .episode import run_episodes
-
-    return run_episodes(environment, engine, training_episodes(tasks, group_size, step), interface,
-                        tool_call_sampling(ctx, False, environment.settings.max_new_tokens))
-
-
-@hookimpl
-def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> EvalResult | None:
-    if not _is_ours(environment):
-        return None
-    from .episode import run_episodes
-
-    trajs = run_episodes(environment, engine, evaluation_episodes(tasks, step), environment.pristine_interface(),
-                         tool_call_sampling(ctx, True, environment.settings.max_new_tokens))
-    return scored_without_infra_failures(ctx, tasks, trajs)
-
-
-@hookimpl
 def diagnose(trajectories: list) -> list:
     """Called by the core only in runs of this plugin's environment (the diagnoser's ``environments``)."""
     from .diagnoser import diagnose as run
@@ -177,8 +138,6 @@ def diagnose(trajectories: list) -> list:
 
 @hookimpl
 def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
-    if not _is_ours(environment):
-        return None
     from .evolution import evolve
 
-    return evolve(interface, state, _settings(ctx).evolution)
+    return evolve(interface, state, HOOKS.settings(ctx).evolution)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from seal_platform.types import Interface, Task
+from typing import Any
+
+from seal_platform.types import Interface, SamplingParams, Task, Trajectory
 
 from .settings import SmartHomeSettings
 from .tasks import CATEGORIES, make_tasks
@@ -27,3 +29,12 @@ class SmartHomeEnvironment:
 
     def pristine_interface(self) -> Interface:
         return Interface(revision=0)
+
+    def play(self, engine: Any, episodes: list[tuple[Task, str, int]], interface: Interface,
+             sampling: SamplingParams) -> list[Trajectory]:
+        """Play ``(task, group, sample)`` episodes in lock step and verify them (:mod:`.episode`)."""
+        from .episode import run_episodes
+
+        s = self.settings
+        return run_episodes(engine, episodes, interface, sampling, s.attempts_per_turn, s.worked_examples,
+                            s.example_results)

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from seal_platform.engine import RolloutEngine
 from seal_platform.toolenv.interface import recovery_hint, render_tools, system_addendum
 from seal_platform.toolenv.jsoncalls import parse_calls  # JSON only, within limits on size, nesting and calls
+from seal_platform.toolenv.lockstep import LockstepEpisode, play_lockstep
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
 from .cues import CUES
@@ -65,66 +66,69 @@ def build_prompt(task: Task, interface: Interface, worked_examples: int, example
 
 
 @dataclass
-class _Episode:
-    task: Task
-    traj: Trajectory
-    messages: list[Message]
-    state: dict[str, Any]
+class _Episode(LockstepEpisode):
+    state: dict[str, Any] = field(default_factory=dict)
+    attempts_per_turn: int = 1
     turn: int = 0
     attempts: int = 0
     executed: dict[int, int] = field(default_factory=dict)  # turn -> successful calls
-    done: bool = False
 
+    def begin(self) -> None:
+        self._start_turn()
 
-def _start_turn(ep: _Episode) -> None:
-    ep.messages.append(Message(role="user", content=ep.task.payload["turns"][ep.turn]["user"]))
-    ep.attempts = 0
+    def _start_turn(self) -> None:
+        self.messages.append(Message(role="user", content=self.task.payload["turns"][self.turn]["user"]))
+        self.attempts = 0
 
+    def _end_turn(self) -> None:
+        self.turn += 1
+        if self.turn >= len(self.task.payload["turns"]):
+            self.done = True
+        else:
+            self._start_turn()
 
-def _end_turn(ep: _Episode) -> None:
-    ep.turn += 1
-    if ep.turn >= len(ep.task.payload["turns"]):
-        ep.done = True
-    else:
-        _start_turn(ep)
+    def react(self, text: str) -> None:
+        """Apply one generation to the episode: execute its calls, answer, and advance the turn when due."""
+        self.attempts += 1
+        calls, error = parse_calls(text)
+        if error is not None:
+            self.traj.tool_calls.append(ToolCall(turn=self.turn, name="", rejected=error))
+            observations = [f"Error: {error}"]
+            failed = True
+        elif not calls:
+            self._end_turn()
+            return
+        else:
+            observations, failed = [], False
+            for call in calls:
+                record = ToolCall(turn=self.turn, name=call["name"], arguments=call["arguments"])
+                try:
+                    record.result = execute(self.state, call["name"], call["arguments"])
+                    self.executed[self.turn] = self.executed.get(self.turn, 0) + 1
+                    observations.append(record.result)
+                except ToolError as exc:
+                    if str(exc).startswith("unknown tool"):
+                        record.rejected = str(exc)
+                        observations.append(f"Error: {exc}")
+                    else:
+                        record.error = f"Error during execution: {exc}"
+                        observations.append(record.error)
+                    failed = True
+                self.traj.tool_calls.append(record)
+        content = "\n".join(observations)
+        if failed:
+            hint = recovery_hint(self.interface, self.task.category, content, CUES.hints)
+            if hint:
+                content = f"{content}\n{hint}"
+        self.messages.append(Message(role="tool", content=content))
+        if not failed or self.attempts >= self.attempts_per_turn:
+            self._end_turn()
 
-
-def _react(ep: _Episode, text: str, interface: Interface, attempts_per_turn: int) -> None:
-    """Apply one generation to the episode: execute its calls, answer, and advance the turn when due."""
-    ep.attempts += 1
-    calls, error = parse_calls(text)
-    if error is not None:
-        ep.traj.tool_calls.append(ToolCall(turn=ep.turn, name="", rejected=error))
-        observations = [f"Error: {error}"]
-        failed = True
-    elif not calls:
-        _end_turn(ep)
-        return
-    else:
-        observations, failed = [], False
-        for call in calls:
-            record = ToolCall(turn=ep.turn, name=call["name"], arguments=call["arguments"])
-            try:
-                record.result = execute(ep.state, call["name"], call["arguments"])
-                ep.executed[ep.turn] = ep.executed.get(ep.turn, 0) + 1
-                observations.append(record.result)
-            except ToolError as exc:
-                if str(exc).startswith("unknown tool"):
-                    record.rejected = str(exc)
-                    observations.append(f"Error: {exc}")
-                else:
-                    record.error = f"Error during execution: {exc}"
-                    observations.append(record.error)
-                failed = True
-            ep.traj.tool_calls.append(record)
-    content = "\n".join(observations)
-    if failed:
-        hint = recovery_hint(interface, ep.task.category, content, CUES.hints)
-        if hint:
-            content = f"{content}\n{hint}"
-    ep.messages.append(Message(role="tool", content=content))
-    if not failed or ep.attempts >= attempts_per_turn:
-        _end_turn(ep)
+    def score(self) -> None:
+        self.traj.turn_verdicts = verify(self.task, self.traj)
+        for v in self.traj.turn_verdicts:
+            v.reached = v.turn <= self.turn
+        self.traj.reward = 1.0 if all(v.passed for v in self.traj.turn_verdicts) else 0.0
 
 
 class TurnChecks(BaseModel):
@@ -163,33 +167,10 @@ def run_episodes(
     worked_examples: int,
     example_results: bool = True,
 ) -> list[Trajectory]:
-    """Play ``(task, group, sample)`` episodes in lock step and verify them."""
-    eps = []
-    for task, group, sample in episodes:
-        traj = Trajectory(task_id=task.id, category=task.category, group=group, sample=sample,
-                          interface_revision=interface.revision)
-        ep = _Episode(task, traj, build_prompt(task, interface, worked_examples, example_results),
-                      copy.deepcopy(task.payload["initial_state"]))
-        _start_turn(ep)
-        eps.append(ep)
-    while True:
-        active = [ep for ep in eps if not ep.done]
-        if not active:
-            break
-        gens = engine.generate([ep.messages for ep in active], sampling)
-        for ep, gen in zip(active, gens):
-            ep.messages.append(Message.from_generation(gen))
-            if gen.finish_reason == "prompt_too_long":
-                ep.traj.finish = "context_limit"
-                ep.done = True
-                continue
-            _react(ep, gen.text, interface, attempts_per_turn)
-    out = []
-    for ep in eps:
-        ep.traj.messages = ep.messages
-        ep.traj.turn_verdicts = verify(ep.task, ep.traj)
-        for v in ep.traj.turn_verdicts:
-            v.reached = v.turn <= ep.turn
-        ep.traj.reward = 1.0 if all(v.passed for v in ep.traj.turn_verdicts) else 0.0
-        out.append(ep.traj)
-    return out
+    """Play ``(task, group, sample)`` episodes in lock step, all at once, and verify them."""
+
+    def make(task: Task, traj: Trajectory) -> _Episode:
+        return _Episode(task, traj, build_prompt(task, interface, worked_examples, example_results), interface,
+                        state=copy.deepcopy(task.payload["initial_state"]), attempts_per_turn=attempts_per_turn)
+
+    return play_lockstep(engine, episodes, interface, sampling, make)

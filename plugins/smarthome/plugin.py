@@ -9,39 +9,34 @@ from typing import Any
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.toolenv.episodes import (evaluation_episodes, lockstep_executor_issues, tool_call_sampling,
-                                            training_episodes)
+from seal_platform.toolenv.hooks import LockstepHooks
 
 NAME = "smarthome"
 
 
-def _settings(ctx: Any) -> Any:
+def _settings_model() -> type:
     from .settings import SmartHomeSettings
 
-    return ctx.settings_for(NAME, SmartHomeSettings)
+    return SmartHomeSettings
+
+
+# smarthome plays its episodes in lock step in the run's process (one engine call per round for all of them,
+# which is what batches generation) and never hands them to ``ctx.executor``.
+HOOKS = LockstepHooks(NAME, _settings_model, batches="each round's generations batched in one engine call",
+                      fix="remove rollout.executor or set it to local; to go faster, scale the rollout engine instead")
+register_settings, collect = HOOKS.register_settings, HOOKS.collect
 
 
 def _build(ctx: Any) -> Any:
     from .environment import SmartHomeEnvironment
 
-    return SmartHomeEnvironment(_settings(ctx))
-
-
-@hookimpl
-def register_settings() -> dict[str, type]:
-    from .settings import SmartHomeSettings
-
-    return {NAME: SmartHomeSettings}
+    return SmartHomeEnvironment(HOOKS.settings(ctx))
 
 
 @hookimpl
 def check_config(config: Any, settings: dict[str, Any], cluster: Any) -> list[Issue]:
-    """smarthome plays its episodes in lock step in the run's process (one engine call per round for all of
-    them, which is what batches generation) and never hands them to ``ctx.executor``: a recipe that names an
-    executor for a smarthome run asks for something that would go unused."""
-    return lockstep_executor_issues(
-        config, NAME, "each round's generations batched in one engine call",
-        'remove rollout.executor or set it to local; to go faster, scale the rollout engine instead')
+    """The recipe problems of lock-step episodes (:meth:`LockstepHooks.recipe_issues`)."""
+    return HOOKS.recipe_issues(config)
 
 
 @hookimpl
@@ -60,25 +55,10 @@ def register_diagnosers() -> list[DiagnoserSpec]:
 
 
 @hookimpl
-def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list:
-    from .episode import run_episodes
-
-    s = environment.settings
-    return run_episodes(engine, training_episodes(tasks, group_size, step), interface,
-                        tool_call_sampling(ctx, False, s.max_new_tokens),
-                        s.attempts_per_turn, s.worked_examples, s.example_results)
-
-
-@hookimpl
 def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int, interface: Any) -> list:
     """Verified greedy episodes on the pristine interface (or the one the core passes); the core scores them
     per category."""
-    from .episode import run_episodes
-
-    s = environment.settings
-    return run_episodes(engine, evaluation_episodes(tasks, step), interface or environment.pristine_interface(),
-                        tool_call_sampling(ctx, True, s.max_new_tokens), s.attempts_per_turn, s.worked_examples,
-                        s.example_results)
+    return HOOKS.evaluation_trajectories(ctx, environment, engine, tasks, step, interface)
 
 
 @hookimpl
@@ -95,5 +75,5 @@ def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, ste
 
     from .cues import CUES
 
-    settings = _settings(ctx)
+    settings = HOOKS.settings(ctx)
     return evolve(interface, state, settings.evolution, list(settings.categories), CUES)

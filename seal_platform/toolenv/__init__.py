@@ -21,6 +21,10 @@ library or any plugin):
 * :mod:`.episodes`: what environments' ``collect``/``evaluate`` hooks share: the episodes of a step and their
   group keys, the sampling of a tool-call turn, an evaluation scored without infrastructure failures, and the
   JSON Lines task file.
+* :mod:`.lockstep`: the lock-step episode loop (``play_lockstep``: every episode of a chunk advances one agent
+  message per round, each round one engine call) and the episode it plays (``LockstepEpisode``).
+* :mod:`.hooks`: the standard hooks of a plugin whose environment plays its episodes in lock step
+  (``LockstepHooks``: ``register_settings``, ``collect``, ``evaluate`` and the ``check_config`` issues).
 * :mod:`.bfcl_data`: the installed ``bfcl-eval`` package's data folder, for the environments built on BFCL's
   data.
 """
