@@ -54,14 +54,14 @@ def busy(ms: float) -> None:
 
 
 def build(mode: str, model: Any, tokenizer: Any, args: argparse.Namespace) -> Any:
-    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_libs.policy.engines.settings import EngineSettings
 
     settings = EngineSettings.model_validate({"vllm": {"max_num_seqs": args.episodes, "in_process": mode != "engine-core"}})
     if mode == "replica":
-        from seal_platform_plugins.grpo.engines.local import start_local_replicas
+        from seal_platform_libs.policy.engines.local import start_local_replicas
 
         return start_local_replicas("vllm", model, tokenizer, settings, [None], seed=0)
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
 
     return VLLMEngine(model, tokenizer, settings.vllm, seed=0, concurrency=args.episodes)
 
@@ -69,7 +69,7 @@ def build(mode: str, model: Any, tokenizer: Any, args: argparse.Namespace) -> An
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     from seal_platform.executor import LocalExecutor
     from seal_platform.types import Message, SamplingParams
-    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
 
     model, tokenizer = load_policy(PolicySettings(model=args.model))
     start = time.perf_counter()

@@ -25,8 +25,8 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from seal_platform.types import Message
-    from seal_platform_plugins.grpo.policy import ensure_converted
-    from seal_platform_plugins.grpo.tokens import SPLICE_CACHE, prompt_ids
+    from seal_platform_libs.policy.loading import ensure_converted
+    from seal_platform_libs.policy.tokens import SPLICE_CACHE, prompt_ids
 
     tok = AutoTokenizer.from_pretrained(ensure_converted())
     result = json.dumps({"files": [f"report_{i:03d}.txt" for i in range(60)], "cwd": "/home/user/documents"})

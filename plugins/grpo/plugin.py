@@ -19,16 +19,16 @@ from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 
 from .apatch import APatch
-from .engines import REPLICATED, engine_specs
-from .engines.settings import EngineSettings
-from .on_ray import on_ray
-from .policy import PolicySettings
+from seal_platform_libs.policy.engines import REPLICATED, engine_specs
+from seal_platform_libs.policy.engines.settings import EngineSettings
+from seal_platform_libs.policy.on_ray import on_ray
+from seal_platform_libs.policy.loading import PolicySettings
 from .settings import APatchSettings, GRPOSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from seal_platform.registry import Cluster
 
-    from .engines.replicas import RayEngineClient
+    from seal_platform_libs.policy.engines.replicas import RayEngineClient
 
 NAME = "grpo"
 POLICY = "grpo.policy"
@@ -114,7 +114,7 @@ def _template_issue(policy: PolicySettings) -> Issue | None:
     is not on this machine, which check_machine reports; the embedded model's is known). Only the tokenizer is
     loaded (transformers is imported for a local model folder only), and the template is put
     to the token code's own test (:func:`.tokens.chat_template_problem`), so the two never disagree."""
-    from .policy import EMBEDDED_MODEL
+    from seal_platform_libs.policy.loading import EMBEDDED_MODEL
 
     if policy.model == EMBEDDED_MODEL:
         return None  # SmolLM2's ChatML, supported (tests/grpo/test_tokens.py): no transformers import to say so
@@ -135,7 +135,7 @@ _TEMPLATE_VERDICTS: dict[tuple[str, tuple[tuple[str, int], ...]], Issue | None] 
 def _template_verdict(folder: Path) -> Issue | None:
     from transformers import AutoTokenizer
 
-    from .tokens import chat_template_problem
+    from seal_platform_libs.policy.tokens import chat_template_problem
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -151,7 +151,7 @@ def _template_verdict(folder: Path) -> Issue | None:
 
 @hookimpl
 def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None) -> list[str]:
-    from .devices import problems
+    from seal_platform_libs.policy.devices import problems
 
     uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
     grpo = settings.get("grpo") or GRPOSettings()
@@ -168,7 +168,7 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None
     if ray is None and config.rollout.engine in {spec.name for spec in engine_specs()}:
         from seal_platform.errors import ConfigError
 
-        from .engines.settings import local_devices
+        from seal_platform_libs.policy.engines.settings import local_devices
 
         try:  # engine.gpus naming GPUs this machine does not have
             local_devices(settings.get("engine") or EngineSettings(),
@@ -177,7 +177,7 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None
             return [str(exc)]
     if not torch.cuda.is_available():
         return found
-    from .memory_plan import plan
+    from seal_platform_libs.policy.memory_plan import plan
 
     # The recipe's memory plan on this machine's GPUs, before anything is loaded on them.
     gpus = torch.cuda.device_count()
@@ -193,7 +193,7 @@ def _model_problem(policy: PolicySettings) -> str | None:
     """Why ``settings.policy.model`` names nothing :func:`~.policy.load_policy` can load without a download
     (None: it can): the checks of :func:`~.policy.model_dir` (a local folder with a config.json), and for the
     embedded model its package, without converting it."""
-    from .policy import EMBEDDED_MODEL, embedded_gguf_path, model_dir
+    from seal_platform_libs.policy.loading import EMBEDDED_MODEL, embedded_gguf_path, model_dir
 
     try:
         if policy.model == EMBEDDED_MODEL:
@@ -217,7 +217,7 @@ def start_run(ctx: Any, resumed: bool) -> None:
     import numpy as np
     import torch
 
-    from .policy import load_policy
+    from seal_platform_libs.policy.loading import load_policy
     from .run import GRPORun
 
     # Always seeded: a run resumed before its first checkpoint restarts from step 0 exactly as a new run;
@@ -228,11 +228,11 @@ def start_run(ctx: Any, resumed: bool) -> None:
     model, tokenizer = load_policy(ctx.settings_for("policy", PolicySettings))
     settings = ctx.settings_for("grpo", GRPOSettings)
     if settings.lora is not None:
-        from .lora import wrap
+        from seal_platform_libs.policy.lora import wrap
 
         model = wrap(model, settings.lora, gradient_checkpointing=settings.gradient_checkpointing)
     if settings.train_layers is not None and optimizes:
-        from .policy import train_top_layers
+        from seal_platform_libs.policy.loading import train_top_layers
 
         train_top_layers(model, settings.train_layers)
     ctx.shared[POLICY] = (model, tokenizer)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from seal_platform.types import Trajectory
 
-from . import allocator, memory_phases
+from seal_platform_libs.policy import allocator, memory_phases
 from .samples import build_samples, overlong
 from .settings import GRPOSettings
 from .trainer import GRPOTrainer

@@ -16,7 +16,7 @@ from seal_platform.context import RunContext  # noqa: E402
 from seal_platform.rollouts import NOTHING_IN_FLIGHT  # noqa: E402
 from seal_platform.types import TurnLabel  # noqa: E402
 from seal_platform_plugins.grpo import plugin  # noqa: E402
-from seal_platform_plugins.grpo.policy import PolicySettings  # noqa: E402
+from seal_platform_libs.policy.loading import PolicySettings  # noqa: E402
 from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings  # noqa: E402
 
 from test_trainer import make_trajectories  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from seal_platform_plugins.grpo.packing import (  # noqa: E402
+from seal_platform_libs.policy.packing import (  # noqa: E402
     PACKED_SDPA,
     PREFIX_KWARG,
     attention_implementation,

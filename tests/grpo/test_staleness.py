@@ -27,7 +27,7 @@ def _stamp(trajectories, versions):
 
 
 def test_hf_engine_stamps_the_version_it_sampled_with(tiny_policy):
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.hf import HFEngine
 
     model, tokenizer = tiny_policy
     engine = HFEngine(model, tokenizer)
@@ -161,7 +161,7 @@ def test_overlapped_rollouts_end_before_the_engine_gets_new_weights(tiny_policy)
 
 def test_overlap_is_refused_where_grpo_would_drop_or_mix_its_rollouts():
     from seal_platform.config import RunConfig
-    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_libs.policy.engines.settings import EngineSettings
 
     config = RunConfig.model_validate({"environment": "bfcl", "rollout": {"overlap": True, "engine": "hf"},
                                        "training": {"tasks_per_step": 32}, "stages": {"optimize": "grpo"}})

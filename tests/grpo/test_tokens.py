@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from seal_platform.types import Message
-from seal_platform_plugins.grpo.tokens import (
+from seal_platform_libs.policy.tokens import (
     UnsupportedChatTemplateError,
     chat_template_problem,
     encode_episode,
@@ -182,7 +182,7 @@ def test_tool_results_are_wrapped_once_whoever_wraps_them(tokenizer):
 def test_cached_splicing_equals_a_full_render_for_growing_and_branching_episodes(tokenizer):
     """Prompts of a growing episode resume from the cached splice of its prefix: every result must equal the
     uncached splice (a full render), also when two episodes share a prefix and then differ."""
-    from seal_platform_plugins.grpo.tokens import SPLICE_CACHE
+    from seal_platform_libs.policy.tokens import SPLICE_CACHE
 
     def fresh(fn, msgs):
         SPLICE_CACHE.enabled = False

@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .settings import GRPOSettings
+from seal_platform_plugins.grpo.settings import GRPOSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from seal_platform.registry import Cluster

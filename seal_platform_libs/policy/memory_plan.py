@@ -110,8 +110,8 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
     GPUs of ``gpu_memory`` GiB each; ``on_ray``: the run's cluster is Ray (engine replicas and trainer workers
     are actors placed per ``grpo.placement``)."""
     from .engines.settings import EngineSettings, local_devices
-    from .policy import PolicySettings
-    from .settings import GRPOSettings
+    from .loading import PolicySettings
+    from seal_platform_plugins.grpo.settings import GRPOSettings
 
     grpo = settings.get("grpo") or GRPOSettings()
     policy = settings.get("policy") or PolicySettings()

@@ -8,7 +8,7 @@ Without Ray, a machine with several GPUs gets one engine replica per GPU, each a
 Both sit behind the same routing client (:mod:`.routing`), which is itself a rollout engine.
 
 Engines own no episode logic: they turn conversations into token sequences (with
-:func:`seal_platform_plugins.grpo.tokens.prompt_ids`, the same splicing the trainer uses) and sequences into
+:func:`seal_platform_libs.policy.tokens.prompt_ids`, the same splicing the trainer uses) and sequences into
 generations. Episodes run in the run's executor (``ctx.executor``, one thread per episode locally) and call
 ``generate`` concurrently; each engine collects concurrent requests into batches on its own worker thread.
 That boundary is what a distributed executor needs: a Ray actor can hold an engine and expose ``generate``
@@ -40,7 +40,7 @@ def _policy(ctx: RunContext) -> tuple[Any, Any]:
     context of its own (a second model, e.g. an LLM judge's), the model its ``policy`` section names."""
     found = ctx.shared.get(POLICY_KEY)
     if found is None:
-        from ..policy import PolicySettings, load_policy
+        from ..loading import PolicySettings, load_policy
 
         found = ctx.shared[POLICY_KEY] = load_policy(ctx.settings_for("policy", PolicySettings))
     model, tokenizer = found
@@ -51,7 +51,7 @@ def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
     """On the run's Ray cluster (``settings.ray.enabled``) the engine runs as ``grpo.replicas`` Ray actors placed
     per ``grpo.placement`` (see :mod:`.remote`)."""
     from ..on_ray import on_ray
-    from ..settings import GRPOSettings
+    from seal_platform_plugins.grpo.settings import GRPOSettings
 
     grpo = ctx.settings_for("grpo", GRPOSettings)
     on = on_ray(ctx.cluster, grpo.placement)
@@ -83,7 +83,7 @@ def _local(ctx: RunContext, kind: str) -> RolloutEngine | None:
     devices = local_devices(ctx.settings_for("engine", EngineSettings), _gpu_count())
     if devices is None:
         return None
-    from ..settings import GRPOSettings
+    from seal_platform_plugins.grpo.settings import GRPOSettings
     from .local import start_local_replicas
 
     grpo = ctx.settings_for("grpo", GRPOSettings)

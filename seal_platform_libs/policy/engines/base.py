@@ -1,7 +1,7 @@
 """What both engines share: prompt building, a request queue served by one worker thread, result assembly.
 
 Episodes call :meth:`QueuedEngine.generate` from many threads at once. Each call turns its conversations into
-prompt token ids (with :func:`~seal_platform_plugins.grpo.tokens.prompt_ids`) and queues one request per
+prompt token ids (with :func:`~seal_platform_libs.policy.tokens.prompt_ids`) and queues one request per
 conversation; a single worker thread owns the model and serves the queue, so the model is never entered from
 two threads, and requests that arrive together (a group's G rollouts, the next turns of several dialogues)
 are generated together. Subclasses implement :meth:`QueuedEngine._serve`.
@@ -100,7 +100,7 @@ class QueuedEngine:
 
         ``logprobs`` are raw: log-softmax of the model's logits at temperature 1, before temperature, top-p or
         any other processing, i.e. ``log p_theta(token | prefix)``, exactly what a trainer's forward pass over
-        :func:`~seal_platform_plugins.grpo.tokens.encode_episode` recomputes.
+        :func:`~seal_platform_libs.policy.tokens.encode_episode` recomputes.
         """
         return self.generate_ids([prompt_ids(self.tokenizer, conv) for conv in conversations], sampling)
 
