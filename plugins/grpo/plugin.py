@@ -1,13 +1,13 @@
-"""The grpo plugin: GRPO with A-Patch (the ``reweight`` and ``optimize`` stages), the policy, and the
-``hf`` / ``vllm`` rollout engines that sample from it.
+"""The grpo plugin: GRPO with A-Patch (the ``reweight`` and ``optimize`` stages) on the policy runtime
+(:mod:`seal_platform_libs.policy`), whose ``hf`` / ``vllm`` rollout engines the policy_engines plugin registers.
 
 Thin hook implementations: the work is in the sibling modules, and torch / transformers are imported only
 inside them, when a run starts, so loading this module (``seal-platform plugins``) stays fast.
 
-Settings sections: ``grpo`` (:class:`~.settings.GRPOSettings`), ``apatch``
-(:class:`~.settings.APatchSettings`), ``policy`` (:class:`~.policy.PolicySettings`) and ``engine``
-(:class:`~.engines.settings.EngineSettings`). Run state lives in ``ctx.shared``: ``grpo.policy`` = (model,
-tokenizer), read by the engines; ``grpo.apatch``, the label weights; ``grpo.run``, the trainer.
+Settings sections: ``grpo`` (:class:`~.settings.GRPOSettings`) and ``apatch``
+(:class:`~.settings.APatchSettings`); it reads the policy_engines plugin's ``policy`` and ``engine``. Run state
+lives in ``ctx.shared``: ``grpo.policy`` = (model, tokenizer), read by the engines; ``grpo.apatch``, the label
+weights; ``grpo.run``, the trainer.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 
 from .apatch import APatch
-from seal_platform_libs.policy.engines import REPLICATED, engine_specs
+from seal_platform_libs.policy.engines import POLICY_KEY, REPLICATED, engine_specs
 from seal_platform_libs.policy.engines.settings import EngineSettings
 from seal_platform_libs.policy.on_ray import on_ray
 from seal_platform_libs.policy.loading import PolicySettings
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seal_platform_libs.policy.engines.replicas import RayEngineClient
 
 NAME = "grpo"
-POLICY = "grpo.policy"
+POLICY = POLICY_KEY  # (model, tokenizer): what the engines sample from
 RUN = "grpo.run"
 APATCH = "grpo.apatch"
 
@@ -44,11 +44,18 @@ def _apatch(ctx: Any) -> APatch:
     return apatch
 
 
+def _holds_policy(config: Any) -> bool:
+    """Whether grpo loads and holds the run's policy: it optimizes, or nothing does and the rollout engine is one
+    of the policy runtime's (``hf``, ``vllm``: an evaluation-only run). Another optimizer on the runtime
+    (examples/seal-reinforce) holds its own."""
+    optimize = config.stages.optimize
+    return optimize == NAME or (optimize is None and config.rollout.engine in {s.name for s in engine_specs()})
+
+
 def _used(ctx: Any) -> bool:
-    """Whether the run uses grpo: it optimizes or reweights (A-Patch), or the rollout engine is one of its
-    own. Every enabled plugin's checkpoint hooks are called; grpo's write and read its files only then."""
-    stages = ctx.config.stages
-    return NAME in (stages.optimize, stages.reweight) or ctx.config.rollout.engine in {s.name for s in engine_specs()}
+    """Whether the run uses grpo: it reweights (A-Patch) or holds the policy (:func:`_holds_policy`). Every
+    enabled plugin's checkpoint hooks are called; grpo's write and read its files only then."""
+    return ctx.config.stages.reweight == NAME or _holds_policy(ctx.config)
 
 
 def _temperature(ctx: Any, settings: GRPOSettings) -> float:
@@ -60,7 +67,7 @@ def _temperature(ctx: Any, settings: GRPOSettings) -> float:
 
 @hookimpl
 def register_settings() -> dict[str, type]:
-    return {"grpo": GRPOSettings, "apatch": APatchSettings, "policy": PolicySettings, "engine": EngineSettings}
+    return {"grpo": GRPOSettings, "apatch": APatchSettings}
 
 
 @hookimpl
@@ -70,11 +77,6 @@ def register_commands(cli: Any) -> None:
 
     add_commands(cli)
     add_command(cli)
-
-
-@hookimpl
-def register_rollout_engines() -> list:
-    return engine_specs()
 
 
 @hookimpl
@@ -97,7 +99,7 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None)
     if engine.replicas is not None and ray is not None:
         return [Issue("settings.engine.replicas", "it counts local engine processes, which a run on "
                       "Ray does not start", "set settings.grpo.replicas (Ray actors) and drop settings.engine.replicas")]
-    uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
+    uses_policy = _holds_policy(config)
     template = _template_issue(settings.get("policy") or PolicySettings()) if uses_policy else None
     if template is not None:  # before any model loads (start_run would find it only after loading them all)
         return [template]
@@ -153,7 +155,7 @@ def _template_verdict(folder: Path) -> Issue | None:
 def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None) -> list[str]:
     from seal_platform_libs.policy.devices import problems
 
-    uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
+    uses_policy = _holds_policy(config)
     grpo = settings.get("grpo") or GRPOSettings()
     policy = settings.get("policy") or PolicySettings()
     found = problems(config, policy, uses_policy, grpo, cluster)
@@ -207,10 +209,9 @@ def _model_problem(policy: PolicySettings) -> str | None:
 
 @hookimpl
 def start_run(ctx: Any, resumed: bool) -> None:
-    ours = {spec.name for spec in engine_specs()}
     optimizes = ctx.config.stages.optimize == NAME
     _apatch(ctx)
-    if not optimizes and ctx.config.rollout.engine not in ours:
+    if not _holds_policy(ctx.config):
         return
     import random
 

@@ -50,7 +50,7 @@ def step(architecture: str, options: dict, lora: bool = False, device: str = "cp
     """One step (KL term on, the policy moved off its reference first): metrics, gradients applied, samples.
     ``lora``: rank-4 adapters on every linear layer, the reference being the adapters-off model. ``device``:
     where the model runs (float32 throughout: autocast off)."""
-    from seal_platform_plugins.grpo import lora as peft_lora
+    from seal_platform_libs.policy import lora as peft_lora
     from seal_platform_plugins.grpo.settings import LoRASettings
 
     model = tiny_causal_lm(architecture).to(device)
@@ -170,7 +170,7 @@ def test_hf_engine_and_trainer_agree_on_each_architecture(tokenizer, architectur
 def test_lora_names_the_targets_an_architecture_lacks(caplog):
     """The default targets are Llama's names: on Phi-3 (fused q/k/v and gate/up projections) only two of them
     exist; the adapters go there and the log says which names matched nothing."""
-    from seal_platform_plugins.grpo import lora
+    from seal_platform_libs.policy import lora
     from seal_platform_plugins.grpo.settings import LoRASettings
 
     with caplog.at_level("WARNING", logger="seal_platform_libs.policy.lora"):
@@ -190,7 +190,7 @@ def test_all_linear_lora_leaves_out_linear_layers_that_are_not_linear(caplog):
     linear layer gets adapters, and Falcon's linear subclasses (a plain output) keep theirs."""
     import torch
 
-    from seal_platform_plugins.grpo import lora
+    from seal_platform_libs.policy import lora
     from seal_platform_plugins.grpo.settings import LoRASettings
 
     everything = LoRASettings(rank=4, target_modules=["all-linear"])
@@ -245,7 +245,7 @@ def test_dropout_is_off_in_every_mode():
     """GPT-2's config has dropout 0.1 in four places; gradient checkpointing runs the policy in train mode,
     where it acted (log-probs moved by 0.12 against eval mode). The trainer switches it off, LoRA's own
     adapter dropout aside, which the settings refuse under gradient checkpointing instead."""
-    from seal_platform_plugins.grpo import lora
+    from seal_platform_libs.policy import lora
     from seal_platform_libs.policy.dropout import train_mode_is_eval_mode
     from seal_platform_plugins.grpo.settings import LoRASettings
 

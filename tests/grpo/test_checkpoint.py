@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
+from seal_platform.engine import TrainableEngine
 from seal_platform.capability import CapabilityState  # noqa: E402
 from seal_platform.config import RunConfig  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
@@ -22,13 +23,13 @@ from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings  # 
 from test_trainer import make_trajectories  # noqa: E402
 
 
-class RecordingEngine:
+class RecordingEngine(TrainableEngine):
     name = "recording"
 
     def __init__(self):
         self.pushes = 0
 
-    def update_weights(self, model):
+    def update_weights(self, model, version=None):
         self.pushes += 1
 
 

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from seal_platform.types import SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo import lora  # noqa: E402
+from seal_platform_libs.policy import lora  # noqa: E402
 from seal_platform_libs.policy.engines.settings import EngineSettings, HFEngineSettings  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings, LoRASettings  # noqa: E402

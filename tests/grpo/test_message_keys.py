@@ -13,7 +13,8 @@ import pytest
 from pydantic import ValidationError
 
 from seal_platform.config import RunConfig
-from seal_platform_plugins.grpo import lora, staleness
+from seal_platform_libs.policy import lora
+from seal_platform_plugins.grpo import staleness
 from seal_platform_libs.policy.devices import problems
 from seal_platform_libs.policy.engines.settings import EngineSettings
 from seal_platform_libs.policy.memory_plan import plan

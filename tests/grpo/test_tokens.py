@@ -211,7 +211,7 @@ def test_tokenizing_from_many_threads_takes_no_lock_and_equals_the_tokenizer_cal
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from seal_platform_plugins.grpo import tokens
+    from seal_platform_libs.policy import tokens
 
     texts = [f"<|im_start|>user\nturn {i}: set_light(room='kitchen', level={i}) é ✓ {'x' * (i % 50)}<|im_end|>\n"
              for i in range(400)]

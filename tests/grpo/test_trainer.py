@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from seal_platform.engine import TrainableEngine
 from seal_platform.types import Message, Trajectory  # noqa: E402
 from seal_platform_plugins.grpo.objective import group_advantages  # noqa: E402
 from seal_platform_plugins.grpo.run import GRPORun  # noqa: E402
@@ -218,10 +219,10 @@ def test_updates_raise_the_likelihood_of_rewarded_sequences(tokenizer, new_tiny_
 
     before = [seq_logp(t) for t in trajs]
 
-    class Engine:
+    class Engine(TrainableEngine):
         pushed = 0
 
-        def update_weights(self, m):
+        def update_weights(self, m, version=None):
             Engine.pushed += 1
 
     for _ in range(3):

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from seal_platform.registry import EngineSpec
 
+from ..settings import RUNTIME_SECTION, RuntimeSettings
 from .settings import EngineSettings, for_run, local_devices
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,9 +52,8 @@ def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
     """On the run's Ray cluster (``settings.ray.enabled``) the engine runs as ``grpo.replicas`` Ray actors placed
     per ``grpo.placement`` (see :mod:`.remote`)."""
     from ..on_ray import on_ray
-    from seal_platform_plugins.grpo.settings import GRPOSettings
 
-    grpo = ctx.settings_for("grpo", GRPOSettings)
+    grpo = _runtime(ctx)
     on = on_ray(ctx.cluster, grpo.placement)
     if on is None:
         return None
@@ -64,6 +64,11 @@ def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
                               weight_sync=grpo.weight_sync, bucket_bytes=grpo.weight_sync_bucket_mb * 2**20)
     ctx.shared[REPLICATED] = client  # what grpo's optimize puts to sleep (colocated) and asks for lost replicas
     return client
+
+
+def _runtime(ctx: RunContext) -> RuntimeSettings:
+    """The runtime's fields of the optimizer's section (``settings.grpo``: replicas, placement, weight sync)."""
+    return ctx.settings_for(RUNTIME_SECTION, RuntimeSettings)
 
 
 def _settings(ctx: RunContext, replicas: int = 1) -> EngineSettings:
@@ -83,10 +88,9 @@ def _local(ctx: RunContext, kind: str) -> RolloutEngine | None:
     devices = local_devices(ctx.settings_for("engine", EngineSettings), _gpu_count())
     if devices is None:
         return None
-    from seal_platform_plugins.grpo.settings import GRPOSettings
     from .local import start_local_replicas
 
-    grpo = ctx.settings_for("grpo", GRPOSettings)
+    grpo = _runtime(ctx)
     model, tokenizer = _policy(ctx)
     client = start_local_replicas(kind, model, tokenizer, _settings(ctx, len(devices)), devices, ctx.seed,
                                   weight_sync=grpo.weight_sync, bucket_bytes=grpo.weight_sync_bucket_mb * 2**20)

@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from seal_platform.engine import TrainableEngine
 from seal_platform.types import Generation, Message, SamplingParams
 
 from ..tokens import prompt_ids
@@ -57,10 +58,12 @@ class WeightsIncomplete(RuntimeError):
     within the engine's ``hold_s``: it serves nothing until one does."""
 
 
-class QueuedEngine:
-    """Base of the rollout engines: thread-safe ``generate`` over a single worker thread."""
+class QueuedEngine(TrainableEngine):
+    """Base of the rollout engines: thread-safe ``generate`` over a single worker thread. A
+    :class:`~seal_platform.engine.TrainableEngine` (its subclasses define ``update_weights``)."""
 
     name = "base"
+    model: Any = None  # the torch model it generates with (the hf engine's; None: the back end holds its own)
 
     def __init__(self, tokenizer: Any, max_model_len: int):
         self.tokenizer = tokenizer
@@ -86,6 +89,9 @@ class QueuedEngine:
         if not self._started:
             self._started = True
             self._worker.start()
+
+    def shares_model(self, model: Any) -> bool:
+        return self.model is not None and self.model is model
 
     # --- the RolloutEngine interface ----------------------------------------------------------------
 
