@@ -59,6 +59,8 @@ endif
 	$(PIP) install -e examples/seal-tensorboard
 	# The environment plugin of docs/write-an-environment-plugin.md (multi-turn key-value-store tools).
 	$(PIP) install --no-deps -e examples/seal-kvstore
+	# The optimizer plugin of docs/write-an-optimizer.md (REINFORCE with a baseline on the policy runtime).
+	$(PIP) install --no-deps -e examples/seal-reinforce
 	$(MAKE) --no-print-directory bytecode
 	touch $(STAMP)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from seal_platform_plugins.grpo import testing
+from seal_platform_libs.policy import testing
 
 import tests.grpo.test_architectures as architectures
 
