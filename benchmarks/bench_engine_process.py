@@ -18,7 +18,7 @@ clock (after a warm-up), start-up time and one ``update_weights``. Run it idle, 
     .venv/bin/python benchmarks/bench_engine_process.py --episodes 32 --turns 3 --max-new-tokens 64
 
 ``--repeats 2`` alternates the modes (A B C A B C) so a drift in machine load hits all of them. The default
-of ``engine.vllm.in_process`` (plugins/grpo/engines/settings.py) is meant to be what this measures as faster.
+of ``engine.vllm.in_process`` (seal_platform_libs/policy/engines/settings.py) is meant to be what this measures as faster.
 Nothing here is asserted.
 """
 

@@ -1,4 +1,4 @@
-"""Per-turn CPU time of building an episode's next prompt (plugins/grpo/tokens.py) as the episode grows.
+"""Per-turn CPU time of building an episode's next prompt (seal_platform_libs/policy/tokens.py) as the episode grows.
 
 An engine builds the prompt of every generation with `prompt_ids(tokenizer, messages)`. Without the splice
 cache each call re-renders and re-tokenizes the whole conversation once per sampled message (work growing

@@ -6,7 +6,7 @@ times; the sender's and one receiver's allocated and reserved memory, and the GP
     python3 benchmarks/probe_ipc_memory.py      # on a GPU machine (benchmarks/gpu_checks.sh runs it)
 
 On an H200 with torch 2.11 (2026-11-27), before each receiver got its own share of a bucket
-(``plugins/grpo/ipc_sync.py``), the sender held 2, 3, 6, 11, 21 GiB: every pushed bucket stayed allocated.
+(``seal_platform_libs/policy/ipc_sync.py``), the sender held 2, 3, 6, 11, 21 GiB: every pushed bucket stayed allocated.
 With one share per receiver, on the same kind of machine: 1.00 GiB allocated (1.50 reserved) after every push.
 """
 

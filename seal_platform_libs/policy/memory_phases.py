@@ -15,7 +15,7 @@ allocator, invisible to a vLLM engine in another process, until it is emptied. W
 a no-op and the sequence still runs in the same order (the CPU tests check the order).
 
 The engines: :func:`to_rollout_mode` calls ``engine.wake_weights()`` and ``engine.wake_kv_cache()`` where the
-engine has them. The engines today (``plugins/grpo/engines``) wake inside their weight push instead (vLLM:
+engine has them. The engines today (``seal_platform_libs/policy/engines``) wake inside their weight push instead (vLLM:
 ``wake_up(tags=["weights"])``, load, ``wake_up(tags=["kv_cache"])``, :mod:`.engines.vllm_sleep`), so with them
 the KV cache comes back inside the push step, before the trainer's offload: the order is exact only for an engine
 that exposes the two wakes separately. On a GPU this sequence is designed to the documented torch and vLLM

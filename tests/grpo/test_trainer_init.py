@@ -1,5 +1,5 @@
 """Sharded trainer start-up without full copies on every rank, the bf16 KL reference, and the hybrid-engine
-memory sequence (plugins/grpo/memory_phases.py), on CPU with gloo."""
+memory sequence (seal_platform_libs/policy/memory_phases.py), on CPU with gloo."""
 
 from __future__ import annotations
 

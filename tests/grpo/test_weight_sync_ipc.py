@@ -1,4 +1,4 @@
-"""Weight sync between processes on one GPU (CUDA IPC, ``plugins/grpo/ipc_sync.py``) and the choice of a sync
+"""Weight sync between processes on one GPU (CUDA IPC, ``seal_platform_libs/policy/ipc_sync.py``) and the choice of a sync
 group's backend from its members' GPUs.
 
 The backend choice, the ``auto`` rendezvous on the CPU and the error for an invisible GPU run anywhere; the
