@@ -34,18 +34,16 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from seal_platform.types import Message
 
 from . import buckets
+from .base import QueuedEngine
 from .routing import ReplicaClient, StickyRouter
 from .shipping import with_ties
 from .spec import PolicySpec
 from .stopped import StoppedWatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .base import QueuedEngine
 
 log = logging.getLogger(__name__)
 
