@@ -91,7 +91,7 @@ def main() -> None:
     if args.scaffold:
         from seal_platform.capability import CapabilityState
         from seal_platform.stages import adopt_interface
-        from seal_platform.toolenv.evolution import EvolutionSettings, evolve
+        from seal_platform_libs.toolenv.evolution import EvolutionSettings, evolve
         from seal_platform_plugins.smarthome.cues import CUES
 
         scaffold = evolve(env.pristine_interface(), CapabilityState(), EvolutionSettings(mode="reference"),

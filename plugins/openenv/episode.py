@@ -27,8 +27,8 @@ from typing import Any
 from seal_platform.infra import InfraError, failed_trajectory
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
-from seal_platform.toolenv.jsoncalls import clip_text, parse_calls
-from seal_platform.toolenv.schemadocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
+from seal_platform_libs.toolenv.jsoncalls import clip_text, parse_calls
+from seal_platform_libs.toolenv.schemadocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
 from .client import ActionRefused, StepResult
 
 SYSTEM = (

@@ -8,7 +8,7 @@ from typing import Any
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.toolenv.episodes import (evaluation_episodes, lockstep_executor_issues, scored_without_infra_failures,
+from seal_platform_libs.toolenv.episodes import (evaluation_episodes, lockstep_executor_issues, scored_without_infra_failures,
                                            tool_call_sampling, training_episodes)
 from seal_platform.types import EvalResult
 

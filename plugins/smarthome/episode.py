@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from seal_platform.engine import RolloutEngine
-from seal_platform.toolenv.interface import recovery_hint, render_tools, system_addendum
-from seal_platform.toolenv.jsoncalls import parse_calls  # JSON only, within limits on size, nesting and calls
+from seal_platform_libs.toolenv.interface import recovery_hint, render_tools, system_addendum
+from seal_platform_libs.toolenv.jsoncalls import parse_calls  # JSON only, within limits on size, nesting and calls
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
 from .cues import CUES

@@ -223,7 +223,7 @@ def _layer_edges(root: Path, top: str, what: str, forbidden: dict[str, str]) -> 
 
 def test_no_plugin_or_example_imports_another_plugin() -> None:
     unexpected = [e for e in plugin_edges(ROOT) if (e.file, e.target) not in PENDING_EDGES]
-    assert not unexpected, "cross-plugin imports (use seal_platform / seal_platform.toolenv instead):\n" + "\n".join(
+    assert not unexpected, "cross-plugin imports (use seal_platform / seal_platform_libs.toolenv instead):\n" + "\n".join(
         map(str, unexpected)
     )
 
@@ -248,11 +248,11 @@ def test_the_libraries_import_no_plugin() -> None:
 
 
 def test_the_tool_environment_library_imports_nothing_heavy() -> None:
-    modules = sorted(p.stem for p in (ROOT / "seal_platform" / "toolenv").glob("*.py") if p.stem != "__init__")
+    modules = sorted(p.stem for p in (ROOT / "seal_platform_libs" / "toolenv").glob("*.py") if p.stem != "__init__")
     assert {"calls", "evolution", "formats", "interface"} <= set(modules)
     code = (
         "import sys\n"
-        + "".join(f"import seal_platform.toolenv.{m}\n" for m in modules)
+        + "".join(f"import seal_platform_libs.toolenv.{m}\n" for m in modules)
         + "heavy = ('torch', 'vllm', 'ray', 'transformers', 'jsonschema', 'mcp', 'bfcl_eval', 'seal_platform_plugins')\n"
         "print(','.join(sorted(m for m in heavy if m in sys.modules)))\n"
     )
