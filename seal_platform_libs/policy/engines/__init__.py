@@ -1,7 +1,9 @@
-"""Rollout engines for the grpo plugin: ``hf`` (transformers, always available) and ``vllm``.
+"""The policy runtime's rollout engines: ``hf`` (transformers, always available) and ``vllm`` (registered by the
+policy_engines plugin).
 
-Both satisfy :class:`seal_platform.engine.RolloutEngine` and add ``update_weights(model)``, which the trainer
-calls after each optimizer update to make the engine sample from the new policy without restarting it.
+Both satisfy :class:`seal_platform.engine.RolloutEngine` and :class:`seal_platform.engine.TrainableEngine`:
+``update_weights(model, version)``, which an optimizer calls after each update to make the engine sample from
+the new policy without restarting it, and ``sleep`` / ``wake_up`` for colocated training.
 
 Without Ray, a machine with several GPUs gets one engine replica per GPU, each a local process
 (:mod:`.local`; ``engine.gpus`` / ``engine.replicas``); on Ray, ``grpo.replicas`` actors (:mod:`.replicas`).
@@ -14,7 +16,7 @@ generations. Episodes run in the run's executor (``ctx.executor``, one thread pe
 That boundary is what a distributed executor needs: a Ray actor can hold an engine and expose ``generate``
 and ``update_weights`` as remote methods, while episode actors call it through a handle.
 
-This module is imported when the grpo plugin loads, so it holds only the factories (the settings section is
+This module is imported when the policy_engines and grpo plugins load, so it holds only the factories (the settings section is
 :mod:`.settings`, pydantic only); torch, transformers and vllm are imported by the engine modules, which the
 factories import when called.
 """
@@ -37,7 +39,7 @@ REPLICATED = "grpo.replicated"  # the run's replica client (Ray actors, or local
 
 
 def _policy(ctx: RunContext) -> tuple[Any, Any]:
-    """The model to serve: the run's policy (the grpo plugin's start_run puts it in ``ctx.shared``), or, in a
+    """The model to serve: the run's policy (its optimizer's start_run puts it in ``ctx.shared[POLICY_KEY]``), or, in a
     context of its own (a second model, e.g. an LLM judge's), the model its ``policy`` section names."""
     found = ctx.shared.get(POLICY_KEY)
     if found is None:
@@ -119,7 +121,7 @@ def _vllm_factory(ctx: RunContext) -> RolloutEngine:
 
 
 def engine_specs() -> list[EngineSpec]:
-    """The engines this package provides, for the grpo plugin's ``register_rollout_engines``."""
+    """The engines this package provides, for the policy_engines plugin's ``register_rollout_engines``."""
     return [
         EngineSpec(
             name="hf",
