@@ -16,4 +16,5 @@ class ReinforceSettings(Section):
         description="b = decay * b + (1 - decay) * mean reward, after each batch (0: the last batch's mean).")
     grad_clip: float | None = Field(default=1.0, gt=0.0, description="Clip the global grad norm; null: off.")
     train_layers: int | None = Field(
-        default=None, ge=1, le=100_000, description="Train only the last N decoder layers (the runtime's train_top_layers).")
+        default=None, ge=1, le=100_000,
+        description="Train only the last N decoder layers (the runtime's train_top_layers); null: every weight.")

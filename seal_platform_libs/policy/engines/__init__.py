@@ -16,9 +16,9 @@ generations. Episodes run in the run's executor (``ctx.executor``, one thread pe
 That boundary is what a distributed executor needs: a Ray actor can hold an engine and expose ``generate``
 and ``update_weights`` as remote methods, while episode actors call it through a handle.
 
-This module is imported when the policy_engines and grpo plugins load, so it holds only the factories (the settings section is
-:mod:`.settings`, pydantic only); torch, transformers and vllm are imported by the engine modules, which the
-factories import when called.
+This module is imported when the policy_engines and grpo plugins load, so it holds only the factories (the
+settings section is :mod:`.settings`, pydantic only); torch, transformers and vllm are imported by the engine
+modules, which the factories import when called.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ REPLICATED = "grpo.replicated"  # the run's replica client (Ray actors, or local
 
 
 def _policy(ctx: RunContext) -> tuple[Any, Any]:
-    """The model to serve: the run's policy (its optimizer's start_run puts it in ``ctx.shared[POLICY_KEY]``), or, in a
-    context of its own (a second model, e.g. an LLM judge's), the model its ``policy`` section names."""
+    """The model to serve: the run's policy (its optimizer's start_run puts it in ``ctx.shared[POLICY_KEY]``),
+    or, in a context of its own (a second model, e.g. an LLM judge's), the model its ``policy`` section names."""
     found = ctx.shared.get(POLICY_KEY)
     if found is None:
         from ..loading import PolicySettings, load_policy
