@@ -65,7 +65,7 @@ class Reinforce:
                 metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip))
             self.optimizer.step()
             self.updates += 1
-            metrics.update(loss=float(loss), updates=1.0)
+            metrics.update(loss=float(loss.detach()), updates=1.0)
         if rewards:
             decay = self.settings.baseline_decay
             self.baseline = decay * baseline + (1.0 - decay) * metrics["reward_mean"]

@@ -21,10 +21,11 @@ RECIPE = Path(__file__).resolve().parents[1] / "recipe.yaml"
 
 
 @pytest.fixture(scope="module")
-def embedded():
-    from seal_platform_libs.policy.loading import PolicySettings, load_policy
+def tokenizer():
+    """The embedded model's tokenizer (the tiny models' vocabulary)."""
+    from seal_platform_libs.policy.loading import load_tokenizer
 
-    return load_policy(PolicySettings(device="cpu"))
+    return load_tokenizer()
 
 
 def _trajectory(tokenizer, reward: float) -> Trajectory:
@@ -35,12 +36,11 @@ def _trajectory(tokenizer, reward: float) -> Trajectory:
 
 
 @pytest.mark.parametrize("reward,direction", [(0.0, -1), (1.0, 1)])
-def test_a_reply_below_the_baseline_gets_less_likely_and_one_above_more(embedded, reward, direction):
+def test_a_reply_below_the_baseline_gets_less_likely_and_one_above_more(tokenizer, reward, direction):
     from seal_platform_libs.policy.testing import tiny_llama
     from seal_reinforce.learner import Reinforce
     from seal_reinforce.settings import ReinforceSettings
 
-    _, tokenizer = embedded
     model = tiny_llama(tokenizer)
     learner = Reinforce(model, tokenizer, ReinforceSettings(lr=1e-3, baseline_init=0.5))
     trajectory = _trajectory(tokenizer, reward)
@@ -54,21 +54,21 @@ def test_a_reply_below_the_baseline_gets_less_likely_and_one_above_more(embedded
     assert learner.baseline == pytest.approx(0.9 * 0.5 + 0.1 * reward)  # the running mean moved toward R
 
 
-def test_a_reply_at_the_baseline_changes_nothing(embedded):
+def test_a_reply_at_the_baseline_changes_nothing(tokenizer):
     from seal_platform_libs.policy.testing import tiny_llama
     from seal_reinforce.learner import Reinforce
     from seal_reinforce.settings import ReinforceSettings
 
-    _, tokenizer = embedded
     learner = Reinforce(tiny_llama(tokenizer), tokenizer, ReinforceSettings(baseline_init=1.0))
     assert learner.step([_trajectory(tokenizer, 1.0)], {})["updates"] == 0.0 and learner.updates == 0
 
 
-def test_the_runtime_engines_are_trainable_engines(embedded):
+def test_the_runtime_engines_are_trainable_engines(tokenizer):
     from seal_platform_libs.policy.engines.hf import HFEngine
     from seal_platform_libs.policy.engines.settings import HFEngineSettings
+    from seal_platform_libs.policy.testing import tiny_llama
 
-    model, tokenizer = embedded
+    model = tiny_llama(tokenizer)
     engine = HFEngine(model, tokenizer, HFEngineSettings(), seed=0)
     try:
         assert isinstance(engine, TrainableEngine) and engine.shares_model(model)
@@ -76,8 +76,9 @@ def test_the_runtime_engines_are_trainable_engines(embedded):
         engine.close()
 
 
-def test_the_recipe_trains_the_embedded_model_on_smarthome(tmp_path, embedded):
+def test_the_recipe_trains_the_embedded_model_on_smarthome(tmp_path):
     from seal_platform.loop import Runner
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
     from seal_platform.planning import plan_recipe
     from seal_platform.store import RunStore
 
@@ -96,7 +97,7 @@ def test_the_recipe_trains_the_embedded_model_on_smarthome(tmp_path, embedded):
     [saved] = list(tmp_path.rglob("reinforce.pt"))
     state = torch.load(saved, map_location="cpu", weights_only=False)
     assert state["updates"] == 1
-    model, _ = embedded  # the weights the run started from
+    model, _ = load_policy(PolicySettings(device="cpu"))  # the weights the run started from
     before = dict(model.named_parameters())
     changed = [name for name, value in state["model"].items()
                if name in before and not torch.equal(value, before[name].detach())]
