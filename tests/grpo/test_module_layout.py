@@ -56,11 +56,12 @@ def test_grpo_graph_sees_the_imports_it_must():
     assert f"{LIBRARY}.engines.base" in library[f"{LIBRARY}.engines.hf"]
 
 
-def test_plugin_module_and_apatch_load_without_torch():
-    # The plugin module imports A-Patch, which uses the objective's advantage: none of them may load torch.
+def test_plugin_modules_and_apatch_load_without_torch():
+    # The plugin module imports A-Patch, which uses the objective's advantage, and the runtime's engine
+    # factories and settings (as the policy_engines plugin does): none of them may load torch.
     code = (
         "import sys; import seal_platform_plugins.grpo.plugin, seal_platform_plugins.grpo.apatch, "
-        "seal_platform_plugins.grpo.objective; "
+        "seal_platform_plugins.grpo.objective, seal_platform_plugins.policy_engines.plugin; "
         "print(','.join(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
