@@ -21,9 +21,9 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # tcmalloc, where the system has it (Debian: libgoogle-perftools4 or libtcmalloc-minimal4), for `make run`: a
 # CPU run with glibc's malloc faults every tensor above 32 MiB in anew; the default run took 2:34-2:45
 # instead of 3:06-3:36 and 4.95 GB instead of 5.5 (docs/scaling.md, "The C allocator"). TCMALLOC= turns it off.
-# The library is found by plugins/grpo/allocator.py (stdlib only; -P: nothing of plugins/grpo shadows it), which
+# The library is found by seal_platform_libs/policy/allocator.py (stdlib only; -P: nothing of its folder shadows it), which
 # holds the one list of places; both variables expand when `run`'s recipe does, after the install.
-TCMALLOC ?= $(shell $(PY) -P plugins/grpo/allocator.py 2>/dev/null)
+TCMALLOC ?= $(shell $(PY) -P seal_platform_libs/policy/allocator.py 2>/dev/null)
 PRELOAD = $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC)$(if $(LD_PRELOAD),:$(LD_PRELOAD)),)
 
 .PHONY: install run test test-slow lint clean bytecode
@@ -59,6 +59,8 @@ endif
 	$(PIP) install -e examples/seal-tensorboard
 	# The environment plugin of docs/write-an-environment-plugin.md (multi-turn key-value-store tools).
 	$(PIP) install --no-deps -e examples/seal-kvstore
+	# The optimizer plugin of docs/write-an-optimizer.md (REINFORCE with a baseline on the policy runtime).
+	$(PIP) install --no-deps -e examples/seal-reinforce
 	$(MAKE) --no-print-directory bytecode
 	touch $(STAMP)
 

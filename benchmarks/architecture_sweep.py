@@ -7,14 +7,14 @@ when it is built). Tiny random models built from transformers' config classes, n
     PYTHONPATH=. .venv/bin/python benchmarks/architecture_sweep.py [NAME ...]
 
 A sweep, not a test: a config that does not build here is reported and skipped. Those that belong in the tests
-move to ``seal_platform_plugins.grpo.testing.TINY_ARCHITECTURES``.
+move to ``seal_platform_libs.policy.testing.TINY_ARCHITECTURES``.
 """
 
 from __future__ import annotations
 
 import sys
 
-from seal_platform_plugins.grpo import testing
+from seal_platform_libs.policy import testing
 
 import tests.grpo.test_architectures as architectures
 

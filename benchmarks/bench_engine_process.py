@@ -18,7 +18,7 @@ clock (after a warm-up), start-up time and one ``update_weights``. Run it idle, 
     .venv/bin/python benchmarks/bench_engine_process.py --episodes 32 --turns 3 --max-new-tokens 64
 
 ``--repeats 2`` alternates the modes (A B C A B C) so a drift in machine load hits all of them. The default
-of ``engine.vllm.in_process`` (plugins/grpo/engines/settings.py) is meant to be what this measures as faster.
+of ``engine.vllm.in_process`` (seal_platform_libs/policy/engines/settings.py) is meant to be what this measures as faster.
 Nothing here is asserted.
 """
 
@@ -54,14 +54,14 @@ def busy(ms: float) -> None:
 
 
 def build(mode: str, model: Any, tokenizer: Any, args: argparse.Namespace) -> Any:
-    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_libs.policy.engines.settings import EngineSettings
 
     settings = EngineSettings.model_validate({"vllm": {"max_num_seqs": args.episodes, "in_process": mode != "engine-core"}})
     if mode == "replica":
-        from seal_platform_plugins.grpo.engines.local import start_local_replicas
+        from seal_platform_libs.policy.engines.local import start_local_replicas
 
         return start_local_replicas("vllm", model, tokenizer, settings, [None], seed=0)
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
 
     return VLLMEngine(model, tokenizer, settings.vllm, seed=0, concurrency=args.episodes)
 
@@ -69,7 +69,7 @@ def build(mode: str, model: Any, tokenizer: Any, args: argparse.Namespace) -> An
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     from seal_platform.executor import LocalExecutor
     from seal_platform.types import Message, SamplingParams
-    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
 
     model, tokenizer = load_policy(PolicySettings(model=args.model))
     start = time.perf_counter()

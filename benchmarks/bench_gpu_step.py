@@ -84,7 +84,7 @@ def main() -> None:
     )
     if args.fsdp:
         from seal_platform_plugins.grpo.distributed import free_port
-        from seal_platform_plugins.grpo.policy import PolicySettings
+        from seal_platform_libs.policy.loading import PolicySettings
         from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
 
         options = WorkerOptions(grpo=settings, policy=PolicySettings(), pad_id=0, device=device,

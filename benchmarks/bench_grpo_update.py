@@ -386,7 +386,7 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from seal_platform_plugins.grpo.policy import PolicySettings, model_dir
+    from seal_platform_libs.policy.loading import PolicySettings, model_dir
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     path = args.model or str(model_dir(PolicySettings()))

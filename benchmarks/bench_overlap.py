@@ -34,7 +34,7 @@ from pathlib import Path
 
 def _tiny_model(directory: Path) -> Path:
     """A 2-layer random Llama with the embedded model's tokenizer, saved as a model directory."""
-    from seal_platform_plugins.grpo.testing import save_tiny_llama
+    from seal_platform_libs.policy.testing import save_tiny_llama
 
     return save_tiny_llama(directory)
 

@@ -175,7 +175,7 @@ def main() -> None:
     from transformers import AutoConfig
 
     from bench_grpo_update import matmul_peak_gflops, step_flops
-    from seal_platform_plugins.grpo.policy import PolicySettings, model_dir
+    from seal_platform_libs.policy.loading import PolicySettings, model_dir
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     path = "" if args.shape else (args.model or str(model_dir(PolicySettings())))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from seal_platform.toolenv.formats import HermesFormat, PythonFormat
+from seal_platform_libs.toolenv.formats import HermesFormat, PythonFormat
 
 SIZES = (8_000, 16_000, 32_000, 64_000)
 

@@ -1,4 +1,4 @@
-"""Per-turn CPU time of building an episode's next prompt (plugins/grpo/tokens.py) as the episode grows.
+"""Per-turn CPU time of building an episode's next prompt (seal_platform_libs/policy/tokens.py) as the episode grows.
 
 An engine builds the prompt of every generation with `prompt_ids(tokenizer, messages)`, token in, token out:
 the first prompt is rendered once, sampled messages are appended as their token ids, and what follows each
@@ -28,8 +28,8 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from seal_platform.types import Message
-    from seal_platform_plugins.grpo.policy import ensure_converted
-    from seal_platform_plugins.grpo.tokens import SPLICE_CACHE, prompt_ids
+    from seal_platform_libs.policy.loading import ensure_converted
+    from seal_platform_libs.policy.tokens import SPLICE_CACHE, prompt_ids
 
     tok = AutoTokenizer.from_pretrained(ensure_converted())
     result = json.dumps({"files": [f"report_{i:03d}.txt" for i in range(60)], "cwd": "/home/user/documents"})

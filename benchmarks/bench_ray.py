@@ -37,7 +37,7 @@ from seal_platform.types import Message, SamplingParams  # noqa: E402
 
 
 def _policy(args: argparse.Namespace) -> tuple[Any, Any]:
-    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
 
     model, tokenizer = load_policy(PolicySettings(model=args.model))
     if getattr(args, "params", None):
@@ -56,7 +56,7 @@ def _policy(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def _ray(args: argparse.Namespace | None = None) -> Any:
     """The run's Ray cluster as grpo gets it (``ctx.cluster`` with ``settings.ray.enabled``) and its placement."""
-    from seal_platform_plugins.grpo.on_ray import OnRay
+    from seal_platform_libs.policy.on_ray import OnRay
     from seal_platform_plugins.grpo.settings import PlacementSettings
     from seal_platform_plugins.ray_backend.cluster import RayCluster
     from seal_platform_plugins.ray_backend.settings import RaySettings
@@ -66,11 +66,11 @@ def _ray(args: argparse.Namespace | None = None) -> Any:
 
 
 def _start(kind: str, model: Any, tokenizer: Any, replicas: int, args: argparse.Namespace) -> Any:
-    from seal_platform_plugins.grpo.engines import EngineSettings
-    from seal_platform_plugins.grpo.engines.remote import build_engine
-    from seal_platform_plugins.grpo.engines.spec import PolicySpec
-    from seal_platform_plugins.grpo.tokens import prompt_ids
-    from seal_platform_plugins.grpo.engines.replicas import start_replicas
+    from seal_platform_libs.policy.engines import EngineSettings
+    from seal_platform_libs.policy.engines.remote import build_engine
+    from seal_platform_libs.policy.engines.spec import PolicySpec
+    from seal_platform_libs.policy.tokens import prompt_ids
+    from seal_platform_libs.policy.engines.replicas import start_replicas
 
     config = _ray(args)
     settings = EngineSettings()

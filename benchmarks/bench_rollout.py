@@ -57,20 +57,20 @@ def bfcl_prompts(n_tasks: int, split: str) -> list[tuple[str, list[Message]]]:
 
 
 def build_engine(name: str, model: Any, tokenizer: Any, max_batch: int) -> Any:
-    from seal_platform_plugins.grpo.engines import EngineSettings
+    from seal_platform_libs.policy.engines import EngineSettings
 
     if name == "hf":
-        from seal_platform_plugins.grpo.engines.hf import HFEngine
+        from seal_platform_libs.policy.engines.hf import HFEngine
 
         return HFEngine(model, tokenizer, EngineSettings().hf.model_copy(update={"max_batch_size": max_batch}))
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
 
     settings = EngineSettings().vllm.model_copy(update={"enable_prefix_caching": name != "vllm-nocache"})
     return VLLMEngine(model, tokenizer, settings, seed=0)
 
 
 def run_engine(name: str, prompts: list[tuple[str, list[Message]]], args: argparse.Namespace) -> dict[str, Any]:
-    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
 
     model, tokenizer = load_policy(PolicySettings(model=args.model))
     start = time.perf_counter()

@@ -73,7 +73,7 @@ def main() -> int:
                              "transcript per task, so no task's transcripts share a ground-truth replay)")
     args = parser.parse_args()
 
-    from seal_platform.toolenv.calls import parse_call
+    from seal_platform_libs.toolenv.calls import parse_call
     from seal_platform_plugins.bfcl.verifier import verify
 
     helpers = _load_helpers()

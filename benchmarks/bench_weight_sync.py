@@ -4,7 +4,7 @@
 * **rank -> driver** (``grpo.train_workers > 1``): a trainer process holds the weights. host: the state dict is
   sent through a ``torch.multiprocessing`` pipe (tensors moved to shared memory, as ``LocalTrainerGroup``
   does) and loaded into the driver's copy with ``load_state_dict``. collective: the trainer pushes over a gloo
-  :class:`~seal_platform_plugins.grpo.weight_sync.SyncGroup` in buckets, received into the driver's copy.
+  :class:`~seal_platform_libs.policy.weight_sync.SyncGroup` in buckets, received into the driver's copy.
 * **driver -> K replicas** (``grpo.replicas`` on Ray): host: ``pack`` + ``ray.put`` once, each replica actor
   ``ray.get`` + ``unpack`` + copy into its model (``RayEngineClient``'s object-store path). collective: the
   driver pushes over one gloo group to the K actors, each receiving into its model.
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from seal_platform_plugins.grpo.weight_sync import SyncGroup, load_into, push, receive, sync_tensors
+from seal_platform_libs.policy.weight_sync import SyncGroup, load_into, push, receive, sync_tensors
 
 
 class Blob(torch.nn.Module):
@@ -57,7 +57,7 @@ class Blob(torch.nn.Module):
 
 
 def _free_port() -> int:
-    from seal_platform_plugins.grpo.engines.collective import free_port
+    from seal_platform_libs.policy.engines.collective import free_port
 
     return free_port()
 
@@ -144,7 +144,7 @@ def _replica_class() -> Any:
             self.group: Any = None
 
         def load(self, box: list[Any]) -> None:
-            from seal_platform_plugins.grpo.engines.shipping import unpack
+            from seal_platform_libs.policy.engines.shipping import unpack
 
             packed, _ = ray.get(box[0])
             params = self.model.state_dict()
@@ -166,7 +166,7 @@ def _replica_class() -> Any:
 def hop_driver_to_replicas(args: argparse.Namespace, mode: str) -> tuple[list[float], bool]:
     import ray
 
-    from seal_platform_plugins.grpo.engines.shipping import pack
+    from seal_platform_libs.policy.engines.shipping import pack
 
     n, numel = _shape(args)
     replicas = [_replica_class().remote(n, numel) for _ in range(args.replicas)]
@@ -197,7 +197,7 @@ def hop_driver_to_replicas(args: argparse.Namespace, mode: str) -> tuple[list[fl
 
 
 def _local_replica(n: int, numel: int, conn: Any) -> None:
-    from seal_platform_plugins.grpo.engines import buckets
+    from seal_platform_libs.policy.engines import buckets
 
     torch.set_num_threads(1)
     model, group = Blob(n, numel), None
@@ -223,7 +223,7 @@ def _local_replica(n: int, numel: int, conn: Any) -> None:
 def hop_driver_to_local_replicas(args: argparse.Namespace, mode: str) -> tuple[list[float], bool]:
     import multiprocessing
 
-    from seal_platform_plugins.grpo.engines import buckets
+    from seal_platform_libs.policy.engines import buckets
 
     n, numel = _shape(args)
     ctx = multiprocessing.get_context("spawn")

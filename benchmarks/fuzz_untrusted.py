@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import untrusted as u  # noqa: E402
-from seal_platform.toolenv.formats import HermesFormat, PythonFormat  # noqa: E402
+from seal_platform_libs.toolenv.formats import HermesFormat, PythonFormat  # noqa: E402
 
 
 def _targets():

@@ -36,7 +36,7 @@ part "the same on a BFCL-shaped batch: one group of 8, 2,000-token prompt, gradi
   --prompt-tokens 2000 --min-tokens 4000 --max-tokens 5000 --micro 8 --max-tokens-per-micro 40960 \
   --gradient-checkpointing --repeats 2 --unshared
 python3 - <<'PY'
-from seal_platform_plugins.grpo.testing import save_tiny_llama
+from seal_platform_libs.policy.testing import save_tiny_llama
 from transformers import AutoTokenizer
 tok = AutoTokenizer.from_pretrained(".gpu/tokenizer")
 tok.pad_token = tok.pad_token or tok.eos_token

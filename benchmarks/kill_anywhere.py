@@ -50,7 +50,7 @@ STEPS = 6
 
 _MAKE_TINY = """
 import sys
-from seal_platform_plugins.grpo.testing import save_tiny_llama
+from seal_platform_libs.policy.testing import save_tiny_llama
 save_tiny_llama(sys.argv[1], hidden_size=64, intermediate_size=128, max_position_embeddings=2048)
 """
 

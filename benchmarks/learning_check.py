@@ -49,7 +49,7 @@ def main() -> None:
     from seal_platform.stages import collect_with
     from seal_platform.types import SamplingParams
     from seal_platform_plugins.grpo import plugin as grpo
-    from seal_platform_plugins.grpo.policy import PolicySettings
+    from seal_platform_libs.policy.loading import PolicySettings
     from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings, LoRASettings
 
     started = time.perf_counter()

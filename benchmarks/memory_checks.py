@@ -58,7 +58,7 @@ class Result:
 
 def shape_config(name: str, layers: int | None = None) -> dict[str, Any]:
     """A Qwen2 ``config.json`` of the memory plan's known shape ``name`` (``tiny``: a 2-layer toy)."""
-    from seal_platform_plugins.grpo.model_shape import KNOWN, Shape
+    from seal_platform_libs.policy.model_shape import KNOWN, Shape
 
     shape = Shape(64, 128, 2, 4, 2, 512, True) if name == "tiny" else KNOWN[name]
     return dict(model_type="qwen2", hidden_size=shape.hidden, intermediate_size=shape.intermediate,
@@ -99,7 +99,7 @@ def samples(vocab: int, sequences: int, prompt: int, completion: int, group: int
 def worker(config: dict[str, Any], grpo: Any, device: str) -> Iterator[Any]:
     """One FSDP2 trainer rank (world size 1) of ``config``'s random model, closed afterwards."""
     from seal_platform_plugins.grpo.distributed import free_port
-    from seal_platform_plugins.grpo.policy import PolicySettings
+    from seal_platform_libs.policy.loading import PolicySettings
     from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
 
     options = WorkerOptions(grpo=grpo, policy=PolicySettings(), pad_id=0, device=device,
@@ -147,9 +147,9 @@ def check_a(shape: str, tokenizer_dir: str, device: str) -> Result:
 
     what = f"replica start-up, {shape} shape, {device}"
     try:
-        from seal_platform_plugins.grpo.engines.remote import build_engine
-        from seal_platform_plugins.grpo.engines.settings import EngineSettings
-        from seal_platform_plugins.grpo.engines.spec import PolicySpec
+        from seal_platform_libs.policy.engines.remote import build_engine
+        from seal_platform_libs.policy.engines.settings import EngineSettings
+        from seal_platform_libs.policy.engines.spec import PolicySpec
     except ImportError as exc:
         return Result("A", None, f"{what}: this tree has no replica start from a PolicySpec ({exc})")
     built: list[str] = []
@@ -232,8 +232,8 @@ def check_b(shape: str, device: str, tiny: bool = False) -> Result:
 
 def planned_update_gib(shape_name: str, grpo: Any) -> float:
     """What the memory plan gives a 1-rank FSDP2 worker's update, less the CUDA context and allocator reserve."""
-    from seal_platform_plugins.grpo.memory_plan import UPDATE, trainer_parts
-    from seal_platform_plugins.grpo.model_shape import Shape
+    from seal_platform_libs.policy.memory_plan import UPDATE, trainer_parts
+    from seal_platform_libs.policy.model_shape import Shape
 
     shape = Shape.from_config(shape_config(shape_name))
     parts = trainer_parts(shape, grpo, "float32", 1, sharded=True)

@@ -6,7 +6,7 @@ times; the sender's and one receiver's allocated and reserved memory, and the GP
     python3 benchmarks/probe_ipc_memory.py      # on a GPU machine (benchmarks/gpu_checks.sh runs it)
 
 On an H200 with torch 2.11 (2026-11-27), before each receiver got its own share of a bucket
-(``plugins/grpo/ipc_sync.py``), the sender held 2, 3, 6, 11, 21 GiB: every pushed bucket stayed allocated.
+(``seal_platform_libs/policy/ipc_sync.py``), the sender held 2, 3, 6, 11, 21 GiB: every pushed bucket stayed allocated.
 With one share per receiver, on the same kind of machine: 1.00 GiB allocated (1.50 reserved) after every push.
 """
 
@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.getcwd())
 from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
-from seal_platform_plugins.grpo.weight_sync import SyncGroup, push, receive  # noqa: E402
+from seal_platform_libs.policy.weight_sync import SyncGroup, push, receive  # noqa: E402
 
 PUSHES, WORLD, NUMEL = 20, 3, 64 * 1024 * 1024  # 4 tensors x 64 Mi float32 = 1 GiB
 MARKS = {1, 2, 5, 10, 20}

@@ -10,7 +10,7 @@ import socket
 import torch
 import torch.multiprocessing as mp
 
-from seal_platform_plugins.grpo.weight_sync import SyncGroup
+from seal_platform_libs.policy.weight_sync import SyncGroup
 
 def member(rank, port, q):
     try:

@@ -67,9 +67,9 @@ def main() -> None:
 
     from seal_platform.planning import load_recipe
     from seal_platform.types import SamplingParams
-    from seal_platform_plugins.grpo.engines import EngineSettings
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
-    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_libs.policy.engines import EngineSettings
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
     from seal_platform_plugins.smarthome.environment import SmartHomeEnvironment
     from seal_platform_plugins.smarthome.episode import run_episodes
     from seal_platform_plugins.smarthome.settings import SmartHomeSettings
@@ -91,7 +91,7 @@ def main() -> None:
     if args.scaffold:
         from seal_platform.capability import CapabilityState
         from seal_platform.stages import adopt_interface
-        from seal_platform.toolenv.evolution import EvolutionSettings, evolve
+        from seal_platform_libs.toolenv.evolution import EvolutionSettings, evolve
         from seal_platform_plugins.smarthome.cues import CUES
 
         scaffold = evolve(env.pristine_interface(), CapabilityState(), EvolutionSettings(mode="reference"),

@@ -573,7 +573,7 @@ def evaluate(
         infrastructure is a failed trajectory, not left out), a finite ``reward`` each, ids unique across the
         run store (as for ``collect``); an ``EvalResult`` counts every task (``n_tasks``), those lost to the
         infrastructure among them (``n_infra_failures``, left out of the pass rates: the helper
-        ``seal_platform.toolenv.episodes.scored_without_infra_failures`` builds such a result), and its pass
+        ``seal_platform_libs.toolenv.episodes.scored_without_infra_failures`` builds such a result), and its pass
         rates are percentages (0 to 100). Anything else is an error naming the plugin.
 
     First result wins (only one plugin is called).

@@ -106,9 +106,10 @@ def plugin_modules(host: Any) -> dict[str, str]:
 
 def plugin_of_module(module: str, modules: dict[str, str], prefer: str = "") -> str | None:
     """The plugin whose code ``module`` is: the plugin registered as that module, else the one whose module's
-    package holds it (``seal_platform_plugins.grpo.engines.hf`` is ``grpo``'s, registered as
+    package holds it (``seal_platform_plugins.grpo.trainer`` is ``grpo``'s, registered as
     ``seal_platform_plugins.grpo.plugin``), the deepest package first; ``prefer`` (the stage's owner) wins a
-    tie, and a tie without it, or the core's own package, is no plugin's (None)."""
+    tie, and a tie without it, the core's own package, or a library (``seal_platform_libs``, which no plugin
+    registers as), is no plugin's (None)."""
     exact = [name for name, mod in modules.items() if mod == module]
     if exact:
         return prefer if prefer in exact else exact[0]

@@ -11,7 +11,7 @@ def local_ray():
     replicas and trainer groups get it (an ``OnRay``: the ``ray`` cluster, through the core's contract, and
     ``grpo.placement``); ``local_ray.cluster.settings`` is the ``settings.ray`` section."""
     pytest.importorskip("ray")
-    from seal_platform_plugins.grpo.on_ray import OnRay
+    from seal_platform_libs.policy.on_ray import OnRay
     from seal_platform_plugins.grpo.settings import PlacementSettings
     from seal_platform_plugins.ray_backend.cluster import RayCluster
     from seal_platform_plugins.ray_backend.settings import RaySettings

@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from seal_platform.toolenv.calls import from_arguments
+from seal_platform_libs.toolenv.calls import from_arguments
 
 from .backend import Backend
 from .checker import verify_texts

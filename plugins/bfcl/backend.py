@@ -20,7 +20,7 @@ import pickle
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
-from seal_platform.toolenv.calls import ParsedCall
+from seal_platform_libs.toolenv.calls import ParsedCall
 
 from .trace import ERROR_PREFIX
 

@@ -13,7 +13,7 @@ import pickle
 from functools import lru_cache
 from typing import Any, NamedTuple, Sequence
 
-from seal_platform.toolenv.calls import ParsedCall, parse_call, parse_call_shared
+from seal_platform_libs.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 from seal_platform.types import TurnVerdict
 
 from .backend import Backend

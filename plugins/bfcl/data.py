@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
-from seal_platform.toolenv.bfcl_data import DataError, data_dir
+from seal_platform_libs.toolenv.bfcl_data import DataError, data_dir
 from seal_platform.types import Task
 
 from .backend import copy_data  # a private deep copy of plain data

@@ -127,7 +127,7 @@ def _text_signature(call: str) -> tuple[str, str] | None:
     """:func:`_signature` of a call text (cached: ground-truth calls recur in every diagnosis of a task)."""
     # The safe AST-literal parser (model text is never evaluated), its shared parses: a verification in this
     # process has parsed most of these texts already. Read only.
-    from seal_platform.toolenv.calls import parse_call_shared
+    from seal_platform_libs.toolenv.calls import parse_call_shared
 
     parsed = parse_call_shared(call)
     if not parsed.ok:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from seal_platform.engine import RolloutEngine
 from seal_platform.infra import failed_trajectory
-from seal_platform.toolenv.formats import ToolCallFormat, get_format
-from seal_platform.toolenv.episodes import evaluation_group, training_group
+from seal_platform_libs.toolenv.formats import ToolCallFormat, get_format
+from seal_platform_libs.toolenv.episodes import evaluation_group, training_group
 from seal_platform.types import EvalResult, Interface, SamplingParams, Task, Trajectory
 
 from . import data
@@ -164,7 +164,7 @@ class BfclEnvironment:
 
     def verify_calls(self, task: Task, trajectory: Trajectory) -> VerifyOutcome:
         """Replay the trajectory's executed calls (rejected messages never ran) against the ground truth."""
-        from seal_platform.toolenv.calls import from_arguments
+        from seal_platform_libs.toolenv.calls import from_arguments
         from .verifier import verify
 
         n_turns = int(trajectory.metadata.get("turns_reached", 0))

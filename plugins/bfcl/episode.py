@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from seal_platform.engine import RolloutEngine
-from seal_platform.toolenv import interface as iface
-from seal_platform.toolenv.calls import render_call
-from seal_platform.toolenv.formats import ParsedCall, ToolCallFormat
+from seal_platform_libs.toolenv import interface as iface
+from seal_platform_libs.toolenv.calls import render_call
+from seal_platform_libs.toolenv.formats import ParsedCall, ToolCallFormat
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, valid_text
 
 from . import data

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from seal_platform.toolenv.calls import ParsedCall
+from seal_platform_libs.toolenv.calls import ParsedCall
 from seal_platform.types import Task, TurnVerdict
 
 from .trace import CHECKER_ERROR, ERROR_PREFIX, TurnChecks, VerifyOutcome

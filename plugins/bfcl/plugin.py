@@ -120,7 +120,7 @@ def diagnose(trajectories: list[Trajectory]) -> list[TurnLabel]:
 def evolve_interface(
     ctx: RunContext, environment: Any, interface: Interface, state: CapabilityState, step: int
 ) -> Interface | None:
-    from seal_platform.toolenv import evolution
+    from seal_platform_libs.toolenv import evolution
 
     settings = _settings(ctx)
     return evolution.evolve(interface, state, settings.evolution, list(settings.categories))

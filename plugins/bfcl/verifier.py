@@ -10,7 +10,7 @@ passes. ``tests/bfcl/test_agreement.py`` holds us to the official verdict on the
 thousands of perturbations of them.
 
 Differences from the official code, all deliberate:
-- calls are parsed with ``ast`` into literal arguments and dispatched by name (see ``seal_platform.toolenv.calls``); a call the
+- calls are parsed with ``ast`` into literal arguments and dispatched by name (see ``seal_platform_libs.toolenv.calls``); a call the
   official ``eval`` would run but we refuse (nested calls, expressions, builtins, ``**`` unpacking) is a tool
   error here. Its ``eval`` would also rewrite text inside string arguments that looks like a method call
   (``"... mean (x)"``) with an instance name derived from the checker's model name -- a flaw we do not copy.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from seal_platform.toolenv.calls import ParsedCall, parse_call, parse_call_shared
+from seal_platform_libs.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 from seal_platform.types import Task, TurnVerdict
 
 from .trace import VerifyOutcome

@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Any
 
-from seal_platform.toolenv.bfcl_data import DataError
+from seal_platform_libs.toolenv.bfcl_data import DataError
 
 from .data import tool_docs
 

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from seal_platform.toolenv.bfcl_data import DataError, data_dir
+from seal_platform_libs.toolenv.bfcl_data import DataError, data_dir
 from seal_platform.types import Task
 
 BACKENDS = ("kv", "rec_sum", "vector")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seal_platform.engine import RolloutEngine
-from seal_platform.toolenv.formats import ToolCallFormat
+from seal_platform_libs.toolenv.formats import ToolCallFormat
 from seal_platform.types import Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
 from .backend import MemoryBackend

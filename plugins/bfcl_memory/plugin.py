@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import EnvironmentSpec
 from seal_platform.stages import sampling_for
-from seal_platform.toolenv.episodes import evaluation_group, training_group
+from seal_platform_libs.toolenv.episodes import evaluation_group, training_group
 from seal_platform.types import Interface, SamplingParams, Task
 
 NAME = "bfcl_memory"
@@ -60,7 +60,7 @@ class MemoryEnvironment:
         return Interface(revision=0)
 
     def format(self) -> Any:
-        from seal_platform.toolenv.formats import get_format
+        from seal_platform_libs.toolenv.formats import get_format
 
         return get_format(self.settings.tool_call_format)
 

@@ -108,7 +108,7 @@ def _backend(ctx: RunContext, settings: Any) -> Any:
         engine = ctx.shared.get("engine")
         if engine is None:
             return None
-        backend = EngineBackend(engine, settings, f"run:{getattr(engine, 'name', type(engine).__name__)}")
+        backend = EngineBackend(engine, settings, f"run:{engine.name}")
     ctx.shared[BACKEND_KEY] = backend
     return backend
 

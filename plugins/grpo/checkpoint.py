@@ -29,7 +29,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from .lora import is_lora
+from seal_platform_libs.policy.lora import is_lora
 
 SUBDIR = "grpo"
 SHARDED = "sharded"  # grpo/sharded/: the DCP checkpoint of a sharded (grpo.train_workers > 1) trainer
@@ -153,14 +153,14 @@ BASE_FILE = "base.json"
 
 
 def _save_lora(out: Path, model: Any) -> None:
-    from .lora import base_identity, save_adapter
+    from seal_platform_libs.policy.lora import base_identity, save_adapter
 
     save_adapter(model, out / ADAPTER_DIR)
     (out / BASE_FILE).write_text(json.dumps(base_identity(model), indent=2))
 
 
 def _load_lora(src: Path, model: Any) -> None:
-    from .lora import check_identity, load_adapter
+    from seal_platform_libs.policy.lora import check_identity, load_adapter
 
     base_file = src / BASE_FILE
     if not base_file.is_file():

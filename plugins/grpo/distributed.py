@@ -22,8 +22,8 @@ from typing import Any, Sequence
 
 import torch
 
-from .on_ray import OnRay
-from .policy import PolicySettings
+from seal_platform_libs.policy.on_ray import OnRay
+from seal_platform_libs.policy.loading import PolicySettings
 from .samples import Sample
 from .settings import GRPOSettings
 from .sharded import TrainerWorker, WorkerOptions, save_single_process
@@ -213,7 +213,7 @@ class GroupTrainer:
         options = WorkerOptions(grpo=settings, policy=policy or PolicySettings(), temperature=temperature,
                                 pad_id=pad_id, seed=seed)
         if ray is not None:
-            from .ray_trainers import RayTrainerGroup
+            from seal_platform_libs.policy.ray_trainers import RayTrainerGroup
 
             self.group = RayTrainerGroup(TrainerWorker, settings.train_workers, options, ray)
         else:
@@ -242,7 +242,7 @@ class GroupTrainer:
         is on the CPU."""
         import threading
 
-        from .weight_sync import SyncGroup, load_into, receive
+        from seal_platform_libs.policy.weight_sync import SyncGroup, load_into, receive
 
         if self._sync_at is None:
             address = _driver_address() if self._ray else "127.0.0.1"

@@ -45,8 +45,10 @@ def export_merged(run_config: dict[str, Any], checkpoint_dir: Path, out: Path) -
     import torch
     from safetensors.torch import load_model
 
-    from . import checkpoint, lora
-    from .policy import PolicySettings, load_policy
+    from seal_platform_libs.policy import lora
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
+
+    from . import checkpoint
     from .settings import GRPOSettings
 
     sections = run_config.get("settings") or {}

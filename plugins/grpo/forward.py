@@ -17,10 +17,10 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from .attention_limits import attention_patterns
+from seal_platform_libs.policy.attention_limits import attention_patterns
 from .objective import chunked_logprobs, entropy_from_logits, token_logprobs
-from .output_head import output_head
-from .packing import (
+from seal_platform_libs.policy.output_head import output_head
+from seal_platform_libs.policy.packing import (
     FLASH_IMPLEMENTATIONS, PACKED_SDPA, attention_implementation, packed_micro_batches, packed_row, prefix_block_mask,
     prefixed_packed_row,
 )

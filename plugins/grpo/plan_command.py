@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from .memory_plan import ALL, LOAD, PHASES, EngineStart, GPU, MemoryPlan, plan
+from seal_platform_libs.policy.memory_plan import ALL, LOAD, PHASES, EngineStart, GPU, MemoryPlan, plan
 
 
 def _span(phases: tuple[str, ...]) -> str:
@@ -100,7 +100,7 @@ def add_command(cli: Any) -> None:
         from seal_platform.planning import check_recipe, load_recipe, plugin_host_for
         from seal_platform.scaleout import cluster_for
 
-        from .on_ray import RAY
+        from seal_platform_libs.policy.on_ray import RAY
 
         recipe, overrides = _split_recipe_args(args)
         config, issues, path = load_recipe(recipe, overrides)

@@ -1,13 +1,13 @@
-"""The grpo plugin: GRPO with A-Patch (the ``reweight`` and ``optimize`` stages), the policy, and the
-``hf`` / ``vllm`` rollout engines that sample from it.
+"""The grpo plugin: GRPO with A-Patch (the ``reweight`` and ``optimize`` stages) on the policy runtime
+(:mod:`seal_platform_libs.policy`), whose ``hf`` / ``vllm`` rollout engines the policy_engines plugin registers.
 
 Thin hook implementations: the work is in the sibling modules, and torch / transformers are imported only
 inside them, when a run starts, so loading this module (``seal-platform plugins``) stays fast.
 
-Settings sections: ``grpo`` (:class:`~.settings.GRPOSettings`), ``apatch``
-(:class:`~.settings.APatchSettings`), ``policy`` (:class:`~.policy.PolicySettings`) and ``engine``
-(:class:`~.engines.settings.EngineSettings`). Run state lives in ``ctx.shared``: ``grpo.policy`` = (model,
-tokenizer), read by the engines; ``grpo.apatch``, the label weights; ``grpo.run``, the trainer.
+Settings sections: ``grpo`` (:class:`~.settings.GRPOSettings`) and ``apatch``
+(:class:`~.settings.APatchSettings`); it reads the policy_engines plugin's ``policy`` and ``engine``. Run state
+lives in ``ctx.shared``: ``grpo.policy`` = (model, tokenizer), read by the engines; ``grpo.apatch``, the label
+weights; ``grpo.run``, the trainer.
 """
 
 from __future__ import annotations
@@ -19,19 +19,19 @@ from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 
 from .apatch import APatch
-from .engines import REPLICATED, engine_specs
-from .engines.settings import EngineSettings
-from .on_ray import on_ray
-from .policy import PolicySettings
+from seal_platform_libs.policy.engines import POLICY_KEY, REPLICATED, engine_specs
+from seal_platform_libs.policy.engines.settings import EngineSettings
+from seal_platform_libs.policy.on_ray import on_ray
+from seal_platform_libs.policy.loading import PolicySettings
 from .settings import APatchSettings, GRPOSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from seal_platform.registry import Cluster
 
-    from .engines.replicas import RayEngineClient
+    from seal_platform_libs.policy.engines.replicas import RayEngineClient
 
 NAME = "grpo"
-POLICY = "grpo.policy"
+POLICY = POLICY_KEY  # (model, tokenizer): what the engines sample from
 RUN = "grpo.run"
 APATCH = "grpo.apatch"
 
@@ -44,11 +44,18 @@ def _apatch(ctx: Any) -> APatch:
     return apatch
 
 
+def _holds_policy(config: Any) -> bool:
+    """Whether grpo loads and holds the run's policy: it optimizes, or nothing does and the rollout engine is one
+    of the policy runtime's (``hf``, ``vllm``: an evaluation-only run). Another optimizer on the runtime
+    (examples/seal-reinforce) holds its own."""
+    optimize = config.stages.optimize
+    return optimize == NAME or (optimize is None and config.rollout.engine in {s.name for s in engine_specs()})
+
+
 def _used(ctx: Any) -> bool:
-    """Whether the run uses grpo: it optimizes or reweights (A-Patch), or the rollout engine is one of its
-    own. Every enabled plugin's checkpoint hooks are called; grpo's write and read its files only then."""
-    stages = ctx.config.stages
-    return NAME in (stages.optimize, stages.reweight) or ctx.config.rollout.engine in {s.name for s in engine_specs()}
+    """Whether the run uses grpo: it reweights (A-Patch) or holds the policy (:func:`_holds_policy`). Every
+    enabled plugin's checkpoint hooks are called; grpo's write and read its files only then."""
+    return ctx.config.stages.reweight == NAME or _holds_policy(ctx.config)
 
 
 def _temperature(ctx: Any, settings: GRPOSettings) -> float:
@@ -60,7 +67,7 @@ def _temperature(ctx: Any, settings: GRPOSettings) -> float:
 
 @hookimpl
 def register_settings() -> dict[str, type]:
-    return {"grpo": GRPOSettings, "apatch": APatchSettings, "policy": PolicySettings, "engine": EngineSettings}
+    return {"grpo": GRPOSettings, "apatch": APatchSettings}
 
 
 @hookimpl
@@ -70,11 +77,6 @@ def register_commands(cli: Any) -> None:
 
     add_commands(cli)
     add_command(cli)
-
-
-@hookimpl
-def register_rollout_engines() -> list:
-    return engine_specs()
 
 
 @hookimpl
@@ -97,7 +99,7 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None)
     if engine.replicas is not None and ray is not None:
         return [Issue("settings.engine.replicas", "it counts local engine processes, which a run on "
                       "Ray does not start", "set settings.grpo.replicas (Ray actors) and drop settings.engine.replicas")]
-    uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
+    uses_policy = _holds_policy(config)
     template = _template_issue(settings.get("policy") or PolicySettings()) if uses_policy else None
     if template is not None:  # before any model loads (start_run would find it only after loading them all)
         return [template]
@@ -114,7 +116,7 @@ def _template_issue(policy: PolicySettings) -> Issue | None:
     is not on this machine, which check_machine reports; the embedded model's is known). Only the tokenizer is
     loaded (transformers is imported for a local model folder only), and the template is put
     to the token code's own test (:func:`.tokens.chat_template_problem`), so the two never disagree."""
-    from .policy import EMBEDDED_MODEL
+    from seal_platform_libs.policy.loading import EMBEDDED_MODEL
 
     if policy.model == EMBEDDED_MODEL:
         return None  # SmolLM2's ChatML, supported (tests/grpo/test_tokens.py): no transformers import to say so
@@ -135,7 +137,7 @@ _TEMPLATE_VERDICTS: dict[tuple[str, tuple[tuple[str, int], ...]], Issue | None] 
 def _template_verdict(folder: Path) -> Issue | None:
     from transformers import AutoTokenizer
 
-    from .tokens import chat_template_problem
+    from seal_platform_libs.policy.tokens import chat_template_problem
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -151,9 +153,9 @@ def _template_verdict(folder: Path) -> Issue | None:
 
 @hookimpl
 def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None) -> list[str]:
-    from .devices import problems
+    from seal_platform_libs.policy.devices import problems
 
-    uses_policy = config.stages.optimize == NAME or config.rollout.engine in {spec.name for spec in engine_specs()}
+    uses_policy = _holds_policy(config)
     grpo = settings.get("grpo") or GRPOSettings()
     policy = settings.get("policy") or PolicySettings()
     found = problems(config, policy, uses_policy, grpo, cluster)
@@ -168,7 +170,7 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None
     if ray is None and config.rollout.engine in {spec.name for spec in engine_specs()}:
         from seal_platform.errors import ConfigError
 
-        from .engines.settings import local_devices
+        from seal_platform_libs.policy.engines.settings import local_devices
 
         try:  # engine.gpus naming GPUs this machine does not have
             local_devices(settings.get("engine") or EngineSettings(),
@@ -177,7 +179,7 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None
             return [str(exc)]
     if not torch.cuda.is_available():
         return found
-    from .memory_plan import plan
+    from seal_platform_libs.policy.memory_plan import plan
 
     # The recipe's memory plan on this machine's GPUs, before anything is loaded on them.
     gpus = torch.cuda.device_count()
@@ -193,7 +195,7 @@ def _model_problem(policy: PolicySettings) -> str | None:
     """Why ``settings.policy.model`` names nothing :func:`~.policy.load_policy` can load without a download
     (None: it can): the checks of :func:`~.policy.model_dir` (a local folder with a config.json), and for the
     embedded model its package, without converting it."""
-    from .policy import EMBEDDED_MODEL, embedded_gguf_path, model_dir
+    from seal_platform_libs.policy.loading import EMBEDDED_MODEL, embedded_gguf_path, model_dir
 
     try:
         if policy.model == EMBEDDED_MODEL:
@@ -207,17 +209,16 @@ def _model_problem(policy: PolicySettings) -> str | None:
 
 @hookimpl
 def start_run(ctx: Any, resumed: bool) -> None:
-    ours = {spec.name for spec in engine_specs()}
     optimizes = ctx.config.stages.optimize == NAME
     _apatch(ctx)
-    if not optimizes and ctx.config.rollout.engine not in ours:
+    if not _holds_policy(ctx.config):
         return
     import random
 
     import numpy as np
     import torch
 
-    from .policy import load_policy
+    from seal_platform_libs.policy.loading import load_policy
     from .run import GRPORun
 
     # Always seeded: a run resumed before its first checkpoint restarts from step 0 exactly as a new run;
@@ -228,11 +229,11 @@ def start_run(ctx: Any, resumed: bool) -> None:
     model, tokenizer = load_policy(ctx.settings_for("policy", PolicySettings))
     settings = ctx.settings_for("grpo", GRPOSettings)
     if settings.lora is not None:
-        from .lora import wrap
+        from seal_platform_libs.policy.lora import wrap
 
         model = wrap(model, settings.lora, gradient_checkpointing=settings.gradient_checkpointing)
     if settings.train_layers is not None and optimizes:
-        from .policy import train_top_layers
+        from seal_platform_libs.policy.loading import train_top_layers
 
         train_top_layers(model, settings.train_layers)
     ctx.shared[POLICY] = (model, tokenizer)

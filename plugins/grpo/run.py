@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
+from seal_platform.engine import TrainableEngine
 from seal_platform.types import Trajectory
 
-from . import allocator, memory_phases
+from seal_platform_libs.policy import allocator, memory_phases
 from .samples import build_samples, overlong
 from .settings import GRPOSettings
 from .trainer import GRPOTrainer
@@ -82,7 +83,7 @@ class GRPORun:
                 if sample.id in screened.corrected:
                     sample.importance_cap = settings.importance_cap
         wait = wait_for_rollouts or (lambda: None)
-        if sleep is not None or getattr(engine, "model", None) is self.model:
+        if sleep is not None or (isinstance(engine, TrainableEngine) and engine.shares_model(self.model)):
             wait()  # the update itself changes (or takes the memory of) what the engine samples with
         if sleep is not None:  # colocated engines give the GPU memory to the update
             memory_phases.to_trainer_mode(engine, self.memory, sleep=sleep, trace=self.phase_trace)

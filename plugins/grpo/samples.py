@@ -1,7 +1,7 @@
 """What the GRPO trainer trains on: :class:`Sample` s built from a step's trajectories, and what a step adds up.
 
 A step's trajectories become samples (their exact token sequences from
-:func:`~seal_platform_plugins.grpo.tokens.encode_episode`, the positions of the tokens the model generated,
+:func:`~seal_platform_libs.policy.tokens.encode_episode`, the positions of the tokens the model generated,
 and their advantage: the group-normalised reward of :func:`~.objective.step_advantages` times the A-Patch
 weight). The helpers here are the per-sample pieces of a step that the single-process trainer
 (:mod:`.trainer`) and the sharded one (:mod:`.sharded`) share.
@@ -131,7 +131,7 @@ def build_samples(
     """Samples for a step's trajectories: exact token sequences and A-Patch-scaled group advantages. With
     ``grpo.overlong_filter`` the :func:`overlong` ones get no sample (after their rewards counted in their
     groups' advantages)."""
-    from .tokens import encode_episode
+    from seal_platform_libs.policy.tokens import encode_episode
 
     settings = settings or GRPOSettings()
     weights = weights or {}

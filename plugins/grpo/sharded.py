@@ -22,8 +22,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .memory_phases import HostOffload, empty_cache, trainer_tensors
-from .policy import PolicySettings
+from seal_platform_libs.policy.memory_phases import HostOffload, empty_cache, trainer_tensors
+from seal_platform_libs.policy.loading import PolicySettings
 from .samples import Sample
 from .settings import GRPOSettings
 from .sharded_start import start_models
@@ -156,7 +156,7 @@ class TrainerWorker:
         group's receivers (it joins the group at ``address:port`` as its rank 0 on the first call; ``backend``:
         gloo, or auto/nccl/ipc on this rank's device, see :class:`.weight_sync.SyncGroup`). Collective.
         ``everything``: all parameters, else the trainable ones. Rank 0's push statistics, None elsewhere."""
-        from .weight_sync import SyncGroup, push, sync_tensors
+        from seal_platform_libs.policy.weight_sync import SyncGroup, push, sync_tensors
 
         group = None
         if self.rank == 0:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .memory_phases import empty_cache
+from seal_platform_libs.policy.memory_phases import empty_cache
 
 
 def start_models(options: Any, rank: int, device: torch.device) -> tuple[Any, Any, Any, Any]:
@@ -55,7 +55,7 @@ def ref_dtype(choice: str, device: torch.device) -> str | None:
 
 def _load_full(options: Any) -> tuple[Any, Any]:
     """Rank 0: the whole policy in host memory (read from ``policy.model``, or built), and its tokenizer."""
-    from .policy import load_policy
+    from seal_platform_libs.policy.loading import load_policy
 
     torch.manual_seed(options.seed)  # a random_init policy is the one the single-process trainer gets
     if options.build_model is not None:
@@ -66,14 +66,14 @@ def _load_full(options: Any) -> tuple[Any, Any]:
 
 
 def _load_tokenizer(options: Any) -> Any:
-    from .policy import load_tokenizer
+    from seal_platform_libs.policy.loading import load_tokenizer
 
     return None if options.build_model is not None else load_tokenizer(options.policy)
 
 
 def _skeleton(options: Any, dtype: str | None) -> Any:
     """The policy's architecture on the meta device (``dtype``: a torch dtype name; None: the policy's)."""
-    from .policy import empty_policy
+    from seal_platform_libs.policy.loading import empty_policy
 
     if options.build_model is None:
         return empty_policy(options.policy, dtype)

@@ -37,7 +37,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from .packing import PACKED_SDPA, attention_implementation
+from seal_platform_libs.policy.packing import PACKED_SDPA, attention_implementation
 from .samples import Sample, StepTally, engine_diff_sums
 from .settings import GRPOSettings
 from .skipping import predicted_batch_runs

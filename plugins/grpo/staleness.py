@@ -29,6 +29,7 @@ import math
 from typing import Any, Sequence
 
 from seal_platform.config import Issue
+from seal_platform.engine import TrainableEngine
 from seal_platform.types import Trajectory
 
 
@@ -71,21 +72,11 @@ def importance_weights(old_logp, engine_logp: Sequence[float | None], cap: float
 
 
 def push_weights(engine: object, model: object, version: int) -> bool:
-    """``engine.update_weights(model, version=version)`` (or without the version for an engine that does not
-    track versions); False when the engine takes no weights."""
-    import inspect
-
-    update = getattr(engine, "update_weights", None)
-    if not callable(update):
+    """``engine.update_weights(model, version=version)``; False when the engine is no
+    :class:`~seal_platform.engine.TrainableEngine` (it takes no weights)."""
+    if not isinstance(engine, TrainableEngine):
         return False
-    try:
-        takes_version = "version" in inspect.signature(update).parameters
-    except (TypeError, ValueError):  # a builtin or a remote proxy without a signature
-        takes_version = False
-    if takes_version:
-        update(model, version=version)
-    else:
-        update(model)
+    engine.update_weights(model, version=version)
     return True
 
 

@@ -1,7 +1,7 @@
 """The GRPO trainer: one policy update per training step.
 
 A step's trajectories become :class:`Sample` s (their exact token sequences from
-:func:`~seal_platform_plugins.grpo.tokens.encode_episode`, the positions of the tokens the model generated,
+:func:`~seal_platform_libs.policy.tokens.encode_episode`, the positions of the tokens the model generated,
 and their advantage: the group-normalised reward times the A-Patch weight). The step then does what verl's
 actor does:
 
@@ -31,8 +31,8 @@ import torch
 
 from .forward import LogprobPasses
 from .objective import LossTerms, grpo_token_loss
-from .dropout import disable_dropout, train_mode_is_eval_mode
-from .packing import check_packable, prefer_flash_attention, use_packed_sdpa
+from seal_platform_libs.policy.dropout import disable_dropout, train_mode_is_eval_mode
+from seal_platform_libs.policy.packing import check_packable, prefer_flash_attention, use_packed_sdpa
 from .samples import (
     LOSS_PARTS,
     Sample,
@@ -86,7 +86,7 @@ def enable_gradient_checkpointing(model: Any, keep_attention: bool = True) -> No
 def reference_policy(model: Any) -> Any:
     """The KL reference: a frozen copy of ``model`` as it is now; for a LoRA policy, the same model called
     with its adapters off (the base never trains, so that is exactly the initial policy, with no copy)."""
-    from .lora import AdaptersOff, is_lora
+    from seal_platform_libs.policy.lora import AdaptersOff, is_lora
 
     if is_lora(model):
         return AdaptersOff(model)
@@ -158,7 +158,7 @@ class GRPOTrainer(LogprobPasses):
                     "noise): the update's log-probs would not be the rollouts'. Set settings.grpo.gradient_checkpointing: "
                     "false")
         if s.fused_rotary:
-            from .rotary import use_fused_rotary
+            from seal_platform_libs.policy.rotary import use_fused_rotary
 
             for m in (model, ref_model):
                 if m is not None:
@@ -188,7 +188,7 @@ class GRPOTrainer(LogprobPasses):
             ref = reference_policy(model)
         # A frozen copy equals the policy until the first update; a LoRA policy's adapters-off reference is
         # not assumed equal (adapters need not start at zero), so nothing is skipped on that account.
-        from .lora import is_lora
+        from seal_platform_libs.policy.lora import is_lora
 
         at_reference = ref is not None and not is_lora(model)
         return cls(model, settings, ref_model=ref, policy_is_reference=at_reference, **kwargs)

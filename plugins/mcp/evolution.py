@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seal_platform.toolenv.schemadocs import switch_on_changes
+from seal_platform_libs.toolenv.schemadocs import switch_on_changes
 from seal_platform.types import Interface
 
 from .settings import MCPEvolutionSettings

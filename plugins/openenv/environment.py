@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from seal_platform.toolenv.episodes import load_task_file
+from seal_platform_libs.toolenv.episodes import load_task_file
 from seal_platform.types import Interface, SamplingParams, Task, Trajectory
 
 from seal_platform.infra import InfraError

@@ -1,6 +1,6 @@
 """Training-interface evolution on the action doc, driven by the capability state (evaluation keeps revision 0).
 
-Each change (rendered by the shared tool-doc helpers, ``seal_platform.toolenv.schemadocs``) is switched on once the
+Each change (rendered by the shared tool-doc helpers, ``seal_platform_libs.toolenv.schemadocs``) is switched on once the
 current epoch's labels show its trigger often enough:
 
 * ``allowed_values`` (schema enums listed in the doc): ``invalid_arguments`` or ``action_refused``;
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seal_platform.toolenv.schemadocs import switch_on_changes
+from seal_platform_libs.toolenv.schemadocs import switch_on_changes
 from seal_platform.types import Interface
 
 from .settings import OpenEnvEvolutionSettings

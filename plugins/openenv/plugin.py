@@ -8,7 +8,7 @@ from typing import Any
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.toolenv.hooks import LockstepHooks
+from seal_platform_libs.toolenv.hooks import LockstepHooks
 
 NAME = "openenv"
 _BUILT: list[Any] = []  # environments built in this process (their local servers stop at end_run)

@@ -6,7 +6,7 @@ BFCL's texts speak of paths, logins and requests that need no tool; none of that
 from __future__ import annotations
 
 from seal_platform.labels import UNREACHED_LABEL
-from seal_platform.toolenv.evolution import CueTexts
+from seal_platform_libs.toolenv.evolution import CueTexts
 
 TOOLS = "set_light, set_thermostat, lock_door and play_music"
 

@@ -22,9 +22,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from seal_platform.engine import RolloutEngine
-from seal_platform.toolenv.interface import recovery_hint, render_tools, system_addendum
-from seal_platform.toolenv.jsoncalls import parse_calls  # JSON only, within limits on size, nesting and calls
-from seal_platform.toolenv.lockstep import LockstepEpisode, play_lockstep
+from seal_platform_libs.toolenv.interface import recovery_hint, render_tools, system_addendum
+from seal_platform_libs.toolenv.jsoncalls import parse_calls  # JSON only, within limits on size, nesting and calls
+from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
 from .cues import CUES

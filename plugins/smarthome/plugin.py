@@ -1,6 +1,6 @@
 """The smarthome plugin: a CPU-sized multi-turn tool environment, its diagnoser and its training-interface
 evolution (BFCL's changes: schema affordances, recovery feedback, guidelines, through
-:func:`seal_platform.toolenv.evolution.evolve`, with this environment's own cue texts, :mod:`.cues`)."""
+:func:`seal_platform_libs.toolenv.evolution.evolve`, with this environment's own cue texts, :mod:`.cues`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import DiagnoserSpec, EnvironmentSpec
-from seal_platform.toolenv.hooks import LockstepHooks
+from seal_platform_libs.toolenv.hooks import LockstepHooks
 
 NAME = "smarthome"
 
@@ -71,7 +71,7 @@ def diagnose(trajectories: list) -> list:
 
 @hookimpl
 def evolve_interface(ctx: Any, environment: Any, interface: Any, state: Any, step: int) -> Any:
-    from seal_platform.toolenv.evolution import evolve
+    from seal_platform_libs.toolenv.evolution import evolve
 
     from .cues import CUES
 

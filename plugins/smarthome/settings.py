@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from seal_platform.toolenv.evolution import EvolutionSettings
+from seal_platform_libs.toolenv.evolution import EvolutionSettings
 
 
 class SmartHomeSettings(BaseModel):

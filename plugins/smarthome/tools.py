@@ -4,7 +4,7 @@ validating executor over a plain state dict.
 Arguments come from model text through ``json.loads`` only; they are checked against the tool's schema
 (required, unknown, enum and integer range) before anything runs, and never evaluated. Errors come back as
 ``Error during execution: ...`` strings, the shape the shared recovery-feedback classifier reads
-(:func:`seal_platform.toolenv.interface.classify_observation`).
+(:func:`seal_platform_libs.toolenv.interface.classify_observation`).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
 from seal_platform.types import Generation, Message, SamplingParams, Task
-from seal_platform.toolenv.calls import parse_call
-from seal_platform.toolenv.formats import ParsedCall, ToolCallFormat
+from seal_platform_libs.toolenv.calls import parse_call
+from seal_platform_libs.toolenv.formats import ParsedCall, ToolCallFormat
 
 _local = threading.local()
 

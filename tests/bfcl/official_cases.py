@@ -127,7 +127,7 @@ def _alter_value(value: Any, rng: random.Random) -> Any:
 
 def _alter_call(text: str, rng: random.Random, method_names: list[str]) -> str:
     """Change one thing in a call: a value, a keyword name, a dropped keyword, or the function name."""
-    from seal_platform.toolenv.calls import parse_call, render_call
+    from seal_platform_libs.toolenv.calls import parse_call, render_call
 
     call = parse_call(text)
     if call.error is not None:
@@ -157,7 +157,7 @@ def _alter_call(text: str, rng: random.Random, method_names: list[str]) -> str:
 
 
 def _to_positional(text: str) -> str:
-    from seal_platform.toolenv.calls import parse_call, render_call
+    from seal_platform_libs.toolenv.calls import parse_call, render_call
 
     call = parse_call(text)
     if call.error is not None or not call.kwargs:

@@ -96,7 +96,7 @@ def test_any_order_gives_the_same_verdicts(cases, official, task_by_id):
 
 
 def test_worker_process_path_agrees(cases, official, task_by_id, executor):
-    from seal_platform.toolenv.calls import parse_call
+    from seal_platform_libs.toolenv.calls import parse_call
 
     sample = random.Random(3).sample(range(len(cases)), 120)
     for index in sample:
@@ -126,7 +126,7 @@ def test_long_context_objects_shared_within_a_check_like_the_official(task_by_id
 
 
 def _parsed(turns):
-    from seal_platform.toolenv.calls import parse_call
+    from seal_platform_libs.toolenv.calls import parse_call
 
     return [[parse_call(call) for call in turn] for turn in turns]
 

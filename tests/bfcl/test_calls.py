@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seal_platform.toolenv.calls import (
+from seal_platform_libs.toolenv.calls import (
     CallSyntaxError,
     ParsedCall,
     from_arguments,

@@ -16,7 +16,7 @@ from seal_platform.environment import Environment, VerifyingEnvironment
 from seal_platform.types import Interface, TurnLabel
 from seal_platform_plugins.bfcl import data, plugin
 from seal_platform_plugins.bfcl.environment import BfclEnvironment
-from seal_platform.toolenv.evolution import EvolutionSettings
+from seal_platform_libs.toolenv.evolution import EvolutionSettings
 from seal_platform_plugins.bfcl.settings import BfclSettings
 from seal_platform_plugins.bfcl.verifier import verify
 

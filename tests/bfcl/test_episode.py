@@ -11,7 +11,7 @@ from seal_platform.engine import RolloutEngine
 from seal_platform.types import Interface, SamplingParams
 from seal_platform_plugins.bfcl import data
 from seal_platform_plugins.bfcl.environment import BfclEnvironment
-from seal_platform.toolenv.formats import REVEAL_TEXT, HermesFormat, ParsedCall
+from seal_platform_libs.toolenv.formats import REVEAL_TEXT, HermesFormat, ParsedCall
 from seal_platform_plugins.bfcl.settings import BfclSettings
 
 SAMPLING = SamplingParams(temperature=0.0, max_new_tokens=64)

@@ -25,8 +25,8 @@ from seal_platform.types import Generation, Interface, Message, SamplingParams, 
 from seal_platform_plugins.bfcl import data, plugin
 from seal_platform_plugins.bfcl import verifier as verifier_module
 from seal_platform_plugins.bfcl.environment import BfclEnvironment
-from seal_platform.toolenv.evolution import EvolutionSettings
-from seal_platform.toolenv.interface import active_changes
+from seal_platform_libs.toolenv.evolution import EvolutionSettings
+from seal_platform_libs.toolenv.interface import active_changes
 from seal_platform_plugins.bfcl.settings import BfclSettings
 
 

@@ -12,13 +12,13 @@ from pydantic import ValidationError
 from seal_platform.capability import CapabilityState
 from seal_platform.types import Interface, Trajectory, TurnLabel, TurnVerdict
 from seal_platform.stages import adopt_interface
-from seal_platform.toolenv import evolution
-from seal_platform.toolenv.evolution import (
+from seal_platform_libs.toolenv import evolution
+from seal_platform_libs.toolenv.evolution import (
     GUIDELINES,
     EvolutionSettings,
     label_pressures,
 )
-from seal_platform.toolenv.interface import active_changes, render_tools, system_addendum
+from seal_platform_libs.toolenv.interface import active_changes, render_tools, system_addendum
 
 BASE = "multi_turn_base"
 PARAM = "multi_turn_miss_param"
@@ -447,7 +447,7 @@ def test_the_round_profile_reads_only_the_latest_step_and_changes_switch_off_as_
 
 
 def test_guideline_texts_come_from_the_environment_and_the_recipe_overrides_them() -> None:
-    from seal_platform.toolenv.evolution import CueTexts
+    from seal_platform_libs.toolenv.evolution import CueTexts
 
     state = state_of(rollouts(BASE, ["missing_tool_call", "pass"], 0.0, 10))
     cues = CueTexts(guidelines={"missing_tool_call": "Turn the lights on when asked."})
@@ -461,7 +461,7 @@ def test_guideline_texts_come_from_the_environment_and_the_recipe_overrides_them
 
 
 def test_recovery_hints_come_from_the_environment() -> None:
-    from seal_platform.toolenv.interface import DEFAULT_HINTS, recovery_hint
+    from seal_platform_libs.toolenv.interface import DEFAULT_HINTS, recovery_hint
 
     rev = evolution.evolve(Interface(), state_of(rollouts(BASE, ["recovery_failure", "pass"], 0.0, 10)), Closed(),
                            CATEGORIES)

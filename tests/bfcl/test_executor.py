@@ -9,7 +9,7 @@ import time
 import pytest
 
 from seal_platform_plugins.bfcl import backend as _backend
-from seal_platform.toolenv.calls import parse_call
+from seal_platform_libs.toolenv.calls import parse_call
 from seal_platform_plugins.bfcl.executor import ExecutorError, ToolExecutor
 from seal_platform_plugins.bfcl.trace import ERROR_PREFIX
 

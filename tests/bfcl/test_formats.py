@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from seal_platform.toolenv.formats import (
+from seal_platform_libs.toolenv.formats import (
     REVEAL_TEXT,
     HermesFormat,
     ParsedCall,

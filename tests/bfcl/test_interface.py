@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from seal_platform.types import Interface
-from seal_platform.toolenv.interface import (
+from seal_platform_libs.toolenv.interface import (
     GUIDELINES_HEADER,
     NO_INVENT_NOTE,
     classify_observation,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seal_platform.toolenv.calls import parse_call
+from seal_platform_libs.toolenv.calls import parse_call
 from seal_platform_plugins.bfcl.trace import ERROR_PREFIX
 from seal_platform_plugins.bfcl.verifier import verify
 

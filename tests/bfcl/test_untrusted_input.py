@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seal_platform.toolenv.calls import ParsedCall
-from seal_platform.toolenv.formats import HermesFormat, PythonFormat
+from seal_platform_libs.toolenv.calls import ParsedCall
+from seal_platform_libs.toolenv.formats import HermesFormat, PythonFormat
 
 import untrusted as u
 
@@ -141,7 +141,7 @@ def test_verify_lines_bad_bytes_and_nesting_lose_no_other_line(bfcl_env):
 
 
 def test_thousands_of_calls_in_one_message_are_refused_up_front():
-    from seal_platform.toolenv.formats import MAX_PYTHON_CALLS
+    from seal_platform_libs.toolenv.formats import MAX_PYTHON_CALLS
 
     many = "[" + ", ".join(["f(a=1)"] * (MAX_PYTHON_CALLS + 1)) + "]"
     result = PythonFormat().parse(many)
@@ -168,7 +168,7 @@ _values = st.recursive(st.one_of(_text_values, st.integers(), st.none(), st.bool
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["f", "mv", "echo"]), _values, st.booleans()), min_size=1, max_size=6))
 def test_code_counts_see_parentheses_and_strings_as_python_does(calls):
-    from seal_platform.toolenv.calls import code_counts
+    from seal_platform_libs.toolenv.calls import code_counts
 
     # Strings with quotes, backslashes, newlines and brackets inside, in single and triple quotes.
     parts = [f"{name}(a={value!r}, b='''{value}''')" if triple and "'" not in str(value) and "\\" not in str(value)
@@ -192,7 +192,7 @@ def test_parentheses_inside_string_arguments_are_not_calls():
 
 
 def test_tens_of_thousands_of_values_in_one_message_are_refused_up_front():
-    from seal_platform.toolenv.formats import MAX_PYTHON_ELEMENTS
+    from seal_platform_libs.toolenv.formats import MAX_PYTHON_ELEMENTS
 
     for text in ("[f(" + ", ".join(["'('"] * (MAX_PYTHON_ELEMENTS + 1)) + ")]",
                  "[f(a=[" + ", ".join(["1"] * (MAX_PYTHON_ELEMENTS + 1)) + "])]",
@@ -204,7 +204,7 @@ def test_tens_of_thousands_of_values_in_one_message_are_refused_up_front():
 
 
 def test_code_counts_of_hostile_quotes():
-    from seal_platform.toolenv.calls import code_counts
+    from seal_platform_libs.toolenv.calls import code_counts
 
     # Unterminated strings (a syntax error anyway) count their rest as code; a run of an even number of
     # backslashes does not escape the quote after it, so every other '(' here is inside a string.
@@ -221,7 +221,7 @@ def test_code_counts_of_hostile_quotes():
 def test_every_decoding_path_has_the_same_guards():
     import json
 
-    from seal_platform.toolenv.formats import MAX_PYTHON_CALLS, get_format
+    from seal_platform_libs.toolenv.formats import MAX_PYTHON_CALLS, get_format
 
     hermes, python = get_format("hermes"), get_format("python")
     # Arguments given as a JSON string are decoded under the call's own depth and size guards.

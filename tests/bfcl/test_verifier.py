@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from seal_platform.toolenv.calls import from_arguments, parse_call
+from seal_platform_libs.toolenv.calls import from_arguments, parse_call
 from seal_platform_plugins.bfcl.trace import CHECK_KEYS, ERROR_PREFIX, TurnChecks, VerifyOutcome, is_error_result
 from seal_platform_plugins.bfcl.verifier import reference_labels, verify, verify_record
 

@@ -29,7 +29,7 @@ def test_construct_full_equals_model_construct(all_tasks):
     for task in all_tasks[::40]:
         payload = task.payload
         turns = [[c for c in turn][:-1] or ["ls()"] for turn in payload["ground_truth"]]  # some fail, some pass
-        from seal_platform.toolenv.calls import parse_call
+        from seal_platform_libs.toolenv.calls import parse_call
 
         outcome = verify_payload(payload, [[parse_call(c) for c in turn] for turn in turns])
         for verdict in outcome.turns:
@@ -59,7 +59,7 @@ def test_methods_bind_to_the_instances_and_later_classes_win(all_tasks):
     # A call changes the state of this backend's own instance only.
     other = Backend.for_payload(task.payload)
     text = task.payload["ground_truth"][0][0]
-    from seal_platform.toolenv.calls import parse_call
+    from seal_platform_libs.toolenv.calls import parse_call
 
     backend.execute(parse_call(text))
     assert all(a is not b for a, b in zip(backend.instances.values(), other.instances.values()))

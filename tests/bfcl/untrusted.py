@@ -14,9 +14,9 @@ from typing import Any
 from hypothesis import strategies as st
 
 from seal_platform.types import Message, ToolCall, Trajectory, TurnVerdict
-from seal_platform.toolenv.calls import CallSyntaxError, ParsedCall, parse_call, parse_calls, render_call
+from seal_platform_libs.toolenv.calls import CallSyntaxError, ParsedCall, parse_call, parse_calls, render_call
 from seal_platform_plugins.bfcl.diagnoser import ALL_LABELS, diagnose_trajectory, label_turns
-from seal_platform.toolenv.formats import HermesFormat, ParseResult, PythonFormat
+from seal_platform_libs.toolenv.formats import HermesFormat, ParseResult, PythonFormat
 
 KNOWN_LABELS = set(ALL_LABELS)
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from seal_platform.types import Generation, SamplingParams
-from seal_platform.toolenv.formats import HermesFormat
+from seal_platform_libs.toolenv.formats import HermesFormat
 from seal_platform_plugins.bfcl_memory import data
 from seal_platform_plugins.bfcl_memory.backend import MemoryBackend
 from seal_platform_plugins.bfcl_memory.checker import answer_found
@@ -158,7 +158,7 @@ def test_evaluate_and_collect_hooks_fill_memory_once_per_scenario(tmp_path):
     from seal_platform.config import RunConfig
     from seal_platform.context import RunContext
     from seal_platform.stages import evaluate_with
-    from seal_platform.toolenv.episodes import evaluation_group, training_group
+    from seal_platform_libs.toolenv.episodes import evaluation_group, training_group
     from seal_platform_plugins.bfcl_memory import plugin
 
     config = RunConfig(environment="bfcl_memory", rollout={"max_new_tokens": 64})

@@ -1,4 +1,4 @@
-"""No import cycles: in the core (``seal_platform``), in each plugin under ``plugins/`` and in each example
+"""No import cycles: in the core (``seal_platform``), in each library (``seal_platform_libs.<name>``), in each plugin under ``plugins/`` and in each example
 plugin under ``examples/``. The graph is read from the source (:mod:`tests.importgraph`): imports inside
 functions and under ``TYPE_CHECKING`` count, so a cycle cannot hide behind a lazy or type-only import (move
 what both sides need to a module of its own, e.g. ``seal_platform/types.py``)."""
@@ -17,6 +17,8 @@ REPO = Path(seal_platform.__file__).resolve().parent.parent
 
 def _packages() -> list[tuple[str, Path]]:
     out = [("seal_platform", REPO / "seal_platform")]
+    out += [(f"seal_platform_libs.{d.name}", d) for d in sorted((REPO / "seal_platform_libs").iterdir())
+            if (d / "__init__.py").is_file()]
     out += [(f"seal_platform_plugins.{d.name}", d) for d in sorted((REPO / "plugins").iterdir())
             if (d / "__init__.py").is_file()]
     out += [(d.name, d) for d in sorted((REPO / "examples").glob("*/*")) if (d / "__init__.py").is_file()]
@@ -28,7 +30,7 @@ PACKAGES = _packages()
 
 def test_every_plugin_and_example_is_checked():
     names = {name for name, _ in PACKAGES}
-    assert {"seal_platform", "seal_platform_plugins.bfcl", "seal_platform_plugins.grpo",
+    assert {"seal_platform", "seal_platform_libs.policy", "seal_platform_plugins.bfcl", "seal_platform_plugins.grpo",
             "seal_platform_plugins.diagnosis_llm", "seal_arithmetic", "seal_tensorboard"} <= names
 
 

@@ -125,7 +125,7 @@ def test_the_excluded_labels_are_the_reference_labels_docs_labels_md_marks_exclu
 
 
 def test_the_core_evolution_excludes_the_core_excluded_labels_by_default():
-    from seal_platform.toolenv.evolution import EvolutionSettings
+    from seal_platform_libs.toolenv.evolution import EvolutionSettings
 
     assert EvolutionSettings().excluded_labels == list(EXCLUDED_LABELS)
 

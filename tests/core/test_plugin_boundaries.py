@@ -1,5 +1,10 @@
-"""Import boundaries: a plugin imports only ``seal_platform`` (the core and its ``seal_platform.toolenv`` library),
-its own modules and third-party libraries, never another plugin; the core imports no plugin at all.
+"""Import boundaries, three layers: the core (``seal_platform``), the library floor (``seal_platform_libs``) and the
+plugins (``plugins/``, ``examples/``).
+
+* the core imports no library and no plugin;
+* a library imports the core, other libraries (``seal_platform_libs.*``) and third-party packages, never a
+  plugin or an example;
+* a plugin imports the core, the libraries, its own modules and third-party packages, never another plugin.
 
 Every ``.py`` file under ``plugins/`` and ``examples/`` is read with :mod:`ast` (nothing is imported), and every
 import in it counts wherever it stands: at module level, inside functions and classes, under ``if
@@ -19,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "seal_platform_plugins"  # plugins/ is installed under this name
+LIBRARIES = "seal_platform_libs"  # the library floor between the core and the plugins
 SKIPPED_DIRS = {"build", "dist", "__pycache__", "node_modules"}
 
 # The cross-plugin imports still allowed, as (file, imported module) pairs, and no others (issue 24 item 2 moved
@@ -176,21 +182,39 @@ def plugin_edges(root: Path) -> list[Edge]:
 
 
 def core_edges(root: Path) -> list[Edge]:
-    """The imports of a plugin (``seal_platform_plugins``) anywhere under ``root/seal_platform``, and relative
-    imports that climb out of it."""
-    core = root / "seal_platform"
+    """The imports of a plugin (``seal_platform_plugins``) or a library (``seal_platform_libs``) anywhere under
+    ``root/seal_platform``, and relative imports that climb out of it."""
+    return _layer_edges(root, "seal_platform", "the core", {NAMESPACE: "a plugin", LIBRARIES: "a library"})
+
+
+def library_edges(root: Path) -> list[Edge]:
+    """The imports of a plugin (``seal_platform_plugins``, or an example's package) anywhere under
+    ``root/seal_platform_libs``, and relative imports that climb out of it. Libraries may import each other."""
+    examples = root / "examples"
+    forbidden = {NAMESPACE: "a plugin"}
+    if examples.is_dir():
+        for child in examples.glob("*/*"):
+            if (child.is_dir() and (child / "__init__.py").is_file()) or child.suffix == ".py":
+                forbidden.setdefault(child.stem, f"an example plugin (examples/{child.parent.name})")
+    return _layer_edges(root, LIBRARIES, "a library", forbidden)
+
+
+def _layer_edges(root: Path, top: str, what: str, forbidden: dict[str, str]) -> list[Edge]:
+    """The imports under ``root/top`` of a top-level package in ``forbidden`` (name -> what it is), and
+    relative imports that climb out of ``top``."""
+    folder = root / top
     edges: list[Edge] = []
-    for path in _python_files(core):
-        module = _module_parts(path, core, ("seal_platform",))
+    for path in _python_files(folder) if folder.is_dir() else []:
+        module = _module_parts(path, folder, (top,))
         package = module if path.name == "__init__.py" else module[:-1]
         rel = path.relative_to(root).as_posix()
         for imp in _imports(path):
             targets, keep = _targets(imp, package, lambda _m: False)
             for target in targets:
                 if imp.level > 0 and keep < 1:
-                    edges.append(Edge(rel, imp.line, target, "a relative import that escapes the core"))
-                elif target.split(".")[0] == NAMESPACE:
-                    edges.append(Edge(rel, imp.line, target, "the core imports a plugin"))
+                    edges.append(Edge(rel, imp.line, target, f"a relative import that escapes {top}"))
+                elif target.split(".")[0] in forbidden:
+                    edges.append(Edge(rel, imp.line, target, f"{what} imports {forbidden[target.split('.')[0]]}"))
     return edges
 
 
@@ -199,7 +223,7 @@ def core_edges(root: Path) -> list[Edge]:
 
 def test_no_plugin_or_example_imports_another_plugin() -> None:
     unexpected = [e for e in plugin_edges(ROOT) if (e.file, e.target) not in PENDING_EDGES]
-    assert not unexpected, "cross-plugin imports (use seal_platform / seal_platform.toolenv instead):\n" + "\n".join(
+    assert not unexpected, "cross-plugin imports (use seal_platform / seal_platform_libs.toolenv instead):\n" + "\n".join(
         map(str, unexpected)
     )
 
@@ -212,17 +236,23 @@ def test_every_pending_cross_plugin_import_still_occurs() -> None:
     )
 
 
-def test_the_core_imports_no_plugin() -> None:
+def test_the_core_imports_no_plugin_and_no_library() -> None:
     edges = core_edges(ROOT)
-    assert not edges, "the core (seal_platform/, toolenv included) imports plugins:\n" + "\n".join(map(str, edges))
+    assert not edges, "the core (seal_platform/) imports plugins or libraries:\n" + "\n".join(map(str, edges))
+
+
+def test_the_libraries_import_no_plugin() -> None:
+    assert (ROOT / LIBRARIES / "policy" / "engines").is_dir()
+    edges = library_edges(ROOT)
+    assert not edges, "the libraries (seal_platform_libs/) import plugins:\n" + "\n".join(map(str, edges))
 
 
 def test_the_tool_environment_library_imports_nothing_heavy() -> None:
-    modules = sorted(p.stem for p in (ROOT / "seal_platform" / "toolenv").glob("*.py") if p.stem != "__init__")
+    modules = sorted(p.stem for p in (ROOT / "seal_platform_libs" / "toolenv").glob("*.py") if p.stem != "__init__")
     assert {"calls", "evolution", "formats", "interface"} <= set(modules)
     code = (
         "import sys\n"
-        + "".join(f"import seal_platform.toolenv.{m}\n" for m in modules)
+        + "".join(f"import seal_platform_libs.toolenv.{m}\n" for m in modules)
         + "heavy = ('torch', 'vllm', 'ray', 'transformers', 'jsonschema', 'mcp', 'bfcl_eval', 'seal_platform_plugins')\n"
         "print(','.join(sorted(m for m in heavy if m in sys.modules)))\n"
     )
@@ -318,4 +348,34 @@ def test_the_scanner_finds_a_plugin_import_in_the_core(tmp_path: Path) -> None:
     assert found == {
         ("seal_platform/sub/deep.py", 2, "seal_platform_plugins.bfcl"),
         ("seal_platform/sub/deep.py", 4, "seal_platform_plugins"),
+    }
+
+
+def test_the_scanner_finds_a_library_import_in_the_core_and_a_plugin_import_in_a_library(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "seal_platform/__init__.py": "",
+            "seal_platform/engine.py": "def f():\n    import seal_platform_libs.policy.loading\n",
+            "seal_platform_libs/__init__.py": "",
+            "seal_platform_libs/policy/__init__.py": "from . import loading\n",
+            "seal_platform_libs/policy/loading.py": """\
+                from seal_platform.types import Task
+                from seal_platform_libs.toolenv import calls
+                from seal_platform_plugins.grpo import settings
+                def late():
+                    from seal_kvstore import oracle
+                    return oracle
+                from ... import elsewhere
+                """,
+            "examples/seal-kvstore/seal_kvstore/__init__.py": "",
+        },
+    )
+    assert {(e.file, e.line, e.target) for e in core_edges(tmp_path)} == {
+        ("seal_platform/engine.py", 2, "seal_platform_libs.policy.loading"),
+    }
+    assert {(e.file, e.line, e.target) for e in library_edges(tmp_path)} == {
+        ("seal_platform_libs/policy/loading.py", 3, "seal_platform_plugins.grpo"),
+        ("seal_platform_libs/policy/loading.py", 5, "seal_kvstore"),
+        ("seal_platform_libs/policy/loading.py", 7, "elsewhere"),
     }

@@ -276,7 +276,8 @@ def test_plugin_of_module_finds_a_plugin_s_package_and_leaves_the_core_out():
     modules = {"grpo": "seal_platform_plugins.grpo.plugin", "bfcl": "seal_platform_plugins.bfcl.plugin",
                "lib": "audit_library.plugin", "diag2": "audit_library.diag2", "single": "single_module",
                "builtin": "seal_platform.some_builtin"}
-    assert plugin_of_module("seal_platform_plugins.grpo.engines.hf", modules) == "grpo"
+    assert plugin_of_module("seal_platform_plugins.grpo.trainer", modules) == "grpo"
+    assert plugin_of_module("seal_platform_libs.policy.engines.hf", modules) is None  # a library: the caller's
     assert plugin_of_module("seal_platform_plugins.bfcl.plugin", modules) == "bfcl"
     assert plugin_of_module("audit_library.diag2", modules) == "diag2"  # its own module
     assert plugin_of_module("audit_library.helpers", modules) is None  # two plugins' package: whose, unsaid

@@ -114,7 +114,7 @@ from pydantic import BaseModel
 from seal_platform import hookimpl
 from seal_platform.errors import ConfigError
 from seal_platform.registry import EnvironmentSpec
-from seal_platform.toolenv.episodes import load_task_file
+from seal_platform_libs.toolenv.episodes import load_task_file
 
 import toy_plugin
 

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("jsonschema")
 pytest.importorskip("re2")
 
-from seal_platform.toolenv.schemadocs import _validator, validate_arguments  # noqa: E402
+from seal_platform_libs.toolenv.schemadocs import _validator, validate_arguments  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = "a" * 40 + "!"  # (a+)+$ against this: about 2**40 steps of backtracking on Python's re
@@ -35,7 +35,7 @@ def _validate_in_a_subprocess(doc: dict, arguments: dict, guard_s: float = 60.0)
     then fails this test instead of hanging the suite): the reason and the seconds validation took."""
     code = textwrap.dedent("""
         import json, sys, time
-        from seal_platform.toolenv.schemadocs import validate_arguments
+        from seal_platform_libs.toolenv.schemadocs import validate_arguments
         doc, arguments = json.loads(sys.stdin.read())
         validate_arguments({"name": "warm-up", "input_schema": {"type": "object"}}, {})  # the imports
         start = time.monotonic()

@@ -1,4 +1,4 @@
-"""seal_platform.toolenv.episodes: the group keys, the infra-failure-aware score and the JSON Lines task file
+"""seal_platform_libs.toolenv.episodes: the group keys, the infra-failure-aware score and the JSON Lines task file
 that the mcp, openenv and smarthome plugins share."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import BaseModel
 
-from seal_platform.toolenv.episodes import (evaluation_episodes, load_task_file, scored_without_infra_failures,
+from seal_platform_libs.toolenv.episodes import (evaluation_episodes, load_task_file, scored_without_infra_failures,
                                             training_episodes)
 from seal_platform.types import Task, Trajectory
 

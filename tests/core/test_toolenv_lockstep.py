@@ -1,5 +1,5 @@
-"""seal_platform.toolenv.lockstep (the lock-step episode loop of tool environments) and
-seal_platform.toolenv.hooks (their standard hooks), on a small counting environment of the test's own: each
+"""seal_platform_libs.toolenv.lockstep (the lock-step episode loop of tool environments) and
+seal_platform_libs.toolenv.hooks (their standard hooks), on a small counting environment of the test's own: each
 task asks the agent to count from 1 to ``payload["to"]``, one number per message; a wrong number is answered
 with an error and the agent may go on. The engine is scripted: it answers each conversation from its
 messages, so what the loop sent it is what it answered."""
@@ -13,9 +13,9 @@ import pytest
 
 from seal_platform.config import RunConfig
 from seal_platform.infra import INFRA_FINISH, InfraError
-from seal_platform.toolenv.episodes import evaluation_episodes, training_episodes
-from seal_platform.toolenv.hooks import LockstepHooks
-from seal_platform.toolenv.lockstep import LockstepEpisode, play_lockstep
+from seal_platform_libs.toolenv.episodes import evaluation_episodes, training_episodes
+from seal_platform_libs.toolenv.hooks import LockstepHooks
+from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
 from seal_platform.types import Generation, Interface, Message, SamplingParams, Task, Trajectory, TurnVerdict
 
 
@@ -248,7 +248,7 @@ def test_recipe_issues_name_an_unused_executor_and_an_evolution_for_another_envi
 def test_the_task_file_issue_says_what_is_wrong_with_it(tmp_path):
     from pydantic import BaseModel
 
-    from seal_platform.toolenv.episodes import load_task_file
+    from seal_platform_libs.toolenv.episodes import load_task_file
 
     class Spec(BaseModel):
         id: str

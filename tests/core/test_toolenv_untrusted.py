@@ -1,4 +1,4 @@
-"""seal_platform.toolenv under untrusted input: model text read by ``jsoncalls.parse_calls`` and tool schemas
+"""seal_platform_libs.toolenv under untrusted input: model text read by ``jsoncalls.parse_calls`` and tool schemas
 from MCP / OpenEnv servers read by ``schemadocs``. Neither may raise: a bad call is a parse error, a bad schema
 a refused call with a reason the agent sees (the mcp and openenv episodes show it as "invalid arguments")."""
 
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from seal_platform.toolenv.jsoncalls import parse_calls
-from seal_platform.toolenv.schemadocs import enum_of, recovery_hint, render_docs, type_of, unknown_arguments
+from seal_platform_libs.toolenv.jsoncalls import parse_calls
+from seal_platform_libs.toolenv.schemadocs import enum_of, recovery_hint, render_docs, type_of, unknown_arguments
 
 
 def test_an_integer_over_the_digit_limit_is_a_parse_error():
@@ -35,7 +35,7 @@ def _doc(prop) -> dict:
 ])
 def test_a_call_to_a_tool_with_an_invalid_schema_is_refused_with_a_reason(prop):
     pytest.importorskip("jsonschema")
-    from seal_platform.toolenv.schemadocs import validate_arguments
+    from seal_platform_libs.toolenv.schemadocs import validate_arguments
 
     problem = validate_arguments(_doc(prop), {"a": "x"})
     assert problem is not None and problem.startswith("the tool's input schema ")
@@ -44,7 +44,7 @@ def test_a_call_to_a_tool_with_an_invalid_schema_is_refused_with_a_reason(prop):
 @pytest.mark.parametrize("schema", ["not a schema", [1, 2], {"$schema": {"x": 1}}, {"properties": {"a": float("nan")}}])
 def test_schemas_of_any_json_shape_are_refused_not_raised(schema):
     pytest.importorskip("jsonschema")
-    from seal_platform.toolenv.schemadocs import validate_arguments
+    from seal_platform_libs.toolenv.schemadocs import validate_arguments
 
     assert "invalid" in validate_arguments({"name": "t", "input_schema": schema}, {"a": 1})
 
@@ -53,7 +53,7 @@ def test_a_remote_ref_is_never_fetched():
     """A "$ref" to a URL would make jsonschema open it with no timeout (a request to any host the server
     names, and a hang): it is refused without a connection."""
     pytest.importorskip("jsonschema")
-    from seal_platform.toolenv.schemadocs import validate_arguments
+    from seal_platform_libs.toolenv.schemadocs import validate_arguments
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -82,7 +82,7 @@ def test_a_remote_ref_is_never_fetched():
 
 def test_valid_schemas_still_validate():
     pytest.importorskip("jsonschema")
-    from seal_platform.toolenv.schemadocs import validate_arguments
+    from seal_platform_libs.toolenv.schemadocs import validate_arguments
 
     doc = _doc({"type": "string", "enum": ["x", "y"]})
     assert validate_arguments(doc, {"a": "x"}) is None

@@ -24,8 +24,8 @@ def tiny_judge_dir(tmp_path_factory) -> Path:
     """A 2-layer random Llama with the embedded model's tokenizer, saved as a Hugging Face directory."""
     from transformers import AutoTokenizer
 
-    from seal_platform_plugins.grpo.policy import ensure_converted
-    from seal_platform_plugins.grpo.testing import save_tiny_llama
+    from seal_platform_libs.policy.loading import ensure_converted
+    from seal_platform_libs.policy.testing import save_tiny_llama
 
     try:
         source = ensure_converted()

@@ -42,8 +42,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    from seal_platform_plugins.grpo.engines.settings import default_threads_bind  # noqa: F401  (grpo plugin present)
-    from seal_platform_plugins.grpo.policy import ensure_converted
+    from seal_platform_libs.policy.engines.settings import default_threads_bind  # noqa: F401  (grpo plugin present)
+    from seal_platform_libs.policy.loading import ensure_converted
 
     try:
         return ensure_converted()
@@ -54,7 +54,7 @@ def model_dir() -> Path:
 @pytest.fixture(scope="module")
 def vllm_server(model_dir, tmp_path_factory):
     """``vllm serve`` of the embedded model on 127.0.0.1 (a free port); yields (base_url, startup seconds)."""
-    from seal_platform_plugins.grpo.engines.settings import default_threads_bind
+    from seal_platform_libs.policy.engines.settings import default_threads_bind
 
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"

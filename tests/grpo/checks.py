@@ -12,7 +12,7 @@ import torch
 
 from seal_platform.types import Message
 from seal_platform_plugins.grpo.objective import token_logprobs
-from seal_platform_plugins.grpo.testing import sequence_logprobs
+from seal_platform_libs.policy.testing import sequence_logprobs
 from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
 # a fixed sequence whose log-probs every replica must give exactly as the trainer does
@@ -74,7 +74,7 @@ def after_senders_broadcast(monkeypatch: Any, count: int, action: Callable[[], N
     """Patch ``SyncGroup.broadcast`` so that ``action()`` runs on the sender (rank 0) right after its
     ``count``-th broadcast from now on (a push's header takes two, then one per bucket): a replica killed or
     stopped at a chosen point of a push. Returns the sizes (numel) of the sender's broadcasts, as they go."""
-    from seal_platform_plugins.grpo.weight_sync import SyncGroup
+    from seal_platform_libs.policy.weight_sync import SyncGroup
 
     broadcast = SyncGroup.broadcast
     sent: list[int] = []

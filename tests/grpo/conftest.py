@@ -10,7 +10,7 @@ the tests that need the model's weights still skip there.
 tokenizer: fast enough for trainer and engine tests. Function-scoped (a fresh model each test) so tests that
 train it do not leak into each other. ``new_tiny_model``: a function building such models (a fresh one per call).
 ``tiny_model_dir``: the same tiny model saved as a Hugging Face directory. Both come from
-``seal_platform_plugins.grpo.testing`` (the builder benchmarks use too).
+``seal_platform_libs.policy.testing`` (the builder benchmarks use too).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    from seal_platform_plugins.grpo.policy import ensure_converted
+    from seal_platform_libs.policy.loading import ensure_converted
 
     try:
         return ensure_converted()
@@ -48,7 +48,7 @@ def tokenizer(request):
 
 def make_tiny_model(tokenizer, seed: int = 0):
     """A 2-layer random Llama with the SmolLM2 vocabulary (float32, eval mode)."""
-    from seal_platform_plugins.grpo.testing import tiny_llama
+    from seal_platform_libs.policy.testing import tiny_llama
 
     return tiny_llama(tokenizer, seed=seed)
 
@@ -66,6 +66,6 @@ def tiny_policy(tokenizer):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tokenizer, tmp_path_factory) -> Path:
-    from seal_platform_plugins.grpo.testing import save_tiny_llama
+    from seal_platform_libs.policy.testing import save_tiny_llama
 
     return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer)

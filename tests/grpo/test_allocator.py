@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from seal_platform_plugins.grpo import allocator
+from seal_platform_libs.policy import allocator
 from seal_platform_plugins.grpo.run import GRPORun
 from seal_platform_plugins.grpo.settings import GRPOSettings
 

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_plugins.grpo.testing import (  # noqa: E402
+from seal_platform_libs.policy.testing import (  # noqa: E402
     ARCHITECTURE_SHAPE,
     TINY_ARCHITECTURES,
     UNPACKABLE,
@@ -50,7 +50,7 @@ def step(architecture: str, options: dict, lora: bool = False, device: str = "cp
     """One step (KL term on, the policy moved off its reference first): metrics, gradients applied, samples.
     ``lora``: rank-4 adapters on every linear layer, the reference being the adapters-off model. ``device``:
     where the model runs (float32 throughout: autocast off)."""
-    from seal_platform_plugins.grpo import lora as peft_lora
+    from seal_platform_libs.policy import lora as peft_lora
     from seal_platform_plugins.grpo.settings import LoRASettings
 
     model = tiny_causal_lm(architecture).to(device)
@@ -126,7 +126,7 @@ def test_packing_is_refused_where_it_cannot_be_exact(architecture):
 
 def test_the_probe_measures_what_packing_would_cost():
     """The probe's gap on a model that packs exactly is float rounding; on one that cannot, far above the bound."""
-    from seal_platform_plugins.grpo.packing import use_packed_sdpa
+    from seal_platform_libs.policy.packing import use_packed_sdpa
     from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
     packed = GRPOSettings(kl_coef=0.0, pack_sequences=True, shared_prefix=True, logits_chunk_tokens=16)
@@ -144,8 +144,8 @@ def test_hf_engine_and_trainer_agree_on_each_architecture(tokenizer, architectur
     once) are the trainer's for the same tokens, with the trainer's speed-ups on: what the importance ratio of
     the first update compares."""
     from seal_platform.types import SamplingParams
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
-    from seal_platform_plugins.grpo.engines.settings import HFEngineSettings
+    from seal_platform_libs.policy.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.settings import HFEngineSettings
 
     model = tiny_causal_lm(architecture)
     settings = GRPOSettings(kl_coef=0.0, pack_sequences=architecture not in UNPACKABLE, logits_chunk_tokens=16)
@@ -170,15 +170,15 @@ def test_hf_engine_and_trainer_agree_on_each_architecture(tokenizer, architectur
 def test_lora_names_the_targets_an_architecture_lacks(caplog):
     """The default targets are Llama's names: on Phi-3 (fused q/k/v and gate/up projections) only two of them
     exist; the adapters go there and the log says which names matched nothing."""
-    from seal_platform_plugins.grpo import lora
+    from seal_platform_libs.policy import lora
     from seal_platform_plugins.grpo.settings import LoRASettings
 
-    with caplog.at_level("WARNING", logger="seal_platform_plugins.grpo.lora"):
+    with caplog.at_level("WARNING", logger="seal_platform_libs.policy.lora"):
         model = lora.wrap(tiny_causal_lm("phi3"), LoRASettings(rank=4))
     adapted = {name.split(".lora_A")[0].rsplit(".", 1)[-1] for name, _ in model.named_parameters() if ".lora_A" in name}
     assert adapted == {"o_proj", "down_proj"}
     assert "['q_proj', 'k_proj', 'v_proj', 'gate_proj', 'up_proj'] match no module of Phi3ForCausalLM" in caplog.text
-    with caplog.at_level("WARNING", logger="seal_platform_plugins.grpo.lora"):
+    with caplog.at_level("WARNING", logger="seal_platform_libs.policy.lora"):
         caplog.clear()
         lora.wrap(tiny_causal_lm("llama"), LoRASettings(rank=4))
     assert "match no module" not in caplog.text
@@ -190,13 +190,13 @@ def test_all_linear_lora_leaves_out_linear_layers_that_are_not_linear(caplog):
     linear layer gets adapters, and Falcon's linear subclasses (a plain output) keep theirs."""
     import torch
 
-    from seal_platform_plugins.grpo import lora
+    from seal_platform_libs.policy import lora
     from seal_platform_plugins.grpo.settings import LoRASettings
 
     everything = LoRASettings(rank=4, target_modules=["all-linear"])
     model = tiny_causal_lm("llama4")
     linear = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name != "lm_head"}
-    with caplog.at_level("INFO", logger="seal_platform_plugins.grpo.lora"):
+    with caplog.at_level("INFO", logger="seal_platform_libs.policy.lora"):
         wrapped = lora.wrap(model, everything)
     adapted = {name.removeprefix("base_model.model.").split(".lora_A")[0]
                for name, _ in wrapped.named_parameters() if ".lora_A" in name}
@@ -215,7 +215,7 @@ def test_sharded_worker_equals_the_trainer_on_other_architectures(architecture, 
     scaled logits and sliding windows."""
     dist = pytest.importorskip("torch.distributed")
     from seal_platform_plugins.grpo.distributed import free_port
-    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
     from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
 
     tiny_causal_lm(architecture).save_pretrained(tmp_path)
@@ -245,8 +245,8 @@ def test_dropout_is_off_in_every_mode():
     """GPT-2's config has dropout 0.1 in four places; gradient checkpointing runs the policy in train mode,
     where it acted (log-probs moved by 0.12 against eval mode). The trainer switches it off, LoRA's own
     adapter dropout aside, which the settings refuse under gradient checkpointing instead."""
-    from seal_platform_plugins.grpo import lora
-    from seal_platform_plugins.grpo.dropout import train_mode_is_eval_mode
+    from seal_platform_libs.policy import lora
+    from seal_platform_libs.policy.dropout import train_mode_is_eval_mode
     from seal_platform_plugins.grpo.settings import LoRASettings
 
     model = tiny_causal_lm("gpt2")

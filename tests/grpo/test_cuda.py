@@ -24,8 +24,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 from seal_platform.types import SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
-from seal_platform_plugins.grpo.engines.hf import HFEngine  # noqa: E402
-from seal_platform_plugins.grpo.engines.settings import HFEngineSettings  # noqa: E402
+from seal_platform_libs.policy.engines.hf import HFEngine  # noqa: E402
+from seal_platform_libs.policy.engines.settings import HFEngineSettings  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 from tests.grpo.checks import capture_grads  # noqa: E402
@@ -134,7 +134,7 @@ def test_the_hf_engine_on_cuda_samples_with_the_weights_pushed_to_it(new_tiny_mo
 
 
 def _build_tiny(vocab: int):
-    from seal_platform_plugins.grpo.testing import tiny_llama
+    from seal_platform_libs.policy.testing import tiny_llama
 
     return tiny_llama(vocab_size=vocab, hidden_size=128, intermediate_size=256)
 
@@ -142,7 +142,7 @@ def _build_tiny(vocab: int):
 def test_a_one_rank_fsdp2_worker_on_cuda_updates_like_the_single_process_trainer(tmp_path, tokenizer):
     """NCCL process group, ``fully_shard`` with a bf16 MixedPrecisionPolicy (FSDP's cast instead of autocast):
     the same update as the plain trainer up to bfloat16 rounding; its full state dict and its DCP checkpoint."""
-    from seal_platform_plugins.grpo.policy import PolicySettings
+    from seal_platform_libs.policy.loading import PolicySettings
     from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
 
     vocab = len(tokenizer)
@@ -187,7 +187,7 @@ def test_a_one_rank_fsdp2_worker_on_cuda_updates_like_the_single_process_trainer
 
 
 def _architecture_cases() -> list[str]:
-    from seal_platform_plugins.grpo.testing import TINY_ARCHITECTURES, UNPACKABLE
+    from seal_platform_libs.policy.testing import TINY_ARCHITECTURES, UNPACKABLE
 
     return [a for a in TINY_ARCHITECTURES if a not in UNPACKABLE]
 

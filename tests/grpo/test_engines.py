@@ -16,9 +16,9 @@ from seal_platform.context import RunContext
 from seal_platform.engine import RolloutEngine
 from seal_platform.executor import LocalExecutor
 from seal_platform.types import Message, SamplingParams
-from seal_platform_plugins.grpo.engines import POLICY_KEY, engine_specs
-from seal_platform_plugins.grpo.engines.settings import EngineSettings, HFEngineSettings
-from seal_platform_plugins.grpo.tokens import encode_episode, prompt_ids
+from seal_platform_libs.policy.engines import POLICY_KEY, engine_specs
+from seal_platform_libs.policy.engines.settings import EngineSettings, HFEngineSettings
+from seal_platform_libs.policy.tokens import encode_episode, prompt_ids
 
 torch = pytest.importorskip("torch")
 
@@ -59,7 +59,7 @@ def assert_logprobs_match(model, tokenizer, messages: list[Message]) -> float:
 
 @pytest.fixture
 def hf_engine(tiny_policy):
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.hf import HFEngine
 
     model, tokenizer = tiny_policy
     engine = HFEngine(model, tokenizer, HFEngineSettings(batch_wait_ms=50))
@@ -149,7 +149,7 @@ def test_hf_stop_string_ends_generation_and_is_kept(hf_engine):
 
 
 def test_hf_group_prefill_is_shared_and_exact(tiny_policy):
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.hf import HFEngine
 
     model, tokenizer = tiny_policy
     group = [Message(role="user", content="list the files in my home directory please")]
@@ -175,7 +175,7 @@ def test_hf_group_prefill_is_shared_and_exact(tiny_policy):
 
 
 def test_hf_prompt_longer_than_context_is_reported(tiny_policy):
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.hf import HFEngine
 
     model, tokenizer = tiny_policy
     engine = HFEngine(model, tokenizer, HFEngineSettings(max_model_len=40))
@@ -192,7 +192,7 @@ def test_hf_prompt_longer_than_context_is_reported(tiny_policy):
 
 
 def test_hf_update_weights_reaches_a_private_copy(tiny_policy):
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.hf import HFEngine
 
     model, tokenizer = tiny_policy
     engine = HFEngine(model, tokenizer, HFEngineSettings(share_model=False))
@@ -214,8 +214,8 @@ def test_hf_update_weights_reaches_a_private_copy(tiny_policy):
 
 
 def test_closed_engine_refuses_work(tiny_policy):
-    from seal_platform_plugins.grpo.engines.base import EngineClosed
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.base import EngineClosed
+    from seal_platform_libs.policy.engines.hf import HFEngine
 
     engine = HFEngine(*tiny_policy)
     engine.close()
@@ -224,7 +224,7 @@ def test_closed_engine_refuses_work(tiny_policy):
 
 
 def test_engine_specs_build_from_run_context(tiny_policy, tiny_model_dir, tmp_path: Path):
-    from seal_platform_plugins.grpo.policy import PolicySettings
+    from seal_platform_libs.policy.loading import PolicySettings
 
     specs = {spec.name: spec for spec in engine_specs()}
     assert set(specs) == {"hf", "vllm"}
@@ -271,7 +271,7 @@ needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason
 def test_a_sleeping_vllm_engine_serves_only_the_weights_pushed_after_the_sleep(level, tiny_policy):
     """Colocated engines sleep through the update (issue 26 item 1): at level 2 the weights are dropped and the
     push refills them; either way, what the engine serves after the push is the trainer's new model."""
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
 
     model, tokenizer = tiny_policy
     settings = EngineSettings().vllm.model_copy(update={"in_process": True, "sleep_mode": True, "sleep_level": level,
@@ -301,12 +301,12 @@ def test_a_sleeping_vllm_engine_serves_only_the_weights_pushed_after_the_sleep(l
 @needs_vllm
 @pytest.mark.parametrize("policy", ["tiny", pytest.param("smollm2", marks=pytest.mark.slow)])
 def test_vllm_logprobs_match_trainer_and_follow_weight_updates(policy, request):
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
 
     if policy == "tiny":
         model, tokenizer = request.getfixturevalue("tiny_policy")
     else:
-        from seal_platform_plugins.grpo.policy import load_policy
+        from seal_platform_libs.policy.loading import load_policy
 
         model, tokenizer = load_policy()
     # In this process: the test reaches into the served model (apply_model) to check its release on close.

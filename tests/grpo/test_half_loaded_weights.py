@@ -20,11 +20,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from seal_platform.types import SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo.engines.base import WeightsIncomplete  # noqa: E402
-from seal_platform_plugins.grpo.engines.hf import HFEngine  # noqa: E402
-from seal_platform_plugins.grpo.engines.local import LocalEngineClient, start_local_replicas  # noqa: E402
-from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
-from seal_platform_plugins.grpo.testing import sequence_logprobs, tiny_llama  # noqa: E402
+from seal_platform_libs.policy.engines.base import WeightsIncomplete  # noqa: E402
+from seal_platform_libs.policy.engines.hf import HFEngine  # noqa: E402
+from seal_platform_libs.policy.engines.local import LocalEngineClient, start_local_replicas  # noqa: E402
+from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
+from seal_platform_libs.policy.testing import sequence_logprobs, tiny_llama  # noqa: E402
 from tests.grpo.checks import (  # noqa: E402
     SEQUENCES,
     after_senders_broadcast,

@@ -19,10 +19,10 @@ from seal_platform.context import RunContext  # noqa: E402
 from seal_platform.errors import ConfigError  # noqa: E402
 from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo.engines import POLICY_KEY, REPLICATED, buckets, engine_specs  # noqa: E402
+from seal_platform_libs.policy.engines import POLICY_KEY, REPLICATED, buckets, engine_specs  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from tests.grpo.checks import language_model_step  # noqa: E402
-from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
+from seal_platform_libs.policy.engines.settings import (  # noqa: E402
     EngineSettings,
     for_run,
     local_devices,
@@ -30,7 +30,7 @@ from seal_platform_plugins.grpo.engines.settings import (  # noqa: E402
     step_concurrency,
 )
 from tests.grpo.checks import SEQUENCES, bounded, conversation, scores_equal_the_trainers, trainer_logprobs  # noqa: E402
-from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
+from seal_platform_libs.policy.tokens import prompt_ids  # noqa: E402
 
 
 def _alive(pid: int) -> bool:
@@ -45,7 +45,7 @@ def _alive(pid: int) -> bool:
 def local_pair(tokenizer, tmp_path_factory):
     """Two hf replicas on the CPU, built by the grpo engine factory from a run context (module-scoped: the
     tests run in file order, the replica kill and the shutdown last)."""
-    from seal_platform_plugins.grpo.testing import tiny_llama
+    from seal_platform_libs.policy.testing import tiny_llama
 
     model = tiny_llama(tokenizer, hidden_size=64, intermediate_size=128, max_position_embeddings=1024)
     ctx = RunContext(config=RunConfig(environment="toy", rollout={"engine": "hf", "workers": 4}), run_id="r",
@@ -126,8 +126,8 @@ def test_after_each_of_several_updates_every_replica_equals_the_trainer_bit_for_
 @pytest.mark.parametrize("mode", ["host", "auto"])
 def test_weight_sync_host_pushes_through_the_shared_memory_file(tokenizer, mode):
     """``host``, and ``auto`` (the default) for a policy in host memory: the shared-memory file, not a group."""
-    from seal_platform_plugins.grpo.engines.local import start_local_replicas
-    from seal_platform_plugins.grpo.testing import tiny_llama
+    from seal_platform_libs.policy.engines.local import start_local_replicas
+    from seal_platform_libs.policy.testing import tiny_llama
 
     model = tiny_llama(tokenizer, hidden_size=64, intermediate_size=128, max_position_embeddings=256)
     client = start_local_replicas("hf", model, tokenizer, EngineSettings(), [None], seed=0, weight_sync=mode)
@@ -150,7 +150,7 @@ def test_a_push_reaches_the_live_replica_and_requests_fail_over_when_one_dies(lo
     client, model, tokenizer, _ = local_pair
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
     client.generate([conversation(20)], greedy)
-    from seal_platform_plugins.grpo.engines.routing import routing_key
+    from seal_platform_libs.policy.engines.routing import routing_key
 
     index = client.assignment()[routing_key(conversation(20))]
     assert client._pusher.key[0] == (0, 1)  # the group of both, from the pushes before
@@ -245,7 +245,7 @@ def test_replica_settings_are_checked_against_where_the_run_goes():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_engine_gpus_this_machine_lacks_are_refused_before_the_run():
     from seal_platform_plugins.grpo.plugin import check_machine
-    from seal_platform_plugins.grpo.policy import PolicySettings
+    from seal_platform_libs.policy.loading import PolicySettings
 
     config = RunConfig(environment="toy", rollout={"engine": "hf"})
     settings = {"policy": PolicySettings(device="cpu"), "engine": EngineSettings(gpus=[0, 1])}
@@ -256,8 +256,8 @@ def test_engine_gpus_this_machine_lacks_are_refused_before_the_run():
 
 
 def test_the_memory_plan_puts_a_local_vllm_replica_on_every_gpu():
-    from seal_platform_plugins.grpo.memory_plan import plan
-    from seal_platform_plugins.grpo.policy import PolicySettings
+    from seal_platform_libs.policy.memory_plan import plan
+    from seal_platform_libs.policy.loading import PolicySettings
     from seal_platform_plugins.grpo.settings import GRPOSettings
 
     config = RunConfig(environment="bfcl", stages={"optimize": "grpo"}, rollout={"engine": "vllm"})
@@ -302,7 +302,7 @@ def test_a_run_with_two_local_replicas_completes_and_leaves_no_process(tmp_path,
 
 
 def test_the_routing_key_is_the_prompt_before_the_first_sampled_message():
-    from seal_platform_plugins.grpo.engines.routing import routing_key
+    from seal_platform_libs.policy.engines.routing import routing_key
 
     few_shot = [Message(role="system", content="Tools: ..."), Message(role="user", content="Example: lights on"),
                 Message(role="assistant", content="<tool_call>{...}</tool_call>"), Message(role="tool", content="ok")]

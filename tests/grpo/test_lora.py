@@ -17,8 +17,9 @@ from pydantic import ValidationError  # noqa: E402
 from seal_platform.capability import CapabilityState  # noqa: E402
 from seal_platform.config import RunConfig  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
-from seal_platform_plugins.grpo import lora, plugin  # noqa: E402
-from seal_platform_plugins.grpo.policy import PolicySettings  # noqa: E402
+from seal_platform_libs.policy import lora  # noqa: E402
+from seal_platform_plugins.grpo import plugin  # noqa: E402
+from seal_platform_libs.policy.loading import PolicySettings  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings, LoRASettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402

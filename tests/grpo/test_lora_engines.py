@@ -13,11 +13,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from seal_platform.types import SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo import lora  # noqa: E402
-from seal_platform_plugins.grpo.engines.settings import EngineSettings, HFEngineSettings  # noqa: E402
+from seal_platform_libs.policy import lora  # noqa: E402
+from seal_platform_libs.policy.engines.settings import EngineSettings, HFEngineSettings  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings, LoRASettings  # noqa: E402
-from seal_platform_plugins.grpo.tokens import encode_episode  # noqa: E402
+from seal_platform_libs.policy.tokens import encode_episode  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 from test_engines import LOGPROB_TOL, assert_logprobs_match, run_dialogue, trainer_logprobs  # noqa: E402
@@ -55,7 +55,7 @@ def check_engine_follows_adapters(engine, model, tokenizer) -> None:
 
 @pytest.mark.parametrize("share", [True, False], ids=["shared-model", "private-copy"])
 def test_hf_engine_follows_lora_updates(tiny_policy, share):
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.hf import HFEngine
 
     model, tokenizer = tiny_policy
     model = lora.wrap(model, LoRASettings(rank=8))
@@ -69,7 +69,7 @@ def test_hf_engine_follows_lora_updates(tiny_policy, share):
 @pytest.mark.vllm
 @needs_vllm
 def test_vllm_engine_serves_each_adapter_version_as_a_lora_request(tiny_policy):
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
 
     model, tokenizer = tiny_policy
     model = lora.wrap(model, LoRASettings(rank=8))

@@ -39,8 +39,8 @@ def test_check_b_runs_the_sharded_start_and_an_update_and_says_the_reserve_needs
 
 def test_check_c_compares_with_the_plans_update_phase():
     """(C)'s figure is the plan's: the update phase of a 1-rank FSDP2 worker, less context and reserve."""
-    from seal_platform_plugins.grpo.memory_plan import ALLOCATOR_RESERVE_GIB, CONTEXT_GIB, UPDATE, trainer_parts
-    from seal_platform_plugins.grpo.model_shape import KNOWN
+    from seal_platform_libs.policy.memory_plan import ALLOCATOR_RESERVE_GIB, CONTEXT_GIB, UPDATE, trainer_parts
+    from seal_platform_libs.policy.model_shape import KNOWN
     from seal_platform_plugins.grpo.settings import GRPOSettings
 
     checks = _module()
@@ -52,7 +52,7 @@ def test_check_c_compares_with_the_plans_update_phase():
 
 
 def test_check_a_reaches_vllms_start_through_the_replica_path_without_a_transformers_model(tmp_path, tokenizer):
-    pytest.importorskip("seal_platform_plugins.grpo.engines.spec")  # issue 49's replica start (PolicySpec)
+    pytest.importorskip("seal_platform_libs.policy.engines.spec")  # issue 49's replica start (PolicySpec)
     tokenizer.save_pretrained(tmp_path / "tokenizer")
     result = subprocess.run([sys.executable, str(SCRIPT), "A", "--tiny", "--device", "cpu", "--tokenizer",
                              str(tmp_path / "tokenizer")], capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from seal_platform.cli import build_cli
 from seal_platform.config import RunConfig
-from seal_platform_plugins.grpo.engines.settings import EngineSettings
-from seal_platform_plugins.grpo.memory_plan import GIB, plan, trainer_parts
-from seal_platform_plugins.grpo.model_shape import KNOWN, Shape, shape_for
-from seal_platform_plugins.grpo.policy import PolicySettings
+from seal_platform_libs.policy.engines.settings import EngineSettings
+from seal_platform_libs.policy.memory_plan import GIB, plan, trainer_parts
+from seal_platform_libs.policy.model_shape import KNOWN, Shape, shape_for
+from seal_platform_libs.policy.loading import PolicySettings
 from seal_platform_plugins.grpo.settings import GRPOSettings
 
 M = "settings.policy.model=Qwen/Qwen2.5-7B-Instruct"
@@ -75,7 +75,7 @@ def test_shape_from_a_model_folder_and_an_unknown_name(tmp_path):
 def test_a_model_folder_with_a_model_type_is_counted_on_its_architecture(tmp_path):
     """With ``model_type`` in config.json the parameters are counted on an empty model of that architecture:
     exact for a mixture of experts, which the dense formulas undercount about ninefold."""
-    from seal_platform_plugins.grpo.testing import tiny_causal_lm
+    from seal_platform_libs.policy.testing import tiny_causal_lm
 
     model = tiny_causal_lm("qwen3_moe")
     model.config.save_pretrained(tmp_path / "tiny")
@@ -224,7 +224,7 @@ def test_the_logits_byte_counts_bound_what_the_log_prob_code_allocates():
     (forward, the entropy metric, backward): the plan's figure is at most 25% above it and never below."""
     import torch
 
-    from seal_platform_plugins.grpo.memory_plan import LOGITS_BYTES_CHUNKED, LOGITS_BYTES_UNCHUNKED
+    from seal_platform_libs.policy.memory_plan import LOGITS_BYTES_CHUNKED, LOGITS_BYTES_UNCHUNKED
     from seal_platform_plugins.grpo.objective import chunked_logprobs, entropy_from_logits, token_logprobs
 
     vocab, hidden, tokens, chunk = 16384, 8, 256, 64

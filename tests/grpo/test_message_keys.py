@@ -13,13 +13,14 @@ import pytest
 from pydantic import ValidationError
 
 from seal_platform.config import RunConfig
-from seal_platform_plugins.grpo import lora, staleness
-from seal_platform_plugins.grpo.devices import problems
-from seal_platform_plugins.grpo.engines.settings import EngineSettings
-from seal_platform_plugins.grpo.memory_plan import plan
-from seal_platform_plugins.grpo.packing import check_packable
+from seal_platform_libs.policy import lora
+from seal_platform_plugins.grpo import staleness
+from seal_platform_libs.policy.devices import problems
+from seal_platform_libs.policy.engines.settings import EngineSettings
+from seal_platform_libs.policy.memory_plan import plan
+from seal_platform_libs.policy.packing import check_packable
 from seal_platform_plugins.grpo.plugin import check_config
-from seal_platform_plugins.grpo.policy import PolicySettings, model_dir
+from seal_platform_libs.policy.loading import PolicySettings, model_dir
 from seal_platform_plugins.grpo.settings import GRPOSettings, LoRASettings
 
 # A key of one of grpo's sections (grpo, policy, engine, apatch) not reached through `settings.`.
@@ -96,7 +97,7 @@ def test_exceptions_and_log_lines_name_keys_under_settings(tiny_policy, tmp_path
     ]
     model, _ = tiny_policy
     texts.append(_raised(lambda: lora.wrap(type(model)(model.config), LoRASettings(target_modules=["no_such_proj"]))))
-    with caplog.at_level(logging.WARNING, logger="seal_platform_plugins.grpo.lora"):
+    with caplog.at_level(logging.WARNING, logger="seal_platform_libs.policy.lora"):
         lora.wrap(type(model)(model.config), LoRASettings(target_modules=["q_proj", "no_such_proj"]))
     texts.append(caplog.text)
     assert all(FULL_KEY.search(t) for t in texts), [t for t in texts if not FULL_KEY.search(t)]

@@ -14,7 +14,7 @@ from seal_platform.cli import cli
 from seal_platform.config import RunConfig
 from seal_platform.store import RunStore
 from seal_platform_plugins.grpo.plugin import check_machine
-from seal_platform_plugins.grpo.policy import PolicySettings
+from seal_platform_libs.policy.loading import PolicySettings
 
 
 def _run(tmp_path: Path, model: str, *more: str):

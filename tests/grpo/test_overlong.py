@@ -7,6 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from seal_platform.engine import TrainableEngine
 from seal_platform.types import Generation, Message, Trajectory  # noqa: E402
 from seal_platform_plugins.grpo.run import GRPORun  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples, overlong  # noqa: E402
@@ -44,8 +45,8 @@ def test_overlong_episodes_get_no_sample_but_count_in_their_group(tokenizer):
 def test_the_step_reports_how_many_were_masked_and_trains_on_the_rest(tokenizer, new_tiny_model):
     trajs = [_episode(tokenizer, 0, 1.0), _episode(tokenizer, 1, 0.0, cut_off=True), _episode(tokenizer, 2, 0.0)]
 
-    class Engine:
-        def update_weights(self, model):
+    class Engine(TrainableEngine):
+        def update_weights(self, model, version=None):
             pass
 
     run = GRPORun(new_tiny_model(), tokenizer, GRPOSettings(lr=1e-3, overlong_filter=True), apatch=None)

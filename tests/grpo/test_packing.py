@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from seal_platform_plugins.grpo.packing import (  # noqa: E402
+from seal_platform_libs.policy.packing import (  # noqa: E402
     PACKED_SDPA,
     PREFIX_KWARG,
     attention_implementation,
@@ -256,7 +256,7 @@ def test_packed_rows_attend_per_sequence_under_sdpa(tokenizer, new_tiny_model, s
 
 def test_packed_lora_update_equals_padded(tokenizer, new_tiny_model):
     """LoRA (peft) policy and its adapters-off reference run the per-sequence attention too, same results."""
-    from seal_platform_plugins.grpo import lora
+    from seal_platform_libs.policy import lora
     from seal_platform_plugins.grpo.settings import LoRASettings
 
     adapters = LoRASettings(rank=4, alpha=8)

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from seal_platform_plugins.grpo.attention_limits import LayerLimits, attention_patterns, causal_mask  # noqa: E402
-from seal_platform_plugins.grpo.packing import (  # noqa: E402
+from seal_platform_libs.policy.attention_limits import LayerLimits, attention_patterns, causal_mask  # noqa: E402
+from seal_platform_libs.policy.packing import (  # noqa: E402
     PACKED_SDPA,
     PREFIX_KWARG,
     attention_implementation,
@@ -20,7 +20,7 @@ from seal_platform_plugins.grpo.packing import (  # noqa: E402
 )
 from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_plugins.grpo.testing import ARCHITECTURE_SHAPE, tiny_causal_lm  # noqa: E402
+from seal_platform_libs.policy.testing import ARCHITECTURE_SHAPE, tiny_causal_lm  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 VOCAB = ARCHITECTURE_SHAPE["vocab_size"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from seal_platform_plugins.grpo.policy import EMBEDDED_MODEL, PolicySettings, converted_dir, load_policy
+from seal_platform_libs.policy.loading import EMBEDDED_MODEL, PolicySettings, converted_dir, load_policy
 
 torch = pytest.importorskip("torch")
 
@@ -27,8 +27,8 @@ def test_importing_policy_settings_stays_light():
     import subprocess
 
     code = (
-        "import sys; import seal_platform_plugins.grpo.policy, seal_platform_plugins.grpo.engines, "
-        "seal_platform_plugins.grpo.tokens; "
+        "import sys; import seal_platform_libs.policy.loading, seal_platform_libs.policy.engines, "
+        "seal_platform_libs.policy.tokens; "
         "print(','.join(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -81,7 +81,7 @@ def test_conversion_matches_the_gguf_model(tmp_path: Path):
     """A fresh conversion into an empty cache gives the GGUF-loaded model's logits and tokenizer exactly."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from seal_platform_plugins.grpo.policy import embedded_gguf_path, ensure_converted
+    from seal_platform_libs.policy.loading import embedded_gguf_path, ensure_converted
 
     settings = PolicySettings(cache_dir=str(tmp_path), device="cpu")
     target = ensure_converted(settings)

@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from seal_platform.types import Message, SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo.engines.hf import HFEngine  # noqa: E402
-from seal_platform_plugins.grpo.engines.vllm import engine_dtype  # noqa: E402
-from seal_platform_plugins.grpo.policy import PolicySettings  # noqa: E402
+from seal_platform_libs.policy.engines.hf import HFEngine  # noqa: E402
+from seal_platform_libs.policy.engines.vllm import engine_dtype  # noqa: E402
+from seal_platform_libs.policy.loading import PolicySettings  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402

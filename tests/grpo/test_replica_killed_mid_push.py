@@ -16,10 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from seal_platform_plugins.grpo.engines.local import start_local_replicas  # noqa: E402
-from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
-from seal_platform_plugins.grpo.testing import tiny_llama  # noqa: E402
-from seal_platform_plugins.grpo.weight_sync import SyncGroup  # noqa: E402
+from seal_platform_libs.policy.engines.local import start_local_replicas  # noqa: E402
+from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
+from seal_platform_libs.policy.testing import tiny_llama  # noqa: E402
+from seal_platform_libs.policy.weight_sync import SyncGroup  # noqa: E402
 from tests.grpo.checks import after_senders_broadcast, bounded, scores_equal_the_trainers  # noqa: E402
 
 BOUND_S = 30.0  # the push with a replica killed in it: seconds, not the group's 120 s timeout

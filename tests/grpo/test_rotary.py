@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from seal_platform_plugins.grpo import rotary  # noqa: E402
+from seal_platform_libs.policy import rotary  # noqa: E402
 
 
 def reference_inputs(dtype=torch.float32):

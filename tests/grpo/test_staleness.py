@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from seal_platform.engine import TrainableEngine
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo import staleness  # noqa: E402
 from seal_platform_plugins.grpo.run import GRPORun  # noqa: E402
@@ -27,7 +28,7 @@ def _stamp(trajectories, versions):
 
 
 def test_hf_engine_stamps_the_version_it_sampled_with(tiny_policy):
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.hf import HFEngine
 
     model, tokenizer = tiny_policy
     engine = HFEngine(model, tokenizer)
@@ -87,18 +88,18 @@ def test_importance_correction_scales_the_policy_gradient(tiny_policy):
     assert pg_loss({first: 2.0}) != pytest.approx(pg_loss(None), rel=1e-3)
 
 
-def test_push_weights_passes_the_version_when_the_engine_takes_one():
-    class Versioned:
+def test_push_weights_passes_the_version_to_a_trainable_engine_and_skips_others():
+    class Versioned(TrainableEngine):
         def update_weights(self, model, version=None):
             self.got = (model, version)
 
-    class Plain:
-        def update_weights(self, model):
-            self.got = model
+    class Untyped:  # update_weights alone does not make a TrainableEngine (no sleep / wake)
+        def update_weights(self, model, version=None):
+            self.got = (model, version)
 
-    a, b = Versioned(), Plain()
+    a, b = Versioned(), Untyped()
     assert staleness.push_weights(a, "m", 4) and a.got == ("m", 4)
-    assert staleness.push_weights(b, "m", 4) and b.got == "m"
+    assert not staleness.push_weights(b, "m", 4) and not hasattr(b, "got")
     assert not staleness.push_weights(object(), "m", 4)
 
 
@@ -106,7 +107,7 @@ def test_colocated_engines_sleep_during_the_update_and_get_the_new_version(tiny_
     model, tokenizer = tiny_policy
     calls = []
 
-    class Engine:  # records what the trainer asks of a colocated engine
+    class Engine(TrainableEngine):  # records what the trainer asks of a colocated engine
         def sleep(self):
             calls.append(("sleep", run.trainer.updates))
 
@@ -139,9 +140,14 @@ def test_overlapped_rollouts_end_before_the_engine_gets_new_weights(tiny_policy)
     model, tokenizer = tiny_policy
     calls = []
 
-    class Engine:
+    class Engine(TrainableEngine):
+        model = None
+
         def update_weights(self, model, version=None):
             calls.append(("update_weights", version))
+
+        def shares_model(self, model):
+            return self.model is model
 
     def wait():
         calls.append(("wait", run.trainer.updates))
@@ -161,7 +167,7 @@ def test_overlapped_rollouts_end_before_the_engine_gets_new_weights(tiny_policy)
 
 def test_overlap_is_refused_where_grpo_would_drop_or_mix_its_rollouts():
     from seal_platform.config import RunConfig
-    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_libs.policy.engines.settings import EngineSettings
 
     config = RunConfig.model_validate({"environment": "bfcl", "rollout": {"overlap": True, "engine": "hf"},
                                        "training": {"tasks_per_step": 32}, "stages": {"optimize": "grpo"}})

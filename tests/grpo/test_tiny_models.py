@@ -1,4 +1,4 @@
-"""The tiny random Llama builder that tests and benchmarks share (``seal_platform_plugins.grpo.testing``)."""
+"""The tiny random Llama builder that tests and benchmarks share (``seal_platform_libs.policy.testing``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 def test_a_saved_tiny_llama_loads_back_as_the_same_model_with_the_tokenizers_ids(tokenizer, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from seal_platform_plugins.grpo.testing import TINY_SHAPE, save_tiny_llama, tiny_llama
+    from seal_platform_libs.policy.testing import TINY_SHAPE, save_tiny_llama, tiny_llama
 
     model = tiny_llama(tokenizer, seed=3)
     assert model.config.vocab_size == len(tokenizer) and model.config.eos_token_id == tokenizer.eos_token_id

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from seal_platform.types import Message
-from seal_platform_plugins.grpo.tokens import (
+from seal_platform_libs.policy.tokens import (
     UnsupportedChatTemplateError,
     chat_template_problem,
     encode_episode,
@@ -182,7 +182,7 @@ def test_tool_results_are_wrapped_once_whoever_wraps_them(tokenizer):
 def test_cached_splicing_equals_a_full_render_for_growing_and_branching_episodes(tokenizer):
     """Prompts of a growing episode resume from the cached splice of its prefix: every result must equal the
     uncached splice (a full render), also when two episodes share a prefix and then differ."""
-    from seal_platform_plugins.grpo.tokens import SPLICE_CACHE
+    from seal_platform_libs.policy.tokens import SPLICE_CACHE
 
     def fresh(fn, msgs):
         SPLICE_CACHE.enabled = False
@@ -211,7 +211,7 @@ def test_tokenizing_from_many_threads_takes_no_lock_and_equals_the_tokenizer_cal
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from seal_platform_plugins.grpo import tokens
+    from seal_platform_libs.policy import tokens
 
     texts = [f"<|im_start|>user\nturn {i}: set_light(room='kitchen', level={i}) é ✓ {'x' * (i % 50)}<|im_end|>\n"
              for i in range(400)]

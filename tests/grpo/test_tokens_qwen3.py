@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from seal_platform.types import Message, SamplingParams
-from seal_platform_plugins.grpo.tokens import (
+from seal_platform_libs.policy.tokens import (
     SPLICE_CACHE,
     chat_template_problem,
     encode_episode,
@@ -164,8 +164,8 @@ def test_cached_and_uncached_splices_agree_under_qwen3(qwen3):
 
 def _recording_hf_engine(model, tok):
     """The hf engine, recording the prompt ids it is given (what it feeds the model)."""
-    from seal_platform_plugins.grpo.engines.hf import HFEngine
-    from seal_platform_plugins.grpo.engines.settings import HFEngineSettings
+    from seal_platform_libs.policy.engines.hf import HFEngine
+    from seal_platform_libs.policy.engines.settings import HFEngineSettings
 
     class Recording(HFEngine):
         def generate_ids(self, prompts, sampling):
@@ -193,7 +193,7 @@ def _assert_engine_episode(model, tok, messages: list[Message], prompts: list[li
 
 
 def test_hf_engine_produces_a_qwen3_tool_episode_the_trainer_reproduces(qwen3):
-    from seal_platform_plugins.grpo.testing import tiny_llama
+    from seal_platform_libs.policy.testing import tiny_llama
 
     model = tiny_llama(qwen3, seed=0)
     engine = _recording_hf_engine(model, qwen3)
@@ -212,7 +212,7 @@ def test_hf_engine_produces_a_qwen3_tool_episode_the_trainer_reproduces(qwen3):
 def test_hf_engine_plays_smarthome_episodes_under_qwen3(qwen3):
     """The smarthome environment's episodes (worked examples with scripted assistant replies and tool results
     in the first prompt, then user turns) played by the hf engine: trained tokens == engine tokens."""
-    from seal_platform_plugins.grpo.testing import tiny_llama
+    from seal_platform_libs.policy.testing import tiny_llama
     from seal_platform_plugins.smarthome.environment import SmartHomeEnvironment
     from seal_platform_plugins.smarthome.episode import run_episodes
     from seal_platform_plugins.smarthome.settings import SmartHomeSettings

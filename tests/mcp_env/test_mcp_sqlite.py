@@ -186,7 +186,7 @@ def test_a_short_training_run_on_the_pypi_server(sqlite_command, tiny_model_dir,
     class CoinPlugin:
         @hookimpl
         def register_rollout_engines(self) -> list:
-            from seal_platform_plugins.grpo.engines import POLICY_KEY
+            from seal_platform_libs.policy.engines import POLICY_KEY
 
             return [EngineSpec("sqlite_coin", lambda ctx: _Coin(*ctx.shared[POLICY_KEY], seed=ctx.seed), "test")]
 

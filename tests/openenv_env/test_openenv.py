@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from seal_platform.types import Generation, Interface, Message, SamplingParams
-from seal_platform.toolenv.schemadocs import render_docs, validate_arguments
+from seal_platform_libs.toolenv.schemadocs import render_docs, validate_arguments
 from seal_platform_plugins.openenv.client import OpenEnvUnavailable, free_port
 from seal_platform_plugins.openenv.diagnoser import diagnose
 from seal_platform_plugins.openenv.environment import OpenEnvEnvironment, action_doc, load_tasks

@@ -43,7 +43,7 @@ class SumWorker:
 
 
 def test_ranks_form_one_group_and_calls_are_collective(local_ray):
-    from seal_platform_plugins.grpo.ray_trainers import RayTrainerGroup
+    from seal_platform_libs.policy.ray_trainers import RayTrainerGroup
 
     with RayTrainerGroup(SumWorker, 2, {"scale": 10.0}, local_ray) as group:
         out = group.step(list(range(1, 7)))  # rank 0 sums 1+3+5, rank 1 2+4+6; all_reduce: 21

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("ray")
 
-from seal_platform_plugins.grpo.engines.shipping import ChangeTracker, pack, unpack  # noqa: E402
+from seal_platform_libs.policy.engines.shipping import ChangeTracker, pack, unpack  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

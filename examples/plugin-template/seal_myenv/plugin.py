@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from seal_platform import hookimpl
 from seal_platform.registry import EngineSpec, EnvironmentSpec
-from seal_platform.toolenv.episodes import TOOL_CALL_STOP, Episode, evaluation_episodes, training_episodes
-from seal_platform.toolenv.jsoncalls import parse_calls
+from seal_platform_libs.toolenv.episodes import TOOL_CALL_STOP, Episode, evaluation_episodes, training_episodes
+from seal_platform_libs.toolenv.jsoncalls import parse_calls
 from seal_platform.types import (Generation, Interface, Message, SamplingParams, Task, ToolCall, Trajectory,
                                  TurnVerdict)
 

@@ -1,4 +1,4 @@
-"""A tool environment built on the shared library ``seal_platform.toolenv`` instead of code of its own: tool docs
+"""A tool environment built on the shared library ``seal_platform_libs.toolenv`` instead of code of its own: tool docs
 rendered under an interface revision, calls parsed in the Hermes format, recovery hints after failed calls, and
 the training interface evolved from the capability state. docs/write-an-environment-plugin.md (section 12)
 shows this file; `pytest examples/seal-kvstore/tests/test_toolenv_library.py` runs it. Like the rest of the
@@ -15,9 +15,9 @@ from seal_platform import hookimpl
 from seal_platform.capability import CapabilityState
 from seal_platform.config import RunConfig
 from seal_platform.context import RunContext
-from seal_platform.toolenv.evolution import EvolutionSettings, evolve
-from seal_platform.toolenv.formats import get_format
-from seal_platform.toolenv.interface import recovery_hint, render_tools, system_addendum
+from seal_platform_libs.toolenv.evolution import EvolutionSettings, evolve
+from seal_platform_libs.toolenv.formats import get_format
+from seal_platform_libs.toolenv.interface import recovery_hint, render_tools, system_addendum
 from seal_platform.types import Interface, Trajectory, TurnLabel, TurnVerdict
 
 # BFCL-style tool docs: a JSON schema per tool; a closed value set may be stated in the description.

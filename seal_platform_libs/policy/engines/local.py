@@ -39,6 +39,7 @@ from typing import Any, Callable
 from seal_platform.types import Message
 
 from . import buckets
+from .base import QueuedEngine
 from .routing import ReplicaClient, StickyRouter
 from .shipping import with_ties
 from .spec import PolicySpec
@@ -146,12 +147,12 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
         run(rid, method, args)
 
 
-def _info(index: int, engine: Any) -> dict[str, Any]:
-    return {"index": index, "pid": os.getpid(), "max_model_len": int(getattr(engine, "max_model_len", 0) or 0),
+def _info(index: int, engine: QueuedEngine) -> dict[str, Any]:
+    return {"index": index, "pid": os.getpid(), "max_model_len": int(engine.max_model_len or 0),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "dtype": engine.dtype}
 
 
-def _call(index: int, engine: Any, receiver: Any, method: str, args: tuple[Any, ...]) -> Any:
+def _call(index: int, engine: QueuedEngine, receiver: Any, method: str, args: tuple[Any, ...]) -> Any:
     if method == "generate_ids":
         return engine.generate_ids(*args)
     if method == "ready":
@@ -159,7 +160,7 @@ def _call(index: int, engine: Any, receiver: Any, method: str, args: tuple[Any, 
     if method == "load_bucket":
         bucket, ties, version = args
         engine.load_weights(with_ties(buckets.read(bucket), ties), version)
-        return int(getattr(engine, "policy_version", version or 0))
+        return int(engine.policy_version)
     if method == "receive_weights":  # (address, port, rank, world_size, backend): returns once the push is in
         return receiver.receive(engine, *args)
     if method == "abort_receive":  # (address, port): the driver gave that push up (a member died)
@@ -167,14 +168,15 @@ def _call(index: int, engine: Any, receiver: Any, method: str, args: tuple[Any, 
     if method == "score":  # log-probs of fixed sequences under the engine's current weights (a sync check)
         from ..testing import sequence_logprobs
 
-        if getattr(engine, "model", None) is None:
+        if engine.model is None:
             raise ValueError(f"a {engine.name} replica holds no torch model to score with (hf replicas do)")
         return engine.call_in_worker(lambda: sequence_logprobs(engine.model, args[0]))
-    if method in ("sleep", "wake_up"):
-        fn = getattr(engine, method, None)
-        return fn() if callable(fn) else None
+    if method == "sleep":
+        return engine.sleep()
+    if method == "wake_up":
+        return engine.wake_up()
     if method == "stats":
-        return dict(getattr(engine, "stats", {}))
+        return dict(engine.stats)
     raise ValueError(f"a local engine replica has no method {method!r} (it answers {', '.join(_METHODS)})")
 
 

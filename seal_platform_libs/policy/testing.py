@@ -139,7 +139,7 @@ def save_tiny_llama(directory: str | Path, tokenizer: Any = None, *, seed: int =
     if tokenizer is None:
         from transformers import AutoTokenizer
 
-        from .policy import ensure_converted
+        from .loading import ensure_converted
 
         tokenizer = AutoTokenizer.from_pretrained(ensure_converted())
         if tokenizer.pad_token is None:

@@ -1,22 +1,24 @@
-"""Rollout engines for the grpo plugin: ``hf`` (transformers, always available) and ``vllm``.
+"""The policy runtime's rollout engines: ``hf`` (transformers, always available) and ``vllm`` (registered by the
+policy_engines plugin).
 
-Both satisfy :class:`seal_platform.engine.RolloutEngine` and add ``update_weights(model)``, which the trainer
-calls after each optimizer update to make the engine sample from the new policy without restarting it.
+Both satisfy :class:`seal_platform.engine.RolloutEngine` and :class:`seal_platform.engine.TrainableEngine`:
+``update_weights(model, version)``, which an optimizer calls after each update to make the engine sample from
+the new policy without restarting it, and ``sleep`` / ``wake_up`` for colocated training.
 
 Without Ray, a machine with several GPUs gets one engine replica per GPU, each a local process
 (:mod:`.local`; ``engine.gpus`` / ``engine.replicas``); on Ray, ``grpo.replicas`` actors (:mod:`.replicas`).
 Both sit behind the same routing client (:mod:`.routing`), which is itself a rollout engine.
 
 Engines own no episode logic: they turn conversations into token sequences (with
-:func:`seal_platform_plugins.grpo.tokens.prompt_ids`, the same splicing the trainer uses) and sequences into
+:func:`seal_platform_libs.policy.tokens.prompt_ids`, the same splicing the trainer uses) and sequences into
 generations. Episodes run in the run's executor (``ctx.executor``, one thread per episode locally) and call
 ``generate`` concurrently; each engine collects concurrent requests into batches on its own worker thread.
 That boundary is what a distributed executor needs: a Ray actor can hold an engine and expose ``generate``
 and ``update_weights`` as remote methods, while episode actors call it through a handle.
 
-This module is imported when the grpo plugin loads, so it holds only the factories (the settings section is
-:mod:`.settings`, pydantic only); torch, transformers and vllm are imported by the engine modules, which the
-factories import when called.
+This module is imported when the policy_engines and grpo plugins load, so it holds only the factories (the
+settings section is :mod:`.settings`, pydantic only); torch, transformers and vllm are imported by the engine
+modules, which the factories import when called.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from seal_platform.registry import EngineSpec
 
+from ..settings import RUNTIME_SECTION, RuntimeSettings
 from .settings import EngineSettings, for_run, local_devices
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,11 +39,11 @@ REPLICATED = "grpo.replicated"  # the run's replica client (Ray actors, or local
 
 
 def _policy(ctx: RunContext) -> tuple[Any, Any]:
-    """The model to serve: the run's policy (the grpo plugin's start_run puts it in ``ctx.shared``), or, in a
-    context of its own (a second model, e.g. an LLM judge's), the model its ``policy`` section names."""
+    """The model to serve: the run's policy (its optimizer's start_run puts it in ``ctx.shared[POLICY_KEY]``),
+    or, in a context of its own (a second model, e.g. an LLM judge's), the model its ``policy`` section names."""
     found = ctx.shared.get(POLICY_KEY)
     if found is None:
-        from ..policy import PolicySettings, load_policy
+        from ..loading import PolicySettings, load_policy
 
         found = ctx.shared[POLICY_KEY] = load_policy(ctx.settings_for("policy", PolicySettings))
     model, tokenizer = found
@@ -51,9 +54,8 @@ def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
     """On the run's Ray cluster (``settings.ray.enabled``) the engine runs as ``grpo.replicas`` Ray actors placed
     per ``grpo.placement`` (see :mod:`.remote`)."""
     from ..on_ray import on_ray
-    from ..settings import GRPOSettings
 
-    grpo = ctx.settings_for("grpo", GRPOSettings)
+    grpo = _runtime(ctx)
     on = on_ray(ctx.cluster, grpo.placement)
     if on is None:
         return None
@@ -64,6 +66,11 @@ def _on_ray(ctx: RunContext, kind: str) -> RolloutEngine | None:
                               weight_sync=grpo.weight_sync, bucket_bytes=grpo.weight_sync_bucket_mb * 2**20)
     ctx.shared[REPLICATED] = client  # what grpo's optimize puts to sleep (colocated) and asks for lost replicas
     return client
+
+
+def _runtime(ctx: RunContext) -> RuntimeSettings:
+    """The runtime's fields of the optimizer's section (``settings.grpo``: replicas, placement, weight sync)."""
+    return ctx.settings_for(RUNTIME_SECTION, RuntimeSettings)
 
 
 def _settings(ctx: RunContext, replicas: int = 1) -> EngineSettings:
@@ -83,10 +90,9 @@ def _local(ctx: RunContext, kind: str) -> RolloutEngine | None:
     devices = local_devices(ctx.settings_for("engine", EngineSettings), _gpu_count())
     if devices is None:
         return None
-    from ..settings import GRPOSettings
     from .local import start_local_replicas
 
-    grpo = ctx.settings_for("grpo", GRPOSettings)
+    grpo = _runtime(ctx)
     model, tokenizer = _policy(ctx)
     client = start_local_replicas(kind, model, tokenizer, _settings(ctx, len(devices)), devices, ctx.seed,
                                   weight_sync=grpo.weight_sync, bucket_bytes=grpo.weight_sync_bucket_mb * 2**20)
@@ -115,7 +121,7 @@ def _vllm_factory(ctx: RunContext) -> RolloutEngine:
 
 
 def engine_specs() -> list[EngineSpec]:
-    """The engines this package provides, for the grpo plugin's ``register_rollout_engines``."""
+    """The engines this package provides, for the policy_engines plugin's ``register_rollout_engines``."""
     return [
         EngineSpec(
             name="hf",

@@ -1,9 +1,9 @@
 """Closed-loop evolution of a tool environment's *training* interface from the capability state.
 
 Written for BFCL (its label taxonomy drives the changes) and used by every environment that renders its tools
-with :mod:`seal_platform.toolenv.interface` (the ``bfcl`` and ``smarthome`` plugins). Evaluation never sees any
+with :mod:`seal_platform_libs.toolenv.interface` (the ``bfcl`` and ``smarthome`` plugins). Evaluation never sees any
 of this: it always runs on revision 0, whose spec is ``{}`` and which every function in
-:mod:`seal_platform.toolenv.interface` renders as the untouched official presentation.
+:mod:`seal_platform_libs.toolenv.interface` renders as the untouched official presentation.
 
 The changes
 -----------
@@ -63,7 +63,7 @@ order.
 
 Cue texts belong to the environment: :class:`CueTexts` holds guideline lines by label and recovery hints by
 kind; an environment plugin passes its own to :func:`evolve` (guidelines) and to
-:func:`seal_platform.toolenv.interface.recovery_hint` (hints). :data:`BFCL_CUES` are BFCL's.
+:func:`seal_platform_libs.toolenv.interface.recovery_hint` (hints). :data:`BFCL_CUES` are BFCL's.
 
 Modes
 -----
@@ -149,7 +149,7 @@ GUIDELINES: dict[str, str] = {
 
 class CueTexts(BaseModel):
     """An environment's cue texts: guideline lines by label (:func:`evolve`) and recovery hints by the kind
-    :func:`seal_platform.toolenv.interface.classify_observation` names (``{detail}`` is the error's text)."""
+    :func:`seal_platform_libs.toolenv.interface.classify_observation` names (``{detail}`` is the error's text)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .settings import GRPOSettings
+from .settings import RuntimeSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from seal_platform.registry import Cluster
@@ -77,7 +77,7 @@ def cuda_unusable_reason() -> str | None:
             "(torch.cuda.is_available() is False: check CUDA_VISIBLE_DEVICES and the container's GPU access)")
 
 
-def problems(config: Any, policy: Any, uses_policy: bool, grpo: GRPOSettings | None = None,
+def problems(config: Any, policy: Any, uses_policy: bool, grpo: RuntimeSettings | None = None,
              cluster: Cluster | None = None) -> list[str]:
     """The device problems of a run of ``config`` whose policy settings are ``policy`` (``uses_policy``: the
     run loads grpo's policy, i.e. trains with grpo or rolls out on one of its engines; ``grpo``: its settings,
@@ -85,7 +85,7 @@ def problems(config: Any, policy: Any, uses_policy: bool, grpo: GRPOSettings | N
     ``cluster``, the run's cluster (:class:`seal_platform.registry.Cluster`), is Ray)."""
     from .on_ray import RAY
 
-    grpo = grpo or GRPOSettings()
+    grpo = grpo or RuntimeSettings()
     out: list[str] = []
     place, train_workers = grpo.placement, grpo.train_workers
     on_ray = cluster is not None and cluster.name == RAY

@@ -83,15 +83,13 @@ class EngineReplica:
         self._receiver.abort(address, port)
 
     def sleep(self) -> None:
-        if callable(getattr(self.engine, "sleep", None)):
-            self.engine.sleep()
+        self.engine.sleep()
 
     def wake_up(self) -> None:
-        if callable(getattr(self.engine, "wake_up", None)):
-            self.engine.wake_up()
+        self.engine.wake_up()
 
     def stats(self) -> dict[str, Any]:
-        return dict(getattr(self.engine, "stats", {}))
+        return dict(self.engine.stats)
 
     def close(self) -> None:
         self.engine.close()

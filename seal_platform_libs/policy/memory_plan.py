@@ -78,6 +78,7 @@ from __future__ import annotations
 from typing import Any
 
 from .model_shape import shape_for
+from .settings import RUNTIME_SECTION
 from .memory_parts import (  # noqa: F401 - re-exported: the plan's names
     ALL,
     ALLOCATOR_RESERVE_GIB,
@@ -110,10 +111,11 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
     GPUs of ``gpu_memory`` GiB each; ``on_ray``: the run's cluster is Ray (engine replicas and trainer workers
     are actors placed per ``grpo.placement``)."""
     from .engines.settings import EngineSettings, local_devices
-    from .policy import PolicySettings
-    from .settings import GRPOSettings
+    from .loading import PolicySettings
 
-    grpo = settings.get("grpo") or GRPOSettings()
+    grpo = settings.get(RUNTIME_SECTION)  # the optimizer's section: RuntimeSettings and the trainer's knobs
+    if grpo is None:
+        raise ValueError(f"no settings section {RUNTIME_SECTION!r}: the memory plan needs the optimizer's settings")
     policy = settings.get("policy") or PolicySettings()
     engine = settings.get("engine") or EngineSettings()
     shape = shape_for(policy.model)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-EXTENSION = "seal_platform_plugins.grpo.engines.vllm_worker.SharedWeightsLoader"
+EXTENSION = "seal_platform_libs.policy.engines.vllm_worker.SharedWeightsLoader"
 
 
 class SharedWeightsLoader:
@@ -20,7 +20,7 @@ class SharedWeightsLoader:
 
     def seal_load_bucket(self, bucket: dict[str, Any]) -> int:
         """Reload the bucket's tensors in place (checkpoint-format names); the number of tensors loaded."""
-        from seal_platform_plugins.grpo.engines import buckets
+        from seal_platform_libs.policy.engines import buckets
 
         named = buckets.read(bucket)
         self.reload_weights(weights_iterator=iter(named.items()), is_checkpoint_format=True)  # type: ignore[attr-defined]

@@ -1,7 +1,7 @@
 """What both engines share: prompt building, a request queue served by one worker thread, result assembly.
 
 Episodes call :meth:`QueuedEngine.generate` from many threads at once. Each call turns its conversations into
-prompt token ids (with :func:`~seal_platform_plugins.grpo.tokens.prompt_ids`) and queues one request per
+prompt token ids (with :func:`~seal_platform_libs.policy.tokens.prompt_ids`) and queues one request per
 conversation; a single worker thread owns the model and serves the queue, so the model is never entered from
 two threads, and requests that arrive together (a group's G rollouts, the next turns of several dialogues)
 are generated together. Subclasses implement :meth:`QueuedEngine._serve`.
@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from seal_platform.engine import TrainableEngine
 from seal_platform.types import Generation, Message, SamplingParams
 
 from ..tokens import prompt_ids
@@ -57,10 +58,12 @@ class WeightsIncomplete(RuntimeError):
     within the engine's ``hold_s``: it serves nothing until one does."""
 
 
-class QueuedEngine:
-    """Base of the rollout engines: thread-safe ``generate`` over a single worker thread."""
+class QueuedEngine(TrainableEngine):
+    """Base of the rollout engines: thread-safe ``generate`` over a single worker thread. A
+    :class:`~seal_platform.engine.TrainableEngine` (its subclasses define ``update_weights``)."""
 
     name = "base"
+    model: Any = None  # the torch model it generates with (the hf engine's; None: the back end holds its own)
 
     def __init__(self, tokenizer: Any, max_model_len: int):
         self.tokenizer = tokenizer
@@ -87,6 +90,9 @@ class QueuedEngine:
             self._started = True
             self._worker.start()
 
+    def shares_model(self, model: Any) -> bool:
+        return self.model is not None and self.model is model
+
     # --- the RolloutEngine interface ----------------------------------------------------------------
 
     def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
@@ -100,7 +106,7 @@ class QueuedEngine:
 
         ``logprobs`` are raw: log-softmax of the model's logits at temperature 1, before temperature, top-p or
         any other processing, i.e. ``log p_theta(token | prefix)``, exactly what a trainer's forward pass over
-        :func:`~seal_platform_plugins.grpo.tokens.encode_episode` recomputes.
+        :func:`~seal_platform_libs.policy.tokens.encode_episode` recomputes.
         """
         return self.generate_ids([prompt_ids(self.tokenizer, conv) for conv in conversations], sampling)
 

@@ -6,7 +6,7 @@ the ``bfcl`` and ``smarthome`` plugins render theirs through here.
 Revision 0 is the pristine interface (spec ``{}``): every function here returns its input unchanged for it
 (``render_tools`` returns the very list it was given, ``system_addendum`` returns "" and ``recovery_hint``
 None), so evaluation prompts are byte-identical to the official presentation. Which changes a revision
-activates, and why, is decided in :mod:`seal_platform.toolenv.evolution`; the spec it writes is an
+activates, and why, is decided in :mod:`seal_platform_libs.toolenv.evolution`; the spec it writes is an
 :class:`InterfaceSpec`, stored as::
 
     {"version": 1, "scopes": {"<category or *>": {"changes": [...sorted names...],

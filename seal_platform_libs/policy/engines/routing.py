@@ -35,6 +35,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from seal_platform.engine import TrainableEngine
 from seal_platform.infra import InfraError
 from seal_platform.types import Generation, Message, SamplingParams
 
@@ -87,7 +88,7 @@ class StickyRouter:
         return dict(self.assigned)
 
 
-class ReplicaClient:
+class ReplicaClient(TrainableEngine):
     """A ``RolloutEngine`` (and ``TrainableEngine``) over K engine replicas. Thread-safe.
 
     ``replicas`` are the transport's handles (one per replica, index = position); ``whole_state``: every push

@@ -36,16 +36,21 @@ import logging
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .base import QueuedEngine
 
 log = logging.getLogger(__name__)
 
 
-def receive_into(engine: Any, group: Any) -> int:
+def receive_into(engine: QueuedEngine, group: Any) -> int:
     """Receive one push over ``group`` (a :class:`~..weight_sync.SyncGroup`) into ``engine``; its version."""
+    from .vllm import VLLMEngine
+
     into = _into_module
-    if getattr(engine, "name", "") == "vllm":
-        if getattr(engine, "_lora", None):
+    if isinstance(engine, VLLMEngine):
+        if engine._lora:
             raise NotImplementedError("vLLM serves LoRA adapters as LoRA requests, not over a sync group")
         into = _into_vllm
     try:

@@ -15,7 +15,7 @@ allocator, invisible to a vLLM engine in another process, until it is emptied. W
 a no-op and the sequence still runs in the same order (the CPU tests check the order).
 
 The engines: :func:`to_rollout_mode` calls ``engine.wake_weights()`` and ``engine.wake_kv_cache()`` where the
-engine has them. The engines today (``plugins/grpo/engines``) wake inside their weight push instead (vLLM:
+engine has them. The engines today (``seal_platform_libs/policy/engines``) wake inside their weight push instead (vLLM:
 ``wake_up(tags=["weights"])``, load, ``wake_up(tags=["kv_cache"])``, :mod:`.engines.vllm_sleep`), so with them
 the KV cache comes back inside the push step, before the trainer's offload: the order is exact only for an engine
 that exposes the two wakes separately. On a GPU this sequence is designed to the documented torch and vLLM
@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from seal_platform.engine import TrainableEngine
+
 ROLLOUT_STEPS = ("empty_cache", "wake_weights", "push", "offload", "empty_cache", "wake_kv_cache")
 TRAINER_STEPS = ("sleep", "empty_cache", "onload")
 
@@ -43,7 +45,7 @@ def empty_cache() -> None:
         torch.cuda.empty_cache()
 
 
-def to_rollout_mode(engine: Any, trainer: Any, push: Callable[[], Any], *, offload: bool,
+def to_rollout_mode(engine: TrainableEngine, trainer: Any, push: Callable[[], Any], *, offload: bool,
                     trace: list[str] | None = None) -> None:
     """After an update: hand the GPU memory to the rollout engines (the order of :data:`ROLLOUT_STEPS`).
 
@@ -55,7 +57,7 @@ def to_rollout_mode(engine: Any, trainer: Any, push: Callable[[], Any], *, offlo
     log("empty_cache")
     trainer.empty_cache()
     log("wake_weights")
-    _call(engine, "wake_weights")
+    engine.wake_weights()
     log("push")
     push()
     if offload:
@@ -64,10 +66,10 @@ def to_rollout_mode(engine: Any, trainer: Any, push: Callable[[], Any], *, offlo
     log("empty_cache")
     trainer.empty_cache()
     log("wake_kv_cache")
-    _call(engine, "wake_kv_cache")
+    engine.wake_kv_cache()
 
 
-def to_trainer_mode(engine: Any, trainer: Any, *, sleep: Callable[[], None] | None = None,
+def to_trainer_mode(engine: TrainableEngine, trainer: Any, *, sleep: Callable[[], None] | None = None,
                     trace: list[str] | None = None) -> None:
     """Before an update: take the GPU memory back from the engines (the order of :data:`TRAINER_STEPS`).
 
@@ -75,17 +77,11 @@ def to_trainer_mode(engine: Any, trainer: Any, *, sleep: Callable[[], None] | No
     then empties its cache and brings back what :func:`to_rollout_mode` offloaded (nothing if nothing was)."""
     log = trace.append if trace is not None else (lambda _: None)
     log("sleep")
-    (sleep or getattr(engine, "sleep", lambda: None))()
+    (sleep or engine.sleep)()
     log("empty_cache")
     trainer.empty_cache()
     log("onload")
     trainer.onload()
-
-
-def _call(engine: Any, method: str) -> None:
-    fn = getattr(engine, method, None)
-    if callable(fn):
-        fn()
 
 
 class HostOffload:
