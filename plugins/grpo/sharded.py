@@ -94,8 +94,12 @@ class TrainerWorker:
         self.model, self.ref_model, self.tokenizer, grpo = start_models(options, rank, self.device)
         self._ref_offload = HostOffload()
         self._offload = HostOffload()
+        # The reference is the policy as loaded, so until the first update they are equal: zero-advantage
+        # samples are skipped and the reference's log-probs are the policy's own, as in the 1-process trainer
+        # (.skipping); a resumed trainer (restored_updates) drops this.
         self.trainer = ShardedGRPOTrainer(
-            self.model, grpo, ref_model=self.ref_model, temperature=options.temperature, pad_id=options.pad_id
+            self.model, grpo, ref_model=self.ref_model, temperature=options.temperature, pad_id=options.pad_id,
+            policy_is_reference=self.ref_model is not None,
         )
         self._offload_reference()
 
