@@ -92,7 +92,6 @@ class TrainerWorker:
             self._owns_group = False
         torch.manual_seed(options.seed)
         self.model, self.ref_model, self.tokenizer, grpo = start_models(options, rank, self.device)
-        self._ref_offload = HostOffload()
         self._offload = HostOffload()
         # The reference is the policy as loaded, so until the first update they are equal: zero-advantage
         # samples are skipped and the reference's log-probs are the policy's own, as in the 1-process trainer
@@ -101,12 +100,6 @@ class TrainerWorker:
             self.model, grpo, ref_model=self.ref_model, temperature=options.temperature, pad_id=options.pad_id,
             policy_is_reference=self.ref_model is not None,
         )
-        self._offload_reference()
-
-    def _offload_reference(self) -> None:
-        """``grpo.ref_offload``: the reference's shards wait in host memory between steps (GPU only)."""
-        if self.ref_model is not None and self.options.grpo.ref_offload and self.device.type == "cuda":
-            self._ref_offload.offload(p.detach() for p in self.ref_model.parameters())
 
     @property
     def updates(self) -> int:
@@ -118,11 +111,9 @@ class TrainerWorker:
         trains its slice). Returns the step's metrics, the same on every rank and equal to the 1-process
         :meth:`~.trainer.GRPOTrainer.step` 's up to float rounding."""
         self.onload()
-        self._ref_offload.onload()
-        try:
+        try:  # an offloaded reference (grpo.ref_offload) is on the device for the step only (.reference)
             return self.trainer.step(list(samples))
         finally:
-            self._offload_reference()
             empty_cache()  # the update's activations and gathered parameters go back to the device
 
     # the hybrid-engine memory sequence's trainer side (.memory_phases)
