@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Calls a replica answers (nothing else is looked up on the engine).
 _METHODS = ("generate_ids", "ready", "load_bucket", "receive_weights", "abort_receive", "score", "sleep", "wake_up",
-            "stats")
+            "wake_weights", "wake_kv_cache", "stats")
 
 
 def _exited(process: Any) -> bool:
@@ -170,7 +170,7 @@ def _call(index: int, engine: Any, receiver: Any, method: str, args: tuple[Any, 
         if getattr(engine, "model", None) is None:
             raise ValueError(f"a {engine.name} replica holds no torch model to score with (hf replicas do)")
         return engine.call_in_worker(lambda: sequence_logprobs(engine.model, args[0]))
-    if method in ("sleep", "wake_up"):
+    if method in ("sleep", "wake_up", "wake_weights", "wake_kv_cache"):
         fn = getattr(engine, method, None)
         return fn() if callable(fn) else None
     if method == "stats":

@@ -334,6 +334,15 @@ class ReplicaClient:
         self._broadcast("wake_up")
         self._asleep = False
 
+    def wake_weights(self) -> None:
+        """The memory sequence's first wake (:mod:`..memory_phases`): every replica's weight memory, its KV
+        cache still asleep, through the push that follows, until :meth:`wake_kv_cache`."""
+        self._broadcast("wake_weights")
+
+    def wake_kv_cache(self) -> None:
+        """The memory sequence's last step: every replica's KV cache."""
+        self._broadcast("wake_kv_cache")
+
     def _broadcast(self, method: str, *args: Any) -> list[Any]:
         infra = self._infra_errors()
         handles = [(i, self._submit(i, method, *args)) for i in self.live()]
