@@ -214,16 +214,15 @@ class GRPOSettings(_Section):
     )
     ref_dtype: Literal["auto", "bfloat16", "float32"] = Field(
         default="auto",
-        description="Dtype of the frozen KL reference held by sharded trainer workers (settings.grpo.train_workers "
-        "> 1). auto: bfloat16 on CUDA (half the memory of a float32 copy; the reference only runs forward passes, "
+        description="Dtype of the frozen KL reference (the single-process trainer's and the sharded workers'). auto: bfloat16 on CUDA (half the memory of a float32 copy; the reference only runs forward passes, "
         "which compute in bfloat16 there anyway), the policy's dtype on CPU (the update is then unchanged). "
         "bfloat16 on CPU moves the reference's per-token log-probs by at most 2.8e-3 on the tiny test model "
         "(the test allows 1e-2: tests/grpo/test_trainer_init.py).",
     )
     ref_offload: bool = Field(
         default=False,
-        description="Sharded trainer workers keep the KL reference's shards in host memory between steps and "
-        "bring them to the GPU for the step's reference pass only (no effect on CPU).",
+        description="The trainer (single-process or sharded workers) keeps the KL reference in host memory between "
+        "steps and brings it to the GPU for the step only (no effect on CPU).",
     )
     trainer_offload: bool = Field(
         default=False,
@@ -251,13 +250,16 @@ class GRPOSettings(_Section):
         "settings.ray.enabled). A group's samples go to one replica, so its prompt prefix is cached once. "
         "Without Ray: settings.engine.gpus / settings.engine.replicas (local processes, by default one per GPU).",
     )
-    weight_sync: Literal["auto", "collective", "host"] = Field(
+    weight_sync: Literal["auto", "device", "collective", "host"] = Field(
         default="auto",
         description="How new weights reach the policy's other copies after an update where they live in other "
         "processes (settings.grpo.train_workers > 1: trainer rank 0 to the driver's copy; settings.grpo.replicas on Ray, or local "
         "replicas without Ray (settings.engine.gpus / settings.engine.replicas): the trainer to every engine replica). auto (the "
-        "default): collective, except pushes to engine replicas from a policy held in host memory, which go the "
-        "host way (measured on a 2-core CPU: 2-2.5x faster there; docs/scaling.md). collective: pushed over a torch.distributed group of their own (NCCL "
+        "default): device where sharded trainer workers on CUDA push to engine replicas; otherwise collective, except pushes to engine replicas from a policy held in host memory, which go the "
+        "host way (measured on a 2-core CPU: 2-2.5x faster there; docs/scaling.md). device: the sharded trainer ranks "
+        "push to the engine replicas themselves, cast to the engines' dtype on their GPUs: CUDA IPC from each trainer rank to "
+        "the replica colocated with it (settings.grpo.placement.colocate), else NCCL from trainer rank 0 to every replica "
+        "(gloo on CPU); the driver's copy is not on the way (plugins/grpo/device_push.py). collective: pushed over a torch.distributed group of their own (NCCL "
         "between distinct GPUs, CUDA IPC between processes on one GPU, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, received "
         "straight into the receiver's parameters (plugins/grpo/weight_sync.py). host: the full state dict "
         "through the worker pipe, Ray's object store or (local replicas) one shared-memory file (the earlier "

@@ -93,6 +93,7 @@ class TrainerWorker:
         torch.manual_seed(options.seed)
         self.model, self.ref_model, self.tokenizer, grpo = start_models(options, rank, self.device)
         self._offload = HostOffload()
+        self._syncs: dict[str, tuple[Any, Any]] = {}  # role -> (key, weight-sync group) this rank sends over
         # The reference is the policy as loaded, so until the first update they are equal: zero-advantage
         # samples are skipped and the reference's log-probs are the policy's own, as in the 1-process trainer
         # (.skipping); a resumed trainer (restored_updates) drops this.
@@ -131,6 +132,10 @@ class TrainerWorker:
         """Bring back what :meth:`offload` moved (nothing if nothing was); returns the bytes moved."""
         return self._offload.onload()
 
+    def device_type(self) -> str:
+        """``cuda`` or ``cpu``: where this rank trains."""
+        return self.device.type
+
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The unsharded policy weights (CPU tensors, the model's own names) on rank 0, None on the others:
         what the rollout engines load after an update (weight sync)."""
@@ -144,34 +149,45 @@ class TrainerWorker:
             state = {k: v.detach().clone() for k, v in state.items()}
         return state
 
-    def push_weights(self, address: str, port: int, world_size: int, version: int, everything: bool,
-                     bucket_bytes: int, backend: str = "gloo") -> dict[str, float] | None:
-        """Push the policy's weights over a weight-sync group (``grpo.weight_sync: collective``; see
-        :mod:`.weight_sync`): every rank gathers the shards bucket by bucket, rank 0 sends each bucket to the
-        group's receivers (it joins the group at ``address:port`` as its rank 0 on the first call; ``backend``:
-        gloo, or auto/nccl/ipc on this rank's device, see :class:`.weight_sync.SyncGroup`). Collective.
-        ``everything``: all parameters, else the trainable ones. Rank 0's push statistics, None elsewhere."""
+    def push_weights(self, address: str, port: int | Sequence[int], world_size: int | Sequence[int], version: int,
+                     everything: bool, bucket_bytes: int, backend: str = "gloo",
+                     cast: str | None = None) -> dict[str, float] | None:
+        """Push the policy's weights over weight-sync groups (see :mod:`.weight_sync`): every rank gathers the
+        shards bucket by bucket, and a rank that holds a group sends each bucket to its receivers (it joins the
+        group at ``address:port`` as its rank 0 on the first call; ``backend``: gloo, or auto/nccl/ipc on this
+        rank's device, see :class:`.weight_sync.SyncGroup`). ``port`` and ``world_size``: one int for rank 0's
+        group alone (the driver's copy), or one per rank (0: no group on that rank; :mod:`.device_push` gives
+        each colocated rank its own). ``cast``: the dtype the buckets travel in (the engines'; None: the
+        policy's). Collective. ``everything``: all parameters, else the trainable ones. Rank 0's push
+        statistics, None elsewhere."""
         from .weight_sync import SyncGroup, push, sync_tensors
 
+        per_rank = isinstance(port, (list, tuple))  # the engines' groups, kept apart from the driver's
+        role = "engines" if per_rank else "driver"
+        mine = port[self.rank] if per_rank else (port if self.rank == 0 else 0)
+        size = world_size[self.rank] if isinstance(world_size, (list, tuple)) else world_size
         group = None
-        if self.rank == 0:
-            key = (address, int(port), int(world_size), backend)
-            if getattr(self, "_sync_key", None) != key:
-                self._close_sync()
+        if mine:
+            key = (address, int(mine), int(size), backend)
+            held = self._syncs.get(role)
+            if held is None or held[0] != key:
+                self._close_sync(role)
                 device = self.device if backend in ("nccl", "ipc", "auto") else "cpu"
-                self._sync = SyncGroup(address, port, 0, world_size, backend=backend, device=device)
-                self._sync_key = key
-            group = self._sync
+                self._syncs[role] = (key, SyncGroup(address, mine, 0, size, backend=backend, device=device))
+            group = self._syncs[role][1]
+        elif per_rank:  # this rank sends to no engine in this push's groups: a group it held is stale
+            self._close_sync(role)
         self.onload()
         named, ties = sync_tensors(self.model, everything)
-        stats = push(named, group, version=version, ties=ties, bucket_bytes=bucket_bytes)
+        stats = push(named, group, version=version, ties=ties, bucket_bytes=bucket_bytes, cast=cast)
         return stats if self.rank == 0 else None
 
-    def _close_sync(self) -> None:
-        sync = getattr(self, "_sync", None)
-        if sync is not None:
-            sync.close()
-        self._sync, self._sync_key = None, None
+    def _close_sync(self, role: str | None = None) -> None:
+        """Leave the weight-sync group of ``role`` (``driver``, ``engines``; None: both)."""
+        for name in [role] if role else list(self._syncs):
+            held = self._syncs.pop(name, None)
+            if held is not None:
+                held[1].close()
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write this group's sharded checkpoint into ``directory`` (DCP: policy and optimizer shards, every

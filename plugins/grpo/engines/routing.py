@@ -111,7 +111,7 @@ class ReplicaClient:
         self.engine_dtype: str | None = None  # what the replicas serve in; every push is cast to it (set_engine_dtype)
         self.weight_sync = weight_sync  # grpo.weight_sync: auto, collective (a group with the replicas) or host
         self._pusher: Any = None
-        if weight_sync in ("collective", "auto"):
+        if weight_sync in ("collective", "auto", "device"):  # device: the driver's own pushes as auto's
             from .collective import ReplicaPusher
 
             self._pusher = ReplicaPusher(bucket_bytes)
@@ -296,7 +296,7 @@ class ReplicaClient:
         every replica reads, against gloo's loopback TCP)."""
         if self._pusher is None:
             return False
-        return self.weight_sync != "auto" or self._collective_on_gpu(model)
+        return self.weight_sync == "collective" or self._collective_on_gpu(model)
 
     def _push_collective(self, model: Any, version: int) -> bool:
         """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync
