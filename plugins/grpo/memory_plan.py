@@ -57,7 +57,8 @@ vLLM replica (started from the checkpoint folder or with dummy weights; no trans
     its own CUDA context, 1 GiB, outside its budget; ``engine.vllm.gpu_memory_utilization`` x the GPU: bf16
     weights 2 N, about 1 GiB of activations and CUDA graphs, the rest KV cache (2 x L x kv heads x head dim x
     2 B per token), which must hold at least one sequence of ``max_model_len`` tokens; a push received from
-    another GPU (NCCL) lands in a bucket of max(V x h x 2, the bucket size) first.
+    another GPU (NCCL) or from the colocated trainer rank (CUDA IPC) lands in a bucket of max(V x h x 2, the
+    bucket size) first.
     Sleep mode (colocated, ``engine.vllm.sleep_mode``) frees weights (level 2 drops them, level 1 copies them
     to host memory) and KV cache; the context, activations and graphs stay: the sleep residue, 2 GiB.
 driver copy
@@ -166,9 +167,10 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
     for r, k in enumerate(engine_gpus):
         holder = f"vLLM replica {r}" if len(engine_gpus) > 1 else "vLLM"
         devices[k].holders.append(holder)
-        # A replica beside a trainer rank receives over CUDA IPC (no copy of its own); one on a GPU of its own
-        # receives over NCCL, into a bucket (LoRA too: replicas receive merged weights).
-        receives = bucket if pushes and k not in trainer_gpus else 0
+        # Every replica receives a push into a bucket of its own on its GPU (.weight_sync.Incoming): over NCCL
+        # from a GPU of its own, or copied out of the colocated trainer rank's bucket by CUDA IPC (LoRA too:
+        # replicas receive merged weights).
+        receives = bucket if pushes else 0
         parts, kv = engine_parts(shape, engine.vllm, gpu_memory, sleeping and k in trainer_gpus, receives, holder)
         devices[k].parts += parts
         if kv * GIB < max_len * shape.kv_bytes_per_token():

@@ -175,6 +175,10 @@ def test_colocated_engines_start_beside_the_loaded_trainer_and_sleep_through_the
     kv = next(p for p in gpu["parts"] if p["what"].startswith("vLLM KV cache"))
     weights = next(p for p in gpu["parts"] if p["what"] == "vLLM weights (bf16)")
     assert "push" in weights["phases"] and "push" not in kv["phases"] and "rollout" in kv["phases"]
+    # The colocated replica copies each pushed bucket out of its trainer rank's by CUDA IPC: a bucket of its own.
+    bucket = next(p for p in gpu["parts"] if p["what"] == "push: a received bucket (NCCL or CUDA IPC)")
+    n_vocab, hidden = 152064, 3584
+    assert list(bucket["phases"]) == ["push"] and bucket["gib"] == pytest.approx(n_vocab * hidden * 2 / GIB, abs=0.01)
     # The same GPUs with vLLM asking for more than the loaded trainer leaves free: refused at start-up.
     code, data = _plan_json("seal-gpu4", M, "settings.engine.vllm.gpu_memory_utilization=0.85", "--gpus", "4",
                             "--gpu-memory", "80")
@@ -293,6 +297,6 @@ def test_lora_replicas_receive_merged_weights_made_at_once_on_the_trainers_gpu()
     push = [p for p in data["gpus"][0]["parts"] if p["what"].startswith("push: merged copies")]
     assert [p["phases"] for p in push] == [["push"]]
     assert push[0]["gib"] == pytest.approx((28 * per_layer * 2 + 152064 * 3584 * 2) / GIB, abs=0.01)
-    assert any(p["what"] == "push: a received bucket (NCCL)" for p in data["gpus"][1]["parts"])
+    assert any(p["what"] == "push: a received bucket (NCCL or CUDA IPC)" for p in data["gpus"][1]["parts"])
     code, one = _plan_json("seal-lora", M, "--gpus", "1", "--gpu-memory", "80")
     assert code == 0 and not any(p["what"].startswith("push") for p in one["gpus"][0]["parts"])
