@@ -105,17 +105,18 @@ class DevicePush:
         if not groups:
             raise RuntimeError("no engine replica is alive to push to")
         ports, sizes = [0] * train_workers, [0] * train_workers
-        handles = []
-        for (rank, indices), port in zip(groups, self._ports):
-            ports[rank], sizes[rank] = port, len(indices) + 1
-            handles += [(i, port, client._submit(i, "receive_weights", address, port, j + 1, len(indices) + 1, "auto"))
-                        for j, i in enumerate(indices)]
-        try:
+        handles: list[tuple[int, int, Any]] = []
+        try:  # the receives first (each returns once its replica has the whole push), then the ranks send
+            for (rank, indices), port in zip(groups, self._ports):
+                ports[rank], sizes[rank] = port, len(indices) + 1
+                for j, i in enumerate(indices):
+                    handles.append((i, port, client._submit(i, "receive_weights", address, port, j + 1,
+                                                            len(indices) + 1, "auto")))
             stats = trainer.push_weights(address, ports, sizes, version, True, self.bucket_bytes, "auto",
-                                         client.engine_dtype) or {}
+                                         client.engine_dtype, self.timeout_s) or {}
             for _, _, handle in handles:
                 client._result(handle, timeout=self.timeout_s)
-        except BaseException:
+        except BaseException:  # every receive already asked for ends at once (not at the group's timeout)
             for index, port, _ in handles:
                 try:
                     client._result(client._submit(index, "abort_receive", address, port), timeout=10.0)

@@ -150,16 +150,16 @@ class TrainerWorker:
         return state
 
     def push_weights(self, address: str, port: int | Sequence[int], world_size: int | Sequence[int], version: int,
-                     everything: bool, bucket_bytes: int, backend: str = "gloo",
-                     cast: str | None = None) -> dict[str, float] | None:
+                     everything: bool, bucket_bytes: int, backend: str = "gloo", cast: str | None = None,
+                     timeout_s: float = 600.0) -> dict[str, float] | None:
         """Push the policy's weights over weight-sync groups (see :mod:`.weight_sync`): every rank gathers the
         shards bucket by bucket, and a rank that holds a group sends each bucket to its receivers (it joins the
         group at ``address:port`` as its rank 0 on the first call; ``backend``: gloo, or auto/nccl/ipc on this
         rank's device, see :class:`.weight_sync.SyncGroup`). ``port`` and ``world_size``: one int for rank 0's
         group alone (the driver's copy), or one per rank (0: no group on that rank; :mod:`.device_push` gives
         each colocated rank its own). ``cast``: the dtype the buckets travel in (the engines'; None: the
-        policy's). Collective. ``everything``: all parameters, else the trainable ones. Rank 0's push
-        statistics, None elsewhere."""
+        policy's); ``timeout_s``: the group's per-operation timeout. Collective. ``everything``: all parameters,
+        else the trainable ones. Rank 0's push statistics, None elsewhere."""
         from .weight_sync import SyncGroup, push, sync_tensors
 
         per_rank = isinstance(port, (list, tuple))  # the engines' groups, kept apart from the driver's
@@ -173,7 +173,8 @@ class TrainerWorker:
             if held is None or held[0] != key:
                 self._close_sync(role)
                 device = self.device if backend in ("nccl", "ipc", "auto") else "cpu"
-                self._syncs[role] = (key, SyncGroup(address, mine, 0, size, backend=backend, device=device))
+                self._syncs[role] = (key, SyncGroup(address, mine, 0, size, backend=backend, device=device,
+                                                    timeout_s=timeout_s))
             group = self._syncs[role][1]
         elif per_rank:  # this rank sends to no engine in this push's groups: a group it held is stale
             self._close_sync(role)
