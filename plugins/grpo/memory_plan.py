@@ -17,9 +17,10 @@ Phases (a GPU needs the largest of its phases; every part says in which phases i
         refused, whatever the later phases need.
     push: after an update, the hybrid-engine sequence (``memory_phases.to_rollout_mode``: empty cache, wake
         weights, push, offload (``grpo.trainer_offload``), empty cache, wake KV cache); every trainer rank
-        gathers one full tensor at a time and casts it into a bf16 bucket. The engines wake their KV cache
-        inside the push (vLLM: ``wake_up(tags=["weights"])``, load, ``wake_up(tags=["kv_cache"])``), before the
-        trainer empties its cache, so this phase counts the whole engine and the trainer's push buffers.
+        gathers one full tensor at a time and casts it into a bf16 bucket, on its GPU (``grpo.weight_sync:
+        device``: no host copy); each replica receives it into a bucket of its own. A sleeping engine's weights
+        are awake in this phase, its KV cache only after it (vLLM: ``wake_up(tags=["weights"])`` before the
+        push, ``wake_up(tags=["kv_cache"])`` after the trainer's offload and ``empty_cache``).
     rollout: engines generate; the trainer holds only its resident states.
     update: the trainer computes (gradients, gathered FSDP buffers, activations, logits); colocated engines in
         sleep mode hold only their residue.
