@@ -180,7 +180,10 @@ class TrainerWorker:
             self._close_sync(role)
         self.onload()
         named, ties = sync_tensors(self.model, everything)
-        stats = push(named, group, version=version, ties=ties, bucket_bytes=bucket_bytes, cast=cast)
+        sender = _KeepsGathering(group) if group is not None else None
+        stats = push(named, sender, version=version, ties=ties, bucket_bytes=bucket_bytes, cast=cast)
+        if sender is not None and sender.error is not None:
+            raise sender.error
         return stats if self.rank == 0 else None
 
     def _close_sync(self, role: str | None = None) -> None:
@@ -231,6 +234,22 @@ class TrainerWorker:
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_group = False
+
+
+class _KeepsGathering:
+    """A sending rank's sync group whose first failed broadcast is kept, not raised, and whose later ones are
+    skipped: the rank goes on gathering every bucket with the other training ranks (their all-gathers would
+    otherwise wait for it until the training group's timeout) and raises once the push is over."""
+
+    def __init__(self, group: Any):
+        self.group, self.device, self.error = group, group.device, None
+
+    def broadcast(self, tensor: Any) -> None:
+        if self.error is None:
+            try:
+                self.group.broadcast(tensor)
+            except Exception as exc:
+                self.error = exc
 
 
 def read_state(directory: Path) -> dict[str, Any]:
