@@ -139,6 +139,10 @@ class LocalTrainerGroup:
         """See :meth:`TrainerWorker.empty_cache` (on every rank)."""
         self._call("empty_cache")
 
+    def device_type(self) -> str:
+        """See :meth:`TrainerWorker.device_type` (rank 0's)."""
+        return self._call("device_type")
+
     def offload(self) -> int:
         """See :meth:`TrainerWorker.offload` (rank 0's bytes)."""
         return self._call("offload")
@@ -219,6 +223,8 @@ class GroupTrainer:
         else:
             self.group = LocalTrainerGroup(settings.train_workers, options)
         self._ray = ray is not None
+        self.on_cuda = self.group.device_type() == "cuda"
+        self.device_push: Any = None  # pushes from the ranks straight to engine replicas (.device_push)
         self._sync_group: Any = None
         self._sync_at: tuple[str, int] | None = None
         self.sync_stats: dict[str, float] = {}
@@ -274,6 +280,13 @@ class GroupTrainer:
             raise outcome["error"]
         self.sync_stats = dict(stats or {})
 
+    def push_to_engine(self, engine: Any, version: int) -> bool:
+        """Push the new weights from the ranks straight into ``engine``'s replicas (``grpo.weight_sync``: device,
+        or auto on CUDA; :mod:`seal_platform_libs.policy.device_push`); False when the driver's copy is to be pushed instead."""
+        from seal_platform_libs.policy.device_push import push_to_engine
+
+        return push_to_engine(self, engine, version)
+
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One step's update on the group; the driver's model then holds the new weights."""
         metrics = self.group.step(samples)
@@ -324,6 +337,8 @@ class GroupTrainer:
         return {"updates": self.updates}
 
     def close(self) -> None:
+        if self.device_push is not None:
+            self.device_push.close()
         self.group.close()
         if self._sync_group is not None:
             self._sync_group.close()

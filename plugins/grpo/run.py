@@ -101,8 +101,10 @@ class GRPORun:
         started = time.perf_counter()
         wait()  # the engine's weights change only between rollout batches: one policy version per trajectory
 
-        def push() -> None:
-            staleness.push_weights(engine, self.model, self.trainer.updates)
+        def push() -> None:  # from the trainer ranks' GPUs where they can (.device_push), else the driver's copy
+            to_engine = getattr(self.trainer, "push_to_engine", None)
+            if not (callable(to_engine) and to_engine(engine, self.trainer.updates)):
+                staleness.push_weights(engine, self.model, self.trainer.updates)
 
         # Unchanged weights (no update this step) need no push, unless the engines slept for the update: the
         # push is what wakes them (a vLLM engine asleep at level 2 has no weights until it).

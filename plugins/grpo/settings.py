@@ -164,16 +164,16 @@ class GRPOSettings(RuntimeSettings):
     )
     ref_dtype: Literal["auto", "bfloat16", "float32"] = Field(
         default="auto",
-        description="Dtype of the frozen KL reference held by sharded trainer workers (settings.grpo.train_workers "
-        "> 1). auto: bfloat16 on CUDA (half the memory of a float32 copy; the reference only runs forward passes, "
+        description="Dtype of the frozen KL reference (the single-process trainer's and the sharded workers'). "
+        "auto: bfloat16 on CUDA (half the memory of a float32 copy; the reference only runs forward passes, "
         "which compute in bfloat16 there anyway), the policy's dtype on CPU (the update is then unchanged). "
         "bfloat16 on CPU moves the reference's per-token log-probs by at most 2.8e-3 on the tiny test model "
         "(the test allows 1e-2: tests/grpo/test_trainer_init.py).",
     )
     ref_offload: bool = Field(
         default=False,
-        description="Sharded trainer workers keep the KL reference's shards in host memory between steps and "
-        "bring them to the GPU for the step's reference pass only (no effect on CPU).",
+        description="The trainer (single-process or sharded workers) keeps the KL reference in host memory between "
+        "steps and brings it to the GPU for the step only (no effect on CPU).",
     )
     trainer_offload: bool = Field(
         default=False,

@@ -92,17 +92,15 @@ class TrainerWorker:
             self._owns_group = False
         torch.manual_seed(options.seed)
         self.model, self.ref_model, self.tokenizer, grpo = start_models(options, rank, self.device)
-        self._ref_offload = HostOffload()
         self._offload = HostOffload()
+        self._syncs: dict[str, tuple[Any, Any]] = {}  # role -> (key, weight-sync group) this rank sends over
+        # The reference is the policy as loaded, so until the first update they are equal: zero-advantage
+        # samples are skipped and the reference's log-probs are the policy's own, as in the 1-process trainer
+        # (.skipping); a resumed trainer (restored_updates) drops this.
         self.trainer = ShardedGRPOTrainer(
-            self.model, grpo, ref_model=self.ref_model, temperature=options.temperature, pad_id=options.pad_id
+            self.model, grpo, ref_model=self.ref_model, temperature=options.temperature, pad_id=options.pad_id,
+            policy_is_reference=self.ref_model is not None,
         )
-        self._offload_reference()
-
-    def _offload_reference(self) -> None:
-        """``grpo.ref_offload``: the reference's shards wait in host memory between steps (GPU only)."""
-        if self.ref_model is not None and self.options.grpo.ref_offload and self.device.type == "cuda":
-            self._ref_offload.offload(p.detach() for p in self.ref_model.parameters())
 
     @property
     def updates(self) -> int:
@@ -114,11 +112,9 @@ class TrainerWorker:
         trains its slice). Returns the step's metrics, the same on every rank and equal to the 1-process
         :meth:`~.trainer.GRPOTrainer.step` 's up to float rounding."""
         self.onload()
-        self._ref_offload.onload()
-        try:
+        try:  # an offloaded reference (grpo.ref_offload) is on the device for the step only (.reference)
             return self.trainer.step(list(samples))
         finally:
-            self._offload_reference()
             empty_cache()  # the update's activations and gathered parameters go back to the device
 
     # the hybrid-engine memory sequence's trainer side (.memory_phases)
@@ -136,6 +132,10 @@ class TrainerWorker:
         """Bring back what :meth:`offload` moved (nothing if nothing was); returns the bytes moved."""
         return self._offload.onload()
 
+    def device_type(self) -> str:
+        """``cuda`` or ``cpu``: where this rank trains."""
+        return self.device.type
+
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The unsharded policy weights (CPU tensors, the model's own names) on rank 0, None on the others:
         what the rollout engines load after an update (weight sync)."""
@@ -149,34 +149,49 @@ class TrainerWorker:
             state = {k: v.detach().clone() for k, v in state.items()}
         return state
 
-    def push_weights(self, address: str, port: int, world_size: int, version: int, everything: bool,
-                     bucket_bytes: int, backend: str = "gloo") -> dict[str, float] | None:
-        """Push the policy's weights over a weight-sync group (``grpo.weight_sync: collective``; see
-        :mod:`.weight_sync`): every rank gathers the shards bucket by bucket, rank 0 sends each bucket to the
-        group's receivers (it joins the group at ``address:port`` as its rank 0 on the first call; ``backend``:
-        gloo, or auto/nccl/ipc on this rank's device, see :class:`.weight_sync.SyncGroup`). Collective.
-        ``everything``: all parameters, else the trainable ones. Rank 0's push statistics, None elsewhere."""
+    def push_weights(self, address: str, port: int | Sequence[int], world_size: int | Sequence[int], version: int,
+                     everything: bool, bucket_bytes: int, backend: str = "gloo", cast: str | None = None,
+                     timeout_s: float = 600.0) -> dict[str, float] | None:
+        """Push the policy's weights over weight-sync groups (see :mod:`.weight_sync`): every rank gathers the
+        shards bucket by bucket, and a rank that holds a group sends each bucket to its receivers (it joins the
+        group at ``address:port`` as its rank 0 on the first call; ``backend``: gloo, or auto/nccl/ipc on this
+        rank's device, see :class:`.weight_sync.SyncGroup`). ``port`` and ``world_size``: one int for rank 0's
+        group alone (the driver's copy), or one per rank (0: no group on that rank; :mod:`seal_platform_libs.policy.device_push` gives
+        each colocated rank its own). ``cast``: the dtype the buckets travel in (the engines'; None: the
+        policy's); ``timeout_s``: the group's per-operation timeout. Collective. ``everything``: all parameters,
+        else the trainable ones. Rank 0's push statistics, None elsewhere."""
         from seal_platform_libs.policy.weight_sync import SyncGroup, push, sync_tensors
 
+        per_rank = isinstance(port, (list, tuple))  # the engines' groups, kept apart from the driver's
+        role = "engines" if per_rank else "driver"
+        mine = port[self.rank] if per_rank else (port if self.rank == 0 else 0)
+        size = world_size[self.rank] if isinstance(world_size, (list, tuple)) else world_size
         group = None
-        if self.rank == 0:
-            key = (address, int(port), int(world_size), backend)
-            if getattr(self, "_sync_key", None) != key:
-                self._close_sync()
+        if mine:
+            key = (address, int(mine), int(size), backend)
+            held = self._syncs.get(role)
+            if held is None or held[0] != key:
+                self._close_sync(role)
                 device = self.device if backend in ("nccl", "ipc", "auto") else "cpu"
-                self._sync = SyncGroup(address, port, 0, world_size, backend=backend, device=device)
-                self._sync_key = key
-            group = self._sync
+                self._syncs[role] = (key, SyncGroup(address, mine, 0, size, backend=backend, device=device,
+                                                    timeout_s=timeout_s))
+            group = self._syncs[role][1]
+        elif per_rank:  # this rank sends to no engine in this push's groups: a group it held is stale
+            self._close_sync(role)
         self.onload()
         named, ties = sync_tensors(self.model, everything)
-        stats = push(named, group, version=version, ties=ties, bucket_bytes=bucket_bytes)
+        sender = _KeepsGathering(group) if group is not None else None
+        stats = push(named, sender, version=version, ties=ties, bucket_bytes=bucket_bytes, cast=cast)
+        if sender is not None and sender.error is not None:
+            raise sender.error
         return stats if self.rank == 0 else None
 
-    def _close_sync(self) -> None:
-        sync = getattr(self, "_sync", None)
-        if sync is not None:
-            sync.close()
-        self._sync, self._sync_key = None, None
+    def _close_sync(self, role: str | None = None) -> None:
+        """Leave the weight-sync group of ``role`` (``driver``, ``engines``; None: both)."""
+        for name in [role] if role else list(self._syncs):
+            held = self._syncs.pop(name, None)
+            if held is not None:
+                held[1].close()
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write this group's sharded checkpoint into ``directory`` (DCP: policy and optimizer shards, every
@@ -219,6 +234,22 @@ class TrainerWorker:
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_group = False
+
+
+class _KeepsGathering:
+    """A sending rank's sync group whose first failed broadcast is kept, not raised, and whose later ones are
+    skipped: the rank goes on gathering every bucket with the other training ranks (their all-gathers would
+    otherwise wait for it until the training group's timeout) and raises once the push is over."""
+
+    def __init__(self, group: Any):
+        self.group, self.device, self.error = group, group.device, None
+
+    def broadcast(self, tensor: Any) -> None:
+        if self.error is None:
+            try:
+                self.group.broadcast(tensor)
+            except Exception as exc:
+                self.error = exc
 
 
 def read_state(directory: Path) -> dict[str, Any]:

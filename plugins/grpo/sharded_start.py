@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from seal_platform_libs.policy.memory_phases import empty_cache
+from seal_platform_libs.policy.reference import reference_dtype
 
 
 def start_models(options: Any, rank: int, device: torch.device) -> tuple[Any, Any, Any, Any]:
@@ -37,20 +38,13 @@ def start_models(options: Any, rank: int, device: torch.device) -> tuple[Any, An
     fill_from_rank0(model, full, device)
     ref = None
     if grpo.kl_coef > 0:
-        ref = _skeleton(options, ref_dtype(grpo.ref_dtype, device))
+        ref = _skeleton(options, reference_dtype(grpo.ref_dtype, device))
         ref.requires_grad_(False)
         shard(ref, mp_policy)
         fill_from_rank0(ref, full, device)
     del full
     empty_cache()  # what the loading and sharding left in the allocator's cache goes back to the device
     return model, ref, tokenizer, grpo
-
-
-def ref_dtype(choice: str, device: torch.device) -> str | None:
-    """The reference's dtype name for ``grpo.ref_dtype`` (auto: bfloat16 on CUDA; None: the policy's)."""
-    if choice == "auto":
-        return "bfloat16" if device.type == "cuda" else None
-    return choice
 
 
 def _load_full(options: Any) -> tuple[Any, Any]:

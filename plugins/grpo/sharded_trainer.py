@@ -158,7 +158,7 @@ class ShardedGRPOTrainer(GRPOTrainer):
         # Zero-weight passes so that this rank makes the calls the others make (reference pass, then a
         # forward and backward of the policy): FSDP's all-gathers and reduce-scatters must pair up.
         for _ in range(total - len(micros)):
-            if self.settings.kl_coef > 0:
+            if self.settings.kl_coef > 0 and not self.policy_is_reference:  # at the reference: no reference pass
                 self.fill_logprobs(self.ref_model, [], "ref_logp")
             (self._idle_logits(self.model).float().sum() * 0.0).backward()
 

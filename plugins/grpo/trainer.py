@@ -22,7 +22,6 @@ log-probs) are :mod:`.forward`'s; the samples and what a step adds up are :mod:`
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from typing import Any, Iterable, Sequence
@@ -33,6 +32,7 @@ from .forward import LogprobPasses
 from .objective import LossTerms, grpo_token_loss
 from seal_platform_libs.policy.dropout import disable_dropout, train_mode_is_eval_mode
 from seal_platform_libs.policy.packing import check_packable, prefer_flash_attention, use_packed_sdpa
+from seal_platform_libs.policy.reference import ReferenceOffload, reference_dtype, reference_policy
 from .samples import (
     LOSS_PARTS,
     Sample,
@@ -83,19 +83,6 @@ def enable_gradient_checkpointing(model: Any, keep_attention: bool = True) -> No
     })
 
 
-def reference_policy(model: Any) -> Any:
-    """The KL reference: a frozen copy of ``model`` as it is now; for a LoRA policy, the same model called
-    with its adapters off (the base never trains, so that is exactly the initial policy, with no copy)."""
-    from seal_platform_libs.policy.lora import AdaptersOff, is_lora
-
-    if is_lora(model):
-        return AdaptersOff(model)
-    ref = copy.deepcopy(model)
-    ref.requires_grad_(False)
-    ref.eval()
-    return ref
-
-
 def build_optimizer(params: Iterable[Any], settings: GRPOSettings) -> torch.optim.Optimizer:
     """The policy's optimizer (AdamW with ``grpo``'s learning rate, betas, eps and weight decay): the one
     place it is built, for the single-process trainer, each sharded rank and a resume onto workers."""
@@ -143,6 +130,8 @@ class GRPOTrainer(LogprobPasses):
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(params, s)
         self.updates = 0
+        # grpo.ref_offload: the reference waits in host memory between steps (GPU only; see .reference)
+        self.ref_offload = ReferenceOffload(ref_model, s.ref_offload and self.device.type == "cuda")
         # True while the policy's weights equal the reference's (no update since it was copied): zero-advantage
         # trajectories then change nothing even with a KL term (see .skipping).
         self.policy_is_reference = bool(policy_is_reference and ref_model is not None)
@@ -178,14 +167,16 @@ class GRPOTrainer(LogprobPasses):
             for m in (model, ref_model):
                 if m is not None:
                     self.check_passes(m)
+        self.ref_offload.away()
 
     @classmethod
     def with_reference(cls, model: Any, settings: GRPOSettings | None = None, **kwargs: Any) -> GRPOTrainer:
         """A trainer whose KL reference is a frozen copy of ``model`` as it is now (when the KL term is on)."""
         settings = settings or GRPOSettings()
         ref = None
-        if settings.kl_coef > 0:
-            ref = reference_policy(model)
+        if settings.kl_coef > 0:  # in grpo.ref_dtype (auto: bfloat16 on CUDA), as the sharded ranks hold it
+            device = next(model.parameters()).device
+            ref = reference_policy(model, reference_dtype(settings.ref_dtype, device))
         # A frozen copy equals the policy until the first update; a LoRA policy's adapters-off reference is
         # not assumed equal (adapters need not start at zero), so nothing is skipped on that account.
         from seal_platform_libs.policy.lora import is_lora
@@ -211,7 +202,15 @@ class GRPOTrainer(LogprobPasses):
         return s.lr
 
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
-        """One training step's update on ``samples``; returns metrics (means over the optimizer updates)."""
+        """One training step's update on ``samples``; returns metrics (means over the optimizer updates). An
+        offloaded reference (``grpo.ref_offload``) is on the device for the step only."""
+        self.ref_offload.back()
+        try:
+            return self._step(samples)
+        finally:
+            self.ref_offload.away()
+
+    def _step(self, samples: Sequence[Sample]) -> dict[str, float]:
         started = time.perf_counter()
         was_training = self.model.training
         # Dropout stays off (eval mode) so the recomputed old log-probs equal the training pass's; gradient

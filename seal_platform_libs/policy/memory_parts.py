@@ -137,11 +137,11 @@ def trainer_parts(shape: Shape, grpo: Any, policy_dtype: str, world: int, on_cud
                           tuple(p for p in after_first_update if p in held)))
         parts.append(Part(f"gradients ({policy_dtype})", n * b / world / GIB, sharding, (UPDATE,)))
         if grpo.kl_coef > 0:
-            # Sharded workers hold it in grpo.ref_dtype (auto: bf16 on CUDA), in host memory between steps with
-            # grpo.ref_offload; the single-process trainer in the policy's dtype.
-            ref = getattr(grpo, "ref_dtype", "auto") if fsdp else policy_dtype
-            ref = "bfloat16" if ref == "auto" else ref
-            away = fsdp and getattr(grpo, "ref_offload", False)
+            # Held in grpo.ref_dtype (auto: bf16 on CUDA) by sharded workers and the single-process trainer alike,
+            # in host memory between steps with grpo.ref_offload (on CUDA; .reference).
+            ref = getattr(grpo, "ref_dtype", "auto")
+            ref = ("bfloat16" if on_cuda else policy_dtype) if ref == "auto" else ref
+            away = on_cuda and getattr(grpo, "ref_offload", False)
             parts.append(Part(f"KL reference ({ref}{', offloaded between steps' if away else ''})",
                               n * _dtype_bytes(ref) / world / GIB, "settings.grpo.kl_coef: 0",
                               (LOAD, UPDATE) if away else ALL))
@@ -200,9 +200,11 @@ def engine_parts(shape: Shape, vllm: Any, capacity: float, sleeping: bool, recei
     weights = 2 * shape.params() / GIB
     kv = share - weights - VLLM_OVERHEAD_GIB
     setting = "settings.engine.vllm.gpu_memory_utilization"
-    # The engines wake their KV cache inside the push (vLLM: wake_up(tags=["weights"]), load, wake_up(tags=
-    # ["kv_cache"])), while the trainer still holds its push buffers: the push phase counts it awake.
-    awake = kv_awake = (START, PUSH, ROLLOUT) if sleeping else ALL
+    # The memory sequence (.memory_phases) wakes a sleeping engine's weights before the push and its KV cache
+    # only after it (vLLM: wake_up(tags=["weights"]), push, trainer offload and empty_cache, wake_up(tags=
+    # ["kv_cache"])): the push phase has the weights awake, not the KV cache.
+    awake = (START, PUSH, ROLLOUT) if sleeping else ALL
+    kv_awake = (START, ROLLOUT) if sleeping else ALL
     # Engines start after the trainer has loaded: nothing of theirs exists in the load phase.
     no_load = tuple(p for p in ALL if p != LOAD)
     parts = [Part("vLLM CUDA context (outside its budget)", CONTEXT_GIB, "-", no_load),
@@ -211,7 +213,7 @@ def engine_parts(shape: Shape, vllm: Any, capacity: float, sleeping: bool, recei
              Part(f"vLLM KV cache ({int(max(kv, 0) * GIB / shape.kv_bytes_per_token()):,} tokens)", max(kv, 0.0),
                   setting, tuple(p for p in kv_awake if p != LOAD))]
     if receives:
-        parts.append(Part("push: a received bucket (NCCL)", receives / GIB, "settings.grpo.weight_sync_bucket_mb",
+        parts.append(Part("push: a received bucket (NCCL or CUDA IPC)", receives / GIB, "settings.grpo.weight_sync_bucket_mb",
                           (PUSH,)))
     for part in parts:
         part.holder = holder

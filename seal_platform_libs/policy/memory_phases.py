@@ -15,11 +15,14 @@ allocator, invisible to a vLLM engine in another process, until it is emptied. W
 a no-op and the sequence still runs in the same order (the CPU tests check the order).
 
 The engines: :func:`to_rollout_mode` calls ``engine.wake_weights()`` and ``engine.wake_kv_cache()`` where the
-engine has them. The engines today (``seal_platform_libs/policy/engines``) wake inside their weight push instead (vLLM:
-``wake_up(tags=["weights"])``, load, ``wake_up(tags=["kv_cache"])``, :mod:`.engines.vllm_sleep`), so with them
-the KV cache comes back inside the push step, before the trainer's offload: the order is exact only for an engine
-that exposes the two wakes separately. On a GPU this sequence is designed to the documented torch and vLLM
-APIs and has never run here (no GPU with vLLM is lent to this project).
+engine has them. The vLLM engine does (:mod:`.engines.vllm_sleep`: ``wake_up(tags=["weights"])``, then, after the
+push, the offload and the second ``empty_cache``, ``wake_up(tags=["kv_cache"])``), and so do engine replicas
+(each replica's engine, :class:`.engines.routing.ReplicaClient`), so the order above is exact. An engine without
+the two wakes (the hf engine: it never sleeps) has nothing to wake; one that slept without them would wake both
+at once inside its push. On a GPU this sequence is designed to the documented torch and vLLM APIs and has never
+run here (no GPU with vLLM is lent to this project); on CPU the tests check the order
+(tests/grpo/test_vllm_wakes.py with vLLM's sleep API recorded, tests/grpo/test_trainer_init.py through
+``GRPORun.optimize``).
 
 :class:`HostOffload` moves tensors' storages to host memory and back in place (the parameter and optimizer
 state objects stay the same, so FSDP's and the optimizer's references stay valid), as FSDP itself frees and

@@ -17,9 +17,10 @@ Phases (a GPU needs the largest of its phases; every part says in which phases i
         refused, whatever the later phases need.
     push: after an update, the hybrid-engine sequence (``memory_phases.to_rollout_mode``: empty cache, wake
         weights, push, offload (``grpo.trainer_offload``), empty cache, wake KV cache); every trainer rank
-        gathers one full tensor at a time and casts it into a bf16 bucket. The engines wake their KV cache
-        inside the push (vLLM: ``wake_up(tags=["weights"])``, load, ``wake_up(tags=["kv_cache"])``), before the
-        trainer empties its cache, so this phase counts the whole engine and the trainer's push buffers.
+        gathers one full tensor at a time and casts it into a bf16 bucket, on its GPU (``grpo.weight_sync:
+        device``: no host copy); each replica receives it into a bucket of its own. A sleeping engine's weights
+        are awake in this phase, its KV cache only after it (vLLM: ``wake_up(tags=["weights"])`` before the
+        push, ``wake_up(tags=["kv_cache"])`` after the trainer's offload and ``empty_cache``).
     rollout: engines generate; the trainer holds only its resident states.
     update: the trainer computes (gradients, gathered FSDP buffers, activations, logits); colocated engines in
         sleep mode hold only their residue.
@@ -57,7 +58,8 @@ vLLM replica (started from the checkpoint folder or with dummy weights; no trans
     its own CUDA context, 1 GiB, outside its budget; ``engine.vllm.gpu_memory_utilization`` x the GPU: bf16
     weights 2 N, about 1 GiB of activations and CUDA graphs, the rest KV cache (2 x L x kv heads x head dim x
     2 B per token), which must hold at least one sequence of ``max_model_len`` tokens; a push received from
-    another GPU (NCCL) lands in a bucket of max(V x h x 2, the bucket size) first.
+    another GPU (NCCL) or from the colocated trainer rank (CUDA IPC) lands in a bucket of max(V x h x 2, the
+    bucket size) first.
     Sleep mode (colocated, ``engine.vllm.sleep_mode``) frees weights (level 2 drops them, level 1 copies them
     to host memory) and KV cache; the context, activations and graphs stay: the sleep residue, 2 GiB.
 driver copy
@@ -168,9 +170,10 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
     for r, k in enumerate(engine_gpus):
         holder = f"vLLM replica {r}" if len(engine_gpus) > 1 else "vLLM"
         devices[k].holders.append(holder)
-        # A replica beside a trainer rank receives over CUDA IPC (no copy of its own); one on a GPU of its own
-        # receives over NCCL, into a bucket (LoRA too: replicas receive merged weights).
-        receives = bucket if pushes and k not in trainer_gpus else 0
+        # Every replica receives a push into a bucket of its own on its GPU (.weight_sync.Incoming): over NCCL
+        # from a GPU of its own, or copied out of the colocated trainer rank's bucket by CUDA IPC (LoRA too:
+        # replicas receive merged weights).
+        receives = bucket if pushes else 0
         parts, kv = engine_parts(shape, engine.vllm, gpu_memory, sleeping and k in trainer_gpus, receives, holder)
         devices[k].parts += parts
         if kv * GIB < max_len * shape.kv_bytes_per_token():

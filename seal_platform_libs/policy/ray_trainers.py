@@ -98,6 +98,9 @@ class RayTrainerGroup:
     def empty_cache(self) -> None:
         self._call("empty_cache")
 
+    def device_type(self) -> str:
+        return self._call("device_type")
+
     def offload(self) -> int:
         return self._call("offload")
 

@@ -91,13 +91,18 @@ class RuntimeSettings(Section):
         "settings.ray.enabled). A group's samples go to one replica, so its prompt prefix is cached once. "
         "Without Ray: settings.engine.gpus / settings.engine.replicas (local processes, by default one per GPU).",
     )
-    weight_sync: Literal["auto", "collective", "host"] = Field(
+    weight_sync: Literal["auto", "device", "collective", "host"] = Field(
         default="auto",
         description="How new weights reach the policy's other copies after an update where they live in other "
         "processes (settings.grpo.train_workers > 1: trainer rank 0 to the driver's copy; settings.grpo.replicas on Ray, or local "
         "replicas without Ray (settings.engine.gpus / settings.engine.replicas): the trainer to every engine replica). auto (the "
-        "default): collective, except pushes to engine replicas from a policy held in host memory, which go the "
-        "host way (measured on a 2-core CPU: 2-2.5x faster there; docs/scaling.md). collective: pushed over a torch.distributed group of their own (NCCL "
+        "default): device where sharded trainer workers on CUDA push to engine replicas; otherwise collective, "
+        "except pushes to engine replicas from a policy held in host memory, which go the host way (measured on a "
+        "2-core CPU: 2-2.5x faster there; docs/scaling.md). device: the sharded trainer ranks push to the engine "
+        "replicas themselves, cast to the engines' dtype on their GPUs: CUDA IPC from each trainer rank to the "
+        "replica colocated with it (settings.grpo.placement.colocate), else NCCL from trainer rank 0 to every "
+        "replica (gloo on CPU); the driver's copy is not on the way (seal_platform_libs/policy/device_push.py). "
+        "collective: pushed over a torch.distributed group of their own (NCCL "
         "between distinct GPUs, CUDA IPC between processes on one GPU, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, received "
         "straight into the receiver's parameters (seal_platform_libs/policy/weight_sync.py). host: the full state dict "
         "through the worker pipe, Ray's object store or (local replicas) one shared-memory file (the earlier "

@@ -153,8 +153,8 @@ def test_two_workers_equal_one_process_over_many_mini_batches_and_epochs(tiny_mo
     mini-batches (where a partition of all later samples and one per mini-batch differ) and two epochs, the
     2-rank update is the 1-process one and no sample takes its ratio from its own pass after an update. The
     ranks take their log-probs through the output layer in chunks (outside the sharded forward), the 1 process
-    from the model's logits. ``zero_advantage: compute``: the workers' trainers do not assume their reference
-    equals the policy at the start, so they never skip a zero advantage at the reference; both sides run all."""
+    from the model's logits. ``zero_advantage: compute``: every sample runs on both sides (the skip at the reference
+    is the next test's)."""
     from test_trainer import make_trajectories
 
     settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=2, lr=1e-3, adam_eps=1e-6,
@@ -277,3 +277,34 @@ def test_group_trainer_on_ray_places_its_ranks_as_actors_and_equals_one_process(
     finally:
         trainer.close()
     assert trainer.group.actors == []
+
+
+# Two worker processes start: about 40 s on 2 idle cores.
+def test_two_workers_skip_zero_advantages_at_the_reference_as_one_process_does(tiny_model_dir, tokenizer):
+    """Before the first update the policy is its frozen reference: the single-process trainer then skips a
+    zero-advantage group (its gradient is 0 even with the KL term) and takes the first mini-batch's reference
+    log-probs from the policy's own pass. The sharded ranks do the same (``policy_is_reference``): the skipped
+    counts, the trained sequences, the metrics and the weights equal the 1-process update's. Micro-batches of 1
+    leave one rank idle in some passes (its padding passes must pair with the others' collectives)."""
+    from test_trainer import make_trajectories
+
+    settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=1, lr=1e-3, adam_eps=1e-6)
+    policy = PolicySettings(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    rewards = ((1.0, 1.0, 1.0), (1.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 1.0, 1.0))
+    trajs = make_trajectories(tokenizer, rewards=rewards, seed=5)
+
+    model, _ = load_policy(policy)
+    want = GRPOTrainer.with_reference(model, settings, pad_id=tokenizer.pad_token_id).step(
+        build_samples(tokenizer, trajs, settings=settings))
+    want_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # the zero-advantage groups before the first update are skipped (one whole mini-batch of them)
+    assert want["skipped_sequences"] >= 3 and want["skipped_mini_batches"] >= 1
+
+    options = WorkerOptions(grpo=settings, policy=policy, pad_id=tokenizer.pad_token_id, device="cpu")
+    with LocalTrainerGroup(2, options) as group:
+        got = group.step(build_samples(tokenizer, trajs, settings=settings))
+        weights = group.full_state_dict()
+    assert_same_metrics(got, want)
+    for key in ("skipped_sequences", "skipped_tokens", "skipped_mini_batches"):
+        assert got[key] == want[key], key
+    assert max_diff(weights, want_weights) <= 1e-4

@@ -42,7 +42,9 @@ def test_trainer_parts_are_the_hand_formulas(name):
     one = {p.what: p.gib for p in trainer_parts(s, GRPOSettings(kl_coef=0.001), "float32", 1)}
     assert one["master weights (float32)"] == pytest.approx(4 * n / GIB)
     assert one["AdamW moments (float32, from the first update)"] == pytest.approx(8 * n / GIB)
-    assert one["KL reference (float32)"] == pytest.approx(4 * n / GIB)  # the single-process trainer: the policy's dtype
+    assert one["KL reference (bfloat16)"] == pytest.approx(2 * n / GIB)  # grpo.ref_dtype auto: bf16 on CUDA
+    on_cpu = {p.what: p.gib for p in trainer_parts(s, GRPOSettings(kl_coef=0.001), "float32", 1, on_cuda=False)}
+    assert on_cpu["KL reference (float32)"] == pytest.approx(4 * n / GIB)  # on CPU: the policy's dtype
     assert one["autocast's bf16 copies of the weights"] == pytest.approx(2 * n / GIB)
     assert one[f"activations, {t} tokens, no checkpointing"] == pytest.approx(t * layers * (10 * h + 4 * i) * 2 / GIB)
     four = {p.what: p.gib for p in trainer_parts(s, GRPOSettings(kl_coef=0.0, gradient_checkpointing=True), "float32", 4)}
@@ -169,6 +171,14 @@ def test_colocated_engines_start_beside_the_loaded_trainer_and_sleep_through_the
     assert gpu["phases"]["rollout"] == pytest.approx(resident + 8 * n / 4 / GIB + 1 + 0.45 * 80, abs=0.01)
     trainer_update = sum(p["gib"] for p in gpu["parts"] if p["holder"].startswith("trainer") and "update" in p["phases"])
     assert gpu["phases"]["update"] == pytest.approx(trainer_update + 2, abs=0.02)  # + the sleep residue
+    # The memory sequence wakes the weights for the push and the KV cache only after it (and the trainer's offload).
+    kv = next(p for p in gpu["parts"] if p["what"].startswith("vLLM KV cache"))
+    weights = next(p for p in gpu["parts"] if p["what"] == "vLLM weights (bf16)")
+    assert "push" in weights["phases"] and "push" not in kv["phases"] and "rollout" in kv["phases"]
+    # The colocated replica copies each pushed bucket out of its trainer rank's by CUDA IPC: a bucket of its own.
+    bucket = next(p for p in gpu["parts"] if p["what"] == "push: a received bucket (NCCL or CUDA IPC)")
+    n_vocab, hidden = 152064, 3584
+    assert list(bucket["phases"]) == ["push"] and bucket["gib"] == pytest.approx(n_vocab * hidden * 2 / GIB, abs=0.01)
     # The same GPUs with vLLM asking for more than the loaded trainer leaves free: refused at start-up.
     code, data = _plan_json("seal-gpu4", M, "settings.engine.vllm.gpu_memory_utilization=0.85", "--gpus", "4",
                             "--gpu-memory", "80")
@@ -287,6 +297,6 @@ def test_lora_replicas_receive_merged_weights_made_at_once_on_the_trainers_gpu()
     push = [p for p in data["gpus"][0]["parts"] if p["what"].startswith("push: merged copies")]
     assert [p["phases"] for p in push] == [["push"]]
     assert push[0]["gib"] == pytest.approx((28 * per_layer * 2 + 152064 * 3584 * 2) / GIB, abs=0.01)
-    assert any(p["what"] == "push: a received bucket (NCCL)" for p in data["gpus"][1]["parts"])
+    assert any(p["what"] == "push: a received bucket (NCCL or CUDA IPC)" for p in data["gpus"][1]["parts"])
     code, one = _plan_json("seal-lora", M, "--gpus", "1", "--gpu-memory", "80")
     assert code == 0 and not any(p["what"].startswith("push") for p in one["gpus"][0]["parts"])

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # Calls a replica answers (nothing else is looked up on the engine).
 _METHODS = ("generate_ids", "ready", "load_bucket", "receive_weights", "abort_receive", "score", "sleep", "wake_up",
-            "stats")
+            "wake_weights", "wake_kv_cache", "stats")
 
 
 def _exited(process: Any) -> bool:
@@ -175,6 +175,10 @@ def _call(index: int, engine: QueuedEngine, receiver: Any, method: str, args: tu
         return engine.sleep()
     if method == "wake_up":
         return engine.wake_up()
+    if method == "wake_weights":
+        return engine.wake_weights()
+    if method == "wake_kv_cache":
+        return engine.wake_kv_cache()
     if method == "stats":
         return dict(engine.stats)
     raise ValueError(f"a local engine replica has no method {method!r} (it answers {', '.join(_METHODS)})")

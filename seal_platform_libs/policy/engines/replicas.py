@@ -88,6 +88,14 @@ class EngineReplica:
     def wake_up(self) -> None:
         self.engine.wake_up()
 
+    def wake_weights(self) -> None:  # the memory sequence's two wakes (engines without them: nothing)
+        if callable(getattr(self.engine, "wake_weights", None)):
+            self.engine.wake_weights()
+
+    def wake_kv_cache(self) -> None:
+        if callable(getattr(self.engine, "wake_kv_cache", None)):
+            self.engine.wake_kv_cache()
+
     def stats(self) -> dict[str, Any]:
         return dict(self.engine.stats)
 

@@ -112,7 +112,7 @@ class ReplicaClient(TrainableEngine):
         self.engine_dtype: str | None = None  # what the replicas serve in; every push is cast to it (set_engine_dtype)
         self.weight_sync = weight_sync  # grpo.weight_sync: auto, collective (a group with the replicas) or host
         self._pusher: Any = None
-        if weight_sync in ("collective", "auto"):
+        if weight_sync in ("collective", "auto", "device"):  # device: the driver's own pushes as auto's
             from .collective import ReplicaPusher
 
             self._pusher = ReplicaPusher(bucket_bytes)
@@ -297,7 +297,7 @@ class ReplicaClient(TrainableEngine):
         every replica reads, against gloo's loopback TCP)."""
         if self._pusher is None:
             return False
-        return self.weight_sync != "auto" or self._collective_on_gpu(model)
+        return self.weight_sync == "collective" or self._collective_on_gpu(model)
 
     def _push_collective(self, model: Any, version: int) -> bool:
         """Push the changed tensors (vLLM: all) straight from ``model`` to the live replicas over the sync
@@ -334,6 +334,15 @@ class ReplicaClient(TrainableEngine):
     def wake_up(self) -> None:
         self._broadcast("wake_up")
         self._asleep = False
+
+    def wake_weights(self) -> None:
+        """The memory sequence's first wake (:mod:`..memory_phases`): every replica's weight memory, its KV
+        cache still asleep, through the push that follows, until :meth:`wake_kv_cache`."""
+        self._broadcast("wake_weights")
+
+    def wake_kv_cache(self) -> None:
+        """The memory sequence's last step: every replica's KV cache."""
+        self._broadcast("wake_kv_cache")
 
     def _broadcast(self, method: str, *args: Any) -> list[Any]:
         infra = self._infra_errors()

@@ -195,6 +195,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
             def swap() -> None:
                 self.wake_for_weights()  # a LoRA policy's engine sleeps at level 1: its base weights come back
                 self._lora.activate(self.llm.llm_engine, request)
+                self.weights_loaded()  # its KV cache, unless the memory sequence wakes it later
                 self.adapter_version = request.lora_name
                 self.weights_complete(version)
 
