@@ -71,8 +71,11 @@ bytecode:
 run: $(STAMP) bytecode
 	$(PRELOAD) $(VENV)/bin/seal-platform run $(RECIPE) $(ARGS)
 
+# The suite on TEST_WORKERS pytest-xdist processes (auto: one per core; 0: in this process alone). Tests that
+# share a machine-wide thing run on one worker (tests/conftest.py names the groups). -rs lists every skip's reason.
+TEST_WORKERS ?= auto
 test: $(STAMP) bytecode lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup
 
 # Lint and type checks (part of `make test`, hence of CI): ruff's rules and mypy's scope are in pyproject.toml.
 lint: $(STAMP)
@@ -80,7 +83,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test-slow: $(STAMP) bytecode
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -rs -m slow
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

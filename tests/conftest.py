@@ -1,8 +1,21 @@
-"""Fixtures shared across test folders."""
+"""Fixtures shared across test folders, and how `make test` spreads the suite over processes.
+
+`make test` runs the suite on pytest-xdist workers (``-n``, ``--dist loadgroup``). The tests that share one
+machine-wide thing run on one worker, one after another: every test using the session's local Ray
+(:func:`local_ray`: one cluster per worker would start several Rays on the machine) is in the group ``ray``.
+Everything else is spread test by test.
+"""
 
 from __future__ import annotations
 
 import pytest
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "local_ray" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(scope="session")
