@@ -4,11 +4,22 @@
 machine-wide thing run on one worker, one after another: every test using the session's local Ray
 (:func:`local_ray`: one cluster per worker would start several Rays on the machine) is in the group ``ray``.
 Everything else is spread test by test.
+
+One torch (OpenMP) thread per test process, unless ``OMP_NUM_THREADS`` says otherwise: the tests' models are
+tiny, and two threads synchronising on every small kernel cost more than they share out; on a busy machine each
+parallel region also waits for a descheduled thread (one GRPO step test: 66 s with two threads, 11 s with one,
+under the same load). The processes the tests start inherit it. `make test` spreads the suite over the cores
+instead (one worker each).
 """
 
 from __future__ import annotations
 
-import pytest
+import os
+
+# Before anything imports torch (this file is read before the test modules are collected).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
