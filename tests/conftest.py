@@ -14,10 +14,25 @@ instead (one worker each).
 
 from __future__ import annotations
 
+import json
 import os
 
 # Before anything imports torch (this file is read before the test modules are collected).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment where the pytest that started it
+# had neither: the CLI's consoles (rich) would take them for the terminal's size and keep it, so the tests of
+# wide output got 80 columns. The first process notes the terminal variables it has; each worker keeps those.
+_TERMINAL = ("COLUMNS", "LINES")
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["SEAL_TEST_TERMINAL"] = json.dumps({k: os.environ[k] for k in _TERMINAL if k in os.environ})
+elif "SEAL_TEST_TERMINAL" in os.environ:
+    _started_with = json.loads(os.environ["SEAL_TEST_TERMINAL"])
+    for _key in _TERMINAL:
+        if _key in _started_with:
+            os.environ[_key] = _started_with[_key]
+        else:
+            os.environ.pop(_key, None)
 
 import pytest  # noqa: E402
 
