@@ -7,8 +7,8 @@ Everything else is spread test by test.
 
 One torch (OpenMP) thread per test process, unless ``OMP_NUM_THREADS`` says otherwise: the tests' models are
 tiny, and two threads synchronising on every small kernel cost more than they share out; on a busy machine each
-parallel region also waits for a descheduled thread (one GRPO step test: 66 s with two threads, 11 s with one,
-under the same load). The processes the tests start inherit it. `make test` spreads the suite over the cores
+parallel region also waits for a descheduled thread (the GRPO step tests of test_architectures.py took several
+times longer with two). The processes the tests start inherit it. `make test` spreads the suite over the cores
 instead (one worker each).
 """
 
