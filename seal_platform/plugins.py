@@ -39,8 +39,6 @@ ENTRY_POINT_GROUP = "seal_platform"
 ENV_ALLOW = "SEAL_PLATFORM_PLUGINS"
 ENV_BLOCK = "SEAL_PLATFORM_BLOCK_PLUGINS"
 
-STAGE_HOOKS = ("collect", "diagnose", "evolve_interface", "reweight", "optimize", "evaluate")
-
 # The registration hooks -> the class of the items each returns a list of (None: register_settings, which returns
 # a mapping of settings section -> pydantic model class). A plugin returning anything else is failed at load.
 REGISTER_HOOKS: dict[str, type | None] = {

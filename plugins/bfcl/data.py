@@ -205,9 +205,3 @@ def held_out_docs(task: Task) -> dict[int, list[dict[str, Any]]]:
 def ground_truth(task: Task) -> list[list[str]]:
     """The ground-truth calls of ``task``: per turn, a list of Python call strings."""
     return [list(turn) for turn in task.payload["ground_truth"]]
-
-
-def is_long_context(task: Task) -> bool:
-    """Whether the backends load the long-context scenario (as the official checker decides: by id)."""
-    category = task.id.rsplit("_", 1)[0]
-    return "long_context" in category or "composite" in category

@@ -216,11 +216,6 @@ class Session:
         with slot.lock:
             self._attach()
 
-    @property
-    def used_s(self) -> float:
-        """Seconds of tool execution this session has used (counted against ``episode_timeout_s``)."""
-        return self._used_s
-
     def _attach(self) -> None:
         """(Re)create this session's instances in the slot's current worker, replaying completed calls."""
         slot, executor = self._slot, self._executor

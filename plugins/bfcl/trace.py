@@ -148,11 +148,6 @@ _CHECK_KEY_SET = frozenset(CHECK_KEYS)
 _CHECK_VALUES = operator.itemgetter(*CHECK_KEYS)
 
 
-def empty_checks(gt_calls: list[str]) -> dict[str, Any]:
-    """The checks of a turn the model never reached, as stored."""
-    return TurnChecks.unreached(gt_calls).model_dump()
-
-
 @dataclass
 class VerifyOutcome:
     """The verdict on one transcript.

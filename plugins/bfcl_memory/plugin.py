@@ -19,7 +19,6 @@ from seal_platform.toolenv.episodes import evaluation_group, training_group
 from seal_platform.types import Interface, SamplingParams, Task
 
 NAME = "bfcl_memory"
-SCENARIOS = ("customer", "finance", "healthcare", "notetaker", "student")
 
 
 class MemorySettings(BaseModel):
