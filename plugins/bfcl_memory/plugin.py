@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import EnvironmentSpec
 from seal_platform.stages import sampling_for
@@ -21,10 +22,8 @@ from seal_platform.types import Interface, SamplingParams, Task
 NAME = "bfcl_memory"
 
 
-class MemorySettings(BaseModel):
+class MemorySettings(Section):
     """Recipe section ``settings.bfcl_memory``."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backends: list[Literal["kv", "rec_sum", "vector"]] = Field(
         default_factory=lambda: ["kv", "rec_sum"],

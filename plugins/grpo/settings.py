@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from seal_platform.config import Section
 from seal_platform.labels import EXCLUDED_LABELS
 
 # The reference A-Patch base weight of each reference label (docs/seal-method.md, "Diagnosis").
@@ -29,16 +30,12 @@ REFERENCE_BASE_WEIGHTS: dict[str, float] = {
 # above.
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 # The linear layers of Llama / Qwen2 / Mistral-style decoders: attention and MLP projections (what vLLM
 # serves LoRA on; the embeddings and the LM head stay frozen and unadapted).
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-class PlacementSettings(_Section):
+class PlacementSettings(Section):
     """``settings.grpo.placement``: where grpo's Ray actors (engine replicas, trainer workers) go when the recipe enables
     the Ray cluster (``settings.ray.enabled``; the ray_backend plugin). Ignored without it."""
 
@@ -56,7 +53,7 @@ class PlacementSettings(_Section):
     engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
 
 
-class LoRASettings(_Section):
+class LoRASettings(Section):
     """``settings.grpo.lora``: train low-rank adapters (peft) on a frozen base instead of every weight.
 
     The reference policy of the KL term is the same model with its adapters switched off (no second copy);
@@ -83,7 +80,7 @@ class LoRASettings(_Section):
         return self
 
 
-class GRPOSettings(_Section):
+class GRPOSettings(Section):
     """Settings section ``grpo``: the clipped policy-gradient objective and how it is optimised."""
 
     # --- advantages -------------------------------------------------------------------------------------
@@ -315,7 +312,7 @@ def _check_lora_composes(settings: GRPOSettings) -> None:
         )
 
 
-class APatchSettings(_Section):
+class APatchSettings(Section):
     """Settings section ``apatch``: diagnosis-guided advantage reweighting (the ``reweight`` stage)."""
 
     mode: Literal["dynamic", "static", "off"] = Field(
