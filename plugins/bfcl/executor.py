@@ -100,7 +100,7 @@ def _main_module_hidden() -> Iterator[None]:
             setattr(main, name, value)
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context() -> multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext:
     if sys.platform.startswith("linux"):
         ctx = multiprocessing.get_context("forkserver")
         from .backend import BACKEND_MODULES
@@ -114,7 +114,8 @@ def _context() -> multiprocessing.context.BaseContext:
 class _Slot:
     """One worker process (restarted on demand) and the sessions living in it."""
 
-    def __init__(self, index: int, ctx: multiprocessing.context.BaseContext, memory_bytes: int | None):
+    def __init__(self, index: int, ctx: multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext,
+                 memory_bytes: int | None):
         self.index = index
         self.ctx = ctx
         self.memory_bytes = memory_bytes
@@ -416,9 +417,10 @@ class ToolExecutor:
                 batch = items[start : start + chunk]
                 slot._ensure()
                 known = slot.known_tasks.setdefault(slot.generation, set())
-                message = {"op": "verify_batch", "items": []}
+                message_items: list[dict[str, Any]] = []
+                message = {"op": "verify_batch", "items": message_items}
                 for task, turns in batch:
-                    message["items"].append({
+                    message_items.append({
                         "task": task.id,
                         "payload": None if task.id in known else _payload_for_worker(task),
                         "turns": [[c.render() if c.error is None else _unrunnable(c) for c in turn] for turn in turns],
