@@ -75,7 +75,9 @@ def to_trainer_mode(engine: Any, trainer: Any, *, sleep: Callable[[], None] | No
     then empties its cache and brings back what :func:`to_rollout_mode` offloaded (nothing if nothing was)."""
     log = trace.append if trace is not None else (lambda _: None)
     log("sleep")
-    (sleep or getattr(engine, "sleep", lambda: None))()
+    put_to_sleep = sleep if sleep is not None else getattr(engine, "sleep", None)
+    if put_to_sleep is not None:
+        put_to_sleep()
     log("empty_cache")
     trainer.empty_cache()
     log("onload")

@@ -164,8 +164,8 @@ class TrainerWorker:
             if getattr(self, "_sync_key", None) != key:
                 self._close_sync()
                 device = self.device if backend in ("nccl", "ipc", "auto") else "cpu"
-                self._sync = SyncGroup(address, port, 0, world_size, backend=backend, device=device)
-                self._sync_key = key
+                self._sync: SyncGroup | None = SyncGroup(address, port, 0, world_size, backend=backend, device=device)
+                self._sync_key: tuple[str, int, int, str] | None = key
             group = self._sync
         self.onload()
         named, ties = sync_tensors(self.model, everything)
