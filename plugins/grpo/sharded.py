@@ -142,7 +142,8 @@ class TrainerWorker:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         self.onload()  # an offloaded trainer (grpo.trainer_offload) is brought back for anything but sampling
-        state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state: dict[str, Any] = get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank != 0:
             return None
         if self.world_size == 1 and self.device.type == "cpu":  # those are the live parameters: a snapshot
@@ -204,7 +205,7 @@ class TrainerWorker:
         meta = read_state(directory)
         self.onload()
         model_state, optim_state = get_state_dict(self.model, self.trainer.optimizer)
-        state = {"model": model_state, "optim": optim_state}
+        state: dict[str, Any] = {"model": model_state, "optim": optim_state}
         dcp.load(state, checkpoint_id=str(directory))
         set_state_dict(self.model, self.trainer.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
@@ -255,7 +256,7 @@ def load_sharded_into(model: Any, trainer: Any, directory: Path) -> None:
 
     meta = read_state(directory)
     model_state, optim_state = get_state_dict(model, trainer.optimizer)
-    state = {"model": model_state, "optim": optim_state}
+    state: dict[str, Any] = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=str(directory), no_dist=True)
     set_state_dict(model, trainer.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     trainer.restored_updates(int(meta["updates"]))

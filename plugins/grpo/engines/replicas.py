@@ -195,7 +195,7 @@ def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[]
         else:
             bundles = [{"CPU": place.engine_cpus, "GPU": place.engine_gpus}] * n
             strategies, group = on_ray.placement(config, bundles, name=f"seal-engines-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        replicas = [
+        replicas: list[Any] = [  # actor handles
             RemoteEngineReplica.options(
                 num_cpus=place.engine_cpus, num_gpus=place.engine_gpus, max_concurrency=256,
                 scheduling_strategy=strategies[i],
