@@ -100,7 +100,10 @@ def _main_module_hidden() -> Iterator[None]:
             setattr(main, name, value)
 
 
-def _context() -> multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext:
+_Context = multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext
+
+
+def _context() -> _Context:
     if sys.platform.startswith("linux"):
         ctx = multiprocessing.get_context("forkserver")
         from .backend import BACKEND_MODULES
@@ -114,8 +117,7 @@ def _context() -> multiprocessing.context.ForkServerContext | multiprocessing.co
 class _Slot:
     """One worker process (restarted on demand) and the sessions living in it."""
 
-    def __init__(self, index: int, ctx: multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext,
-                 memory_bytes: int | None):
+    def __init__(self, index: int, ctx: _Context, memory_bytes: int | None):
         self.index = index
         self.ctx = ctx
         self.memory_bytes = memory_bytes

@@ -108,7 +108,8 @@ def build_optimizer(params: Iterable[Any], settings: GRPOSettings) -> torch.opti
     fused = bool(params) and all(
         p.device.type in ("cpu", "cuda") and p.is_floating_point() and not hasattr(p, "placements") for p in params
     )
-    return torch.optim.AdamW(params, lr=s.lr, betas=(s.betas[0], s.betas[1]), eps=s.adam_eps, weight_decay=s.weight_decay,
+    return torch.optim.AdamW(params, lr=s.lr, betas=(s.betas[0], s.betas[1]), eps=s.adam_eps,
+                             weight_decay=s.weight_decay,
                              fused=fused or None)
 
 
