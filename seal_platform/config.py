@@ -33,18 +33,23 @@ def as_store_url(store: str) -> str:
     return f"sqlite:///{Path(store).expanduser().resolve()}"
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """The base of every settings model: a recipe section (the core's and each plugin's ``register_settings``
+    model) and any other user-written input validated by pydantic (a task file's lines, an interface spec).
+    Unknown keys are errors, so a misspelt key is reported (with the closest known one) instead of ignored.
+    A subclass may add to ``model_config`` (``ConfigDict(frozen=True)``); pydantic merges it with this one."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class PluginSelection(_Section):
+class PluginSelection(Section):
     allow: list[str] | None = Field(
         default=None, description="Load only these plugins (entry-point names). Null: all installed."
     )
     block: list[str] = Field(default_factory=list, description="Never load these plugins.")
 
 
-class TrainingConfig(_Section):
+class TrainingConfig(Section):
     steps: int | None = Field(default=None, ge=0, le=1_000_000, description="Training steps; null: epochs x steps per epoch.")
     epochs: int = Field(default=6, ge=1, le=10_000)
     tasks_per_step: int = Field(default=32, ge=1, le=100_000)
@@ -63,7 +68,7 @@ class TrainingConfig(_Section):
     max_train_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Use only the first N training tasks.")
 
 
-class DynamicSamplingConfig(_Section):
+class DynamicSamplingConfig(Section):
     """Dynamic sampling (DAPO's; verl's ``filter_groups``): train only on groups with mixed outcomes and draw
     more training tasks until the step has ``training.tasks_per_step`` of them (see
     :mod:`seal_platform.dynamic_sampling`)."""
@@ -87,7 +92,7 @@ class DynamicSamplingConfig(_Section):
     )
 
 
-class RolloutConfig(_Section):
+class RolloutConfig(Section):
     engine: str | None = Field(
         default=None,
         description="The registered rollout engine that generates the rollouts and evaluations (`seal-platform "
@@ -121,7 +126,7 @@ class RolloutConfig(_Section):
     )
 
 
-class BenchmarkEval(_Section):
+class BenchmarkEval(Section):
     """One more benchmark evaluated alongside the training environment (e.g. out of distribution)."""
 
     environment: str = Field(description="A registered environment, e.g. `bfcl_memory`.")
@@ -139,7 +144,7 @@ class BenchmarkEval(_Section):
         return {"environment": value} if isinstance(value, str) else value
 
 
-class EvaluationConfig(_Section):
+class EvaluationConfig(Section):
     split: str = "eval"
     every: int = Field(default=10, ge=0, le=1_000_000, description="Evaluate every K training steps; 0: only before and after.")
     before_training: bool = True
@@ -158,7 +163,7 @@ class EvaluationConfig(_Section):
     )
 
 
-class DiagnosisConfig(_Section):
+class DiagnosisConfig(Section):
     diagnosers: list[str] | None = Field(default=None, description="Enabled diagnosers; null: every registered one not marked explicit (each runs only "
                                               "in runs of the environments it declares).")
     primary: str | None = Field(
@@ -166,7 +171,7 @@ class DiagnosisConfig(_Section):
     )
 
 
-class StagesConfig(_Section):
+class StagesConfig(Section):
     """Which plugin owns each single-owner stage. Null switches the stage off."""
 
     evolve_interface: str | None = None
@@ -174,7 +179,7 @@ class StagesConfig(_Section):
     optimize: str | None = None
 
 
-class RunConfig(_Section):
+class RunConfig(Section):
     name: str = "run"
     description: str = ""
     seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Seeds every random choice of the run (0 to 2**32 - 1).")

@@ -89,14 +89,14 @@ def register_settings() -> dict[str, type[BaseModel]]:
     :returns: a mapping from section name (a key of the recipe's ``settings:`` table, usually the plugin's
         own name) to a pydantic model class. Unknown keys in the section are reported as errors (so typos in
         recipes are caught) unless the model, or a model nested in it, sets ``model_config["extra"]`` itself:
-        say ``ConfigDict(extra="forbid")`` to be explicit, ``extra="allow"`` to accept free-form keys. A
-        section that is absent from the recipe is built from the model's defaults, so every field must have
-        a default: a plugin whose model has a required field (or defaults that do not validate) is failed
-        when the plugins are loaded, with a reason naming the model, and left out, as a plugin that cannot be
-        imported is (a recipe that needs it says so; the others run without it). Give integer fields both
-        bounds (``Field(ge=..., le=...)``): a recipe asking for 10**12 workers is then refused by
-        ``config validate`` with the key and the bound, not deep inside a library (the default plugins are
-        held to this by a test; a third-party plugin's unbounded field is not refused).
+        derive from ``seal_platform.config.Section`` (which forbids them) to be explicit, set
+        ``extra="allow"`` to accept free-form keys. A section that is absent from the recipe is built from the
+        model's defaults, so every field must have a default: a plugin whose model has a required field (or
+        defaults that do not validate) is failed when the plugins are loaded, with a reason naming the model,
+        and left out, as a plugin that cannot be imported is (a recipe that needs it says so; the others run
+        without it). Give integer fields both bounds (``Field(ge=..., le=...)``): a recipe asking for 10**12
+        workers is then refused by ``config validate`` with the key and the bound, not deep inside a library
+        (the default plugins are held to this by a test; a third-party plugin's unbounded field is not refused).
 
     All results are collected; a section two plugins register is left out: a recipe that sets it gets a
     problem naming both plugins (block all but one), other recipes are unaffected.

@@ -39,8 +39,6 @@ ENTRY_POINT_GROUP = "seal_platform"
 ENV_ALLOW = "SEAL_PLATFORM_PLUGINS"
 ENV_BLOCK = "SEAL_PLATFORM_BLOCK_PLUGINS"
 
-STAGE_HOOKS = ("collect", "diagnose", "evolve_interface", "reweight", "optimize", "evaluate")
-
 # The registration hooks -> the class of the items each returns a list of (None: register_settings, which returns
 # a mapping of settings section -> pydantic model class). A plugin returning anything else is failed at load.
 REGISTER_HOOKS: dict[str, type | None] = {
@@ -306,7 +304,9 @@ class PluginHost:
             return f"was skipped as a duplicate: {record.error}"
         return f"is {record.status}{f': {record.error}' if record.error else ''}"
 
-    def _why_missing(self, name: str) -> str:
+    def why_missing(self, name: str) -> str:
+        """Why plugin ``name`` is not loaded, as a phrase for an error message: ``plugin 'x' is blocked by ...``,
+        ``... failed: ...``, ``... is not installed (did you mean 'y'? loaded plugins: ...)``."""
         for record in self.records:
             if record.name == name and record.status != "loaded":
                 return f"plugin {name!r} {self._unavailable(record)}"
@@ -319,7 +319,7 @@ class PluginHost:
         """Call ``hook`` on plugin ``owner`` only; an absent or non-implementing owner is an error."""
         plugin = self.pm.get_plugin(owner)
         if plugin is None:
-            raise PluginError(f"the recipe names {owner!r} for the {hook!r} stage, but {self._why_missing(owner)}.")
+            raise PluginError(f"the recipe names {owner!r} for the {hook!r} stage, but {self.why_missing(owner)}.")
         if not self.implements(owner, hook):
             raise PluginError(f"the recipe names plugin {owner!r} for the {hook!r} stage, but it does not implement {hook!r}.")
         others = [p for p in self.pm.get_plugins() if p is not plugin]

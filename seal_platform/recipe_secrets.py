@@ -89,11 +89,6 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def secret_fields(model: type[BaseModel]) -> list[str]:
-    """The names of ``model``'s own fields marked secret (``SecretStr``, or ``json_schema_extra=SECRET``)."""
-    return [name for name, field in model.model_fields.items() if _marked(field)]
-
-
 def _only_references(text: str) -> bool:
     """Whether ``text`` gives its secret by environment references only: nothing in it but ``${NAME}``s,
     blanks and an authorization scheme (``Bearer ${TOKEN}``)."""

@@ -101,9 +101,9 @@ def worker_main(conn: Any, memory_bytes: int | None = None) -> None:
                 reply: dict[str, Any] = {"ok": True, "pid": os.getpid(), "sessions": len(sessions)}
             elif op == "open":
                 # Each session gets its own instances and its own copies of shared long-context objects.
-                backend = Backend.for_payload(request["payload"], shared={})
-                sessions[str(request["session"])] = backend
-                reply = {"ok": True, "tools": sorted(backend.method_names)}
+                opened = Backend.for_payload(request["payload"], shared={})
+                sessions[str(request["session"])] = opened
+                reply = {"ok": True, "tools": sorted(opened.method_names)}
             elif op == "close":
                 sessions.pop(str(request.get("session")), None)
                 reply = {"ok": True}

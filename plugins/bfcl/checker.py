@@ -42,7 +42,7 @@ def _compare(model_instances: dict[str, Any], gt_instances: dict[str, Any]) -> d
         model_instance = model_instances[class_name]
         if type(model_instance) is not type(gt_instance):
             raise AssertionError("Objects are not of the same type.")
-        if _no_data_descriptors(type(gt_instance)):
+        if _no_data_descriptors(gt_instance.__class__):
             # getattr(instance, attr) is the instance's own value (its __dict__'s) for every attribute it has:
             # read the two dicts directly. An attribute the model's instance lacks is still read by getattr
             # (a class attribute, or the AttributeError the official check raises).
@@ -94,18 +94,19 @@ def verify_payload(payload: dict[str, Any], model_turns: list[list[ParsedCall]])
     """
     gt_turns: list[list[str]] = payload["ground_truth"]
     n_model = len(model_turns)
-    backends, build_error = _build_backends(payload)
+    built = _build_backends(payload)
+    build_error = built if isinstance(built, str) else None
     checked: list[tuple[TurnVerdict, TurnChecks]] = []
     all_model_results: list[str] = []  # the model's results of every turn so far (the response check's pool)
     for index, gt_calls in enumerate(gt_turns):
-        if build_error is not None:
-            checks = _unbuilt_turn(gt_calls, build_error)
+        if isinstance(built, str):
+            checks = _unbuilt_turn(gt_calls, built)
             verdict = TurnVerdict(turn=index, passed=False, reached=index < n_model)
         elif index >= n_model:
             checks = TurnChecks.unreached(gt_calls)
             verdict = TurnVerdict(turn=index, passed=False, reached=False)
         else:
-            checks = _check_turn(gt_calls, model_turns[index], *backends, all_model_results)
+            checks = _check_turn(gt_calls, model_turns[index], *built, all_model_results)
             verdict = TurnVerdict(turn=index, passed=checks.error_type is None, reached=True)
         verdict.checks = checks.stored()
         checked.append((verdict, checks))
@@ -263,15 +264,15 @@ def _caught_up(payload: dict[str, Any], turns: list[list[ParsedCall]], pristine:
     return instances
 
 
-def _build_backends(payload: dict[str, Any]) -> tuple[tuple[Backend, Backend] | tuple[()], str | None]:
+def _build_backends(payload: dict[str, Any]) -> tuple[Backend, Backend] | str:
     """The model's and the ground truth's instance sets (sharing long-context objects as the official
     checker's do), or the reason they cannot be built: a broken task, not the model's fault."""
     try:
         shared: dict[tuple[Any, ...], Any] = {}
         configs: dict[str, bytes] = {}
-        return (Backend.for_payload(payload, shared, configs), Backend.for_payload(payload, shared, configs)), None
+        return Backend.for_payload(payload, shared, configs), Backend.for_payload(payload, shared, configs)
     except Exception as exc:
-        return (), f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _unbuilt_turn(gt_calls: list[str], build_error: str) -> TurnChecks:

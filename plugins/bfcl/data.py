@@ -116,17 +116,17 @@ def load_tasks(
     if limit_per_category is not None and (not isinstance(limit_per_category, int) or limit_per_category < 0):
         raise DataError(f"limit_per_category must be a non-negative integer, got {limit_per_category!r}")
     allowed = None if split == "all" else set(split_ids()[split])
-    wanted = None
+    wanted: set[str] | None = None
     if ids is not None:
-        wanted = [ids] if isinstance(ids, str) else list(ids)
+        asked = [ids] if isinstance(ids, str) else list(ids)
         known = {e["id"] for c in chosen for e in _category_entries(c)}
-        missing = [i for i in wanted if i not in known or (allowed is not None and i not in allowed)]
+        missing = [i for i in asked if i not in known or (allowed is not None and i not in allowed)]
         if missing:
             raise DataError(
                 f"task ids not in split {split!r} of categories {chosen}: {missing[:10]}"
                 + (" ..." if len(missing) > 10 else "")
             )
-        wanted = set(wanted)
+        wanted = set(asked)
     tasks: list[Task] = []
     for category in chosen:
         count = 0
@@ -205,9 +205,3 @@ def held_out_docs(task: Task) -> dict[int, list[dict[str, Any]]]:
 def ground_truth(task: Task) -> list[list[str]]:
     """The ground-truth calls of ``task``: per turn, a list of Python call strings."""
     return [list(turn) for turn in task.payload["ground_truth"]]
-
-
-def is_long_context(task: Task) -> bool:
-    """Whether the backends load the long-context scenario (as the official checker decides: by id)."""
-    category = task.id.rsplit("_", 1)[0]
-    return "long_context" in category or "composite" in category

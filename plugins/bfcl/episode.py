@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterable, Protocol
 
 from seal_platform.engine import RolloutEngine
 from seal_platform_libs.toolenv import interface as iface
@@ -40,8 +40,9 @@ CLIP_MARKER = "\n... [observation clipped: {n} more characters]"
 class ToolSession(Protocol):
     """The running backend of one episode (see :class:`.executor.ToolExecutor`)."""
 
-    def call(self, name: str, arguments: dict[str, Any], allowed: Sequence[str] | None = None) -> Any:
-        """Run one call; the result has ``result``, ``error`` (text or None) and ``rejected`` (bool)."""
+    def call(self, name: str, arguments: dict[str, Any] | None, allowed_tools: Iterable[str] | None) -> Any:
+        """Run one call (``allowed_tools``: the episode's current tool list, None: every tool); the result has
+        ``result``, ``error`` (text or None) and ``rejected`` (bool)."""
         ...
 
     def close(self) -> None: ...

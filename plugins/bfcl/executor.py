@@ -100,7 +100,10 @@ def _main_module_hidden() -> Iterator[None]:
             setattr(main, name, value)
 
 
-def _context() -> multiprocessing.context.BaseContext:
+_Context = multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext
+
+
+def _context() -> _Context:
     if sys.platform.startswith("linux"):
         ctx = multiprocessing.get_context("forkserver")
         from .backend import BACKEND_MODULES
@@ -114,7 +117,7 @@ def _context() -> multiprocessing.context.BaseContext:
 class _Slot:
     """One worker process (restarted on demand) and the sessions living in it."""
 
-    def __init__(self, index: int, ctx: multiprocessing.context.BaseContext, memory_bytes: int | None):
+    def __init__(self, index: int, ctx: _Context, memory_bytes: int | None):
         self.index = index
         self.ctx = ctx
         self.memory_bytes = memory_bytes
@@ -215,11 +218,6 @@ class Session:
         self.tools: list[str] = []
         with slot.lock:
             self._attach()
-
-    @property
-    def used_s(self) -> float:
-        """Seconds of tool execution this session has used (counted against ``episode_timeout_s``)."""
-        return self._used_s
 
     def _attach(self) -> None:
         """(Re)create this session's instances in the slot's current worker, replaying completed calls."""
@@ -421,9 +419,10 @@ class ToolExecutor:
                 batch = items[start : start + chunk]
                 slot._ensure()
                 known = slot.known_tasks.setdefault(slot.generation, set())
-                message = {"op": "verify_batch", "items": []}
+                message_items: list[dict[str, Any]] = []
+                message = {"op": "verify_batch", "items": message_items}
                 for task, turns in batch:
-                    message["items"].append({
+                    message_items.append({
                         "task": task.id,
                         "payload": None if task.id in known else _payload_for_worker(task),
                         "turns": [[c.render() if c.error is None else _unrunnable(c) for c in turn] for turn in turns],

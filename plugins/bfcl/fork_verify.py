@@ -275,14 +275,16 @@ def verify_forked(
             if overdue:
                 continue
             wait = min(lane.deadline for lane in active) - now
-            ready, _, _ = select.select([lane.fd for lane in active], [], [], wait)
+            # Every active lane has a child (started above) and so a read end.
+            fds = [lane.fd for lane in active if lane.fd is not None]
+            ready, _, _ = select.select(fds, [], [], wait)
             if ready and len(ready) < len(active):
                 # Let the other lanes' lines gather before reading: one wake-up per few lines of every lane,
                 # not one per line (with a lane per CPU the wake-ups were most of this process's time).
                 time.sleep(GATHER_S)
-                ready, _, _ = select.select([lane.fd for lane in active], [], [], 0)
+                ready, _, _ = select.select(fds, [], [], 0)
             for lane in active:
-                if lane.fd not in ready:
+                if lane.fd is None or lane.fd not in ready:
                     continue
                 chunk = os.read(lane.fd, 1 << 16)
                 if not chunk:  # the child exited before answering for this item

@@ -111,9 +111,9 @@ def evaluate(
 @hookimpl
 def diagnose(trajectories: list[Trajectory]) -> list[TurnLabel]:
     """Called by the core only in runs of the ``bfcl`` environment (the diagnoser's ``environments``)."""
-    from .diagnoser import diagnose as run
+    from . import diagnoser
 
-    return run(trajectories)
+    return diagnoser.diagnose(trajectories)
 
 
 @hookimpl

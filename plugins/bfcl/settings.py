@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from seal_platform.config import Section
 from seal_platform_libs.toolenv.evolution import EvolutionSettings
 
 from .categories import CATEGORIES
@@ -13,10 +14,8 @@ from .categories import CATEGORIES
 FORMAT_NAMES = ("hermes", "python")
 
 
-class BfclSettings(BaseModel):
+class BfclSettings(Section):
     """Settings of the BFCL multi-turn environment (recipe section ``settings.bfcl``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     # --- tasks
     categories: list[str] = Field(

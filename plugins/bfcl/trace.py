@@ -21,8 +21,9 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform.types import TurnVerdict
 
 # The prefix the official executor gives an exception's text; observations and replays use it too.
@@ -58,14 +59,12 @@ def is_error_result(result: str) -> bool:
     return False
 
 
-class TurnChecks(BaseModel):
+class TurnChecks(Section):
     """What the verifier found in one ground-truth turn (``TurnVerdict.checks`` of the bfcl environment).
 
     ``state_ok``/``response_ok`` are computed for every reached turn; the defaults are what a reader assumes
     of a trace that lacks the field.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     gt_calls: list[str] = Field(default=[], description="the ground-truth calls of the turn, as written in the data")
     model_calls: list[str] = Field(default=[], description="the model's calls of the turn, in BFCL call syntax, in order")
@@ -146,11 +145,6 @@ CHECK_KEYS: tuple[str, ...] = tuple(TurnChecks.model_fields)
 # ``stored`` run for every turn of every verification and diagnosis, and these do their work in C.
 _CHECK_KEY_SET = frozenset(CHECK_KEYS)
 _CHECK_VALUES = operator.itemgetter(*CHECK_KEYS)
-
-
-def empty_checks(gt_calls: list[str]) -> dict[str, Any]:
-    """The checks of a turn the model never reached, as stored."""
-    return TurnChecks.unreached(gt_calls).model_dump()
 
 
 @dataclass

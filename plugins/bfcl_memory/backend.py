@@ -57,11 +57,11 @@ def _vector_module() -> Any:
                     model_name_or_path = bundled
                 super().__init__(model_name_or_path, *args, **kwargs)
 
-        sentence_transformers.SentenceTransformer = _Bundled
+        sentence_transformers.SentenceTransformer = _Bundled  # type: ignore[misc]  # patched for the import only
         try:
             return importlib.import_module(name)
         finally:
-            sentence_transformers.SentenceTransformer = original
+            sentence_transformers.SentenceTransformer = original  # type: ignore[misc]
 
 
 def _snapshot(instance: Any, backend: str) -> dict[str, Any]:

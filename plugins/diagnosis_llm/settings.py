@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from seal_platform.config import Section
 from seal_platform.labels import EXCLUDED_LABELS
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class OpenAIJudgeSettings(_Section):
+class OpenAIJudgeSettings(Section):
     """A judge behind any OpenAI-compatible endpoint (a hosted API, ``vllm serve``, ...)."""
 
     base_url: str | None = Field(
@@ -57,7 +54,7 @@ class OpenAIJudgeSettings(_Section):
         return value
 
 
-class LocalJudgeSettings(_Section):
+class LocalJudgeSettings(Section):
     """A second local model, served by one of the platform's rollout engines (not the run's own)."""
 
     engine: str = Field(default="hf", description="A registered rollout engine (see `seal-platform plugins`).")
@@ -68,7 +65,7 @@ class LocalJudgeSettings(_Section):
     )
 
 
-class DiagnosisLlmSettings(_Section):
+class DiagnosisLlmSettings(Section):
     """Settings of the LLM-judge diagnoser (recipe section ``settings.diagnosis_llm``)."""
 
     backend: Literal["run", "local", "openai", "none"] = Field(

@@ -29,7 +29,7 @@ Pure Python (no torch): the ``reweight`` stage runs before any model work.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from seal_platform.capability import CapabilityState
 from seal_platform.types import ReweightResult, Trajectory, TurnLabel
@@ -108,11 +108,10 @@ class APatch:
                 continue
             base = self.base(z)
             tally = table.get(z)
-            count = tally.count if tally else 0
-            if n == 0 or count == 0:
+            if n == 0 or tally is None or tally.count == 0:
                 target = base
             else:
-                rbar = tally.mean_reward
+                count, rbar = tally.count, tally.mean_reward
                 target = base * (1.0 + s.alpha * (count / n) * (1.0 - rbar) * min(1.0, count / s.count_saturation))
             out[z] = min(max(target, s.min_scale), s.max_scale)
         return out
@@ -129,7 +128,7 @@ class APatch:
             self.rho[z] = (1.0 - beta) * previous + beta * target
         self.updated_step = step
 
-    def label_weights(self, labels: Sequence[str] = ()) -> dict[str, float]:
+    def label_weights(self, labels: Iterable[str] = ()) -> dict[str, float]:
         """rho of every tracked label and of ``labels``."""
         return {z: self.weight(z) for z in sorted(set(self.rho) | set(labels))}
 

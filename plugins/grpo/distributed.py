@@ -18,7 +18,7 @@ import os
 import socket
 import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
@@ -28,6 +28,9 @@ from .samples import Sample
 from .settings import GRPOSettings
 from .sharded import TrainerWorker, WorkerOptions, save_single_process
 from .trainer import build_optimizer
+
+if TYPE_CHECKING:
+    from .ray_trainers import RayTrainerGroup
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -216,6 +219,7 @@ class GroupTrainer:
         self.updates = 0
         options = WorkerOptions(grpo=settings, policy=policy or PolicySettings(), temperature=temperature,
                                 pad_id=pad_id, seed=seed)
+        self.group: RayTrainerGroup | LocalTrainerGroup
         if ray is not None:
             from seal_platform_libs.policy.ray_trainers import RayTrainerGroup
 

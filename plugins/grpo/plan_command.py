@@ -106,10 +106,12 @@ def add_command(cli: Any) -> None:
         config, issues, path = load_recipe(recipe, overrides)
         if config is None:
             raise_for(issues, str(path))
+        assert config is not None  # load_recipe gives no config only with the issues raised above
         host = plugin_host_for(config)
         checked, issues = check_recipe(config, host)
         if checked is None:
             raise_for(issues, str(path))
+        assert checked is not None  # likewise
         cluster = cluster_for(host, checked.config, checked.settings)
         try:
             result = plan(checked.config, checked.settings, gpus, gpu_memory, nodes,

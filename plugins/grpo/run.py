@@ -8,7 +8,7 @@ weights pushed into the rollout engine.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from seal_platform.engine import TrainableEngine
 from seal_platform.types import Trajectory
@@ -17,6 +17,9 @@ from seal_platform_libs.policy import allocator, memory_phases
 from .samples import build_samples, overlong
 from .settings import GRPOSettings
 from .trainer import GRPOTrainer
+
+if TYPE_CHECKING:
+    from .distributed import GroupTrainer
 
 
 class GRPORun:
@@ -33,6 +36,7 @@ class GRPORun:
         self.apatch = apatch
         self.temperature = temperature
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.trainer: GroupTrainer | GRPOTrainer | None
         if train and settings.train_workers > 1:  # FSDP2 workers do the update; `model` is their synced copy
             from .distributed import GroupTrainer
 
@@ -101,10 +105,12 @@ class GRPORun:
         started = time.perf_counter()
         wait()  # the engine's weights change only between rollout batches: one policy version per trajectory
 
-        def push() -> None:  # from the trainer ranks' GPUs where they can (.device_push), else the driver's copy
-            to_engine = getattr(self.trainer, "push_to_engine", None)
-            if not (callable(to_engine) and to_engine(engine, self.trainer.updates)):
-                staleness.push_weights(engine, self.model, self.trainer.updates)
+        trainer = self.trainer  # not None (checked above), for the closure
+
+        def push() -> None:  # from the trainer ranks' GPUs where they can (device_push), else the driver's copy
+            to_engine = getattr(trainer, "push_to_engine", None)
+            if not (callable(to_engine) and to_engine(engine, trainer.updates)):
+                staleness.push_weights(engine, self.model, trainer.updates)
 
         # Unchanged weights (no update this step) need no push, unless the engines slept for the update: the
         # push is what wakes them (a vLLM engine asleep at level 2 has no weights until it).

@@ -101,6 +101,13 @@ def weights_by_sample(batch: Sequence[Sample], loss_agg: str) -> dict[int, list[
     return out
 
 
+def filled(logp: torch.Tensor | None) -> torch.Tensor:
+    """A sample's ``old_logp`` or ``ref_logp``, which :func:`keep_policy_logprobs` fills in before any use."""
+    if logp is None:
+        raise ValueError("a sample's log-probs were used before keep_policy_logprobs filled them in")
+    return logp
+
+
 def keep_policy_logprobs(micro: Sequence[Sample], logp: torch.Tensor, as_reference: bool) -> int:
     """Take the training pass's log-probs as old log-probs where none were computed (the first mini-batch:
     the policy has not moved yet) and, ``as_reference`` (the policy still equals the reference), as
@@ -149,7 +156,7 @@ def build_samples(
             positions = [p for p in positions if p < end]
         cap = settings.max_tokens_per_micro_batch
         truncated = cap is not None and len(input_ids) > cap
-        if truncated:  # the hard token cap: the episode's first `cap` tokens, their loss positions only
+        if truncated and cap is not None:  # the hard token cap: the first `cap` tokens, their loss positions only
             input_ids = input_ids[:cap]
             positions = [p for p in positions if p < cap]
         samples.append(
@@ -171,7 +178,7 @@ def token_importance(micro: Sequence[Sample], device: Any) -> torch.Tensor:
     from .staleness import importance_weights
 
     parts = [
-        importance_weights(x.old_logp.to(device), x.engine_logprobs, x.importance_cap) if x.importance_cap
+        importance_weights(filled(x.old_logp).to(device), x.engine_logprobs, x.importance_cap) if x.importance_cap
         else torch.ones(x.n_tokens, dtype=torch.float32, device=device)
         for x in micro
     ]

@@ -13,13 +13,13 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from seal_platform.config import Section
 from seal_platform.labels import EXCLUDED_LABELS
 from seal_platform_libs.policy.settings import (
     DEFAULT_LORA_TARGETS,
     LoRASettings,
     PlacementSettings,
     RuntimeSettings,
-    Section,
     check_lora_composes,
 )
 

@@ -142,7 +142,8 @@ class TrainerWorker:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         self.onload()  # an offloaded trainer (grpo.trainer_offload) is brought back for anything but sampling
-        state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state: dict[str, Any] = get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank != 0:
             return None
         if self.world_size == 1 and self.device.type == "cpu":  # those are the live parameters: a snapshot
@@ -162,10 +163,10 @@ class TrainerWorker:
         else the trainable ones. Rank 0's push statistics, None elsewhere."""
         from seal_platform_libs.policy.weight_sync import SyncGroup, push, sync_tensors
 
-        per_rank = isinstance(port, (list, tuple))  # the engines' groups, kept apart from the driver's
+        per_rank = not isinstance(port, int)  # the engines' groups, kept apart from the driver's
         role = "engines" if per_rank else "driver"
-        mine = port[self.rank] if per_rank else (port if self.rank == 0 else 0)
-        size = world_size[self.rank] if isinstance(world_size, (list, tuple)) else world_size
+        mine = int(port if isinstance(port, int) else port[self.rank]) if per_rank or self.rank == 0 else 0
+        size = int(world_size if isinstance(world_size, int) else world_size[self.rank])
         group = None
         if mine:
             key = (address, int(mine), int(size), backend)
@@ -219,7 +220,7 @@ class TrainerWorker:
         meta = read_state(directory)
         self.onload()
         model_state, optim_state = get_state_dict(self.model, self.trainer.optimizer)
-        state = {"model": model_state, "optim": optim_state}
+        state: dict[str, Any] = {"model": model_state, "optim": optim_state}
         dcp.load(state, checkpoint_id=str(directory))
         set_state_dict(self.model, self.trainer.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
@@ -242,7 +243,8 @@ class _KeepsGathering:
     otherwise wait for it until the training group's timeout) and raises once the push is over."""
 
     def __init__(self, group: Any):
-        self.group, self.device, self.error = group, group.device, None
+        self.group, self.device = group, group.device
+        self.error: Exception | None = None
 
     def broadcast(self, tensor: Any) -> None:
         if self.error is None:
@@ -286,7 +288,7 @@ def load_sharded_into(model: Any, trainer: Any, directory: Path) -> None:
 
     meta = read_state(directory)
     model_state, optim_state = get_state_dict(model, trainer.optimizer)
-    state = {"model": model_state, "optim": optim_state}
+    state: dict[str, Any] = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=str(directory), no_dist=True)
     set_state_dict(model, trainer.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     trainer.restored_updates(int(meta["updates"]))

@@ -107,7 +107,7 @@ def fill_from_rank0(model: Any, full: Any | None, device: torch.device) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     model.to_empty(device=device)
-    state: dict[str, torch.Tensor] = {}
+    state: dict[str, Any] = {}  # tensors (torch types it as its checkpoint ValueType)
     if full is not None:
         dtypes = {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
         dtypes.update({name: b.dtype for name, b in model.named_buffers()})

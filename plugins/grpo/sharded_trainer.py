@@ -67,7 +67,8 @@ def output_layer_in_root(model: Any) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     layer = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if layer is None or not isinstance(model, FSDPModule):
+    sharded = isinstance(model, FSDPModule)  # (not narrowing `model` to the mixin: it stays an nn.Module)
+    if layer is None or not sharded:
         return False
     name = next((n for n, m in model.named_modules() if m is layer), None)
     if name is None:

@@ -38,6 +38,7 @@ from .samples import (
     Sample,
     StepTally,
     engine_diff_sums,
+    filled,
     keep_policy_logprobs,
     token_importance,
     weights_by_sample,
@@ -94,7 +95,8 @@ def build_optimizer(params: Iterable[Any], settings: GRPOSettings) -> torch.opti
     fused = bool(params) and all(
         p.device.type in ("cpu", "cuda") and p.is_floating_point() and not hasattr(p, "placements") for p in params
     )
-    return torch.optim.AdamW(params, lr=s.lr, betas=tuple(s.betas), eps=s.adam_eps, weight_decay=s.weight_decay,
+    return torch.optim.AdamW(params, lr=s.lr, betas=(s.betas[0], s.betas[1]), eps=s.adam_eps,
+                             weight_decay=s.weight_decay,
                              fused=fused or None)
 
 
@@ -283,12 +285,12 @@ class GRPOTrainer(LogprobPasses):
         if tally.updates:  # the policy has moved since the step began: its own pass is not the old policy's
             tally.own_pass_ratio_samples += own_pass
         dev = logp.device
-        old = torch.cat([x.old_logp.to(dev) for x in micro])
+        old = torch.cat([filled(x.old_logp).to(dev) for x in micro])
         adv = torch.tensor([x.advantage for x in micro for _ in x.positions], dtype=torch.float32, device=dev)
         if any(x.importance_cap for x in micro):
             adv = adv * token_importance(micro, dev)
         w = torch.tensor([v for x in micro for v in weights[id(x)]], dtype=torch.float32, device=dev)
-        ref = torch.cat([x.ref_logp.to(dev) for x in micro]) if need_ref else None
+        ref = torch.cat([filled(x.ref_logp).to(dev) for x in micro]) if need_ref else None
         terms = grpo_token_loss(
             logp, old, adv, w, ref_logp=ref, entropy=ent,
             clip_low=s.clip_ratio_low, clip_high=s.clip_ratio_high, dual_clip=s.dual_clip,

@@ -79,10 +79,11 @@ class MCPConnection:
             import anyio
             from mcp.client.session import ClientSession
 
-            async with self._transport() as streams:
+            async with self._transport() as (read_stream, write_stream):
                 # The session's default read timeout bounds `initialize` (a server's start: startup_timeout_s);
                 # tool calls pass timeout_s themselves and a listing is bounded by the caller (_request).
-                session_cm = ClientSession(*streams, read_timeout_seconds=max(s.timeout_s, s.startup_timeout_s))
+                session_cm = ClientSession(read_stream, write_stream,
+                                           read_timeout_seconds=max(s.timeout_s, s.startup_timeout_s))
                 async with session_cm as session:
                     with anyio.fail_after(s.startup_timeout_s):
                         await session.initialize()

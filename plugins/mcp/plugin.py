@@ -125,9 +125,9 @@ def register_diagnosers() -> list[DiagnoserSpec]:
 @hookimpl
 def diagnose(trajectories: list) -> list:
     """Called by the core only in runs of this plugin's environment (the diagnoser's ``environments``)."""
-    from .diagnoser import diagnose as run
+    from . import diagnoser
 
-    return run(trajectories)
+    return diagnoser.diagnose(trajectories)
 
 
 @hookimpl

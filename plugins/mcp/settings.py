@@ -5,26 +5,24 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from seal_platform.config import Section
 
 #: Replaced in a stdio server's command, args, env values and cwd by the episode's own fresh folder.
 EPISODE_DIR = "{episode_dir}"
 
 
-class ToolCallSetting(BaseModel):
+class ToolCallSetting(Section):
     """A tool call the recipe makes on a server (set-up, tear-down), never shown to the agent."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, description="The server's tool (its own name, without tool_prefix).")
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
-class MCPServerSettings(BaseModel):
+class MCPServerSettings(Section):
     """One MCP server: a stdio process started from the recipe (never from model output), or a running
     server's streamable-HTTP endpoint."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, description="The server's name in logs and errors.")
     command: str | None = Field(
@@ -114,18 +112,14 @@ class MCPServerSettings(BaseModel):
         return self.error_pattern is not None and re.search(self.error_pattern, text) is not None
 
 
-class MCPEvolutionSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class MCPEvolutionSettings(Section):
     enabled: bool = True
     min_count: int = Field(default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on.")
     min_prevalence: float = Field(default=0.15, ge=0.0, le=1.0, description="Share of labelled turns needed.")
 
 
-class MCPSettings(BaseModel):
+class MCPSettings(Section):
     """The mcp environment: servers, a JSON Lines task file, and the episode limits."""
-
-    model_config = ConfigDict(extra="forbid")
 
     # Empty by default: every installed plugin's section is validated for every recipe, and only a recipe whose
     # environment is `mcp` needs these (the environment refuses to start without them).

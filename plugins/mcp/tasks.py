@@ -16,22 +16,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform_libs.toolenv.episodes import load_task_file
 from seal_platform.types import Task
 
 
-class CallSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class CallSpec(Section):
     name: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
-class TurnSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TurnSpec(Section):
     user: str = Field(min_length=1)
     calls: list[CallSpec] = Field(default_factory=list)
     check: list[CallSpec] = Field(default_factory=list)
@@ -47,9 +44,7 @@ class TurnSpec(BaseModel):
         return bool(self.answer_contains) or self.answer_equals is not None
 
 
-class TaskSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TaskSpec(Section):
     id: str = Field(min_length=1)
     split: str = "train"
     category: str = "default"

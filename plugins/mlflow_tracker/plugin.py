@@ -23,8 +23,9 @@ import json
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from seal_platform.config import Section
 from seal_platform import hookimpl
 from seal_platform.tracking import describe_interface, flat, scalars, shareable_config
 
@@ -36,9 +37,7 @@ MAX_PARAM_CHARS = 6000  # MLflow's limit on a parameter's value
 BATCH = 100  # MLflow's most parameters per log_batch call (metrics: 1000)
 
 
-class MLflowSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class MLflowSettings(Section):
     enabled: bool = Field(default=False, description="Log this run to MLflow.")
     tracking_uri: str | None = Field(
         default=None, description="The MLflow tracking URI (a file store, a database URL, a server); null: "

@@ -9,8 +9,9 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform_libs.toolenv.episodes import load_task_file
 from seal_platform.types import Interface, SamplingParams, Task, Trajectory
 
@@ -22,9 +23,7 @@ from .settings import OpenEnvSettings
 EVAL_SEED_BASE = 100_000
 
 
-class TaskSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TaskSpec(Section):
     id: str = Field(min_length=1)
     split: str = "train"
     category: str = "default"

@@ -131,9 +131,9 @@ def end_run(ctx: Any, status: str) -> None:
 @hookimpl
 def diagnose(trajectories: list) -> list:
     """Called by the core only in runs of this plugin's environment (the diagnoser's ``environments``)."""
-    from .diagnoser import diagnose as run
+    from . import diagnoser
 
-    return run(trajectories)
+    return diagnoser.diagnose(trajectories)
 
 
 @hookimpl

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from seal_platform.config import Section
 
 #: The default of ``probe_timeout_s``: how long the machine check waits for the server (url) before a run.
 PROBE_TIMEOUT_S = 2.0
 
 
-class OpenEnvServerSettings(BaseModel):
+class OpenEnvServerSettings(Section):
     """A local OpenEnv server the plugin starts itself (from the recipe, never from model output)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     command: str = Field(min_length=1, description="The executable; `python` means the interpreter running seal-platform.")
     args: list[str] = Field(
@@ -26,18 +26,14 @@ class OpenEnvServerSettings(BaseModel):
     startup_timeout_s: float = Field(default=30.0, gt=0, description="Longest wait for GET /health to answer.")
 
 
-class OpenEnvEvolutionSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class OpenEnvEvolutionSettings(Section):
     enabled: bool = True
     min_count: int = Field(default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on.")
     min_prevalence: float = Field(default=0.15, ge=0.0, le=1.0, description="Share of labelled turns needed.")
 
 
-class OpenEnvSettings(BaseModel):
+class OpenEnvSettings(Section):
     """The openenv environment: where the server is, how to talk to it, the tasks, and the episode limits."""
-
-    model_config = ConfigDict(extra="forbid")
 
     # Empty by default: every installed plugin's section is validated for every recipe; only a recipe whose
     # environment is `openenv` needs a url or a server (the plugin's check_config refuses one with neither).

@@ -21,12 +21,11 @@ from .settings import RaySettings
 
 _lock = threading.Lock()
 _leases = 0
-_started_here = False
 
 
 def acquire(config: RaySettings) -> None:
     """Make sure this process is connected to Ray as ``config`` (the recipe's ``settings.ray``) says."""
-    global _leases, _started_here
+    global _leases
     import ray
 
     with _lock:
@@ -35,12 +34,10 @@ def acquire(config: RaySettings) -> None:
                                           log_to_driver=False, configure_logging=False)
             if config.address:
                 ray.init(address=config.address, **kwargs)
-                _started_here = False
             else:
                 paths = [p for p in sys.path if p and os.path.isdir(p)]
                 ray.init(num_cpus=config.num_cpus or max(8, os.cpu_count() or 1), include_dashboard=False,
                          runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}, **kwargs)
-                _started_here = True
         _leases += 1
 
 

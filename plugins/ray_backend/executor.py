@@ -36,7 +36,6 @@ class Lost:
         self.reason = reason
 
 
-@ray.remote(max_restarts=-1, max_task_retries=0)
 class EpisodeActor:
     """Runs episode functions; several at a time (max_concurrency), each optionally under a time limit."""
 
@@ -66,6 +65,10 @@ class EpisodeActor:
             return Lost(f"episode past its time limit of {timeout_s:g} s")
 
 
+# The Ray actor class, made by calling ray.remote (a class decorator's result is invisible to mypy).
+RemoteEpisodeActor = ray.remote(max_restarts=-1, max_task_retries=0)(EpisodeActor)
+
+
 class RayExecutor:
     """Implements :class:`seal_platform.executor.Executor` on Ray actors; Ray starts on the first ``map``."""
 
@@ -87,7 +90,7 @@ class RayExecutor:
         cluster.acquire(self.config)
         self._connected = True
         options = dict(num_cpus=self.config.episode_cpus, max_concurrency=self.slots + 2)
-        self.actors = [EpisodeActor.options(**options).remote(self.slots) for _ in range(self._n_actors)]
+        self.actors = [RemoteEpisodeActor.options(**options).remote(self.slots) for _ in range(self._n_actors)]
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any], *,
             on_infra_failure: Callable[[Any, str], Any] | None = None) -> list[Any]:

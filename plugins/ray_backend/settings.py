@@ -7,15 +7,14 @@ Where engine replicas and trainer workers go on Ray is the business of the plugi
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform.config import RUNTIME
 
 
-class RaySettings(BaseModel):
+class RaySettings(Section):
     """Scale-out on Ray. Off by default: the single-machine run never starts Ray."""
-
-    model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(
         default=False,

@@ -14,7 +14,7 @@ class SmartHomeEnvironment:
     """Seeded train / eval tasks; revision 0 is the untouched presentation (evaluation always uses it)."""
 
     name = "smarthome"
-    categories = CATEGORIES
+    categories: tuple[str, ...] = CATEGORIES
 
     def __init__(self, settings: SmartHomeSettings | None = None):
         self.settings = settings or SmartHomeSettings()

@@ -64,9 +64,9 @@ def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int, in
 @hookimpl
 def diagnose(trajectories: list) -> list:
     """Called by the core only in runs of this plugin's environment (the diagnoser's ``environments``)."""
-    from .diagnoser import diagnose as run
+    from . import diagnoser
 
-    return run(trajectories)
+    return diagnoser.diagnose(trajectories)
 
 
 @hookimpl

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from seal_platform.config import Section
 from seal_platform_libs.toolenv.evolution import EvolutionSettings
 
 
-class SmartHomeSettings(BaseModel):
+class SmartHomeSettings(Section):
     """Settings of the smart-home environment (recipe section ``settings.smarthome``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     n_train: int = Field(default=256, ge=1, le=1_000_000, description="Training tasks generated.")
     n_eval: int = Field(default=64, ge=1, le=1_000_000, description="Held-out evaluation tasks generated.")

@@ -19,7 +19,6 @@ from seal_platform.types import Task
 from .tools import DOORS, GENRES, ROOMS, initial_state
 
 CATEGORIES = ("direct", "paraphrase")
-STYLES = ("named", "direct", "paraphrase")
 ROOM_WORDS = {
     "named": {"kitchen": ["kitchen"], "bedroom": ["bedroom"], "living_room": ["living_room"], "office": ["office"]},
     "direct": {"kitchen": ["kitchen"], "bedroom": ["bedroom"], "living_room": ["living_room"], "office": ["office"]},

@@ -22,8 +22,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from seal_platform.config import Section
 from seal_platform import hookimpl
 from seal_platform.tracking import describe_interface, scalars, shareable_config
 
@@ -32,9 +33,7 @@ RUN_KEY = "wandb.run"
 STEP_AXIS = "seal/step"
 
 
-class WandbSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class WandbSettings(Section):
     enabled: bool = Field(default=False, description="Log this run to Weights & Biases.")
     project: str = Field(default="seal-platform", description="The W&B project.")
     entity: str | None = Field(default=None, description="The W&B entity (user or team); null: your default.")

@@ -283,7 +283,3 @@ def comparison_view(console: Console, comparison: Comparison) -> RenderableType:
         return Group(*parts), []
 
     return fitting(console, full, lettered, vertical)
-
-
-def print_renderable(console: Console, renderable: Any) -> None:
-    console.print(renderable, highlight=False)

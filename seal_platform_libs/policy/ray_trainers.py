@@ -117,11 +117,6 @@ class RayTrainerGroup:
     def updates(self) -> int:
         return self._call("get_updates")
 
-    def node_ids(self) -> list[str]:
-        """Where the ranks run (for operators and tests)."""
-        return ray.get([a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
-                        for a in self.actors])
-
     def close(self) -> None:
         actors, self.actors = self.actors, []
         if actors:

@@ -2,22 +2,18 @@
 
 The policy runtime reads these from the ``grpo`` section (:data:`RUNTIME_SECTION`; an optimizer built on the
 runtime extends :class:`RuntimeSettings`, as grpo's ``GRPOSettings`` does, and registers it under that
-name, or the runtime uses the defaults). Only pydantic is imported here.
+name, or the runtime uses the defaults). Only pydantic and the core's settings base are imported here.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from seal_platform.config import Section
 
 RUNTIME_SECTION = "grpo"  # the settings section whose model extends RuntimeSettings
-
-
-class Section(BaseModel):
-    """A settings section: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 # The linear layers of Llama / Qwen2 / Mistral-style decoders: attention and MLP projections (what vLLM

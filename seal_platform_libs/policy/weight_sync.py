@@ -9,17 +9,16 @@ NCCL when every member is on a GPU of its own, CUDA IPC over a gloo control grou
 sender's GPU (colocated: NCCL refuses two ranks on one GPU; :mod:`.ipc_sync`), gloo through host memory
 otherwise; ``backend="auto"`` lets the members pick it from their GPUs' UUIDs. One push is:
 
-1. a header, broadcast as bytes: the policy version, the bucket plan (per bucket: one dtype, and each tensor's
-   name, shape and offset in the bucket's flat buffer) and the tied names;
+1. a header, broadcast as bytes: the policy version, the bucket plan (per bucket: a dtype, each tensor's name,
+   shape and offset in the flat buffer) and the tied names;
 2. every bucket, one broadcast each: the sender concatenates the bucket's tensors (a sharded FSDP2 parameter
    is gathered with ``full_tensor()`` just before, on every training rank at once) into one flat buffer of at
    most ``bucket_bytes`` (a tensor larger than that travels alone); each receiver gets a fresh buffer and
    hands views of it, name by name, to its sink (a module's parameters, or vLLM's weight loader).
 
-Nothing passes through a pipe, the driver or an object store, and at most about one bucket per process is in
-flight besides the model itself. Which tensors: parameters (each storage once; the tied ones are named in the
-header so a receiver can put them back), and after the first push only trainable ones: a LoRA policy pushes
-its adapters only, a frozen base is never re-sent.
+Nothing passes through a pipe, the driver or an object store; about one bucket per process is in flight.
+Which tensors: parameters (each storage once, tied names in the header), after the first push only trainable
+ones (a LoRA policy's adapters; a frozen base is never re-sent).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20
 _POLL_S = 0.05  # how often a cancellable wait looks at its cancel event
@@ -237,9 +236,6 @@ def _release(box: list[Any]) -> None:
             pg.shutdown()
 
 
-# --- what to send ----------------------------------------------------------------------------------------------
-
-
 def sync_tensors(model: Any, everything: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
     """The parameters to push (each storage once; ``everything=False``: trainable ones only, e.g. a LoRA
     policy's adapters) and the tied names (name left out -> the name it is tied to)."""
@@ -265,7 +261,12 @@ def _dtype_name(tensor: Any) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def push(named: dict[str, Any], group: SyncGroup | None, *, version: int, ties: dict[str, str] | None = None,
+class BucketSender(Protocol):  # what push sends over: a SyncGroup's rank 0, or a wrapper of one
+    device: Any
+    def broadcast(self, tensor: Any) -> Any: ...
+
+
+def push(named: dict[str, Any], group: BucketSender | None, *, version: int, ties: dict[str, str] | None = None,
          bucket_bytes: int = DEFAULT_BUCKET_BYTES, cast: str | None = None) -> dict[str, float]:
     """Send ``named`` (name -> tensor, possibly FSDP2-sharded) to every receiver of ``group``.
 
@@ -294,15 +295,12 @@ def push(named: dict[str, Any], group: SyncGroup | None, *, version: int, ties: 
             "seconds": time.perf_counter() - started}
 
 
-def _send_header(group: SyncGroup, header: dict[str, Any]) -> None:
+def _send_header(group: BucketSender, header: dict[str, Any]) -> None:
     import torch
 
     data = torch.frombuffer(bytearray(json.dumps(header).encode()), dtype=torch.uint8)
     group.broadcast(torch.tensor([data.numel()], dtype=torch.int64, device=group.device))
     group.broadcast(data.to(group.device))
-
-
-# --- receiving -----------------------------------------------------------------------------------------------
 
 
 class Incoming:

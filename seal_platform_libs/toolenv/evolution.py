@@ -82,6 +82,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from seal_platform.config import Section
 from seal_platform.capability import CapabilityState, CapabilityTables
 from seal_platform.labels import EXCLUDED_LABELS, UNREACHED_LABEL
 from seal_platform.types import Interface
@@ -147,11 +148,11 @@ GUIDELINES: dict[str, str] = {
 }
 
 
-class CueTexts(BaseModel):
+class CueTexts(Section):
     """An environment's cue texts: guideline lines by label (:func:`evolve`) and recovery hints by the kind
     :func:`seal_platform_libs.toolenv.interface.classify_observation` names (``{detail}`` is the error's text)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     guidelines: dict[str, str] = Field(default_factory=dict)
     hints: dict[str, str] = Field(default_factory=dict)
@@ -163,11 +164,9 @@ def _bfcl_cues() -> CueTexts:
     return CueTexts(guidelines=dict(GUIDELINES), hints=dict(DEFAULT_HINTS))
 
 
-class EvolutionSettings(BaseModel):
+class EvolutionSettings(Section):
     """How the training interface evolves (the ``evolution`` key of the environment's recipe section, e.g.
     ``settings.bfcl.evolution``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     mode: Literal["closed_loop", "reference", "off"] = Field(
         default="reference",

@@ -23,8 +23,9 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from seal_platform.config import Section
 from seal_platform.types import Interface
 
 ALL_SCOPES = "*"
@@ -37,19 +38,17 @@ NO_INVENT_NOTE = (
 GUIDELINES_HEADER = "Guidelines (from recent practice):"
 
 
-class Guideline(BaseModel):
+class Guideline(Section):
     """One line of the capability guidelines, and the label that put it there."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     label: str
     text: str
 
 
-class ScopeSpec(BaseModel):
+class ScopeSpec(Section):
     """What a revision activates for one scope (a category, or ``*`` for every category)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     changes: list[str] = Field(default_factory=list)
     guidelines: list[Guideline] = Field(default_factory=list)
@@ -64,12 +63,10 @@ class ScopeSpec(BaseModel):
         return out
 
 
-class InterfaceSpec(BaseModel):
+class InterfaceSpec(Section):
     """The typed form of a tool environment's ``Interface.spec`` (formerly ``BfclSpec`` in the bfcl plugin):
     every reader and writer goes through this model, so the keys are spelled here only. The pristine
     interface's spec is ``{}`` (no scopes)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     version: int = SPEC_VERSION
     scopes: dict[str, ScopeSpec] = Field(default_factory=dict)

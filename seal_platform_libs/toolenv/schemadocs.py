@@ -286,10 +286,6 @@ def validate_arguments(doc: dict[str, Any], arguments: dict[str, Any]) -> str | 
     return f"{where}: {err.message[:300]}"
 
 
-def extra_properties_allowed(doc: dict[str, Any]) -> bool:
-    return _dict(doc.get("input_schema")).get("additionalProperties", True) is not False
-
-
 def unknown_arguments(doc: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
     """Argument names the schema does not define (MCP servers built from signatures mostly ignore them
     silently, which would hide a mistake from the agent; they are rejected here)."""

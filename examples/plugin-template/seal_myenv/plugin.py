@@ -12,8 +12,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform import hookimpl
 from seal_platform.registry import EngineSpec, EnvironmentSpec
 from seal_platform_libs.toolenv.episodes import TOOL_CALL_STOP, Episode, evaluation_episodes, training_episodes
@@ -28,11 +29,9 @@ SYSTEM = ('You have one tool, greet(name), which greets a person. Call it as '
           '<tool_call>{"name": "greet", "arguments": {"name": "..."}}</tool_call>.')
 
 
-class MyEnvSettings(BaseModel):
+class MyEnvSettings(Section):
     """The recipe section ``settings.myenv``. Every field has a default (a recipe may leave the section out);
-    ``extra="forbid"`` reports a misspelt key."""
-
-    model_config = ConfigDict(extra="forbid")
+    ``Section`` (the core's settings base) reports a misspelt key."""
 
     n_train: int = Field(default=64, ge=1, le=100_000, description="Training tasks.")
     n_eval: int = Field(default=16, ge=1, le=100_000, description="Held-out tasks.")

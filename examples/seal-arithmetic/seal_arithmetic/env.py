@@ -9,8 +9,9 @@ import random
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform.engine import RolloutEngine
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnLabel, TurnVerdict
 
@@ -34,10 +35,8 @@ REFERENCE_LABELS = {
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
 
-class ArithmeticSettings(BaseModel):
+class ArithmeticSettings(Section):
     """Settings section ``arithmetic``."""
-
-    model_config = ConfigDict(extra="forbid")
 
     n_train: int = Field(default=512, ge=1, le=1_000_000)
     n_eval: int = Field(default=128, ge=1, le=1_000_000)

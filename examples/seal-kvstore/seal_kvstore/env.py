@@ -6,8 +6,9 @@ from __future__ import annotations
 import zlib
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform.engine import RolloutEngine
 from seal_platform.types import Interface, SamplingParams, Task, Trajectory
 
@@ -21,10 +22,8 @@ SYSTEM = ("You manage a key-value store with these tools:\n" + "\n".join(f"- {d}
           "Answer without a call when the user's request is done.")
 
 
-class KVSettings(BaseModel):
+class KVSettings(Section):
     """Settings section ``kvstore``."""
-
-    model_config = ConfigDict(extra="forbid")
 
     n_train: int = Field(default=24, ge=1, le=1_000_000)
     n_eval: int = Field(default=12, ge=1, le=1_000_000)

@@ -10,8 +10,9 @@ The spec lists the active changes (sorted); None is returned when they would not
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from seal_platform.config import Section
 from seal_platform.capability import CapabilityState
 from seal_platform.types import Interface
 
@@ -22,9 +23,7 @@ TEXT = {
 }
 
 
-class EvolutionSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EvolutionSettings(Section):
     enabled: bool = True
     min_count: int = Field(default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on.")
     min_prevalence: float = Field(default=0.2, ge=0.0, le=1.0, description="Share of labelled turns needed.")

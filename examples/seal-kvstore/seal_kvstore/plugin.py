@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from seal_platform.config import Section
 from seal_platform import hookimpl
 from seal_platform.registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
 from seal_platform.types import Interface, SamplingParams, Trajectory, TurnLabel
@@ -16,10 +17,9 @@ from .env import SYSTEM, KVEnvironment, KVSettings
 NAME = "kvstore"
 
 
-class OracleSettings(BaseModel):
+class OracleSettings(Section):
     """Settings section ``kv_oracle`` (the scripted engine)."""
 
-    model_config = ConfigDict(extra="forbid")
     skill: float = Field(default=0.8, ge=0.0, le=1.0, description="Chance that each call is written right.")
 
 

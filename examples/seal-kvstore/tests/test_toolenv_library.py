@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from seal_platform import hookimpl
 from seal_platform.capability import CapabilityState
-from seal_platform.config import RunConfig
+from seal_platform.config import RunConfig, Section
 from seal_platform.context import RunContext
 from seal_platform_libs.toolenv.evolution import EvolutionSettings, evolve
 from seal_platform_libs.toolenv.formats import get_format
@@ -37,8 +37,7 @@ TOOL_DOCS = [{
 FORMAT = get_format("hermes")  # or "python": the agent writes [book_room(room='red', hour=9)]
 
 
-class CalendarSettings(BaseModel):  # the recipe section `settings.calendar`, registered with register_settings
-    model_config = ConfigDict(extra="forbid")
+class CalendarSettings(Section):  # the recipe section `settings.calendar`, registered with register_settings
     # The stock default is the paper's static affordances (mode: reference); this example shows the closed loop.
     evolution: EvolutionSettings = Field(default_factory=lambda: EvolutionSettings(mode="closed_loop"))
 

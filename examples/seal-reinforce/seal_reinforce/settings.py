@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from seal_platform_libs.policy.settings import Section
+from seal_platform.config import Section
 
 
 class ReinforceSettings(Section):

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from seal_platform.config import Section
 from seal_platform import hookimpl
 from seal_platform.tracking import describe_interface, scalars
 
@@ -29,9 +30,7 @@ SECTION = "tensorboard"
 SHARED_KEY = "tensorboard.writer"
 
 
-class TensorBoardSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TensorBoardSettings(Section):
     enabled: bool = Field(default=False, description="Write TensorBoard event files for this run.")
     log_dir: str | None = Field(default=None, description="Parent folder of the runs' event folders; null: RUN_DIR/tensorboard.")
 

@@ -93,6 +93,16 @@ class QueuedEngine(TrainableEngine):
     def shares_model(self, model: Any) -> bool:
         return self.model is not None and self.model is model
 
+    @property
+    def dtype(self) -> str | None:
+        """The dtype the engine generates in, as vLLM names it (``bfloat16``, ``float32``); None: not known."""
+        return None
+
+    def load_weights(self, named: dict[str, Any], version: int | None = None) -> None:
+        """Load some named tensors (checkpoint-format names; a subset is fine) into the engine: the engines
+        that live in a replica process (hf, vllm) do."""
+        raise NotImplementedError(f"the {self.name} engine does not load weights by name")
+
     # --- the RolloutEngine interface ----------------------------------------------------------------
 
     def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:

