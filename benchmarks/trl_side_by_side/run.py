@@ -120,7 +120,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
 
     setup = scoring.load_setup(args.recipe)
-    from seal_platform_plugins.grpo.policy import PolicySettings, model_dir
+    from seal_platform_libs.policy.loading import PolicySettings, model_dir
 
     model = model_dir(PolicySettings.model_validate(setup.config.settings.get("policy", {})))
     dataset = work / "train.jsonl"

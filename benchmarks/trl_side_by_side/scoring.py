@@ -84,7 +84,7 @@ def prompt_messages(setup: Setup, task: Task) -> list[Message]:
 
 def prompt_text(setup: Setup, task: Task, tokenizer: Any) -> str:
     """The prompt as the project's engines feed it: the chat template's text up to the assistant's turn."""
-    from seal_platform_plugins.grpo.tokens import prompt_ids
+    from seal_platform_libs.policy.tokens import prompt_ids
 
     return tokenizer.decode(prompt_ids(tokenizer, prompt_messages(setup, task)))
 
