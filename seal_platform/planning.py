@@ -137,7 +137,7 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         if owner is None:
             continue
         if not host.is_loaded(owner):
-            issues.append(Issue(f"stages.{stage}", host._why_missing(owner), "name a loaded plugin (see `seal-platform plugins`; stages name plugins, not environments or diagnosers) or null to switch the stage off"))
+            issues.append(Issue(f"stages.{stage}", host.why_missing(owner), "name a loaded plugin (see `seal-platform plugins`; stages name plugins, not environments or diagnosers) or null to switch the stage off"))
         elif not host.implements(owner, stage):
             issues.append(Issue(f"stages.{stage}", f"plugin {owner!r} does not implement {stage!r}", "name a plugin that does"))
         elif stage == "optimize" and config.rollout.overlap and not host.takes(owner, stage, "rollouts"):
