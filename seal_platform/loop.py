@@ -219,7 +219,8 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.resumed:
             if self._seen[0] == "running" and self._start.action == "refuse":  # two processes would write it
-                raise SealError(f"{self._start.reason} This process wrote nothing and stops.")
+                raise SealError(f"run {self.run_id} is running (pid {self._seen[1]} on {self._seen[2]}); this process "
+                                f"wrote nothing and stops. {self._start.reason}")
             if not self.store.claim_run(self.run_id, self._seen, plugins):
                 now = self.store.get_run(self.run_id)
                 raise SealError(f"run {self.run_id} was taken over by another process (pid {now.pid} on {now.host}, "
