@@ -11,7 +11,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import click
 
@@ -24,17 +24,18 @@ from .commands import (
     errors,
     open_store,
     print_error,
+    refuse_unknown_options,
     sigterm_interrupts,
     split_recipe_args,
     store_option,
+    store_failure,
     store_option_url,
     warn_failed_plugins,
 )
 from .commands import clean as _clean
-from .config import raise_for, resume_overrides, stored_config
+from .config import raise_for, stored_config
 from .errors import SealError, Terminated, as_sentence
 from .plugins import make_plugin_manager
-from .recipe_keys import RecipeOrigin
 
 __all__ = ["build_cli", "cli", "console", "errors", "main", "open_store", "store_option"]
 
@@ -76,57 +77,11 @@ class SealGroup(click.Group):
         except Exception as exc:
             # A store the database itself refuses (a damaged page found mid-command, a lost server): the
             # store's one paragraph, as for the errors above. Anything else is a bug: its traceback.
-            store_error = _store_failure(ctx, exc)
+            store_error = store_failure(ctx, exc)
             if store_error is None or os.environ.get("SEAL_PLATFORM_DEBUG"):
                 raise
             print_error(store_error)
             ctx.exit(2)
-
-
-def _store_failure(ctx: click.Context, exc: BaseException) -> SealError | None:
-    """``exc`` as a store error naming the store a command opened, if it is the database's refusal of the
-    store (sqlalchemy's DatabaseError or OperationalError itself, not an IntegrityError or a bug's
-    ProgrammingError); None otherwise."""
-    db_errors = sys.modules.get("sqlalchemy.exc")  # not loaded: no store was opened
-    if db_errors is None or type(exc) not in (db_errors.DatabaseError, db_errors.OperationalError):
-        return None
-    from .store import safety
-
-    url = ctx.meta.get(STORE_URL_KEY) or default_store_url()
-    return safety.describe(url, exc, None)
-
-
-# Options `run` no longer has, each with what replaces it (docs/scaling.md, "Migrating recipes"); VALUE is the
-# value given with the option.
-_REMOVED_RUN_OPTIONS = {
-    "--ray-address": "settings.ray.enabled=true settings.ray.address=VALUE",
-}
-
-
-def _refuse_unknown_options(ctx: click.Context, _param: click.Parameter, args: tuple[str, ...]) -> tuple[str, ...]:
-    """``run``'s RECIPE and overrides, refusing an argument that looks like an option but is none of ``run``'s
-    (``run`` takes unknown options as arguments, so a mistyped ``--resum`` would otherwise be read as a recipe's
-    name and ``--quite`` as an override): "no such option", with the closest of ``run``'s options, or, for an
-    option ``run`` no longer has, what replaces it. Exit status 2, as for click's own usage errors."""
-    import difflib
-
-    for i, arg in enumerate(args):
-        if not arg.startswith("-") or arg == "-":
-            continue
-        name, eq, value = arg.partition("=")
-        if name in _REMOVED_RUN_OPTIONS:
-            given = value if eq else (args[i + 1] if i + 1 < len(args) and "=" not in args[i + 1] else "VALUE")
-            raise click.UsageError(f"run has no option {name} any more: give "
-                                   f"{_REMOVED_RUN_OPTIONS[name].replace('VALUE', given)} instead (a plugin's options "
-                                   "are its settings; docs/scaling.md, 'Migrating recipes').", ctx)
-        names = [opt for param in ctx.command.get_params(ctx) for opt in (*param.opts, *param.secondary_opts)
-                 if opt.startswith("-")]
-        meant = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-        guess = (f"did you mean {meant[0]}?" if meant else
-                 f"run's options: {', '.join(sorted(names))}; a recipe file whose name starts with '-' is given as "
-                 f"./{arg}")
-        raise click.UsageError(f"no such option: {name} ({guess})", ctx)
-    return args
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -156,7 +111,7 @@ def cli() -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, callback=_refuse_unknown_options)
+@click.argument("args", nargs=-1, callback=refuse_unknown_options)
 @click.option("--resume", "resume", metavar="RUN", default=None, help="Continue a crashed or interrupted run.")
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="With --resume: the run's folder was moved here (the store is updated to point at it).")
@@ -193,15 +148,16 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     (join a Ray cluster with settings.ray.enabled=true settings.ray.address=HOST:6379).
     """
     from .loop import Runner
-    from .planning import plan_config
+    from .planning import new_run_config, plan_config
     from .present.progress import RichProgress
     from .present.run_display import run_with_display
     from .recipe_secrets import shown_store_url
-    from .resume import CheckpointLoadError, failed_run_state, plan_start
+    from .resume import CheckpointLoadError, failed_run_state, plan_start, resumed_config
+    from .store import RunStore
 
     given = [name for name, value in (("--run-dir", run_dir), ("--restart-from-step", restart_from),
                                       ("--takeover", takeover), ("--allow-plugin-changes", allow_plugin_changes),
-                                      ("--accept-changes", accept_changes)) if value not in (None, False)]
+                                      ("--accept-changes", accept_changes)) if value is not None and value is not False]
     row = None
     if resume is not None:
         store = open_store(store_url, write=True)  # an existing store: a mistyped path is not created
@@ -212,10 +168,10 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     if start.reason:
         errors.print(start.reason, highlight=False)
     if row is not None:
-        config, recipe_name, origin, checked_with = _resumed_config(store, row, args, run_dir), row.recipe, None, None
+        config, recipe_name, origin, checked_with = resumed_config(store, row, args, run_dir), row.recipe, None, None
     else:
-        config, recipe_name, origin, checked_with = _new_config(args, store_url)
-        store = _new_store(config)
+        config, recipe_name, origin, checked_with = new_run_config(*split_recipe_args(args), store_url or env_store_url())
+        store = RunStore(config.store_url())
     plan = plan_config(config, recipe_name, origin=origin, host=checked_with)
     assert plan.host is not None
     warn_failed_plugins(plan.host)
@@ -248,66 +204,16 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     console.print(f"details: seal-platform show {runner.run_id} --store {store_arg}", highlight=False)
 
 
-def _resumed_config(store: Any, row: Any, args: Sequence[str], run_dir: Path | None) -> Any:
-    """The config a resume runs with: the stored one, with ``args`` (overrides of where it runs only) applied;
-    ``--run-dir`` checked to be the run's folder before the store or the folder is changed."""
-    from .config import refuse_redacted
-    from .resume import check_own_run_dir, resume_command
-
-    config = stored_config(row.config)
-    if args:  # only where it runs (settings.ray.address=..., say) may change
-        from .planning import plugin_host_for
-
-        config = resume_overrides(config, list(args), plugin_host_for(config).settings_models())
-    refuse_redacted(config, row.id, resume_command(row.id, str(store.url)))
-    if run_dir is not None:
-        check_own_run_dir(store, row, run_dir)
-    return config
-
-
-def _new_config(args: Sequence[str], store_url: str | None) -> tuple[Any, str, RecipeOrigin, Any]:
-    """A new run's checked config, its recipe's name, where its problems come from, and the plugin host it was
-    checked with; the store is ``--store``, else ``$SEAL_PLATFORM_STORE``, else the recipe's."""
-    from .planning import recipe_problems
-
-    recipe, overrides = split_recipe_args(args)
-    checked_with: list[Any] = []
-    loaded, issues, path = recipe_problems(recipe, overrides, on_host=checked_with.append)
-    if loaded is None:
-        raise_for(issues, str(path))
-    assert loaded is not None
-    store_url = store_url or env_store_url()
-    config = loaded.model_copy(update={"store": store_url}) if store_url else loaded
-    return config, str(path), RecipeOrigin(path, overrides), checked_with[0] if checked_with else None
-
-
-def _new_store(config: Any) -> Any:
-    from .store import RunStore
-
-    return RunStore(config.store_url())
-
-
 def _say_stopped(exc: KeyboardInterrupt, store: Any, runner: Any, store_arg: str, *, report: bool) -> None:
-    """A run stopped by Ctrl-C or a signal: what the store says of it and how to go on; exits 130 (or the
-    signal's status)."""
-    from .resume import resume_command, resume_point, stored_row
+    """A run stopped by Ctrl-C or a signal: what the store says of it and how to go on (:func:`.resume.stopped_lines`);
+    exits 130 (or the signal's status)."""
+    from .resume import stopped_lines
 
     how = exc.how if isinstance(exc, Terminated) else "interrupted"
-    code = exc.exit_status if isinstance(exc, Terminated) else 130
-    row = stored_row(store, runner.run_id)
-    status = None if row is None else str(row.status)
-    if status == "completed":  # the signal came after the run's end: while its report or summary was written
-        again = f"write its report with: seal-platform report {runner.run_id} --store {store_arg}" if report else ""
-        errors.print(f"the run {runner.run_id} completed ({how} afterwards, before its report and summary were "
-                     f"done); {again + '; ' if again else ''}details: seal-platform show {runner.run_id} --store "
-                     f"{store_arg}", highlight=False)
-        sys.exit(code)  # what was stopped was the report, still a stop
-    marked = f"the run is marked {status}" if status else "the run's status could not be read"
-    point = resume_point(store, runner.run_id, runner.config.training.checkpoint_every)
-    if point:  # its own line: the hint's command ends the next one
-        errors.print(point, highlight=False)
-    errors.print(f"{how}; {marked}; continue with: {resume_command(runner.run_id, str(store.url))}", highlight=False)
-    sys.exit(code)
+    for line in stopped_lines(store, runner.run_id, how, runner.config.training.checkpoint_every, store_arg,
+                              report=report):
+        errors.print(line, highlight=False)
+    sys.exit(exc.exit_status if isinstance(exc, Terminated) else 130)
 
 
 # --- plugins -----------------------------------------------------------------------------------------
@@ -319,9 +225,7 @@ def _say_stopped(exc: KeyboardInterrupt, store: Any, runner: Any, store_arg: str
 def plugins(name: str | None, as_json: bool) -> None:
     """List installed plugins: name, version, load status, what each provides, its hooks. NAME: one plugin in
     full (distribution, entry point, every hook, settings sections, commands, the error of a failed one)."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
+    from .present.plugin_listing import plugin_details, plugins_table
 
     host = make_plugin_manager()
     commands = click.Group("seal-platform")  # a plugin whose register_commands fails is listed as failed
@@ -348,58 +252,14 @@ def plugins(name: str | None, as_json: bool) -> None:
     if name is not None:
         owners = commands.__dict__.get("_seal_platform_command_owners", {})
         for row, record in zip(rows, [r for r in host.records if r.name == name]):
-            _plugin_details(row, record, host, sorted(c for c, owner in owners.items() if owner == name))
+            console.print(plugin_details(row, record, host, sorted(c for c, o in owners.items() if o == name)),
+                          highlight=False)
         return
-    # Narrow enough for 80 columns: what a plugin provides, then its hooks, in one column that wraps at
-    # commas (registration hooks are what "provides" shows); the rest is `plugins NAME`.
-    table = Table(title="seal-platform plugins", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("name", no_wrap=True)
-    table.add_column("version", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("provides; hooks", overflow="fold")
-    for row in rows:
-        status = Text(row["status"], style="" if row["status"] == "loaded" else "red")
-        cell = Text(_clean(", ".join(row["provides"])))
-        for note in row["clashes"]:
-            cell.append(("\n" if cell else "") + _clean(f"clash: {note}"), style="red")
-        hooks = [hook for hook in row["hooks"] if not hook.startswith("register_")]
-        if hooks:
-            cell.append(("\n" if cell else "") + "hooks: " + ", ".join(hooks), style="dim")
-        table.add_row(Text(_clean(row["name"])), Text(_clean(row["version"] or "")), status, cell)
-    console.print(table)
+    console.print(plugins_table(rows))
     for row in rows:
         if row["error"]:
             errors.print(f"{row['name']} ({row['status']}): {row['error']}", highlight=False, markup=False)
     console.print("one plugin in full (every hook, settings, commands): seal-platform plugins NAME", highlight=False)
-
-
-def _plugin_details(row: dict[str, Any], record: Any, host: Any, commands: list[str]) -> None:
-    """``seal-platform plugins NAME``: one plugin's record in full, one field a line."""
-    sections = sorted(s for s, (owner, _) in host.settings_owners().items() if owner == record.name)
-    sections += sorted(f"{s} (clash)" for s, owners in host.clashes("settings").items()
-                       if any(owner == record.name for owner, _ in owners))
-    fields = [
-        ("plugin", f"{row['name']} {row['version'] or ''}".strip()),
-        ("distribution", row["distribution"] or ""),
-        ("entry point", record.value),
-        ("status", row["status"] + (f" ({record.reason})" if record.reason else "")),
-        ("error", row["error"] or ""),
-        ("provides", ", ".join(row["provides"])),
-        ("clashes", "; ".join(row["clashes"])),
-        ("settings", ", ".join(sections) + (f" (seal-platform settings {record.name})" if sections else "")),
-        ("commands", ", ".join(commands)),
-        ("hooks", ", ".join(row["hooks"])),
-    ]
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(box=None, show_header=False, padding=(0, 1, 0, 0))
-    table.add_column(no_wrap=True, style="bold")
-    table.add_column(overflow="fold")
-    for label, value in fields:
-        if value:
-            table.add_row(label, Text(value))
-    console.print(table, highlight=False)
 
 
 # --- config ------------------------------------------------------------------------------------------
@@ -487,21 +347,9 @@ def runs(store_url: str | None, as_json: bool, limit: int | None) -> None:
         listed = store.list_runs(limit=limit or None)
         total = store.count_runs() if limit and len(listed) == limit else len(listed)
     if as_json:
-        from .present.digest import load_digest
+        from .present.listings import runs_json
 
-        rows = []
-        for r in listed:
-            digest = load_digest(store, r.id)
-            rows.append({
-                "id": r.id, "name": r.name, "status": r.status, "steps": None if r.last_step is None else r.last_step + 1,
-                "started_at": r.started_at.isoformat() if r.started_at else None,
-                "ended_at": r.ended_at.isoformat() if r.ended_at else None,
-                "config_hash": r.config_hash, "run_dir": r.run_dir, "recipe": r.recipe, "seed": r.seed,
-                "updates": digest.updates(),
-                "evaluations": {name: [{"step": p.step, "pass_rate": p.average, "n_tasks": p.n_tasks}
-                                       for p in points] for name, points in digest.evaluations.items()},
-                "checkpoint_evaluations": [e.model_dump(mode="json") for e in digest.checkpoint_evaluations],
-            })
+        rows = runs_json(store, listed)
         click.echo(json.dumps(rows, indent=2))
         return
     if not listed:
@@ -649,41 +497,15 @@ def _transcripts_against(run_a: str, run_b: str, *, store_url: str | None, **opt
     show_pairs(open_store(store_url), run_a, run_b, console=console, notes=errors, **options)
 
 
-def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, str]]:
-    """(key, type, default, description) for every field of a settings model, nested models flattened."""
-    import typing
-
-    from pydantic import BaseModel
-    from pydantic_core import PydanticUndefined
-
-    rows = []
-    for name, field in model.model_fields.items():
-        key = f"{prefix}.{name}"
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows.append((key, annotation.__name__, "(section)", field.description or (annotation.__doc__ or "").strip().split("\n")[0]))
-            rows.extend(settings_rows(annotation, key))
-            continue
-        kind = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
-        if typing.get_origin(annotation) is typing.Literal:
-            kind = "one of " + ", ".join(map(str, typing.get_args(annotation)))
-        if field.default is not PydanticUndefined:
-            default = field.default
-        elif field.default_factory is not None:
-            default = field.default_factory()  # type: ignore[call-arg]
-        else:
-            default = "(required)"
-        rows.append((key, kind, json.dumps(default, default=str) if not isinstance(default, str) or default != "(required)" else default,
-                     field.description or ""))
-    return rows
-
-
 @cli.command()
 @click.argument("plugin", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def settings(plugin: str | None, as_json: bool) -> None:
     """Every plugin setting: key, type or allowed values, default, description (read from the plugins' own
     pydantic models). PLUGIN: only that plugin's sections (or one section by name)."""
+    from .present.listings import settings_listing
+    from .present.plugin_listing import settings_rows
+
     host = make_plugin_manager()
     owners = host.settings_owners()
     chosen = {s: (p, m) for s, (p, m) in owners.items() if plugin is None or plugin in (p, s)}
@@ -694,8 +516,6 @@ def settings(plugin: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([dict(zip(("plugin", "key", "type", "default", "description"), r)) for r in rows], indent=2))
         return
-    from .present.listings import settings_listing
-
     console.print(settings_listing(console, rows, "plugin settings (recipe keys)"), soft_wrap=False)
 
 
@@ -744,9 +564,8 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     from .loop import evaluate_checkpoint
     from .planning import plan_config
     from .present.progress import RichProgress
+    from .present.listings import evaluation_table
     from .runlog import quiet_terminal
-    from rich.table import Table
-    from rich.text import Text
 
     store = open_store(store_url, write=True)
     row = store.get_run(run_id, whole=True)
@@ -770,13 +589,7 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
             progress.console = Console(file=terminal, width=out.width if not out.is_terminal else None)
         done, result = evaluate_checkpoint(store, plan.host, plan, row.id, step, progress=progress,
                                            training_interface=training_interface)
-    table = Table(title=f"run {row.id}, checkpoint after {done} step(s), split {result.split} ({result.n_tasks} tasks)")
-    table.add_column("category")
-    table.add_column("pass rate (%)", justify="right")
-    for cat, rate in sorted(result.per_category.items()):
-        table.add_row(Text(_clean(cat)), f"{rate:.2f}")
-    table.add_row("[bold]average[/]", f"{result.average:.2f}")
-    console.print(table)
+    console.print(evaluation_table(row.id, done, result))
 
 
 # --- verify --------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -128,3 +129,52 @@ def sigterm_interrupts() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def store_failure(ctx: click.Context, exc: BaseException) -> SealError | None:
+    """``exc`` as a store error naming the store a command opened (:func:`open_store` records it), if it is the database's refusal of the
+    store (sqlalchemy's DatabaseError or OperationalError itself, not an IntegrityError or a bug's
+    ProgrammingError); None otherwise."""
+    db_errors = sys.modules.get("sqlalchemy.exc")  # not loaded: no store was opened
+    if db_errors is None or type(exc) not in (db_errors.DatabaseError, db_errors.OperationalError):
+        return None
+    from .store import safety
+
+    url = ctx.meta.get(STORE_URL_KEY) or default_store_url()
+    return safety.describe(url, exc, None)
+
+
+# Options a command no longer has, each with what replaces it (docs/scaling.md, "Migrating recipes"); VALUE is
+# the value given with the option.
+REMOVED_OPTIONS = {
+    ("run", "--ray-address"): "settings.ray.enabled=true settings.ray.address=VALUE",
+}
+
+
+def refuse_unknown_options(ctx: click.Context, _param: click.Parameter, args: tuple[str, ...]) -> tuple[str, ...]:
+    """The click callback of the arguments of a command that takes unknown options as arguments (``run``'s
+    RECIPE and overrides): an argument that looks like an option but is none of the command's is refused (a
+    mistyped ``--resum`` would otherwise be read as a recipe's name and ``--quite`` as an override): "no such
+    option", with the closest of its options, or, for an option it no longer has (:data:`REMOVED_OPTIONS`),
+    what replaces it. Exit status 2, as for click's own usage errors."""
+    import difflib
+
+    command = ctx.command.name or ""
+
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or arg == "-":
+            continue
+        name, eq, value = arg.partition("=")
+        if (command, name) in REMOVED_OPTIONS:
+            given = value if eq else (args[i + 1] if i + 1 < len(args) and "=" not in args[i + 1] else "VALUE")
+            raise click.UsageError(f"{command} has no option {name} any more: give "
+                                   f"{REMOVED_OPTIONS[command, name].replace('VALUE', given)} instead (a plugin's options "
+                                   "are its settings; docs/scaling.md, 'Migrating recipes').", ctx)
+        names = [opt for param in ctx.command.get_params(ctx) for opt in (*param.opts, *param.secondary_opts)
+                 if opt.startswith("-")]
+        meant = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        guess = (f"did you mean {meant[0]}?" if meant else
+                 f"{command}'s options: {', '.join(sorted(names))}; a recipe file whose name starts with '-' is given as "
+                 f"./{arg}")
+        raise click.UsageError(f"no such option: {name} ({guess})", ctx)
+    return args

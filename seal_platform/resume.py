@@ -223,6 +223,38 @@ def _trained_nothing(store: RunStore, run_id: str) -> bool:
         return False
 
 
+def resumed_config(store: RunStore, row: Any, args: Sequence[str], run_dir: Path | None) -> Any:
+    """The config a resume runs with: the stored one, with ``args`` (overrides of where it runs only) applied;
+    ``--run-dir`` checked to be the run's folder before the store or the folder is changed."""
+    from .config import refuse_redacted, resume_overrides, stored_config
+
+    config = stored_config(row.config)
+    if args:  # only where it runs (settings.ray.address=..., say) may change
+        from .planning import plugin_host_for
+
+        config = resume_overrides(config, list(args), plugin_host_for(config).settings_models())
+    refuse_redacted(config, row.id, resume_command(row.id, str(store.url)))
+    if run_dir is not None:
+        check_own_run_dir(store, row, run_dir)
+    return config
+
+
+def stopped_lines(store: RunStore, run_id: str, how: str, checkpoint_every: int, store_arg: str, *,
+                  report: bool) -> list[str]:
+    """What ``seal-platform run`` says of a run stopped by Ctrl-C or a signal (``how``): that it completed
+    after all (the stop came while its report or summary was written), or how it is marked, where a resume
+    starts and the command that resumes it. ``store_arg``: the store as the hint shows it."""
+    row = stored_row(store, run_id)
+    status = None if row is None else str(row.status)
+    if status == "completed":  # the signal came after the run's end: while its report or summary was written
+        again = f"write its report with: seal-platform report {run_id} --store {store_arg}" if report else ""
+        return [f"the run {run_id} completed ({how} afterwards, before its report and summary were done); "
+                f"{again + '; ' if again else ''}details: seal-platform show {run_id} --store {store_arg}"]
+    marked = f"the run is marked {status}" if status else "the run's status could not be read"
+    point = resume_point(store, run_id, checkpoint_every)  # its own line: the hint's command ends the next one
+    return [*([point] if point else []), f"{how}; {marked}; continue with: {resume_command(run_id, str(store.url))}"]
+
+
 PLUGINS_CHANGED_EVENT = "plugins_changed"  # the event a resume with --allow-plugin-changes records
 TASK_DATA_EVENT = "task_data"  # the fingerprints of a run's task data, recorded when it starts (and when accepted)
 
