@@ -90,3 +90,14 @@ def test_a_dead_owner_on_this_host_is_treated_as_one_elsewhere():
     row = _row("running", beat_s_ago=5, host=socket.gethostname(), pid=_dead_pid())
     assert plan_start(row).action == "refuse"
     assert plan_start(row, takeover=True) == StartPlan("takeover", "r1")
+
+
+@pytest.mark.parametrize("option", [["--restart-from-step", "0"], ["--takeover"], ["--run-dir", "somewhere"]])
+def test_run_refuses_a_resume_option_without_resume_before_reading_a_recipe(option, tmp_path):
+    from click.testing import CliRunner
+
+    from seal_platform.cli import cli
+
+    result = CliRunner().invoke(cli, ["run", "no-such-recipe.yaml", *option, "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2 and "go with --resume RUN" in result.output, result.output
+    assert not (tmp_path / "s.sqlite").exists()
