@@ -225,8 +225,6 @@ def _say_stopped(exc: KeyboardInterrupt, store: Any, runner: Any, store_arg: str
 def plugins(name: str | None, as_json: bool) -> None:
     """List installed plugins: name, version, load status, what each provides, its hooks. NAME: one plugin in
     full (distribution, entry point, every hook, settings sections, commands, the error of a failed one)."""
-    from .present.plugin_listing import plugin_details, plugins_table
-
     host = make_plugin_manager()
     commands = click.Group("seal-platform")  # a plugin whose register_commands fails is listed as failed
     host.register_commands(commands)
@@ -249,6 +247,8 @@ def plugins(name: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    from .present.plugin_listing import plugin_details, plugins_table
+
     if name is not None:
         owners = commands.__dict__.get("_seal_platform_command_owners", {})
         for row, record in zip(rows, [r for r in host.records if r.name == name]):
