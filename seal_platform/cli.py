@@ -6,63 +6,43 @@ status 2, never a traceback; ``SEAL_PLATFORM_DEBUG=1`` shows the traceback anywa
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import gc
 import json
 import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import click
 
-from . import quick_exit
-from .config import as_store_url, raise_for, refuse_redacted, resume_overrides, stored_config
+from .commands import (
+    ENV_STORE,
+    STORE_URL_KEY,
+    console,
+    default_store_url,
+    env_store_url,
+    errors,
+    open_store,
+    print_error,
+    refuse_unknown_options,
+    sigterm_interrupts,
+    split_recipe_args,
+    store_option,
+    store_failure,
+    store_option_url,
+    warn_failed_plugins,
+)
+from .commands import clean as _clean
+from .config import raise_for, stored_config
 from .errors import SealError, Terminated, as_sentence
 from .plugins import make_plugin_manager
-from .recipe_keys import RecipeOrigin
 
-ENV_STORE = "SEAL_PLATFORM_STORE"
-
-# The terminal consoles (rich), made when first used: importing rich costs a command that prints nothing
-# through them (`verify`, which writes its lines itself) some 25 ms of its start. Other modules import them as
-# ``console`` (standard output) and ``errors`` (standard error), as before; here they are _out() and _err().
-# rich reads the environment (COLUMNS, LINES, NO_COLOR, TERM, ...) when a console is made and keeps some of
-# it: each is made from the environment as it was when this module was imported, when they used to be made,
-# so that a console first used inside a command run with another environment (a test's CliRunner env) keeps
-# nothing of it; what rich reads later it reads from the live environment, as before.
-_ENVIRON_AT_IMPORT = dict(os.environ)
-
-
-def _terminal(name: str) -> Any:
-    made = globals().get(name)
-    if made is None:
-        from rich.console import Console
-
-        made = Console(stderr=name == "errors", soft_wrap=True, _environ=_ENVIRON_AT_IMPORT)
-        made._environ = os.environ  # rich's own default, read live from here on
-        made = globals().setdefault(name, made)
-    return made
-
-
-def _out() -> Any:
-    """The console on standard output (``console``)."""
-    return _terminal("console")
-
-
-def _err() -> Any:
-    """The console on standard error (``errors``)."""
-    return _terminal("errors")
+__all__ = ["build_cli", "cli", "console", "errors", "main", "open_store", "store_option"]
 
 
 def __getattr__(name: str) -> Any:
-    """``console`` and ``errors`` (made when first asked for), and ``load_recipe`` and ``plugin_host_for``
-    (from :mod:`.planning`, imported when first asked for: `verify` needs none of it), for the modules that
-    import them from here."""
-    if name in ("console", "errors"):
-        return _terminal(name)
+    """``load_recipe`` and ``plugin_host_for`` (from :mod:`.planning`, imported when first asked for: `verify`
+    needs none of it), for the modules that import them from here."""
     if name in ("load_recipe", "plugin_host_for"):
         from . import planning
 
@@ -87,138 +67,21 @@ class SealGroup(click.Group):
                         raise
                     raise stop from exc
         except KeyboardInterrupt as exc:  # one the command does not handle itself (`run` does, with a resume hint)
-            _err().print(exc.how if isinstance(exc, Terminated) else "interrupted", highlight=False)
+            errors.print(exc.how if isinstance(exc, Terminated) else "interrupted", highlight=False)
             ctx.exit(exc.exit_status if isinstance(exc, Terminated) else 130)
         except SealError as exc:
             if os.environ.get("SEAL_PLATFORM_DEBUG"):
                 raise
-            _print_error(exc)
+            print_error(exc)
             ctx.exit(2)
         except Exception as exc:
             # A store the database itself refuses (a damaged page found mid-command, a lost server): the
             # store's one paragraph, as for the errors above. Anything else is a bug: its traceback.
-            store_error = _store_failure(ctx, exc)
+            store_error = store_failure(ctx, exc)
             if store_error is None or os.environ.get("SEAL_PLATFORM_DEBUG"):
                 raise
-            _print_error(store_error)
+            print_error(store_error)
             ctx.exit(2)
-
-
-def _clean(value: Any) -> str:
-    """Plugin- or model-supplied text made safe for the terminal (:func:`.present.safe.clean`: control
-    characters shown, not obeyed; newlines kept)."""
-    from .present.safe import clean
-
-    return clean(value, lines=True)
-
-
-def _print_error(exc: BaseException) -> None:
-    from rich.markup import escape
-
-    from .recipe_secrets import scrub
-
-    # The message is text: a "[binary]" or "[a, b]" in it is not rich markup, an escape sequence in a
-    # plugin's exception is not obeyed; a secret in it (a URL's password, a recipe's token) is not shown.
-    _err().print(f"[bold red]Error:[/] {escape(_clean(scrub(str(exc))))}", highlight=False, markup=True,
-                 soft_wrap=True)
-
-
-_STORE_URL_KEY = "seal_platform.store_url"
-
-
-def _store_failure(ctx: click.Context, exc: BaseException) -> SealError | None:
-    """``exc`` as a store error naming the store a command opened, if it is the database's refusal of the
-    store (sqlalchemy's DatabaseError or OperationalError itself, not an IntegrityError or a bug's
-    ProgrammingError); None otherwise."""
-    db_errors = sys.modules.get("sqlalchemy.exc")  # not loaded: no store was opened
-    if db_errors is None or type(exc) not in (db_errors.DatabaseError, db_errors.OperationalError):
-        return None
-    from .store import safety
-
-    url = ctx.meta.get(_STORE_URL_KEY) or default_store_url()
-    return safety.describe(url, exc, None)
-
-
-# Options `run` no longer has, each with what replaces it (docs/scaling.md, "Migrating recipes"); VALUE is the
-# value given with the option.
-_REMOVED_RUN_OPTIONS = {
-    "--ray-address": "settings.ray.enabled=true settings.ray.address=VALUE",
-}
-
-
-def _refuse_unknown_options(ctx: click.Context, _param: click.Parameter, args: tuple[str, ...]) -> tuple[str, ...]:
-    """``run``'s RECIPE and overrides, refusing an argument that looks like an option but is none of ``run``'s
-    (``run`` takes unknown options as arguments, so a mistyped ``--resum`` would otherwise be read as a recipe's
-    name and ``--quite`` as an override): "no such option", with the closest of ``run``'s options, or, for an
-    option ``run`` no longer has, what replaces it. Exit status 2, as for click's own usage errors."""
-    import difflib
-
-    for i, arg in enumerate(args):
-        if not arg.startswith("-") or arg == "-":
-            continue
-        name, eq, value = arg.partition("=")
-        if name in _REMOVED_RUN_OPTIONS:
-            given = value if eq else (args[i + 1] if i + 1 < len(args) and "=" not in args[i + 1] else "VALUE")
-            raise click.UsageError(f"run has no option {name} any more: give "
-                                   f"{_REMOVED_RUN_OPTIONS[name].replace('VALUE', given)} instead (a plugin's options "
-                                   "are its settings; docs/scaling.md, 'Migrating recipes').", ctx)
-        names = [opt for param in ctx.command.get_params(ctx) for opt in (*param.opts, *param.secondary_opts)
-                 if opt.startswith("-")]
-        meant = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-        guess = (f"did you mean {meant[0]}?" if meant else
-                 f"run's options: {', '.join(sorted(names))}; a recipe file whose name starts with '-' is given as "
-                 f"./{arg}")
-        raise click.UsageError(f"no such option: {name} ({guess})", ctx)
-    return args
-
-
-def _split_recipe_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    if args and "=" not in args[0]:
-        return args[0], list(args[1:])
-    return None, list(args)
-
-
-def env_store_url() -> str | None:
-    """The store ``$SEAL_PLATFORM_STORE`` names, as a URL; None where it is unset or empty."""
-    value = os.environ.get(ENV_STORE)
-    return as_store_url(value) if value else None
-
-
-def default_store_url() -> str:
-    return env_store_url() or as_store_url("runs/store.sqlite")
-
-
-def _store_option_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    return as_store_url(value) if value else value
-
-
-def open_store(url: str | None, *, write: bool = False) -> Any:
-    """An existing store for a command. A command that only reads (``write=False``) opens an SQLite store
-    read-only: it never creates, migrates or changes the journal mode of the file, and a file that is not a
-    seal-platform store is refused as such."""
-    from .store import RunStore
-
-    url = url or default_store_url()
-    context = click.get_current_context(silent=True)
-    if context is not None:  # named by SealGroup.invoke if the database fails later in the command
-        context.meta[_STORE_URL_KEY] = url
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
-        raise SealError(f"no run store at {url.removeprefix('sqlite:///')}: no run has been made here yet "
-                        f"(give --store or set {ENV_STORE}).")
-    # Either way the store must exist (create=False): a database without seal-platform's tables is refused.
-    store = RunStore(url, read_only=not write and url.startswith("sqlite:"), create=False)
-    store.on_damage = _say_damage  # a row that cannot be read: one line, and the command goes on
-    return store
-
-
-def _say_damage(line: str) -> None:
-    """One line on standard error for a row of the store that could not be read (:mod:`.store.untrusted`)."""
-    _err().print(f"warning: {_clean(line)}", style="yellow", highlight=False, markup=False, soft_wrap=True)
-
-
-store_option = click.option("--store", "store_url", default=None, callback=_store_option_url,
-                            help=f"Run store: an SQLAlchemy URL or an SQLite file's path (default: ${ENV_STORE} or "
-                                 "runs/store.sqlite).")
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -248,7 +111,7 @@ def cli() -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, callback=_refuse_unknown_options)
+@click.argument("args", nargs=-1, callback=refuse_unknown_options)
 @click.option("--resume", "resume", metavar="RUN", default=None, help="Continue a crashed or interrupted run.")
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="With --resume: the run's folder was moved here (the store is updated to point at it).")
@@ -267,7 +130,7 @@ def cli() -> None:
               help="With --resume: go on although the run's task data changed since it started (a task file "
                    "edited); without it such a resume stops before its history is touched. The change is recorded "
                    "in the run's events (task_data).")
-@click.option("--store", "store_url", default=None, callback=_store_option_url,
+@click.option("--store", "store_url", default=None, callback=store_option_url,
               help=f"Run store: an SQLAlchemy URL or an SQLite file's path (default: ${ENV_STORE}, else the "
                    "recipe's store:, else <runs_dir>/store.sqlite; the read commands take --store, else "
                    f"${ENV_STORE}, else runs/store.sqlite).")
@@ -285,287 +148,72 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     (join a Ray cluster with settings.ray.enabled=true settings.ray.address=HOST:6379).
     """
     from .loop import Runner
-    from .planning import plan_config, recipe_problems
+    from .planning import new_run_config, plan_config
     from .present.progress import RichProgress
-    from .resume import CheckpointLoadError, resume_command
-    from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale
+    from .present.run_display import run_with_display
+    from .recipe_secrets import shown_store_url
+    from .resume import CheckpointLoadError, failed_run_state, plan_start, resumed_config
+    from .store import RunStore
 
-    # What runs the recipe again as a new run, for the message of a run that failed before training anything.
-    rerun = None if resume is not None else shlex.join(
-        ["seal-platform", "run", *args, *(["--store", store_url] if store_url else [])])
-    origin: RecipeOrigin | None = None  # where a recipe's problems come from (a resume keeps its checked config)
-    checked_with: list[Any] = []  # a new run's recipe is planned with the plugin host it was checked with
+    given = [name for name, value in (("--run-dir", run_dir), ("--restart-from-step", restart_from),
+                                      ("--takeover", takeover), ("--allow-plugin-changes", allow_plugin_changes),
+                                      ("--accept-changes", accept_changes)) if value is not None and value is not False]
+    row = None
     if resume is not None:
         store = open_store(store_url, write=True)  # an existing store: a mistyped path is not created
         row = store.get_run(resume, whole=True)  # a damaged row is refused, not resumed with stand-ins
-        if row.status == "completed":
-            raise SealError(f"run {row.id} already completed; nothing to resume.")
-        if row.status == "running":  # with --takeover or not: two processes would write the run
-            _refuse_a_live_owner_here(row)
-        if row.status == "running" and not takeover:
-            age = heartbeat_age(row)
-            if is_stale(row):
-                _err().print(f"run {row.id}: its owner (pid {row.pid} on {row.host}) has not written a heartbeat "
-                             f"for {(age or 0) / 60:.0f} min; taking it over.", highlight=False)
-            else:
-                beat = "" if age is None else f", last heartbeat {age:.0f} s ago"
-                raise SealError(
-                    f"run {row.id} is still running (pid {row.pid} on {row.host}{beat}); stop it before resuming, "
-                    f"or, if that process is gone (its machine died), resume with --takeover (a run whose "
-                    f"heartbeat is older than {STALE_AFTER_S / 60:.0f} min is taken over without it).")
-        config = stored_config(row.config)
-        recipe_name = row.recipe
-        if args:  # only where it runs (settings.ray.address=..., say) may change
-            from .planning import plugin_host_for
-
-            config = resume_overrides(config, list(args), plugin_host_for(config).settings_models())
-        refuse_redacted(config, row.id, resume_command(row.id, str(store.url)))
-        if run_dir is not None:
-            if not (run_dir / "config.json").is_file():
-                raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
-                                f"holds the run's checkpoints/ (it was {row.run_dir}).")
-            _check_own_run_dir(store, row, run_dir)  # before the store or the folder is changed
-    elif run_dir is not None or restart_from is not None or takeover or allow_plugin_changes or accept_changes:
-        raise SealError("--run-dir, --restart-from-step, --takeover, --allow-plugin-changes and --accept-changes go "
-                        "with --resume RUN.")
+    start = plan_start(row, takeover=takeover, resume_options=given)
+    if start.action == "refuse":
+        raise SealError(start.reason)
+    if start.reason:
+        errors.print(start.reason, highlight=False)
+    if row is not None:
+        config, recipe_name, origin, checked_with = resumed_config(store, row, args, run_dir), row.recipe, None, None
     else:
-        recipe, overrides = _split_recipe_args(args)
-        loaded, issues, path = recipe_problems(recipe, overrides, on_host=checked_with.append)
-        if loaded is None:
-            raise_for(issues, str(path))
-        assert loaded is not None
-        config = loaded
-        store_url = store_url or env_store_url()  # --store, else $SEAL_PLATFORM_STORE, else the recipe's
-        if store_url:
-            config = config.model_copy(update={"store": store_url})
-        recipe_name = str(path)
-        origin = RecipeOrigin(path, overrides)
+        config, recipe_name, origin, checked_with = new_run_config(*split_recipe_args(args), store_url or env_store_url())
         store = RunStore(config.store_url())
-    plan = plan_config(config, recipe_name, origin=origin, host=checked_with[0] if checked_with else None)
+    plan = plan_config(config, recipe_name, origin=origin, host=checked_with)
     assert plan.host is not None
-    _warn_failed_plugins(plan.host)
-    progress = None if quiet else RichProgress(_out())
+    warn_failed_plugins(plan.host)
     # A resume's plugins are checked against those the run recorded by the Runner: refused (or, allowed,
     # announced here) before the store or the run's folder (--run-dir) is changed.
-    runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume, progress=progress,
-                    restart_from=restart_from, takeover=takeover, allow_plugin_changes=allow_plugin_changes,
-                    accept_changes=accept_changes,
+    runner = Runner(plan, plan.host, store, recipe=recipe_name, resume_run_id=resume,
+                    progress=None if quiet else RichProgress(console), restart_from=restart_from, takeover=takeover,
+                    allow_plugin_changes=allow_plugin_changes, accept_changes=accept_changes,
                     run_dir=None if run_dir is None else run_dir.resolve())
     if runner.plugin_changes is not None:
-        _err().print(f"run {runner.run_id} resumes with other plugins than it ran with (--allow-plugin-changes; "
+        errors.print(f"run {runner.run_id} resumes with other plugins than it ran with (--allow-plugin-changes; "
                      f"recorded in its events as plugins_changed):\n{runner.plugin_changes.listed()}",
                      highlight=False, markup=False)
     if runner.relocated is not None:
-        _err().print(f"run {runner.run_id}: its folder is now {runner.run_dir} ({runner.relocated} checkpoint "
+        errors.print(f"run {runner.run_id}: its folder is now {runner.run_dir} ({runner.relocated} checkpoint "
                      "path(s) updated)", highlight=False)
-    from .present.run_display import run_with_display
-
-    from .recipe_secrets import shown_store_url
-
     store_arg = shlex.quote(shown_store_url(store.url))
     try:
-        with _sigterm_interrupts():
-            run_with_display(runner, store, _out(), verbose=verbose, live=not quiet, report=not no_report)
+        with sigterm_interrupts():
+            run_with_display(runner, store, console, verbose=verbose, live=not quiet, report=not no_report)
     except KeyboardInterrupt as exc:
-        how = exc.how if isinstance(exc, Terminated) else "interrupted"
-        code = exc.exit_status if isinstance(exc, Terminated) else 130
-        status = _stored_status(store, runner.run_id)
-        if status == "completed":  # the signal came after the run's end: while its report or summary was written
-            again = (f"write its report with: seal-platform report {runner.run_id} --store {store_arg}"
-                     if not no_report else "")
-            _err().print(f"the run {runner.run_id} completed ({how} afterwards, before its report and summary were "
-                         f"done); {again + '; ' if again else ''}details: seal-platform show {runner.run_id} --store "
-                         f"{store_arg}", highlight=False)
-            sys.exit(code)  # what was stopped was the report, still a stop
-        marked = f"the run is marked {status}" if status else "the run's status could not be read"
-        point = _resume_point(store, runner)  # its own line: the hint's command ends the next one
-        if point:
-            _err().print(point, highlight=False)
-        _err().print(f"{how}; {marked}; continue with: {resume_command(runner.run_id, str(store.url))}", highlight=False)
-        sys.exit(code)
+        _say_stopped(exc, store, runner, store_arg, report=not no_report)
     except CheckpointLoadError as exc:
         raise SealError(f"{as_sentence(str(exc))} The run {runner.run_id} is marked failed.") from exc
     except SealError as exc:
-        raise SealError(f"{as_sentence(str(exc))} {_failed_run_state(store, runner.run_id, rerun)}") from exc
-    _out().print(f"details: seal-platform show {runner.run_id} --store {store_arg}", highlight=False)
+        # What runs the recipe again as a new run, for the message of a run that failed before training anything.
+        rerun = None if resume is not None else shlex.join(
+            ["seal-platform", "run", *args, *(["--store", store_url] if store_url else [])])
+        raise SealError(f"{as_sentence(str(exc))} {failed_run_state(store, runner.run_id, rerun)}") from exc
+    console.print(f"details: seal-platform show {runner.run_id} --store {store_arg}", highlight=False)
 
 
-def _refuse_a_live_owner_here(row: Any) -> None:
-    """SealError when the ``running`` run ``row``'s owner process is alive on this host: a resume, with
-    ``--takeover`` or not, would have both processes write the run (each step twice, the loser failing on the
-    database's UNIQUE constraint). A live pid that started after the run's last heartbeat is another process
-    that reuses the number (after a reboot, say), not the owner."""
-    from .store import heartbeat_age, owner_alive_here
+def _say_stopped(exc: KeyboardInterrupt, store: Any, runner: Any, store_arg: str, *, report: bool) -> None:
+    """A run stopped by Ctrl-C or a signal: what the store says of it and how to go on (:func:`.resume.stopped_lines`);
+    exits 130 (or the signal's status)."""
+    from .resume import stopped_lines
 
-    if not owner_alive_here(row):
-        return
-    age, started = heartbeat_age(row), _process_age(row.pid)
-    if age is not None and started is not None and started < age - 2:  # 2 s: the boot time's resolution
-        return
-    beat = "" if age is None else f", last heartbeat {age:.0f} s ago"
-    raise SealError(
-        f"run {row.id} is still running: its owner, pid {row.pid}, is alive on this host ({row.host}{beat}); "
-        f"nothing was changed. Stop that process first (Ctrl-C in its terminal, or `kill {row.pid}`: the run is "
-        f"then marked interrupted), then resume the run. --takeover is for a run whose owner is gone (its machine "
-        f"died, or it was killed on another machine), never for one still running here: both would write the run.")
-
-
-def _process_age(pid: int) -> float | None:
-    """Seconds since process ``pid`` started (Linux's /proc); None where that cannot be read."""
-    import time
-
-    try:
-        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return time.time() - (boot + ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-
-
-def _failed_run_state(store: Any, run_id: str, rerun: str | None = None) -> str:
-    """What the store holds about a run that just failed, truthfully: on a full disk or a lost database the
-    failure itself may not have been recorded (no row at all, or a row that still says ``running``). A run
-    that failed before it trained anything (in its set-up: the environment, its tasks, the engine, a plugin's
-    ``start_run``; or before its first step was stored) has nothing to continue: the message says so, and that
-    it can be run again as a new run (``rerun``: the command, for a new run) or resumed to reuse its id and
-    folder (which starts it from step 0)."""
-    from .resume import resume_command
-
-    from .store import owned_by_this_process
-
-    row = _stored_row(store, run_id)
-    status = None if row is None else str(row.status)
-    resume = resume_command(run_id, str(store.url))
-    again = f"after fixing the cause, continue it with `{resume}`."
-    if status == "failed" and _trained_nothing(store, run_id):
-        new = f"run the recipe again as a new run (this one was `{rerun}`)" if rerun else "run its recipe again as a new run"
-        return (f"The run {run_id} failed before it trained anything and is marked failed with this error: the "
-                f"store holds no step and no checkpoint of it, so there is nothing to continue. After fixing the "
-                f"cause, {new}, or reuse this run's id and folder with `{resume}`, which starts it from step 0 "
-                f"with the recipe and overrides it was started with (a fix in those needs a new run).")
-    if status == "failed":
-        return f"The run {run_id} is marked failed; {again}"
-    if row is not None and status == "running" and not owned_by_this_process(row):
-        return (f"The run {run_id} belongs to another process now (pid {row.pid} on {row.host}); this one left "
-                "its row as it is.")
-    if status is None:
-        return (f"Nothing of run {run_id} is in the store (it could not be written, or not read back); after fixing "
-                "the cause, start it again.")
-    return (f"The store could not record how the run ended (it says {status!r}; a run left 'running' by a process "
-            f"that has exited reads as crashed); {again}")
-
-
-def _trained_nothing(store: Any, run_id: str) -> bool:
-    """Whether the store holds no step and no checkpoint of the run; False where that cannot be read (the
-    message then keeps the plain resume hint)."""
-    try:
-        return not store.steps(run_id) and not store.checkpoints(run_id)
-    except Exception:  # a failed command must still print its message
-        return False
-
-
-def _stored_row(store: Any, run_id: str) -> Any:
-    """The run's row as the store holds it now; None where the store has no row for it or cannot be read."""
-    try:
-        return store.get_run(run_id)
-    except Exception:  # an interrupted or failed command must still print its message
-        return None
-
-
-def _stored_status(store: Any, run_id: str) -> str | None:
-    """The run's status as the store holds it now; None where it cannot be read (:func:`_stored_row`)."""
-    row = _stored_row(store, run_id)
-    return None if row is None else str(row.status)
-
-
-def _resume_point(store: Any, runner: Any) -> str:
-    """Where a resume of the interrupted run starts, for its message: after its last durable checkpoint, or
-    from step 0 when it has none yet (``training.checkpoint_every: 0``, or stopped before the first); "" where
-    the store cannot say."""
-    from .checkpoints import durable_checkpoints
-
-    try:
-        durable = durable_checkpoints(store, runner.run_id)
-    except Exception:  # an interrupted command must still print its message
-        return ""
-    if durable:
-        last = durable[-1].step
-        return f"run {runner.run_id}: a resume continues after step {last} (its last checkpoint), from step {last + 1}."
-    why = " (training.checkpoint_every: 0 writes one only at the end)" \
-        if not runner.config.training.checkpoint_every else ""
-    return f"run {runner.run_id}: no checkpoint yet{why}: a resume starts again from step 0."
-
-
-def _check_own_run_dir(store: Any, row: Any, run_dir: Path) -> None:
-    """SealError unless ``run_dir`` (given with ``--resume RUN --run-dir``) is run ``row``'s folder: its
-    config.json must be the config the store holds for the run, its checkpoints must not name another run, and
-    it must not be the folder (or carry the id) of another run in the store."""
-    from .checkpoints import CORE_CHECKPOINT_FILE, checkpoint_run_id
-
-    folder = run_dir.resolve()
-    refuse = (f"--run-dir {run_dir}: that folder is not run {row.id}'s (whose folder was {row.run_dir}), "
-              f"nothing was changed: ")
-    for other in store.list_runs():
-        if other.id == row.id:
-            continue
-        if folder.name == other.id or (other.run_dir and Path(other.run_dir).resolve() == folder):
-            raise SealError(f"{refuse}it is the folder of run {other.id} ({other.name}, {other.status}, recipe "
-                            f"{other.recipe}). Give the folder that holds run {row.id}'s checkpoints/.")
-    for core in sorted((run_dir / "checkpoints").glob(f"*/{CORE_CHECKPOINT_FILE}")):
-        owner = checkpoint_run_id(core.parent)
-        if owner is not None and owner != row.id:
-            raise SealError(f"{refuse}its checkpoint {core.parent.name} was written by run {owner}. Give the folder "
-                            f"that holds run {row.id}'s checkpoints/.")
-    try:
-        folder_config = json.loads((run_dir / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise SealError(f"{refuse}its config.json cannot be read ({exc}).") from exc
-    if folder_config != row.config and _config_hash(folder_config) != row.config_hash:
-        name = folder_config.get("name") if isinstance(folder_config, dict) else None
-        raise SealError(f"{refuse}its config.json (run name {name!r}, config hash "
-                        f"{(_config_hash(folder_config) or '?')[:8]}) is not the config the store holds for run "
-                        f"{row.id} (run name {row.name!r}, config hash {row.config_hash[:8]}, recipe {row.recipe}). "
-                        f"Give the folder that holds run {row.id}'s checkpoints/.")
-
-
-def _config_hash(data: Any) -> str | None:
-    """The config hash of a run folder's config.json, as the store computes it; None where it is no config."""
-    try:
-        return str(stored_config(data).config_hash())
-    except Exception:  # a config.json that is not a valid config has no hash
-        return None
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """While a run goes on, SIGTERM and SIGHUP (the terminal or SSH session that started it closed) stop it
-    the way Ctrl-C does (the run is marked ``interrupted`` and can be resumed) instead of killing the process
-    with the run left ``running``. A SIGHUP that is ignored (``nohup``) stays ignored."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise Terminated(signal.Signals(signum).name, signum)
-
-    handled = [signal.SIGTERM] + [signal.SIGHUP] * (signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN)
-    previous = {signum: signal.signal(signum, stop) for signum in handled}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _warn_failed_plugins(host: Any) -> None:
-    """Every run names the plugins that failed to load, with their errors (the run goes on without them)."""
-    for record in host.failed():
-        _err().print(_clean(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not "
-                            f"loaded: {record.error}"), highlight=False, markup=False)
+    how = exc.how if isinstance(exc, Terminated) else "interrupted"
+    for line in stopped_lines(store, runner.run_id, how, runner.config.training.checkpoint_every, store_arg,
+                              report=report):
+        errors.print(line, highlight=False)
+    sys.exit(exc.exit_status if isinstance(exc, Terminated) else 130)
 
 
 # --- plugins -----------------------------------------------------------------------------------------
@@ -577,10 +225,6 @@ def _warn_failed_plugins(host: Any) -> None:
 def plugins(name: str | None, as_json: bool) -> None:
     """List installed plugins: name, version, load status, what each provides, its hooks. NAME: one plugin in
     full (distribution, entry point, every hook, settings sections, commands, the error of a failed one)."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
     host = make_plugin_manager()
     commands = click.Group("seal-platform")  # a plugin whose register_commands fails is listed as failed
     host.register_commands(commands)
@@ -603,61 +247,19 @@ def plugins(name: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    from .present.plugin_listing import plugin_details, plugins_table
+
     if name is not None:
         owners = commands.__dict__.get("_seal_platform_command_owners", {})
         for row, record in zip(rows, [r for r in host.records if r.name == name]):
-            _plugin_details(row, record, host, sorted(c for c, owner in owners.items() if owner == name))
+            console.print(plugin_details(row, record, host, sorted(c for c, o in owners.items() if o == name)),
+                          highlight=False)
         return
-    # Narrow enough for 80 columns: what a plugin provides, then its hooks, in one column that wraps at
-    # commas (registration hooks are what "provides" shows); the rest is `plugins NAME`.
-    table = Table(title="seal-platform plugins", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("name", no_wrap=True)
-    table.add_column("version", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("provides; hooks", overflow="fold")
-    for row in rows:
-        status = Text(row["status"], style="" if row["status"] == "loaded" else "red")
-        cell = Text(_clean(", ".join(row["provides"])))
-        for note in row["clashes"]:
-            cell.append(("\n" if cell else "") + _clean(f"clash: {note}"), style="red")
-        hooks = [hook for hook in row["hooks"] if not hook.startswith("register_")]
-        if hooks:
-            cell.append(("\n" if cell else "") + "hooks: " + ", ".join(hooks), style="dim")
-        table.add_row(Text(_clean(row["name"])), Text(_clean(row["version"] or "")), status, cell)
-    _out().print(table)
+    console.print(plugins_table(rows))
     for row in rows:
         if row["error"]:
-            _err().print(f"{row['name']} ({row['status']}): {row['error']}", highlight=False, markup=False)
-    _out().print("one plugin in full (every hook, settings, commands): seal-platform plugins NAME", highlight=False)
-
-
-def _plugin_details(row: dict[str, Any], record: Any, host: Any, commands: list[str]) -> None:
-    """``seal-platform plugins NAME``: one plugin's record in full, one field a line."""
-    sections = sorted(s for s, (owner, _) in host.settings_owners().items() if owner == record.name)
-    sections += sorted(f"{s} (clash)" for s, owners in host.clashes("settings").items()
-                       if any(owner == record.name for owner, _ in owners))
-    fields = [
-        ("plugin", f"{row['name']} {row['version'] or ''}".strip()),
-        ("distribution", row["distribution"] or ""),
-        ("entry point", record.value),
-        ("status", row["status"] + (f" ({record.reason})" if record.reason else "")),
-        ("error", row["error"] or ""),
-        ("provides", ", ".join(row["provides"])),
-        ("clashes", "; ".join(row["clashes"])),
-        ("settings", ", ".join(sections) + (f" (seal-platform settings {record.name})" if sections else "")),
-        ("commands", ", ".join(commands)),
-        ("hooks", ", ".join(row["hooks"])),
-    ]
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(box=None, show_header=False, padding=(0, 1, 0, 0))
-    table.add_column(no_wrap=True, style="bold")
-    table.add_column(overflow="fold")
-    for label, value in fields:
-        if value:
-            table.add_row(label, Text(value))
-    _out().print(table, highlight=False)
+            errors.print(f"{row['name']} ({row['status']}): {row['error']}", highlight=False, markup=False)
+    console.print("one plugin in full (every hook, settings, commands): seal-platform plugins NAME", highlight=False)
 
 
 # --- config ------------------------------------------------------------------------------------------
@@ -676,16 +278,16 @@ def config_validate(recipe: str | None, overrides: tuple[str, ...]) -> None:
     `config show` (smarthome-embedded); overrides may follow it or come alone."""
     from .planning import recipe_problems
 
-    recipe, changes = _split_recipe_args([recipe, *overrides] if recipe is not None else [])
-    config_, issues, path = recipe_problems(recipe, changes, on_host=_warn_failed_plugins)
+    recipe, changes = split_recipe_args([recipe, *overrides] if recipe is not None else [])
+    config_, issues, path = recipe_problems(recipe, changes, on_host=warn_failed_plugins)
     if issues:
         with_overrides = " with its command-line overrides" if any(i.source.startswith("override ") for i in issues) else ""
-        _err().print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)
+        errors.print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)
         for issue in issues:
-            _err().print(f"  - {issue}", highlight=False, markup=False)
+            errors.print(f"  - {issue}", highlight=False, markup=False)
         sys.exit(1)
     assert config_ is not None
-    _out().print(f"{path}: ok (config hash {config_.config_hash()})", highlight=False)
+    console.print(f"{path}: ok (config hash {config_.config_hash()})", highlight=False)
 
 
 @config.command("show")
@@ -698,7 +300,7 @@ def config_show(recipe: str | None, overrides: tuple[str, ...]) -> None:
 
     from .planning import check_recipe, load_recipe, plugin_host_for
 
-    recipe, changes = _split_recipe_args([recipe, *overrides] if recipe is not None else [])
+    recipe, changes = split_recipe_args([recipe, *overrides] if recipe is not None else [])
     config_, issues, path = load_recipe(recipe, changes)
     if config_ is None:
         raise_for(issues, str(path))
@@ -736,7 +338,7 @@ def runs(store_url: str | None, as_json: bool, limit: int | None) -> None:
     named = store_url or env_store_url()
     url = named or default_store_url()
     if limit is None:
-        limit = RUNS_ON_A_TERMINAL if not as_json and _out().is_terminal else 0
+        limit = RUNS_ON_A_TERMINAL if not as_json and console.is_terminal else 0
     total = 0
     if named is None and url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         store, listed = None, []
@@ -745,33 +347,21 @@ def runs(store_url: str | None, as_json: bool, limit: int | None) -> None:
         listed = store.list_runs(limit=limit or None)
         total = store.count_runs() if limit and len(listed) == limit else len(listed)
     if as_json:
-        from .present.digest import load_digest
+        from .present.listings import runs_json
 
-        rows = []
-        for r in listed:
-            digest = load_digest(store, r.id)
-            rows.append({
-                "id": r.id, "name": r.name, "status": r.status, "steps": None if r.last_step is None else r.last_step + 1,
-                "started_at": r.started_at.isoformat() if r.started_at else None,
-                "ended_at": r.ended_at.isoformat() if r.ended_at else None,
-                "config_hash": r.config_hash, "run_dir": r.run_dir, "recipe": r.recipe, "seed": r.seed,
-                "updates": digest.updates(),
-                "evaluations": {name: [{"step": p.step, "pass_rate": p.average, "n_tasks": p.n_tasks}
-                                       for p in points] for name, points in digest.evaluations.items()},
-                "checkpoint_evaluations": [e.model_dump(mode="json") for e in digest.checkpoint_evaluations],
-            })
+        rows = runs_json(store, listed)
         click.echo(json.dumps(rows, indent=2))
         return
     if not listed:
-        _out().print(f"no runs yet in {url}; start one with: seal-platform run [RECIPE]", highlight=False,
+        console.print(f"no runs yet in {url}; start one with: seal-platform run [RECIPE]", highlight=False,
                       markup=False)
         return
     from .present.listings import runs_listing
 
     # Ids, names and statuses whole at any width: fewer columns, then a block per run, when narrow (all: --json).
-    _out().print(runs_listing(_out(), listed, f"runs in {url}"), soft_wrap=False, crop=False)
+    console.print(runs_listing(console, listed, f"runs in {url}"), soft_wrap=False, crop=False)
     if total > len(listed):
-        _out().print(f"the newest {len(listed)} of {total} runs; --limit N lists more (0: all)", highlight=False,
+        console.print(f"the newest {len(listed)} of {total} runs; --limit N lists more (0: all)", highlight=False,
                      markup=False)
 
 
@@ -793,11 +383,11 @@ def show(run_id: str, store_url: str | None, as_json: bool, all_steps: bool, tra
         click.echo(json_safe(load_digest(open_store(store_url), run_id).model_dump_json(indent=2)))
         return
     if tracebacks:
-        if not show_tracebacks(open_store(store_url), run_id, _out()):
-            _err().print(f"run {run_id} recorded no traceback: it has no crash event with one.", highlight=False,
+        if not show_tracebacks(open_store(store_url), run_id, console):
+            errors.print(f"run {run_id} recorded no traceback: it has no crash event with one.", highlight=False,
                          markup=False)
         return
-    show_run(open_store(store_url), run_id, _out(), all_steps=all_steps)
+    show_run(open_store(store_url), run_id, console, all_steps=all_steps)
 
 
 @cli.command()
@@ -821,7 +411,7 @@ def report(run_id: str, store_url: str | None, out: str | None, eval_episodes: i
     sample = report_transcripts(store, run_id, eval_limit=eval_episodes, train_groups=train_groups)
     digest = load_digest(store, run_id)
     path = write_run_report(digest, Path(out) if out else default_report_path(digest.id), transcripts=sample)
-    _out().print(f"wrote {path}", highlight=False)
+    console.print(f"wrote {path}", highlight=False)
 
 
 @cli.command()
@@ -847,9 +437,9 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
 
         click.echo(json_safe(comparison.model_dump_json(indent=2)))
         return
-    _out().print(comparison_view(_out(), comparison), highlight=False, soft_wrap=False)
+    console.print(comparison_view(console, comparison), highlight=False, soft_wrap=False)
     if html_out:
-        _out().print(f"wrote {html_out}", highlight=False)
+        console.print(f"wrote {html_out}", highlight=False)
 
 
 @cli.command()
@@ -895,45 +485,16 @@ def transcripts(run_id: str, step: int | None, task: str | None, label: str | No
         click.echo(json_safe(json.dumps([e.model_dump(mode="json") for e in episodes], indent=2, ensure_ascii=False)))
         return
     if not episodes:
-        _err().print(nothing_matched(store, run_id, evaluation=evaluation, step=step, label=label), highlight=False,
+        errors.print(nothing_matched(store, run_id, evaluation=evaluation, step=step, label=label), highlight=False,
                      markup=False)
         return
-    _out().print(render(episodes, width=width), highlight=False, markup=False)
+    console.print(render(episodes, width=width), highlight=False, markup=False)
 
 
 def _transcripts_against(run_a: str, run_b: str, *, store_url: str | None, **options: Any) -> None:
     from .present.transcript_pairs import show_pairs
 
-    show_pairs(open_store(store_url), run_a, run_b, console=_out(), notes=_err(), **options)
-
-
-def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, str]]:
-    """(key, type, default, description) for every field of a settings model, nested models flattened."""
-    import typing
-
-    from pydantic import BaseModel
-    from pydantic_core import PydanticUndefined
-
-    rows = []
-    for name, field in model.model_fields.items():
-        key = f"{prefix}.{name}"
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows.append((key, annotation.__name__, "(section)", field.description or (annotation.__doc__ or "").strip().split("\n")[0]))
-            rows.extend(settings_rows(annotation, key))
-            continue
-        kind = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
-        if typing.get_origin(annotation) is typing.Literal:
-            kind = "one of " + ", ".join(map(str, typing.get_args(annotation)))
-        if field.default is not PydanticUndefined:
-            default = field.default
-        elif field.default_factory is not None:
-            default = field.default_factory()  # type: ignore[call-arg]
-        else:
-            default = "(required)"
-        rows.append((key, kind, json.dumps(default, default=str) if not isinstance(default, str) or default != "(required)" else default,
-                     field.description or ""))
-    return rows
+    show_pairs(open_store(store_url), run_a, run_b, console=console, notes=errors, **options)
 
 
 @cli.command()
@@ -942,6 +503,9 @@ def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, st
 def settings(plugin: str | None, as_json: bool) -> None:
     """Every plugin setting: key, type or allowed values, default, description (read from the plugins' own
     pydantic models). PLUGIN: only that plugin's sections (or one section by name)."""
+    from .present.listings import settings_listing
+    from .present.plugin_listing import settings_rows
+
     host = make_plugin_manager()
     owners = host.settings_owners()
     chosen = {s: (p, m) for s, (p, m) in owners.items() if plugin is None or plugin in (p, s)}
@@ -952,9 +516,7 @@ def settings(plugin: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([dict(zip(("plugin", "key", "type", "default", "description"), r)) for r in rows], indent=2))
         return
-    from .present.listings import settings_listing
-
-    _out().print(settings_listing(_out(), rows, "plugin settings (recipe keys)"), soft_wrap=False)
+    console.print(settings_listing(console, rows, "plugin settings (recipe keys)"), soft_wrap=False)
 
 
 @cli.command("upgrade-store")
@@ -965,7 +527,7 @@ def upgrade_store(store_url: str | None) -> None:
     from .store import RunStore
 
     url = store_url or default_store_url()
-    click.get_current_context().meta[_STORE_URL_KEY] = url
+    click.get_current_context().meta[STORE_URL_KEY] = url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise SealError(f"no run store at {url.removeprefix('sqlite:///')}.")
     before = RunStore(url, migrate=False)  # refuses a directory or a non-SQLite file; connects to nothing yet
@@ -974,7 +536,7 @@ def upgrade_store(store_url: str | None) -> None:
     before.close()
     store = RunStore(url)
     new = store.schema_revision()
-    _out().print(f"{url}: schema {old} is this version's; nothing to upgrade" if old == new else
+    console.print(f"{url}: schema {old} is this version's; nothing to upgrade" if old == new else
                   f"{url}: schema {old or 'none'} -> {new}", highlight=False)
 
 
@@ -1002,9 +564,8 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     from .loop import evaluate_checkpoint
     from .planning import plan_config
     from .present.progress import RichProgress
+    from .present.listings import evaluation_table
     from .runlog import quiet_terminal
-    from rich.table import Table
-    from rich.text import Text
 
     store = open_store(store_url, write=True)
     row = store.get_run(run_id, whole=True)
@@ -1018,23 +579,17 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     assert plan.host is not None
     log_path = Path(row.run_dir) / LOG_FILE
     if not verbose:
-        _out().print(f"library logs: {log_path} (-v shows them here)", highlight=False)
-    progress = None if quiet else RichProgress(_out())
+        console.print(f"library logs: {log_path} (-v shows them here)", highlight=False)
+    progress = None if quiet else RichProgress(console)
     with quiet_terminal(log_path, verbose=verbose) as terminal:
-        out = _out()
+        out = console
         if progress is not None and terminal is not out.file:
             from rich.console import Console
 
             progress.console = Console(file=terminal, width=out.width if not out.is_terminal else None)
         done, result = evaluate_checkpoint(store, plan.host, plan, row.id, step, progress=progress,
                                            training_interface=training_interface)
-    table = Table(title=f"run {row.id}, checkpoint after {done} step(s), split {result.split} ({result.n_tasks} tasks)")
-    table.add_column("category")
-    table.add_column("pass rate (%)", justify="right")
-    for cat, rate in sorted(result.per_category.items()):
-        table.add_row(Text(_clean(cat)), f"{rate:.2f}")
-    table.add_row("[bold]average[/]", f"{result.average:.2f}")
-    _out().print(table)
+    console.print(evaluation_table(row.id, done, result))
 
 
 # --- verify --------------------------------------------------------------------------------------------
@@ -1051,76 +606,9 @@ def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     every line was scored; 1 when any line got {"error": ...} (every line is still written, and stderr says
     how many); 2 when the command cannot run (an unknown benchmark, a bad --set).
     """
-    from . import verify as _machinery  # noqa: F401  imported before the freeze below, so frozen with the rest
+    from .verify import verify_command
 
-    with _few_collections():
-        _verify(benchmark, file, overrides)
-
-
-# The cyclic collector's first-generation threshold while `verify` runs (CPython's default: 700).
-VERIFY_GC_THRESHOLD = 50_000
-
-
-@contextlib.contextmanager
-def _few_collections() -> Iterator[None]:
-    """Within: what is alive on entry (every module imported so far, pydantic's schemas) is left out of the
-    cyclic collector's passes (``gc.freeze``), and the collector runs after :data:`VERIFY_GC_THRESHOLD` new
-    objects instead of 700. `verify` makes tens of thousands of objects that live to its end (the plugins'
-    modules, the parsed records, the benchmark's task data, the results read back from its lanes), so those
-    passes found next to nothing; on 2 cores they cost the parent some 20-25 ms of CPU, most of it while it
-    reads the results of the lanes it forked, which share those cores. Cycles are still collected, less
-    often. On exit what the command made is frozen too (else the first collection at the default threshold,
-    right away, would walk all of it), and the collector is as it was: the threshold, and nothing frozen
-    where nothing was (a process that calls the command and goes on, a test; the console script freezes
-    what its import made, and that stays so)."""
-    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
-    gc.freeze()
-    gc.set_threshold(VERIFY_GC_THRESHOLD, *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.set_threshold(*threshold)
-        if not frozen:
-            gc.unfreeze()
-
-
-def _verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
-    from .verify import VerifyCounts, benchmark_host, verify_lines
-
-    host = benchmark_host(benchmark, overrides)  # the benchmark's own plugin alone, where it can serve
-    _warn_failed_plugins(host)  # on stderr: the output stays one JSON line per input line
-    # At exit the interpreter's last collection would walk every object this command made (tasks, backends,
-    # caches: about 0.1 s, a tenth of a 3,200-line file on 2 cores); frozen, they are left to the process's
-    # end. An atexit hook, so a process that calls this and goes on (a test) keeps its collector as it was.
-    atexit.register(gc.freeze)
-    # Written as they come (a terminal still gets each line at once: its stream is line-buffered); one
-    # click.echo per line would flush the stream after every record.
-    out = sys.stdout
-    counts = VerifyCounts()
-    try:
-        # SIGTERM (timeout, a scheduler, CI) ends it as Ctrl-C does: the verifier's own clean-up runs (the
-        # forked lanes are killed, not left running without their time limits), then exit 143.
-        with _sigterm_interrupts():
-            for line in verify_lines(benchmark, file, list(overrides), host=host, counts=counts):
-                out.write(line + "\n")
-            out.flush()
-    except Terminated as exc:
-        with contextlib.suppress(OSError):
-            out.flush()
-        _err().print(f"verify: {exc.how}; the lines above are complete, the rest were not scored")
-        sys.exit(exc.exit_status)
-    except BrokenPipeError:  # the reader went away (| head): nothing more to say to it
-        raise
-    except OSError as exc:  # a full disk, a device that refuses writes (> /dev/full)
-        raise SealError(f"verify: cannot write the results to standard output: {exc.strerror or exc}.") from None
-    # Every line is written and what the benchmark's plugin opened is closed: run as the console script, the
-    # process may end without freeing its objects one by one (10-25 ms of a 3,200-line file).
-    quick_exit.request()
-    if counts.errors:  # every line is written; the status says that some could not be scored
-        _err().print(f"verify: {counts.errors} of {counts.lines} line(s) could not be scored (each has "
-                     '{"error": ...} in its place)', highlight=False, markup=False)
-        sys.exit(1)
+    verify_command(benchmark, file, overrides)
 
 
 @cli.command()
@@ -1132,7 +620,7 @@ def labels(environment: str | None) -> None:
     from .present.listings import labels_listing
 
     title = "labels" + (f" for environment {environment}" if environment else "")
-    _out().print(labels_listing(_out(), label_rows(make_plugin_manager(), environment), title), soft_wrap=False)
+    console.print(labels_listing(console, label_rows(make_plugin_manager(), environment), title), soft_wrap=False)
 
 
 # --- check-env -----------------------------------------------------------------------------------------
@@ -1155,7 +643,7 @@ def check_env(name: str, args: tuple[str, ...], engine: str | None, n_tasks: int
     """
     from .conformance import check_environment, report_lines
 
-    recipe, overrides = _split_recipe_args(args)
+    recipe, overrides = split_recipe_args(args)
     findings = check_environment(name, recipe=recipe, overrides=overrides, engine=engine, tasks=n_tasks)
     for line in report_lines(findings):
         click.echo(line)
@@ -1170,10 +658,10 @@ def build_cli() -> click.Group:
     try:
         host = make_plugin_manager()
     except Exception as exc:  # a broken plugin must not take the CLI down
-        _err().print(_clean(f"warning: plugin commands unavailable: {exc}"), highlight=False, markup=False)
+        errors.print(_clean(f"warning: plugin commands unavailable: {exc}"), highlight=False, markup=False)
         return cli
     for record in host.register_commands(cli):
-        _err().print(_clean(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not "
+        errors.print(_clean(f"warning: plugin {record.name!r} ({record.distribution or record.value}) was not "
                             f"loaded and its commands are unavailable: {record.error}"), highlight=False, markup=False)
     return cli
 

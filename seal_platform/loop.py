@@ -64,9 +64,9 @@ from .stages import (
     wrap,
 )
 from .recipe_secrets import redact_config, scrub
-from .resume import (PluginChanges, check_restart_point, check_resume_plugins, check_task_data, record_plugin_changes,
-                     restore_run, task_fingerprint)
-from .store import EVAL_BY_COMMAND, RunStore, is_stale
+from .resume import (PluginChanges, check_restart_point, check_resume_plugins, check_task_data, plan_start,
+                     record_plugin_changes, restore_run, task_fingerprint)
+from .store import EVAL_BY_COMMAND, RunStore
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
 
@@ -196,7 +196,7 @@ class Runner:
             self.run_id = row.id
             self.run_dir = Path(row.run_dir)
             self._seen = (row.status, row.pid, row.host, row.heartbeat_at)  # what the takeover compares and sets
-            self._stale = is_stale(row)
+            self._start = plan_start(row, takeover=takeover)  # a refusal is raised by run(), before any write
             if restart_from is not None:  # a step it cannot restart from: refused before anything is touched
                 check_restart_point(store, row.id, restart_from)
         if not self.resumed or self.run_dir.is_dir():  # a missing resumed folder is the resume's to report
@@ -218,9 +218,9 @@ class Runner:
         plugins = [r.to_dict() for r in self.host.records]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.resumed:
-            if self._seen[0] == "running" and not (self.takeover or self._stale):
+            if self._seen[0] == "running" and self._start.action == "refuse":  # two processes would write it
                 raise SealError(f"run {self.run_id} is running (pid {self._seen[1]} on {self._seen[2]}); this process "
-                                "wrote nothing and stops. Resume it with --takeover only if that process is gone.")
+                                f"wrote nothing and stops. {self._start.reason}")
             if not self.store.claim_run(self.run_id, self._seen, plugins):
                 now = self.store.get_run(self.run_id)
                 raise SealError(f"run {self.run_id} was taken over by another process (pid {now.pid} on {now.host}, "

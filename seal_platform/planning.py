@@ -392,3 +392,17 @@ def plan_recipe(recipe: str | Path | None = None, overrides: Sequence[str] = ())
         raise_for(issues, str(path))
     assert config is not None
     return plan_config(config, str(path), RecipeOrigin(path, list(overrides)))
+
+
+def new_run_config(recipe: str | None, overrides: list[str],
+                   store_url: str | None) -> tuple[RunConfig, str, RecipeOrigin, PluginHost | None]:
+    """A new run's config, checked (every problem of the recipe at once, raised), its recipe's path, where its
+    problems come from, and the plugin host it was checked with. ``store_url``, when given, replaces the
+    recipe's store."""
+    checked_with: list[Any] = []
+    loaded, issues, path = recipe_problems(recipe, overrides, on_host=checked_with.append)
+    if loaded is None:
+        raise_for(issues, str(path))
+    assert loaded is not None
+    config = loaded.model_copy(update={"store": store_url}) if store_url else loaded
+    return config, str(path), RecipeOrigin(path, overrides), checked_with[0] if checked_with else None

@@ -682,31 +682,3 @@ def make_plugin_manager(
             raise PluginError(f"the recipe depends on plugin {record.name!r}, which {host._unavailable(record)}.")
     return host
 
-
-def make_benchmark_host(
-    benchmark: str,
-    sections: Iterable[str] = (),
-    *,
-    entry_points: Iterable[metadata.EntryPoint] | None = None,
-) -> PluginHost:
-    """The plugins that a command about one benchmark needs (``seal-platform verify``, in which the benchmark's
-    own plugin alone takes part): the plugin whose entry point is named like the benchmark, loaded alone,
-    when it registers that benchmark and owns every settings section in ``sections`` (those the command's
-    ``--set`` names); otherwise every plugin, as :func:`make_plugin_manager` loads them.
-
-    Loading one plugin instead of all of them is most of what such a command saves (about 50 ms of a 0.7 s
-    ``verify`` of 3,200 BFCL transcripts on two cores). What the other plugins would have said is not heard
-    on that path: their load failures are not warned about, and a second plugin that registers the same
-    benchmark name is not consulted (the plugin named like the benchmark is its owner; ``seal-platform
-    plugins`` and ``seal-platform run`` still report the clash). ``$SEAL_PLATFORM_PLUGINS`` and
-    ``$SEAL_PLATFORM_BLOCK_PLUGINS`` apply on both paths. When the named plugin cannot serve, the full load
-    calls its registration hooks a second time (its module is imported once). ``entry_points``: as for
-    :func:`make_plugin_manager`.
-    """
-    eps = list(entry_points) if entry_points is not None else _entry_points()
-    if any(ep.name == benchmark for ep in eps):
-        host = make_plugin_manager(allow=[benchmark], entry_points=eps)
-        owner = host.environments().get(benchmark)
-        if owner is not None and owner[0] == benchmark and set(sections) <= set(host.settings_models()):
-            return host
-    return make_plugin_manager(entry_points=eps)

@@ -1,4 +1,5 @@
-"""Where a resumed run starts: the partial checkpoints cleared, the last durable one loaded, later history
+"""Whether ``seal-platform run`` starts a new run, resumes one, takes one over or refuses (:func:`plan_start`, the one
+place that decides it); where a resumed run starts: the partial checkpoints cleared, the last durable one loaded, later history
 dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to train again from step N); the
 check that a resume runs with the plugins the run ran with (``--allow-plugin-changes`` to go on without); and
 the check that it trains and evaluates on the task data it started with (``--accept-changes`` to go on
@@ -6,17 +7,19 @@ without)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from .capability import CapabilityState
 from .checkpoints import durable_checkpoints, load_plugin_checkpoints, read_core_state, remove_partial_checkpoints
 from .context import RunContext
 from .errors import SealError, as_sentence
 from .plugins import ENV_ALLOW, ENV_BLOCK, PluginHost
-from .store import RunStore
+from .store import STALE_AFTER_S, RunStore, heartbeat_age, is_stale, owner_alive_here
 from .types import Interface, Task
 
 
@@ -33,6 +36,223 @@ def resume_command(run_id: str, store_url: str, restart_from: int | None = None)
 
     command = f"seal-platform run --resume {run_id} --store {shlex.quote(shown_store_url(store_url))}"
     return command if restart_from is None else f"{command} --restart-from-step {restart_from}"
+
+
+# The options of `run` that only a resume takes.
+RESUME_OPTIONS = ("--run-dir", "--restart-from-step", "--takeover", "--allow-plugin-changes", "--accept-changes")
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """What ``seal-platform run`` (or a :class:`~seal_platform.loop.Runner`) does with the run store: start a
+    new run (``fresh``), resume run ``run_id`` (``resume``), take it over from an owner that is gone
+    (``takeover``), or nothing (``refuse``). ``reason``: for ``refuse``, the message; for a ``takeover`` that
+    was not asked for (the owner's heartbeat is stale), the line that says so; else ""."""
+
+    action: Literal["fresh", "resume", "takeover", "refuse"]
+    run_id: str | None = None
+    reason: str = ""
+
+
+def plan_start(row: Any | None, *, takeover: bool = False, resume_options: Sequence[str] = ()) -> StartPlan:
+    """Decide how a run starts. ``row``: the stored run that ``--resume RUN`` names (whole), or None for a new
+    run; ``takeover``: ``--takeover`` was given; ``resume_options``: the options of :data:`RESUME_OPTIONS`
+    given (a new run refuses them). It reads the run's heartbeat age and, for an owner on this host, whether
+    its process is alive; it changes nothing.
+
+    A completed run is not resumed. A ``running`` run whose owner is alive on this host is refused with or
+    without ``--takeover`` (both processes would write the run); without ``--takeover`` one whose owner's
+    heartbeat is older than :data:`~seal_platform.store.STALE_AFTER_S` is taken over, and one beating is
+    refused; with it, taken over. Any other run (interrupted, crashed, failed) is resumed."""
+    if row is None:
+        if resume_options:
+            return StartPlan("refuse", reason=f"{', '.join(RESUME_OPTIONS[:-1])} and {RESUME_OPTIONS[-1]} go with "
+                                              "--resume RUN.")
+        return StartPlan("fresh")
+    if row.status == "completed":
+        return StartPlan("refuse", row.id, f"run {row.id} already completed; nothing to resume.")
+    if row.status != "running":
+        return StartPlan("resume", row.id)
+    age = heartbeat_age(row)
+    beat = "" if age is None else f", last heartbeat {age:.0f} s ago"
+    if _owner_alive_here(row, age):  # with --takeover or not: two processes would write the run
+        return StartPlan("refuse", row.id, (
+            f"run {row.id} is still running: its owner, pid {row.pid}, is alive on this host ({row.host}{beat}); "
+            f"nothing was changed. Stop that process first (Ctrl-C in its terminal, or `kill {row.pid}`: the run "
+            f"is then marked interrupted), then resume the run. --takeover is for a run whose owner is gone (its "
+            f"machine died, or it was killed on another machine), never for one still running here: both would "
+            f"write the run."))
+    if takeover:
+        return StartPlan("takeover", row.id)
+    if is_stale(row):
+        return StartPlan("takeover", row.id, f"run {row.id}: its owner (pid {row.pid} on {row.host}) has not written a "
+                                             f"heartbeat for {(age or 0) / 60:.0f} min; taking it over.")
+    return StartPlan("refuse", row.id, (
+        f"run {row.id} is still running (pid {row.pid} on {row.host}{beat}); stop it before resuming, or, if that "
+        f"process is gone (its machine died), resume with --takeover (a run whose heartbeat is older than "
+        f"{STALE_AFTER_S / 60:.0f} min is taken over without it)."))
+
+
+def _owner_alive_here(row: Any, age: float | None) -> bool:
+    """Whether the ``running`` run's owner process is alive on this host. A live pid that started after the
+    run's last heartbeat is another process that reuses the number (after a reboot, say), not the owner."""
+    if not owner_alive_here(row):
+        return False
+    started = _process_age(row.pid)
+    return not (age is not None and started is not None and started < age - 2)  # 2 s: the boot time's resolution
+
+
+def _process_age(pid: int) -> float | None:
+    """Seconds since process ``pid`` started (Linux's /proc); None where that cannot be read."""
+    import time
+
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return time.time() - (boot + ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def check_own_run_dir(store: RunStore, row: Any, run_dir: Path) -> None:
+    """SealError unless ``run_dir`` (given with ``--resume RUN --run-dir``) is run ``row``'s folder: it holds a
+    config.json that is the config the store holds for the run, its checkpoints do not name another run, and
+    it is not the folder (nor carries the id) of another run in the store."""
+    from .checkpoints import CORE_CHECKPOINT_FILE, checkpoint_run_id
+
+    if not (run_dir / "config.json").is_file():
+        raise SealError(f"--run-dir {run_dir}: no run folder there (no config.json); give the folder that "
+                        f"holds the run's checkpoints/ (it was {row.run_dir}).")
+    folder = run_dir.resolve()
+    refuse = (f"--run-dir {run_dir}: that folder is not run {row.id}'s (whose folder was {row.run_dir}), "
+              f"nothing was changed: ")
+    for other in store.list_runs():
+        if other.id == row.id:
+            continue
+        if folder.name == other.id or (other.run_dir and Path(other.run_dir).resolve() == folder):
+            raise SealError(f"{refuse}it is the folder of run {other.id} ({other.name}, {other.status}, recipe "
+                            f"{other.recipe}). Give the folder that holds run {row.id}'s checkpoints/.")
+    for core in sorted((run_dir / "checkpoints").glob(f"*/{CORE_CHECKPOINT_FILE}")):
+        owner = checkpoint_run_id(core.parent)
+        if owner is not None and owner != row.id:
+            raise SealError(f"{refuse}its checkpoint {core.parent.name} was written by run {owner}. Give the folder "
+                            f"that holds run {row.id}'s checkpoints/.")
+    try:
+        folder_config = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SealError(f"{refuse}its config.json cannot be read ({exc}).") from exc
+    if folder_config != row.config and _config_hash(folder_config) != row.config_hash:
+        name = folder_config.get("name") if isinstance(folder_config, dict) else None
+        raise SealError(f"{refuse}its config.json (run name {name!r}, config hash "
+                        f"{(_config_hash(folder_config) or '?')[:8]}) is not the config the store holds for run "
+                        f"{row.id} (run name {row.name!r}, config hash {row.config_hash[:8]}, recipe {row.recipe}). "
+                        f"Give the folder that holds run {row.id}'s checkpoints/.")
+
+
+def _config_hash(data: Any) -> str | None:
+    """The config hash of a run folder's config.json, as the store computes it; None where it is no config."""
+    from .config import stored_config
+
+    try:
+        return str(stored_config(data).config_hash())
+    except Exception:  # a config.json that is not a valid config has no hash
+        return None
+
+
+def resume_point(store: RunStore, run_id: str, checkpoint_every: int) -> str:
+    """Where a resume of the interrupted run starts, for its message: after its last durable checkpoint, or
+    from step 0 when it has none yet (``training.checkpoint_every: 0``, or stopped before the first); "" where
+    the store cannot say."""
+    try:
+        durable = durable_checkpoints(store, run_id)
+    except Exception:  # an interrupted command must still print its message
+        return ""
+    if durable:
+        last = durable[-1].step
+        return f"run {run_id}: a resume continues after step {last} (its last checkpoint), from step {last + 1}."
+    why = " (training.checkpoint_every: 0 writes one only at the end)" if not checkpoint_every else ""
+    return f"run {run_id}: no checkpoint yet{why}: a resume starts again from step 0."
+
+
+def stored_row(store: RunStore, run_id: str) -> Any:
+    """The run's row as the store holds it now; None where the store has no row for it or cannot be read."""
+    try:
+        return store.get_run(run_id)
+    except Exception:  # an interrupted or failed command must still print its message
+        return None
+
+
+def failed_run_state(store: RunStore, run_id: str, rerun: str | None = None) -> str:
+    """What the store holds about a run that just failed, truthfully: on a full disk or a lost database the
+    failure itself may not have been recorded (no row at all, or a row that still says ``running``). A run
+    that failed before it trained anything (in its set-up: the environment, its tasks, the engine, a plugin's
+    ``start_run``; or before its first step was stored) has nothing to continue: the message says so, and that
+    it can be run again as a new run (``rerun``: the command, for a new run) or resumed to reuse its id and
+    folder (which starts it from step 0)."""
+    from .store import owned_by_this_process
+
+    row = stored_row(store, run_id)
+    status = None if row is None else str(row.status)
+    resume = resume_command(run_id, str(store.url))
+    again = f"after fixing the cause, continue it with `{resume}`."
+    if status == "failed" and _trained_nothing(store, run_id):
+        new = f"run the recipe again as a new run (this one was `{rerun}`)" if rerun else "run its recipe again as a new run"
+        return (f"The run {run_id} failed before it trained anything and is marked failed with this error: the "
+                f"store holds no step and no checkpoint of it, so there is nothing to continue. After fixing the "
+                f"cause, {new}, or reuse this run's id and folder with `{resume}`, which starts it from step 0 "
+                f"with the recipe and overrides it was started with (a fix in those needs a new run).")
+    if status == "failed":
+        return f"The run {run_id} is marked failed; {again}"
+    if row is not None and status == "running" and not owned_by_this_process(row):
+        return (f"The run {run_id} belongs to another process now (pid {row.pid} on {row.host}); this one left "
+                "its row as it is.")
+    if status is None:
+        return (f"Nothing of run {run_id} is in the store (it could not be written, or not read back); after fixing "
+                "the cause, start it again.")
+    return (f"The store could not record how the run ended (it says {status!r}; a run left 'running' by a process "
+            f"that has exited reads as crashed); {again}")
+
+
+def _trained_nothing(store: RunStore, run_id: str) -> bool:
+    """Whether the store holds no step and no checkpoint of the run; False where that cannot be read (the
+    message then keeps the plain resume hint)."""
+    try:
+        return not store.steps(run_id) and not store.checkpoints(run_id)
+    except Exception:  # a failed command must still print its message
+        return False
+
+
+def resumed_config(store: RunStore, row: Any, args: Sequence[str], run_dir: Path | None) -> Any:
+    """The config a resume runs with: the stored one, with ``args`` (overrides of where it runs only) applied;
+    ``--run-dir`` checked to be the run's folder before the store or the folder is changed."""
+    from .config import refuse_redacted, resume_overrides, stored_config
+
+    config = stored_config(row.config)
+    if args:  # only where it runs (settings.ray.address=..., say) may change
+        from .planning import plugin_host_for
+
+        config = resume_overrides(config, list(args), plugin_host_for(config).settings_models())
+    refuse_redacted(config, row.id, resume_command(row.id, str(store.url)))
+    if run_dir is not None:
+        check_own_run_dir(store, row, run_dir)
+    return config
+
+
+def stopped_lines(store: RunStore, run_id: str, how: str, checkpoint_every: int, store_arg: str, *,
+                  report: bool) -> list[str]:
+    """What ``seal-platform run`` says of a run stopped by Ctrl-C or a signal (``how``): that it completed
+    after all (the stop came while its report or summary was written), or how it is marked, where a resume
+    starts and the command that resumes it. ``store_arg``: the store as the hint shows it."""
+    row = stored_row(store, run_id)
+    status = None if row is None else str(row.status)
+    if status == "completed":  # the signal came after the run's end: while its report or summary was written
+        again = f"write its report with: seal-platform report {run_id} --store {store_arg}" if report else ""
+        return [f"the run {run_id} completed ({how} afterwards, before its report and summary were done); "
+                f"{again + '; ' if again else ''}details: seal-platform show {run_id} --store {store_arg}"]
+    marked = f"the run is marked {status}" if status else "the run's status could not be read"
+    point = resume_point(store, run_id, checkpoint_every)  # its own line: the hint's command ends the next one
+    return [*([point] if point else []), f"{how}; {marked}; continue with: {resume_command(run_id, str(store.url))}"]
 
 
 PLUGINS_CHANGED_EVENT = "plugins_changed"  # the event a resume with --allow-plugin-changes records

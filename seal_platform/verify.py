@@ -12,13 +12,12 @@ from typing import Any, Iterable, Iterator
 from .config import apply_overrides, raise_for, validate_core, validate_settings
 from .context import RunContext
 from .environment import BatchVerifyingEnvironment, VerifyingEnvironment
-from .errors import ConfigError, SealError
+from .errors import SealError, Terminated
 from .lifecycle import lifecycle
 from .plugins import (
     PLUGIN_FAILURES,
     PluginHost,
     describe_exception,
-    make_benchmark_host,
     make_plugin_manager,
     short_repr,
 )
@@ -34,15 +33,44 @@ class VerifyCounts:
 
 
 def benchmark_host(benchmark: str, overrides: Iterable[str]) -> PluginHost:
-    """The plugins that verifying with ``benchmark`` needs: its own plugin alone where it can serve (it
-    registers the benchmark and owns every settings section the ``overrides`` name; see
-    :func:`~seal_platform.plugins.make_benchmark_host`), else every installed plugin. Malformed overrides:
-    every plugin (:func:`verify_lines` reports them as it always has)."""
+    """The plugins that verifying with ``benchmark`` uses: every installed plugin, loaded as for any other
+    command (a plugin that fails to load is warned about, a clash is heard); only the benchmark's own plugin
+    takes part in the verification (:func:`verify_lines`)."""
+    return make_plugin_manager()
+
+
+def verify_command(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
+    """``seal-platform verify``: one result line on standard output per line of ``file``, written as they come;
+    exits 1 when any line got ``{"error": ...}`` (every line is still written), with the count on standard
+    error. SIGTERM ends it as Ctrl-C does (the verifier's clean-up runs: forked lanes are killed), exit 143."""
+    import sys
+
+    from .commands import errors, sigterm_interrupts, warn_failed_plugins
+
+    host = benchmark_host(benchmark, overrides)
+    warn_failed_plugins(host)  # on stderr: the output stays one JSON line per input line
+    # Written as they come (a terminal still gets each line at once: its stream is line-buffered); one
+    # click.echo per line would flush the stream after every record.
+    out = sys.stdout
+    counts = VerifyCounts()
     try:
-        sections = list(apply_overrides({}, list(overrides)))
-    except ConfigError:
-        return make_plugin_manager()
-    return make_benchmark_host(benchmark, sections)
+        with sigterm_interrupts():
+            for line in verify_lines(benchmark, file, list(overrides), host=host, counts=counts):
+                out.write(line + "\n")
+            out.flush()
+    except Terminated as exc:
+        with contextlib.suppress(OSError):
+            out.flush()
+        errors.print(f"verify: {exc.how}; the lines above are complete, the rest were not scored")
+        sys.exit(exc.exit_status)
+    except BrokenPipeError:  # the reader went away (| head): nothing more to say to it
+        raise
+    except OSError as exc:  # a full disk, a device that refuses writes (> /dev/full)
+        raise SealError(f"verify: cannot write the results to standard output: {exc.strerror or exc}.") from None
+    if counts.errors:  # every line is written; the status says that some could not be scored
+        errors.print(f"verify: {counts.errors} of {counts.lines} line(s) could not be scored (each has "
+                     '{"error": ...} in its place)', highlight=False, markup=False)
+        sys.exit(1)
 
 
 def verify_lines(benchmark: str, lines: Iterable[str | bytes], overrides: list[str],

@@ -4,7 +4,7 @@ fast path.
 The worker pool (:mod:`.executor`) starts workers from a fork server, a fresh interpreter that imports the
 BFCL backends, and sends each transcript and its task over a pipe: right for training, where the trainer
 process has many threads and cannot fork safely, but at the scale of one command that is most of its time.
-Here a plain ``fork()`` gives children that already have the imports, the task data and the caches
+Here a child forked by :mod:`multiprocessing` (its ``fork`` start method) has the imports, the task data and the caches
 (copy-on-write): the items are dealt out in small blocks to one lane per usable CPU (blocks rather than one
 contiguous slice each, so that a file sorted by category -- long-context tasks cost twice the others -- still
 splits evenly), and each lane's child scores its items one after another (fresh backend instances per
@@ -14,13 +14,15 @@ killed, that item gets ``on_failure``, and a new child goes on from the lane's n
 address space is capped like a worker's.
 
 Only used where ``fork`` is available and this process runs a single thread (forking a threaded process can
-deadlock the child); otherwise the caller uses the worker pool.
+deadlock the child); otherwise the caller uses the worker pool. Each child reports on a pipe of its own,
+which the parent reads with ``select``; multiprocessing starts, kills and reaps it.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import multiprocessing
 import os
 import select
 import signal
@@ -63,6 +65,19 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and threading.active_count() == 1
 
 
+def _child_main(items: Sequence[Any], read_fd: int, write_fd: int, score: Callable[[Any], dict[str, Any]],
+                memory_bytes: int | None, ticks: "_Ticks | None", slot: int, parent: int) -> None:
+    """A lane's child (a multiprocessing target): score ``items`` onto ``write_fd``. Anything that escapes
+    the per-item handling ends the child with status 1 and no traceback: the parent sees its pipe close and
+    gives the item ``on_failure``."""
+    try:
+        _die_with(parent)
+        os.close(read_fd)
+        _child(items, write_fd, score, memory_bytes, ticks, slot)
+    except BaseException:
+        raise SystemExit(1) from None
+
+
 def _child(items: Sequence[Any], write_fd: int, score: Callable[[Any], dict[str, Any]],
            memory_bytes: int | None, ticks: "_Ticks | None" = None, slot: int = 0) -> None:
     _limit_resources(memory_bytes)
@@ -92,7 +107,7 @@ def _die_with(parent: int) -> None:
     except (OSError, AttributeError):  # not Linux: the parent's own clean-up still stops its children
         return
     if os.getppid() != parent:  # the parent died before the call above
-        os._exit(1)
+        raise SystemExit(1)
 
 
 # The cyclic garbage collector in a child: it runs after this many new container objects (CPython's default
@@ -104,10 +119,7 @@ GC_THRESHOLD = 50_000
 
 
 def _quiet_gc() -> None:
-    """In a child: leave the objects inherited from the parent out of every collection (``gc.freeze``:
-    nothing the child inherits is its garbage, and scanning them would also copy their pages) and collect
-    the child's own cycles less often (:data:`GC_THRESHOLD`)."""
-    gc.freeze()
+    """In a child: collect its own cycles less often (:data:`GC_THRESHOLD`)."""
     _, second, third = gc.get_threshold()
     gc.set_threshold(GC_THRESHOLD, second, third)
 
@@ -136,7 +148,7 @@ class _Lane:
         self.indices = indices
         self.slot = slot  # this lane's place in the shared progress marks (_Ticks)
         self.next = 0  # position in ``indices`` of the next result expected
-        self.pid: int | None = None
+        self.process: Any = None  # the multiprocessing.Process of the lane's current child
         self.fd: int | None = None  # the read end of the child's output pipe
         self.buffer = bytearray()
         self.deadline = 0.0  # when the item (or, with a per-call limit, the call under way) has overrun
@@ -171,33 +183,25 @@ class _Lane:
         """Fork a child that verifies this lane's items from ``next`` on."""
         todo = [items[i] for i in self.indices[self.next:]]
         read_fd, write_fd = os.pipe()
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns into the caller's code
-            status = 0
-            try:
-                _die_with(parent)
-                os.close(read_fd)
-                _child(todo, write_fd, score, memory_bytes, ticks, self.slot)
-            except BaseException:
-                status = 1
-            finally:
-                os._exit(status)
-        os.close(write_fd)
-        self.pid, self.fd, self.buffer = pid, read_fd, bytearray()
+        process = multiprocessing.get_context("fork").Process(
+            target=_child_main, args=(todo, read_fd, write_fd, score, memory_bytes, ticks, self.slot, os.getpid()),
+            daemon=True)
+        try:
+            process.start()
+        finally:
+            os.close(write_fd)
+        self.process, self.fd, self.buffer = process, read_fd, bytearray()
         self.begin(timeout_s(self.indices[self.next]), call_window)
 
     def stop(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            os.waitpid(self.pid, 0)
-            self.pid = None
+        if self.process is not None:
+            self.process.kill()
+            self.process.join()
+            self.process.close()
+            self.process = None
 
 
 def deal(n: int, lanes: int, blocks_per_lane: int = 16) -> list[list[int]]:

@@ -16,7 +16,7 @@ import click
 from pydantic import BaseModel, Field
 
 # --store as every core command takes it (a URL or an SQLite file's path); a plugin may import the core.
-from seal_platform.cli import store_option
+from seal_platform.commands import store_option
 
 
 class Cell(BaseModel):
@@ -133,7 +133,7 @@ def render(result: Agreement, console: Any) -> None:
 def command(run_id: str, store_url: str | None, judge: str | None, heuristic: str | None, as_json: bool) -> None:
     """Confusion matrix of the LLM judge's labels against the heuristic diagnoser's over a run's trajectories,
     with the judge's mean confidence per cell."""
-    from seal_platform.cli import console, open_store
+    from seal_platform.commands import console, open_store
 
     store = open_store(store_url)
     run = store.get_run(run_id)

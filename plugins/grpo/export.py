@@ -99,7 +99,7 @@ def export_merged(run_config: dict[str, Any], checkpoint_dir: Path, out: Path) -
 
 def add_commands(cli: click.Group) -> None:
     """Add ``export-merged`` to the CLI."""
-    from seal_platform.cli import console, open_store, store_option
+    from seal_platform.commands import console, open_store, store_option
 
     @cli.command("export-merged")
     @click.argument("run_id", metavar="RUN")

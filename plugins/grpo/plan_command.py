@@ -95,14 +95,14 @@ def add_command(cli: Any) -> None:
         copy) and exits 1, naming the largest part and the setting to change, when one would not fit. The
         model's shape comes from settings.policy.model's config.json, or from its name for the Qwen2.5
         (0.5B-7B) and Qwen3 (0.6B-8B) checkpoints. Figures: docs/scaling.md, "Memory plan"."""
-        from seal_platform.cli import _split_recipe_args, console
+        from seal_platform.commands import console, split_recipe_args
         from seal_platform.config import raise_for
         from seal_platform.planning import check_recipe, load_recipe, plugin_host_for
         from seal_platform.scaleout import cluster_for
 
         from seal_platform_libs.policy.on_ray import RAY
 
-        recipe, overrides = _split_recipe_args(args)
+        recipe, overrides = split_recipe_args(args)
         config, issues, path = load_recipe(recipe, overrides)
         if config is None:
             raise_for(issues, str(path))

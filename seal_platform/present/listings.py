@@ -161,3 +161,34 @@ def settings_listing(console: Console, rows: Sequence[tuple[str, str, str, str, 
         return Group(*parts), []
 
     return fitting(console, table, vertical)
+
+
+def runs_json(store: Any, listed: list[Any]) -> list[dict[str, Any]]:
+    """``seal-platform runs --json``: each listed run's row with its updates and evaluations."""
+    from .digest import load_digest
+
+    rows = []
+    for r in listed:
+        digest = load_digest(store, r.id)
+        rows.append({
+            "id": r.id, "name": r.name, "status": r.status, "steps": None if r.last_step is None else r.last_step + 1,
+            "started_at": r.started_at.isoformat() if r.started_at else None,
+            "ended_at": r.ended_at.isoformat() if r.ended_at else None,
+            "config_hash": r.config_hash, "run_dir": r.run_dir, "recipe": r.recipe, "seed": r.seed,
+            "updates": digest.updates(),
+            "evaluations": {name: [{"step": p.step, "pass_rate": p.average, "n_tasks": p.n_tasks}
+                                   for p in points] for name, points in digest.evaluations.items()},
+            "checkpoint_evaluations": [e.model_dump(mode="json") for e in digest.checkpoint_evaluations],
+        })
+    return rows
+
+
+def evaluation_table(run_id: str, done: int, result: Any) -> Table:
+    """``seal-platform eval``'s result: the pass rate per category and the average."""
+    table = Table(title=f"run {run_id}, checkpoint after {done} step(s), split {result.split} ({result.n_tasks} tasks)")
+    table.add_column("category")
+    table.add_column("pass rate (%)", justify="right")
+    for cat, rate in sorted(result.per_category.items()):
+        table.add_row(Text(clean(cat, lines=True)), f"{rate:.2f}")
+    table.add_row("[bold]average[/]", f"{result.average:.2f}")
+    return table

@@ -137,10 +137,11 @@ def push_to_engine(trainer: Any, engine: Any, version: int) -> bool:
     """``trainer`` (a :class:`.distributed.GroupTrainer`) pushes its weights from its ranks into ``engine``'s
     replicas where :func:`wants_device_push` says so; False when it does not (or the push failed: the caller
     pushes the driver's copy the host way)."""
+    from .engines.routing import ReplicaClient
     from .engines.shipping import ChangeTracker
 
     settings = trainer.settings
-    replicas = callable(getattr(engine, "_submit", None)) and callable(getattr(engine, "live", None))
+    replicas = isinstance(engine, ReplicaClient)  # local or Ray replicas; an in-process engine shares the model
     if not wants_device_push(settings.weight_sync, trainer.on_cuda, replicas, settings.lora is not None):
         return False
     if trainer.device_push is None:

@@ -142,13 +142,13 @@ def test_plugin_commands_still_come_with_everything_but_a_builtin_command(tmp_pa
 
 
 def _collector(item):
-    return {"threshold": gc.get_threshold()[0], "frozen": gc.get_freeze_count(), "item": item}
+    return {"threshold": gc.get_threshold()[0], "item": item}
 
 
-def test_forked_children_freeze_what_they_inherit_and_collect_less_often():
+def test_forked_children_collect_less_often():
     before = gc.get_threshold()
     out = verify_forked(list(range(8)), _collector, lambda item, why: {"failed": why}, timeout_s=30.0, lanes=2,
                         min_per_lane=1)
     assert [o["item"] for o in out] == list(range(8))
-    assert all(o["threshold"] == GC_THRESHOLD and o["frozen"] > 1000 for o in out)
+    assert all(o["threshold"] == GC_THRESHOLD for o in out)
     assert gc.get_threshold() == before  # this process keeps its own settings

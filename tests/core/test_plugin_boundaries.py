@@ -5,6 +5,8 @@ plugins (``plugins/``, ``examples/``).
 * a library imports the core, other libraries (``seal_platform_libs.*``) and third-party packages, never a
   plugin or an example;
 * a plugin imports the core, the libraries, its own modules and third-party packages, never another plugin.
+* of the core, a plugin never imports the command line (``seal_platform.cli``, wiring): what a plugin's command
+  needs is in ``seal_platform.commands`` (an example's tests may drive the command line).
 
 Every ``.py`` file under ``plugins/`` and ``examples/`` is read with :mod:`ast` (nothing is imported), and every
 import in it counts wherever it stands: at module level, inside functions and classes, under ``if
@@ -32,6 +34,9 @@ SKIPPED_DIRS = {"build", "dist", "__pycache__", "node_modules"}
 # the core's typed contract, ``ctx.cluster``). Add none: the test below fails while a listed pair no longer
 # occurs, so this list cannot go stale.
 PENDING_EDGES: frozenset[tuple[str, str]] = frozenset()
+
+# Core modules no plugin imports, with what to import instead.
+FORBIDDEN_CORE = {"seal_platform.cli": "the command line is wiring; use seal_platform.commands"}
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,16 @@ def _targets(imp: _Import, package: tuple[str, ...], exists) -> tuple[list[str],
     return out, keep
 
 
+def _forbidden_core(imp: _Import) -> list[tuple[str, str]]:
+    """The modules of :data:`FORBIDDEN_CORE` an absolute import names (``from seal_platform import cli`` too),
+    each with why it is forbidden."""
+    if imp.level:
+        return []
+    named = [imp.module, *(f"{imp.module}.{name}" for name in imp.names)]
+    return [(module, why) for module in named for core, why in FORBIDDEN_CORE.items()
+            if module == core or module.startswith(core + ".")][:1]
+
+
 def _owner_of(module: str, owners: dict[str, str]) -> str | None:
     """The plugin that owns a module: for ``seal_platform_plugins.<name>...`` that plugin, for an example's
     top-level package or module that example; None for anything else (the core, third-party libraries)."""
@@ -169,7 +184,10 @@ def plugin_edges(root: Path) -> list[Edge]:
     for path, owner, module, own_depth in files:
         rel = path.relative_to(root).as_posix()
         package = module if path.name == "__init__.py" else module[:-1]
+        a_test = "tests" in path.relative_to(root).parts[:-1]
         for imp in _imports(path):
+            if not a_test:
+                edges.extend(Edge(rel, imp.line, module, why) for module, why in _forbidden_core(imp))
             targets, keep = _targets(imp, package, exists)
             climbs = imp.level > 0 and keep < own_depth
             for target in targets:
@@ -326,6 +344,34 @@ def test_the_scanner_finds_every_kind_of_cross_plugin_import(tmp_path: Path) -> 
         ("examples/e1/pkg1/mod.py", 5, "seal_platform_plugins.a.x", other),
         ("examples/e1/pkg1/mod.py", 6, "up", escape),
         ("examples/e2/tests/test_tool.py", 2, "pkg1", other),
+    }
+
+
+def test_the_scanner_finds_a_plugin_import_of_the_command_line(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "plugins/__init__.py": "",
+            "plugins/a/__init__.py": "",
+            "plugins/a/x.py": """\
+                from seal_platform.commands import console
+                from seal_platform.cli import open_store
+                def f():
+                    from seal_platform import cli, config
+                    import seal_platform.cli
+                    return importlib.import_module("seal_platform.cli")
+                """,
+            "examples/e1/pkg1/__init__.py": "from seal_platform import cli\n",
+            "examples/e1/tests/test_cli.py": "from seal_platform.cli import cli\n",
+        },
+    )
+    found = {(e.file, e.line, e.target) for e in plugin_edges(tmp_path)}
+    assert found == {
+        ("plugins/a/x.py", 2, "seal_platform.cli"),
+        ("plugins/a/x.py", 4, "seal_platform.cli"),
+        ("plugins/a/x.py", 5, "seal_platform.cli"),
+        ("plugins/a/x.py", 6, "seal_platform.cli"),
+        ("examples/e1/pkg1/__init__.py", 1, "seal_platform.cli"),
     }
 
 

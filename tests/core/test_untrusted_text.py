@@ -203,7 +203,8 @@ def test_json_outputs_escape_what_a_terminal_would_obey_and_keep_the_data(hostil
 def test_the_cli_prints_a_plugins_error_text_as_text(capsys):
     """A failed plugin's error, and an exception a plugin raised into a command, reach the terminal cleaned
     (the CLI's own lines: its failure paragraph and its warnings about plugins that did not load)."""
-    from seal_platform.cli import _print_error, _warn_failed_plugins
+    from seal_platform.commands import print_error as _print_error
+    from seal_platform.commands import warn_failed_plugins as _warn_failed_plugins
     from seal_platform.plugins import PluginRecord
 
     record = PluginRecord(name="evil" + ATTACK, distribution="evil-dist", status="failed", error="boom " + ATTACK)
