@@ -41,7 +41,7 @@ import socket
 import statistics
 import sys
 import time
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +178,7 @@ def previous_part_wall(store: Any, run: Any) -> float | None:
     end = run.ended_at or run.heartbeat_at
     if start is None or end is None:
         return None
-    utc = [t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in (start, end)]
+    utc = [t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end)]
     return max(0.0, (utc[1] - utc[0]).total_seconds())
 
 
@@ -302,7 +302,9 @@ def table(rows: list[dict], recipes: list[str]) -> str:
     by_seed = {(r["recipe"], r["seed"]): final_average(r) for r in rows if r["recipe"] != BASE}
     order = [BASE, *recipes] if base_rows else recipes
     for recipe in order:
-        mine = sorted((r for r in rows if r["recipe"] == recipe), key=lambda r: r["seed"] if r["seed"] is not None else -1)
+        mine = sorted(
+            (r for r in rows if r["recipe"] == recipe), key=lambda r: r["seed"] if r["seed"] is not None else -1
+        )
         if not mine:
             continue
         finals = [final_evaluation(r) for r in mine]

@@ -56,7 +56,9 @@ def busy(ms: float) -> None:
 def build(mode: str, model: Any, tokenizer: Any, args: argparse.Namespace) -> Any:
     from seal_platform_libs.policy.engines.settings import EngineSettings
 
-    settings = EngineSettings.model_validate({"vllm": {"max_num_seqs": args.episodes, "in_process": mode != "engine-core"}})
+    settings = EngineSettings.model_validate(
+        {"vllm": {"max_num_seqs": args.episodes, "in_process": mode != "engine-core"}}
+    )
     if mode == "replica":
         from seal_platform_libs.policy.engines.local import start_local_replicas
 

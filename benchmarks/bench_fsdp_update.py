@@ -77,8 +77,8 @@ def main() -> None:
     import torch
     from transformers import LlamaConfig
 
-    from seal_platform_plugins.grpo.distributed import LocalTrainerGroup
     from seal_platform_libs.policy.loading import PolicySettings
+    from seal_platform_plugins.grpo.distributed import LocalTrainerGroup
     from seal_platform_plugins.grpo.settings import GRPOSettings
     from seal_platform_plugins.grpo.sharded import WorkerOptions
     from seal_platform_plugins.grpo.trainer import GRPOTrainer

@@ -83,8 +83,8 @@ def main() -> None:
         gradient_checkpointing=args.gradient_checkpointing,
     )
     if args.fsdp:
-        from seal_platform_plugins.grpo.distributed import free_port
         from seal_platform_libs.policy.loading import PolicySettings
+        from seal_platform_plugins.grpo.distributed import free_port
         from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
 
         options = WorkerOptions(grpo=settings, policy=PolicySettings(), pad_id=0, device=device,
@@ -103,7 +103,9 @@ def main() -> None:
     rewards = [float(torch.rand((), generator=gen) < 0.5) for _ in range(args.tasks * args.group)]
     groups = [str(i // args.group) for i in range(len(rewards))]
     adv = group_advantages(rewards, groups)
-    prompts = [torch.randint(0, config.vocab_size, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.tasks)]
+    prompts = [
+        torch.randint(0, config.vocab_size, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.tasks)
+    ]
 
     def batch() -> list[Sample]:
         out = []

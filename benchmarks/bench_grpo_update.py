@@ -85,7 +85,7 @@ class PeakMemory:
         self.device = device
         self.peak_bytes = 0
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         import threading
 
         import psutil
@@ -379,8 +379,11 @@ def main() -> None:
                         help="long-episode update only (one group of --group rollouts of --episode-tokens tokens)")
     parser.add_argument("--episode-tokens", type=int, default=4400)
     parser.add_argument("--gradient-checkpointing", action="store_true", help="(--long) as the embedded recipe does")
-    parser.add_argument("--recompute-attention", action="store_true",
-                        help="(--long, with --gradient-checkpointing) recompute attention too (grpo.checkpoint_keep_attention: false)")
+    parser.add_argument(
+        "--recompute-attention",
+        action="store_true",
+        help="(--long, with --gradient-checkpointing) recompute attention too (grpo.checkpoint_keep_attention: false)",
+    )
     args = parser.parse_args()
 
     import torch

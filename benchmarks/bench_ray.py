@@ -68,9 +68,9 @@ def _ray(args: argparse.Namespace | None = None) -> Any:
 def _start(kind: str, model: Any, tokenizer: Any, replicas: int, args: argparse.Namespace) -> Any:
     from seal_platform_libs.policy.engines import EngineSettings
     from seal_platform_libs.policy.engines.remote import build_engine
+    from seal_platform_libs.policy.engines.replicas import start_replicas
     from seal_platform_libs.policy.engines.spec import PolicySpec
     from seal_platform_libs.policy.tokens import prompt_ids
-    from seal_platform_libs.policy.engines.replicas import start_replicas
 
     config = _ray(args)
     settings = EngineSettings()

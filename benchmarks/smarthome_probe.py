@@ -80,8 +80,13 @@ def main() -> None:
     settings = SmartHomeSettings.model_validate(config.settings.get("smarthome", {}))
     env = SmartHomeEnvironment(settings)
     model, tokenizer = load_policy(PolicySettings.model_validate(config.settings.get("policy", {})))
-    engine = VLLMEngine(model, tokenizer, EngineSettings.model_validate(config.settings.get("engine", {})), seed=config.seed,
-                        concurrency=config.rollout.workers)
+    engine = VLLMEngine(
+        model,
+        tokenizer,
+        EngineSettings.model_validate(config.settings.get("engine", {})),
+        seed=config.seed,
+        concurrency=config.rollout.workers,
+    )
     group = config.training.group_size
     max_new = settings.max_new_tokens or config.rollout.max_new_tokens
     protocol = (settings.attempts_per_turn, settings.worked_examples, settings.example_results)

@@ -39,9 +39,10 @@ import json
 import tempfile
 import textwrap
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import scaleout
 from .config import Issue, RunConfig, apply_overrides, raise_for, validate_core, validate_settings

@@ -51,10 +51,12 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from pydantic import BaseModel
 
     from .capability import CapabilityState
-    from .config import RunConfig
+    from .config import Issue, RunConfig
     from .context import RunContext
-    from .config import Issue
+    from .engine import RolloutEngine
+    from .environment import Environment
     from .registry import Cluster, ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec, MetricSpec
+    from .rollouts import RolloutsInFlight
     from .types import (
         EvalResult,
         Interface,
@@ -65,9 +67,6 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
         Trajectory,
         TurnLabel,
     )
-    from .engine import RolloutEngine
-    from .environment import Environment
-    from .rollouts import RolloutsInFlight
 
 PROJECT = "seal_platform"
 

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .errors import PluginError, SealError, Terminated
 from .interrupts import as_interruption, raise_if_interrupted
@@ -144,7 +145,9 @@ def lifecycle(
                 if store is None and status == "completed":
                     end_failure = end_failure or failure  # nowhere to record it: raised once everything is closed
                 else:
-                    _unrecorded("end_run_failed event", lambda: ctx.event("end_run_failed", str(failure), plugin=plugin))
+                    _unrecorded(
+                        "end_run_failed event", lambda: ctx.event("end_run_failed", str(failure), plugin=plugin)
+                    )
         _close_engine(ctx)
         ctx.executor.close()
         if owns_run and store is not None:
@@ -167,7 +170,9 @@ def _unrecorded(what: str, write: Callable[[], Any]) -> Exception | None:
     return None
 
 
-def _end_run(host: PluginHost, ctx: RunContext, status: str, plugins: Sequence[str] | None) -> list[tuple[str, Exception]]:
+def _end_run(
+    host: PluginHost, ctx: RunContext, status: str, plugins: Sequence[str] | None
+) -> list[tuple[str, Exception]]:
     """Call ``end_run`` on each plugin (``plugins``: the named ones) on its own: (plugin, error) of each that
     failed, the error a :class:`PluginError` naming the plugin (a plugin's own SealError as it is)."""
     failures: list[tuple[str, Exception]] = []

@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -21,10 +21,11 @@ Differences from the official code, all deliberate:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from seal_platform_libs.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 from seal_platform.types import Task, TurnVerdict
+from seal_platform_libs.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 
 from .trace import VerifyOutcome
 
@@ -42,7 +43,7 @@ def _as_calls(turn: Sequence[ParsedCall | str]) -> list[ParsedCall]:
 def verify(
     task: Task,
     model_turns: Sequence[Sequence[ParsedCall | str]],
-    executor: "ToolExecutor | None" = None,
+    executor: ToolExecutor | None = None,
 ) -> VerifyOutcome:
     """Verify one transcript: per GT turn, the model's calls (``ParsedCall`` s or BFCL call strings).
 
@@ -68,7 +69,8 @@ def reference_labels(outcome: VerifyOutcome) -> list[str]:
 def reference_label(verdict: TurnVerdict) -> str:
     """First rule that fires, in the reference order (see seal-method.md, "Diagnosis"): the diagnoser's
     :func:`~.diagnoser.reference_label`, with ``unreached_turn`` for a turn the model never reached."""
-    from .diagnoser import UNREACHED, reference_label as diagnoser_reference_label
+    from .diagnoser import UNREACHED
+    from .diagnoser import reference_label as diagnoser_reference_label
 
     if not verdict.reached:
         return UNREACHED
@@ -94,7 +96,9 @@ def check_record(record: Any) -> tuple[str, list[list[str]]]:
         raise ValueError('missing "task_id": each line needs {"task_id": "...", "turns": [[...], ...]}')
     turns = record.get("turns")
     if not isinstance(turns, list) or not all(isinstance(turn, list) for turn in turns):
-        raise ValueError('"turns" must be a list with, per ground-truth turn, a list of call strings like "cd(folder=\'x\')"')
+        raise ValueError(
+            '"turns" must be a list with, per ground-truth turn, a list of call strings like "cd(folder=\'x\')"'
+        )
     for index, turn in enumerate(turns):
         for call in turn:
             if not isinstance(call, str):
@@ -141,7 +145,7 @@ def _warm_up(records: list[Any], lookup: Callable[[str], Task]) -> None:
 def verify_records(
     records: list[Any],
     *,
-    executor: "Callable[[], ToolExecutor]",
+    executor: Callable[[], ToolExecutor],
     label_turns: LabelFn | None = None,
     task_lookup: Callable[[str], Task] | None = None,
     timeout_s: float = 600.0,
@@ -315,7 +319,7 @@ def _verify_forked_in_groups(
 def verify_record(
     record: Any,
     *,
-    executor: "ToolExecutor | None" = None,
+    executor: ToolExecutor | None = None,
     label_turns: LabelFn | None = None,
     task_lookup: Callable[[str], Task] | None = None,
 ) -> dict[str, Any]:

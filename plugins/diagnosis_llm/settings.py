@@ -92,7 +92,10 @@ class DiagnosisLlmSettings(Section):
         description="Heuristic labels about the data or the episode's end, not the agent (never judged).",
     )
     max_turns_per_step: int = Field(
-        default=16, ge=0, le=1_000_000, description="Judge at most this many turns per step (0: no limit); judging costs generation time."
+        default=16,
+        ge=0,
+        le=1_000_000,
+        description="Judge at most this many turns per step (0: no limit); judging costs generation time.",
     )
     max_tokens_per_run: int = Field(
         default=0, ge=0, le=10**12,
@@ -101,8 +104,12 @@ class DiagnosisLlmSettings(Section):
     )
     max_new_tokens: int = Field(default=256, ge=16, le=1_048_576)
     temperature: float = Field(default=0.0, ge=0.0)
-    max_transcript_chars: int = Field(default=6000, ge=500, le=100_000_000, description="The transcript is cut (oldest first) to this.")
-    batch_size: int = Field(default=16, ge=1, le=4096, description="Judge prompts sent to a rollout engine in one request.")
+    max_transcript_chars: int = Field(
+        default=6000, ge=500, le=100_000_000, description="The transcript is cut (oldest first) to this."
+    )
+    batch_size: int = Field(
+        default=16, ge=1, le=4096, description="Judge prompts sent to a rollout engine in one request."
+    )
     cache: bool = Field(
         default=True, description="Keep judgements in the run store, keyed by content, so no turn is judged twice."
     )

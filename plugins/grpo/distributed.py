@@ -17,13 +17,15 @@ from __future__ import annotations
 import os
 import socket
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from seal_platform_libs.policy.on_ray import OnRay
 from seal_platform_libs.policy.loading import PolicySettings
+from seal_platform_libs.policy.on_ray import OnRay
+
 from .samples import Sample
 from .settings import GRPOSettings
 from .sharded import TrainerWorker, WorkerOptions, save_single_process

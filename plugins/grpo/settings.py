@@ -76,7 +76,9 @@ class GRPOSettings(RuntimeSettings):
     )
     # --- the optimizer -----------------------------------------------------------------------------------
     lr: float = Field(default=1e-6, gt=0.0, description="AdamW learning rate (constant after warm-up).")
-    lr_warmup_updates: int = Field(default=0, ge=0, le=10_000_000, description="Linear warm-up over this many optimizer updates.")
+    lr_warmup_updates: int = Field(
+        default=0, ge=0, le=10_000_000, description="Linear warm-up over this many optimizer updates."
+    )
     weight_decay: float = Field(default=0.01, ge=0.0)
     betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = Field(default=1e-8, gt=0.0)
@@ -91,7 +93,9 @@ class GRPOSettings(RuntimeSettings):
         default=4, ge=1, le=4096, description="Most sequences per forward/backward pass (gradient accumulation)."
     )
     max_tokens_per_micro_batch: int | None = Field(
-        default=8192, ge=1, le=100_000_000,
+        default=8192,
+        ge=1,
+        le=100_000_000,
         description="Most tokens per forward/backward pass (padded, or packed with pack_sequences), a hard cap: an episode longer than this is "
         "trained on its first max_tokens_per_micro_batch tokens only (counted in the step's "
         "truncated_sequences), never as one oversized micro-batch; null: no token limit.",

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
-from seal_platform_libs.policy.memory_phases import HostOffload, empty_cache, trainer_tensors
 from seal_platform_libs.policy.loading import PolicySettings
+from seal_platform_libs.policy.memory_phases import HostOffload, empty_cache, trainer_tensors
+
 from .samples import Sample
 from .settings import GRPOSettings
 from .sharded_start import start_models
@@ -261,7 +263,9 @@ def read_state(directory: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{directory} holds no sharded grpo checkpoint ({STATE_FILE} missing)")
     meta = json.loads(path.read_text())
     if meta.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{path}: sharded checkpoint format {meta.get('format')!r}, this version reads {FORMAT_VERSION}")
+        raise ValueError(
+            f"{path}: sharded checkpoint format {meta.get('format')!r}, this version reads {FORMAT_VERSION}"
+        )
     return meta
 
 

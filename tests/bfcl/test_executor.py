@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from seal_platform_plugins.bfcl import backend as _backend
 from seal_platform_libs.toolenv.calls import parse_call
+from seal_platform_plugins.bfcl import backend as _backend
 from seal_platform_plugins.bfcl.executor import ExecutorError, ToolExecutor
 from seal_platform_plugins.bfcl.trace import ERROR_PREFIX
 
@@ -79,8 +79,9 @@ def test_long_context_results_with_reused_encodings_are_the_official_strings(tas
     assert stringify(stock) == json.dumps(stock)
     long_context.MA_5_EXTENSION.append(7)  # changed in place: the saved encoding no longer applies
     try:
-        assert stringify(stock) == json.dumps(stock) and stringify(stock).endswith("7], \"MA(20)\": " +
-                                                                                   json.dumps(long_context.MA_20_EXTENSION) + "}")
+        assert stringify(stock) == json.dumps(stock) and stringify(stock).endswith(
+            "7], \"MA(20)\": " + json.dumps(long_context.MA_20_EXTENSION) + "}"
+        )
     finally:
         long_context.MA_5_EXTENSION.pop()
     odd_keys = {1: long_context.MA_5_EXTENSION, True: "x", "k": long_context.MA_20_EXTENSION}  # noqa: F601 (as json sees it)

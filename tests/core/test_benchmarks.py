@@ -59,7 +59,9 @@ def test_compare_lists_every_benchmark_as_its_own_block(toy_site, toy_recipe):
     for i, run_id in enumerate(ids):
         final = max(r.step for r in store.evaluations(run_id))
         for bench, split in (("toy", "eval"), ("toy-ood", "ood")):
-            stored = {r.category: r.pass_rate for r in store.evaluations(run_id) if r.benchmark == bench and r.step == final}
+            stored = {
+                r.category: r.pass_rate for r in store.evaluations(run_id) if r.benchmark == bench and r.step == final
+            }
             assert stored
             for cat, rate in stored.items():
                 assert rows[(f"{bench}:{split}", cat)][i] == pytest.approx(rate)

@@ -18,8 +18,8 @@ from seal_platform.store import EVAL_BY_COMMAND, RunStore
 from seal_platform.store.safety import alembic_config
 from seal_platform.types import EvalResult
 
-from .test_resume_reliability import interrupted_then_resumed
 from .test_loop import _runner
+from .test_resume_reliability import interrupted_then_resumed
 
 
 def _rows(store, run_id, origin):

@@ -241,8 +241,9 @@ def _layer_edges(root: Path, top: str, what: str, forbidden: dict[str, str]) -> 
 
 def test_no_plugin_or_example_imports_another_plugin() -> None:
     unexpected = [e for e in plugin_edges(ROOT) if (e.file, e.target) not in PENDING_EDGES]
-    assert not unexpected, "cross-plugin imports (use seal_platform / seal_platform_libs.toolenv instead):\n" + "\n".join(
-        map(str, unexpected)
+    assert not unexpected, (
+        "cross-plugin imports (use seal_platform / seal_platform_libs.toolenv instead):\n"
+        + "\n".join(map(str, unexpected))
     )
 
 

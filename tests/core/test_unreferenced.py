@@ -30,7 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCTION = ("seal_platform/", "seal_platform_libs/", "plugins/", "examples/")  # under examples/, only packages (folders with __init__.py)
+PRODUCTION = (
+    "seal_platform/",
+    "seal_platform_libs/",
+    "plugins/",
+    "examples/",
+)  # under examples/, only packages (folders with __init__.py)
 DOC_SUFFIXES = (".md", ".rst", ".txt")
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -332,7 +332,9 @@ def test_vllm_logprobs_match_trainer_and_follow_weight_updates(policy, request):
         import weakref
 
         # Every layer of the model vLLM serves (one list per worker).
-        served = [ref for refs in engine.llm.apply_model(lambda m: [weakref.ref(x) for x in m.modules()]) for ref in refs]
+        served = [
+            ref for refs in engine.llm.apply_model(lambda m: [weakref.ref(x) for x in m.modules()]) for ref in refs
+        ]
     finally:
         engine.close()
     # Closing releases vLLM's model (issue 23, item 9: before, a process kept ~800 MB per closed engine

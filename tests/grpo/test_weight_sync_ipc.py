@@ -19,9 +19,9 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from seal_platform_libs.policy.ipc_sync import IPCSyncError, choose_backend, local_index  # noqa: E402
 from seal_platform_libs.policy.weight_sync import SyncGroup, load_into, push, receive, sync_tensors  # noqa: E402
+from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from tests.grpo.processes import collect_rows  # noqa: E402
 
 BUCKET_BYTES = 24 * 1024  # small: the tiny model travels in many buckets

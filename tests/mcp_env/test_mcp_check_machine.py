@@ -161,6 +161,8 @@ def test_config_validate_reads_every_line_of_the_task_file(tmp_path, monkeypatch
     missing = CliRunner().invoke(cli, ["config", "validate", str(_recipe(tmp_path, [SERVER], tasks="nowhere.jsonl"))])
     assert missing.exit_code == 1 and "settings.mcp.tasks" in missing.output and "nowhere.jsonl" in missing.output
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"id": "a", "turns": [{"user": "x"}]}\n{"id": "b", "turns": [{"user": "y", "check": [{"arguments": {}}]}]}\n')
+    tasks.write_text(
+        '{"id": "a", "turns": [{"user": "x"}]}\n{"id": "b", "turns": [{"user": "y", "check": [{"arguments": {}}]}]}\n'
+    )
     bad = CliRunner().invoke(cli, ["config", "validate", str(_recipe(tmp_path, [SERVER], tasks=str(tasks)))])
     assert bad.exit_code == 1 and "tasks.jsonl:2: not a valid task" in " ".join(bad.output.split()), bad.output

@@ -41,7 +41,9 @@ def silent_url() -> Iterator[str]:
 def test_a_url_nothing_listens_on_is_one_paragraph_naming_it():
     url = f"http://127.0.0.1:{free_port()}"
     (problem,) = _problems(url=url)
-    assert problem.startswith(f"settings.openenv.url: the OpenEnv server at {url} could not be reached for health "), problem
+    assert problem.startswith(f"settings.openenv.url: the OpenEnv server at {url} could not be reached for health "), (
+        problem
+    )
     assert "start the server" in problem and "settings.openenv.server" in problem and "\n" not in problem
 
 

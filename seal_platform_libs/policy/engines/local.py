@@ -33,8 +33,9 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 from seal_platform.types import Message
 
@@ -361,8 +362,16 @@ def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, d
     try:
         for index, device in enumerate(cuda):
             cpus = shares[on_cpu.index(index)] if device is None else None
-            spec = {"kind": kind, "settings": settings, "policy": policy, "tokenizer": tokenizer, "seed": seed, "device": device, "cpus": cpus,
-                    "threads": len(cpus) if cpus else 1}
+            spec = {
+                "kind": kind,
+                "settings": settings,
+                "policy": policy,
+                "tokenizer": tokenizer,
+                "seed": seed,
+                "device": device,
+                "cpus": cpus,
+                "threads": len(cpus) if cpus else 1,
+            }
             parent, child = context.Pipe()
             process = context.Process(target=_replica_main, args=(index, spec, child), daemon=True,
                                       name=f"seal-engine-replica-{index}")

@@ -36,7 +36,8 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ray
 
@@ -200,7 +201,9 @@ def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[]
             strategies, group = on_ray.colocated(config, n), None
         else:
             bundles = [{"CPU": place.engine_cpus, "GPU": place.engine_gpus}] * n
-            strategies, group = on_ray.placement(config, bundles, name=f"seal-engines-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            strategies, group = on_ray.placement(
+                config, bundles, name=f"seal-engines-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            )
         replicas: list[Any] = [  # actor handles
             RemoteEngineReplica.options(
                 num_cpus=place.engine_cpus, num_gpus=place.engine_gpus, max_concurrency=256,

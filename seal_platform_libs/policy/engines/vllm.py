@@ -33,17 +33,18 @@ import itertools
 import logging
 import os
 import shutil
+from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Collection, Iterable, Iterator
+from typing import Any
 
 from .base import QueuedEngine, Request
+from .settings import engine_dtype, engine_section, vllm_available
+from .spec import PolicySpec, start_folder
 from .vllm_classes import PolicyClasses
 from .vllm_lora import VLLMLoRAState
 from .vllm_release import forget_reload_info
 from .vllm_sleep import VLLMSleep
-from .spec import PolicySpec, start_folder
-from .settings import engine_dtype, engine_section, vllm_available
 
 log = logging.getLogger(__name__)
 
