@@ -107,7 +107,7 @@ def rollout(args: argparse.Namespace) -> list[dict[str, Any]]:
                 executor = LocalExecutor(max_workers=len(jobs))
                 start = time.perf_counter()
                 try:
-                    gens = executor.map(lambda job: client.generate(
+                    gens = executor.map(lambda job, client=client, sampling=sampling: client.generate(
                         [job[1]], sampling.model_copy(update={"seed": 1000 * job[0] + job[2]}))[0], jobs)
                 finally:
                     executor.close()

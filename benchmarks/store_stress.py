@@ -139,7 +139,7 @@ def kills(args: argparse.Namespace) -> int:
     committed: set[int] = set()
     next_step = 0
     started = time.monotonic()
-    for n in range(args.kills):
+    for _ in range(args.kills):
         rfd, wfd = os.pipe()
         pid = os.fork()
         if pid == 0:

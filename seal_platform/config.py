@@ -601,7 +601,7 @@ def validate_settings(
     """Validate every plugin's section; absent sections take the model's defaults."""
     issues: list[Issue] = []
     settings: dict[str, BaseModel] = {}
-    for section, raw in config.settings.items():
+    for section in config.settings:
         if section not in models:
             owners = ", ".join(sorted(models)) or "none"
             meant = close_key(section, list(models))

@@ -146,7 +146,8 @@ def lifecycle(
                     end_failure = end_failure or failure  # nowhere to record it: raised once everything is closed
                 else:
                     _unrecorded(
-                        "end_run_failed event", lambda: ctx.event("end_run_failed", str(failure), plugin=plugin)
+                        "end_run_failed event",
+                        lambda: ctx.event("end_run_failed", str(failure), plugin=plugin),  # noqa: B023 called now
                     )
         _close_engine(ctx)
         ctx.executor.close()

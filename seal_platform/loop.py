@@ -456,7 +456,8 @@ class Runner:
         undeclared: dict[str, set[str]] = {}  # diagnoser -> labels no diagnoser declares: one event per step
         for impl in reversed([i for i in impls if i not in wrappers]):  # pluggy's order
             plugin = impl.plugin_name
-            answer = wrap("diagnose", plugin, lambda: self.host.call_subset("diagnose", [plugin], **kwargs), self.host)
+            answer = wrap("diagnose", plugin, lambda: self.host.call_subset("diagnose", [plugin], **kwargs),  # noqa: B023 called now
+                          self.host)
             if not answer and trajectories:  # pluggy leaves a None out: the plugin returned nothing
                 raise PluginError(f"plugin {plugin!r} returned None from 'diagnose' for the {len(trajectories)} "
                                   f"trajectories of step {step}: a diagnoser returns a list of TurnLabel (an empty "
@@ -468,7 +469,7 @@ class Runner:
             others = [p for p in self.host.pm.get_plugins() if p is not impl.plugin]
             caller = self.host.pm.subset_hook_caller("diagnose", remove_plugins=others)
             # call_extra puts each extra method before the ones given earlier: reversed, they answer in order.
-            answer = wrap("diagnose", plugin, lambda: caller.call_extra([_answering(r) for r in reversed(fed)], kwargs),
+            answer = wrap("diagnose", plugin, lambda: caller.call_extra([_answering(r) for r in reversed(fed)], kwargs),  # noqa: B023 called now
                           self.host)
             if isinstance(answer, (str, bytes, dict)) or not isinstance(answer, (list, tuple)):
                 raise PluginError(f"plugin {plugin!r} (a diagnose wrapper) must return the list of label lists it was "

@@ -174,9 +174,11 @@ class MCPConnection:
     def wait_ready(self) -> MCPConnection:
         try:
             self._ready.result(timeout=self.server.startup_timeout_s + 5)
-        except FutureTimeout:
+        except FutureTimeout as exc:
             self.close()
-            raise InfraError(f"MCP server {self._where()} did not start within {self.server.startup_timeout_s:g} s")
+            raise InfraError(
+                f"MCP server {self._where()} did not start within {self.server.startup_timeout_s:g} s"
+            ) from exc
         except (Exception, asyncio.CancelledError) as exc:
             self.close()
             raise InfraError(f"MCP server {self._where()} failed to start: {_why(exc)}") from exc

@@ -14,7 +14,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -247,9 +247,12 @@ class RunStore:
         self.refuse_foreign()
         try:
             # One migrator at a time: processes creating the same new store must not both create tables.
-            with safety.migration_lock(self.url, self.engine), safety.migration_engine(self.engine) as engine:
-                with engine.begin() as conn:
-                    command.upgrade(alembic_config(conn), revision)
+            with (
+                safety.migration_lock(self.url, self.engine),
+                safety.migration_engine(self.engine) as engine,
+                engine.begin() as conn,
+            ):
+                command.upgrade(alembic_config(conn), revision)
         except StoreError:
             raise
         except (SQLAlchemyError, CommandError, OSError) as exc:

@@ -144,7 +144,7 @@ def test_registration_and_factory(tmp_path):
         t.id for t in data.load_tasks(["multi_turn_base"], "train", limit_per_category=3)
     ]
     assert environment.pristine_interface() == Interface(revision=0)
-    environment.executor  # start the workers
+    _ = environment.executor  # start the workers
     plugin.end_run(ctx=ctx, status="completed")
     assert environment._executor is None
 

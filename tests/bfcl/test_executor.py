@@ -179,13 +179,15 @@ def test_a_runaway_call_is_stopped_and_nothing_else_is_lost(task_by_id):
 
 
 def test_episode_time_limit(task_by_id):
-    with ToolExecutor(max_workers=1, call_timeout_s=0.5, episode_timeout_s=0.8) as ex:
-        with ex.open_session(task_by_id[MATH_TASK]) as session:
-            assert session.call("power", {"base": 7, "exponent": 10**12}, None).timed_out
-            second = session.call("power", {"base": 7, "exponent": 10**12}, None)
-            assert second.timed_out and second.elapsed_s <= 0.31
-            used_up = session.call("add", {"a": 1, "b": 1}, None)
-            assert used_up.timed_out and "used up" in used_up.error
+    with (
+        ToolExecutor(max_workers=1, call_timeout_s=0.5, episode_timeout_s=0.8) as ex,
+        ex.open_session(task_by_id[MATH_TASK]) as session,
+    ):
+        assert session.call("power", {"base": 7, "exponent": 10**12}, None).timed_out
+        second = session.call("power", {"base": 7, "exponent": 10**12}, None)
+        assert second.timed_out and second.elapsed_s <= 0.31
+        used_up = session.call("add", {"a": 1, "b": 1}, None)
+        assert used_up.timed_out and "used up" in used_up.error
 
 
 def test_verification_in_a_worker_times_out_cleanly(task_by_id):

@@ -8,6 +8,7 @@ from datetime import UTC
 
 import pytest
 
+from seal_platform.errors import PluginError
 from tests.core.test_loop import _runner
 
 
@@ -77,7 +78,7 @@ def test_resume_of_a_run_killed_before_its_first_interface(toy_site, toy_recipe)
     # Found by benchmarks/kill_anywhere.py: a kill between the run row and the pristine interface row.
     base = ["training.steps=2", "training.checkpoint_every=0"]
     runner, store = _runner(toy_recipe, [*base, "settings.toy.fail_in=start_run"])
-    with pytest.raises(Exception):
+    with pytest.raises(PluginError, match="toy failure in start_run"):
         runner.run()
     assert store.interfaces(runner.run_id) == []
     sys.modules.pop("toy_plugin", None)

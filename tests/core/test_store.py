@@ -63,7 +63,7 @@ def test_step_is_one_transaction(tmp_path):
     store.record_step("r", step=0, epoch=0, trajectories=good, labels=[], label_weights={"pass": 1.0},
                       state=CapabilityState(), interface_revision=0, metrics={"loss": 0.5}, timings={})
     dup = [_traj(2, 1.0), good[0]]  # reusing a trajectory id violates the primary key half-way through
-    with pytest.raises(Exception):
+    with pytest.raises(StoreError):
         store.record_step("r", step=1, epoch=0, trajectories=dup, labels=[], label_weights={"pass": 1.2},
                           state=CapabilityState(), interface_revision=0, metrics={}, timings={})
     assert [s.step for s in store.steps("r")] == [0]

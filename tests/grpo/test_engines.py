@@ -280,7 +280,7 @@ def test_a_sleeping_vllm_engine_serves_only_the_weights_pushed_after_the_sleep(l
     try:
         sampling = SamplingParams(temperature=1.0, max_new_tokens=16, seed=11)
         assert_logprobs_match(model, tokenizer, run_dialogue(engine, sampling))
-        for round_ in range(2):
+        for _ in range(2):
             engine.sleep()
             if level == 2:  # nothing to serve and nothing to wake with until the push
                 with pytest.raises(RuntimeError, match="level 2"):

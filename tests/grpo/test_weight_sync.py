@@ -168,7 +168,7 @@ def test_a_skipped_sync_or_a_lost_bucket_is_caught_by_the_logprob_comparison():
 def test_lora_pushes_only_the_adapters_and_the_receiver_follows():
     pytest.importorskip("peft")
     rows = run_pair(syncs=3, lora=True)
-    for k, (names, _, want, version, got) in enumerate(rows):
+    for k, (names, _, want, _version, got) in enumerate(rows):
         assert names and all(".lora_A." in n or ".lora_B." in n for n in names), names[:3]
         assert torch.equal(got, want), f"sync {k}: receiver differs by {(got - want).abs().max():.3g}"
 

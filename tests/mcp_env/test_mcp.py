@@ -172,9 +172,11 @@ def test_a_request_the_sdk_cancels_is_the_clients_usual_error():
     from seal_platform.infra import InfraError
     from seal_platform_plugins.mcp.client import MCPConnection
 
-    with MCPConnection(settings().servers[0]) as conn:
-        with pytest.raises(InfraError, match="'inventory' failed during call"):
-            conn.call("get_item", {"name": "\ud800"})  # the SDK cannot encode it and cancels the request
+    with (
+        MCPConnection(settings().servers[0]) as conn,
+        pytest.raises(InfraError, match="'inventory' failed during call"),
+    ):
+        conn.call("get_item", {"name": "\ud800"})  # the SDK cannot encode it and cancels the request
 
 
 def test_a_stray_line_on_the_servers_stdout_is_skipped():
