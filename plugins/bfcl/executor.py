@@ -316,10 +316,8 @@ class Session:
                 slot.sessions -= 1
             with slot.lock:
                 if slot.process is not None and self._generation == slot.generation:
-                    try:
+                    with contextlib.suppress(_WorkerTimeout, _WorkerDied):
                         slot.request({"op": "close", "session": self.session_id}, self._executor.call_timeout_s)
-                    except (_WorkerTimeout, _WorkerDied):
-                        pass
 
     def __enter__(self) -> Session:
         return self
@@ -480,7 +478,7 @@ class ToolExecutor:
         self.close()
 
     def __del__(self) -> None:  # best effort; close() is the real way
-        try:
+        try:  # noqa: SIM105 at interpreter exit a module's globals (contextlib) may be gone already
             self.close()
         except Exception:
             pass

@@ -21,6 +21,7 @@ Differences from the official code, all deliberate:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -136,10 +137,8 @@ def _warm_up(records: list[Any], lookup: Callable[[str], Task]) -> None:
             long_context = long_context or "long_context" in task_id or "composite" in task_id
         except Exception:  # an unknown id: its child answers for it, in its place
             continue
-    try:
+    with contextlib.suppress(Exception):  # a backend that does not import: each replay reports it
         warm_up(involved, long_context)
-    except Exception:  # a backend that does not import: each replay reports it
-        pass
 
 
 def verify_records(

@@ -15,6 +15,7 @@ isolation and limits: each actor runs the environment's own tool workers (BFCL's
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import threading
@@ -150,10 +151,8 @@ class RayExecutor:
     def close(self) -> None:
         actors, self.actors = self.actors, []
         for actor in actors:
-            try:
+            with contextlib.suppress(Exception):  # already gone
                 ray.kill(actor, no_restart=True)
-            except Exception:  # already gone
-                pass
         if self._connected:
             self._connected = False
             cluster.release()

@@ -12,6 +12,7 @@ during the update.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -123,17 +124,13 @@ class RayTrainerGroup:
     def close(self) -> None:
         actors, self.actors = self.actors, []
         if actors:
-            try:
+            with contextlib.suppress(Exception):  # dead or stuck: killed below
                 ray.get([a.close.remote() for a in actors], timeout=30)
-            except Exception:  # dead or stuck: killed below
-                pass
             for actor in actors:
                 ray.kill(actor, no_restart=True)
         if self._group is not None:
-            try:
+            with contextlib.suppress(Exception):
                 ray.util.remove_placement_group(self._group)
-            except Exception:
-                pass
             self._group = None
         if self.config is not None:
             config, self.config = self.config, None

@@ -7,6 +7,7 @@ A local server (settings.openenv.server) is not probed, but its command must be 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
@@ -156,10 +157,8 @@ def http_server(released) -> Iterator[Callable[[Callable[[BaseHTTPRequestHandler
     def start(answer: Callable[[BaseHTTPRequestHandler], None]) -> str:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                try:
+                with contextlib.suppress(OSError):  # the probe gave up and closed the connection
                     answer(self)
-                except OSError:  # the probe gave up and closed the connection
-                    pass
 
             def log_message(self, *args) -> None:
                 pass

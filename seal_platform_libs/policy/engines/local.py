@@ -25,6 +25,7 @@ collective push re-forms the group with the live replicas. One stopped (SIGSTOP)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -78,10 +79,8 @@ def _pin(device: str | None, threads: int, cpus: list[int] | None) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = "" if device is None else device
     if cpus:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cpus)
-        try:
+        with contextlib.suppress(AttributeError, OSError):  # not Linux
             os.sched_setaffinity(0, set(cpus))
-        except (AttributeError, OSError):  # pragma: no cover - not Linux
-            pass
     import torch
 
     torch.set_num_threads(max(1, threads))
@@ -93,11 +92,8 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
     send_lock = threading.Lock()
 
     def send(message: tuple[Any, ...]) -> None:
-        with send_lock:
-            try:
-                conn.send(message)
-            except (OSError, EOFError):  # the driver is gone
-                pass
+        with send_lock, contextlib.suppress(OSError, EOFError):  # the driver is gone
+            conn.send(message)
 
     try:
         import torch
@@ -239,19 +235,15 @@ class _Replica:
     def stop(self, timeout_s: float) -> None:
         """Close politely, then kill; wait for the process and the reader."""
         if self.alive:
-            try:
+            with contextlib.suppress(Exception):  # dead, stuck or closed with an error: killed below
                 self.call("close", "close").result(timeout=timeout_s)
-            except Exception:  # dead, stuck or closed with an error: killed below
-                pass
         self.process.join(timeout=timeout_s)
         if self.process.is_alive():
             self.process.kill()
             self.process.join(timeout=10)
         self._reader.join(timeout=10)  # it sees the pipe close once the process is gone
-        try:
+        with contextlib.suppress(OSError):
             self.conn.close()
-        except OSError:
-            pass
 
 
 class LocalEngineClient(ReplicaClient):

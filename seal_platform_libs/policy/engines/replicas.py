@@ -31,6 +31,7 @@ retried on another replica (same prompt, same seed); with none left, ``generate`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -174,17 +175,13 @@ class RayEngineClient(ReplicaClient):
         if self._pusher is not None:
             self._pusher.close()
         for replica in self.replicas:
-            try:
+            with contextlib.suppress(Exception):  # dead or stuck: killed below
                 ray.get(replica.close.remote(), timeout=30)
-            except Exception:  # dead or stuck: killed below
-                pass
             ray.kill(replica, no_restart=True)
         ray.kill(self.router, no_restart=True)
         if self._group is not None:
-            try:
+            with contextlib.suppress(Exception):
                 ray.util.remove_placement_group(self._group)
-            except Exception:
-                pass
         on_ray.release(self.config)
 
 

@@ -326,10 +326,8 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
                 outputs = engine.step()
             except Exception as exc:
                 log.exception("vllm step failed")
-                try:
+                with contextlib.suppress(Exception):  # the engine may be unusable; the requests fail either way
                     engine.abort_request(list(active), internal=True)
-                except Exception:  # the engine may be unusable; the requests fail either way
-                    pass
                 for request in active.values():
                     if not request.future.done():
                         request.future.set_exception(exc)
