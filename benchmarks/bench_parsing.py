@@ -7,8 +7,8 @@ Shapes, each at 8, 16, 32 and 64 KB: python-format call lists (many small calls:
 Python parser), one call with a long string argument, prose, hermes blocks, unclosed hermes tags (quadratic
 before), nested brackets, long digit runs; and realistic messages that are accepted ("(real)": long
 arguments with prose, 480 calls of BFCL's shape, arguments nested 28 deep, a code argument full of
-parentheses), plus thousands of tiny string arguments holding parentheses. Prints the best of ``--repeats`` runs per shape and size, in CPU time of this process (wall time on a busy
-machine measures the other processes).
+parentheses), plus thousands of tiny string arguments holding parentheses. Prints the best of ``--repeats`` runs per
+shape and size, in CPU time of this process (wall time on a busy machine measures the other processes).
 """
 
 from __future__ import annotations

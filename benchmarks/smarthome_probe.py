@@ -7,7 +7,8 @@ its training rollouts from the start (15-60%) and stay well below the ceiling on
 
     .venv/bin/python benchmarks/smarthome_probe.py                       # the default run's settings
     .venv/bin/python benchmarks/smarthome_probe.py --recipe smarthome-seal --tasks 32 --temperatures 0.5 0.7
-    .venv/bin/python benchmarks/smarthome_probe.py --scaffold --tasks 64 --set 'settings.smarthome.categories=[paraphrase]'
+    .venv/bin/python benchmarks/smarthome_probe.py --scaffold --tasks 64 \\
+        --set 'settings.smarthome.categories=[paraphrase]'
 
 ``--scaffold`` also samples the same tasks (same seeds) on the reference scaffold (the paper's static schema
 affordances, the stock recipe's training interface) and reports the mixed groups on both: the scarce-signal

@@ -133,9 +133,9 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 def store_failure(ctx: click.Context, exc: BaseException) -> SealError | None:
-    """``exc`` as a store error naming the store a command opened (:func:`open_store` records it), if it is the database's refusal of the
-    store (sqlalchemy's DatabaseError or OperationalError itself, not an IntegrityError or a bug's
-    ProgrammingError); None otherwise."""
+    """``exc`` as a store error naming the store a command opened (:func:`open_store` records it), if it is the
+    database's refusal of the store (sqlalchemy's DatabaseError or OperationalError itself, not an IntegrityError or a
+    bug's ProgrammingError); None otherwise."""
     db_errors = sys.modules.get("sqlalchemy.exc")  # not loaded: no store was opened
     if db_errors is None or type(exc) not in (db_errors.DatabaseError, db_errors.OperationalError):
         return None

@@ -24,9 +24,9 @@ plugin); None: every enabled plugin.
 Ctrl-C is an interruption also where a library did not let the KeyboardInterrupt through as it is: an error
 that it caused (one with a KeyboardInterrupt in its ``__cause__`` / ``__context__`` chain, as transformers' lazy
 imports raise a ModuleNotFoundError or RuntimeError from it) ends the run ``interrupted``, and is re-raised as a
-KeyboardInterrupt (the error as its cause). While :func:`~seal_platform.interrupts.interrupts_noted` is on (the CLI turns it on for
-every command), a SIGINT is also noted: an error after one counts as the interruption, and one that a library
-swallowed (``Exception ignored in ...``, from a finalizer) stops the run at the next boundary (entering the
+KeyboardInterrupt (the error as its cause). While :func:`~seal_platform.interrupts.interrupts_noted` is on (the CLI
+turns it on for every command), a SIGINT is also noted: an error after one counts as the interruption, and one that a
+library swallowed (``Exception ignored in ...``, from a finalizer) stops the run at the next boundary (entering the
 lifecycle, building the environment or the engine, each stage call: :mod:`seal_platform.interrupts`).
 """
 

@@ -1,6 +1,6 @@
 """Whether ``seal-platform run`` starts a new run, resumes one, takes one over or refuses (:func:`plan_start`, the one
-place that decides it); where a resumed run starts: the partial checkpoints cleared, the last durable one loaded, later history
-dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to train again from step N); the
+place that decides it); where a resumed run starts: the partial checkpoints cleared, the last durable one loaded, later
+history dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to train again from step N); the
 check that a resume runs with the plugins the run ran with (``--allow-plugin-changes`` to go on without); and
 the check that it trains and evaluates on the task data it started with (``--accept-changes`` to go on
 without)."""

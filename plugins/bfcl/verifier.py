@@ -10,10 +10,11 @@ passes. ``tests/bfcl/test_agreement.py`` holds us to the official verdict on the
 thousands of perturbations of them.
 
 Differences from the official code, all deliberate:
-- calls are parsed with ``ast`` into literal arguments and dispatched by name (see ``seal_platform_libs.toolenv.calls``); a call the
-  official ``eval`` would run but we refuse (nested calls, expressions, builtins, ``**`` unpacking) is a tool
-  error here. Its ``eval`` would also rewrite text inside string arguments that looks like a method call
-  (``"... mean (x)"``) with an instance name derived from the checker's model name -- a flaw we do not copy.
+- calls are parsed with ``ast`` into literal arguments and dispatched by name (see
+  ``seal_platform_libs.toolenv.calls``); a call the official ``eval`` would run but we refuse (nested calls,
+  expressions, builtins, ``**`` unpacking) is a tool error here. Its ``eval`` would also rewrite text inside string
+  arguments that looks like a method call (``"... mean (x)"``) with an instance name derived from the checker's model
+  name -- a flaw we do not copy.
 - instances are fresh per check and private to it (the official code caches them in module globals by
   name, so one name reused gives wrong verdicts).
 - turns after the first failure are still checked (for diagnosis); they do not change the verdict.

@@ -288,7 +288,8 @@ class GroupTrainer:
 
     def push_to_engine(self, engine: Any, version: int) -> bool:
         """Push the new weights from the ranks straight into ``engine``'s replicas (``grpo.weight_sync``: device,
-        or auto on CUDA; :mod:`seal_platform_libs.policy.device_push`); False when the driver's copy is to be pushed instead."""
+        or auto on CUDA; :mod:`seal_platform_libs.policy.device_push`); False when the driver's copy is to be pushed
+        instead."""
         from seal_platform_libs.policy.device_push import push_to_engine
 
         return push_to_engine(self, engine, version)

@@ -159,10 +159,10 @@ class TrainerWorker:
         shards bucket by bucket, and a rank that holds a group sends each bucket to its receivers (it joins the
         group at ``address:port`` as its rank 0 on the first call; ``backend``: gloo, or auto/nccl/ipc on this
         rank's device, see :class:`.weight_sync.SyncGroup`). ``port`` and ``world_size``: one int for rank 0's
-        group alone (the driver's copy), or one per rank (0: no group on that rank; :mod:`seal_platform_libs.policy.device_push` gives
-        each colocated rank its own). ``cast``: the dtype the buckets travel in (the engines'; None: the
-        policy's); ``timeout_s``: the group's per-operation timeout. Collective. ``everything``: all parameters,
-        else the trainable ones. Rank 0's push statistics, None elsewhere."""
+        group alone (the driver's copy), or one per rank (0: no group on that rank;
+        :mod:`seal_platform_libs.policy.device_push` gives each colocated rank its own). ``cast``: the dtype the buckets
+        travel in (the engines'; None: the policy's); ``timeout_s``: the group's per-operation timeout. Collective.
+        ``everything``: all parameters, else the trainable ones. Rank 0's push statistics, None elsewhere."""
         from seal_platform_libs.policy.weight_sync import SyncGroup, push, sync_tensors
 
         per_rank = not isinstance(port, int)  # the engines' groups, kept apart from the driver's

@@ -19,8 +19,8 @@ state_mismatch           anything else (the state was already wrong from an earl
 
 The order follows the paper's Table 5: a call refused for a bad enum value or a missing argument is an
 argument mismatch (constraint cues help it), not a recovery failure. ``recovery_failure`` is not emitted: every
-error a smart-home tool returns is such a refusal (:func:`.tools.check_arguments`). Each label maps to ONE reference label,
-so A-Patch's base weight of a label never depends on which turns came first.
+error a smart-home tool returns is such a refusal (:func:`.tools.check_arguments`). Each label maps to ONE reference
+label, so A-Patch's base weight of a label never depends on which turns came first.
 """
 
 from __future__ import annotations

@@ -195,8 +195,8 @@ def load_policy(settings: PolicySettings | None = None) -> tuple[Any, Any]:
 
     The model is a ``transformers`` causal LM on ``settings.resolved_device()`` in ``resolved_dtype()``, in
     eval mode (the trainer switches modes as it needs). ``model.name_or_path`` is the directory it was loaded
-    from (empty for ``random_init``), which the vLLM engine reads its architecture and first weights from. The tokenizer has a pad token (the EOS token if
-    the model defines none) and pads on the left, as batched generation needs.
+    from (empty for ``random_init``), which the vLLM engine reads its architecture and first weights from. The tokenizer
+    has a pad token (the EOS token if the model defines none) and pads on the left, as batched generation needs.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM

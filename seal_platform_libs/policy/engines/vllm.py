@@ -50,10 +50,10 @@ log = logging.getLogger(__name__)
 
 
 class VLLMEngine(VLLMSleep, QueuedEngine):
-    """Rollout engine over a ``vllm.LLM``. Thread-safe; see :mod:`.base`. ``model`` is the trainer's
-    transformers model: vLLM loads the architecture and initial weights from ``model.name_or_path`` when that
-    is a model directory, else from a temporary copy saved from ``model``. Later weights: :meth:`update_weights`.
-    A replica passes a :class:`.spec.PolicySpec` instead, and pushes weights before serving (:func:`.spec.start_folder`).
+    """Rollout engine over a ``vllm.LLM``. Thread-safe; see :mod:`.base`. ``model`` is the trainer's transformers model:
+    vLLM loads the architecture and initial weights from ``model.name_or_path`` when that is a model directory, else
+    from a temporary copy saved from ``model``. Later weights: :meth:`update_weights`. A replica passes a
+    :class:`.spec.PolicySpec` instead, and pushes weights before serving (:func:`.spec.start_folder`).
     """
 
     name = "vllm"
