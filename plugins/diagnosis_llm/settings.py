@@ -60,8 +60,9 @@ class LocalJudgeSettings(Section):
     engine: str = Field(default="hf", description="A registered rollout engine (see `seal-platform plugins`).")
     settings: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="Settings sections that differ for the judge's engine, merged over the run's and validated by "
-        "the plugin that owns each, e.g. {policy: {model: /models/Qwen2.5-7B-Instruct}, engine: {hf: {max_batch_size: 4}}}.",
+        description="Settings sections that differ for the judge's engine, merged over the run's and validated by the "
+        "plugin that owns each, e.g. "
+        "{policy: {model: /models/Qwen2.5-7B-Instruct}, engine: {hf: {max_batch_size: 4}}}.",
     )
 
 
@@ -75,8 +76,9 @@ class DiagnosisLlmSettings(Section):
     )
     mode: Literal["judge", "refine"] = Field(
         default="judge",
-        description="`judge`: label every failing turn of a failing trajectory from the transcript. `refine`: judge only "
-        "turns the heuristic diagnoser marks as failed, choosing between its label and the finer labels that refine it.",
+        description="`judge`: label every failing turn of a failing trajectory from the transcript. `refine`: judge "
+        "only turns the heuristic diagnoser marks as failed, choosing between its label and the finer labels that "
+        "refine it.",
     )
     heuristic: str | None = Field(
         default=None,

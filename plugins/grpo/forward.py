@@ -261,9 +261,9 @@ class LogprobPasses:
             self.settings = settings
         on = [name for name in ("pack_sequences", "shared_prefix") if getattr(self.settings, name)]
         raise ValueError(
-            f"settings.grpo.{' and settings.grpo.'.join(on)}: {type(model).__name__}'s log-probs through these passes {failure} on "
-            f"a probe batch (e.g. its layers do not pass a packed row's boundaries on, or its masks ignore them); set "
-            f"settings.grpo.{on[0]}: false"
+            f"settings.grpo.{' and settings.grpo.'.join(on)}: {type(model).__name__}'s log-probs through these passes "
+            f"{failure} on a probe batch (e.g. its layers do not pass a packed row's boundaries on, or its masks "
+            f"ignore them); set settings.grpo.{on[0]}: false"
         )
 
     def _select(

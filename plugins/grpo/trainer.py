@@ -124,8 +124,9 @@ class GRPOTrainer(LogprobPasses):
             )
         if s.old_logprobs == "engine" and temperature != 1.0:
             raise ValueError(
-                "settings.grpo.old_logprobs = engine needs rollout temperature 1: engines report log-probs at temperature 1, "
-                f"the objective needs them at temperature {temperature}. Use settings.grpo.old_logprobs: recompute."
+                "settings.grpo.old_logprobs = engine needs rollout temperature 1: engines report log-probs at "
+                f"temperature 1, the objective needs them at temperature {temperature}. Use "
+                "settings.grpo.old_logprobs: recompute."
             )
         self.ref_model = ref_model
         self.temperature = float(temperature)
@@ -148,10 +149,10 @@ class GRPOTrainer(LogprobPasses):
             enable_gradient_checkpointing(model, keep_attention=s.checkpoint_keep_attention)
             if not train_mode_is_eval_mode(model, self.device):
                 raise ValueError(
-                    "settings.grpo.gradient_checkpointing runs the policy in train mode, and this model's outputs there differ "
-                    "from eval mode even with its dropout switched off (randomness such as a router's jitter "
-                    "noise): the update's log-probs would not be the rollouts'. Set settings.grpo.gradient_checkpointing: "
-                    "false"
+                    "settings.grpo.gradient_checkpointing runs the policy in train mode, and this model's outputs "
+                    "there differ from eval mode even with its dropout switched off (randomness such as a router's "
+                    "jitter noise): the update's log-probs would not be the rollouts'. Set "
+                    "settings.grpo.gradient_checkpointing: false"
                 )
         if s.fused_rotary:
             from seal_platform_libs.policy.rotary import use_fused_rotary
