@@ -93,10 +93,10 @@ def problems(config: Any, policy: Any, uses_policy: bool, grpo: RuntimeSettings 
     ray_trainers = on_ray and train_workers > 1 and config.stages.optimize == "grpo"
     if uses_policy and ray_trainers and place.engine_gpus > 0 and place.trainer_gpus == 0:
         out.append(
-            f"settings.grpo.placement.engine_gpus is {place.engine_gpus} but settings.grpo.placement.trainer_gpus is 0 with "
-            f"{train_workers} trainer actors: Ray would hide the GPUs from them and the update would run on "
-            "their CPUs; set settings.grpo.placement.trainer_gpus (e.g. 1, or 0.5 with "
-            "settings.grpo.placement.colocate: true), or settings.grpo.placement.engine_gpus: 0 for a CPU run"
+            f"settings.grpo.placement.engine_gpus is {place.engine_gpus} but settings.grpo.placement.trainer_gpus is 0 "
+            f"with {train_workers} trainer actors: Ray would hide the GPUs from them and the update would run on their "
+            "CPUs; set settings.grpo.placement.trainer_gpus (e.g. 1, or 0.5 with settings.grpo.placement.colocate: "
+            "true), or settings.grpo.placement.engine_gpus: 0 for a CPU run"
         )
     device = str(policy.device)
     asked = device.startswith("cuda")

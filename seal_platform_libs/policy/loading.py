@@ -180,8 +180,8 @@ def model_dir(settings: PolicySettings) -> Path:
     path = Path(settings.model).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(
-            f"settings.policy.model {settings.model!r} is neither {EMBEDDED_MODEL!r} nor an existing directory: give the "
-            "path of a local Hugging Face model directory (nothing is downloaded)."
+            f"settings.policy.model {settings.model!r} is neither {EMBEDDED_MODEL!r} nor an existing directory: give "
+            "the path of a local Hugging Face model directory (nothing is downloaded)."
         )
     if not _is_model_dir(path):
         raise FileNotFoundError(

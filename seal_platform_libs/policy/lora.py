@@ -205,7 +205,8 @@ def load_adapter(model: Any, directory: Path) -> None:
         missing, extra = sorted(expected - set(saved)), sorted(set(saved) - expected)
         raise ValueError(
             f"{weights} does not fit the policy's adapters (missing {missing[:3]}, unexpected {extra[:3]}): resume "
-            "with the same settings.grpo.lora (rank, target_modules) and settings.policy.model as the run that wrote it."
+            "with the same settings.grpo.lora (rank, target_modules) and settings.policy.model as the run that wrote "
+            "it."
         )
     for name, tensor in saved.items():
         if tuple(current[name].shape) != tuple(tensor.shape):
@@ -253,7 +254,8 @@ def check_identity(saved: dict[str, Any], model: Any, where: Path) -> None:
             raise ValueError(
                 f"{where}: these adapters were trained on another base model ({what} differ; it was "
                 f"{saved.get('name_or_path') or 'a model without a directory'}, this run loads "
-                f"{live['name_or_path'] or 'a model without a directory'}): set settings.policy.model to the base the run used."
+                f"{live['name_or_path'] or 'a model without a directory'}): set settings.policy.model to the base the "
+                "run used."
             )
 
 

@@ -181,10 +181,10 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
         if kv * GIB < max_len * shape.kv_bytes_per_token():
             result.problems.append(
                 f"GPU {k}: vLLM gets {engine.vllm.gpu_memory_utilization:.2f} x {gpu_memory:g} GiB, which after its "
-                f"weights ({2 * shape.params() / GIB:.1f} GiB) leaves {max(kv, 0):.1f} GiB of KV cache, less than "
-                f"one sequence of settings.engine.vllm.max_model_len {max_len} tokens "
-                f"({max_len * shape.kv_bytes_per_token() / GIB:.1f} GiB): raise settings.engine.vllm.gpu_memory_utilization "
-                "or lower settings.engine.vllm.max_model_len"
+                f"weights ({2 * shape.params() / GIB:.1f} GiB) leaves {max(kv, 0):.1f} GiB of KV cache, less than one "
+                f"sequence of settings.engine.vllm.max_model_len {max_len} tokens "
+                f"({max_len * shape.kv_bytes_per_token() / GIB:.1f} GiB): raise "
+                "settings.engine.vllm.gpu_memory_utilization or lower settings.engine.vllm.max_model_len"
             )
     if world > 1:
         if policy_on_gpu:

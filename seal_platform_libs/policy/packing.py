@@ -247,9 +247,9 @@ def check_packable(model: Any) -> None:
     wrong = attention_patterns(model) - ROW_MASK_PATTERNS
     if wrong:
         raise ValueError(
-            f"settings.grpo.pack_sequences: under {implementation} attention a packed row would get the {sorted(wrong)} layers "
-            f"wrong (transformers' masks count them over the whole row); run the model with sdpa attention (packed "
-            f"rows then run {PACKED_SDPA}) or set settings.grpo.pack_sequences: false"
+            f"settings.grpo.pack_sequences: under {implementation} attention a packed row would get the "
+            f"{sorted(wrong)} layers wrong (transformers' masks count them over the whole row); run the model with "
+            f"sdpa attention (packed rows then run {PACKED_SDPA}) or set settings.grpo.pack_sequences: false"
         )
 
 

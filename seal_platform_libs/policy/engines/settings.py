@@ -127,8 +127,8 @@ class VLLMEngineSettings(Section):
     )
     sleep_mode: bool = Field(
         default=False,
-        description="CUDA: build vLLM with sleep mode so a colocated engine (settings.grpo.placement.colocate) frees its GPU memory "
-        "(weights offloaded, KV cache dropped) while the trainer updates. No effect on CPU.",
+        description="CUDA: build vLLM with sleep mode so a colocated engine (settings.grpo.placement.colocate) frees "
+        "its GPU memory (weights offloaded, KV cache dropped) while the trainer updates. No effect on CPU.",
     )
     sleep_level: Literal[1, 2] = Field(
         default=2,
@@ -160,8 +160,8 @@ class EngineSettings(Section):
         ge=1,
         le=1024,
         description="Without Ray: local engine replica processes, spread round-robin over settings.engine.gpus (on the "
-        "CPU when there are none, each with its share of the cores). null: one per GPU of settings.engine.gpus, and the "
-        "engine in this process when that is one GPU or none. 1: one engine in a process of its own.",
+        "CPU when there are none, each with its share of the cores). null: one per GPU of settings.engine.gpus, and "
+        "the engine in this process when that is one GPU or none. 1: one engine in a process of its own.",
     )
 
     @field_validator("gpus")
