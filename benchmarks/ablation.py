@@ -335,7 +335,9 @@ def _finals(rows: list[dict]) -> dict[tuple[str, int], dict]:
     return {(r["recipe"], r["seed"]): final_evaluation(r) for r in rows if r["recipe"] != BASE}
 
 
-def _paired_cells(finals: dict[tuple[str, int], dict], recipe: str, other: str, keys: list[str]) -> tuple[int, list[str]]:
+def _paired_cells(
+    finals: dict[tuple[str, int], dict], recipe: str, other: str, keys: list[str]
+) -> tuple[int, list[str]]:
     """``recipe`` minus ``other`` on the seeds both have, per key (``average`` or a category; a category
     missing from a row counts as 0): the number of seeds and one "mean [95% CI]" cell per key."""
     seeds = sorted(s for (r, s) in finals if r == recipe and (other, s) in finals)
@@ -495,7 +497,8 @@ def main() -> None:
                           args.keep_checkpoints)
             row.update(recipe=recipe, seed=seed, overrides=args.overrides)
             final = final_evaluation(row)
-            print(f"   held-out {final['average']:.1f}%  {final['per_category']}  wall {row['wall_s']:.0f}s", flush=True)
+            print(f"   held-out {final['average']:.1f}%  {final['per_category']}  wall {row['wall_s']:.0f}s",
+                  flush=True)
             with results.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
             rows.append(row)

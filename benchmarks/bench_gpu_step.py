@@ -140,7 +140,8 @@ def main() -> None:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         tokens_s = n_seq * seq_tokens / dt
-        line = f"step {step}{' (warm-up)' if step == 0 else ''}: {dt:.2f} s, {tokens_s:,.0f} tokens/s, loss {metrics['loss']:.4f}"
+        line = (f"step {step}{' (warm-up)' if step == 0 else ''}: {dt:.2f} s, {tokens_s:,.0f} tokens/s, "
+                f"loss {metrics['loss']:.4f}")
         if peak:
             line += f", MFU {100 * flops / dt / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s"
         if device == "cuda":

@@ -348,7 +348,8 @@ for r in range(a["repeats"] + 1):
         for m in range(u * per_update, (u + 1) * per_update, a["micro"]):
             sl = slice(m, m + a["micro"])
             inputs = {"prompt_ids": prompt_ids[sl].to(device), "prompt_mask": prompt_mask[sl].to(device),
-                      "completion_ids": completion_ids[sl].to(device), "completion_mask": completion_mask[sl].to(device),
+                      "completion_ids": completion_ids[sl].to(device),
+                      "completion_mask": completion_mask[sl].to(device),
                       "advantages": adv[sl].to(device), "old_per_token_logps": old[sl], "ref_per_token_logps": ref[sl]}
             loss = trainer.compute_loss(model, inputs)
             loss.backward()

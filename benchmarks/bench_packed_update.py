@@ -189,8 +189,8 @@ def main() -> None:
         return
     print(
         f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
-        f"groups of {args.group} (seed {args.seed}); micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
-        f"{args.device}; allocator: {allocator()}",
+        f"groups of {args.group} (seed {args.seed}); micro-batches <= {args.micro} sequences, "
+        f"<= {args.max_tokens_per_micro} tokens; {args.device}; allocator: {allocator()}",
         flush=True,
     )
     results: dict[str, float] = {"tokens": float(tokens)}

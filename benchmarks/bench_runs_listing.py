@@ -90,7 +90,8 @@ def main() -> None:
         t0 = time.perf_counter()
         store = make_store(path, args.runs)
         print(
-            f"store of {args.runs} runs made in {time.perf_counter() - t0:.1f} s ({path.stat().st_size / 2**20:.1f} MiB)"
+            f"store of {args.runs} runs made in {time.perf_counter() - t0:.1f} s "
+            f"({path.stat().st_size / 2**20:.1f} MiB)"
         )
         query = select(m.Run).order_by(m.Run.started_at.desc()).limit(50)
         with store.engine.connect() as conn:

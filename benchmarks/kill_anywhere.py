@@ -555,9 +555,11 @@ def main() -> int:
                    reference_stage_ms={s: round(1000 * sum(d) / len(d), 1) for s, d in durations.items()},
                    weights_bitwise_equal=summary["max_abs_weight_diff"] == 0.0 and not any(
                        "weights" in p for p in summary["problems"]), weights_changed_by_training=moved)
+    outcome = ("every store identical to the uninterrupted run and final weights bitwise equal"
+               if not summary["problems"] else str(len(summary["problems"])) + " problem(s)")
     print(
         f"{summary['kills']} kills over {summary['runs']} killed runs ({summary['attempts']} attempts) in "
-        f"{summary['seconds']} s: {'every store identical to the uninterrupted run and final weights bitwise equal' if not summary['problems'] else str(len(summary['problems'])) + ' problem(s)'}",
+        f"{summary['seconds']} s: {outcome}",
         flush=True,
     )
     print(

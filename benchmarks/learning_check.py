@@ -125,8 +125,8 @@ def main() -> None:
         history.append(row)
         print(
             f"step {step}: reward {reward:.3f} collect {t_collect:.0f}s update {metrics['update_s']:.0f}s "
-            f"({metrics['trained_sequences']:.0f} seqs, {metrics['tokens_per_s']:.0f} tok/s) loss {metrics['loss']:.4f} "
-            f"grad_norm {metrics['grad_norm']:.3f} label weights {rw.label_weights}",
+            f"({metrics['trained_sequences']:.0f} seqs, {metrics['tokens_per_s']:.0f} tok/s) "
+            f"loss {metrics['loss']:.4f} grad_norm {metrics['grad_norm']:.3f} label weights {rw.label_weights}",
             flush=True,
         )
     after = measure("after")

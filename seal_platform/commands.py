@@ -180,8 +180,8 @@ def refuse_unknown_options(ctx: click.Context, _param: click.Parameter, args: tu
         guess = (
             f"did you mean {meant[0]}?"
             if meant
-            else f"{command}'s options: {', '.join(sorted(names))}; a recipe file whose name starts with '-' is given as "
-            f"./{arg}"
+            else f"{command}'s options: {', '.join(sorted(names))}; a recipe file whose name starts with '-' is "
+            f"given as ./{arg}"
         )
         raise click.UsageError(f"no such option: {name} ({guess})", ctx)
     return args

@@ -512,7 +512,8 @@ class Runner:
                 )
                 if not isinstance(result, ReweightResult):
                     raise PluginError(
-                        f"plugin {reweighter!r} must return a ReweightResult from 'reweight', not {type(result).__name__}."
+                        f"plugin {reweighter!r} must return a ReweightResult from 'reweight', not "
+                        f"{type(result).__name__}."
                     )
                 missing = [t.id for t in trainable if t.id not in result.trajectory_weights]
                 if missing:

@@ -147,7 +147,8 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
                 Issue(
                     f"stages.{stage}",
                     host.why_missing(owner),
-                    "name a loaded plugin (see `seal-platform plugins`; stages name plugins, not environments or diagnosers) or null to switch the stage off",
+                    "name a loaded plugin (see `seal-platform plugins`; stages name plugins, not environments or "
+                    "diagnosers) or null to switch the stage off",
                 )
             )
         elif not host.implements(owner, stage):
@@ -303,7 +304,8 @@ def _no_labels(config: RunConfig, host: PluginHost, needing: list[str], enabled:
     """The problem of a recipe whose stages ``needing`` work from labels that no enabled diagnoser gives
     for its environment: the enabled ones that label others are named, with the environments they label."""
     others = [
-        f"{name} (plugin {registered[name][0]!r}) labels only {_labelled(registered[name][1].environments, config.environment, host)}"
+        f"{name} (plugin {registered[name][0]!r}) labels only "
+        f"{_labelled(registered[name][1].environments, config.environment, host)}"
         for name in enabled
         if name in registered
     ]

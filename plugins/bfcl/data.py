@@ -61,7 +61,8 @@ def _category_entries(category: str) -> tuple[dict[str, Any], ...]:
         entry["ground_truth"] = answers[entry["id"]]
         if len(entry["ground_truth"]) != len(entry["question"]):
             raise DataError(
-                f"{entry['id']}: {len(entry['question'])} user turns but {len(entry['ground_truth'])} ground-truth turns"
+                f"{entry['id']}: {len(entry['question'])} user turns but "
+                f"{len(entry['ground_truth'])} ground-truth turns"
             )
         out.append(entry)
     return tuple(out)

@@ -26,7 +26,10 @@ HOOKS = LockstepHooks(
     NAME,
     _settings_model,
     batches="in chunks of settings.mcp.max_parallel_episodes, each round's generations batched in one engine call",
-    fix="remove rollout.executor or set it to local; for more episodes at once raise settings.mcp.max_parallel_episodes",
+    fix=(
+        "remove rollout.executor or set it to local; for more episodes at once raise "
+        "settings.mcp.max_parallel_episodes"
+    ),
 )
 register_settings, collect, evaluate = HOOKS.register_settings, HOOKS.collect, HOOKS.evaluate
 

@@ -53,7 +53,8 @@ def episode_html(ep: EpisodeView, *, open_: bool = False, shown: dict[str, str] 
     head = (f"task {esc(ep.task_id, 200)} ({esc(ep.category, 100)}), sample {ep.sample}: reward {ep.reward:g}, "
             f"finish {esc(ep.finish, 50)}, interface r{ep.interface_revision}")
     parts = [
-        f'<details class="episode {state}"{" open" if open_ else ""} id="ep-{esc(ep.trajectory_id, 80, attribute=True)}">'
+        f'<details class="episode {state}"{" open" if open_ else ""} '
+        f'id="ep-{esc(ep.trajectory_id, 80, attribute=True)}">'
         f"<summary>{head}</summary>"
     ]
     if ep.infra_failure:

@@ -66,7 +66,10 @@ def cuda_unusable_reason() -> str | None:
                 "CUDA=1`, or pip's `cuda` extra) on a machine with an NVIDIA GPU")
     driver = driver_version()
     if driver is None:
-        return f"torch {torch.__version__} is built for CUDA {built}, but no NVIDIA driver was found (no GPU, or the driver is not loaded)"
+        return (
+            f"torch {torch.__version__} is built for CUDA {built}, but no NVIDIA driver was found (no GPU, or the "
+            "driver is not loaded)"
+        )
     major = int(built.split(".")[0])
     need = MIN_DRIVER.get(major)
     if need is not None and driver < need:

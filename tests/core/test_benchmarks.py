@@ -91,7 +91,9 @@ import toy_plugin
 
 @hookimpl
 def register_environments():
-    return [EnvironmentSpec("twice", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings)))]
+    return [EnvironmentSpec(
+        "twice", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings))
+    )]
 
 
 @hookimpl

@@ -272,7 +272,8 @@ def test_the_tool_environment_library_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"
         + "".join(f"import seal_platform_libs.toolenv.{m}\n" for m in modules)
-        + "heavy = ('torch', 'vllm', 'ray', 'transformers', 'jsonschema', 'mcp', 'bfcl_eval', 'seal_platform_plugins')\n"
+        + "heavy = ('torch', 'vllm', 'ray', 'transformers', 'jsonschema', 'mcp', 'bfcl_eval', "
+        "'seal_platform_plugins')\n"
         "print(','.join(sorted(m for m in heavy if m in sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

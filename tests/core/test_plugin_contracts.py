@@ -554,7 +554,9 @@ import toy_plugin
 
 @hookimpl
 def register_environments():
-    return [EnvironmentSpec("counting", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings)))]
+    return [EnvironmentSpec(
+        "counting", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings))
+    )]
 
 
 @hookimpl

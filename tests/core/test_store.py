@@ -38,7 +38,8 @@ def test_old_schema_with_data_is_upgraded_in_place(tmp_path):
             "VALUES ('r1', 'old', '', '{}', 'h', 1, 'completed', '2026-01-01 00:00:00', 'h', '')")
         conn.exec_driver_sql(
             "INSERT INTO trajectories (id, run_id, step, phase, task_id, category, \"group\", sample, reward, "
-            "interface_revision, finish, blob) VALUES ('t1', 'r1', 0, 'train', 'x', 'c', 'g', 0, 1.0, 0, 'completed', x'00')"
+            "interface_revision, finish, blob) "
+            "VALUES ('t1', 'r1', 0, 'train', 'x', 'c', 'g', 0, 1.0, 0, 'completed', x'00')"
         )
         columns = [r[1] for r in conn.exec_driver_sql("PRAGMA table_info(trajectories)")]
     assert "generated_tokens" not in columns

@@ -136,7 +136,8 @@ def test_a_task_naming_a_tool_the_server_lacks_is_found_before_the_run(tmp_path,
     from seal_platform.planning import check_machine, plan_recipe
 
     tasks = tmp_path / "tasks.jsonl"
-    good = '{"id": "a", "split": "train", "turns": [{"user": "x", "calls": [{"name": "get_item", "arguments": {"name": "lamp"}}]}]}'
+    good = ('{"id": "a", "split": "train", "turns": [{"user": "x", "calls": [{"name": "get_item", "arguments": '
+            '{"name": "lamp"}}]}]}')
     bad = ('{"id": "b", "split": "eval", "turns": [{"user": "y", "calls": [{"name": "get_item", "arguments": {}}], '
            '"check": [{"name": "nope", "arguments": {}}]}]}')
     tasks.write_text(good + "\n" + bad + "\n")

@@ -48,7 +48,8 @@ class Scripted:
 
 
 def _call(direction: str, degrees: int, name: str = "act") -> str:
-    return f'<tool_call>{json.dumps({"name": name, "arguments": {"direction": direction, "degrees": degrees}})}</tool_call>'
+    call = json.dumps({"name": name, "arguments": {"direction": direction, "degrees": degrees}})
+    return f"<tool_call>{call}</tool_call>"
 
 
 def solver(last: str, conv) -> str:

@@ -26,7 +26,8 @@ def parse_call(text: str) -> tuple[Call | None, str | None]:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return (
             None,
-            f"Error: the call is not valid JSON of the form {{\"name\": ..., \"arguments\": {{...}}}} ({type(exc).__name__})",
+            'Error: the call is not valid JSON of the form {"name": ..., "arguments": {...}} '
+            f"({type(exc).__name__})",
         )
     if call.name not in KVStore.TOOLS:
         return None, f"Error: unknown tool {call.name!r}; the tools are {', '.join(KVStore.TOOLS)}"
