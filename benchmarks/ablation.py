@@ -41,7 +41,7 @@ import socket
 import statistics
 import sys
 import time
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +178,7 @@ def previous_part_wall(store: Any, run: Any) -> float | None:
     end = run.ended_at or run.heartbeat_at
     if start is None or end is None:
         return None
-    utc = [t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in (start, end)]
+    utc = [t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end)]
     return max(0.0, (utc[1] - utc[0]).total_seconds())
 
 
@@ -302,7 +302,9 @@ def table(rows: list[dict], recipes: list[str]) -> str:
     by_seed = {(r["recipe"], r["seed"]): final_average(r) for r in rows if r["recipe"] != BASE}
     order = [BASE, *recipes] if base_rows else recipes
     for recipe in order:
-        mine = sorted((r for r in rows if r["recipe"] == recipe), key=lambda r: r["seed"] if r["seed"] is not None else -1)
+        mine = sorted(
+            (r for r in rows if r["recipe"] == recipe), key=lambda r: r["seed"] if r["seed"] is not None else -1
+        )
         if not mine:
             continue
         finals = [final_evaluation(r) for r in mine]
@@ -333,7 +335,9 @@ def _finals(rows: list[dict]) -> dict[tuple[str, int], dict]:
     return {(r["recipe"], r["seed"]): final_evaluation(r) for r in rows if r["recipe"] != BASE}
 
 
-def _paired_cells(finals: dict[tuple[str, int], dict], recipe: str, other: str, keys: list[str]) -> tuple[int, list[str]]:
+def _paired_cells(
+    finals: dict[tuple[str, int], dict], recipe: str, other: str, keys: list[str]
+) -> tuple[int, list[str]]:
     """``recipe`` minus ``other`` on the seeds both have, per key (``average`` or a category; a category
     missing from a row counts as 0): the number of seeds and one "mean [95% CI]" cell per key."""
     seeds = sorted(s for (r, s) in finals if r == recipe and (other, s) in finals)
@@ -493,7 +497,8 @@ def main() -> None:
                           args.keep_checkpoints)
             row.update(recipe=recipe, seed=seed, overrides=args.overrides)
             final = final_evaluation(row)
-            print(f"   held-out {final['average']:.1f}%  {final['per_category']}  wall {row['wall_s']:.0f}s", flush=True)
+            print(f"   held-out {final['average']:.1f}%  {final['per_category']}  wall {row['wall_s']:.0f}s",
+                  flush=True)
             with results.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
             rows.append(row)

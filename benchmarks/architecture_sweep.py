@@ -14,30 +14,86 @@ from __future__ import annotations
 
 import sys
 
-from seal_platform_libs.policy import testing
-
 import tests.grpo.test_architectures as architectures
+from seal_platform_libs.policy import testing
 
 # name -> (model class, config class, config fields beyond testing.ARCHITECTURE_SHAPE)
 EXTRA: dict[str, tuple[str, str, dict]] = {
- "qwen3_next": ("Qwen3NextForCausalLM", "Qwen3NextConfig", dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16, full_attention_interval=2)),
- "minimax": ("MiniMaxForCausalLM", "MiniMaxConfig", dict(head_dim=16, num_local_experts=2, num_experts_per_tok=1, block_size=16)),
- "smollm3": ("SmolLM3ForCausalLM", "SmolLM3Config", {}),
- "glm4_moe": ("Glm4MoeForCausalLM", "Glm4MoeConfig", dict(head_dim=16, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, first_k_dense_replace=1, n_group=1, topk_group=1)),
- "exaone4": ("Exaone4ForCausalLM", "Exaone4Config", dict(head_dim=16, sliding_window=16)),
- "olmo3": ("Olmo3ForCausalLM", "Olmo3Config", dict(sliding_window=16)),
- "ernie4_5": ("Ernie4_5ForCausalLM", "Ernie4_5Config", dict(head_dim=16)),
- "hunyuan": ("HunYuanDenseV1ForCausalLM", "HunYuanDenseV1Config", dict(head_dim=16)),
- "apertus": ("ApertusForCausalLM", "ApertusConfig", {}),
- "gemma3n": ("Gemma3nForCausalLM", "Gemma3nTextConfig", dict(head_dim=16, sliding_window=16, vocab_size_per_layer_input=500, hidden_size_per_layer_input=8, laurel_rank=4, altup_num_inputs=2, num_kv_shared_layers=0, activation_sparsity_pattern=[0.0]*4)),
- "phi": ("PhiForCausalLM", "PhiConfig", {}),
- "glm4": ("Glm4ForCausalLM", "Glm4Config", dict(head_dim=16)),
- "arcee": ("ArceeForCausalLM", "ArceeConfig", {}),
- "bitnet": ("BitNetForCausalLM", "BitNetConfig", {}),
- "nanochat": ("NanoChatForCausalLM", "NanoChatConfig", {}),
- "granitemoe": ("GraniteMoeForCausalLM", "GraniteMoeConfig", dict(num_local_experts=4, num_experts_per_tok=2)),
- "jamba": ("JambaForCausalLM", "JambaConfig", dict(num_experts=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8, mamba_dt_rank=8, use_mamba_kernels=False)),
- "flex_olmo": ("FlexOlmoForCausalLM", "FlexOlmoConfig", dict(num_experts=2, num_experts_per_tok=1)),
+    "qwen3_next": (
+        "Qwen3NextForCausalLM",
+        "Qwen3NextConfig",
+        dict(
+            head_dim=16,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            linear_num_value_heads=4,
+            linear_num_key_heads=2,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            full_attention_interval=2,
+        ),
+    ),
+    "minimax": (
+        "MiniMaxForCausalLM",
+        "MiniMaxConfig",
+        dict(head_dim=16, num_local_experts=2, num_experts_per_tok=1, block_size=16),
+    ),
+    "smollm3": ("SmolLM3ForCausalLM", "SmolLM3Config", {}),
+    "glm4_moe": (
+        "Glm4MoeForCausalLM",
+        "Glm4MoeConfig",
+        dict(
+            head_dim=16,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            first_k_dense_replace=1,
+            n_group=1,
+            topk_group=1,
+        ),
+    ),
+    "exaone4": ("Exaone4ForCausalLM", "Exaone4Config", dict(head_dim=16, sliding_window=16)),
+    "olmo3": ("Olmo3ForCausalLM", "Olmo3Config", dict(sliding_window=16)),
+    "ernie4_5": ("Ernie4_5ForCausalLM", "Ernie4_5Config", dict(head_dim=16)),
+    "hunyuan": ("HunYuanDenseV1ForCausalLM", "HunYuanDenseV1Config", dict(head_dim=16)),
+    "apertus": ("ApertusForCausalLM", "ApertusConfig", {}),
+    "gemma3n": (
+        "Gemma3nForCausalLM",
+        "Gemma3nTextConfig",
+        dict(
+            head_dim=16,
+            sliding_window=16,
+            vocab_size_per_layer_input=500,
+            hidden_size_per_layer_input=8,
+            laurel_rank=4,
+            altup_num_inputs=2,
+            num_kv_shared_layers=0,
+            activation_sparsity_pattern=[0.0] * 4,
+        ),
+    ),
+    "phi": ("PhiForCausalLM", "PhiConfig", {}),
+    "glm4": ("Glm4ForCausalLM", "Glm4Config", dict(head_dim=16)),
+    "arcee": ("ArceeForCausalLM", "ArceeConfig", {}),
+    "bitnet": ("BitNetForCausalLM", "BitNetConfig", {}),
+    "nanochat": ("NanoChatForCausalLM", "NanoChatConfig", {}),
+    "granitemoe": ("GraniteMoeForCausalLM", "GraniteMoeConfig", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "jamba": (
+        "JambaForCausalLM",
+        "JambaConfig",
+        dict(
+            num_experts=2,
+            attn_layer_period=2,
+            attn_layer_offset=1,
+            expert_layer_period=2,
+            expert_layer_offset=1,
+            mamba_d_state=8,
+            mamba_dt_rank=8,
+            use_mamba_kernels=False,
+        ),
+    ),
+    "flex_olmo": ("FlexOlmoForCausalLM", "FlexOlmoConfig", dict(num_experts=2, num_experts_per_tok=1)),
 }
 
 

@@ -2,8 +2,8 @@
 
 Modes (each run in a fresh Python process, so one mode's vLLM never shapes the next one's):
 
-* ``in-process``: ``engine.vllm.in_process: true``: vLLM's engine core in the driver (``VLLM_ENABLE_V1_MULTIPROCESSING=0``);
-  the model's steps share the GIL with the episode threads.
+* ``in-process``: ``engine.vllm.in_process: true``: vLLM's engine core in the driver
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``); the model's steps share the GIL with the episode threads.
 * ``engine-core``: ``in_process: false``: vLLM V1's engine-core process runs scheduling and the model; the driver
   keeps request intake and detokenizing; weight updates go through a shared-memory file.
 * ``replica``: one local replica process (``engine.replicas: 1``) holding an in-process vLLM; the driver talks
@@ -18,8 +18,8 @@ clock (after a warm-up), start-up time and one ``update_weights``. Run it idle, 
     .venv/bin/python benchmarks/bench_engine_process.py --episodes 32 --turns 3 --max-new-tokens 64
 
 ``--repeats 2`` alternates the modes (A B C A B C) so a drift in machine load hits all of them. The default
-of ``engine.vllm.in_process`` (seal_platform_libs/policy/engines/settings.py) is meant to be what this measures as faster.
-Nothing here is asserted.
+of ``engine.vllm.in_process`` (seal_platform_libs/policy/engines/settings.py) is meant to be what this measures as
+faster. Nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ def busy(ms: float) -> None:
 def build(mode: str, model: Any, tokenizer: Any, args: argparse.Namespace) -> Any:
     from seal_platform_libs.policy.engines.settings import EngineSettings
 
-    settings = EngineSettings.model_validate({"vllm": {"max_num_seqs": args.episodes, "in_process": mode != "engine-core"}})
+    settings = EngineSettings.model_validate(
+        {"vllm": {"max_num_seqs": args.episodes, "in_process": mode != "engine-core"}}
+    )
     if mode == "replica":
         from seal_platform_libs.policy.engines.local import start_local_replicas
 

@@ -1,11 +1,12 @@
 """GRPO update throughput with 1 vs N FSDP2 workers (``grpo.train_workers``) on this machine.
 
 A random-weight model of a chosen shape (built from its config: nothing is downloaded; every worker builds
-the same one from the same seed); for each worker count, a :class:`~seal_platform_plugins.grpo.distributed.LocalTrainerGroup`
-(gloo on CPU, NCCL on CUDA) runs one warm-up step and ``--steps`` timed steps on the same random batch, and
-the single-process :class:`~seal_platform_plugins.grpo.trainer.GRPOTrainer` runs it too as the baseline.
-Tokens/s = tokens of all sequences trained (prompt + completion) / the update's wall time, as the trainer's
-``tokens_per_s`` metric counts them. Each worker process uses cpu_count / N torch threads.
+the same one from the same seed); for each worker count, a
+:class:`~seal_platform_plugins.grpo.distributed.LocalTrainerGroup` (gloo on CPU, NCCL on CUDA) runs one warm-up step and
+``--steps`` timed steps on the same random batch, and the single-process
+:class:`~seal_platform_plugins.grpo.trainer.GRPOTrainer` runs it too as the baseline. Tokens/s = tokens of all sequences
+trained (prompt + completion) / the update's wall time, as the trainer's ``tokens_per_s`` metric counts them. Each
+worker process uses cpu_count / N torch threads.
 
     python benchmarks/bench_fsdp_update.py                          # SmolLM2-135M shape, 1 and 2 workers
     python benchmarks/bench_fsdp_update.py --workers 1 2 4 --shape tiny
@@ -77,8 +78,8 @@ def main() -> None:
     import torch
     from transformers import LlamaConfig
 
-    from seal_platform_plugins.grpo.distributed import LocalTrainerGroup
     from seal_platform_libs.policy.loading import PolicySettings
+    from seal_platform_plugins.grpo.distributed import LocalTrainerGroup
     from seal_platform_plugins.grpo.settings import GRPOSettings
     from seal_platform_plugins.grpo.sharded import WorkerOptions
     from seal_platform_plugins.grpo.trainer import GRPOTrainer

@@ -83,8 +83,8 @@ def main() -> None:
         gradient_checkpointing=args.gradient_checkpointing,
     )
     if args.fsdp:
-        from seal_platform_plugins.grpo.distributed import free_port
         from seal_platform_libs.policy.loading import PolicySettings
+        from seal_platform_plugins.grpo.distributed import free_port
         from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
 
         options = WorkerOptions(grpo=settings, policy=PolicySettings(), pad_id=0, device=device,
@@ -103,7 +103,9 @@ def main() -> None:
     rewards = [float(torch.rand((), generator=gen) < 0.5) for _ in range(args.tasks * args.group)]
     groups = [str(i // args.group) for i in range(len(rewards))]
     adv = group_advantages(rewards, groups)
-    prompts = [torch.randint(0, config.vocab_size, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.tasks)]
+    prompts = [
+        torch.randint(0, config.vocab_size, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.tasks)
+    ]
 
     def batch() -> list[Sample]:
         out = []
@@ -138,7 +140,8 @@ def main() -> None:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         tokens_s = n_seq * seq_tokens / dt
-        line = f"step {step}{' (warm-up)' if step == 0 else ''}: {dt:.2f} s, {tokens_s:,.0f} tokens/s, loss {metrics['loss']:.4f}"
+        line = (f"step {step}{' (warm-up)' if step == 0 else ''}: {dt:.2f} s, {tokens_s:,.0f} tokens/s, "
+                f"loss {metrics['loss']:.4f}")
         if peak:
             line += f", MFU {100 * flops / dt / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s"
         if device == "cuda":

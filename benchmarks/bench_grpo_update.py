@@ -85,7 +85,7 @@ class PeakMemory:
         self.device = device
         self.peak_bytes = 0
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         import threading
 
         import psutil
@@ -348,7 +348,8 @@ for r in range(a["repeats"] + 1):
         for m in range(u * per_update, (u + 1) * per_update, a["micro"]):
             sl = slice(m, m + a["micro"])
             inputs = {"prompt_ids": prompt_ids[sl].to(device), "prompt_mask": prompt_mask[sl].to(device),
-                      "completion_ids": completion_ids[sl].to(device), "completion_mask": completion_mask[sl].to(device),
+                      "completion_ids": completion_ids[sl].to(device),
+                      "completion_mask": completion_mask[sl].to(device),
                       "advantages": adv[sl].to(device), "old_per_token_logps": old[sl], "ref_per_token_logps": ref[sl]}
             loss = trainer.compute_loss(model, inputs)
             loss.backward()
@@ -379,8 +380,11 @@ def main() -> None:
                         help="long-episode update only (one group of --group rollouts of --episode-tokens tokens)")
     parser.add_argument("--episode-tokens", type=int, default=4400)
     parser.add_argument("--gradient-checkpointing", action="store_true", help="(--long) as the embedded recipe does")
-    parser.add_argument("--recompute-attention", action="store_true",
-                        help="(--long, with --gradient-checkpointing) recompute attention too (grpo.checkpoint_keep_attention: false)")
+    parser.add_argument(
+        "--recompute-attention",
+        action="store_true",
+        help="(--long, with --gradient-checkpointing) recompute attention too (grpo.checkpoint_keep_attention: false)",
+    )
     args = parser.parse_args()
 
     import torch

@@ -43,11 +43,11 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-
     from bench_grpo_update import make_batch
+
     from seal_platform_libs.policy import lora
-    from seal_platform_plugins.grpo.objective import group_advantages
     from seal_platform_libs.policy.loading import PolicySettings, load_policy
+    from seal_platform_plugins.grpo.objective import group_advantages
     from seal_platform_plugins.grpo.samples import Sample
     from seal_platform_plugins.grpo.settings import GRPOSettings, LoRASettings
     from seal_platform_plugins.grpo.trainer import GRPOTrainer

@@ -135,7 +135,9 @@ def run(model_dir: str, batch, args, name: str) -> dict[str, float]:
         peak = next((v for k, v in PEAKS.items() if k in torch.cuda.get_device_name()), None)
         gpu = f"; peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
         if peak:
-            gpu += f", MFU {100 * statistics.median(flops[1:]) * rate / tokens / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s"
+            gpu += (
+                f", MFU {100 * statistics.median(flops[1:]) * rate / tokens / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s"
+            )
     print(f"{name}: {rate:.1f} tokens/s (steps: {[round(x, 1) for x in rates]}); micro-batches run {run_tokens} "
           f"token slots for {tokens} tokens{gpu}", flush=True)
     return {f"{name}_tokens_per_s": rate, f"{name}_token_slots": float(run_tokens),
@@ -172,9 +174,9 @@ def main() -> None:
         return over_seeds(args)
 
     import torch
+    from bench_grpo_update import matmul_peak_gflops, step_flops
     from transformers import AutoConfig
 
-    from bench_grpo_update import matmul_peak_gflops, step_flops
     from seal_platform_libs.policy.loading import PolicySettings, model_dir
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -185,9 +187,12 @@ def main() -> None:
     if args.only:  # a child of the run below: one path, its figures as the last line
         print(json.dumps(run(path, batch, args, args.only)))
         return
-    print(f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
-          f"groups of {args.group} (seed {args.seed}); micro-batches <= {args.micro} sequences, <= {args.max_tokens_per_micro} tokens; "
-          f"{args.device}; allocator: {allocator()}", flush=True)
+    print(
+        f"batch: {len(batch)} sequences of {sorted(len(ids) for _, ids, _ in batch)} tokens ({tokens} in all), "
+        f"groups of {args.group} (seed {args.seed}); micro-batches <= {args.micro} sequences, "
+        f"<= {args.max_tokens_per_micro} tokens; {args.device}; allocator: {allocator()}",
+        flush=True,
+    )
     results: dict[str, float] = {"tokens": float(tokens)}
     paths = PATHS if args.unshared else PATHS[:2]
     for name in paths:

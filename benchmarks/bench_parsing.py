@@ -7,8 +7,8 @@ Shapes, each at 8, 16, 32 and 64 KB: python-format call lists (many small calls:
 Python parser), one call with a long string argument, prose, hermes blocks, unclosed hermes tags (quadratic
 before), nested brackets, long digit runs; and realistic messages that are accepted ("(real)": long
 arguments with prose, 480 calls of BFCL's shape, arguments nested 28 deep, a code argument full of
-parentheses), plus thousands of tiny string arguments holding parentheses. Prints the best of ``--repeats`` runs per shape and size, in CPU time of this process (wall time on a busy
-machine measures the other processes).
+parentheses), plus thousands of tiny string arguments holding parentheses. Prints the best of ``--repeats`` runs per
+shape and size, in CPU time of this process (wall time on a busy machine measures the other processes).
 """
 
 from __future__ import annotations
@@ -26,15 +26,23 @@ def shapes(n: int) -> dict[str, tuple[object, str]]:
     block = '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>\n'
     return {
         "python: many small calls": (PythonFormat(), "[" + ", ".join([one] * (n // (len(one) + 2))) + "]"),
-        "python: 512 calls (most kept)": (PythonFormat(), "[" + ", ".join(
-            [f"f(a=1, b='{'x' * max(1, n // 512 - 16)}')"] * 512) + "]"),
+        "python: 512 calls (most kept)": (
+            PythonFormat(),
+            "[" + ", ".join([f"f(a=1, b='{'x' * max(1, n // 512 - 16)}')"] * 512) + "]",
+        ),
         "python: one long argument": (PythonFormat(), "[echo(content='" + "x" * (n - 20) + "')]"),
         "python: prose": (PythonFormat(), ("The answer is that we need to think about it. " * (n // 46))[:n]),
         "python: nested brackets": (PythonFormat(), "[" * (n // 2) + "]" * (n // 2)),
         "hermes: many blocks": (HermesFormat(), block * (n // len(block))),
         "hermes: unclosed tags": (HermesFormat(), "<tool_call>" * (n // 11)),
-        "hermes: long digits": (HermesFormat(), '<tool_call>{"name": "f", "arguments": {"a": ' + "9" * (n - 60) + "}}</tool_call>"),
-        "hermes: nested brackets": (HermesFormat(), "<tool_call>" + "[" * (n // 2 - 12) + "]" * (n // 2 - 12) + "</tool_call>"),
+        "hermes: long digits": (
+            HermesFormat(),
+            '<tool_call>{"name": "f", "arguments": {"a": ' + "9" * (n - 60) + "}}</tool_call>",
+        ),
+        "hermes: nested brackets": (
+            HermesFormat(),
+            "<tool_call>" + "[" * (n // 2 - 12) + "]" * (n // 2 - 12) + "</tool_call>",
+        ),
         **realistic(n),
     }
 
@@ -83,18 +91,29 @@ def realistic(n: int) -> dict[str, tuple[object, str]]:
         many.append(_GT_CALLS[len(many) % len(_GT_CALLS)])
     python_many = "[" + ", ".join(many) + "]"
     tree = repr(_tree(13))  # 27 levels of dicts/lists (with the leaf): under MAX_LITERAL_DEPTH (32)
-    python_tree = "[" + ", ".join(f"sync_tree(root='r{i}', tree={tree})" for i in range(max(1, n // (len(tree) + 30)))) + "]"
+    python_tree = (
+        "[" + ", ".join(f"sync_tree(root='r{i}', tree={tree})" for i in range(max(1, n // (len(tree) + 30)))) + "]"
+    )
     deep = repr(_nested(28, "leaf"))  # 28 levels of lists/dicts: under MAX_LITERAL_DEPTH (32)
-    python_deep = "[" + ", ".join(f"store(key='k{i}', value={deep})" for i in range(max(1, n // (len(deep) + 30)))) + "]"
+    python_deep = (
+        "[" + ", ".join(f"store(key='k{i}', value={deep})" for i in range(max(1, n // (len(deep) + 30)))) + "]"
+    )
     code = _CODE * max(1, (n - 30) // len(_CODE))
     python_code = f"[write_file(path='area.py', content={code!r})]"  # thousands of '(' inside the string
     hermes_long = "".join(
-        "<tool_call>" + json.dumps({"name": "send_message", "arguments": {"receiver_id": f"USR{i:03d}", "message": long_arg}})
-        + "</tool_call>\n" for i in range(calls))
+        "<tool_call>"
+        + json.dumps({"name": "send_message", "arguments": {"receiver_id": f"USR{i:03d}", "message": long_arg}})
+        + "</tool_call>\n"
+        for i in range(calls)
+    )
     deep_json = json.dumps(_nested(28, "leaf"))
     hermes_deep = "".join(
-        "<tool_call>" + json.dumps({"name": "store", "arguments": {"key": f"k{i}"}})[:-2] + f', "value": {deep_json}}}}}'
-        + "</tool_call>\n" for i in range(max(1, n // (len(deep_json) + 70))))
+        "<tool_call>"
+        + json.dumps({"name": "store", "arguments": {"key": f"k{i}"}})[:-2]
+        + f', "value": {deep_json}}}}}'
+        + "</tool_call>\n"
+        for i in range(max(1, n // (len(deep_json) + 70)))
+    )
     tiny = "[f(" + ", ".join(["'('"] * max(1, (n - 6) // 5)) + ")]"
     return {
         "python: long arguments (real)": (PythonFormat(), python_long),

@@ -40,7 +40,9 @@ def main() -> None:
         prefixes = []
         for t in range(turns):
             prefixes.append(list(msgs))
-            ids = tok(f'<tool_call>{{"name": "ls", "arguments": {{"n": {t}}}}}</tool_call>', add_special_tokens=False)["input_ids"]
+            ids = tok(f'<tool_call>{{"name": "ls", "arguments": {{"n": {t}}}}}</tool_call>', add_special_tokens=False)[
+                "input_ids"
+            ]
             msgs.append(Message(role="assistant", content=tok.decode(ids), token_ids=ids + [tok.eos_token_id],
                                 logprobs=[-0.1] * (len(ids) + 1), trainable=True))
             msgs.append(Message(role="tool", content=f"<tool_response>\n{result}\n</tool_response>"))

@@ -68,9 +68,9 @@ def _ray(args: argparse.Namespace | None = None) -> Any:
 def _start(kind: str, model: Any, tokenizer: Any, replicas: int, args: argparse.Namespace) -> Any:
     from seal_platform_libs.policy.engines import EngineSettings
     from seal_platform_libs.policy.engines.remote import build_engine
+    from seal_platform_libs.policy.engines.replicas import start_replicas
     from seal_platform_libs.policy.engines.spec import PolicySpec
     from seal_platform_libs.policy.tokens import prompt_ids
-    from seal_platform_libs.policy.engines.replicas import start_replicas
 
     config = _ray(args)
     settings = EngineSettings()
@@ -107,7 +107,7 @@ def rollout(args: argparse.Namespace) -> list[dict[str, Any]]:
                 executor = LocalExecutor(max_workers=len(jobs))
                 start = time.perf_counter()
                 try:
-                    gens = executor.map(lambda job: client.generate(
+                    gens = executor.map(lambda job, client=client, sampling=sampling: client.generate(
                         [job[1]], sampling.model_copy(update={"seed": 1000 * job[0] + job[2]}))[0], jobs)
                 finally:
                     executor.close()

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import insert, select
@@ -40,14 +40,32 @@ CONFIG = {"environment": "bfcl", "training": {"steps": 60, "tasks_per_step": 32,
 
 def make_store(path: Path, runs: int) -> RunStore:
     store = RunStore(f"sqlite:///{path}")
-    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
     with store.session() as s:
         for first in range(0, runs, 1000):
             batch = range(first, min(first + 1000, runs))
-            s.execute(insert(m.Run), [dict(
-                id=f"2026-{i:06d}", name=f"run-{i}", recipe="recipes/seal.yaml", config=CONFIG, config_hash=f"{i:08x}",
-                seed=i, status="completed", started_at=start + timedelta(minutes=i), ended_at=start + timedelta(minutes=i + 1),
-                host="bench", pid=None, run_dir=f"/runs/2026-{i:06d}", last_step=59, error=None) for i in batch])
+            s.execute(
+                insert(m.Run),
+                [
+                    dict(
+                        id=f"2026-{i:06d}",
+                        name=f"run-{i}",
+                        recipe="recipes/seal.yaml",
+                        config=CONFIG,
+                        config_hash=f"{i:08x}",
+                        seed=i,
+                        status="completed",
+                        started_at=start + timedelta(minutes=i),
+                        ended_at=start + timedelta(minutes=i + 1),
+                        host="bench",
+                        pid=None,
+                        run_dir=f"/runs/2026-{i:06d}",
+                        last_step=59,
+                        error=None,
+                    )
+                    for i in batch
+                ],
+            )
             s.execute(insert(m.Event), [dict(run_id=f"2026-{i:06d}", kind="run_end", message="completed", data={})
                                         for i in batch])
     return store
@@ -71,7 +89,10 @@ def main() -> None:
         path = Path(tmp) / "store.sqlite"
         t0 = time.perf_counter()
         store = make_store(path, args.runs)
-        print(f"store of {args.runs} runs made in {time.perf_counter() - t0:.1f} s ({path.stat().st_size / 2**20:.1f} MiB)")
+        print(
+            f"store of {args.runs} runs made in {time.perf_counter() - t0:.1f} s "
+            f"({path.stat().st_size / 2**20:.1f} MiB)"
+        )
         query = select(m.Run).order_by(m.Run.started_at.desc()).limit(50)
         with store.engine.connect() as conn:
             plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(query.compile(
@@ -83,8 +104,11 @@ def main() -> None:
         url = f"sqlite:///{path}"
         env = {**os.environ, "COLUMNS": "120"}
         results = {}
-        for name, extra in (("runs --limit 50", ["--limit", "50"]), ("runs --json --limit 50", ["--json", "--limit", "50"]),
-                            ("runs --limit 0 (all)", ["--limit", "0"])):
+        for name, extra in (
+            ("runs --limit 50", ["--limit", "50"]),
+            ("runs --json --limit 50", ["--json", "--limit", "50"]),
+            ("runs --limit 0 (all)", ["--limit", "0"]),
+        ):
             command = [sys.executable, "-m", "seal_platform", "runs", "--store", url, *extra]
 
             cpu: list[float] = []

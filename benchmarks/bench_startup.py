@@ -25,7 +25,8 @@ baseline runs with one more entry on ``sys.path`` than the console script; for l
 tree out the same way (a copy) and give it as another ``--baseline``. Run by hand (under the shared lock on a
 shared machine)::
 
-    flock /tmp/heavy.lock .venv/bin/python benchmarks/bench_startup.py [--rounds 15] [--only verify,help] [--baseline DIR]
+    flock /tmp/heavy.lock .venv/bin/python benchmarks/bench_startup.py \\
+        [--rounds 15] [--only verify,help] [--baseline DIR]
 """
 
 from __future__ import annotations

@@ -234,7 +234,10 @@ def time_commands(cases: list, rounds: int) -> int:
         os.unlink(path)
     ours_s, official_s = statistics.median(times["ours"]), statistics.median(times["official"])
     print(f"seal-platform verify (whole command): {ours_s:6.2f} s  (rounds: {[round(t, 2) for t in times['ours']]})")
-    print(f"official thin command:                {official_s:6.2f} s  (rounds: {[round(t, 2) for t in times['official']]})")
+    print(
+        f"official thin command:                {official_s:6.2f} s  "
+        f"(rounds: {[round(t, 2) for t in times['official']]})"
+    )
     print(f"ratio official/ours: {official_s / ours_s:.2f}x  (verdicts agree on all {len(cases)} cases)")
     paired = sorted(o / u for u, o in zip(times["ours"], times["official"]))  # each round's own ratio
     print(f"per-round ratios: {paired[0]:.2f}-{paired[-1]:.2f}x, median {statistics.median(paired):.2f}x "

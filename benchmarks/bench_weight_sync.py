@@ -74,7 +74,9 @@ def _trainer(n: int, numel: int, rounds: int, mode: str, port: int, bucket_bytes
              device: str = "cpu") -> None:
     torch.set_num_threads(1)
     model = Blob(n, numel).to(device)
-    group = SyncGroup("127.0.0.1", port, 0, 2, backend=_backend(device), device=device) if mode == "collective" else None
+    group = (
+        SyncGroup("127.0.0.1", port, 0, 2, backend=_backend(device), device=device) if mode == "collective" else None
+    )
     for k in range(rounds):
         conn.recv()  # the driver is ready
         model.bump()

@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "bfcl"))
 
+import untrusted as u  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-import untrusted as u  # noqa: E402
 from seal_platform_libs.toolenv.formats import HermesFormat, PythonFormat  # noqa: E402
 
 

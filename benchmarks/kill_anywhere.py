@@ -110,7 +110,12 @@ def _instrument(fd: int) -> None:
 
     around(loop.Progress, "stage", lambda step, stage: f"{stage} (step {step})")
     around(loop.Runner, "_restore", lambda *a: "resume: restoring the checkpoint", lambda *a: "resume: restored")
-    around(loop.Runner, "_checkpoint", lambda step: f"checkpoint write (step {step})", lambda step: f"checkpoint {step} done")
+    around(
+        loop.Runner,
+        "_checkpoint",
+        lambda step: f"checkpoint write (step {step})",
+        lambda step: f"checkpoint {step} done",
+    )
     around(RunStore, "record_step", lambda run_id, step, **k: f"store write (step {step})",
            lambda run_id, step, **k: f"step {step} stored")
     around(RunStore, "add_evaluation", lambda run_id, step, result, **k: f"store write (evaluation {step})",
@@ -261,8 +266,11 @@ class Schedule:
     def done(self) -> bool:
         if self.fired >= self.max_attempts:
             return True
-        return (sum(self.landed.values()) >= self.kills and all(self.landed.get(s, 0) >= self.per_stage for s in TARGETS)
-                and self.partial_dirs_left >= 1)
+        return (
+            sum(self.landed.values()) >= self.kills
+            and all(self.landed.get(s, 0) >= self.per_stage for s in TARGETS)
+            and self.partial_dirs_left >= 1
+        )
 
     def next(self) -> KillPlan | None:
         if self.done():
@@ -311,18 +319,38 @@ def snapshot(db: Path) -> dict[str, Any]:
             trajectories.append((step, phase, task, group, sample, reward, finish, tokens, json.dumps(messages)))
         by_traj = {tid: (step, task, group, sample) for tid, step, task, group, sample in _rows(
             conn, "SELECT id, step, task_id, \"group\", sample FROM trajectories WHERE run_id = ?", run_id)}
-        labels = sorted((step, by_traj.get(tid), turn, label, ref, source) for step, tid, turn, label, ref, source in _rows(
-            conn, "SELECT step, trajectory_id, turn, label, reference_label, source FROM turn_labels WHERE run_id = ?", run_id))
+        labels = sorted(
+            (step, by_traj.get(tid), turn, label, ref, source)
+            for step, tid, turn, label, ref, source in _rows(
+                conn,
+                "SELECT step, trajectory_id, turn, label, reference_label, source FROM turn_labels WHERE run_id = ?",
+                run_id,
+            )
+        )
         return {
-            "run_id": run_id, "status": status, "last_step": last_step, "steps": steps,
+            "run_id": run_id,
+            "status": status,
+            "last_step": last_step,
+            "steps": steps,
             "trajectories": sorted(trajectories),
             "labels": labels,
-            "label_weights": _rows(conn, "SELECT step, label, weight FROM label_weights WHERE run_id = ? ORDER BY step, label", run_id),
-            "evaluations": _rows(conn, "SELECT step, split, category, pass_rate, n_tasks FROM evaluations WHERE run_id = ? "
-                                       "ORDER BY step, category", run_id),
-            "interfaces": _rows(conn, "SELECT revision, parent, step, changes FROM interface_revisions WHERE run_id = ? "
-                                      "ORDER BY revision", run_id),
-            "checkpoints": [r[0] for r in _rows(conn, "SELECT step FROM checkpoints WHERE run_id = ? ORDER BY step", run_id)],
+            "label_weights": _rows(
+                conn, "SELECT step, label, weight FROM label_weights WHERE run_id = ? ORDER BY step, label", run_id
+            ),
+            "evaluations": _rows(
+                conn,
+                "SELECT step, split, category, pass_rate, n_tasks FROM evaluations WHERE run_id = ? "
+                "ORDER BY step, category",
+                run_id,
+            ),
+            "interfaces": _rows(
+                conn,
+                "SELECT revision, parent, step, changes FROM interface_revisions WHERE run_id = ? ORDER BY revision",
+                run_id,
+            ),
+            "checkpoints": [
+                r[0] for r in _rows(conn, "SELECT step FROM checkpoints WHERE run_id = ? ORDER BY step", run_id)
+            ],
         }
 
 
@@ -442,8 +470,12 @@ def killed_runs(work: Path, model: Path, seed: int, schedule: Schedule, referenc
         weights = final_weights(run_dir)
         # A complete checkpoint the store never recorded (killed between its rename and its row) is kept
         # aside as .orphan-step-* by the resume, not deleted: not a leftover.
-        leftovers = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if not p.name.startswith(".orphan-")
-                           and (p.name.startswith(".tmp") or p.name not in {f"step-{s:06d}" for s in killed["checkpoints"]}))
+        leftovers = sorted(
+            p.name
+            for p in (run_dir / "checkpoints").iterdir()
+            if not p.name.startswith(".orphan-")
+            and (p.name.startswith(".tmp") or p.name not in {f"step-{s:06d}" for s in killed["checkpoints"]})
+        )
         found = [f"run {runs}: {p}" for p in compare(reference, killed)]
         if leftovers:
             found.append(f"run {runs}: partial checkpoint directories left: {leftovers}")
@@ -455,7 +487,9 @@ def killed_runs(work: Path, model: Path, seed: int, schedule: Schedule, referenc
         print(f"run {runs}: {len(run_log)} kill(s), {run_attempts} attempts; "
               f"{'identical to the uninterrupted run' if not found else '; '.join(found)}", flush=True)
         problems += found
-    per_stage = {stage: sum(1 for e in log if e["landed_in"] == stage) for stage in sorted({e["landed_in"] for e in log})}
+    per_stage = {
+        stage: sum(1 for e in log if e["landed_in"] == stage) for stage in sorted({e["landed_in"] for e in log})
+    }
     return {"kills": len(log), "runs": runs, "attempts": attempts, "problems": problems,
             "max_abs_weight_diff": max_diff, "kills_per_stage": per_stage,
             "kills_aimed_per_stage": {s: sum(1 for e in log if e["aimed_at"] == s) for s in TARGETS},
@@ -466,8 +500,12 @@ def killed_runs(work: Path, model: Path, seed: int, schedule: Schedule, referenc
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=24, help="at least this many kills in all")
-    parser.add_argument("--per-stage", type=int, default=3, help=f"at least this many kills landed in each of {', '.join(TARGETS)}")
-    parser.add_argument("--max-kills", type=int, default=None, help="give up aiming after this many kills (default: 4 x --kills)")
+    parser.add_argument(
+        "--per-stage", type=int, default=3, help=f"at least this many kills landed in each of {', '.join(TARGETS)}"
+    )
+    parser.add_argument(
+        "--max-kills", type=int, default=None, help="give up aiming after this many kills (default: 4 x --kills)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the recipe's seed")
     parser.add_argument("--kill-seed", type=int, default=1, help="seed of the kill schedule")
     parser.add_argument("--model", type=Path, default=None, help="a tiny HF model directory (made if absent)")
@@ -497,8 +535,11 @@ def main() -> int:
     initial = load_file(str(next(Path(model).glob("*.safetensors"))))
     moved = any(k in initial and not torch.equal(v, initial[k]) for k, v in ref_weights.items())
     durations = stage_durations(ref.marks, ref.seconds)
-    print(f"uninterrupted run: {ref.seconds:.2f} s, {len(reference['steps'])} steps, evaluations at "
-          f"{sorted({e[0] for e in reference['evaluations']})}, {len(reference['trajectories'])} trajectories", flush=True)
+    print(
+        f"uninterrupted run: {ref.seconds:.2f} s, {len(reference['steps'])} steps, evaluations at "
+        f"{sorted({e[0] for e in reference['evaluations']})}, {len(reference['trajectories'])} trajectories",
+        flush=True,
+    )
     print("stage timeline of the uninterrupted run (mean length, occurrences): " + "; ".join(
         f"{stage} {1000 * sum(d) / len(d):.0f} ms x{len(d)}" for stage, d in sorted(durations.items())), flush=True)
     started = time.monotonic()
@@ -514,12 +555,20 @@ def main() -> int:
                    reference_stage_ms={s: round(1000 * sum(d) / len(d), 1) for s, d in durations.items()},
                    weights_bitwise_equal=summary["max_abs_weight_diff"] == 0.0 and not any(
                        "weights" in p for p in summary["problems"]), weights_changed_by_training=moved)
-    print(f"{summary['kills']} kills over {summary['runs']} killed runs ({summary['attempts']} attempts) in "
-          f"{summary['seconds']} s: {'every store identical to the uninterrupted run and final weights bitwise equal' if not summary['problems'] else str(len(summary['problems'])) + ' problem(s)'}",
-          flush=True)
-    print("kills landed per stage: " + ", ".join(f"{s} {n}" for s, n in summary["kills_per_stage"].items())
-          + f"; {summary['kills_leaving_partial_checkpoint_dir']} left a partial checkpoint directory, "
-          f"{summary['partial_checkpoint_dirs_removed_at_resume']} partial directories removed by the resumes", flush=True)
+    outcome = ("every store identical to the uninterrupted run and final weights bitwise equal"
+               if not summary["problems"] else str(len(summary["problems"])) + " problem(s)")
+    print(
+        f"{summary['kills']} kills over {summary['runs']} killed runs ({summary['attempts']} attempts) in "
+        f"{summary['seconds']} s: {outcome}",
+        flush=True,
+    )
+    print(
+        "kills landed per stage: "
+        + ", ".join(f"{s} {n}" for s, n in summary["kills_per_stage"].items())
+        + f"; {summary['kills_leaving_partial_checkpoint_dir']} left a partial checkpoint directory, "
+        f"{summary['partial_checkpoint_dirs_removed_at_resume']} partial directories removed by the resumes",
+        flush=True,
+    )
     for p in summary["problems"]:
         print("  PROBLEM:", p)
     if args.json:

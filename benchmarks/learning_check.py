@@ -33,7 +33,9 @@ def main() -> None:
     parser.add_argument("--greedy", action="store_true", help="also measure greedy pass rates (one per question)")
     parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     parser.add_argument("--budget-min", type=float, default=17.0, help="stop training early to stay in budget")
-    parser.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (0: full fine-tuning)")
+    parser.add_argument(
+        "--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (0: full fine-tuning)"
+    )
     parser.add_argument("--lora-alpha", type=float, default=None, help="LoRA alpha (default: 2 x rank)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
@@ -43,13 +45,13 @@ def main() -> None:
     from seal_arithmetic.env import ArithmeticEnvironment, ArithmeticSettings
 
     from seal_platform.capability import CapabilityState
-    from seal_platform.rollouts import NOTHING_IN_FLIGHT
     from seal_platform.config import RunConfig
     from seal_platform.context import RunContext
+    from seal_platform.rollouts import NOTHING_IN_FLIGHT
     from seal_platform.stages import collect_with
     from seal_platform.types import SamplingParams
-    from seal_platform_plugins.grpo import plugin as grpo
     from seal_platform_libs.policy.loading import PolicySettings
+    from seal_platform_plugins.grpo import plugin as grpo
     from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings, LoRASettings
 
     started = time.perf_counter()
@@ -86,7 +88,9 @@ def main() -> None:
         trajs = env.run_episodes(engine, episodes, env.pristine_interface(), sampled)
         g = []
         if args.greedy:
-            g = env.run_episodes(engine, [(t, f"{tag}g:{t.id}", 0) for t in eval_tasks], env.pristine_interface(), greedy)
+            g = env.run_episodes(
+                engine, [(t, f"{tag}g:{t.id}", 0) for t in eval_tasks], env.pristine_interface(), greedy
+            )
         res = {
             "sampled_pass": sum(t.success for t in trajs), "sampled_n": len(trajs),
             "greedy_pass": sum(t.success for t in g), "greedy_n": len(g), "seconds": time.perf_counter() - t0,
@@ -119,9 +123,12 @@ def main() -> None:
         row = {"step": step, "reward": reward, "collect_s": t_collect, **{k: metrics[k] for k in (
             "loss", "kl", "clip_frac", "grad_norm", "tokens_per_s", "update_s", "trained_sequences")}}
         history.append(row)
-        print(f"step {step}: reward {reward:.3f} collect {t_collect:.0f}s update {metrics['update_s']:.0f}s "
-              f"({metrics['trained_sequences']:.0f} seqs, {metrics['tokens_per_s']:.0f} tok/s) loss {metrics['loss']:.4f} "
-              f"grad_norm {metrics['grad_norm']:.3f} label weights {rw.label_weights}", flush=True)
+        print(
+            f"step {step}: reward {reward:.3f} collect {t_collect:.0f}s update {metrics['update_s']:.0f}s "
+            f"({metrics['trained_sequences']:.0f} seqs, {metrics['tokens_per_s']:.0f} tok/s) "
+            f"loss {metrics['loss']:.4f} grad_norm {metrics['grad_norm']:.3f} label weights {rw.label_weights}",
+            flush=True,
+        )
     after = measure("after")
     total = time.perf_counter() - started
     result = {"before": before, "after": after, "steps": len(history), "history": history, "minutes": total / 60,

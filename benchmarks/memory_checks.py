@@ -35,9 +35,10 @@ import os
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 GIB = 2**30
 FREE_AT_START = 0.9  # seal-gpu8's engine.vllm.gpu_memory_utilization: vLLM refuses to start below it
@@ -98,8 +99,8 @@ def samples(vocab: int, sequences: int, prompt: int, completion: int, group: int
 @contextlib.contextmanager
 def worker(config: dict[str, Any], grpo: Any, device: str) -> Iterator[Any]:
     """One FSDP2 trainer rank (world size 1) of ``config``'s random model, closed afterwards."""
-    from seal_platform_plugins.grpo.distributed import free_port
     from seal_platform_libs.policy.loading import PolicySettings
+    from seal_platform_plugins.grpo.distributed import free_port
     from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
 
     options = WorkerOptions(grpo=grpo, policy=PolicySettings(), pad_id=0, device=device,
@@ -270,7 +271,9 @@ def check_c(shape: str, device: str, tiny: bool = False) -> Result:
         return Result("C", passed, f"{line}; peak memory measured on CUDA only")
     plan = planned_update_gib(shape, grpo)
     off = (peak - plan) / plan
-    line += f"; peak allocated {peak:.1f} GiB, plan {plan:.1f} GiB ({100 * off:+.0f}%, within {100 * PLAN_TOLERANCE:.0f}%)"
+    line += (
+        f"; peak allocated {peak:.1f} GiB, plan {plan:.1f} GiB ({100 * off:+.0f}%, within {100 * PLAN_TOLERANCE:.0f}%)"
+    )
     return Result("C", passed and abs(off) <= PLAN_TOLERANCE, line)
 
 

@@ -22,6 +22,7 @@ to the end, and per 1,000 episodes / 100 steps.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import sqlite3
@@ -146,10 +147,8 @@ def runs(count: int, recipe: str, overrides: list[str]) -> int:
         summary = run_plan(plan)
         del plan, summary
         gc.collect()
-        try:
+        with contextlib.suppress(OSError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except OSError:
-            pass
         after.append(rss_kb())
         print(f"run {i + 1}: {time.monotonic() - started:.0f} s, RSS after it {after[-1] / 1024:.0f} MiB "
               f"({(after[-1] - after[0]) / 1024:+.0f} MiB vs run 1)", flush=True)

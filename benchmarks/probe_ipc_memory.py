@@ -19,8 +19,8 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.getcwd())
-from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from seal_platform_libs.policy.weight_sync import SyncGroup, push, receive  # noqa: E402
+from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 
 PUSHES, WORLD, NUMEL = 20, 3, 64 * 1024 * 1024  # 4 tensors x 64 Mi float32 = 1 GiB
 MARKS = {1, 2, 5, 10, 20}

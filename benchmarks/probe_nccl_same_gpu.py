@@ -12,6 +12,7 @@ import torch.multiprocessing as mp
 
 from seal_platform_libs.policy.weight_sync import SyncGroup
 
+
 def member(rank, port, q):
     try:
         torch.cuda.set_device(0)

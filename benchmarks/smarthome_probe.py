@@ -7,7 +7,8 @@ its training rollouts from the start (15-60%) and stay well below the ceiling on
 
     .venv/bin/python benchmarks/smarthome_probe.py                       # the default run's settings
     .venv/bin/python benchmarks/smarthome_probe.py --recipe smarthome-seal --tasks 32 --temperatures 0.5 0.7
-    .venv/bin/python benchmarks/smarthome_probe.py --scaffold --tasks 64 --set 'settings.smarthome.categories=[paraphrase]'
+    .venv/bin/python benchmarks/smarthome_probe.py --scaffold --tasks 64 \\
+        --set 'settings.smarthome.categories=[paraphrase]'
 
 ``--scaffold`` also samples the same tasks (same seeds) on the reference scaffold (the paper's static schema
 affordances, the stock recipe's training interface) and reports the mixed groups on both: the scarce-signal
@@ -80,8 +81,13 @@ def main() -> None:
     settings = SmartHomeSettings.model_validate(config.settings.get("smarthome", {}))
     env = SmartHomeEnvironment(settings)
     model, tokenizer = load_policy(PolicySettings.model_validate(config.settings.get("policy", {})))
-    engine = VLLMEngine(model, tokenizer, EngineSettings.model_validate(config.settings.get("engine", {})), seed=config.seed,
-                        concurrency=config.rollout.workers)
+    engine = VLLMEngine(
+        model,
+        tokenizer,
+        EngineSettings.model_validate(config.settings.get("engine", {})),
+        seed=config.seed,
+        concurrency=config.rollout.workers,
+    )
     group = config.training.group_size
     max_new = settings.max_new_tokens or config.rollout.max_new_tokens
     protocol = (settings.attempts_per_turn, settings.worked_examples, settings.example_results)

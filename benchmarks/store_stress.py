@@ -110,8 +110,10 @@ def writers(args: argparse.Namespace) -> int:
         total_steps += count if who != "reader" else 0
         all_errors += errors
     locked = sum("locked" in e for e in all_errors)
-    print(f"{args.writers} writers x {args.seconds:.0f} s on {url}: {total_steps} steps "
-          f"({total_steps / (time.monotonic() - started):.1f}/s), {len(all_errors)} errors, {locked} 'database is locked'")
+    print(
+        f"{args.writers} writers x {args.seconds:.0f} s on {url}: {total_steps} steps "
+        f"({total_steps / (time.monotonic() - started):.1f}/s), {len(all_errors)} errors, {locked} 'database is locked'"
+    )
     for e in all_errors[:5]:
         print("  ", e)
     return 1 if all_errors else 0
@@ -137,7 +139,7 @@ def kills(args: argparse.Namespace) -> int:
     committed: set[int] = set()
     next_step = 0
     started = time.monotonic()
-    for n in range(args.kills):
+    for _ in range(args.kills):
         rfd, wfd = os.pipe()
         pid = os.fork()
         if pid == 0:

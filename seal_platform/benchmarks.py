@@ -53,9 +53,9 @@ def prepare_benchmarks(host: Any, ctx: RunContext) -> dict[str, tuple[str, Any, 
             continue
         owner, spec = host.environments()[bench.environment]
         if bench.environment not in built:
-            built[bench.environment] = wrap("environment", owner, lambda: spec.factory(ctx), host)
+            built[bench.environment] = wrap("environment", owner, lambda: spec.factory(ctx), host)  # noqa: B023 wrap calls it before the loop moves on
         env = built[bench.environment]
-        tasks = wrap("tasks", owner, lambda: env.tasks(bench.split), host, split=bench.split)
+        tasks = wrap("tasks", owner, lambda: env.tasks(bench.split), host, split=bench.split)  # noqa: B023 wrap calls it before the loop moves on
         tasks = tasks[: bench.max_tasks] if bench.max_tasks else tasks
         if not tasks:
             raise PluginError(f"benchmark {bench.environment!r} has no tasks in split {bench.split!r}.")
@@ -70,7 +70,7 @@ def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> d
     for bench in ctx.config.evaluation.benchmarks:
         owner, env, tasks = prepared[bench.key]
         raw = wrap("evaluate", owner, lambda: host.call_owned(
-            "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step, interface=None,
+            "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step, interface=None,  # noqa: B023 wrap calls it before the loop moves on
             sampling=evaluate_sampling(ctx.config),
         ), host)
         result = score_evaluation(raw, bench.split, owner, tasks)  # one per task (or its count), ids, rewards

@@ -8,7 +8,7 @@ core, is saved with every step and restored on resume. Two copies of the same ta
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 

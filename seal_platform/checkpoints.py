@@ -2,8 +2,8 @@
 
 A checkpoint is the folder ``RUN_DIR/checkpoints/step-NNNNNN``. Every plugin that implements
 ``save_checkpoint`` writes its own files into a temporary folder; the core then writes its own state
-(:data:`CORE_CHECKPOINT_FILE`: the run's id, the step, the interface revision and the capability state) last, syncs every file
-and folder to disk and renames the temporary folder into place. Only then is the checkpoint added to the run
+(:data:`CORE_CHECKPOINT_FILE`: the run's id, the step, the interface revision and the capability state) last, syncs
+every file and folder to disk and renames the temporary folder into place. Only then is the checkpoint added to the run
 store, so a crash at any moment leaves either the previous checkpoint or the new one, never half of one.
 """
 

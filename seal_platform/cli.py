@@ -27,8 +27,8 @@ from .commands import (
     refuse_unknown_options,
     sigterm_interrupts,
     split_recipe_args,
-    store_option,
     store_failure,
+    store_option,
     store_option_url,
     warn_failed_plugins,
 )
@@ -135,7 +135,12 @@ def cli() -> None:
                    "recipe's store:, else <runs_dir>/store.sqlite; the read commands take --store, else "
                    f"${ENV_STORE}, else runs/store.sqlite).")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
-@click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.",
+)
 @click.option("--no-report", is_flag=True, help="Do not write <run dir>/report.html at the end.")
 def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart_from: int | None, takeover: bool,
         allow_plugin_changes: bool, accept_changes: bool, store_url: str | None, quiet: bool, verbose: bool,
@@ -170,7 +175,9 @@ def run(args: tuple[str, ...], resume: str | None, run_dir: Path | None, restart
     if row is not None:
         config, recipe_name, origin, checked_with = resumed_config(store, row, args, run_dir), row.recipe, None, None
     else:
-        config, recipe_name, origin, checked_with = new_run_config(*split_recipe_args(args), store_url or env_store_url())
+        config, recipe_name, origin, checked_with = new_run_config(
+            *split_recipe_args(args), store_url or env_store_url()
+        )
         store = RunStore(config.store_url())
     plan = plan_config(config, recipe_name, origin=origin, host=checked_with)
     assert plan.host is not None
@@ -281,7 +288,9 @@ def config_validate(recipe: str | None, overrides: tuple[str, ...]) -> None:
     recipe, changes = split_recipe_args([recipe, *overrides] if recipe is not None else [])
     config_, issues, path = recipe_problems(recipe, changes, on_host=warn_failed_plugins)
     if issues:
-        with_overrides = " with its command-line overrides" if any(i.source.startswith("override ") for i in issues) else ""
+        with_overrides = (
+            " with its command-line overrides" if any(i.source.startswith("override ") for i in issues) else ""
+        )
         errors.print(f"{path}{with_overrides}: {len(issues)} problem(s):", highlight=False)
         for issue in issues:
             errors.print(f"  - {issue}", highlight=False, markup=False)
@@ -393,8 +402,12 @@ def show(run_id: str, store_url: str | None, as_json: bool, all_steps: bool, tra
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @store_option
-@click.option("--out", type=click.Path(), default=None,
-              help="The HTML file (or a folder for report.html); default: report-<run id>.html in the current directory.")
+@click.option(
+    "--out",
+    type=click.Path(),
+    default=None,
+    help="The HTML file (or a folder for report.html); default: report-<run id>.html in the current directory.",
+)
 @click.option("--eval-episodes", type=click.IntRange(0), default=20, show_default=True,
               help="Transcripts shown per evaluation (failed ones first).")
 @click.option("--train-groups", type=click.IntRange(0), default=1, show_default=True,
@@ -450,12 +463,19 @@ def compare(run_ids: tuple[str, ...], store_url: str | None, as_json: bool, html
 @click.option("--failed", is_flag=True, help="Only episodes that did not pass.")
 @click.option("--eval", "evaluation", is_flag=True, help="Evaluation episodes instead of training rollouts.")
 @click.option("--limit", type=click.IntRange(1), default=5, show_default=True, help="At most this many episodes.")
-@click.option("--width", type=click.IntRange(20), default=2000, show_default=True, help="Clip texts at this many characters.")
+@click.option(
+    "--width", type=click.IntRange(20), default=2000, show_default=True, help="Clip texts at this many characters."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every field, nothing clipped).")
 @click.option("--against", "against", metavar="RUN_B", default=None,
               help="Side by side with RUN_B's episodes of the same tasks (with --eval: each run's last evaluation, "
                    "or the one after --step N).")
-@click.option("--against-step", type=int, default=None, help="With --against: RUN_B's step (default: --step's; a run against itself with --eval: its last evaluation).")
+@click.option(
+    "--against-step",
+    type=int,
+    default=None,
+    help="With --against: RUN_B's step (default: --step's; a run against itself with --eval: its last evaluation).",
+)
 @click.option("--differ", is_flag=True, help="With --against: only tasks whose outcomes differ.")
 @click.option("--plain", is_flag=True, help="Plain text (the default when the output is not a terminal).")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
@@ -514,7 +534,9 @@ def settings(plugin: str | None, as_json: bool) -> None:
         raise SealError(f"no loaded plugin or settings section named {plugin!r}; known: {known}.")
     rows = [(p, *row) for s, (p, m) in sorted(chosen.items()) for row in settings_rows(m, f"settings.{s}")]
     if as_json:
-        click.echo(json.dumps([dict(zip(("plugin", "key", "type", "default", "description"), r)) for r in rows], indent=2))
+        click.echo(
+            json.dumps([dict(zip(("plugin", "key", "type", "default", "description"), r)) for r in rows], indent=2)
+        )
         return
     console.print(settings_listing(console, rows, "plugin settings (recipe keys)"), soft_wrap=False)
 
@@ -551,7 +573,12 @@ def upgrade_store(store_url: str | None) -> None:
               help="Evaluate on the training interface the run had at that checkpoint instead of the pristine one "
                    "(recorded as '<environment>@training'): the train/eval interface gap.")
 @click.option("--quiet", is_flag=True, help="No live progress display.")
-@click.option("-v", "--verbose", is_flag=True, help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Show library logs (vLLM, transformers, torch) here, not only in <run dir>/run.log.",
+)
 @store_option
 def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: int | None, training_interface: bool,
                  quiet: bool, verbose: bool, store_url: str | None) -> None:
@@ -560,11 +587,11 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
     As for `run`, library logs go to <run dir>/run.log (-v shows them here too) and a progress display shows
     model load, checkpoint load and the evaluation's episodes.
     """
-    from .present.digest import LOG_FILE
     from .loop import evaluate_checkpoint
     from .planning import plan_config
-    from .present.progress import RichProgress
+    from .present.digest import LOG_FILE
     from .present.listings import evaluation_table
+    from .present.progress import RichProgress
     from .runlog import quiet_terminal
 
     store = open_store(store_url, write=True)
@@ -598,7 +625,13 @@ def eval_command(run_id: str, step: int | None, split: str | None, max_tasks: in
 @cli.command()
 @click.option("--benchmark", required=True, help="A registered environment that can verify (e.g. bfcl).")
 @click.argument("file", type=click.File("rb"))  # bytes: a non-UTF-8 line is one error record
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Settings of the benchmark's plugin, e.g. bfcl.categories=[multi_turn_base].")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Settings of the benchmark's plugin, e.g. bfcl.categories=[multi_turn_base].",
+)
 def verify(benchmark: str, file: Any, overrides: tuple[str, ...]) -> None:
     """Score transcripts: one JSON object per input line, one result per output line, in order.
 

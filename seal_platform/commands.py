@@ -8,8 +8,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import click
 from rich.console import Console
@@ -132,9 +133,9 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 def store_failure(ctx: click.Context, exc: BaseException) -> SealError | None:
-    """``exc`` as a store error naming the store a command opened (:func:`open_store` records it), if it is the database's refusal of the
-    store (sqlalchemy's DatabaseError or OperationalError itself, not an IntegrityError or a bug's
-    ProgrammingError); None otherwise."""
+    """``exc`` as a store error naming the store a command opened (:func:`open_store` records it), if it is the
+    database's refusal of the store (sqlalchemy's DatabaseError or OperationalError itself, not an IntegrityError or a
+    bug's ProgrammingError); None otherwise."""
     db_errors = sys.modules.get("sqlalchemy.exc")  # not loaded: no store was opened
     if db_errors is None or type(exc) not in (db_errors.DatabaseError, db_errors.OperationalError):
         return None
@@ -167,14 +168,20 @@ def refuse_unknown_options(ctx: click.Context, _param: click.Parameter, args: tu
         name, eq, value = arg.partition("=")
         if (command, name) in REMOVED_OPTIONS:
             given = value if eq else (args[i + 1] if i + 1 < len(args) and "=" not in args[i + 1] else "VALUE")
-            raise click.UsageError(f"{command} has no option {name} any more: give "
-                                   f"{REMOVED_OPTIONS[command, name].replace('VALUE', given)} instead (a plugin's options "
-                                   "are its settings; docs/scaling.md, 'Migrating recipes').", ctx)
+            raise click.UsageError(
+                f"{command} has no option {name} any more: give "
+                f"{REMOVED_OPTIONS[command, name].replace('VALUE', given)} instead (a plugin's options "
+                "are its settings; docs/scaling.md, 'Migrating recipes').",
+                ctx,
+            )
         names = [opt for param in ctx.command.get_params(ctx) for opt in (*param.opts, *param.secondary_opts)
                  if opt.startswith("-")]
         meant = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-        guess = (f"did you mean {meant[0]}?" if meant else
-                 f"{command}'s options: {', '.join(sorted(names))}; a recipe file whose name starts with '-' is given as "
-                 f"./{arg}")
+        guess = (
+            f"did you mean {meant[0]}?"
+            if meant
+            else f"{command}'s options: {', '.join(sorted(names))}; a recipe file whose name starts with '-' is "
+            f"given as ./{arg}"
+        )
         raise click.UsageError(f"no such option: {name} ({guess})", ctx)
     return args

@@ -8,7 +8,6 @@ returns from ``register_settings``. Errors are collected, never raised one at a 
 from __future__ import annotations
 
 import copy
-
 import hashlib
 import json
 import math
@@ -22,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import ConfigError
 from .recipe_keys import close_key, known_keys, resolve_recipe_path
 from .recipe_secrets import expand_settings, is_secret_name, scrub
-
 
 
 def as_store_url(store: str) -> str:
@@ -50,11 +48,15 @@ class PluginSelection(Section):
 
 
 class TrainingConfig(Section):
-    steps: int | None = Field(default=None, ge=0, le=1_000_000, description="Training steps; null: epochs x steps per epoch.")
+    steps: int | None = Field(
+        default=None, ge=0, le=1_000_000, description="Training steps; null: epochs x steps per epoch."
+    )
     epochs: int = Field(default=6, ge=1, le=10_000)
     tasks_per_step: int = Field(default=32, ge=1, le=100_000)
     group_size: int = Field(default=8, ge=1, le=1024, description="Rollouts per task (GRPO's G).")
-    checkpoint_every: int = Field(default=10, ge=0, le=1_000_000, description="Steps between checkpoints; 0: only at the end.")
+    checkpoint_every: int = Field(
+        default=10, ge=0, le=1_000_000, description="Steps between checkpoints; 0: only at the end."
+    )
     keep_checkpoints: int | None = Field(
         default=None, ge=1, le=1_000_000,
         description="Keep only the last N checkpoints (and the best, see keep_best_by); older ones are deleted "
@@ -65,7 +67,9 @@ class TrainingConfig(Section):
         description="With keep_checkpoints: also keep the checkpoint whose held-out evaluation (of the run's own "
         "environment) scored highest on this category ('average': the mean over categories); null: only the last N.",
     )
-    max_train_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Use only the first N training tasks.")
+    max_train_tasks: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="Use only the first N training tasks."
+    )
 
 
 class DynamicSamplingConfig(Section):
@@ -73,7 +77,9 @@ class DynamicSamplingConfig(Section):
     more training tasks until the step has ``training.tasks_per_step`` of them (see
     :mod:`seal_platform.dynamic_sampling`)."""
 
-    enabled: bool = Field(default=False, description="Filter out groups whose rewards are all equal and draw more tasks.")
+    enabled: bool = Field(
+        default=False, description="Filter out groups whose rewards are all equal and draw more tasks."
+    )
     max_rounds: int = Field(
         default=4, ge=1, le=1000,
         description="Collect rounds per step at most, the scheduled batch included; a step that still has "
@@ -101,7 +107,9 @@ class RolloutConfig(Section):
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(default=512, ge=1, le=1_048_576)
-    workers: int = Field(default=8, ge=1, le=4096, description="Episodes run at once (the engine batches their requests).")
+    workers: int = Field(
+        default=8, ge=1, le=4096, description="Episodes run at once (the engine batches their requests)."
+    )
     executor: str = Field(
         default="local",
         description="Where episodes run: `local` (threads in this process) or an executor a plugin registers "
@@ -132,7 +140,9 @@ class BenchmarkEval(Section):
     environment: str = Field(description="A registered environment, e.g. `bfcl_memory`.")
     split: str = Field(default="eval", description="Its task split.")
     max_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Evaluate on its first N tasks only.")
-    name: str | None = Field(default=None, description="Name its results are stored and shown under; default: the environment.")
+    name: str | None = Field(
+        default=None, description="Name its results are stored and shown under; default: the environment."
+    )
 
     @property
     def key(self) -> str:
@@ -146,7 +156,9 @@ class BenchmarkEval(Section):
 
 class EvaluationConfig(Section):
     split: str = "eval"
-    every: int = Field(default=10, ge=0, le=1_000_000, description="Evaluate every K training steps; 0: only before and after.")
+    every: int = Field(
+        default=10, ge=0, le=1_000_000, description="Evaluate every K training steps; 0: only before and after."
+    )
     before_training: bool = True
     max_tasks: int | None = Field(default=None, ge=1, le=10_000_000, description="Evaluate on the first N tasks only.")
     max_new_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
@@ -164,8 +176,11 @@ class EvaluationConfig(Section):
 
 
 class DiagnosisConfig(Section):
-    diagnosers: list[str] | None = Field(default=None, description="Enabled diagnosers; null: every registered one not marked explicit (each runs only "
-                                              "in runs of the environments it declares).")
+    diagnosers: list[str] | None = Field(
+        default=None,
+        description="Enabled diagnosers; null: every registered one not marked explicit (each runs only "
+        "in runs of the environments it declares).",
+    )
     primary: str | None = Field(
         default=None, description="Diagnoser whose labels drive the capability state and A-Patch."
     )
@@ -182,7 +197,9 @@ class StagesConfig(Section):
 class RunConfig(Section):
     name: str = "run"
     description: str = ""
-    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Seeds every random choice of the run (0 to 2**32 - 1).")
+    seed: int = Field(
+        default=0, ge=0, le=2**32 - 1, description="Seeds every random choice of the run (0 to 2**32 - 1)."
+    )
     environment: str = Field(description="A registered environment, e.g. `bfcl`.")
     runs_dir: str = Field(default="runs", description="Where run directories and the default store live.")
     store: str | None = Field(default=None, description="SQLAlchemy URL or the path of an SQLite file; default: "
@@ -256,7 +273,9 @@ def _check_yaml_shape(path: Path, text: str) -> None:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to read (more than {MAX_RECIPE_DEPTH} levels are refused).") from None
+        raise ConfigError(
+            f"{path}: nested too deeply to read (more than {MAX_RECIPE_DEPTH} levels are refused)."
+        ) from None
     if root is None:
         return
     size: dict[int, int] = {}
@@ -284,8 +303,10 @@ def _check_yaml_shape(path: Path, text: str) -> None:
         chars[id(node)] = (len(node.value) if isinstance(node.value, str) else 0) + sum(chars[id(c)] for c in children)
         height[id(node)] = 1 + max((height[id(c)] for c in children), default=0)
         if size[id(node)] > MAX_RECIPE_NODES:
-            raise ConfigError(f"{path}: with its aliases (*name) expanded the recipe has more than "
-                              f"{MAX_RECIPE_NODES:,} values (an alias bomb?); write the values out or use fewer aliases.")
+            raise ConfigError(
+                f"{path}: with its aliases (*name) expanded the recipe has more than "
+                f"{MAX_RECIPE_NODES:,} values (an alias bomb?); write the values out or use fewer aliases."
+            )
         if chars[id(node)] > MAX_RECIPE_CHARS:
             line = node.start_mark.line + 1
             raise ConfigError(f"{path}:{line}: with its aliases (*name) expanded the recipe holds more than "
@@ -446,11 +467,16 @@ def _section_given_a_value(where: str, got: Any, keys: list[str]) -> Issue:
 # Keys the core's schema no longer has: the backends' and the optimizer's settings live in their plugins'
 # sections (docs/scaling.md, "Migrating recipes"). Old key -> new key.
 MOVED_KEYS: dict[str, str] = {
-    **{f"ray.{k}": f"settings.ray.{k}" for k in ("enabled", "address", "namespace", "num_cpus", "episode_actors",
-                                                 "episode_cpus")},
+    **{
+        f"ray.{k}": f"settings.ray.{k}"
+        for k in ("enabled", "address", "namespace", "num_cpus", "episode_actors", "episode_cpus")
+    },
     "ray.colocate": "settings.grpo.placement.colocate",
     "ray.placement_strategy": "settings.grpo.placement.strategy",
-    **{f"ray.{k}": f"settings.grpo.placement.{k}" for k in ("trainer_cpus", "trainer_gpus", "engine_cpus", "engine_gpus")},
+    **{
+        f"ray.{k}": f"settings.grpo.placement.{k}"
+        for k in ("trainer_cpus", "trainer_gpus", "engine_cpus", "engine_gpus")
+    },
     **{f"rollout.{k}": f"settings.grpo.{k}" for k in ("replicas", "max_staleness", "stale_samples", "importance_cap")},
 }
 
@@ -575,7 +601,7 @@ def validate_settings(
     """Validate every plugin's section; absent sections take the model's defaults."""
     issues: list[Issue] = []
     settings: dict[str, BaseModel] = {}
-    for section, raw in config.settings.items():
+    for section in config.settings:
         if section not in models:
             owners = ", ".join(sorted(models)) or "none"
             meant = close_key(section, list(models))

@@ -39,9 +39,10 @@ import json
 import tempfile
 import textwrap
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import scaleout
 from .config import Issue, RunConfig, apply_overrides, raise_for, validate_core, validate_settings
@@ -353,7 +354,7 @@ class _Checker:
         for step in (0, 1):
             got = self.attempt("collect", lambda: wrap("collect", self.owner, lambda: collect_with(
                 caller, ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=interface,
-                group_size=group_size, step=step, plugin=self.owner), self.host))
+                group_size=group_size, step=step, plugin=self.owner), self.host))  # noqa: B023 called before the loop moves on
             if got is _FAILED:
                 return False
             problem = _not_of(got, tasks) or _groups(got, tasks, group_size)
@@ -371,7 +372,7 @@ class _Checker:
         caller = _owned_evaluate(self.host, self.owner)
         for step in (0, 1):
             result = self.attempt("evaluate", lambda: wrap("evaluate", self.owner, lambda: evaluate_with(
-                caller, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step, plugin=self.owner),
+                caller, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step, plugin=self.owner),  # noqa: B023 called now
                 self.host))
             if result is _FAILED:
                 return False

@@ -6,7 +6,8 @@ import errno
 import math
 import numbers
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def as_sentence(text: str) -> str:

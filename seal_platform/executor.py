@@ -7,8 +7,9 @@ actors, the engine as another) replace the local one without touching either plu
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Callable, Iterable, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -5,8 +5,8 @@ There are four kinds of hooks:
 * **setup hooks** (``register_*``), called when a run or a CLI command starts, through which a plugin tells the
   core what it provides: its settings model, environments (benchmarks), diagnosers, rollout engines, CLI
   commands, and how its step metrics are shown. Every plugin's answer is collected.
-* **lifecycle hooks** (``check_config``, ``check_machine``, ``start_run``, ``end_run``, ``save_checkpoint``, ``load_checkpoint``),
-  called on every enabled plugin that implements them.
+* **lifecycle hooks** (``check_config``, ``check_machine``, ``start_run``, ``end_run``, ``save_checkpoint``,
+  ``load_checkpoint``), called on every enabled plugin that implements them.
 * the **tracking hook** (``track``), called on every enabled plugin that implements it as the run records
   step metrics, evaluations, interface revisions and labels (trackers: TensorBoard, MLflow...);
 * **stage hooks**, called once per training step by the run loop (``seal_platform.loop``), always with keyword
@@ -51,10 +51,12 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from pydantic import BaseModel
 
     from .capability import CapabilityState
-    from .config import RunConfig
+    from .config import Issue, RunConfig
     from .context import RunContext
-    from .config import Issue
+    from .engine import RolloutEngine
+    from .environment import Environment
     from .registry import Cluster, ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec, MetricSpec
+    from .rollouts import RolloutsInFlight
     from .types import (
         EvalResult,
         Interface,
@@ -65,9 +67,6 @@ if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
         Trajectory,
         TurnLabel,
     )
-    from .engine import RolloutEngine
-    from .environment import Environment
-    from .rollouts import RolloutsInFlight
 
 PROJECT = "seal_platform"
 
@@ -115,8 +114,8 @@ def register_environments() -> list[EnvironmentSpec]:
         ``start_run`` and before the rollout engine is built, for the run's environment and for each of
         ``evaluation.benchmarks`` (so that a failing factory, a bad split or an empty task list is refused
         before a long model load and before any step; the engine is not yet in ``ctx.shared``), and returns
-        an object satisfying :class:`seal_platform.environment.Environment`. The plugin that registers the environment named by
-        the recipe's ``environment`` key owns the ``collect`` and ``evaluate`` stages.
+        an object satisfying :class:`seal_platform.environment.Environment`. The plugin that registers the environment
+        named by the recipe's ``environment`` key owns the ``collect`` and ``evaluate`` stages.
 
     All results are collected; a name two plugins register is left out: a recipe that uses it gets a
     problem naming both plugins (block all but one), other recipes are unaffected.
@@ -144,7 +143,8 @@ def register_rollout_engines() -> list[EngineSpec]:
     """Declare the rollout engines (generation back ends) this plugin provides.
 
     Called when a run starts. The engine named by the recipe's ``rollout.engine`` key is built once per run
-    as ``factory(ctx)``, after ``start_run`` and after the environment and its tasks, and passed to ``collect``, ``evaluate`` and ``optimize``.
+    as ``factory(ctx)``, after ``start_run`` and after the environment and its tasks, and passed to ``collect``,
+    ``evaluate`` and ``optimize``.
 
     :returns: a list of :class:`seal_platform.registry.EngineSpec` (name, factory, description). The factory
         returns an object satisfying :class:`seal_platform.engine.RolloutEngine`; it must import heavy

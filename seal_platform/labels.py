@@ -65,5 +65,7 @@ def label_rows(host: PluginHost, environment: str | None = None) -> list[LabelRo
         if environment is not None and spec.environments and environment not in spec.environments:
             continue
         for label in spec.labels:
-            rows.append(LabelRow(name, plugin, label, tuple(spec.reference.get(label, ())), spec.meanings.get(label, "")))
+            rows.append(
+                LabelRow(name, plugin, label, tuple(spec.reference.get(label, ())), spec.meanings.get(label, ""))
+            )
     return rows

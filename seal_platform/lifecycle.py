@@ -24,9 +24,9 @@ plugin); None: every enabled plugin.
 Ctrl-C is an interruption also where a library did not let the KeyboardInterrupt through as it is: an error
 that it caused (one with a KeyboardInterrupt in its ``__cause__`` / ``__context__`` chain, as transformers' lazy
 imports raise a ModuleNotFoundError or RuntimeError from it) ends the run ``interrupted``, and is re-raised as a
-KeyboardInterrupt (the error as its cause). While :func:`~seal_platform.interrupts.interrupts_noted` is on (the CLI turns it on for
-every command), a SIGINT is also noted: an error after one counts as the interruption, and one that a library
-swallowed (``Exception ignored in ...``, from a finalizer) stops the run at the next boundary (entering the
+KeyboardInterrupt (the error as its cause). While :func:`~seal_platform.interrupts.interrupts_noted` is on (the CLI
+turns it on for every command), a SIGINT is also noted: an error after one counts as the interruption, and one that a
+library swallowed (``Exception ignored in ...``, from a finalizer) stops the run at the next boundary (entering the
 lifecycle, building the environment or the engine, each stage call: :mod:`seal_platform.interrupts`).
 """
 
@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .errors import PluginError, SealError, Terminated
 from .interrupts import as_interruption, raise_if_interrupted
@@ -144,7 +145,10 @@ def lifecycle(
                 if store is None and status == "completed":
                     end_failure = end_failure or failure  # nowhere to record it: raised once everything is closed
                 else:
-                    _unrecorded("end_run_failed event", lambda: ctx.event("end_run_failed", str(failure), plugin=plugin))
+                    _unrecorded(
+                        "end_run_failed event",
+                        lambda: ctx.event("end_run_failed", str(failure), plugin=plugin),  # noqa: B023 called now
+                    )
         _close_engine(ctx)
         ctx.executor.close()
         if owns_run and store is not None:
@@ -167,7 +171,9 @@ def _unrecorded(what: str, write: Callable[[], Any]) -> Exception | None:
     return None
 
 
-def _end_run(host: PluginHost, ctx: RunContext, status: str, plugins: Sequence[str] | None) -> list[tuple[str, Exception]]:
+def _end_run(
+    host: PluginHost, ctx: RunContext, status: str, plugins: Sequence[str] | None
+) -> list[tuple[str, Exception]]:
     """Call ``end_run`` on each plugin (``plugins``: the named ones) on its own: (plugin, error) of each that
     failed, the error a :class:`PluginError` naming the plugin (a plugin's own SealError as it is)."""
     failures: list[tuple[str, Exception]] = []

@@ -26,11 +26,12 @@ import numbers
 import random
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from . import infra, rollouts, scaleout
 from .benchmarks import evaluate_benchmarks, prepare_benchmarks
@@ -50,6 +51,17 @@ from .errors import PluginError, SealError
 from .lifecycle import lifecycle
 from .planning import Plan, check_machine
 from .plugins import PluginHost
+from .recipe_secrets import redact_config, scrub
+from .resume import (
+    PluginChanges,
+    check_restart_point,
+    check_resume_plugins,
+    check_task_data,
+    plan_start,
+    record_plugin_changes,
+    restore_run,
+    task_fingerprint,
+)
 from .stages import (
     adopt_interface,
     check_collected,
@@ -63,12 +75,10 @@ from .stages import (
     undeclared_note,
     wrap,
 )
-from .recipe_secrets import redact_config, scrub
-from .resume import (PluginChanges, check_restart_point, check_resume_plugins, check_task_data, plan_start,
-                     record_plugin_changes, restore_run, task_fingerprint)
 from .store import EVAL_BY_COMMAND, RunStore
 from .tracking import step_metrics, track
 from .types import EvalResult, Interface, ReweightResult, Task, Trajectory, TurnLabel
+
 
 def _batches(tasks: list[Task], per_step: int, seed: int, epoch: int) -> list[list[Task]]:
     order = list(tasks)
@@ -185,7 +195,7 @@ class Runner:
         self.recipe = recipe
         self.resumed = resume_run_id is not None
         if resume_run_id is None:
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+            stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
             self.run_id = f"{stamp}-{uuid.uuid4().hex[:6]}"
             self.run_dir = Path(self.config.runs_dir).resolve() / self.run_id
         else:
@@ -231,13 +241,21 @@ class Runner:
             # Secrets written out in the recipe are stored and written redacted (${NAME} references as they are).
             shown = redact_config(self.config.model_dump(mode="json"), self.host.settings_models())
             self.store.create_run(
-                self.run_id, name=self.config.name, recipe=scrub(self.recipe), config=shown,
-                config_hash=self.config.config_hash(), seed=self.config.seed, run_dir=str(self.run_dir), plugins=plugins,
+                self.run_id,
+                name=self.config.name,
+                recipe=scrub(self.recipe),
+                config=shown,
+                config_hash=self.config.config_hash(),
+                seed=self.config.seed,
+                run_dir=str(self.run_dir),
+                plugins=plugins,
             )
             _write_private(self.run_dir / "config.json", json.dumps(shown, indent=2))
         for record in self.host.records:
             if record.status == "failed":
-                self.store.add_event(self.run_id, "plugin_load_failed", f"{record.name}: {record.error}", record.to_dict())
+                self.store.add_event(
+                    self.run_id, "plugin_load_failed", f"{record.name}: {record.error}", record.to_dict()
+                )
         setup_started = time.perf_counter()  # the set-up time includes the plugins' start_run
         with lifecycle(self.host, self.ctx, resumed=self.resumed, owns_run=True, on_exit=self.progress.stop) as life:
             assert life.heartbeat is not None  # the run owns its store row
@@ -365,8 +383,13 @@ class Runner:
         trajs, health, selection = collected.trajectories, collected.health, collected.selection
         # Episodes lost to the infrastructure are stored but never diagnosed nor trained on (see infra.py).
         if health.failed:
-            self.ctx.event("infra_failure", f"step {step}: {health.summary()}", step=step,
-                           trajectories={t.id: t.infra_failure for t in health.failed}, masked_groups=health.masked_groups)
+            self.ctx.event(
+                "infra_failure",
+                f"step {step}: {health.summary()}",
+                step=step,
+                trajectories={t.id: t.infra_failure for t in health.failed},
+                masked_groups=health.masked_groups,
+            )
             infra.check(health, cfg.rollout.max_infra_failure_frac, step)
 
         self.progress.stage(step, "diagnose")
@@ -391,7 +414,12 @@ class Runner:
             in_flight.wait()  # whatever optimize did, the next step's rollouts are over before this step ends
         if prefetch is not None:
             timer.timings["rollout_wait"] = round(in_flight.waited_s, 4)
-        metrics = {**collected.metrics, **self.ctx.take_step_metrics(), **metrics, "infra_masked_frac": health.masked_frac}
+        metrics = {
+            **collected.metrics,
+            **self.ctx.take_step_metrics(),
+            **metrics,
+            "infra_masked_frac": health.masked_frac,
+        }
         if selection is not None:
             metrics.update(selection.metrics())
         if collected.overlapped:
@@ -428,7 +456,8 @@ class Runner:
         undeclared: dict[str, set[str]] = {}  # diagnoser -> labels no diagnoser declares: one event per step
         for impl in reversed([i for i in impls if i not in wrappers]):  # pluggy's order
             plugin = impl.plugin_name
-            answer = wrap("diagnose", plugin, lambda: self.host.call_subset("diagnose", [plugin], **kwargs), self.host)
+            answer = wrap("diagnose", plugin, lambda: self.host.call_subset("diagnose", [plugin], **kwargs),  # noqa: B023 called now
+                          self.host)
             if not answer and trajectories:  # pluggy leaves a None out: the plugin returned nothing
                 raise PluginError(f"plugin {plugin!r} returned None from 'diagnose' for the {len(trajectories)} "
                                   f"trajectories of step {step}: a diagnoser returns a list of TurnLabel (an empty "
@@ -440,7 +469,7 @@ class Runner:
             others = [p for p in self.host.pm.get_plugins() if p is not impl.plugin]
             caller = self.host.pm.subset_hook_caller("diagnose", remove_plugins=others)
             # call_extra puts each extra method before the ones given earlier: reversed, they answer in order.
-            answer = wrap("diagnose", plugin, lambda: caller.call_extra([_answering(r) for r in reversed(fed)], kwargs),
+            answer = wrap("diagnose", plugin, lambda: caller.call_extra([_answering(r) for r in reversed(fed)], kwargs),  # noqa: B023 called now
                           self.host)
             if isinstance(answer, (str, bytes, dict)) or not isinstance(answer, (list, tuple)):
                 raise PluginError(f"plugin {plugin!r} (a diagnose wrapper) must return the list of label lists it was "
@@ -467,11 +496,25 @@ class Runner:
         if reweighter:
             self.progress.stage(step, "reweight")
             with timer("reweight"):
-                result = wrap("reweight", reweighter, lambda: self.host.call_owned(
-                    "reweight", reweighter, ctx=self.ctx, trajectories=trainable, labels=primary, state=self.state, step=step,
-                ), self.host)
+                result = wrap(
+                    "reweight",
+                    reweighter,
+                    lambda: self.host.call_owned(
+                        "reweight",
+                        reweighter,
+                        ctx=self.ctx,
+                        trajectories=trainable,
+                        labels=primary,
+                        state=self.state,
+                        step=step,
+                    ),
+                    self.host,
+                )
                 if not isinstance(result, ReweightResult):
-                    raise PluginError(f"plugin {reweighter!r} must return a ReweightResult from 'reweight', not {type(result).__name__}.")
+                    raise PluginError(
+                        f"plugin {reweighter!r} must return a ReweightResult from 'reweight', not "
+                        f"{type(result).__name__}."
+                    )
                 missing = [t.id for t in trainable if t.id not in result.trajectory_weights]
                 if missing:
                     raise PluginError(f"plugin {reweighter!r} returned no weight for {len(missing)} trajectories.")
@@ -482,10 +525,24 @@ class Runner:
         if optimizer and trainable:
             self.progress.stage(step, "optimize")
             with timer("optimize"):
-                metrics = _optimizer_metrics(wrap("optimize", optimizer, lambda: self.host.call_owned(
-                    "optimize", optimizer, ctx=self.ctx, engine=engine, trajectories=trainable, weights=weights, step=step,
-                    rollouts=in_flight,
-                ), self.host), optimizer)
+                metrics = _optimizer_metrics(
+                    wrap(
+                        "optimize",
+                        optimizer,
+                        lambda: self.host.call_owned(
+                            "optimize",
+                            optimizer,
+                            ctx=self.ctx,
+                            engine=engine,
+                            trajectories=trainable,
+                            weights=weights,
+                            step=step,
+                            rollouts=in_flight,
+                        ),
+                        self.host,
+                    ),
+                    optimizer,
+                )
         return metrics, label_weights
 
     def _evolve(self, env: Environment, step: int) -> None:

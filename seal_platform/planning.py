@@ -11,9 +11,10 @@ validate``, ``eval``) and the tests go through these functions and :func:`plan_r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -117,7 +118,12 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         env_owner = host.environments()[config.environment][0]
         for hook in ("collect", "evaluate"):
             if not host.implements(env_owner, hook):
-                issues.append(Issue("environment", f"plugin {env_owner!r} registers {config.environment!r} but does not implement {hook!r}"))
+                issues.append(
+                    Issue(
+                        "environment",
+                        f"plugin {env_owner!r} registers {config.environment!r} but does not implement {hook!r}",
+                    )
+                )
         if (config.evaluation.training_interface and host.implements(env_owner, "evaluate")
                 and not host.takes(env_owner, "evaluate", "interface")):
             issues.append(Issue("evaluation.training_interface",
@@ -137,9 +143,18 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
         if owner is None:
             continue
         if not host.is_loaded(owner):
-            issues.append(Issue(f"stages.{stage}", host.why_missing(owner), "name a loaded plugin (see `seal-platform plugins`; stages name plugins, not environments or diagnosers) or null to switch the stage off"))
+            issues.append(
+                Issue(
+                    f"stages.{stage}",
+                    host.why_missing(owner),
+                    "name a loaded plugin (see `seal-platform plugins`; stages name plugins, not environments or "
+                    "diagnosers) or null to switch the stage off",
+                )
+            )
         elif not host.implements(owner, stage):
-            issues.append(Issue(f"stages.{stage}", f"plugin {owner!r} does not implement {stage!r}", "name a plugin that does"))
+            issues.append(
+                Issue(f"stages.{stage}", f"plugin {owner!r} does not implement {stage!r}", "name a plugin that does")
+            )
         elif stage == "optimize" and config.rollout.overlap and not host.takes(owner, stage, "rollouts"):
             issues.append(Issue("rollout.overlap", f"the optimizer {owner!r} cannot run with overlapped rollouts: its "
                                 "'optimize' does not take `rollouts`, so it could change the engine's weights while "
@@ -175,7 +190,11 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
     diagnoser_plugins = sorted({registered[n][0] for n in active})
     for plugin in diagnoser_plugins:
         if not host.implements(plugin, "diagnose"):
-            issues.append(Issue("diagnosis.diagnosers", f"plugin {plugin!r} registers a diagnoser but does not implement 'diagnose'"))
+            issues.append(
+                Issue(
+                    "diagnosis.diagnosers", f"plugin {plugin!r} registers a diagnoser but does not implement 'diagnose'"
+                )
+            )
     primary = config.diagnosis.primary
     if primary is None:
         # A diagnoser of the environment's own plugin knows its verifier trace best; else the first enabled one.
@@ -188,9 +207,18 @@ def check_recipe(config: RunConfig, host: PluginHost) -> tuple[Plan | None, list
     elif primary not in enabled:
         meant = close_key(primary, sorted(registered)) if primary not in registered else None
         guess = f"did you mean {meant!r}? " if meant else ""
-        issues.append(Issue("diagnosis.primary", f"diagnoser {primary!r} is not enabled",
-                            _with_failures(f"{guess}add it to diagnosis.diagnosers (diagnoser names, as `seal-platform plugins` lists them)", host)
-                            if primary not in registered else "add it to diagnosis.diagnosers"))
+        issues.append(
+            Issue(
+                "diagnosis.primary",
+                f"diagnoser {primary!r} is not enabled",
+                _with_failures(
+                    f"{guess}add it to diagnosis.diagnosers (diagnoser names, as `seal-platform plugins` lists them)",
+                    host,
+                )
+                if primary not in registered
+                else "add it to diagnosis.diagnosers",
+            )
+        )
     issues.extend(_shared_clusters(config, host, settings))
     issues.extend(scaleout.check(config, host, settings))
     issues.extend(_plugin_checks(config, host, settings))
@@ -206,7 +234,10 @@ def _split_issues(config: RunConfig, host: PluginHost, settings: dict[str, Any])
     benchmark's ``split``) that an environment declaring its splits (``EnvironmentSpec.splits``) does not
     have; an environment that declares none is left to refuse the split when the run lists its tasks."""
     environments = host.environments()
-    wanted = [(config.environment, "train", "environment"), (config.environment, config.evaluation.split, "evaluation.split")]
+    wanted = [
+        (config.environment, "train", "environment"),
+        (config.environment, config.evaluation.split, "evaluation.split"),
+    ]
     wanted += [(bench.environment, bench.split, f"evaluation.benchmarks[{i}].split")
                for i, bench in enumerate(config.evaluation.benchmarks)]
     declared: dict[str, list[str] | Issue | None] = {}
@@ -272,8 +303,12 @@ def _no_labels(config: RunConfig, host: PluginHost, needing: list[str], enabled:
                registered: dict[str, tuple[str, Any]]) -> Issue:
     """The problem of a recipe whose stages ``needing`` work from labels that no enabled diagnoser gives
     for its environment: the enabled ones that label others are named, with the environments they label."""
-    others = [f"{name} (plugin {registered[name][0]!r}) labels only {_labelled(registered[name][1].environments, config.environment, host)}"
-              for name in enabled if name in registered]
+    others = [
+        f"{name} (plugin {registered[name][0]!r}) labels only "
+        f"{_labelled(registered[name][1].environments, config.environment, host)}"
+        for name in enabled
+        if name in registered
+    ]
     said = f"; enabled: {'; '.join(others)}" if others else ""
     return Issue("diagnosis.diagnosers", f"no enabled diagnoser labels environment {config.environment!r}, so "
                  f"{' and '.join(needing)} would have no labels to work from{said}",
@@ -307,9 +342,14 @@ def _plugin_checks(config: RunConfig, host: PluginHost, settings: dict[str, Any]
         if isinstance(answer, Issue):  # the plugin failed: its failure is the problem
             issues.append(answer)
         elif (items := _list_of(answer, Issue)) is None:
-            issues.append(Issue("plugins", f"plugin {plugin!r} returned {short_repr(answer)} from 'check_config', not a "
-                                "list of seal_platform.config.Issue", "fix or block the plugin (plugins.block); "
-                                "the hook specs: seal_platform/hookspecs.py"))
+            issues.append(
+                Issue(
+                    "plugins",
+                    f"plugin {plugin!r} returned {short_repr(answer)} from 'check_config', not a "
+                    "list of seal_platform.config.Issue",
+                    "fix or block the plugin (plugins.block); the hook specs: seal_platform/hookspecs.py",
+                )
+            )
         else:
             issues.extend(items)
     return issues
@@ -365,8 +405,10 @@ def check_machine(plan: Plan, host: PluginHost | None = None) -> None:
         if isinstance(answer, Issue):  # the plugin failed: its failure is the problem
             problems.append(f"{answer.what} ({answer.fix})")
         elif (items := _list_of(answer, str)) is None:
-            problems.append(f"plugin {plugin!r} returned {short_repr(answer)} from 'check_machine', not a list of "
-                            "strings (the hook specs: seal_platform/hookspecs.py); fix or block the plugin (plugins.block)")
+            problems.append(
+                f"plugin {plugin!r} returned {short_repr(answer)} from 'check_machine', not a list of "
+                "strings (the hook specs: seal_platform/hookspecs.py); fix or block the plugin (plugins.block)"
+            )
         else:
             problems.extend(items)
     if problems:

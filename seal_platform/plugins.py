@@ -20,11 +20,11 @@ from __future__ import annotations
 import difflib
 import os
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import click
 import pluggy
@@ -127,10 +127,16 @@ def _check_registered(hook: str, result: Any) -> tuple[list[Any], str | None]:
             return [], f"{hook} returned {short_repr(result)} (type {type(result).__name__}), not {expected}"
         for section, model in result.items():
             if not isinstance(section, str) or not section:
-                return [], f"{hook} returned {short_repr(result)}: the section name {section!r} is not a non-empty string"
+                return (
+                    [],
+                    f"{hook} returned {short_repr(result)}: the section name {section!r} is not a non-empty string",
+                )
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
-                return [], f"{hook} returned {short_repr(result)}: section {section!r} maps to {short_repr(model)}, not a " \
-                    "pydantic model class (a BaseModel subclass)"
+                return (
+                    [],
+                    f"{hook} returned {short_repr(result)}: section {section!r} maps to {short_repr(model)}, not a "
+                    "pydantic model class (a BaseModel subclass)",
+                )
         return list(result.items()), None
     expected = f"a list of {kind.__name__}"
     if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Iterable):
@@ -138,8 +144,11 @@ def _check_registered(hook: str, result: Any) -> tuple[list[Any], str | None]:
     items = list(result)
     for item in items:
         if not isinstance(item, kind):
-            return [], f"{hook} returned {short_repr(items)}: {short_repr(item)} (type {type(item).__name__}) is not a " \
-                f"{kind.__name__}; expected {expected}"
+            return (
+                [],
+                f"{hook} returned {short_repr(items)}: {short_repr(item)} (type {type(item).__name__}) is not a "
+                f"{kind.__name__}; expected {expected}",
+            )
         name = getattr(item, "name", None)
         if not isinstance(name, str) or not name:
             return [], f"{hook} returned {short_repr(item)}, whose name is not a non-empty string"
@@ -260,7 +269,9 @@ class PluginHost:
                     continue
                 if isinstance(exc, SealError):
                     raise
-                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook!r}: {type(exc).__name__}: {exc}") from exc
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r} failed in {hook!r}: {type(exc).__name__}: {exc}"
+                ) from exc
             # A hook that is not firstresult answers with a list of its implementations' results (here one, or
             # none when it returned None); a wrapper alone may answer with anything it likes instead.
             if isinstance(results, list):
@@ -321,7 +332,9 @@ class PluginHost:
         if plugin is None:
             raise PluginError(f"the recipe names {owner!r} for the {hook!r} stage, but {self.why_missing(owner)}.")
         if not self.implements(owner, hook):
-            raise PluginError(f"the recipe names plugin {owner!r} for the {hook!r} stage, but it does not implement {hook!r}.")
+            raise PluginError(
+                f"the recipe names plugin {owner!r} for the {hook!r} stage, but it does not implement {hook!r}."
+            )
         others = [p for p in self.pm.get_plugins() if p is not plugin]
         return self.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
 
@@ -505,7 +518,9 @@ class PluginHost:
         meant = close_key(name, names)
         guess = f"did you mean {meant!r}? " if meant else ""
         note = self.failure_note()
-        hint = f"{guess}registered {plural}: {', '.join(names) or 'none'}; install or unblock the plugin that provides it"
+        hint = (
+            f"{guess}registered {plural}: {', '.join(names) or 'none'}; install or unblock the plugin that provides it"
+        )
         return f"no loaded plugin registers {label} {name!r}", f"{hint}; {note}" if note else hint
 
     def require(self, kind: str, name: str) -> tuple[str, Any]:
@@ -623,8 +638,11 @@ def make_plugin_manager(
         records.append(record)
         if ep.name in blocked:
             record.status = "blocked"
-            record.reason = " and ".join(source for source, names in (("plugins.block", recipe_block), (ENV_BLOCK, env_block))
-                                         if ep.name in names)
+            record.reason = " and ".join(
+                source
+                for source, names in (("plugins.block", recipe_block), (ENV_BLOCK, env_block))
+                if ep.name in names
+            )
         elif allowed is not None and ep.name not in allowed:
             record.status = "not-allowed"
             if env_allow is not None and ep.name not in env_allow:

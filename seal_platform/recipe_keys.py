@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import difflib
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -118,7 +119,9 @@ def resolve_recipe_path(recipe: str | Path | None) -> Path:
         if candidate.is_file():
             return candidate
     shipped = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))) or "none"
-    raise ConfigError(f"recipe {str(recipe)!r} not found: give a path to a YAML file or one of the shipped recipes ({shipped}).")
+    raise ConfigError(
+        f"recipe {str(recipe)!r} not found: give a path to a YAML file or one of the shipped recipes ({shipped})."
+    )
 
 
 def _chain(path: Path) -> list[Path]:

@@ -1,6 +1,6 @@
 """Whether ``seal-platform run`` starts a new run, resumes one, takes one over or refuses (:func:`plan_start`, the one
-place that decides it); where a resumed run starts: the partial checkpoints cleared, the last durable one loaded, later history
-dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to train again from step N); the
+place that decides it); where a resumed run starts: the partial checkpoints cleared, the last durable one loaded, later
+history dropped (``seal-platform run --resume RUN``, with ``--restart-from-step N`` to train again from step N); the
 check that a resume runs with the plugins the run ran with (``--allow-plugin-changes`` to go on without); and
 the check that it trains and evaluates on the task data it started with (``--accept-changes`` to go on
 without)."""
@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from .capability import CapabilityState
 from .checkpoints import durable_checkpoints, load_plugin_checkpoints, read_core_state, remove_partial_checkpoints
@@ -197,7 +198,11 @@ def failed_run_state(store: RunStore, run_id: str, rerun: str | None = None) -> 
     resume = resume_command(run_id, str(store.url))
     again = f"after fixing the cause, continue it with `{resume}`."
     if status == "failed" and _trained_nothing(store, run_id):
-        new = f"run the recipe again as a new run (this one was `{rerun}`)" if rerun else "run its recipe again as a new run"
+        new = (
+            f"run the recipe again as a new run (this one was `{rerun}`)"
+            if rerun
+            else "run its recipe again as a new run"
+        )
         return (f"The run {run_id} failed before it trained anything and is marked failed with this error: the "
                 f"store holds no step and no checkpoint of it, so there is nothing to continue. After fixing the "
                 f"cause, {new}, or reuse this run's id and folder with `{resume}`, which starts it from step 0 "
@@ -291,8 +296,11 @@ def check_task_data(store: RunStore, run_id: str, fingerprints: Mapping[str, str
     if not resumed or recorded is None:
         store.add_event(run_id, TASK_DATA_EVENT, "task data fingerprints", {"fingerprints": dict(fingerprints)})
         return []
-    differences = [f"{name}: {recorded.get(name) or '(none)'} -> {fingerprints.get(name) or '(none)'}"
-                   for name in sorted(set(recorded) | set(fingerprints)) if recorded.get(name) != fingerprints.get(name)]
+    differences = [
+        f"{name}: {recorded.get(name) or '(none)'} -> {fingerprints.get(name) or '(none)'}"
+        for name in sorted(set(recorded) | set(fingerprints))
+        if recorded.get(name) != fingerprints.get(name)
+    ]
     if not differences:
         return []
     listed = "; ".join(differences)
@@ -380,7 +388,9 @@ class PluginChangesError(SealError):
     """A resume refused because the plugins installed now are not those the run ran with."""
 
 
-def check_resume_plugins(store: RunStore, run_id: str, host: PluginHost, *, allow: bool = False) -> PluginChanges | None:
+def check_resume_plugins(
+    store: RunStore, run_id: str, host: PluginHost, *, allow: bool = False
+) -> PluginChanges | None:
     """Compare run ``run_id``'s recorded plugins (``store.run_plugins``) with those ``host`` loaded (what the
     resumed run will record). None when they are the same or the run recorded none (a store older than the
     record); with differences, :class:`PluginChangesError` listing them, unless ``allow``
@@ -408,8 +418,15 @@ def check_resume_plugins(store: RunStore, run_id: str, host: PluginHost, *, allo
         record = now.get(_plugin_key(p))
         if record is not None and record.status in ("blocked", "not-allowed"):
             unblock.setdefault(_unblocking(record), []).append(str(p["name"]))
-        if (p.get("distribution") and p.get("version") and (record is None or record.version != p["version"]
-                                                            or record.status not in ("loaded", "blocked", "not-allowed"))):
+        if (
+            p.get("distribution")
+            and p.get("version")
+            and (
+                record is None
+                or record.version != p["version"]
+                or record.status not in ("loaded", "blocked", "not-allowed")
+            )
+        ):
             reinstall.add(f"{p['distribution']}=={p['version']}")
     added = sorted({str(c["name"]) for c in current if c.get("status") == "loaded"  # new, or failed before
                     and not any(_plugin_key(p) == _plugin_key(c) and p.get("status") == "loaded" for p in previous)})
@@ -479,7 +496,9 @@ def _restart_point(store: RunStore, run_id: str, durable: list[Any], n: int) -> 
     return [c for c in durable if c.step <= n - 1]
 
 
-def restore_run(store: RunStore, host: PluginHost, ctx: RunContext, run_dir: Path, restart_from: int | None) -> Restored:
+def restore_run(
+    store: RunStore, host: PluginHost, ctx: RunContext, run_dir: Path, restart_from: int | None
+) -> Restored:
     """Clear partial checkpoints, load the last durable one into the plugins (``load_checkpoint``) and drop the
     store's history after it; the events say what was done."""
     run_id = ctx.run_id
@@ -520,7 +539,9 @@ def restore_run(store: RunStore, host: PluginHost, ctx: RunContext, run_dir: Pat
     except SealError as exc:
         raise _load_failed(store, run_id, last, durable[:-1], exc) from exc
     dropped = store.discard_after(run_id, last.step)
-    store.add_event(run_id, "resume", f"resumed after step {last.step} from {last.path} ({dropped} later step(s) re-done)")
+    store.add_event(
+        run_id, "resume", f"resumed after step {last.step} from {last.path} ({dropped} later step(s) re-done)"
+    )
     return Restored(last.step + 1, core.state, interface)
 
 

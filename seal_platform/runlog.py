@@ -14,12 +14,14 @@ the end of the log, written before the log is closed: the terminal shows one par
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -62,7 +64,7 @@ def quiet_terminal(log_path: Path, verbose: bool = False) -> Iterator[IO[str]]:
     logging is redirected.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_file = open(log_path, "a", encoding="utf-8", buffering=1)
+    log_file = open(log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 closed in the finally below
     root = logging.getLogger()
     old_level = root.level
     handler = _log_handler(log_file)
@@ -94,10 +96,8 @@ def quiet_terminal(log_path: Path, verbose: bool = False) -> Iterator[IO[str]]:
     finally:
         if saved:
             for stream in (sys.stdout, sys.stderr):
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     stream.flush()
-                except (OSError, ValueError):
-                    pass
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             for fd in saved:
@@ -105,7 +105,6 @@ def quiet_terminal(log_path: Path, verbose: bool = False) -> Iterator[IO[str]]:
             terminal.close()
         root.removeHandler(handler)
         root.setLevel(old_level)
-        try:
+        # a full disk: what the log could not take is lost, the command's own outcome is not
+        with contextlib.suppress(OSError):
             log_file.close()
-        except OSError:  # a full disk: what the log could not take is lost, the command's own outcome is not
-            pass

@@ -11,7 +11,8 @@ plugins that build engines and trainers; they reach the cluster as ``ctx.cluster
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .config import Issue, RunConfig
 from .errors import ConfigError

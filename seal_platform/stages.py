@@ -22,8 +22,9 @@ from __future__ import annotations
 import inspect
 import math
 from collections import Counter
+from collections.abc import Callable, Sequence
 from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .config import RunConfig
 from .errors import PluginError, SealError, finite_reward, listed
@@ -154,11 +155,15 @@ def stage_failure(stage: str, plugin: str, exc: BaseException, host: Any = None,
 def expect_list_of(value: Any, kind: type[Any], stage: str, plugin: str) -> list[Any]:
     """``value`` as a list of ``kind`` (validated from dicts), or a :class:`PluginError` naming the plugin."""
     if value is None:
-        raise PluginError(f"plugin {plugin!r} returned nothing from {stage!r}; it must return a list of {kind.__name__}.")
+        raise PluginError(
+            f"plugin {plugin!r} returned nothing from {stage!r}; it must return a list of {kind.__name__}."
+        )
     try:
         return [item if isinstance(item, kind) else kind.model_validate(item) for item in value]
     except Exception as exc:
-        raise PluginError(f"plugin {plugin!r} returned something other than a list of {kind.__name__} from {stage!r}: {exc}") from exc
+        raise PluginError(
+            f"plugin {plugin!r} returned something other than a list of {kind.__name__} from {stage!r}: {exc}"
+        ) from exc
 
 
 _UNIQUE_IDS = ("a trajectory's id must be unique across the run store, not only within one call (ids built from "
@@ -344,7 +349,9 @@ def score_evaluation(result: Any, split: str, plugin: str, tasks: Sequence[Task]
         try:
             trajectories = [t if isinstance(t, Trajectory) else Trajectory.model_validate(t) for t in result]
         except Exception as exc:
-            raise PluginError(f"plugin {plugin!r} returned something other than trajectories from 'evaluate': {exc}") from exc
+            raise PluginError(
+                f"plugin {plugin!r} returned something other than trajectories from 'evaluate': {exc}"
+            ) from exc
         if tasks is not None:
             check_one_per_task(trajectories, tasks, plugin)
         check_trajectories(trajectories, "evaluate", plugin)

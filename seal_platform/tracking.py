@@ -25,7 +25,8 @@ the run's summary, one line per failing tracker (:func:`failure_warnings`, which
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from .types import TrackEvent, TrackKind, Trajectory
 
@@ -33,7 +34,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import RunContext
     from .plugins import PluginHost
 
-def step_metrics(trajectories: list[Trajectory], metrics: dict[str, float], timings: dict[str, float]) -> dict[str, float]:
+def step_metrics(
+    trajectories: list[Trajectory], metrics: dict[str, float], timings: dict[str, float]
+) -> dict[str, float]:
     """The flat metrics a ``step`` event carries."""
     mean = sum(t.reward for t in trajectories) / len(trajectories) if trajectories else 0.0
     out = {"reward/mean": mean, "trajectories": float(len(trajectories))}

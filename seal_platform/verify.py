@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from .config import apply_overrides, raise_for, validate_core, validate_settings
 from .context import RunContext

@@ -30,8 +30,9 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -139,22 +140,55 @@ def main() -> int:
             row: dict[str, Any] = {"trainer": trainer, "seed": seed}
             if trainer == "seal":
                 store = work / f"{tag}.sqlite"
-                rc, wall, rss = timed([*seal_cli(), "run", args.recipe, f"seed={seed}", f"training.steps={args.updates}",
-                                       *args.seal_override, f"runs_dir={work / 'runs'}", "--store", str(store),
-                                       "--quiet", "--no-report"], work / f"{tag}.log")
+                rc, wall, rss = timed(
+                    [
+                        *seal_cli(),
+                        "run",
+                        args.recipe,
+                        f"seed={seed}",
+                        f"training.steps={args.updates}",
+                        *args.seal_override,
+                        f"runs_dir={work / 'runs'}",
+                        "--store",
+                        str(store),
+                        "--quiet",
+                        "--no-report",
+                    ],
+                    work / f"{tag}.log",
+                )
                 summary = run_summary(store)
                 curve = held_out(summary)
-                row.update(rc=rc, updates=summary.get("updates"), before=curve.get(0), after=curve[max(curve)] if curve else None,
-                           wall_s=round(wall, 1), peak_rss_kib=rss)
+                row.update(
+                    rc=rc,
+                    updates=summary.get("updates"),
+                    before=curve.get(0),
+                    after=curve[max(curve)] if curve else None,
+                    wall_s=round(wall, 1),
+                    peak_rss_kib=rss,
+                )
                 base_eval = base_eval if base_eval is not None else curve.get(0)
                 checks.append((tag, agreement(setup, store, scorer)))
             else:
                 out = work / tag
-                rc, wall, rss = timed([str(args.venv / "bin/python"), str(HERE / "trl_train.py"), "--model", str(model),
-                                       "--dataset", str(dataset), "--out", str(out), "--seed", str(seed),
-                                       "--updates", str(args.updates),
-                                       "--scorer", json.dumps([sys.executable, str(HERE / "scoring.py"), "serve", args.recipe])],
-                                      work / f"{tag}.log")
+                rc, wall, rss = timed(
+                    [
+                        str(args.venv / "bin/python"),
+                        str(HERE / "trl_train.py"),
+                        "--model",
+                        str(model),
+                        "--dataset",
+                        str(dataset),
+                        "--out",
+                        str(out),
+                        "--seed",
+                        str(seed),
+                        "--updates",
+                        str(args.updates),
+                        "--scorer",
+                        json.dumps([sys.executable, str(HERE / "scoring.py"), "serve", args.recipe]),
+                    ],
+                    work / f"{tag}.log",
+                )
                 metrics = json.loads((out / "metrics.json").read_text()) if rc == 0 else {}
                 row.update(rc=rc, updates=metrics.get("updates"), wall_s=round(wall, 1), peak_rss_kib=rss,
                            train_reward_per_update=metrics.get("train_reward_per_update"))
@@ -191,7 +225,9 @@ def print_table(rows: list[dict[str, Any]], checks: list) -> None:
     def pct(v: Any) -> str:
         return "-" if v is None else f"{v:.1f}%"
 
-    print(f"\n{'trainer':8} {'seed':>4} {'updates':>7} {'held-out before':>15} {'after':>7} {'wall':>9} {'peak RSS':>9}")
+    print(
+        f"\n{'trainer':8} {'seed':>4} {'updates':>7} {'held-out before':>15} {'after':>7} {'wall':>9} {'peak RSS':>9}"
+    )
     for r in rows:
         wall = f"{int(r['wall_s'] // 60)}:{r['wall_s'] % 60:04.1f}"
         rss = "-" if r.get("peak_rss_kib") is None else f"{r['peak_rss_kib'] * 1024 / 1e9:.2f} GB"

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from seal_platform.types import Generation, Interface, Message, SamplingParams, Task, Trajectory
 

@@ -67,7 +67,9 @@ def main() -> None:
     p.add_argument("--out", required=True, help="where the trained model (HF folder) and metrics.json go")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--updates", type=int, default=5)
-    p.add_argument("--prompts-per-update", type=int, default=2, help="groups per optimizer update (training.tasks_per_step)")
+    p.add_argument(
+        "--prompts-per-update", type=int, default=2, help="groups per optimizer update (training.tasks_per_step)"
+    )
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--lr", type=float, default=4e-5)
     p.add_argument("--temperature", type=float, default=0.7)
@@ -102,13 +104,38 @@ def main() -> None:
 
     batch = args.prompts_per_update * args.group
     config = GRPOConfig(
-        output_dir=str(Path(args.out) / "trainer"), seed=args.seed, data_seed=args.seed, use_cpu=True, bf16=False,
-        max_steps=args.updates, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
-        num_generations=args.group, max_completion_length=args.max_new_tokens, temperature=args.temperature,
-        top_p=1.0, top_k=0, learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
-        weight_decay=0.01, max_grad_norm=1.0, beta=0.0, epsilon=0.2, num_iterations=1, loss_type="grpo",
-        scale_rewards="group", mask_truncated_completions=False, disable_dropout=True, shuffle_dataset=True,
-        gradient_checkpointing=False, logging_steps=1, save_strategy="no", report_to=[], log_completions=False, remove_unused_columns=False,
+        output_dir=str(Path(args.out) / "trainer"),
+        seed=args.seed,
+        data_seed=args.seed,
+        use_cpu=True,
+        bf16=False,
+        max_steps=args.updates,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=args.group,
+        max_completion_length=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.01,
+        max_grad_norm=1.0,
+        beta=0.0,
+        epsilon=0.2,
+        num_iterations=1,
+        loss_type="grpo",
+        scale_rewards="group",
+        mask_truncated_completions=False,
+        disable_dropout=True,
+        shuffle_dataset=True,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        log_completions=False,
+        remove_unused_columns=False,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=smarthome_reward, args=config, train_dataset=dataset,
                           processing_class=tokenizer)

@@ -13,7 +13,11 @@ import json
 import random
 
 ITEMS = ("widget", "gadget", "bolt", "lamp", "cable", "chair")
-LOCATIONS = {"warehouse": ["warehouse", "depot"], "store": ["store", "shop floor"], "backroom": ["backroom", "back room"]}
+LOCATIONS = {
+    "warehouse": ["warehouse", "depot"],
+    "store": ["store", "shop floor"],
+    "backroom": ["backroom", "back room"],
+}
 STATUSES = {"active": ["active", "available again"], "discontinued": ["discontinued", "no longer sold"],
             "backorder": ["backorder", "on back order"]}
 CATEGORIES = ("named", "direct", "paraphrase")

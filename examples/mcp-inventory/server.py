@@ -6,7 +6,8 @@ server's own per-episode reset, for a recipe that keeps one process). State live
 
 Test switches (environment variables, set in a recipe's server ``env``; off by default):
 ``INVENTORY_HANG_ON=<tool>`` the tool never answers; ``INVENTORY_CRASH_ON=<tool>`` the process exits in the
-tool; ``INVENTORY_HOSTILE=1`` ``get_item`` answers with an oversized result full of control characters; ``INVENTORY_GARBAGE_ON=<tool>`` the process writes a stray non-JSON line to stdout in the tool (then answers).
+tool; ``INVENTORY_HOSTILE=1`` ``get_item`` answers with an oversized result full of control characters;
+``INVENTORY_GARBAGE_ON=<tool>`` the process writes a stray non-JSON line to stdout in the tool (then answers).
 """
 
 from __future__ import annotations

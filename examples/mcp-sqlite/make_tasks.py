@@ -26,7 +26,10 @@ PRODUCTS = [("lamp", "home", 12.5, 4), ("kettle", "kitchen", 24.0, 9), ("mug", "
             ("chair", "home", 45.0, 6), ("pan", "kitchen", 19.0, 11), ("rug", "home", 60.0, 2),
             ("cable", "office", 8.0, 35), ("stapler", "office", 11.0, 14), ("desk", "office", 120.0, 3),
             ("toaster", "kitchen", 32.0, 5)]
-CHECK_ALL = {"name": "read_query", "arguments": {"query": "SELECT id, name, category, price, stock FROM products ORDER BY id"}}
+CHECK_ALL = {
+    "name": "read_query",
+    "arguments": {"query": "SELECT id, name, category, price, stock FROM products ORDER BY id"},
+}
 
 
 def seed_database(path: Path) -> None:
@@ -59,15 +62,22 @@ def _turn(rng: random.Random, kind: str) -> dict:
                     "query": f"INSERT INTO products (name, category, price, stock) VALUES "
                              f"('{new_name}', '{cat}', {cost}, {count})"}}]}
     if kind == "delete":
-        return {"user": f"We no longer sell the {name}. Remove it from the products table.", "check": [CHECK_ALL],
-                "calls": [{"name": "write_query", "arguments": {"query": f"DELETE FROM products WHERE name = '{name}'"}}]}
+        return {
+            "user": f"We no longer sell the {name}. Remove it from the products table.",
+            "check": [CHECK_ALL],
+            "calls": [{"name": "write_query", "arguments": {"query": f"DELETE FROM products WHERE name = '{name}'"}}],
+        }
     if rng.random() < 0.5:
         count = sum(1 for p in PRODUCTS if p[1] == category)
         return {"user": f"How many products are in the {category} category?", "check_result": True,
                 "answer_contains": [str(count)], "calls": [{"name": "read_query", "arguments": {
                     "query": f"SELECT COUNT(*) FROM products WHERE category = '{category}'"}}]}
-    return {"user": f"How many {name}s do we have in stock?", "check_result": True, "answer_contains": [str(stock)],
-            "calls": [{"name": "read_query", "arguments": {"query": f"SELECT stock FROM products WHERE name = '{name}'"}}]}
+    return {
+        "user": f"How many {name}s do we have in stock?",
+        "check_result": True,
+        "answer_contains": [str(stock)],
+        "calls": [{"name": "read_query", "arguments": {"query": f"SELECT stock FROM products WHERE name = '{name}'"}}],
+    }
 
 
 def make(n_train: int = 120, n_eval: int = 40, seed: int = 3) -> list[dict]:

@@ -117,7 +117,12 @@ def worker_main(conn: Any, memory_bytes: int | None = None) -> None:
                     text, rejected = backend.execute(call, None if allowed is None else set(allowed))
                     failed = text.startswith(ERROR_PREFIX)
                     text = _clip_result(text, int(request.get("max_chars") or 0))
-                    reply = {"ok": True, "result": None if failed else text, "error": text if failed else None, "rejected": rejected}
+                    reply = {
+                        "ok": True,
+                        "result": None if failed else text,
+                        "error": text if failed else None,
+                        "rejected": rejected,
+                    }
             elif op == "verify":
                 reply = {"ok": True, "outcome": verify_texts(request["payload"], request["turns"])}
             else:

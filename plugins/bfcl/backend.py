@@ -17,8 +17,9 @@ import importlib
 import inspect
 import json
 import pickle
-from functools import lru_cache
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import cache, lru_cache
+from typing import Any
 
 from seal_platform_libs.toolenv.calls import ParsedCall
 
@@ -52,7 +53,7 @@ class BackendError(ValueError):
     """The task's backend cannot be built (unknown class, bad initial config)."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def backend_class(class_name: str) -> type:
     """The backend class for a name from :data:`BACKEND_MODULES` (import happens here, once)."""
     module_name = BACKEND_MODULES.get(class_name)
@@ -109,7 +110,7 @@ def _copy_default_state_by_pickle(module: Any) -> None:
     module.deepcopy = deepcopy
 
 
-@lru_cache(maxsize=None)
+@cache
 def _public_methods(cls: type) -> tuple[tuple[str, inspect.Signature, str], ...]:
     """(name, bound signature, name of the self parameter) of the public methods of a backend class."""
     out = []
@@ -259,7 +260,7 @@ class Backend:
 
     @classmethod
     def for_payload(cls, payload: dict[str, Any], shared: dict[tuple[Any, ...], Any] | None = None,
-                    configs: dict[str, bytes] | None = None) -> "Backend":
+                    configs: dict[str, bytes] | None = None) -> Backend:
         """The backend of a task entry; backends built with the same ``shared`` dict share long-context
         module objects as the official checker's two instance sets do (see :func:`_long_context_objects`).
         ``configs``: the task's initial configs, pickled, by class (filled on first use): pass one dict to
@@ -321,7 +322,7 @@ class Backend:
                 CALL_DONE()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _method_table(involved_classes: tuple[str, ...]) -> dict[str, tuple[str, dict[str, int], str]]:
     """Public method name -> (class name, its parameters' positions by name (``self`` not counted), self
     parameter name) of a set of involved classes; a later class wins a name clash, as in the official

@@ -10,11 +10,12 @@ tool-worker server :mod:`._worker` calls :func:`verify_texts` for untrusted tran
 from __future__ import annotations
 
 import pickle
-from functools import lru_cache
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from functools import cache
+from typing import Any, NamedTuple
 
-from seal_platform_libs.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 from seal_platform.types import TurnVerdict
+from seal_platform_libs.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 
 from .backend import Backend
 from .trace import (
@@ -64,7 +65,7 @@ def _compare(model_instances: dict[str, Any], gt_instances: dict[str, Any]) -> d
     return {}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _no_data_descriptors(cls: type) -> bool:
     """Whether no public attribute of ``cls`` (or of its bases) is a data descriptor (a property, a slot, ...),
     which ``getattr`` would prefer to an instance's own value (no BFCL backend class has one). Names with a
@@ -281,7 +282,11 @@ def _unbuilt_turn(gt_calls: list[str], build_error: str) -> TurnChecks:
 
 
 def _check_turn(
-    gt_calls: list[str], calls: list[ParsedCall], model_backend: Backend, gt_backend: Backend, all_model_results: list[str]
+    gt_calls: list[str],
+    calls: list[ParsedCall],
+    model_backend: Backend,
+    gt_backend: Backend,
+    all_model_results: list[str],
 ) -> TurnChecks:
     """Run one turn on both instance sets (state carries over from the turns before) and check it."""
     model_run = _run_model_calls(model_backend, calls)

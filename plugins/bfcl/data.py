@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import lru_cache
+from collections.abc import Iterable
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from seal_platform_libs.toolenv.bfcl_data import DataError, data_dir
 from seal_platform.types import Task
+from seal_platform_libs.toolenv.bfcl_data import DataError, data_dir
 
 from .backend import copy_data  # a private deep copy of plain data
 from .categories import CATEGORIES
@@ -45,11 +46,13 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         raise DataError(f"BFCL data file missing: {path}; reinstall bfcl-eval==2026.3.23") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _category_entries(category: str) -> tuple[dict[str, Any], ...]:
     """The raw entries of one category, each with its ``ground_truth`` attached (cached; do not mutate)."""
     entries = _read_jsonl(data_dir() / f"BFCL_v4_{category}.json")
-    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(data_dir() / "possible_answer" / f"BFCL_v4_{category}.json")}
+    answers = {
+        a["id"]: a["ground_truth"] for a in _read_jsonl(data_dir() / "possible_answer" / f"BFCL_v4_{category}.json")
+    }
     out = []
     for entry in entries:
         if entry["id"] not in answers:
@@ -57,7 +60,10 @@ def _category_entries(category: str) -> tuple[dict[str, Any], ...]:
         entry = dict(entry)
         entry["ground_truth"] = answers[entry["id"]]
         if len(entry["ground_truth"]) != len(entry["question"]):
-            raise DataError(f"{entry['id']}: {len(entry['question'])} user turns but {len(entry['ground_truth'])} ground-truth turns")
+            raise DataError(
+                f"{entry['id']}: {len(entry['question'])} user turns but "
+                f"{len(entry['ground_truth'])} ground-truth turns"
+            )
         out.append(entry)
     return tuple(out)
 
@@ -69,7 +75,7 @@ def split_ids() -> dict[str, list[str]]:
     return {name: list(raw[name]) for name in ("train", "eval", "eval_val", "eval_test")}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
     if class_name not in FUNC_DOC_FILES:
         raise DataError(f"unknown BFCL backend class {class_name!r}; known: {', '.join(FUNC_DOC_FILES)}")

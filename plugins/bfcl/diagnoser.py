@@ -21,8 +21,9 @@ so they belong to the core's :data:`seal_platform.labels.EXCLUDED_LABELS`.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from seal_platform import labels as core_labels
 from seal_platform.types import Task, ToolCall, Trajectory, TurnLabel, TurnVerdict
@@ -277,7 +278,9 @@ def _refine(ref: str, checks: TurnChecks, turn_calls: Sequence[ToolCall], from_t
     return ref
 
 
-def label_turn(verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[ToolCall] | None = None) -> tuple[str, str]:
+def label_turn(
+    verdict: TurnVerdict | Mapping[str, Any], turn_calls: Sequence[ToolCall] | None = None
+) -> tuple[str, str]:
     """(label, reference label) of one ground-truth turn.
 
     :param verdict: the verifier's finding for the turn (a :class:`TurnVerdict` or its dict form).

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import threading
 import zlib
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from seal_platform.engine import RolloutEngine
 from seal_platform.infra import failed_trajectory
-from seal_platform_libs.toolenv.formats import ToolCallFormat, get_format
-from seal_platform_libs.toolenv.episodes import evaluation_group, training_group
 from seal_platform.types import EvalResult, Interface, SamplingParams, Task, Trajectory
+from seal_platform_libs.toolenv.episodes import evaluation_group, training_group
+from seal_platform_libs.toolenv.formats import ToolCallFormat, get_format
 
 from . import data
 from .diagnoser import label_turns
@@ -40,7 +41,10 @@ class BfclEnvironment:
         self._executor: ToolExecutor | None = None
         self._lock = threading.Lock()
         options = (
-            {"include_response": self.settings.include_response_schema, "wrap_results": self.settings.wrap_tool_responses}
+            {
+                "include_response": self.settings.include_response_schema,
+                "wrap_results": self.settings.wrap_tool_responses,
+            }
             if self.settings.tool_call_format == "hermes"
             else {}
         )
@@ -135,7 +139,9 @@ class BfclEnvironment:
             max_observation_tokens=s.max_observation_tokens,
             max_new_tokens=s.max_new_tokens,
         )
-        return EpisodeSetup(fmt=self.format, limits=limits, compact_tools=s.compact_tools, system_preamble=s.system_preamble)
+        return EpisodeSetup(
+            fmt=self.format, limits=limits, compact_tools=s.compact_tools, system_preamble=s.system_preamble
+        )
 
     def play(
         self,
@@ -165,6 +171,7 @@ class BfclEnvironment:
     def verify_calls(self, task: Task, trajectory: Trajectory) -> VerifyOutcome:
         """Replay the trajectory's executed calls (rejected messages never ran) against the ground truth."""
         from seal_platform_libs.toolenv.calls import from_arguments
+
         from .verifier import verify
 
         n_turns = int(trajectory.metadata.get("turns_reached", 0))

@@ -22,14 +22,15 @@ a session object with ``call``.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 from seal_platform.engine import RolloutEngine
+from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, valid_text
 from seal_platform_libs.toolenv import interface as iface
 from seal_platform_libs.toolenv.calls import render_call
 from seal_platform_libs.toolenv.formats import ParsedCall, ToolCallFormat
-from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, valid_text
 
 from . import data
 from .trace import is_error_result
@@ -87,7 +88,9 @@ def _user_messages(turn: list[dict[str, Any]]) -> list[Message]:
     out = []
     for message in turn:
         role = message.get("role", "user")
-        out.append(Message(role=role if role in ("user", "system") else "user", content=str(message.get("content", ""))))
+        out.append(
+            Message(role=role if role in ("user", "system") else "user", content=str(message.get("content", "")))
+        )
     return out
 
 
@@ -273,7 +276,9 @@ class _Episode:
         for call in calls:
             outcome = self.session.call(call.name, call.arguments, allowed)
             result, err = getattr(outcome, "result", None), getattr(outcome, "error", None)
-            state.tool_calls.append(ToolCall(turn=turn, name=call.name, arguments=call.arguments, result=result, error=err))
+            state.tool_calls.append(
+                ToolCall(turn=turn, name=call.name, arguments=call.arguments, result=result, error=err)
+            )
             state.model_turns[-1].append(ParsedCall(call.name, dict(call.arguments)))
             text = err if err is not None else (result if result is not None else "")
             failed = err is not None or is_error_result(text)

@@ -26,11 +26,12 @@ import multiprocessing
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
-from seal_platform_libs.toolenv.calls import ParsedCall
 from seal_platform.types import Task, TurnVerdict
+from seal_platform_libs.toolenv.calls import ParsedCall
 
 from .trace import CHECKER_ERROR, ERROR_PREFIX, TurnChecks, VerifyOutcome
 
@@ -205,7 +206,7 @@ def _payload_for_worker(task: Task) -> dict[str, Any]:
 class Session:
     """One episode's private backend state in a worker process. Use as a context manager or ``close()``."""
 
-    def __init__(self, executor: "ToolExecutor", task: Task, slot: _Slot, session_id: str):
+    def __init__(self, executor: ToolExecutor, task: Task, slot: _Slot, session_id: str):
         self.task = task
         self.session_id = session_id
         self._executor = executor
@@ -225,7 +226,9 @@ class Session:
         slot._ensure()
         # Starting a worker and building a long-context backend are not the model's doing: a generous limit.
         limit = max(executor.call_timeout_s, _SETUP_TIMEOUT_S)
-        reply = slot.request({"op": "open", "session": self.session_id, "payload": _payload_for_worker(self.task)}, limit)
+        reply = slot.request(
+            {"op": "open", "session": self.session_id, "payload": _payload_for_worker(self.task)}, limit
+        )
         if not reply.get("ok"):
             raise ExecutorError(f"cannot build the backend of task {self.task.id}: {reply.get('error')}")
         self.tools = reply.get("tools", [])
@@ -258,7 +261,9 @@ class Session:
             return CallResult(None, ERROR_PREFIX + f"arguments must be JSON values: {exc}", rejected=True)
         if size > MAX_REQUEST_CHARS:
             return CallResult(
-                None, ERROR_PREFIX + f"the call's arguments are too large ({size} characters; at most {MAX_REQUEST_CHARS})", rejected=True
+                None,
+                ERROR_PREFIX + f"the call's arguments are too large ({size} characters; at most {MAX_REQUEST_CHARS})",
+                rejected=True,
             )
         with self._lock:
             if self._closed:
@@ -296,7 +301,9 @@ class Session:
             if not reply.get("rejected"):
                 # Only calls that ran change state, so only they are replayed after a worker restart.
                 self._log.append(message)
-            return CallResult(reply.get("result"), reply.get("error"), rejected=bool(reply.get("rejected")), elapsed_s=elapsed)
+            return CallResult(
+                reply.get("result"), reply.get("error"), rejected=bool(reply.get("rejected")), elapsed_s=elapsed
+            )
 
     def close(self) -> None:
         """Drop this session's instances. Idempotent."""
@@ -309,12 +316,10 @@ class Session:
                 slot.sessions -= 1
             with slot.lock:
                 if slot.process is not None and self._generation == slot.generation:
-                    try:
+                    with contextlib.suppress(_WorkerTimeout, _WorkerDied):
                         slot.request({"op": "close", "session": self.session_id}, self._executor.call_timeout_s)
-                    except (_WorkerTimeout, _WorkerDied):
-                        pass
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -390,7 +395,9 @@ class ToolExecutor:
         message = {
             "op": "verify",
             "payload": _payload_for_worker(task),
-            "turns": [[call.render() if call.error is None else _unrunnable(call) for call in turn] for turn in model_turns],
+            "turns": [
+                [call.render() if call.error is None else _unrunnable(call) for call in turn] for turn in model_turns
+            ],
         }
         with slot.lock:
             try:
@@ -438,7 +445,9 @@ class ToolExecutor:
                     try:
                         reply = slot.receive(self.episode_timeout_s)
                     except _WorkerTimeout:
-                        results.append(_failed_outcome(task, turns, f"verification took longer than {self.episode_timeout_s:g} s"))
+                        results.append(
+                            _failed_outcome(task, turns, f"verification took longer than {self.episode_timeout_s:g} s")
+                        )
                         break
                     except _WorkerDied as exc:
                         results.append(_failed_outcome(task, turns, f"verification worker died: {exc}"))
@@ -462,14 +471,14 @@ class ToolExecutor:
         for slot in self._slots:
             slot.stop()
 
-    def __enter__(self) -> "ToolExecutor":
+    def __enter__(self) -> ToolExecutor:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self) -> None:  # best effort; close() is the real way
-        try:
+        try:  # noqa: SIM105 at interpreter exit a module's globals (contextlib) may be gone already
             self.close()
         except Exception:
             pass

@@ -28,7 +28,8 @@ import select
 import signal
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 # Imported here, in the parent, not in each child: _worker brings the checker that every verification uses.
 from . import backend as _backend
@@ -66,7 +67,7 @@ def can_fork() -> bool:
 
 
 def _child_main(items: Sequence[Any], read_fd: int, write_fd: int, score: Callable[[Any], dict[str, Any]],
-                memory_bytes: int | None, ticks: "_Ticks | None", slot: int, parent: int) -> None:
+                memory_bytes: int | None, ticks: _Ticks | None, slot: int, parent: int) -> None:
     """A lane's child (a multiprocessing target): score ``items`` onto ``write_fd``. Anything that escapes
     the per-item handling ends the child with status 1 and no traceback: the parent sees its pipe close and
     gives the item ``on_failure``."""
@@ -79,7 +80,7 @@ def _child_main(items: Sequence[Any], read_fd: int, write_fd: int, score: Callab
 
 
 def _child(items: Sequence[Any], write_fd: int, score: Callable[[Any], dict[str, Any]],
-           memory_bytes: int | None, ticks: "_Ticks | None" = None, slot: int = 0) -> None:
+           memory_bytes: int | None, ticks: _Ticks | None = None, slot: int = 0) -> None:
     _limit_resources(memory_bytes)
     _quiet_gc()
     if ticks is not None:  # each tool call marks the lane's progress, for the per-call time limit
@@ -161,7 +162,7 @@ class _Lane:
         self.item_end, self.seen = now + limit, now
         self.deadline = self.item_end if call_window is None else min(self.item_end, now + call_window)
 
-    def extend(self, ticks: "_Ticks | None", call_limit: float | None, now: float) -> bool:
+    def extend(self, ticks: _Ticks | None, call_limit: float | None, now: float) -> bool:
         """Past its deadline: whether the child finished a call since the last look, the next call then getting
         ``call_limit`` from that moment (within the item's own limit)."""
         if ticks is None or call_limit is None or self.deadline >= self.item_end:

@@ -22,9 +22,12 @@ class BfclSettings(Section):
         default_factory=lambda: list(CATEGORIES),
         description="BFCL multi-turn categories to use (train and eval).",
     )
-    train_split: str = Field(default="train", description="Split that `tasks('train')` reads (a split of the bfcl data).")
+    train_split: str = Field(
+        default="train", description="Split that `tasks('train')` reads (a split of the bfcl data)."
+    )
     eval_split: str = Field(
-        default="eval", description="Split that `tasks('eval')` reads (a split of the bfcl data: eval, eval_val, eval_test)."
+        default="eval",
+        description="Split that `tasks('eval')` reads (a split of the bfcl data: eval, eval_val, eval_test).",
     )
     task_ids: list[str] | None = Field(default=None, description="Use only these task ids (within the split).")
     limit_per_category: int | None = Field(default=None, ge=0, le=100_000, description="First N tasks per category.")
@@ -43,14 +46,24 @@ class BfclSettings(Section):
         "result is wrapped once either way; false leaves the wrapping to the template alone.",
     )
     include_response_schema: bool = Field(default=False, description="Show each tool's response schema too.")
-    max_steps: int = Field(default=20, ge=1, le=1000, description="Model generations allowed (reference: 20 per dialogue).")
-    step_limit_scope: Literal["dialogue", "turn"] = Field(
-        default="dialogue", description="Whether max_steps counts per dialogue (reference) or per user turn (official BFCL)."
+    max_steps: int = Field(
+        default=20, ge=1, le=1000, description="Model generations allowed (reference: 20 per dialogue)."
     )
-    max_context_tokens: int = Field(default=16384, ge=256, le=10_485_760, description="Episode ends when the prompt reaches this.")
-    max_observation_tokens: int = Field(default=4096, ge=16, le=10_485_760, description="Tool observations are clipped to this.")
+    step_limit_scope: Literal["dialogue", "turn"] = Field(
+        default="dialogue",
+        description="Whether max_steps counts per dialogue (reference) or per user turn (official BFCL).",
+    )
+    max_context_tokens: int = Field(
+        default=16384, ge=256, le=10_485_760, description="Episode ends when the prompt reaches this."
+    )
+    max_observation_tokens: int = Field(
+        default=4096, ge=16, le=10_485_760, description="Tool observations are clipped to this."
+    )
     max_new_tokens: int | None = Field(
-        default=None, ge=1, le=1_048_576, description="Cap on new tokens per generation (default: rollout.max_new_tokens)."
+        default=None,
+        ge=1,
+        le=1_048_576,
+        description="Cap on new tokens per generation (default: rollout.max_new_tokens).",
     )
 
     # --- tool execution (worker processes)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import Field
 
@@ -67,10 +68,18 @@ class TurnChecks(Section):
     """
 
     gt_calls: list[str] = Field(default=[], description="the ground-truth calls of the turn, as written in the data")
-    model_calls: list[str] = Field(default=[], description="the model's calls of the turn, in BFCL call syntax, in order")
-    gt_results: list[str] = Field(default=[], description="what each ground-truth call returned (clipped to TRACE_RESULT_CHARS)")
-    model_results: list[str] = Field(default=[], description="what each model call returned when replayed (clipped likewise)")
-    gt_error: str | None = Field(default=None, description="the first ground-truth call of the turn that raised, as its error text")
+    model_calls: list[str] = Field(
+        default=[], description="the model's calls of the turn, in BFCL call syntax, in order"
+    )
+    gt_results: list[str] = Field(
+        default=[], description="what each ground-truth call returned (clipped to TRACE_RESULT_CHARS)"
+    )
+    model_results: list[str] = Field(
+        default=[], description="what each model call returned when replayed (clipped likewise)"
+    )
+    gt_error: str | None = Field(
+        default=None, description="the first ground-truth call of the turn that raised, as its error text"
+    )
     model_errors: list[str] = Field(
         default=[],
         description='the model calls\' failures when replayed: raised/rejected ("Error during execution: ...") or a '
@@ -87,7 +96,9 @@ class TurnChecks(Section):
     )
     empty_model: bool | None = Field(default=None, description="the model made no call in the turn; None: not recorded")
     instance_ok: bool = Field(default=True, description="both instance sets could be built and hold the same classes")
-    state_ok: bool = Field(default=True, description="every public attribute of every involved instance equals the GT's")
+    state_ok: bool = Field(
+        default=True, description="every public attribute of every involved instance equals the GT's"
+    )
     state_diff: dict[str, list[str]] = Field(default={}, description="class -> the public attributes that differ")
     response_ok: bool = Field(
         default=True, description="every GT result of this turn is among the model's results so far (multiset)"
@@ -104,7 +115,7 @@ class TurnChecks(Section):
     )
 
     @classmethod
-    def unreached(cls, gt_calls: list[str], **changes: Any) -> "TurnChecks":
+    def unreached(cls, gt_calls: list[str], **changes: Any) -> TurnChecks:
         """The checks of a turn the model never reached (nothing ran), with ``changes`` to its fields."""
         fields = {"gt_calls": list(gt_calls), "empty_gt": not gt_calls, "empty_model": True,
                   "error_type": FORCE_TERMINATED, **changes}
@@ -117,7 +128,7 @@ class TurnChecks(Section):
         return dict(zip(CHECK_KEYS, _CHECK_VALUES(self.__dict__)))
 
     @classmethod
-    def view(cls, checks: Mapping[str, Any]) -> "TurnChecks":
+    def view(cls, checks: Mapping[str, Any]) -> TurnChecks:
         """An unvalidated view of a stored ``checks`` dict: a field it lacks has its default, any other value is
         kept as it is (a trace read back from a store or a file may hold anything, so readers stay defensive
         about types); unknown keys are ignored."""
@@ -126,7 +137,7 @@ class TurnChecks(Section):
         return cls.model_construct(**{name: checks[name] for name in CHECK_KEYS if name in checks})
 
     @classmethod
-    def construct_full(cls, values: dict[str, Any]) -> "TurnChecks":
+    def construct_full(cls, values: dict[str, Any]) -> TurnChecks:
         """``model_construct(**values)`` for a dict that holds every field (in :data:`CHECK_KEYS` order), at a
         fraction of its cost (it resolves aliases and defaults field by field): the same ``__dict__`` (this
         very dict), fields set, extra and private values. No validation: for trusted values only. Tests hold
@@ -183,7 +194,7 @@ class VerifyOutcome:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "VerifyOutcome":
+    def from_json(cls, data: dict[str, Any]) -> VerifyOutcome:
         return cls(
             success=bool(data["success"]),
             turns=[TurnVerdict.model_validate(t) for t in data["turns"]],

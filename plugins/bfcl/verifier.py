@@ -10,10 +10,11 @@ passes. ``tests/bfcl/test_agreement.py`` holds us to the official verdict on the
 thousands of perturbations of them.
 
 Differences from the official code, all deliberate:
-- calls are parsed with ``ast`` into literal arguments and dispatched by name (see ``seal_platform_libs.toolenv.calls``); a call the
-  official ``eval`` would run but we refuse (nested calls, expressions, builtins, ``**`` unpacking) is a tool
-  error here. Its ``eval`` would also rewrite text inside string arguments that looks like a method call
-  (``"... mean (x)"``) with an instance name derived from the checker's model name -- a flaw we do not copy.
+- calls are parsed with ``ast`` into literal arguments and dispatched by name (see
+  ``seal_platform_libs.toolenv.calls``); a call the official ``eval`` would run but we refuse (nested calls,
+  expressions, builtins, ``**`` unpacking) is a tool error here. Its ``eval`` would also rewrite text inside string
+  arguments that looks like a method call (``"... mean (x)"``) with an instance name derived from the checker's model
+  name -- a flaw we do not copy.
 - instances are fresh per check and private to it (the official code caches them in module globals by
   name, so one name reused gives wrong verdicts).
 - turns after the first failure are still checked (for diagnosis); they do not change the verdict.
@@ -21,10 +22,12 @@ Differences from the official code, all deliberate:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from seal_platform_libs.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 from seal_platform.types import Task, TurnVerdict
+from seal_platform_libs.toolenv.calls import ParsedCall, parse_call, parse_call_shared
 
 from .trace import VerifyOutcome
 
@@ -42,7 +45,7 @@ def _as_calls(turn: Sequence[ParsedCall | str]) -> list[ParsedCall]:
 def verify(
     task: Task,
     model_turns: Sequence[Sequence[ParsedCall | str]],
-    executor: "ToolExecutor | None" = None,
+    executor: ToolExecutor | None = None,
 ) -> VerifyOutcome:
     """Verify one transcript: per GT turn, the model's calls (``ParsedCall`` s or BFCL call strings).
 
@@ -68,7 +71,8 @@ def reference_labels(outcome: VerifyOutcome) -> list[str]:
 def reference_label(verdict: TurnVerdict) -> str:
     """First rule that fires, in the reference order (see seal-method.md, "Diagnosis"): the diagnoser's
     :func:`~.diagnoser.reference_label`, with ``unreached_turn`` for a turn the model never reached."""
-    from .diagnoser import UNREACHED, reference_label as diagnoser_reference_label
+    from .diagnoser import UNREACHED
+    from .diagnoser import reference_label as diagnoser_reference_label
 
     if not verdict.reached:
         return UNREACHED
@@ -94,7 +98,9 @@ def check_record(record: Any) -> tuple[str, list[list[str]]]:
         raise ValueError('missing "task_id": each line needs {"task_id": "...", "turns": [[...], ...]}')
     turns = record.get("turns")
     if not isinstance(turns, list) or not all(isinstance(turn, list) for turn in turns):
-        raise ValueError('"turns" must be a list with, per ground-truth turn, a list of call strings like "cd(folder=\'x\')"')
+        raise ValueError(
+            '"turns" must be a list with, per ground-truth turn, a list of call strings like "cd(folder=\'x\')"'
+        )
     for index, turn in enumerate(turns):
         for call in turn:
             if not isinstance(call, str):
@@ -132,16 +138,14 @@ def _warm_up(records: list[Any], lookup: Callable[[str], Task]) -> None:
             long_context = long_context or "long_context" in task_id or "composite" in task_id
         except Exception:  # an unknown id: its child answers for it, in its place
             continue
-    try:
+    with contextlib.suppress(Exception):  # a backend that does not import: each replay reports it
         warm_up(involved, long_context)
-    except Exception:  # a backend that does not import: each replay reports it
-        pass
 
 
 def verify_records(
     records: list[Any],
     *,
-    executor: "Callable[[], ToolExecutor]",
+    executor: Callable[[], ToolExecutor],
     label_turns: LabelFn | None = None,
     task_lookup: Callable[[str], Task] | None = None,
     timeout_s: float = 600.0,
@@ -315,7 +319,7 @@ def _verify_forked_in_groups(
 def verify_record(
     record: Any,
     *,
-    executor: "ToolExecutor | None" = None,
+    executor: ToolExecutor | None = None,
     label_turns: LabelFn | None = None,
     task_lookup: Callable[[str], Task] | None = None,
 ) -> dict[str, Any]:

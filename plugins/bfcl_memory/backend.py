@@ -28,7 +28,11 @@ _CLASSES = {
     "rec_sum": (f"{_SOURCE}.memory_rec_sum", "MemoryAPI_rec_sum"),
     "vector": (f"{_SOURCE}.memory_vector", "MemoryAPI_vector"),
 }
-_STATE = {"kv": ("core_memory", "archival_memory"), "rec_sum": ("memory",), "vector": ("core_memory", "archival_memory")}
+_STATE = {
+    "kv": ("core_memory", "archival_memory"),
+    "rec_sum": ("memory",),
+    "vector": ("core_memory", "archival_memory"),
+}
 _import_lock = threading.Lock()
 
 

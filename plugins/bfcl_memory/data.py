@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-from seal_platform_libs.toolenv.bfcl_data import DataError, data_dir
 from seal_platform.types import Task
+from seal_platform_libs.toolenv.bfcl_data import DataError, data_dir
 
 BACKENDS = ("kv", "rec_sum", "vector")
 SPLITS = ("all", "train", "eval")
@@ -44,13 +44,13 @@ def questions() -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def prereq_conversations(scenario: str) -> tuple[dict[str, Any], ...]:
     """The prerequisite conversations of a scenario, in the order BFCL plays them."""
     return tuple(_jsonl(data_dir() / "memory_prereq_conversation" / f"memory_{scenario}.json"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def tool_docs(backend: str) -> tuple[dict[str, Any], ...]:
     if backend not in BACKENDS:
         raise DataError(f"unknown memory backend {backend!r}; available: {', '.join(BACKENDS)}")

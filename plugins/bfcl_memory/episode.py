@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from seal_platform.engine import RolloutEngine
-from seal_platform_libs.toolenv.formats import ToolCallFormat
 from seal_platform.types import Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
+from seal_platform_libs.toolenv.formats import ToolCallFormat
 
 from .backend import MemoryBackend
 from .checker import answer_found
@@ -35,7 +35,9 @@ def system_prompt(backend: MemoryBackend, scenario: str, fmt: ToolCallFormat, co
         MEMORY_BACKEND_INSTRUCTION_UNIFIED,
     )
 
-    template = MEMORY_BACKEND_INSTRUCTION_UNIFIED if backend.backend == "rec_sum" else MEMORY_BACKEND_INSTRUCTION_CORE_ARCHIVAL
+    template = (
+        MEMORY_BACKEND_INSTRUCTION_UNIFIED if backend.backend == "rec_sum" else MEMORY_BACKEND_INSTRUCTION_CORE_ARCHIVAL
+    )
     memory = template.format(scenario_setting=MEMORY_AGENT_SETTINGS[scenario], memory_content=backend.context())
     return memory + "\n\n" + fmt.system_prompt(list(tool_docs(backend.backend)), compact=compact)
 

@@ -16,8 +16,8 @@ from seal_platform.config import Section
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import EnvironmentSpec
 from seal_platform.stages import sampling_for
-from seal_platform_libs.toolenv.episodes import evaluation_group, training_group
 from seal_platform.types import Interface, SamplingParams, Task
+from seal_platform_libs.toolenv.episodes import evaluation_group, training_group
 
 NAME = "bfcl_memory"
 MemoryBackend = Literal["kv", "rec_sum", "vector"]
@@ -36,12 +36,21 @@ class MemorySettings(Section):
     scenarios: list[Literal["customer", "finance", "healthcare", "notetaker", "student"]] | None = Field(
         default=None, description="Scenarios to use; null: all five."
     )
-    limit: int | None = Field(default=None, ge=1, le=100_000, description="First N questions (per backend) of the split.")
+    limit: int | None = Field(
+        default=None, ge=1, le=100_000, description="First N questions (per backend) of the split."
+    )
     tool_call_format: Literal["hermes", "python"] = "hermes"
     compact_tools: bool = False
-    max_steps: int = Field(default=20, ge=1, le=1000, description="Model generations per user turn (official BFCL: 20).")
-    max_new_tokens: int | None = Field(default=None, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens. In evaluation, evaluation.max_new_tokens "
-                                  "comes first when set (the core's rule, seal_platform.stages.sampling_for).")
+    max_steps: int = Field(
+        default=20, ge=1, le=1000, description="Model generations per user turn (official BFCL: 20)."
+    )
+    max_new_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_048_576,
+        description="Per generation; null: rollout.max_new_tokens. In evaluation, evaluation.max_new_tokens "
+        "comes first when set (the core's rule, seal_platform.stages.sampling_for).",
+    )
 
 
 class MemoryEnvironment:

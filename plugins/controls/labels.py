@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from pydantic import Field
 
@@ -41,7 +42,9 @@ class ControlSettings(Section):
         default="state_mismatch",
         description="What random_labels gives every turn before the run has seen any label from another diagnoser.",
     )
-    initial_reference_label: str | None = Field(default=None, description="Its reference label; null: the label itself.")
+    initial_reference_label: str | None = Field(
+        default=None, description="Its reference label; null: the label itself."
+    )
 
 
 def turns_of(traj: Trajectory) -> list[int]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import click
 from pydantic import BaseModel, Field

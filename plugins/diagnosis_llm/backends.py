@@ -19,9 +19,10 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -92,7 +93,9 @@ class EngineBackend:
                     continue
                 for i, generation in zip(batch, generations):
                     text = getattr(generation, "text", None)
-                    tokens = int(getattr(generation, "prompt_tokens", 0) or 0) + len(getattr(generation, "token_ids", ()) or ())
+                    tokens = int(getattr(generation, "prompt_tokens", 0) or 0) + len(
+                        getattr(generation, "token_ids", ()) or ()
+                    )
                     replies[i] = Reply(text if isinstance(text, str) else None, tokens=tokens,
                                        error=None if isinstance(text, str) else "the engine returned no text")
         return [r if r is not None else Reply(None, error="not answered") for r in replies]
@@ -146,7 +149,9 @@ class OpenAIBackend:
     def ask(self, queries: list[Query]) -> list[Reply]:
         if len(queries) <= 1 or self.options.concurrency == 1:
             return [self._ask_one(q) for q in queries]
-        with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(queries)), thread_name_prefix="judge") as pool:
+        with ThreadPoolExecutor(
+            max_workers=min(self.options.concurrency, len(queries)), thread_name_prefix="judge"
+        ) as pool:
             return list(pool.map(self._ask_one, queries))
 
     def _response_format(self, query: Query) -> dict[str, Any] | None:
@@ -177,7 +182,9 @@ class OpenAIBackend:
             except retryable as exc:
                 errors.append(_describe(exc))
                 if attempt >= self.options.max_retries:
-                    return Reply(None, error=f"gave up after {attempt + 1} attempt(s): {errors[-1]}", retries=errors[:-1])
+                    return Reply(
+                        None, error=f"gave up after {attempt + 1} attempt(s): {errors[-1]}", retries=errors[:-1]
+                    )
                 self._sleep(self._delay(attempt, exc))
                 attempt += 1
                 continue
@@ -224,7 +231,12 @@ def _reply(response: Any, errors: list[str]) -> Reply:
     usage = getattr(response, "usage", None)
     tokens = token_count(getattr(usage, "total_tokens", 0))
     if text is None:
-        return Reply(None, tokens=tokens, error=f"the model refused: {refusal}"[:500] if refusal else "no content", retries=errors)
+        return Reply(
+            None,
+            tokens=tokens,
+            error=f"the model refused: {refusal}"[:500] if refusal else "no content",
+            retries=errors,
+        )
     return Reply(text, tokens=tokens, retries=errors)
 
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from seal_platform import labels as core_labels
 from seal_platform.types import Message, Trajectory, TurnLabel, TurnVerdict
@@ -285,9 +286,12 @@ class Judge:
         """The judge's labels for this step's turns (fallbacks included)."""
         items, unlabelled = select_items(trajectories, heuristic_labels, self.settings)
         if unlabelled:
-            self.event("diagnosis_llm.no_heuristic",
-                       f"{unlabelled} failing trajectory(ies) had no heuristic labels to refine: judged with every label",
-                       step=step, trajectories=unlabelled)
+            self.event(
+                "diagnosis_llm.no_heuristic",
+                f"{unlabelled} failing trajectory(ies) had no heuristic labels to refine: judged with every label",
+                step=step,
+                trajectories=unlabelled,
+            )
         cap = self.settings.max_turns_per_step
         if cap and len(items) > cap:
             self.event("diagnosis_llm.capped", f"judged {cap} of {len(items)} turns (max_turns_per_step)",
@@ -337,7 +341,9 @@ class Judge:
         """Ask the backend for ``outcomes`` (within the budget); returns those to ask again."""
         queries, asked = [], []
         for outcome in outcomes:
-            messages = outcome.messages if first_round else retry_prompt(outcome.messages, outcome.answers[-1], outcome.reason)
+            messages = (
+                outcome.messages if first_round else retry_prompt(outcome.messages, outcome.answers[-1], outcome.reason)
+            )
             estimate = sum(len(m.content) for m in messages) // 3 + self.settings.max_new_tokens
             if not self.budget.reserve(estimate):  # reserved now, settled below: a batch cannot overshoot
                 outcome.status = "fallback"
@@ -403,7 +409,11 @@ class Judge:
             if self.settings.mode == "refine" and heuristic is not None:
                 reference = heuristic.reference_label or heuristic.label
             else:
-                reference = heuristic.reference_label if heuristic and heuristic.label == label else REFERENCE_OF.get(label, label)
+                reference = (
+                    heuristic.reference_label
+                    if heuristic and heuristic.label == label
+                    else REFERENCE_OF.get(label, label)
+                )
             return TurnLabel(trajectory_id=item.trajectory.id, turn=item.verdict.turn, label=label, source=SOURCE,
                              rationale=o.judgement.rationale, reference_label=reference,
                              confidence=o.judgement.confidence)
@@ -437,6 +447,10 @@ class Judge:
         self.counts = {**counts, "turns": len(outcomes),
                        "cut_off": sum(o.status == "fallback" and CUT_OFF in o.reason for o in outcomes)}
         if outcomes:
-            self.event("diagnosis_llm.judged",
-                       f"{counts['judged']} judged, {counts['cached']} from the cache, {counts['fallback']} fallback(s)",
-                       step=step, **counts, tokens_spent=self.budget.spent)
+            self.event(
+                "diagnosis_llm.judged",
+                f"{counts['judged']} judged, {counts['cached']} from the cache, {counts['fallback']} fallback(s)",
+                step=step,
+                **counts,
+                tokens_spent=self.budget.spent,
+            )

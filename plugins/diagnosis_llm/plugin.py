@@ -127,13 +127,19 @@ def diagnose(ctx: RunContext, environment: Any, trajectories: list[Trajectory], 
     return [*results, _judge(ctx, settings, trajectories, heuristic, step)]
 
 
-def _judge(ctx: RunContext, settings: Any, trajectories: list[Trajectory], heuristic: list[TurnLabel], step: int) -> list[TurnLabel]:
+def _judge(
+    ctx: RunContext, settings: Any, trajectories: list[Trajectory], heuristic: list[TurnLabel], step: int
+) -> list[TurnLabel]:
     try:
         from .judge import Judge
 
         backend = _backend(ctx, settings)
         if backend is None:
-            ctx.event("diagnosis_llm.no_engine", "no rollout engine in ctx.shared['engine']; the LLM judge labelled nothing", step=step)
+            ctx.event(
+                "diagnosis_llm.no_engine",
+                "no rollout engine in ctx.shared['engine']; the LLM judge labelled nothing",
+                step=step,
+            )
             return []
         judge = Judge(backend, settings, ctx.store, ctx.run_id, ctx.event)
         labels = judge.label(trajectories, heuristic, step)
@@ -141,7 +147,11 @@ def _judge(ctx: RunContext, settings: Any, trajectories: list[Trajectory], heuri
         ctx.add_step_metrics(**judge.step_metrics())
         return labels
     except Exception as exc:  # the judge is advisory: a failing judge must not stop training
-        ctx.event("diagnosis_llm.failed", f"the LLM judge failed and labelled nothing: {type(exc).__name__}: {exc}"[:1000], step=step)
+        ctx.event(
+            "diagnosis_llm.failed",
+            f"the LLM judge failed and labelled nothing: {type(exc).__name__}: {exc}"[:1000],
+            step=step,
+        )
         return []
 
 

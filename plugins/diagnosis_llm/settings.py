@@ -60,8 +60,9 @@ class LocalJudgeSettings(Section):
     engine: str = Field(default="hf", description="A registered rollout engine (see `seal-platform plugins`).")
     settings: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="Settings sections that differ for the judge's engine, merged over the run's and validated by "
-        "the plugin that owns each, e.g. {policy: {model: /models/Qwen2.5-7B-Instruct}, engine: {hf: {max_batch_size: 4}}}.",
+        description="Settings sections that differ for the judge's engine, merged over the run's and validated by the "
+        "plugin that owns each, e.g. "
+        "{policy: {model: /models/Qwen2.5-7B-Instruct}, engine: {hf: {max_batch_size: 4}}}.",
     )
 
 
@@ -75,8 +76,9 @@ class DiagnosisLlmSettings(Section):
     )
     mode: Literal["judge", "refine"] = Field(
         default="judge",
-        description="`judge`: label every failing turn of a failing trajectory from the transcript. `refine`: judge only "
-        "turns the heuristic diagnoser marks as failed, choosing between its label and the finer labels that refine it.",
+        description="`judge`: label every failing turn of a failing trajectory from the transcript. `refine`: judge "
+        "only turns the heuristic diagnoser marks as failed, choosing between its label and the finer labels that "
+        "refine it.",
     )
     heuristic: str | None = Field(
         default=None,
@@ -92,7 +94,10 @@ class DiagnosisLlmSettings(Section):
         description="Heuristic labels about the data or the episode's end, not the agent (never judged).",
     )
     max_turns_per_step: int = Field(
-        default=16, ge=0, le=1_000_000, description="Judge at most this many turns per step (0: no limit); judging costs generation time."
+        default=16,
+        ge=0,
+        le=1_000_000,
+        description="Judge at most this many turns per step (0: no limit); judging costs generation time.",
     )
     max_tokens_per_run: int = Field(
         default=0, ge=0, le=10**12,
@@ -101,8 +106,12 @@ class DiagnosisLlmSettings(Section):
     )
     max_new_tokens: int = Field(default=256, ge=16, le=1_048_576)
     temperature: float = Field(default=0.0, ge=0.0)
-    max_transcript_chars: int = Field(default=6000, ge=500, le=100_000_000, description="The transcript is cut (oldest first) to this.")
-    batch_size: int = Field(default=16, ge=1, le=4096, description="Judge prompts sent to a rollout engine in one request.")
+    max_transcript_chars: int = Field(
+        default=6000, ge=500, le=100_000_000, description="The transcript is cut (oldest first) to this."
+    )
+    batch_size: int = Field(
+        default=16, ge=1, le=4096, description="Judge prompts sent to a rollout engine in one request."
+    )
     cache: bool = Field(
         default=True, description="Keep judgements in the run store, keyed by content, so no turn is judged twice."
     )

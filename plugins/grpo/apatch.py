@@ -29,7 +29,8 @@ Pure Python (no torch): the ``reweight`` stage runs before any model work.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from seal_platform.capability import CapabilityState
 from seal_platform.types import ReweightResult, Trajectory, TurnLabel

@@ -112,11 +112,15 @@ def load(directory: Path, *, model: Any, trainer: Any, apatch: Any) -> dict[str,
         )
     state = json.loads(state_file.read_text())
     if state.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{state_file}: checkpoint format {state.get('format')!r}, this version reads {FORMAT_VERSION}")
+        raise ValueError(
+            f"{state_file}: checkpoint format {state.get('format')!r}, this version reads {FORMAT_VERSION}"
+        )
     if trainer is not None and (bool(state.get("lora")) != is_lora(model)):
         saved, live = ("LoRA adapters" if state.get("lora") else "full weights"), (
             "a LoRA policy" if is_lora(model) else "full fine-tuning")
-        raise ValueError(f"{src} holds {saved} but this run uses {live}: set settings.grpo.lora as the run that wrote it did.")
+        raise ValueError(
+            f"{src} holds {saved} but this run uses {live}: set settings.grpo.lora as the run that wrote it did."
+        )
     if trainer is not None and state.get("lora"):
         _load_lora(src, model)
         trainer.load_state_dict(torch.load(src / "trainer.pt", map_location=trainer.device, weights_only=True))

@@ -17,13 +17,15 @@ from __future__ import annotations
 import os
 import socket
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from seal_platform_libs.policy.on_ray import OnRay
 from seal_platform_libs.policy.loading import PolicySettings
+from seal_platform_libs.policy.on_ray import OnRay
+
 from .samples import Sample
 from .settings import GRPOSettings
 from .sharded import TrainerWorker, WorkerOptions, save_single_process
@@ -286,7 +288,8 @@ class GroupTrainer:
 
     def push_to_engine(self, engine: Any, version: int) -> bool:
         """Push the new weights from the ranks straight into ``engine``'s replicas (``grpo.weight_sync``: device,
-        or auto on CUDA; :mod:`seal_platform_libs.policy.device_push`); False when the driver's copy is to be pushed instead."""
+        or auto on CUDA; :mod:`seal_platform_libs.policy.device_push`); False when the driver's copy is to be pushed
+        instead."""
         from seal_platform_libs.policy.device_push import push_to_engine
 
         return push_to_engine(self, engine, version)

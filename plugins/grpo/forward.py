@@ -13,20 +13,26 @@ full-vocabulary logits are kept.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 
 from seal_platform_libs.policy.attention_limits import attention_patterns
-from .objective import chunked_logprobs, entropy_from_logits, token_logprobs
 from seal_platform_libs.policy.output_head import output_head
 from seal_platform_libs.policy.packing import (
-    FLASH_IMPLEMENTATIONS, PACKED_SDPA, attention_implementation, packed_micro_batches, packed_row, prefix_block_mask,
+    FLASH_IMPLEMENTATIONS,
+    PACKED_SDPA,
+    attention_implementation,
+    packed_micro_batches,
+    packed_row,
+    prefix_block_mask,
     prefixed_packed_row,
 )
+
+from .objective import chunked_logprobs, entropy_from_logits, token_logprobs
 from .samples import Sample
 from .settings import GRPOSettings
-
 
 # A shared prefix shorter than this is not worth a separate forward pass.
 _MIN_SHARED_PREFIX = 8
@@ -255,9 +261,10 @@ class LogprobPasses:
             self.settings = settings
         on = [name for name in ("pack_sequences", "shared_prefix") if getattr(self.settings, name)]
         raise ValueError(
-            f"settings.grpo.{' and settings.grpo.'.join(on)}: {type(model).__name__}'s log-probs through these passes {failure} on "
-            f"a probe batch (e.g. its layers do not pass a packed row's boundaries on, or its masks ignore them); set "
-            f"settings.grpo.{on[0]}: false")
+            f"settings.grpo.{' and settings.grpo.'.join(on)}: {type(model).__name__}'s log-probs through these passes "
+            f"{failure} on a probe batch (e.g. its layers do not pass a packed row's boundaries on, or its masks "
+            f"ignore them); set settings.grpo.{on[0]}: false"
+        )
 
     def _select(
         self, model: Any, batch: Sequence[Sample], kwargs: dict[str, Any], row_idx: torch.Tensor, cols: list[int],
@@ -312,7 +319,11 @@ class LogprobPasses:
         for sample in samples:
             w = max(width, len(sample.input_ids))
             too_many = len(current) >= s.micro_batch_size
-            too_long = s.max_tokens_per_micro_batch is not None and current and w * (len(current) + 1) > s.max_tokens_per_micro_batch
+            too_long = (
+                s.max_tokens_per_micro_batch is not None
+                and current
+                and w * (len(current) + 1) > s.max_tokens_per_micro_batch
+            )
             if current and (too_many or too_long):
                 out.append(current)
                 current, w = [], len(sample.input_ids)

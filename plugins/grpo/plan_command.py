@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from seal_platform_libs.policy.memory_plan import ALL, LOAD, PHASES, EngineStart, GPU, MemoryPlan, plan
+from seal_platform_libs.policy.memory_plan import ALL, GPU, LOAD, PHASES, EngineStart, MemoryPlan, plan
 
 
 def _span(phases: tuple[str, ...]) -> str:
@@ -68,7 +68,9 @@ def render(result: MemoryPlan) -> Any:
                             f"{'met' if start.met else 'NOT met'}"))
     unused = [g for g in result.gpus if not g.parts]
     if unused and len(unused) < len(result.gpus):
-        out.append(Text(f"unused GPUs: {len(unused)} (every GPU should hold a trainer rank or an engine)", style="yellow"))
+        out.append(
+            Text(f"unused GPUs: {len(unused)} (every GPU should hold a trainer rank or an engine)", style="yellow")
+        )
     out += [Text(f"note: {n}") for n in result.notes]
     out += [Text(f"does not fit: {p}", style="bold red") for p in result.problems]
     if not result.problems:
@@ -85,7 +87,9 @@ def add_command(cli: Any) -> None:
     @cli.command("plan")
     @click.argument("args", nargs=-1)
     @click.option("--gpus", type=click.IntRange(1, 1024), required=True, help="GPUs per node.")
-    @click.option("--gpu-memory", type=click.FloatRange(1, 10_000), required=True, help="GiB per GPU (an 80 GB card: 80).")
+    @click.option(
+        "--gpu-memory", type=click.FloatRange(1, 10_000), required=True, help="GiB per GPU (an 80 GB card: 80)."
+    )
     @click.option("--nodes", type=click.IntRange(1, 10_000), default=1, show_default=True)
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
     def plan_command(args: tuple[str, ...], gpus: int, gpu_memory: float, nodes: int, as_json: bool) -> None:
@@ -99,7 +103,6 @@ def add_command(cli: Any) -> None:
         from seal_platform.config import raise_for
         from seal_platform.planning import check_recipe, load_recipe, plugin_host_for
         from seal_platform.scaleout import cluster_for
-
         from seal_platform_libs.policy.on_ray import RAY
 
         recipe, overrides = split_recipe_args(args)

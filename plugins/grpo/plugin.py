@@ -17,17 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
-
-from .apatch import APatch
 from seal_platform_libs.policy.engines import POLICY_KEY, REPLICATED, engine_specs
 from seal_platform_libs.policy.engines.settings import EngineSettings
-from seal_platform_libs.policy.on_ray import on_ray
 from seal_platform_libs.policy.loading import PolicySettings
+from seal_platform_libs.policy.on_ray import on_ray
+
+from .apatch import APatch
 from .settings import APatchSettings, GRPOSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from seal_platform.registry import Cluster
-
     from seal_platform_libs.policy.engines.replicas import RayEngineClient
 
 NAME = "grpo"
@@ -97,8 +96,13 @@ def check_config(config: Any, settings: dict[str, Any], cluster: Cluster | None)
                       "use settings.engine.replicas (local processes; by default one per GPU), and "
                       "settings.grpo.replicas: 1")]
     if engine.replicas is not None and ray is not None:
-        return [Issue("settings.engine.replicas", "it counts local engine processes, which a run on "
-                      "Ray does not start", "set settings.grpo.replicas (Ray actors) and drop settings.engine.replicas")]
+        return [
+            Issue(
+                "settings.engine.replicas",
+                "it counts local engine processes, which a run on Ray does not start",
+                "set settings.grpo.replicas (Ray actors) and drop settings.engine.replicas",
+            )
+        ]
     uses_policy = _holds_policy(config)
     template = _template_issue(settings.get("policy") or PolicySettings()) if uses_policy else None
     if template is not None:  # before any model loads (start_run would find it only after loading them all)
@@ -169,7 +173,6 @@ def check_machine(config: Any, settings: dict[str, Any], cluster: Cluster | None
 
     if ray is None and config.rollout.engine in {spec.name for spec in engine_specs()}:
         from seal_platform.errors import ConfigError
-
         from seal_platform_libs.policy.engines.settings import local_devices
 
         try:  # engine.gpus naming GPUs this machine does not have
@@ -219,6 +222,7 @@ def start_run(ctx: Any, resumed: bool) -> None:
     import torch
 
     from seal_platform_libs.policy.loading import load_policy
+
     from .run import GRPORun
 
     # Always seeded: a run resumed before its first checkpoint restarts from step 0 exactly as a new run;

@@ -8,12 +8,13 @@ weights pushed into the rollout engine.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from seal_platform.engine import TrainableEngine
 from seal_platform.types import Trajectory
-
 from seal_platform_libs.policy import allocator, memory_phases
+
 from .samples import build_samples, overlong
 from .settings import GRPOSettings
 from .trainer import GRPOTrainer
@@ -76,7 +77,9 @@ class GRPORun:
         screened = None
         settings = self.settings
         if screen_stale:
-            screened = staleness.screen(trajectories, self.trainer.updates, settings.max_staleness, settings.stale_samples)
+            screened = staleness.screen(
+                trajectories, self.trainer.updates, settings.max_staleness, settings.stale_samples
+            )
             trajectories = screened.kept
         samples = build_samples(self.tokenizer, trajectories, weights, self.settings)
         if screened is not None and screened.corrected:

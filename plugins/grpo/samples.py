@@ -9,8 +9,9 @@ weight). The helpers here are the per-sample pieces of a step that the single-pr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import torch
 
@@ -81,7 +82,9 @@ class StepTally:
     trained_ids: set[int] = field(default_factory=set)
     skips: SkipCounter = field(default_factory=SkipCounter)
 
-    def count_micro_batch(self, terms: LossTerms, logp: torch.Tensor, old: torch.Tensor, micro: Sequence[Sample]) -> None:
+    def count_micro_batch(
+        self, terms: LossTerms, logp: torch.Tensor, old: torch.Tensor, micro: Sequence[Sample]
+    ) -> None:
         delta = (logp - old).float()
         self.tokens += int(logp.numel())
         self.clipped += int(terms.clipped.sum())

@@ -76,7 +76,9 @@ class GRPOSettings(RuntimeSettings):
     )
     # --- the optimizer -----------------------------------------------------------------------------------
     lr: float = Field(default=1e-6, gt=0.0, description="AdamW learning rate (constant after warm-up).")
-    lr_warmup_updates: int = Field(default=0, ge=0, le=10_000_000, description="Linear warm-up over this many optimizer updates.")
+    lr_warmup_updates: int = Field(
+        default=0, ge=0, le=10_000_000, description="Linear warm-up over this many optimizer updates."
+    )
     weight_decay: float = Field(default=0.01, ge=0.0)
     betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = Field(default=1e-8, gt=0.0)
@@ -91,10 +93,12 @@ class GRPOSettings(RuntimeSettings):
         default=4, ge=1, le=4096, description="Most sequences per forward/backward pass (gradient accumulation)."
     )
     max_tokens_per_micro_batch: int | None = Field(
-        default=8192, ge=1, le=100_000_000,
-        description="Most tokens per forward/backward pass (padded, or packed with pack_sequences), a hard cap: an episode longer than this is "
-        "trained on its first max_tokens_per_micro_batch tokens only (counted in the step's "
-        "truncated_sequences), never as one oversized micro-batch; null: no token limit.",
+        default=8192,
+        ge=1,
+        le=100_000_000,
+        description="Most tokens per forward/backward pass (padded, or packed with pack_sequences), a hard cap: an "
+        "episode longer than this is trained on its first max_tokens_per_micro_batch tokens only (counted in the "
+        "step's truncated_sequences), never as one oversized micro-batch; null: no token limit.",
     )
     pack_sequences: bool = Field(
         default=False,
@@ -178,9 +182,9 @@ class GRPOSettings(RuntimeSettings):
     trainer_offload: bool = Field(
         default=False,
         description="Colocated engines (settings.grpo.placement.colocate) with sharded trainer workers "
-        "(settings.grpo.train_workers > 1): the workers' parameter shards and optimizer state go to host memory "
-        "while the engines sample, and come back for the update "
-        "(seal_platform_libs/policy/memory_phases.py). Frees the GPU for the engines' KV cache; costs two host copies a step.",
+        "(settings.grpo.train_workers > 1): the workers' parameter shards and optimizer state go to host memory while "
+        "the engines sample, and come back for the update (seal_platform_libs/policy/memory_phases.py). Frees the GPU "
+        "for the engines' KV cache; costs two host copies a step.",
     )
 
     train_layers: int | None = Field(
@@ -209,14 +213,15 @@ class GRPOSettings(RuntimeSettings):
         check_lora_composes(self)
         if self.lora is not None and self.lora.dropout > 0 and self.gradient_checkpointing:
             raise ValueError(
-                f"settings.grpo.lora.dropout = {self.lora.dropout} with settings.grpo.gradient_checkpointing: checkpointing runs the "
-                "policy in train mode, where the adapters' dropout acts, so the update's log-probs would not be "
-                "the rollouts'. Set settings.grpo.lora.dropout: 0 (the trainer switches every other dropout off)."
+                f"settings.grpo.lora.dropout = {self.lora.dropout} with settings.grpo.gradient_checkpointing: "
+                "checkpointing runs the policy in train mode, where the adapters' dropout acts, so the update's "
+                "log-probs would not be the rollouts'. Set settings.grpo.lora.dropout: 0 (the trainer switches every "
+                "other dropout off)."
             )
         if self.train_layers is not None and (self.lora is not None or self.train_workers > 1):
             raise ValueError(
-                "settings.grpo.train_layers (a partial fine-tune) works with the single-process trainer and no LoRA: set "
-                "settings.grpo.train_workers: 1 and settings.grpo.lora: null, or drop settings.grpo.train_layers."
+                "settings.grpo.train_layers (a partial fine-tune) works with the single-process trainer and no LoRA: "
+                "set settings.grpo.train_workers: 1 and settings.grpo.lora: null, or drop settings.grpo.train_layers."
             )
         return self
 

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
-from seal_platform_libs.policy.memory_phases import HostOffload, empty_cache, trainer_tensors
 from seal_platform_libs.policy.loading import PolicySettings
+from seal_platform_libs.policy.memory_phases import HostOffload, empty_cache, trainer_tensors
+
 from .samples import Sample
 from .settings import GRPOSettings
 from .sharded_start import start_models
@@ -157,10 +159,10 @@ class TrainerWorker:
         shards bucket by bucket, and a rank that holds a group sends each bucket to its receivers (it joins the
         group at ``address:port`` as its rank 0 on the first call; ``backend``: gloo, or auto/nccl/ipc on this
         rank's device, see :class:`.weight_sync.SyncGroup`). ``port`` and ``world_size``: one int for rank 0's
-        group alone (the driver's copy), or one per rank (0: no group on that rank; :mod:`seal_platform_libs.policy.device_push` gives
-        each colocated rank its own). ``cast``: the dtype the buckets travel in (the engines'; None: the
-        policy's); ``timeout_s``: the group's per-operation timeout. Collective. ``everything``: all parameters,
-        else the trainable ones. Rank 0's push statistics, None elsewhere."""
+        group alone (the driver's copy), or one per rank (0: no group on that rank;
+        :mod:`seal_platform_libs.policy.device_push` gives each colocated rank its own). ``cast``: the dtype the buckets
+        travel in (the engines'; None: the policy's); ``timeout_s``: the group's per-operation timeout. Collective.
+        ``everything``: all parameters, else the trainable ones. Rank 0's push statistics, None elsewhere."""
         from seal_platform_libs.policy.weight_sync import SyncGroup, push, sync_tensors
 
         per_rank = not isinstance(port, int)  # the engines' groups, kept apart from the driver's
@@ -261,7 +263,9 @@ def read_state(directory: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{directory} holds no sharded grpo checkpoint ({STATE_FILE} missing)")
     meta = json.loads(path.read_text())
     if meta.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{path}: sharded checkpoint format {meta.get('format')!r}, this version reads {FORMAT_VERSION}")
+        raise ValueError(
+            f"{path}: sharded checkpoint format {meta.get('format')!r}, this version reads {FORMAT_VERSION}"
+        )
     return meta
 
 

@@ -33,16 +33,17 @@ The worker process around it (model start, checkpoints) is :mod:`.sharded`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 
 from seal_platform_libs.policy.packing import PACKED_SDPA, attention_implementation
+
 from .samples import Sample, StepTally, engine_diff_sums
 from .settings import GRPOSettings
 from .skipping import predicted_batch_runs
 from .trainer import GRPOTrainer
-
 
 # --- the sharded trainer ------------------------------------------------------------------------------------
 
@@ -166,7 +167,9 @@ class ShardedGRPOTrainer(GRPOTrainer):
     def _reduce_stats(self, tally: StepTally) -> None:
         import torch.distributed as dist
 
-        summed = torch.tensor([getattr(tally, k) for k in tally.SUMMED], dtype=torch.float64, device=self._comm_device())
+        summed = torch.tensor(
+            [getattr(tally, k) for k in tally.SUMMED], dtype=torch.float64, device=self._comm_device()
+        )
         dist.all_reduce(summed)
         maxed = torch.tensor([getattr(tally, k) for k in tally.MAXED], dtype=torch.float64, device=self._comm_device())
         dist.all_reduce(maxed, op=dist.ReduceOp.MAX)

@@ -18,8 +18,9 @@ picks ``skip`` (this, the default) or ``compute`` (run everything, the reference
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from .settings import GRPOSettings
 

@@ -24,9 +24,10 @@ so every trajectory's tokens come from one version.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from seal_platform.config import Issue
 from seal_platform.engine import TrainableEngine

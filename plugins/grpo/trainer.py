@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 
-from .forward import LogprobPasses
-from .objective import LossTerms, grpo_token_loss
 from seal_platform_libs.policy.dropout import disable_dropout, train_mode_is_eval_mode
 from seal_platform_libs.policy.packing import check_packable, prefer_flash_attention, use_packed_sdpa
 from seal_platform_libs.policy.reference import ReferenceOffload, reference_dtype, reference_policy
+
+from .forward import LogprobPasses
+from .objective import LossTerms, grpo_token_loss
 from .samples import (
     LOSS_PARTS,
     Sample,
@@ -117,11 +119,14 @@ class GRPOTrainer(LogprobPasses):
         s = self.settings
         self.model = model
         if s.kl_coef > 0 and ref_model is None:
-            raise ValueError("settings.grpo.kl_coef > 0 needs a reference model (GRPOTrainer.with_reference builds one)")
+            raise ValueError(
+                "settings.grpo.kl_coef > 0 needs a reference model (GRPOTrainer.with_reference builds one)"
+            )
         if s.old_logprobs == "engine" and temperature != 1.0:
             raise ValueError(
-                "settings.grpo.old_logprobs = engine needs rollout temperature 1: engines report log-probs at temperature 1, "
-                f"the objective needs them at temperature {temperature}. Use settings.grpo.old_logprobs: recompute."
+                "settings.grpo.old_logprobs = engine needs rollout temperature 1: engines report log-probs at "
+                f"temperature 1, the objective needs them at temperature {temperature}. Use "
+                "settings.grpo.old_logprobs: recompute."
             )
         self.ref_model = ref_model
         self.temperature = float(temperature)
@@ -144,10 +149,11 @@ class GRPOTrainer(LogprobPasses):
             enable_gradient_checkpointing(model, keep_attention=s.checkpoint_keep_attention)
             if not train_mode_is_eval_mode(model, self.device):
                 raise ValueError(
-                    "settings.grpo.gradient_checkpointing runs the policy in train mode, and this model's outputs there differ "
-                    "from eval mode even with its dropout switched off (randomness such as a router's jitter "
-                    "noise): the update's log-probs would not be the rollouts'. Set settings.grpo.gradient_checkpointing: "
-                    "false")
+                    "settings.grpo.gradient_checkpointing runs the policy in train mode, and this model's outputs "
+                    "there differ from eval mode even with its dropout switched off (randomness such as a router's "
+                    "jitter noise): the update's log-probs would not be the rollouts'. Set "
+                    "settings.grpo.gradient_checkpointing: false"
+                )
         if s.fused_rotary:
             from seal_platform_libs.policy.rotary import use_fused_rotary
 

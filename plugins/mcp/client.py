@@ -15,9 +15,9 @@ import os
 import shutil
 import tempfile
 import threading
-from pathlib import Path
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 from typing import Any, Self
 
 from seal_platform.executables import launch_spec
@@ -174,9 +174,11 @@ class MCPConnection:
     def wait_ready(self) -> MCPConnection:
         try:
             self._ready.result(timeout=self.server.startup_timeout_s + 5)
-        except FutureTimeout:
+        except FutureTimeout as exc:
             self.close()
-            raise InfraError(f"MCP server {self._where()} did not start within {self.server.startup_timeout_s:g} s")
+            raise InfraError(
+                f"MCP server {self._where()} did not start within {self.server.startup_timeout_s:g} s"
+            ) from exc
         except (Exception, asyncio.CancelledError) as exc:
             self.close()
             raise InfraError(f"MCP server {self._where()} failed to start: {_why(exc)}") from exc

@@ -59,7 +59,11 @@ def label_turn(verdict: TurnVerdict, calls: list[ToolCall]) -> tuple[str, str, s
     failed = [c for c in calls if c.error]
     if not ran:
         if any(c.rejected for c in calls):
-            return "invalid_tool_call", "empty_turn_model_response", "no call ran: " + next(c.rejected for c in calls if c.rejected)
+            return (
+                "invalid_tool_call",
+                "empty_turn_model_response",
+                "no call ran: " + next(c.rejected for c in calls if c.rejected),
+            )
         if failed:
             return "recovery_failure", "instance_mismatch", "every call failed: " + (failed[-1].error or "")[:200]
         return "empty_turn_model_response", "empty_turn_model_response", "the agent made no tool call"

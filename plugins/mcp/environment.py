@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from seal_platform.types import Interface, SamplingParams, Task, Trajectory
-
 from seal_platform.errors import SealError
 from seal_platform.infra import InfraError
+from seal_platform.types import Interface, SamplingParams, Task, Trajectory
 
 from .client import MCPConnection
 from .settings import MCPSettings

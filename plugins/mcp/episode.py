@@ -20,9 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seal_platform.infra import InfraError
-from seal_platform_libs.toolenv.jsoncalls import clip_text, parse_calls
-from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
-from seal_platform_libs.toolenv.schemadocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
 from seal_platform.types import (
     Interface,
     Message,
@@ -32,6 +29,9 @@ from seal_platform.types import (
     Trajectory,
     TurnVerdict,
 )
+from seal_platform_libs.toolenv.jsoncalls import clip_text, parse_calls
+from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
+from seal_platform_libs.toolenv.schemadocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
 
 from .client import MCPConnection, ToolResult
 

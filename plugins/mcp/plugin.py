@@ -23,9 +23,14 @@ def _settings_model() -> type:
 # mcp plays its episodes in lock step in the run's process (in chunks; one engine call per round for a chunk,
 # which is what batches generation) and never hands them to ``ctx.executor``.
 HOOKS = LockstepHooks(
-    NAME, _settings_model,
+    NAME,
+    _settings_model,
     batches="in chunks of settings.mcp.max_parallel_episodes, each round's generations batched in one engine call",
-    fix="remove rollout.executor or set it to local; for more episodes at once raise settings.mcp.max_parallel_episodes")
+    fix=(
+        "remove rollout.executor or set it to local; for more episodes at once raise "
+        "settings.mcp.max_parallel_episodes"
+    ),
+)
 register_settings, collect, evaluate = HOOKS.register_settings, HOOKS.collect, HOOKS.evaluate
 
 
@@ -35,8 +40,11 @@ def _build(ctx: Any) -> Any:
     from .environment import MCPEnvironment
 
     settings = HOOKS.settings(ctx)
-    missing = [key for key, value in (("settings.mcp.servers", settings.servers), ("settings.mcp.tasks", settings.tasks))
-               if not value]
+    missing = [
+        key
+        for key, value in (("settings.mcp.servers", settings.servers), ("settings.mcp.tasks", settings.tasks))
+        if not value
+    ]
     if missing:
         raise ConfigError(f"environment mcp needs {' and '.join(missing)} in the recipe: the MCP servers to start and "
                           "the JSON Lines task file (see docs/mcp.md and recipes/mcp-example.yaml).")

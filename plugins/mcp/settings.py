@@ -30,7 +30,8 @@ class MCPServerSettings(Section):
         description="stdio: the executable (node, uvx, ...); `python` means the interpreter running seal-platform.",
     )
     url: str | None = Field(
-        default=None, description="streamable HTTP: the server's MCP endpoint (http(s)://host:port/mcp); instead of command."
+        default=None,
+        description="streamable HTTP: the server's MCP endpoint (http(s)://host:port/mcp); instead of command.",
     )
     headers: dict[str, str] = Field(default_factory=dict, description="streamable HTTP: extra request headers (auth).")
     per_session_state: bool = Field(
@@ -88,8 +89,10 @@ class MCPServerSettings(Section):
             raise ValueError(f"server {self.name!r}: seed_files are copied into the folder of a server the plugin "
                              "starts (command); a url server keeps its own state (use setup calls or a reset tool)")
         if self.seed_files and not self.uses_episode_dir():
-            raise ValueError(f"server {self.name!r}: seed_files are copied into {EPISODE_DIR}, which its command, args, "
-                             f"env and cwd never name; e.g. args: [--db-path, \"{EPISODE_DIR}/shop.db\"]")
+            raise ValueError(
+                f"server {self.name!r}: seed_files are copied into {EPISODE_DIR}, which its command, args, "
+                f"env and cwd never name; e.g. args: [--db-path, \"{EPISODE_DIR}/shop.db\"]"
+            )
         return self
 
     def uses_episode_dir(self) -> bool:
@@ -114,7 +117,9 @@ class MCPServerSettings(Section):
 
 class MCPEvolutionSettings(Section):
     enabled: bool = True
-    min_count: int = Field(default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on.")
+    min_count: int = Field(
+        default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on."
+    )
     min_prevalence: float = Field(default=0.15, ge=0.0, le=1.0, description="Share of labelled turns needed.")
 
 
@@ -134,17 +139,27 @@ class MCPSettings(Section):
     )
     reset_tool: str | None = Field(default=None, description="The reset tool (isolation: reset).")
     reset_arguments: dict[str, Any] = Field(default_factory=dict, description="The reset tool's arguments.")
-    hidden_tools: list[str] = Field(default_factory=list, description="Server tools the agent is not shown (e.g. reset).")
-    n_train: int | None = Field(default=None, ge=1, le=1_000_000, description="Use at most this many train tasks; null: all.")
-    n_eval: int | None = Field(default=None, ge=1, le=1_000_000, description="Use at most this many eval tasks; null: all.")
+    hidden_tools: list[str] = Field(
+        default_factory=list, description="Server tools the agent is not shown (e.g. reset)."
+    )
+    n_train: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="Use at most this many train tasks; null: all."
+    )
+    n_eval: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="Use at most this many eval tasks; null: all."
+    )
     attempts_per_turn: int = Field(default=2, ge=1, le=8, description="Model generations per user turn.")
     max_calls_per_message: int = Field(default=4, ge=1, le=32, description="Tool calls parsed from one message.")
-    max_result_chars: int = Field(default=2000, ge=64, le=10_000_000, description="A tool result is clipped to this many characters.")
+    max_result_chars: int = Field(
+        default=2000, ge=64, le=10_000_000, description="A tool result is clipped to this many characters."
+    )
     max_parallel_episodes: int = Field(
         default=8, ge=1, le=1024,
         description="Server processes (or sessions) alive at once; 1 with a shared-state URL server.",
     )
-    max_new_tokens: int | None = Field(default=64, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens.")
+    max_new_tokens: int | None = Field(
+        default=64, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens."
+    )
     system_prompt: str = Field(
         default="", description="Text put before the tool docs in the system prompt (what the tools are for, "
         "conventions of the server); a task's own `context` follows the tool docs.",

@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import Field
 
 from seal_platform.config import Section
-from seal_platform_libs.toolenv.episodes import load_task_file
 from seal_platform.types import Task
+from seal_platform_libs.toolenv.episodes import load_task_file
 
 
 class CallSpec(Section):

@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from seal_platform.config import Section
 from seal_platform import hookimpl
+from seal_platform.config import Section
 from seal_platform.tracking import describe_interface, flat, scalars, shareable_config
 
 SECTION = "mlflow"

@@ -23,6 +23,7 @@ not answer in time, the connection fails, an answer is not what the protocol say
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import math
@@ -239,18 +240,21 @@ class WSSession:
         from websockets.exceptions import ConnectionClosed
 
         try:
-            try:
+            # what the server said before it closed (a refused session's error) is still read below
+            with contextlib.suppress(ConnectionClosed):
                 self._ws.send(json.dumps(message))
-            except ConnectionClosed:
-                pass  # what the server said before it closed (a refused session's error) is still read below
             raw = self._ws.recv(timeout=self.timeout)
         except TimeoutError:
-            raise InfraError(f"the OpenEnv server at {self.url} did not answer {op} within {self.timeout:g} s") from None
+            raise InfraError(
+                f"the OpenEnv server at {self.url} did not answer {op} within {self.timeout:g} s"
+            ) from None
         except ConnectionClosed as exc:
             raise InfraError(f"the OpenEnv server at {self.url} closed the session during {op} ({exc})") from None
         except Exception as exc:  # noqa: BLE001
-            raise InfraError(f"the session with the OpenEnv server at {self.url} failed during {op} "
-                             f"({type(exc).__name__}: {_short(str(exc), 160)})") from None
+            raise InfraError(
+                f"the session with the OpenEnv server at {self.url} failed during {op} "
+                f"({type(exc).__name__}: {_short(str(exc), 160)})"
+            ) from None
         answer = _json(raw, self.url, op)
         if not isinstance(answer, dict) or not isinstance(answer.get("data"), dict):
             raise InfraError(f"the OpenEnv server at {self.url} sent a malformed {op} answer: {_short(answer)} "
@@ -286,14 +290,10 @@ class WSSession:
         if self._ws is None:
             return
         ws, self._ws = self._ws, None
-        try:
+        with contextlib.suppress(Exception):  # best effort
             ws.send(json.dumps({"type": "close"}))
-        except Exception:  # noqa: BLE001 - best effort
-            pass
-        try:
+        with contextlib.suppress(Exception):
             ws.close()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def probe(url: str, timeout: float) -> dict[str, Any] | None:
@@ -340,7 +340,7 @@ class LocalServer:
         command, cwd = launch_spec(s.command, s.cwd)  # as check_machine looked for them
         args = [a.replace("{port}", str(port)) for a in s.args]
         self.url = f"http://127.0.0.1:{port}"
-        self._log = tempfile.TemporaryFile()
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 the server's output while it runs; closed by stop()
         try:
             self.process = subprocess.Popen([command, *args], cwd=cwd, env={**os.environ, **s.env},
                                             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,

@@ -12,10 +12,9 @@ from typing import Any
 from pydantic import Field
 
 from seal_platform.config import Section
-from seal_platform_libs.toolenv.episodes import load_task_file
-from seal_platform.types import Interface, SamplingParams, Task, Trajectory
-
 from seal_platform.infra import InfraError
+from seal_platform.types import Interface, SamplingParams, Task, Trajectory
+from seal_platform_libs.toolenv.episodes import load_task_file
 
 from .client import ErrorAnswer, HTTPSession, LocalServer, OpenEnvUnavailable, SessionRefused, WSSession, probe
 from .settings import OpenEnvSettings

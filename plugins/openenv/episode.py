@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seal_platform.infra import InfraError
+from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 from seal_platform_libs.toolenv.jsoncalls import clip_text, parse_calls
 from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
 from seal_platform_libs.toolenv.schemadocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
-from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
 from .client import ActionRefused, StepResult
 

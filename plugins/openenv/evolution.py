@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from seal_platform_libs.toolenv.schemadocs import switch_on_changes
 from seal_platform.types import Interface
+from seal_platform_libs.toolenv.schemadocs import switch_on_changes
 
 from .settings import OpenEnvEvolutionSettings
 

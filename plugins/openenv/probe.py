@@ -15,6 +15,7 @@ exist."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -160,11 +161,9 @@ def _resolve(url: str) -> None:
         proxies = getproxies()
         if proxies.get(parts.scheme) or proxies.get("all"):
             return
-    try:
+    with contextlib.suppress(OSError, UnicodeError, ValueError):
         socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
                            type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError, ValueError):
-        pass
 
 
 def _problem(url: str, settings: OpenEnvSettings, watch: _Watch) -> str | None:

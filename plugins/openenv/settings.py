@@ -15,7 +15,9 @@ PROBE_TIMEOUT_S = 2.0
 class OpenEnvServerSettings(Section):
     """A local OpenEnv server the plugin starts itself (from the recipe, never from model output)."""
 
-    command: str = Field(min_length=1, description="The executable; `python` means the interpreter running seal-platform.")
+    command: str = Field(
+        min_length=1, description="The executable; `python` means the interpreter running seal-platform."
+    )
     args: list[str] = Field(
         default_factory=list,
         description="Its arguments; `{port}` is replaced by a free local port, and the plugin talks to "
@@ -28,7 +30,9 @@ class OpenEnvServerSettings(Section):
 
 class OpenEnvEvolutionSettings(Section):
     enabled: bool = True
-    min_count: int = Field(default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on.")
+    min_count: int = Field(
+        default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on."
+    )
     min_prevalence: float = Field(default=0.15, ge=0.0, le=1.0, description="Share of labelled turns needed.")
 
 
@@ -71,10 +75,16 @@ class OpenEnvSettings(Section):
         description='JSON Lines task file: {"id", "split", "category", "reset": {...}}; null: seeds (n_train, n_eval).',
     )
     n_train: int | None = Field(
-        default=None, ge=1, le=1_000_000, description="Use at most this many train tasks; without a task file: seeds 0..n-1 (null: 64)."
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Use at most this many train tasks; without a task file: seeds 0..n-1 (null: 64).",
     )
     n_eval: int | None = Field(
-        default=None, ge=1, le=1_000_000, description="Use at most this many eval tasks; without a task file: seeds 100000.. (null: 16)."
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Use at most this many eval tasks; without a task file: seeds 100000.. (null: 16).",
     )
     max_steps: int = Field(default=8, ge=1, le=256, description="Agent messages per episode.")
     reward_mode: str = Field(
@@ -90,7 +100,9 @@ class OpenEnvSettings(Section):
         description="true: the trajectory's reward is 1 when the episode passed, else 0; false: the environment's "
         "reward (last step's, or the sum in per_step mode).",
     )
-    max_observation_chars: int = Field(default=2000, ge=64, le=10_000_000, description="An observation is clipped to this many characters.")
+    max_observation_chars: int = Field(
+        default=2000, ge=64, le=10_000_000, description="An observation is clipped to this many characters."
+    )
     max_parallel_episodes: int = Field(default=8, ge=1, le=1024, description="WebSocket sessions open at once (ws).")
     max_sessions: int | None = Field(
         default=None, ge=1, le=1024,
@@ -98,7 +110,9 @@ class OpenEnvSettings(Section):
         "app says otherwise); null: found out when the run starts, by opening up to max_parallel_episodes sessions "
         "and reading the limit from the server's refusal. Episodes never open more.",
     )
-    max_new_tokens: int | None = Field(default=64, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens.")
+    max_new_tokens: int | None = Field(
+        default=64, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens."
+    )
     system_prompt: str = Field(default="", description="Text put before the action doc in the system prompt.")
     worked_examples: list[dict] = Field(
         default_factory=list,

@@ -3,10 +3,10 @@
 :class:`RayCluster` is what the plugin registers (``register_clusters``): the core's typed
 :class:`seal_platform.registry.Cluster` contract over this module, which other plugins (grpo's engine replicas
 and trainer workers) use as ``ctx.cluster``. Each user (the executor, the engine replicas, trainer workers)
-takes a lease with :func:`acquire` and gives it back with :func:`release`; a Ray this process started is shut down when the last lease is given back, a
-cluster it joined is only disconnected from. A locally started Ray gets the driver's ``sys.path`` as its
-workers' ``PYTHONPATH``, so whatever the driver can import (editable installs, test helpers) they can too;
-on a real cluster install the same packages on every node (docs/scaling.md).
+takes a lease with :func:`acquire` and gives it back with :func:`release`; a Ray this process started is shut down when
+the last lease is given back, a cluster it joined is only disconnected from. A locally started Ray gets the driver's
+``sys.path`` as its workers' ``PYTHONPATH``, so whatever the driver can import (editable installs, test helpers) they
+can too; on a real cluster install the same packages on every node (docs/scaling.md).
 """
 
 from __future__ import annotations

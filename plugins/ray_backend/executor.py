@@ -15,12 +15,14 @@ isolation and limits: each actor runs the environment's own tool workers (BFCL's
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import ray
 
@@ -149,10 +151,8 @@ class RayExecutor:
     def close(self) -> None:
         actors, self.actors = self.actors, []
         for actor in actors:
-            try:
+            with contextlib.suppress(Exception):  # already gone
                 ray.kill(actor, no_restart=True)
-            except Exception:  # already gone
-                pass
         if self._connected:
             self._connected = False
             cluster.release()

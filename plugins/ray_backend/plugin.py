@@ -12,7 +12,8 @@ Owns the ``settings.ray`` section (:class:`~.settings.RaySettings`) and register
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from seal_platform.hookspecs import hookimpl
 from seal_platform.registry import ClusterSpec, ExecutorSpec

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from seal_platform.config import Section
-from seal_platform.config import RUNTIME
+from seal_platform.config import RUNTIME, Section
 
 
 class RaySettings(Section):

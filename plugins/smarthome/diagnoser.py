@@ -19,13 +19,13 @@ state_mismatch           anything else (the state was already wrong from an earl
 
 The order follows the paper's Table 5: a call refused for a bad enum value or a missing argument is an
 argument mismatch (constraint cues help it), not a recovery failure. ``recovery_failure`` is not emitted: every
-error a smart-home tool returns is such a refusal (:func:`.tools.check_arguments`). Each label maps to ONE reference label,
-so A-Patch's base weight of a label never depends on which turns came first.
+error a smart-home tool returns is such a refusal (:func:`.tools.check_arguments`). Each label maps to ONE reference
+label, so A-Patch's base weight of a label never depends on which turns came first.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from seal_platform.labels import UNREACHED_LABEL
 from seal_platform.types import ToolCall, Trajectory, TurnLabel, TurnVerdict
@@ -46,10 +46,18 @@ def label_turn(verdict: TurnVerdict, calls: list[ToolCall]) -> tuple[str, str, s
     ran = [c for c in calls if c.result is not None]
     failed = [c for c in calls if c.error]
     if not ran and any(c.rejected for c in calls):
-        return "invalid_tool_call", "empty_turn_model_response", "no call ran: " + next(c.rejected for c in calls if c.rejected)
+        return (
+            "invalid_tool_call",
+            "empty_turn_model_response",
+            "no call ran: " + next(c.rejected for c in calls if c.rejected),
+        )
     if failed and (not ran or calls[-1].error):
         # Every error a smart-home tool returns is a refusal of the call's arguments (tools.check_arguments).
-        return "argument_mismatch", "state_mismatch", "a call was refused for its arguments: " + (failed[-1].error or "")
+        return (
+            "argument_mismatch",
+            "state_mismatch",
+            "a call was refused for its arguments: " + (failed[-1].error or ""),
+        )
     if not ran:
         return "empty_turn_model_response", "empty_turn_model_response", "the agent made no tool call"
     gt = TurnChecks.model_validate(verdict.checks).gt_calls

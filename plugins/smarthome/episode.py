@@ -22,13 +22,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from seal_platform.engine import RolloutEngine
+from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 from seal_platform_libs.toolenv.interface import recovery_hint, render_tools, system_addendum
 from seal_platform_libs.toolenv.jsoncalls import parse_calls  # JSON only, within limits on size, nesting and calls
 from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
-from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 
 from .cues import CUES
-
 from .tools import TOOL_DOCS, ToolError, execute, render_docs, run_calls
 
 SYSTEM = (
@@ -152,8 +151,12 @@ def verify(task: Task, traj: Trajectory) -> list[TurnVerdict]:
             execute(model_state, call.name, call.arguments)
         state_ok = model_state == gt_state
         called = bool(made) or not turn["calls"]
-        checks = TurnChecks(gt_calls=turn["calls"], model_calls=[{"name": c.name, "arguments": c.arguments} for c in made],
-                            state_ok=state_ok, called=called)
+        checks = TurnChecks(
+            gt_calls=turn["calls"],
+            model_calls=[{"name": c.name, "arguments": c.arguments} for c in made],
+            state_ok=state_ok,
+            called=called,
+        )
         verdicts.append(TurnVerdict(turn=i, passed=state_ok and called, checks=checks.model_dump()))
     return verdicts
 

@@ -15,7 +15,9 @@ class SmartHomeSettings(Section):
 
     n_train: int = Field(default=256, ge=1, le=1_000_000, description="Training tasks generated.")
     n_eval: int = Field(default=64, ge=1, le=1_000_000, description="Held-out evaluation tasks generated.")
-    seed: int = Field(ge=0, le=2**32 - 1, default=1234, description="Seed of task generation (not the run's seed: tasks stay fixed).")
+    seed: int = Field(
+        ge=0, le=2**32 - 1, default=1234, description="Seed of task generation (not the run's seed: tasks stay fixed)."
+    )
     categories: list[Literal["named", "direct", "paraphrase"]] = Field(
         default=["direct", "paraphrase"], min_length=1,
         description="Request styles, tasks cycling through them: named (the request names the tool), direct (the "
@@ -34,7 +36,9 @@ class SmartHomeSettings(Section):
     example_results: bool = Field(
         default=True, description="Show the tool's answer after each worked-example call (false: a shorter prompt)."
     )
-    max_new_tokens: int | None = Field(default=48, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens.")
+    max_new_tokens: int | None = Field(
+        default=48, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens."
+    )
     evolution: EvolutionSettings = Field(
         default_factory=lambda: EvolutionSettings(min_count=4, min_evidence=8),
         description="Training-interface evolution, the same changes as BFCL's (schema affordances, recovery "

@@ -69,7 +69,9 @@ def _door(rng: random.Random, style: str) -> tuple[str, dict[str, Any]]:
     elif style == "direct":
         text = f"{action.capitalize()} the {door} door."
     else:
-        verb = {"lock": rng.choice(["Secure", "Bolt"]), "unlock": rng.choice(["Open up", "Release the lock on"])}[action]
+        verb = {"lock": rng.choice(["Secure", "Bolt"]), "unlock": rng.choice(["Open up", "Release the lock on"])}[
+            action
+        ]
         text = f"{verb} the {door} door."
     return text, _call("lock_door", door=door, action=action)
 

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from seal_platform.config import Section
 from seal_platform import hookimpl
+from seal_platform.config import Section
 from seal_platform.tracking import describe_interface, scalars, shareable_config
 
 SECTION = "wandb"

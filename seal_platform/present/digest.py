@@ -214,7 +214,9 @@ def load_digest(store: Any, run_id: str) -> RunDigest:
     environment = str((run.config or {}).get("environment", ""))
     evaluations: dict[str, dict[int, EvalPoint]] = defaultdict(dict)
     for row in store.evaluations(run.id):
-        point = evaluations[eval_set_of(row, environment)].setdefault(row.step, EvalPoint(step=row.step, per_category={}))
+        point = evaluations[eval_set_of(row, environment)].setdefault(
+            row.step, EvalPoint(step=row.step, per_category={})
+        )
         point.per_category[row.category] = float(row.pass_rate)
         point.n_tasks = max(point.n_tasks, int(row.n_tasks))  # each category's row holds the evaluation's count
     labels: dict[str, Counter] = defaultdict(Counter)
@@ -234,24 +236,45 @@ def load_digest(store: Any, run_id: str) -> RunDigest:
     for row in store.label_weights(run.id):
         weights[row.step][row.label] = float(row.weight)
     return RunDigest(
-        id=run.id, name=run.name, status=run.status, recipe=run.recipe or "", environment=environment,
-        seed=run.seed, started_at=run.started_at, ended_at=run.ended_at, run_dir=run.run_dir, error=run.error,
+        id=run.id,
+        name=run.name,
+        status=run.status,
+        recipe=run.recipe or "",
+        environment=environment,
+        seed=run.seed,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        run_dir=run.run_dir,
+        error=run.error,
         evaluations={k: [v[s] for s in sorted(v)] for k, v in sorted(evaluations.items())},
         checkpoint_evaluations=checkpoint_evaluations(store, run.id, environment),
         steps=[
-            StepPoint(step=s.step, mean_reward=s.mean_reward, interface_revision=s.interface_revision,
-                      metrics=_float_metrics(s.metrics), timings=_float_metrics(s.timings))
+            StepPoint(
+                step=s.step,
+                mean_reward=s.mean_reward,
+                interface_revision=s.interface_revision,
+                metrics=_float_metrics(s.metrics),
+                timings=_float_metrics(s.timings),
+            )
             for s in store.steps(run.id)
         ],
         labels={src: dict(c.most_common()) for src, c in sorted(labels.items())},
-        labels_per_step={src: {step: dict(c) for step, c in sorted(steps.items())} for src, steps in sorted(per_step.items())},
+        labels_per_step={
+            src: {step: dict(c) for step, c in sorted(steps.items())} for src, steps in sorted(per_step.items())
+        },
         label_weights=dict(sorted(weights.items())),
         config=redact_config(dict(run.config or {})),  # a run stored before secrets were redacted too
         stage_times={stage: dict(sorted(v.items())) for stage, v in stage_times.items()},
         events=events,
         revisions=[
-            Revision(revision=r.revision, parent=r.parent, step=r.step, changes=list(r.changes or []),
-                     driven_by=list(r.driven_by or []), diff=r.diff or "")
+            Revision(
+                revision=r.revision,
+                parent=r.parent,
+                step=r.step,
+                changes=list(r.changes or []),
+                driven_by=list(r.driven_by or []),
+                diff=r.diff or "",
+            )
             for r in store.interfaces(run.id)
         ],
     )

@@ -11,7 +11,7 @@ unbroken on one line and cuts nothing.
 from __future__ import annotations
 
 import textwrap
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from rich.console import Console, RenderableType
 

@@ -8,8 +8,9 @@ import contextlib
 import html
 import io
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .. import dynamic_sampling as ds
 from ..errors import SealError
@@ -208,7 +209,9 @@ def _weights_section(digest: RunDigest) -> str:
 
     parts.append(_img(_figure_png(draw), "A-Patch weights"))
     final = digest.final_label_weights()
-    parts.append(_table(["label", f"weight after step {steps[-1]}"], [[k, f"{v:.3f}"] for k, v in sorted(final.items())]))
+    parts.append(
+        _table(["label", f"weight after step {steps[-1]}"], [[k, f"{v:.3f}"] for k, v in sorted(final.items())])
+    )
     return "".join(parts)
 
 
@@ -263,10 +266,16 @@ def _timings_section(digest: RunDigest, transcripts: list[StepTranscripts] | Non
              *(f"{_step_seconds(digest, stage, st):.1f}" for stage in stages)] for st in steps]
     if transcripts:
         for row, st in zip(rows, steps):
-            found = [x for x in (link(transcripts, "train", st, "rollouts"), link(transcripts, "eval", st, "evaluation")) if x]
+            found = [
+                x
+                for x in (link(transcripts, "train", st, "rollouts"), link(transcripts, "eval", st, "evaluation"))
+                if x
+            ]
             row.append(_Raw(" ".join(found)) if found else "-")
     # A step's row holds the revision its interface evolution left (its own rollouts ran on the one before).
-    parts.append(_table(["step", "reward", "interface after", *stages, *(["transcripts"] if transcripts else [])], rows))
+    parts.append(
+        _table(["step", "reward", "interface after", *stages, *(["transcripts"] if transcripts else [])], rows)
+    )
     return "".join(parts)
 
 
@@ -309,7 +318,9 @@ def _group_sections(digest: RunDigest, catalog: MetricCatalog) -> str:
             continue
         title = group[:1].upper() + group[1:]
         meanings = "; ".join(f"{m.heading}: {m.description}" for m in members if m.description)
-        parts.append(f"<h2>{html.escape(title)} per step</h2>" + (f"<p>{html.escape(meanings)}.</p>" if meanings else ""))
+        parts.append(
+            f"<h2>{html.escape(title)} per step</h2>" + (f"<p>{html.escape(meanings)}.</p>" if meanings else "")
+        )
         for m in (m for m in members if m.plotted):
             points = [s for s in steps if m.name in s.metrics]
             if not points:

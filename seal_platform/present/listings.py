@@ -7,7 +7,8 @@ under the text they qualify (``labels``); narrower still, one "key: value" block
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType

@@ -77,7 +77,14 @@ def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, st
         key = f"{prefix}.{name}"
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows.append((key, annotation.__name__, "(section)", field.description or (annotation.__doc__ or "").strip().split("\n")[0]))
+            rows.append(
+                (
+                    key,
+                    annotation.__name__,
+                    "(section)",
+                    field.description or (annotation.__doc__ or "").strip().split("\n")[0],
+                )
+            )
             rows.extend(settings_rows(annotation, key))
             continue
         kind = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
@@ -89,6 +96,14 @@ def settings_rows(model: type[Any], prefix: str) -> list[tuple[str, str, str, st
             default = field.default_factory()  # type: ignore[call-arg]
         else:
             default = "(required)"
-        rows.append((key, kind, json.dumps(default, default=str) if not isinstance(default, str) or default != "(required)" else default,
-                     field.description or ""))
+        rows.append(
+            (
+                key,
+                kind,
+                json.dumps(default, default=str)
+                if not isinstance(default, str) or default != "(required)"
+                else default,
+                field.description or "",
+            )
+        )
     return rows

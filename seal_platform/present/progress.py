@@ -18,8 +18,15 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import Progress as RichBar
 from rich.table import Column
 
 from ..loop import Progress

@@ -52,13 +52,19 @@ def steps_table(console: Console, rows: list[Any], catalog: MetricCatalog | None
     cells = []
     for s in rows:
         metrics = s.metrics or {}
-        cells.append({
-            "step": str(s.step), "epoch": str(s.epoch), "reward": f"{s.mean_reward:.3f}", "trajectories": str(s.n_trajectories),
-            "groups kept/drawn": f"{int(metrics.get(ds.KEPT, 0))}/{int(metrics.get(ds.DRAWN, 0))}",
-            "interface": str(s.interface_revision), "metrics": clean(step_update_text(metrics, catalog)),
-            **{group: clean(catalog.group_cell(group, metrics)) for group in groups},
-            "seconds": f"{sum(s.timings.values()):.1f}",
-        })
+        cells.append(
+            {
+                "step": str(s.step),
+                "epoch": str(s.epoch),
+                "reward": f"{s.mean_reward:.3f}",
+                "trajectories": str(s.n_trajectories),
+                "groups kept/drawn": f"{int(metrics.get(ds.KEPT, 0))}/{int(metrics.get(ds.DRAWN, 0))}",
+                "interface": str(s.interface_revision),
+                "metrics": clean(step_update_text(metrics, catalog)),
+                **{group: clean(catalog.group_cell(group, metrics)) for group in groups},
+                "seconds": f"{sum(s.timings.values()):.1f}",
+            }
+        )
     cols = ("step", "epoch", "reward", "trajectories") + (("groups kept/drawn",) if dynamic else ()) + (
         "interface", "metrics", *groups, "seconds")
 
@@ -82,7 +88,9 @@ def steps_table(console: Console, rows: list[Any], catalog: MetricCatalog | None
         table = Table(title="steps", title_justify="left")
         for col in numbers:
             table.add_column(short.get(col, col), justify="right" if col != "step" else "left")
-        metrics = Table(title="metrics per step" + (f" (and {', '.join(groups)})" if groups else ""), title_justify="left")
+        metrics = Table(
+            title="metrics per step" + (f" (and {', '.join(groups)})" if groups else ""), title_justify="left"
+        )
         metrics.add_column("step")
         metrics.add_column("metrics")
         for row in cells:
@@ -278,7 +286,12 @@ def show_run(store: RunStore, run_id: str, console: Console, all_steps: bool = F
         if rev.changes:
             _say(console, "changes: " + "; ".join(rev.changes), "    ", "      ")
         if rev.driven_by:
-            _say(console, "driven by: " + ", ".join(clean(label, LABEL_LIMIT) for label in rev.driven_by), "    ", "      ")
+            _say(
+                console,
+                "driven by: " + ", ".join(clean(label, LABEL_LIMIT) for label in rev.driven_by),
+                "    ",
+                "      ",
+            )
         if rev.diff and rev.parent is not None:
             for line in rev.diff.splitlines()[2:40]:
                 console.print(safe_text(f"      {line}"), highlight=False)

@@ -3,6 +3,7 @@ end-of-run summary; the run's HTML report is written at the end (also after a fa
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from rich.console import Console
@@ -92,8 +93,7 @@ def _write_report(store: Any, run_id: str, console: Console, catalog: MetricCata
         full = disk_full(getattr(store, "run_dir", None) or ".", exc) if not isinstance(exc, SealError) else None
         warning = f"warning: the report could not be written: {as_sentence(why)}" + (f" ({full})" if full else "") + \
             f" Write it later with: seal-platform report {run_id} --out FILE"
-        try:
+        # a terminal that cannot be written to either: the run's outcome comes first
+        with contextlib.suppress(OSError, ValueError):
             console.print(clean(warning, lines=True), style="yellow", highlight=False, markup=False)
-        except (OSError, ValueError):  # a terminal that cannot be written to either: the run's outcome comes first
-            pass
         return None

@@ -38,7 +38,11 @@ def pass_rate_tables(digest: RunDigest) -> list[Table]:
         first, last = digest.first_and_last(eval_set)
         assert first is not None and last is not None
         single = first.step == last.step
-        cols = ("category", f"step {last.step}") if single else ("category", f"step {first.step}", f"step {last.step}", "change")
+        cols = (
+            ("category", f"step {last.step}")
+            if single
+            else ("category", f"step {first.step}", f"step {last.step}", "change")
+        )
         table = _table(safe_text(f"pass rate (%) on {eval_set}"), *cols, right=tuple(range(1, len(cols))))
         cats = sorted(set(first.per_category) | set(last.per_category))
         rows = [(c, first.per_category.get(c), last.per_category.get(c)) for c in cats]
@@ -95,7 +99,9 @@ def revisions_lines(digest: RunDigest) -> Text:
     text.append(f"interface revisions: {len(digest.revisions)}\n", style="bold")
     for rev in digest.revisions:
         when = "before training" if rev.step is None else f"step {rev.step}"
-        what = _short_changes(rev.changes) if rev.changes else ("pristine" if rev.parent is None else "no listed changes")
+        what = (
+            _short_changes(rev.changes) if rev.changes else ("pristine" if rev.parent is None else "no listed changes")
+        )
         text.append(f"  r{rev.revision} ({when}): {clean(what)}\n")
         if rev.driven_by:
             text.append(f"      driven by: {', '.join(clean(label, LABEL_LIMIT) for label in rev.driven_by)}\n")
@@ -209,7 +215,9 @@ def compare_runs(digests: list[RunDigest]) -> Comparison:
     for eval_set in sets:
         cats = sorted({c for f in finals for c in f.get(eval_set, {}) if c != "average"}) + ["average"]
         for cat in cats:
-            rows.append(CompareRow(eval_set=eval_set, category=cat, values=[f.get(eval_set, {}).get(cat) for f in finals]))
+            rows.append(
+                CompareRow(eval_set=eval_set, category=cat, values=[f.get(eval_set, {}).get(cat) for f in finals])
+            )
     return Comparison(
         runs=[CompareRun(id=d.id, name=d.name, status=d.status, steps=len(d.steps),
                          final_steps={s: points[-1].step for s, points in d.evaluations.items() if points})
@@ -276,10 +284,16 @@ def comparison_view(console: Console, comparison: Comparison) -> RenderableType:
         for eval_set in dict.fromkeys(row.eval_set for row in comparison.rows):
             parts.append(safe_text(eval_set, style="bold"))
             steps = [r.final_steps.get(eval_set) for r in runs]
-            parts.append(Text("  after step: " + ", ".join(f"{k} {'-' if s is None else s}" for k, s in zip(letters, steps))))
+            parts.append(
+                Text("  after step: " + ", ".join(f"{k} {'-' if s is None else s}" for k, s in zip(letters, steps)))
+            )
             for row in comparison.rows:
                 if row.eval_set == eval_set:
-                    parts.append(safe_text(f"  {row.category}: " + ", ".join(f"{k} {_pct(v)}" for k, v in zip(letters, row.values))))
+                    parts.append(
+                        safe_text(
+                            f"  {row.category}: " + ", ".join(f"{k} {_pct(v)}" for k, v in zip(letters, row.values))
+                        )
+                    )
         return Group(*parts), []
 
     return fitting(console, full, lettered, vertical)

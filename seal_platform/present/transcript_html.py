@@ -52,8 +52,11 @@ def episode_html(ep: EpisodeView, *, open_: bool = False, shown: dict[str, str] 
     state = "pass" if ep.reward > 0.5 else "fail"
     head = (f"task {esc(ep.task_id, 200)} ({esc(ep.category, 100)}), sample {ep.sample}: reward {ep.reward:g}, "
             f"finish {esc(ep.finish, 50)}, interface r{ep.interface_revision}")
-    parts = [f'<details class="episode {state}"{" open" if open_ else ""} id="ep-{esc(ep.trajectory_id, 80, attribute=True)}">'
-             f"<summary>{head}</summary>"]
+    parts = [
+        f'<details class="episode {state}"{" open" if open_ else ""} '
+        f'id="ep-{esc(ep.trajectory_id, 80, attribute=True)}">'
+        f"<summary>{head}</summary>"
+    ]
     if ep.infra_failure:
         parts.append(f'<p class="verdict-fail">infrastructure failure: {esc(ep.infra_failure)}</p>')
     anchor = f"ep-{esc(ep.trajectory_id, 80, attribute=True)}"
@@ -110,7 +113,11 @@ def _call(call: dict[str, Any]) -> str:
 
 
 def _label(lab: Any) -> str:
-    ref = f" (reference {esc(lab.reference_label, 100)})" if lab.reference_label and lab.reference_label != lab.label else ""
+    ref = (
+        f" (reference {esc(lab.reference_label, 100)})"
+        if lab.reference_label and lab.reference_label != lab.label
+        else ""
+    )
     weight = "" if lab.weight_after_step is None else f", A-Patch weight {lab.weight_after_step:.3f}"
     conf = "" if lab.confidence is None else f", confidence {lab.confidence:.2f}"
     why = f": {esc(lab.rationale)}" if lab.rationale else ""

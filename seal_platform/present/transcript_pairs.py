@@ -112,8 +112,11 @@ def outcome_text(ep: EpisodeView) -> str:
     """Reward, finish, failed turns and the diagnosers' labels of the turns that have any."""
     failed = [str(t.turn) for t in ep.turns if t.verdict is not None and not t.verdict["passed"]]
     labels = [f"{clean(lab.label, LABEL_LIMIT)}@{t.turn}" for t in ep.turns for lab in t.labels if lab.label != "pass"]
-    return (f"reward {ep.reward:g} ({'passed' if ep.reward > 0.5 else 'failed'}), finish {clean(ep.finish, LABEL_LIMIT)}, interface "
-            f"r{ep.interface_revision}; failed turns: {', '.join(failed) or 'none'}; labels: {', '.join(labels) or 'none'}")
+    return (
+        f"reward {ep.reward:g} ({'passed' if ep.reward > 0.5 else 'failed'}), finish {clean(ep.finish, LABEL_LIMIT)}, "
+        f"interface r{ep.interface_revision}; failed turns: {', '.join(failed) or 'none'}; labels: "
+        f"{', '.join(labels) or 'none'}"
+    )
 
 
 def render_rich(pairs: list[EpisodePair], names: dict[str, str], *, width: int = 2000) -> Any:

@@ -165,9 +165,15 @@ def nothing_matched(store: RunStore, run_id: str, *, evaluation: bool, step: int
                                                if evaluation else ""))
     if label is not None and label not in labels:
         close = difflib.get_close_matches(label, labels, n=1)
-        parts.append(f"no turn is labelled {label!r}" + (f" (did you mean {clean(close[0], LABEL_LIMIT)!r}?)" if close else "")
-                     + (f"; its labels: {', '.join(clean(lab, LABEL_LIMIT) for lab in labels)}" if labels
-                        else "; it has no labels"))
+        parts.append(
+            f"no turn is labelled {label!r}"
+            + (f" (did you mean {clean(close[0], LABEL_LIMIT)!r}?)" if close else "")
+            + (
+                f"; its labels: {', '.join(clean(lab, LABEL_LIMIT) for lab in labels)}"
+                if labels
+                else "; it has no labels"
+            )
+        )
     return "; ".join(parts) + "."
 
 
@@ -175,8 +181,8 @@ def _steps_of(store: RunStore, run_id: str, phase: str, step: int | None) -> lis
     """(trajectory, step) pairs: the store keeps the step on each trajectory row."""
     from sqlalchemy import select
 
-    from ..store import readable_rows
     from ..store import models as m
+    from ..store import readable_rows
 
     with store.session() as s:
         q = select(m.TrajectoryRow).where(m.TrajectoryRow.run_id == run_id, m.TrajectoryRow.phase == phase)
@@ -209,14 +215,16 @@ def report_transcripts(store: RunStore, run_id: str, *, eval_limit: int = 20,
     from sqlalchemy import select
     from sqlalchemy.orm import defer
 
-    from ..store import readable_rows
     from ..store import models as m
+    from ..store import readable_rows
 
     run = store.get_run(run_id)
     T = m.TrajectoryRow
     with store.session() as s:
         # The whole rows but their blobs (not loaded here): each is checked as it loads, a damaged one left out.
-        rows = readable_rows(s.scalars(select(T).options(defer(T.blob)).where(T.run_id == run.id).order_by(T.step, T.id)))
+        rows = readable_rows(
+            s.scalars(select(T).options(defer(T.blob)).where(T.run_id == run.id).order_by(T.step, T.id))
+        )
     by_step: dict[tuple[str, int], list[Any]] = {}
     for row in rows:
         by_step.setdefault((row.phase, row.step), []).append(row)
@@ -242,7 +250,9 @@ def report_transcripts(store: RunStore, run_id: str, *, eval_limit: int = 20,
                 if traj is not None:
                     blobs[tid] = traj
             L = m.TurnLabelRow
-            for lab in readable_rows(s.scalars(select(L).where(L.run_id == run.id, L.trajectory_id.in_(part)).order_by(L.id))):
+            for lab in readable_rows(
+                s.scalars(select(L).where(L.run_id == run.id, L.trajectory_id.in_(part)).order_by(L.id))
+            ):
                 labels.setdefault(lab.trajectory_id, []).append(lab)
     weights: dict[int, dict[str, float]] = {}
     for w in store.label_weights(run.id):
@@ -272,8 +282,13 @@ def turn_lines(turn: TurnView, clip: Any) -> list[tuple[str, str]]:
         tokens = f", {msg['tokens']} sampled tokens" if msg["tokens"] else ""
         lines.append((f"{clean(msg['role'], LABEL_LIMIT)}{tokens}: {clip(msg['content'])}", ""))
     for call in turn.calls:
-        outcome = (f"rejected: {clip(str(call['rejected']))}" if call["rejected"] else f"error: {clip(str(call['error']))}"
-                   if call["error"] else f"-> {clip(str(call['result']))}")
+        outcome = (
+            f"rejected: {clip(str(call['rejected']))}"
+            if call["rejected"]
+            else f"error: {clip(str(call['error']))}"
+            if call["error"]
+            else f"-> {clip(str(call['result']))}"
+        )
         lines.append((f"call {clean(call['name'], LABEL_LIMIT)}({clip(str(call['arguments']))}) {outcome}", "cyan"))
     if turn.verdict is not None and turn.verdict["checks"]:
         lines.append((f"checks: {clip(str(turn.verdict['checks']))}", "dim"))

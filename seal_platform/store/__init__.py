@@ -12,10 +12,11 @@ import os
 import socket
 import zlib
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import String, create_engine, delete, event, func, select, type_coerce, update
 from sqlalchemy.engine import Engine
@@ -29,9 +30,8 @@ from ..infra import mean_reward as policy_mean_reward
 from ..types import EvalResult, Interface, Trajectory, TurnLabel, make_text_valid
 from . import models as m
 from . import readonly, safety, untrusted
-from .safety import alembic_config
 from .models import EVAL_BY_COMMAND, EVAL_BY_RUN, EVAL_ORIGINS, utcnow
-
+from .safety import alembic_config
 
 # A running run's owner refreshes ``runs.heartbeat_at`` this often (seconds) ...
 HEARTBEAT_S = 30.0
@@ -44,7 +44,7 @@ def heartbeat_age(run: m.Run, now: datetime | None = None) -> float | None:
     """Seconds since the run's owner last beat (None for rows that never did: stores older than 0005)."""
     if run.heartbeat_at is None:
         return None
-    beat = run.heartbeat_at if run.heartbeat_at.tzinfo else run.heartbeat_at.replace(tzinfo=timezone.utc)
+    beat = run.heartbeat_at if run.heartbeat_at.tzinfo else run.heartbeat_at.replace(tzinfo=UTC)
     return ((now or utcnow()) - beat).total_seconds()
 
 
@@ -247,9 +247,12 @@ class RunStore:
         self.refuse_foreign()
         try:
             # One migrator at a time: processes creating the same new store must not both create tables.
-            with safety.migration_lock(self.url, self.engine), safety.migration_engine(self.engine) as engine:
-                with engine.begin() as conn:
-                    command.upgrade(alembic_config(conn), revision)
+            with (
+                safety.migration_lock(self.url, self.engine),
+                safety.migration_engine(self.engine) as engine,
+                engine.begin() as conn,
+            ):
+                command.upgrade(alembic_config(conn), revision)
         except StoreError:
             raise
         except (SQLAlchemyError, CommandError, OSError) as exc:
@@ -584,7 +587,9 @@ class RunStore:
 
     def run_plugins(self, run_id: str) -> list[m.RunPlugin]:
         with self.session() as s:
-            return readable_rows(s.scalars(select(m.RunPlugin).where(m.RunPlugin.run_id == run_id).order_by(m.RunPlugin.id)))
+            return readable_rows(
+                s.scalars(select(m.RunPlugin).where(m.RunPlugin.run_id == run_id).order_by(m.RunPlugin.id))
+            )
 
     # --- per step --------------------------------------------------------------------------------------
 
@@ -680,7 +685,13 @@ class RunStore:
 
     def label_weights(self, run_id: str) -> list[m.LabelWeight]:
         with self.session() as s:
-            return readable_rows(s.scalars(select(m.LabelWeight).where(m.LabelWeight.run_id == run_id).order_by(m.LabelWeight.step, m.LabelWeight.label)))
+            return readable_rows(
+                s.scalars(
+                    select(m.LabelWeight)
+                    .where(m.LabelWeight.run_id == run_id)
+                    .order_by(m.LabelWeight.step, m.LabelWeight.label)
+                )
+            )
 
     def discard_after(self, run_id: str, step: int) -> int:
         """Delete what steps after ``step`` wrote (a resume re-does them); returns how many steps went."""
@@ -718,7 +729,11 @@ class RunStore:
     def interfaces(self, run_id: str) -> list[m.InterfaceRevision]:
         with self.session() as s:
             return readable_rows(
-                s.scalars(select(m.InterfaceRevision).where(m.InterfaceRevision.run_id == run_id).order_by(m.InterfaceRevision.revision))
+                s.scalars(
+                    select(m.InterfaceRevision)
+                    .where(m.InterfaceRevision.run_id == run_id)
+                    .order_by(m.InterfaceRevision.revision)
+                )
             )
 
     def interface(self, run_id: str, revision: int) -> Interface:
@@ -814,7 +829,9 @@ class RunStore:
 
     def checkpoints(self, run_id: str) -> list[m.Checkpoint]:
         with self.session() as s:
-            return readable_rows(s.scalars(select(m.Checkpoint).where(m.Checkpoint.run_id == run_id).order_by(m.Checkpoint.step)))
+            return readable_rows(
+                s.scalars(select(m.Checkpoint).where(m.Checkpoint.run_id == run_id).order_by(m.Checkpoint.step))
+            )
 
     def add_event(self, run_id: str | None, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
         with self.session() as s:
@@ -895,7 +912,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self._thread.start()
         return self
 

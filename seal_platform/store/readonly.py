@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DatabaseError, OperationalError
 
 from ..errors import StoreError
 from .safety import current_revision, describe, not_ours, schema_kind, sqlite_path

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
@@ -182,7 +183,12 @@ def describe(url: str, exc: BaseException, head: str | None, current: str | None
             f"store, and what was there before is intact. Free space on that disk (or move the store and pass "
             f"--store)."
         )
-    if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered or isinstance(exc, PermissionError):
+    if (
+        "readonly" in lowered
+        or "read-only" in lowered
+        or "unable to open" in lowered
+        or isinstance(exc, PermissionError)
+    ):
         return StoreError(
             f"run store {where} cannot be written ({message}): `seal-platform run` and `eval` write to the store "
             f"(runs, steps, schema upgrades) and SQLite needs its directory writable for the journal; make the "
@@ -236,7 +242,7 @@ def schema_kind(engine: Engine) -> tuple[str, list[str]]:
     tables = sorted(inspector.get_table_names())
     if not set(tables) - {"alembic_version"}:
         return "empty", tables
-    if OWN_TABLES <= set(tables) and OWN_RUN_COLUMNS <= {c["name"] for c in inspector.get_columns("runs")}:
+    if set(tables) >= OWN_TABLES and {c["name"] for c in inspector.get_columns("runs")} >= OWN_RUN_COLUMNS:
         return "own", tables
     return "foreign", tables
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 # Where distributions put tcmalloc, and its library names (the full one first: the one measured).
 _DIRS = ("/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")

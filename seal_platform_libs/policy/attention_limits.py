@@ -76,8 +76,10 @@ def layer_limits(module: Any, sliding_window: int | None = None) -> LayerLimits:
     if types:
         index = getattr(module, "layer_idx", None)
         if index is None and len(set(types)) > 1:
-            raise ValueError(f"packed attention: {type(module).__name__} has no layer_idx, and its config's layer_types "
-                             f"mix {sorted(set(types))}")
+            raise ValueError(
+                f"packed attention: {type(module).__name__} has no layer_idx, and its config's layer_types "
+                f"mix {sorted(set(types))}"
+            )
         kind = types[index or 0]
     if kind == "chunked_attention":
         return LayerLimits(chunk=int(config.attention_chunk_size))

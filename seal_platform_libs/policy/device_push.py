@@ -88,7 +88,7 @@ class DevicePush:
             groups = topology(train_workers, live, colocated)
             self.close()
             self.address = client._sync_address()
-            for rank, indices in groups:
+            for _rank, indices in groups:
                 port = free_port()
                 self._stores.append(dist.TCPStore(self.address, port, len(indices) + 1, is_master=True,
                                                   wait_for_workers=False))

@@ -66,7 +66,10 @@ def cuda_unusable_reason() -> str | None:
                 "CUDA=1`, or pip's `cuda` extra) on a machine with an NVIDIA GPU")
     driver = driver_version()
     if driver is None:
-        return f"torch {torch.__version__} is built for CUDA {built}, but no NVIDIA driver was found (no GPU, or the driver is not loaded)"
+        return (
+            f"torch {torch.__version__} is built for CUDA {built}, but no NVIDIA driver was found (no GPU, or the "
+            "driver is not loaded)"
+        )
     major = int(built.split(".")[0])
     need = MIN_DRIVER.get(major)
     if need is not None and driver < need:
@@ -92,10 +95,12 @@ def problems(config: Any, policy: Any, uses_policy: bool, grpo: RuntimeSettings 
     ray_gpus = bool(on_ray and (place.trainer_gpus > 0 or place.engine_gpus > 0))
     ray_trainers = on_ray and train_workers > 1 and config.stages.optimize == "grpo"
     if uses_policy and ray_trainers and place.engine_gpus > 0 and place.trainer_gpus == 0:
-        out.append(f"settings.grpo.placement.engine_gpus is {place.engine_gpus} but settings.grpo.placement.trainer_gpus is 0 with "
-                   f"{train_workers} trainer actors: Ray would hide the GPUs from them and the update would run on "
-                   "their CPUs; set settings.grpo.placement.trainer_gpus (e.g. 1, or 0.5 with "
-                   "settings.grpo.placement.colocate: true), or settings.grpo.placement.engine_gpus: 0 for a CPU run")
+        out.append(
+            f"settings.grpo.placement.engine_gpus is {place.engine_gpus} but settings.grpo.placement.trainer_gpus is 0 "
+            f"with {train_workers} trainer actors: Ray would hide the GPUs from them and the update would run on their "
+            "CPUs; set settings.grpo.placement.trainer_gpus (e.g. 1, or 0.5 with settings.grpo.placement.colocate: "
+            "true), or settings.grpo.placement.engine_gpus: 0 for a CPU run"
+        )
     device = str(policy.device)
     asked = device.startswith("cuda")
     auto_gpu = device == "auto" and has_nvidia_gpu()
@@ -117,6 +122,10 @@ def problems(config: Any, policy: Any, uses_policy: bool, grpo: RuntimeSettings 
             "settings.policy.device is 'auto' on a machine with an NVIDIA GPU" if auto_gpu else
             f"the recipe places Ray actors on GPUs (settings.grpo.placement.trainer_gpus {place.trainer_gpus}, "
             f"settings.grpo.placement.engine_gpus {place.engine_gpus})")
-    out.append(f"{what}, but CUDA is not usable: {reason}. The run does not fall back to the CPU; for a CPU run "
-               "set settings.policy.device=cpu" + (" and settings.grpo.placement.trainer_gpus=0 settings.grpo.placement.engine_gpus=0" if ray_gpus else "") + ".")
+    out.append(
+        f"{what}, but CUDA is not usable: {reason}. The run does not fall back to the CPU; for a CPU run "
+        "set settings.policy.device=cpu"
+        + (" and settings.grpo.placement.trainer_gpus=0 settings.grpo.placement.engine_gpus=0" if ray_gpus else "")
+        + "."
+    )
     return out

@@ -40,7 +40,8 @@ through the group's store when built with ``backend="auto"``):
 from __future__ import annotations
 
 import pickle
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from seal_platform.errors import PluginError
 

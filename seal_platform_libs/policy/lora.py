@@ -80,12 +80,20 @@ def wrap(model: Any, settings: Any, *, gradient_checkpointing: bool = False) -> 
         peft_model.enable_input_require_grads()
     peft_model.train(was_training)
     if left_out:
-        log.info("settings.grpo.lora: no adapters on %d linear layer(s) whose forward is not a linear layer's (%s, e.g. %s)",
-                 len(left_out), sorted({type(model.get_submodule(n)).__name__ for n in left_out}), left_out[0])
+        log.info(
+            "settings.grpo.lora: no adapters on %d linear layer(s) whose forward is not a linear layer's (%s, e.g. %s)",
+            len(left_out),
+            sorted({type(model.get_submodule(n)).__name__ for n in left_out}),
+            left_out[0],
+        )
     if unmatched:  # e.g. the Llama names on Phi-3, whose q/k/v and gate/up projections are fused
-        log.warning("settings.grpo.lora.target_modules %s match no module of %s: adapters only on %s (['all-linear'] adapts "
-                    "every linear layer of any architecture)", unmatched, type(model).__name__,
-                    sorted(set(targets) - set(unmatched)))
+        log.warning(
+            "settings.grpo.lora.target_modules %s match no module of %s: adapters only on %s (['all-linear'] adapts "
+            "every linear layer of any architecture)",
+            unmatched,
+            type(model).__name__,
+            sorted(set(targets) - set(unmatched)),
+        )
     return peft_model
 
 
@@ -197,7 +205,8 @@ def load_adapter(model: Any, directory: Path) -> None:
         missing, extra = sorted(expected - set(saved)), sorted(set(saved) - expected)
         raise ValueError(
             f"{weights} does not fit the policy's adapters (missing {missing[:3]}, unexpected {extra[:3]}): resume "
-            "with the same settings.grpo.lora (rank, target_modules) and settings.policy.model as the run that wrote it."
+            "with the same settings.grpo.lora (rank, target_modules) and settings.policy.model as the run that wrote "
+            "it."
         )
     for name, tensor in saved.items():
         if tuple(current[name].shape) != tuple(tensor.shape):
@@ -245,7 +254,8 @@ def check_identity(saved: dict[str, Any], model: Any, where: Path) -> None:
             raise ValueError(
                 f"{where}: these adapters were trained on another base model ({what} differ; it was "
                 f"{saved.get('name_or_path') or 'a model without a directory'}, this run loads "
-                f"{live['name_or_path'] or 'a model without a directory'}): set settings.policy.model to the base the run used."
+                f"{live['name_or_path'] or 'a model without a directory'}): set settings.policy.model to the base the "
+                "run used."
             )
 
 

@@ -213,8 +213,14 @@ def engine_parts(shape: Shape, vllm: Any, capacity: float, sleeping: bool, recei
              Part(f"vLLM KV cache ({int(max(kv, 0) * GIB / shape.kv_bytes_per_token()):,} tokens)", max(kv, 0.0),
                   setting, tuple(p for p in kv_awake if p != LOAD))]
     if receives:
-        parts.append(Part("push: a received bucket (NCCL or CUDA IPC)", receives / GIB, "settings.grpo.weight_sync_bucket_mb",
-                          (PUSH,)))
+        parts.append(
+            Part(
+                "push: a received bucket (NCCL or CUDA IPC)",
+                receives / GIB,
+                "settings.grpo.weight_sync_bucket_mb",
+                (PUSH,),
+            )
+        )
     for part in parts:
         part.holder = holder
     return parts, kv

@@ -31,7 +31,8 @@ re-allocates unsharded parameters (``untyped_storage().resize_``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from seal_platform.engine import TrainableEngine
 

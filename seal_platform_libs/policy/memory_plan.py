@@ -79,32 +79,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model_shape import shape_for
-from .settings import RUNTIME_SECTION
 from .memory_parts import (  # noqa: F401 - re-exported: the plan's names
     ALL,
     ALLOCATOR_RESERVE_GIB,
     CONTEXT_GIB,
-    EngineStart,
     GIB,
     GPU,
     LABELS,
     LOAD,
     LOGITS_BYTES_CHUNKED,
     LOGITS_BYTES_UNCHUNKED,
-    MemoryPlan,
     PHASES,
     PUSH,
-    Part,
     ROLLOUT,
     START,
     UPDATE,
     VLLM_OVERHEAD_GIB,
+    EngineStart,
+    MemoryPlan,
+    Part,
     _dtype_bytes,
     engine_parts,
     loss_tokens,
     trainer_parts,
 )
+from .model_shape import shape_for
+from .settings import RUNTIME_SECTION
 
 
 def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, nodes: int = 1,
@@ -140,7 +140,9 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
         trainer_gpus = [0]
     if on_ray and world > 1 and place.trainer_gpus == 0:
         trainer_gpus = []
-        result.notes.append("trainer actors without GPUs (settings.grpo.placement.trainer_gpus 0): the update runs on their CPUs")
+        result.notes.append(
+            "trainer actors without GPUs (settings.grpo.placement.trainer_gpus 0): the update runs on their CPUs"
+        )
     engine_gpus: list[int] = []
     in_process = False
     if vllm:
@@ -179,10 +181,11 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
         if kv * GIB < max_len * shape.kv_bytes_per_token():
             result.problems.append(
                 f"GPU {k}: vLLM gets {engine.vllm.gpu_memory_utilization:.2f} x {gpu_memory:g} GiB, which after its "
-                f"weights ({2 * shape.params() / GIB:.1f} GiB) leaves {max(kv, 0):.1f} GiB of KV cache, less than "
-                f"one sequence of settings.engine.vllm.max_model_len {max_len} tokens "
-                f"({max_len * shape.kv_bytes_per_token() / GIB:.1f} GiB): raise settings.engine.vllm.gpu_memory_utilization "
-                "or lower settings.engine.vllm.max_model_len")
+                f"weights ({2 * shape.params() / GIB:.1f} GiB) leaves {max(kv, 0):.1f} GiB of KV cache, less than one "
+                f"sequence of settings.engine.vllm.max_model_len {max_len} tokens "
+                f"({max_len * shape.kv_bytes_per_token() / GIB:.1f} GiB): raise "
+                "settings.engine.vllm.gpu_memory_utilization or lower settings.engine.vllm.max_model_len"
+            )
     if world > 1:
         if policy_on_gpu:
             devices[0].holders.append("driver copy")
@@ -223,5 +226,7 @@ def plan(config: Any, settings: dict[str, Any], gpus: int, gpu_memory: float, no
                 f"settings.engine.vllm.gpu_memory_utilization x the GPU ({share:.1f} GiB): lower "
                 f"settings.engine.vllm.gpu_memory_utilization, or {own}")
     if not any(g.parts for g in devices):
-        result.notes.append("nothing of this recipe runs on a GPU (settings.policy.device and the engine are on the CPU)")
+        result.notes.append(
+            "nothing of this recipe runs on a GPU (settings.policy.device and the engine are on the CPU)"
+        )
     return result

@@ -81,8 +81,8 @@ def counted_params(config: dict[str, Any]) -> tuple[int, int] | None:
     """(parameters of one decoder block, of everything else) of the model a ``config.json`` describes, counted
     on an empty model that transformers builds on the meta device (no memory, no weights read): exact for any
     architecture it knows, mixtures of experts included, which the dense formulas undercount many times over
-    (Qwen3-30B-A3B's config as dense: 3.3 B instead of 30.5 B). None when the config names no ``model_type`` transformers
-    can build."""
+    (Qwen3-30B-A3B's config as dense: 3.3 B instead of 30.5 B). None when the config names no ``model_type``
+    transformers can build."""
     if "model_type" not in config:
         return None
     try:

@@ -105,7 +105,9 @@ def colocated(ray: OnRay, n: int) -> list[Any]:
     with _lock:
         if _colocated is None:
             bundle = {"CPU": p.trainer_cpus + p.engine_cpus, "GPU": p.trainer_gpus + p.engine_gpus}
-            strategies, group = placement(ray, [bundle] * n, name=f"seal-colocated-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            strategies, group = placement(
+                ray, [bundle] * n, name=f"seal-colocated-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            )
             _colocated = (group, strategies)
         strategies = _colocated[1]
     return [strategies[i % len(strategies)] for i in range(n)]

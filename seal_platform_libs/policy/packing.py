@@ -36,7 +36,8 @@ episodes) and ``grpo.micro_batch_size`` sequences.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -228,23 +229,28 @@ def check_packable(model: Any) -> None:
     Bloom, MPT: their own masks would let a packed row's sequences attend to each other)."""
     recurrent = sorted(attention_patterns(model) - PACKED_SDPA_PATTERNS)
     if recurrent:
-        raise ValueError(f"settings.grpo.pack_sequences: {type(model).__name__} has {recurrent} layers, whose state would run on "
-                         "from one sequence of a packed row into the next; set settings.grpo.pack_sequences: false")
+        raise ValueError(
+            f"settings.grpo.pack_sequences: {type(model).__name__} has {recurrent} layers, whose state would run on "
+            "from one sequence of a packed row into the next; set settings.grpo.pack_sequences: false"
+        )
     legacy = sorted({type(m).__name__ for m in (model.modules() if hasattr(model, "modules") else ())
                      if getattr(type(m), "_supports_attention_backend", True) is False})
     if legacy:
-        raise ValueError(f"settings.grpo.pack_sequences: {legacy[0]} computes its attention outside transformers' attention "
-                         "interface, so a packed row's sequences would attend to each other; set "
-                         "settings.grpo.pack_sequences: false")
+        raise ValueError(
+            f"settings.grpo.pack_sequences: {legacy[0]} computes its attention outside transformers' attention "
+            "interface, so a packed row's sequences would attend to each other; set "
+            "settings.grpo.pack_sequences: false"
+        )
     implementation = attention_implementation(model)
     if implementation in FLASH_IMPLEMENTATIONS or implementation == PACKED_SDPA:
         return
     wrong = attention_patterns(model) - ROW_MASK_PATTERNS
     if wrong:
         raise ValueError(
-            f"settings.grpo.pack_sequences: under {implementation} attention a packed row would get the {sorted(wrong)} layers "
-            f"wrong (transformers' masks count them over the whole row); run the model with sdpa attention (packed "
-            f"rows then run {PACKED_SDPA}) or set settings.grpo.pack_sequences: false")
+            f"settings.grpo.pack_sequences: under {implementation} attention a packed row would get the "
+            f"{sorted(wrong)} layers wrong (transformers' masks count them over the whole row); run the model with "
+            f"sdpa attention (packed rows then run {PACKED_SDPA}) or set settings.grpo.pack_sequences: false"
+        )
 
 
 def packed_micro_batches(samples: Sequence[Any], max_sequences: int, max_tokens: int | None) -> list[list[Any]]:

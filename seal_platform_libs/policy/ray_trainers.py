@@ -12,10 +12,12 @@ during the update.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ray
 
@@ -61,7 +63,9 @@ class RayTrainerGroup:
                 strategies = on_ray.colocated(config, world_size)
             else:
                 bundles = [{"CPU": place.trainer_cpus, "GPU": place.trainer_gpus}] * world_size
-                strategies, self._group = on_ray.placement(config, bundles, name=f"seal-trainers-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                strategies, self._group = on_ray.placement(
+                    config, bundles, name=f"seal-trainers-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                )
             address, port = ray.get(_rendezvous.options(scheduling_strategy=strategies[0]).remote(), timeout=120)
             cls = _actor_class(worker_cls)
             gpus = place.trainer_gpus
@@ -120,17 +124,13 @@ class RayTrainerGroup:
     def close(self) -> None:
         actors, self.actors = self.actors, []
         if actors:
-            try:
+            with contextlib.suppress(Exception):  # dead or stuck: killed below
                 ray.get([a.close.remote() for a in actors], timeout=30)
-            except Exception:  # dead or stuck: killed below
-                pass
             for actor in actors:
                 ray.kill(actor, no_restart=True)
         if self._group is not None:
-            try:
+            with contextlib.suppress(Exception):
                 ray.util.remove_placement_group(self._group)
-            except Exception:
-                pass
             self._group = None
         if self.config is not None:
             config, self.config = self.config, None

@@ -57,7 +57,9 @@ class ReferenceOffload:
         from .memory_phases import HostOffload
 
         # a LoRA policy's reference (AdaptersOff) is the policy itself: nothing of its own to move
-        self.ref_model = ref_model if enabled and ref_model is not None and not isinstance(ref_model, AdaptersOff) else None
+        self.ref_model = (
+            ref_model if enabled and ref_model is not None and not isinstance(ref_model, AdaptersOff) else None
+        )
         self._held = HostOffload()
 
     def away(self) -> int:

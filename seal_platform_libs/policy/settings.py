@@ -22,8 +22,8 @@ DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 
 
 class PlacementSettings(Section):
-    """``settings.grpo.placement``: where grpo's Ray actors (engine replicas, trainer workers) go when the recipe enables
-    the Ray cluster (``settings.ray.enabled``; the ray_backend plugin). Ignored without it."""
+    """``settings.grpo.placement``: where grpo's Ray actors (engine replicas, trainer workers) go when the recipe
+    enables the Ray cluster (``settings.ray.enabled``; the ray_backend plugin). Ignored without it."""
 
     colocate: bool = Field(
         default=False,
@@ -34,7 +34,9 @@ class PlacementSettings(Section):
         default="PACK", description="Placement-group strategy of the engine (and trainer) bundles."
     )
     trainer_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per trainer worker (FSDP rank).")
-    trainer_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated).")
+    trainer_gpus: float = Field(
+        default=0.0, ge=0.0, description="GPUs per trainer worker (0.5 with 0.5 per engine: colocated)."
+    )
     engine_cpus: float = Field(default=1.0, ge=0.0, description="CPUs reserved per engine replica.")
     engine_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per engine replica (fractions colocate).")
 
@@ -46,7 +48,9 @@ class LoRASettings(Section):
     checkpoints hold the adapters, the optimizer state and what identifies the base model.
     """
 
-    rank: int = Field(default=16, ge=1, le=4096, description="r: rank of each adapter's A (r x in) and B (out x r) matrices.")
+    rank: int = Field(
+        default=16, ge=1, le=4096, description="r: rank of each adapter's A (r x in) and B (out x r) matrices."
+    )
     alpha: float = Field(default=32.0, gt=0.0, description="lora_alpha: the adapter's output is scaled by alpha / r.")
     dropout: float = Field(
         default=0.0, ge=0.0, lt=1.0,
@@ -62,7 +66,9 @@ class LoRASettings(Section):
     @model_validator(mode="after")
     def _check(self) -> LoRASettings:
         if not self.target_modules:
-            raise ValueError("settings.grpo.lora.target_modules is empty: name the modules to adapt (e.g. q_proj, v_proj)")
+            raise ValueError(
+                "settings.grpo.lora.target_modules is empty: name the modules to adapt (e.g. q_proj, v_proj)"
+            )
         return self
 
 
@@ -90,20 +96,20 @@ class RuntimeSettings(Section):
     weight_sync: Literal["auto", "device", "collective", "host"] = Field(
         default="auto",
         description="How new weights reach the policy's other copies after an update where they live in other "
-        "processes (settings.grpo.train_workers > 1: trainer rank 0 to the driver's copy; settings.grpo.replicas on Ray, or local "
-        "replicas without Ray (settings.engine.gpus / settings.engine.replicas): the trainer to every engine replica). auto (the "
-        "default): device where sharded trainer workers on CUDA push to engine replicas; otherwise collective, "
-        "except pushes to engine replicas from a policy held in host memory, which go the host way (measured on a "
-        "2-core CPU: 2-2.5x faster there; docs/scaling.md). device: the sharded trainer ranks push to the engine "
-        "replicas themselves, cast to the engines' dtype on their GPUs: CUDA IPC from each trainer rank to the "
-        "replica colocated with it (settings.grpo.placement.colocate), else NCCL from trainer rank 0 to every "
+        "processes (settings.grpo.train_workers > 1: trainer rank 0 to the driver's copy; settings.grpo.replicas on "
+        "Ray, or local replicas without Ray (settings.engine.gpus / settings.engine.replicas): the trainer to every "
+        "engine replica). auto (the default): device where sharded trainer workers on CUDA push to engine replicas; "
+        "otherwise collective, except pushes to engine replicas from a policy held in host memory, which go the host "
+        "way (measured on a 2-core CPU: 2-2.5x faster there; docs/scaling.md). device: the sharded trainer ranks push "
+        "to the engine replicas themselves, cast to the engines' dtype on their GPUs: CUDA IPC from each trainer rank "
+        "to the replica colocated with it (settings.grpo.placement.colocate), else NCCL from trainer rank 0 to every "
         "replica (gloo on CPU); the driver's copy is not on the way (seal_platform_libs/policy/device_push.py). "
-        "collective: pushed over a torch.distributed group of their own (NCCL "
-        "between distinct GPUs, CUDA IPC between processes on one GPU, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, received "
-        "straight into the receiver's parameters (seal_platform_libs/policy/weight_sync.py). host: the full state dict "
-        "through the worker pipe, Ray's object store or (local replicas) one shared-memory file (the earlier "
-        "path, kept for comparison; also the fallback when a collective push fails). In-process "
-        "engines need neither (the hf engine shares the model; vllm copies it in memory).",
+        "collective: pushed over a torch.distributed group of their own (NCCL between distinct GPUs, CUDA IPC between "
+        "processes on one GPU, gloo otherwise) in flat buffers of at most weight_sync_bucket_mb, one dtype each, "
+        "received straight into the receiver's parameters (seal_platform_libs/policy/weight_sync.py). host: the full "
+        "state dict through the worker pipe, Ray's object store or (local replicas) one shared-memory file (the "
+        "earlier path, kept for comparison; also the fallback when a collective push fails). In-process engines need "
+        "neither (the hf engine shares the model; vllm copies it in memory).",
     )
     weight_sync_bucket_mb: int = Field(
         default=256, ge=1, le=65_536,
@@ -120,7 +126,8 @@ def check_lora_composes(settings: RuntimeSettings) -> None:
     workers = getattr(settings, "train_workers", 1) or 1
     if settings.lora is not None and workers > 1:
         raise ValueError(
-            f"settings.grpo.lora cannot be combined with settings.grpo.train_workers = {workers} yet: sharded (FSDP2) training "
-            "does not wrap the policy with adapters. Use settings.grpo.train_workers: 1 with LoRA (a 7B base with rank-32 "
-            "adapters fits one 80 GB GPU, see docs/scaling.md), or full fine-tuning (settings.grpo.lora: null) to shard."
+            f"settings.grpo.lora cannot be combined with settings.grpo.train_workers = {workers} yet: sharded (FSDP2) "
+            "training does not wrap the policy with adapters. Use settings.grpo.train_workers: 1 with LoRA (a 7B base "
+            "with rank-32 adapters fits one 80 GB GPU, see docs/scaling.md), or full fine-tuning (settings.grpo.lora: "
+            "null) to shard."
         )

@@ -118,7 +118,8 @@ ARCHITECTURE_SHAPE: dict[str, Any] = dict(
 
 def tiny_causal_lm(architecture: str, *, seed: int = 0, **fields: Any) -> Any:
     """A random 4-layer model of one of :data:`TINY_ARCHITECTURES` (float32, eval mode, ``sdpa`` attention where
-    it has it, else ``eager``), its weights drawn after ``torch.manual_seed(seed)``; ``fields`` override config fields."""
+    it has it, else ``eager``), its weights drawn after ``torch.manual_seed(seed)``; ``fields`` override config
+    fields."""
     import torch
     import transformers
 

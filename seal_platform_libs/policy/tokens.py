@@ -49,11 +49,11 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from seal_platform.types import Message
-
 
 # Episodes build prompts from many threads. Calling a fast tokenizer (``tokenizer(text)``) resets the Rust
 # tokenizer's padding and truncation settings -- a mutable borrow -- so two threads calling it at once raise
@@ -101,11 +101,14 @@ def template_wraps_tool_results(tokenizer: Any) -> bool:
     key = template
     if key not in _WRAPS_CACHE:
         try:
-            text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}, {"role": "tool", "content": "PROBE"}],
-                                                 tokenize=False)
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": "q"}, {"role": "tool", "content": "PROBE"}], tokenize=False
+            )
         except Exception:  # a template without a tool role: the environment's wrapping is all there is
             text = ""
-        _WRAPS_CACHE[key] = isinstance(text, str) and re.search(r"<tool_response>\s*PROBE\s*</tool_response>", text) is not None
+        _WRAPS_CACHE[key] = (
+            isinstance(text, str) and re.search(r"<tool_response>\s*PROBE\s*</tool_response>", text) is not None
+        )
     return _WRAPS_CACHE[key]
 
 

@@ -29,12 +29,13 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Protocol
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20
 _POLL_S = 0.05  # how often a cancellable wait looks at its cancel event

@@ -146,7 +146,9 @@ def parse_call(text: str) -> ParsedCall:
         return ParsedCall(name="", text=repr(text), error=f"a call must be a string, got {type(text).__name__}")
     source = text.strip()
     if len(source) > MAX_CALL_CHARS:
-        return ParsedCall(name="", text=source[:200] + "...", error=f"call text longer than {MAX_CALL_CHARS} characters")
+        return ParsedCall(
+            name="", text=source[:200] + "...", error=f"call text longer than {MAX_CALL_CHARS} characters"
+        )
     try:
         tree = ast.parse(source, mode="eval")
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:

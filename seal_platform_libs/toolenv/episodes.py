@@ -86,8 +86,10 @@ def load_task_file(path: str | Path, spec: Any, setting: str, payload: Callable[
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:  # a Latin-1 byte, say: the file and line, not a bare codec error
-            raise ValueError(f"{path}:{number}: not UTF-8 text (byte {raw[exc.start]:#04x} at column {exc.start + 1} "
-                             "cannot be decoded): save the task file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+            raise ValueError(
+                f"{path}:{number}: not UTF-8 text (byte {raw[exc.start]:#04x} at column {exc.start + 1} "
+                "cannot be decoded): save the task file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
         if not line.strip():
             continue
         try:

@@ -27,11 +27,11 @@ What drives them (failure type -> cue type)
 -------------------------------------------
 For each scope the *pressure* of a label is ``prevalence x (1 - mean reward)``, where prevalence is the
 label's share of the scope's labelled turns (``excluded_labels`` left out: by default ``gt_error`` and
-``checker_error``, not the agent's doing, and ``unreached_turn``, as A-Patch does) and mean reward is the mean reward of the trajectories that contain the label. A label is
-*eligible* in a scope when it has at least ``min_count`` occurrences and a prevalence of at least
-``min_prevalence`` there. A change is switched on when one of its trigger labels is eligible with pressure
-of at least ``activate_pressure``. Each failure type drives ONE cue type (:data:`CUE_TYPE`), as the paper maps
-failure types to cues:
+``checker_error``, not the agent's doing, and ``unreached_turn``, as A-Patch does) and mean reward is the mean reward of
+the trajectories that contain the label. A label is *eligible* in a scope when it has at least ``min_count`` occurrences
+and a prevalence of at least ``min_prevalence`` there. A change is switched on when one of its trigger labels is
+eligible with pressure of at least ``activate_pressure``. Each failure type drives ONE cue type (:data:`CUE_TYPE`), as
+the paper maps failure types to cues:
 
 ========================== ================ =====================================================
 failure type               cue type         changes
@@ -82,8 +82,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from seal_platform.config import Section
 from seal_platform.capability import CapabilityState, CapabilityTables
+from seal_platform.config import Section
 from seal_platform.labels import EXCLUDED_LABELS, UNREACHED_LABEL
 from seal_platform.types import Interface
 
@@ -316,8 +316,13 @@ def decide_scope(
     new_lines: list[tuple[str, str]] = []
     if settings.guidelines and settings.max_guidelines > 0:
         ranked = sorted(
-            (p for p in pressures.values() if _eligible(p, settings) and CUE_TYPE.get(p.label, "guideline") == "guideline"
-             and settings.guideline_text(p.label, cues)),
+            (
+                p
+                for p in pressures.values()
+                if _eligible(p, settings)
+                and CUE_TYPE.get(p.label, "guideline") == "guideline"
+                and settings.guideline_text(p.label, cues)
+            ),
             key=lambda p: (-p.pressure, p.label),
         )
         ranked = [p for p in ranked if p.pressure > 0.0][: settings.max_guidelines]
@@ -375,7 +380,9 @@ def evolve(
             if evidence(tables, category, settings.excluded_labels) < settings.min_evidence:
                 continue
             scope, scope_notes, scope_driven = decide_scope(
-                scopes.get(scope_name, ScopeSpec()), label_pressures(tables, category, settings.excluded_labels), settings,
+                scopes.get(scope_name, ScopeSpec()),
+                label_pressures(tables, category, settings.excluded_labels),
+                settings,
                 cues,
             )
             if scope.dump():

@@ -210,7 +210,9 @@ class HermesFormat:
             except ValueError as exc:  # e.g. an integer of more digits than Python converts
                 return ParseResult(calls, error=f"Could not parse {where} as JSON: {exc}.")
             if _json_depth(data) > MAX_JSON_DEPTH:
-                return ParseResult(calls, error=f"{where[0].upper()}{where[1:]} nests deeper than {MAX_JSON_DEPTH} levels.")
+                return ParseResult(
+                    calls, error=f"{where[0].upper()}{where[1:]} nests deeper than {MAX_JSON_DEPTH} levels."
+                )
             items = data if isinstance(data, list) else [data]
             for item in items:
                 call, error = _hermes_call(item, where)
@@ -221,7 +223,9 @@ class HermesFormat:
 
     def render_calls(self, calls: list[ParsedCall]) -> str:
         return "\n".join(
-            "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False) + "\n</tool_call>"
+            "<tool_call>\n"
+            + json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False)
+            + "\n</tool_call>"
             for c in calls
         )
 

@@ -24,8 +24,14 @@ from seal_platform.config import Issue, RunConfig
 from seal_platform.hookspecs import hookimpl
 from seal_platform.types import EvalResult, Interface, SamplingParams, Task, Trajectory
 
-from .episodes import (Episode, evaluation_episodes, lockstep_executor_issues, scored_without_infra_failures,
-                       tool_call_sampling, training_episodes)
+from .episodes import (
+    Episode,
+    evaluation_episodes,
+    lockstep_executor_issues,
+    scored_without_infra_failures,
+    tool_call_sampling,
+    training_episodes,
+)
 
 
 class PlayingEnvironment(Protocol):
@@ -65,11 +71,15 @@ class LockstepHooks:
         for this environment's episodes only)."""
         issues = lockstep_executor_issues(config, self.name, self.batches, self.fix)
         if config.stages.evolve_interface == self.name and config.environment != self.name:
-            issues.append(Issue("stages.evolve_interface",
-                                f"plugin {self.name!r} evolves the interface of environment {self.name!r} only, and the "
-                                f"recipe trains on {config.environment!r}",
-                                "name the plugin of the recipe's environment (`seal-platform plugins` lists them), or "
-                                "null to switch the stage off"))
+            issues.append(
+                Issue(
+                    "stages.evolve_interface",
+                    f"plugin {self.name!r} evolves the interface of environment {self.name!r} only, and the "
+                    f"recipe trains on {config.environment!r}",
+                    "name the plugin of the recipe's environment (`seal-platform plugins` lists them), or "
+                    "null to switch the stage off",
+                )
+            )
         return issues
 
     def task_file_issues(self, config: RunConfig, path: str | None, load_tasks: Callable[[str], Sequence[Task]],

@@ -36,8 +36,8 @@ from .episodes import Episode
 @dataclass
 class LockstepEpisode:
     """One episode of the lock-step loop: its task, its trajectory (the record the loop returns), the
-    conversation so far and the interface revision it is played under. Subclasses add their own state (as dataclass fields with defaults) and implement
-    :meth:`react`; the other steps default to doing nothing."""
+    conversation so far and the interface revision it is played under. Subclasses add their own state (as dataclass
+    fields with defaults) and implement :meth:`react`; the other steps default to doing nothing."""
 
     task: Task
     traj: Trajectory

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from seal_platform.labels import UNREACHED_LABEL
@@ -134,7 +134,7 @@ def _search(pattern: str, text: str) -> bool | str:
         return f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _linear_time_class(base: Any, patterns_anywhere: bool) -> Any:
     """``base`` (a jsonschema validator class) with every keyword that runs a schema regex replaced by one that
     runs it on RE2 (see the module doc). ``patterns_anywhere``: the schema has ``patternProperties`` somewhere,
@@ -213,7 +213,7 @@ def _linear_time_class(base: Any, patterns_anywhere: bool) -> Any:
     return validators.extend(base, {k: v for k, v in replaced.items() if k in base.VALIDATORS})
 
 
-@lru_cache(maxsize=None)
+@cache
 def _schema_format_checker(base: Any) -> Any:
     """The format checker that ``check_schema`` uses for ``base``, its ``regex`` format (which the meta-schema
     gives ``pattern`` and the ``patternProperties`` keys) accepting what RE2 or Python's re compiles: RE2's

@@ -10,8 +10,9 @@ share their whole prompt, so the task being played is set per episode thread wit
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from seal_platform.types import Generation, Message, SamplingParams, Task
 from seal_platform_libs.toolenv.calls import parse_call

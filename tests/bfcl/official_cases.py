@@ -165,7 +165,9 @@ def _to_positional(text: str) -> str:
     return render_call(call.name, {}, tuple(call.args) + tuple(call.kwargs.values()))
 
 
-def perturb(entry: dict[str, Any], rng: random.Random, kind: str, pool: list[str], method_names: list[str]) -> list[list[str]]:
+def perturb(
+    entry: dict[str, Any], rng: random.Random, kind: str, pool: list[str], method_names: list[str]
+) -> list[list[str]]:
     """One perturbation of ``entry``'s ground truth of the given kind (deterministic given ``rng``)."""
     turns = [list(turn) for turn in entry["ground_truth"]]
     filled = [i for i, turn in enumerate(turns) if turn]
@@ -195,7 +197,9 @@ def perturb(entry: dict[str, Any], rng: random.Random, kind: str, pool: list[str
         empties = [i for i, turn in enumerate(turns) if not turn]
         if empties and rng.random() < 0.5:
             target = rng.choice(empties)
-        extra = rng.choice(pool + ["pwd()", "ls()", "get_current_time()", "unknown_tool(x=1)", "cd(folder=undefined_name)"])
+        extra = rng.choice(
+            pool + ["pwd()", "ls()", "get_current_time()", "unknown_tool(x=1)", "cd(folder=undefined_name)"]
+        )
         turns[target].insert(rng.randrange(len(turns[target]) + 1), extra)
     elif kind == "empty_turn":
         turns[t] = []
@@ -211,7 +215,9 @@ def perturb(entry: dict[str, Any], rng: random.Random, kind: str, pool: list[str
     return turns
 
 
-def agreement_cases(entries: list[dict[str, Any]], per_task: int, seed: int) -> list[tuple[dict[str, Any], list[list[str]], str]]:
+def agreement_cases(
+    entries: list[dict[str, Any]], per_task: int, seed: int
+) -> list[tuple[dict[str, Any], list[list[str]], str]]:
     """(entry, model turns, kind): each entry's own ground truth, then ``per_task`` perturbations of it.
 
     Kinds cycle so every kind is used about equally; calls for "spurious" come from other tasks that
@@ -229,7 +235,9 @@ def agreement_cases(entries: list[dict[str, Any]], per_task: int, seed: int) -> 
     for entry in entries:
         cases.append((entry, [list(turn) for turn in entry["ground_truth"]], "ground_truth"))
         pool = by_classes[tuple(sorted(entry["involved_classes"]))]
-        methods = sorted(name for cls in entry["involved_classes"] for name, _, _ in _public_methods(backend_class(cls)))
+        methods = sorted(
+            name for cls in entry["involved_classes"] for name, _, _ in _public_methods(backend_class(cls))
+        )
         for _ in range(per_task):
             kind = PERTURBATION_KINDS[next(counter) % len(PERTURBATION_KINDS)]
             cases.append((entry, perturb(entry, rng, kind, pool, methods), kind))

@@ -12,8 +12,8 @@ import collections
 import random
 
 import pytest
-
 from official_cases import PERTURBATION_KINDS, agreement_cases, official_verdict
+
 from seal_platform_plugins.bfcl.verifier import verify
 
 PER_TASK = 3

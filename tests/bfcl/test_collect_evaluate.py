@@ -5,18 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from bfcl_scripted_engine import GroundTruthEngine, SilentEngine, task_mapper
 from pydantic import ValidationError
 
-from bfcl_scripted_engine import GroundTruthEngine, SilentEngine, task_mapper
-from seal_platform.stages import collect_with, evaluate_with
 from seal_platform.capability import CapabilityState
 from seal_platform.config import RunConfig
 from seal_platform.context import RunContext
 from seal_platform.environment import Environment, VerifyingEnvironment
+from seal_platform.stages import collect_with, evaluate_with
 from seal_platform.types import Interface, TurnLabel
+from seal_platform_libs.toolenv.evolution import EvolutionSettings
 from seal_platform_plugins.bfcl import data, plugin
 from seal_platform_plugins.bfcl.environment import BfclEnvironment
-from seal_platform_libs.toolenv.evolution import EvolutionSettings
 from seal_platform_plugins.bfcl.settings import BfclSettings
 from seal_platform_plugins.bfcl.verifier import verify
 
@@ -140,9 +140,11 @@ def test_registration_and_factory(tmp_path):
     environment = spec.factory(ctx)
     assert isinstance(environment, Environment) and isinstance(environment, VerifyingEnvironment)
     assert environment._executor is None  # no worker processes until an episode needs them
-    assert [t.id for t in environment.tasks("train")] == [t.id for t in data.load_tasks(["multi_turn_base"], "train", limit_per_category=3)]
+    assert [t.id for t in environment.tasks("train")] == [
+        t.id for t in data.load_tasks(["multi_turn_base"], "train", limit_per_category=3)
+    ]
     assert environment.pristine_interface() == Interface(revision=0)
-    environment.executor  # start the workers
+    _ = environment.executor  # start the workers
     plugin.end_run(ctx=ctx, status="completed")
     assert environment._executor is None
 
@@ -158,7 +160,10 @@ def test_evolve_interface_delegates_to_the_evolution_settings(tmp_path):
     new = plugin.evolve_interface(ctx=ctx, environment=None, interface=Interface(), state=CapabilityState(), step=0)
     assert new is not None and "required_markers" in str(new.spec)  # the core numbers it (stages.adopt_interface)
     ctx = make_ctx(tmp_path, evolution={"mode": "off"})
-    assert plugin.evolve_interface(ctx=ctx, environment=None, interface=Interface(), state=CapabilityState(), step=0) is None
+    assert (
+        plugin.evolve_interface(ctx=ctx, environment=None, interface=Interface(), state=CapabilityState(), step=0)
+        is None
+    )
 
 
 def test_settings_validation():

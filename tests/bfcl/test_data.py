@@ -93,7 +93,9 @@ def test_a_shared_task_reads_the_cached_entry_and_verifying_it_changes_nothing()
 
     from seal_platform_plugins.bfcl.verifier import verify_record
 
-    ids = [f"{category}_{n}" for category in CATEGORIES for n in (0, 50, 95)]  # 50, 95: replays that write into their configs
+    ids = [
+        f"{category}_{n}" for category in CATEGORIES for n in (0, 50, 95)
+    ]  # 50, 95: replays that write into their configs
     entries = {i: data._entries_by_id()[i][1] for i in ids}
     before = copy.deepcopy(entries)
     for i in ids:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from seal_platform.labels import EXCLUDED_LABELS
 from seal_platform.types import ToolCall, Trajectory, TurnVerdict
 from seal_platform_plugins.bfcl import diagnoser
-from seal_platform.labels import EXCLUDED_LABELS
 from seal_platform_plugins.bfcl.diagnoser import ALL_LABELS, REFERENCE_LABELS, label_turns
 
 
@@ -221,7 +221,13 @@ def test_label_turns_from_the_trace_alone():
         verdict(turn=3, model_calls=["cd(folder='docs')", "mkdir(dir_name='x')"], response_ok=False),
         verdict(turn=4, reached=False),
     ]
-    assert label_turns(turns) == ["pass", "invalid_tool_call", "recovery_failure", "argument_mismatch", "unreached_turn"]
+    assert label_turns(turns) == [
+        "pass",
+        "invalid_tool_call",
+        "recovery_failure",
+        "argument_mismatch",
+        "unreached_turn",
+    ]
     # The dict form (what a JSON outcome holds) gives the same labels.
     assert label_turns([t.model_dump() for t in turns]) == label_turns(turns)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from bfcl_scripted_engine import GroundTruthEngine, ListEngine, gt_calls, task_mapper
+
 from seal_platform.engine import RolloutEngine
 from seal_platform.types import Interface, SamplingParams
+from seal_platform_libs.toolenv.formats import REVEAL_TEXT, HermesFormat, ParsedCall
 from seal_platform_plugins.bfcl import data
 from seal_platform_plugins.bfcl.environment import BfclEnvironment
-from seal_platform_libs.toolenv.formats import REVEAL_TEXT, HermesFormat, ParsedCall
 from seal_platform_plugins.bfcl.settings import BfclSettings
 
 SAMPLING = SamplingParams(temperature=0.0, max_new_tokens=64)
@@ -48,7 +48,10 @@ def test_system_prompt_lists_every_involved_class_but_not_held_out_tools(env):
     trajectory, _ = play(env, "multi_turn_miss_func_0", ["Done."])
     system = trajectory.messages[0]
     assert system.role == "system" and not system.trainable
-    names = [json.loads(line)["function"]["name"] for line in system.content.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()]
+    names = [
+        json.loads(line)["function"]["name"]
+        for line in system.content.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()
+    ]
     assert "mv" in names and "post_tweet" in names  # GorillaFileSystem and TwitterAPI
     assert "sort" not in names  # held out until turn 3
     assert "cp" not in names  # the task's excluded_function
@@ -104,7 +107,15 @@ def test_malformed_call_rejects_the_whole_message_and_the_turn_does_not_advance(
 def test_unknown_and_held_out_tools_are_rejected_until_revealed(env):
     task = data.get_task("multi_turn_miss_func_0")
     # turns 0-2: the agent tries the held-out `sort` (rejected), then gives up; turn 3 reveals it.
-    script = [tc("sort", file_name="final_report.pdf"), "I cannot sort.", "ok", "ok", tc("sort", file_name="final_report.pdf"), "sorted", "ok"]
+    script = [
+        tc("sort", file_name="final_report.pdf"),
+        "I cannot sort.",
+        "ok",
+        "ok",
+        tc("sort", file_name="final_report.pdf"),
+        "sorted",
+        "ok",
+    ]
     trajectory, engine = play(env, task.id, script)
     calls = [(c.turn, c.name, bool(c.rejected)) for c in trajectory.tool_calls]
     assert calls[0] == (0, "sort", True)
@@ -148,7 +159,9 @@ class _ctx:
 def test_context_limit_ends_the_episode():
     with _ctx(make_env(max_context_tokens=2000)) as small:
         # The long-context `document` folder lists ~1000 characters: a few of them outgrow 2000 tokens.
-        trajectory, engine = play(small, "multi_turn_long_context_0", [tc("cd", folder="document")] + [tc("ls", a=True)] * 100)
+        trajectory, engine = play(
+            small, "multi_turn_long_context_0", [tc("cd", folder="document")] + [tc("ls", a=True)] * 100
+        )
         assert trajectory.finish == "context_limit" and engine.calls < 20
     with _ctx(make_env(max_context_tokens=256)) as tiny:
         trajectory, engine = play(tiny, "multi_turn_base_0", ["ok"])
@@ -167,7 +180,9 @@ def test_max_new_tokens_is_capped_by_settings_and_context_room():
 def test_observations_are_clipped_with_a_marker():
     with _ctx(make_env(max_observation_tokens=64)) as clipping:
         # The long-context `document` folder lists ~1000 characters of file names.
-        trajectory, _ = play(clipping, "multi_turn_long_context_0", [tc("cd", folder="document") + tc("ls", a=True), "ok"])
+        trajectory, _ = play(
+            clipping, "multi_turn_long_context_0", [tc("cd", folder="document") + tc("ls", a=True), "ok"]
+        )
         observation = [m for m in trajectory.messages if m.role == "tool"][1].content
         assert "final_report.pdf" in observation
         assert "[observation clipped:" in observation
@@ -240,7 +255,9 @@ def test_a_lone_surrogate_in_an_argument_name_becomes_valid_text(env):
     """json.loads turns '\\ud800' into a lone surrogate; the backend's error quotes the argument name
     ("got an unexpected keyword argument '\\ud800'") and clip_observation encodes it before any Message
     exists: the observation is made valid text (U+FFFD) instead of raising UnicodeEncodeError."""
-    trajectory, _ = play(env, "multi_turn_base_0", ['<tool_call>{"name": "cd", "arguments": {"\\ud800": 1}}</tool_call>', "ok"])
+    trajectory, _ = play(
+        env, "multi_turn_base_0", ['<tool_call>{"name": "cd", "arguments": {"\\ud800": 1}}</tool_call>', "ok"]
+    )
     tool = next(m for m in trajectory.messages if m.role == "tool").content
     assert "unexpected keyword argument '\ufffd'" in tool
     tool.encode("utf-8")

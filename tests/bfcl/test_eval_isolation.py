@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from seal_platform.stages import adopt_interface, collect_with, evaluate_with
 from seal_platform.capability import CapabilityState
 from seal_platform.config import RunConfig
 from seal_platform.context import RunContext
+from seal_platform.stages import adopt_interface, collect_with, evaluate_with
 from seal_platform.types import Generation, Interface, Message, SamplingParams, Task, Trajectory, TurnLabel
+from seal_platform_libs.toolenv.evolution import EvolutionSettings
+from seal_platform_libs.toolenv.interface import active_changes
 from seal_platform_plugins.bfcl import data, plugin
 from seal_platform_plugins.bfcl import verifier as verifier_module
 from seal_platform_plugins.bfcl.environment import BfclEnvironment
-from seal_platform_libs.toolenv.evolution import EvolutionSettings
-from seal_platform_libs.toolenv.interface import active_changes
 from seal_platform_plugins.bfcl.settings import BfclSettings
 
 
@@ -248,7 +248,16 @@ def test_the_diagnosers_labels_close_the_loop(setup: Any) -> None:
     ctx.settings["bfcl"] = ctx.settings["bfcl"].model_copy(
         update={"evolution": EvolutionSettings(mode="closed_loop", min_count=2, min_evidence=4)}
     )
-    trajs = collect_with(plugin.collect, ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=Interface(), group_size=2, step=0)
+    trajs = collect_with(
+        plugin.collect,
+        ctx=ctx,
+        environment=env,
+        engine=engine,
+        tasks=tasks,
+        interface=Interface(),
+        group_size=2,
+        step=0,
+    )
     labels = plugin.diagnose(trajectories=trajs)
     seen = {lab.label for lab in labels}
     assert {"recovery_failure", "invalid_tool_call"} <= seen
@@ -261,6 +270,8 @@ def test_the_diagnosers_labels_close_the_loop(setup: Any) -> None:
     assert set(rev.driven_by) <= seen
     for task in tasks:
         assert {"recovery", "no_invent_note"} <= active_changes(rev, task.category)
-    again = collect_with(plugin.collect, ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=rev, group_size=1, step=1)
+    again = collect_with(
+        plugin.collect, ctx=ctx, environment=env, engine=engine, tasks=tasks, interface=rev, group_size=1, step=1
+    )
     tool_text = "".join(m.content for t in again for m in t.messages if m.role == "tool")
     assert "Hint: the call is missing a required argument" in tool_text

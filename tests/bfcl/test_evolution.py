@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from seal_platform.capability import CapabilityState
-from seal_platform.types import Interface, Trajectory, TurnLabel, TurnVerdict
 from seal_platform.stages import adopt_interface
+from seal_platform.types import Interface, Trajectory, TurnLabel, TurnVerdict
 from seal_platform_libs.toolenv import evolution
 from seal_platform_libs.toolenv.evolution import (
     GUIDELINES,
@@ -455,9 +455,13 @@ def test_guideline_texts_come_from_the_environment_and_the_recipe_overrides_them
     assert system_addendum(rev, BASE).endswith("- Turn the lights on when asked.")
     assert GUIDELINES["missing_tool_call"] not in system_addendum(rev, BASE)
     own = Closed(guideline_texts={"missing_tool_call": "The recipe's line."})
-    assert system_addendum(evolution.evolve(Interface(), state, own, CATEGORIES, cues), BASE).endswith("- The recipe's line.")
+    assert system_addendum(evolution.evolve(Interface(), state, own, CATEGORIES, cues), BASE).endswith(
+        "- The recipe's line."
+    )
     # No cues: BFCL's lines.
-    assert GUIDELINES["missing_tool_call"] in system_addendum(evolution.evolve(Interface(), state, Closed(), CATEGORIES), BASE)
+    assert GUIDELINES["missing_tool_call"] in system_addendum(
+        evolution.evolve(Interface(), state, Closed(), CATEGORIES), BASE
+    )
 
 
 def test_recovery_hints_come_from_the_environment() -> None:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from seal_platform_plugins.bfcl import backend as _backend
 from seal_platform_libs.toolenv.calls import parse_call
+from seal_platform_plugins.bfcl import backend as _backend
 from seal_platform_plugins.bfcl.executor import ExecutorError, ToolExecutor
 from seal_platform_plugins.bfcl.trace import ERROR_PREFIX
 
@@ -79,8 +79,9 @@ def test_long_context_results_with_reused_encodings_are_the_official_strings(tas
     assert stringify(stock) == json.dumps(stock)
     long_context.MA_5_EXTENSION.append(7)  # changed in place: the saved encoding no longer applies
     try:
-        assert stringify(stock) == json.dumps(stock) and stringify(stock).endswith("7], \"MA(20)\": " +
-                                                                                   json.dumps(long_context.MA_20_EXTENSION) + "}")
+        assert stringify(stock) == json.dumps(stock) and stringify(stock).endswith(
+            "7], \"MA(20)\": " + json.dumps(long_context.MA_20_EXTENSION) + "}"
+        )
     finally:
         long_context.MA_5_EXTENSION.pop()
     odd_keys = {1: long_context.MA_5_EXTENSION, True: "x", "k": long_context.MA_20_EXTENSION}  # noqa: F601 (as json sees it)
@@ -178,13 +179,15 @@ def test_a_runaway_call_is_stopped_and_nothing_else_is_lost(task_by_id):
 
 
 def test_episode_time_limit(task_by_id):
-    with ToolExecutor(max_workers=1, call_timeout_s=0.5, episode_timeout_s=0.8) as ex:
-        with ex.open_session(task_by_id[MATH_TASK]) as session:
-            assert session.call("power", {"base": 7, "exponent": 10**12}, None).timed_out
-            second = session.call("power", {"base": 7, "exponent": 10**12}, None)
-            assert second.timed_out and second.elapsed_s <= 0.31
-            used_up = session.call("add", {"a": 1, "b": 1}, None)
-            assert used_up.timed_out and "used up" in used_up.error
+    with (
+        ToolExecutor(max_workers=1, call_timeout_s=0.5, episode_timeout_s=0.8) as ex,
+        ex.open_session(task_by_id[MATH_TASK]) as session,
+    ):
+        assert session.call("power", {"base": 7, "exponent": 10**12}, None).timed_out
+        second = session.call("power", {"base": 7, "exponent": 10**12}, None)
+        assert second.timed_out and second.elapsed_s <= 0.31
+        used_up = session.call("add", {"a": 1, "b": 1}, None)
+        assert used_up.timed_out and "used up" in used_up.error
 
 
 def test_verification_in_a_worker_times_out_cleanly(task_by_id):

@@ -239,7 +239,10 @@ def test_identical_and_bad_records_of_one_task_each_get_their_own_line():
     good = "multi_turn_base_15"
     gt = ground_truth(get_task(good))
     empty = [[] for _ in gt]
-    records = [{"task_id": good, "turns": gt}] * 70 + [{"task_id": good, "turns": "bad"}, {"task_id": good, "turns": empty}]
+    records = [{"task_id": good, "turns": gt}] * 70 + [
+        {"task_id": good, "turns": "bad"},
+        {"task_id": good, "turns": empty},
+    ]
     out = verify_records(records, executor=lambda: None)
     alone = [verify_records([record], executor=lambda: None)[0] for record in records[-3:]]
     assert out[:70] == [alone[0]] * 70 and out[0]["success"] is True
@@ -267,9 +270,7 @@ def test_one_runaway_call_costs_its_line_the_per_call_limit_as_in_training():
 
 
 def test_the_per_call_limit_leaves_long_lines_of_quick_calls_alone():
-    from seal_platform_plugins.bfcl.fork_verify import verify_forked
-
-    from seal_platform_plugins.bfcl.fork_verify import FIRST_CALL_S
+    from seal_platform_plugins.bfcl.fork_verify import FIRST_CALL_S, verify_forked
 
     def slow_item(item):  # many quick calls, together longer than one call's limit and the first call's window
         from seal_platform_plugins.bfcl import backend

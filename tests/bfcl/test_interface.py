@@ -286,7 +286,9 @@ def test_observations_with_long_whitespace_runs_are_classified_in_linear_time() 
     spaces = " " * 200_000
     found = classify_observation('{"error": "cd: \'' + spaces + 'x\'"}')
     assert found is not None and found[0] == "tool_error" and found[1].endswith("x'")
-    found = classify_observation("<tool_response>" + spaces + '{"error": "Token expired"}' + spaces + "</tool_response>")
+    found = classify_observation(
+        "<tool_response>" + spaces + '{"error": "Token expired"}' + spaces + "</tool_response>"
+    )
     assert found == ("not_authenticated", "Token expired")
     found = classify_observation("{'error': 'Value must be a number" + spaces + "'}")
     assert found is not None and found[0] == "type_mismatch"
@@ -296,7 +298,9 @@ def test_observations_with_long_whitespace_runs_are_classified_in_linear_time() 
 
 def test_recovery_hints_name_the_problem() -> None:
     rev = revision(["recovery"])
-    missing = recovery_hint(rev, CATEGORY, "Error during execution: cd() missing 1 required positional argument: 'folder'")
+    missing = recovery_hint(
+        rev, CATEGORY, "Error during execution: cd() missing 1 required positional argument: 'folder'"
+    )
     assert missing is not None and "missing a required argument" in missing and "'folder'" in missing
     unexpected = recovery_hint(rev, CATEGORY, "Error during execution: f() got an unexpected keyword argument 'x'")
     assert unexpected is not None and "does not accept" in unexpected and "x" in unexpected

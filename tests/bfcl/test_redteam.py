@@ -131,7 +131,9 @@ def test_parse_never_yields_a_callable_attack():
         if call.ok:  # only plain names with literals, e.g. kill(pid=1), print('hi'), _load_scenario(...);
             # which of those names are tools is decided at execution (private and builtin names never are)
             assert call.name.isidentifier() and not call.name.startswith("__")
-            assert all(isinstance(v, (str, int, float, bool, type(None), list, dict, tuple)) for v in call.kwargs.values())
+            assert all(
+                isinstance(v, (str, int, float, bool, type(None), list, dict, tuple)) for v in call.kwargs.values()
+            )
 
 
 def test_episode_path_refuses_every_attack(executor, task_by_id, sentinel):
@@ -142,7 +144,11 @@ def test_episode_path_refuses_every_attack(executor, task_by_id, sentinel):
         children_before = _children(workers)
         for name, arguments in _attack_structured(sentinel):
             result = session.call(name, arguments, None)
-            if name in ("cd", "touch") and arguments and not any(k in ("__class__", "self") or not k.isidentifier() for k in arguments):
+            if (
+                name in ("cd", "touch")
+                and arguments
+                and not any(k in ("__class__", "self") or not k.isidentifier() for k in arguments)
+            ):
                 # Plain data in a real tool's argument: runs inside the simulated file system, nothing else.
                 assert result.error is None or result.error.startswith(ERROR_PREFIX)
                 continue
@@ -166,7 +172,9 @@ def test_verifier_in_worker_refuses_every_attack(executor, task_by_id, sentinel)
     attacked += [[parse_call(c) for c in t] for t in turns[1:]]
     outcome = executor.verify(task, attacked)
     assert outcome.success  # refused calls change nothing; the GT calls after them still do the job
-    assert all(r.startswith(ERROR_PREFIX) for r in outcome.turns[0].checks["model_results"][: len(_attack_strings(sentinel))])
+    assert all(
+        r.startswith(ERROR_PREFIX) for r in outcome.turns[0].checks["model_results"][: len(_attack_strings(sentinel))]
+    )
     assert _children(workers) == children
     assert executor.verify(task, [[parse_call(c) for c in t] for t in turns]).success
 
@@ -175,11 +183,10 @@ def test_verifier_in_worker_refuses_every_attack(executor, task_by_id, sentinel)
 def test_workers_run_under_a_memory_cap(task_by_id):
     from seal_platform_plugins.bfcl.executor import ToolExecutor
 
-    with ToolExecutor(max_workers=1, memory_limit_mb=1500) as ex:
-        with ex.open_session(task_by_id[TASK]) as session:
-            assert session.call("pwd", {}, None).ok
-            (pid,) = ex.worker_pids()
-            limits = Path(f"/proc/{pid}/limits").read_text()
-            line = next(line for line in limits.splitlines() if line.startswith("Max address space"))
-            assert str(1500 * 1024 * 1024) in line
+    with ToolExecutor(max_workers=1, memory_limit_mb=1500) as ex, ex.open_session(task_by_id[TASK]) as session:
+        assert session.call("pwd", {}, None).ok
+        (pid,) = ex.worker_pids()
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        line = next(line for line in limits.splitlines() if line.startswith("Max address space"))
+        assert str(1500 * 1024 * 1024) in line
     assert os.getpid() not in [pid]

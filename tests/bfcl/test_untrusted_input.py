@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import untrusted as u
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seal_platform_libs.toolenv.calls import ParsedCall
 from seal_platform_libs.toolenv.formats import HermesFormat, PythonFormat
-
-import untrusted as u
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
@@ -37,9 +36,9 @@ def test_call_parser_never_raises(text):
 
 @pytest.fixture(scope="module")
 def backend(request):
+    from seal_platform_plugins.bfcl.backend import Backend
     from seal_platform_plugins.bfcl.data import load_tasks
     from seal_platform_plugins.bfcl.executor import _payload_for_worker
-    from seal_platform_plugins.bfcl.backend import Backend
 
     task = next(t for t in load_tasks(split="all") if "GorillaFileSystem" in t.payload["involved_classes"])
     return Backend.for_payload(_payload_for_worker(task))
@@ -106,10 +105,17 @@ def test_hostile_python_messages_are_parse_errors(text):
 
 def test_deep_arguments_do_not_break_the_diagnoser():
     deep = u._deep_list(5000)
-    traj = u.Trajectory(task_id="t", category="c", group="g",
-                        turn_verdicts=[u.TurnVerdict(turn=0, passed=False, checks={"gt_calls": ["cd(folder='a')"], "state_ok": False,
-                                                                                   "model_calls": deep})],
-                        tool_calls=[u.ToolCall(turn=0, name="cd", arguments={"folder": deep})])
+    traj = u.Trajectory(
+        task_id="t",
+        category="c",
+        group="g",
+        turn_verdicts=[
+            u.TurnVerdict(
+                turn=0, passed=False, checks={"gt_calls": ["cd(folder='a')"], "state_ok": False, "model_calls": deep}
+            )
+        ],
+        tool_calls=[u.ToolCall(turn=0, name="cd", arguments={"folder": deep})],
+    )
     u.check_diagnose(traj)
     u.check_label_turns([{"checks": {"gt_calls": ["cd(folder='a')"], "model_calls": deep, "state_ok": False}}])
 

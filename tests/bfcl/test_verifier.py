@@ -121,7 +121,9 @@ def test_model_errors_and_rejections_are_traced(task_by_id):
     checks = outcome.turns[0].checks
     assert checks["model_error_calls"] == [0, 1, 2, 3]
     assert checks["rejected_calls"] == [1, 2, 3]
-    assert checks["model_errors"][1] == ERROR_PREFIX + "GorillaFileSystem.cd() got an unexpected keyword argument 'bogus'"
+    assert (
+        checks["model_errors"][1] == ERROR_PREFIX + "GorillaFileSystem.cd() got an unexpected keyword argument 'bogus'"
+    )
     assert checks["model_errors"][2] == ERROR_PREFIX + "name 'open' is not defined"
     assert outcome.success  # failed calls change nothing here
 

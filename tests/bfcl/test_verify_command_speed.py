@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from official_cases import agreement_cases
+
 from seal_platform_plugins.bfcl.diagnoser import label_turns
 from seal_platform_plugins.bfcl.fork_verify import GC_THRESHOLD, verify_forked
 from seal_platform_plugins.bfcl.verifier import verify_record

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from official_cases import official_verdict
+
 from seal_platform_plugins.bfcl.backend import Backend, _public_methods, backend_class
 from seal_platform_plugins.bfcl.checker import verify_payload
 from seal_platform_plugins.bfcl.trace import CHECK_KEYS, TurnChecks

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from seal_platform.types import Message, ToolCall, Trajectory, TurnVerdict
 from seal_platform_libs.toolenv.calls import CallSyntaxError, ParsedCall, parse_call, parse_calls, render_call
-from seal_platform_plugins.bfcl.diagnoser import ALL_LABELS, diagnose_trajectory, label_turns
 from seal_platform_libs.toolenv.formats import HermesFormat, ParseResult, PythonFormat
+from seal_platform_plugins.bfcl.diagnoser import ALL_LABELS, diagnose_trajectory, label_turns
 
 KNOWN_LABELS = set(ALL_LABELS)
 
@@ -55,7 +55,10 @@ def hermes_messages(draw: Any) -> str:
     """Assistant messages in (and around) the hermes format."""
     kind = draw(st.sampled_from(["json", "hostile", "fragments", "text"]))
     if kind == "json":
-        call = {"name": draw(st.text(max_size=10) | st.sampled_from(["cd", "ls", "mv"])), "arguments": draw(json_values)}
+        call = {
+            "name": draw(st.text(max_size=10) | st.sampled_from(["cd", "ls", "mv"])),
+            "arguments": draw(json_values),
+        }
         body = json.dumps(draw(st.sampled_from([call, [call, call], call["arguments"]])))
     elif kind == "hostile":
         body = '{"name": "cd", "arguments": {"folder": ' + draw(hostile_values) + "}}"
@@ -70,7 +73,9 @@ def hermes_messages(draw: Any) -> str:
 
 _call_names = st.sampled_from(["cd", "ls", "mv", "echo", "touch", "f", "__import__", "os.system", "eval", "kill"])
 _literal_texts = st.one_of(
-    json_values.map(repr), hostile_values, st.sampled_from(["x", "x.y", "f()", "lambda: 1", "*a", "[i for i in x]", "1+1"]),
+    json_values.map(repr),
+    hostile_values,
+    st.sampled_from(["x", "x.y", "f()", "lambda: 1", "*a", "[i for i in x]", "1+1"]),
     st.sampled_from(["...", "b'\\xff'", "[{'k': ...}]", "0x" + "f" * 3600, "-0o" + "7" * 4800]),  # no JSON form
 )
 
@@ -78,7 +83,9 @@ _literal_texts = st.one_of(
 @st.composite
 def python_calls(draw: Any) -> str:
     name = draw(_call_names)
-    args = draw(st.lists(st.tuples(st.sampled_from(["", "folder=", "a=", "b=", "**", "*"]), _literal_texts), max_size=4))
+    args = draw(
+        st.lists(st.tuples(st.sampled_from(["", "folder=", "a=", "b=", "**", "*"]), _literal_texts), max_size=4)
+    )
     return f"{name}({', '.join(k + v for k, v in args)})"
 
 
@@ -129,7 +136,9 @@ def check_backend_execute(backend: Any, call: ParsedCall) -> None:
 @st.composite
 def parsed_calls(draw: Any, names: list[str]) -> ParsedCall:
     name = draw(st.sampled_from(names) | st.text(max_size=8))
-    kwargs = draw(st.dictionaries(st.sampled_from(["folder", "file_name", "content", "a", "self", "x"]), json_values, max_size=3))
+    kwargs = draw(
+        st.dictionaries(st.sampled_from(["folder", "file_name", "content", "a", "self", "x"]), json_values, max_size=3)
+    )
     args = tuple(draw(st.lists(json_values, max_size=3)))
     return ParsedCall(name=name, kwargs=kwargs, args=args)
 
@@ -138,7 +147,9 @@ _checks = st.fixed_dictionaries(
     {},
     optional={
         "gt_calls": st.lists(python_calls() | json_values, max_size=3) | json_values,
-        "model_calls": st.lists(python_calls() | json_values, max_size=3) | json_values | st.integers(0, 400).map(lambda n: _deep_list(n)),
+        "model_calls": st.lists(python_calls() | json_values, max_size=3)
+        | json_values
+        | st.integers(0, 400).map(lambda n: _deep_list(n)),
         "gt_error": json_values,
         "model_results": json_values,
         "model_error_calls": st.lists(st.integers(-3, 5), max_size=3) | json_values,
@@ -174,10 +185,14 @@ def trajectories(draw: Any) -> Trajectory:
     ]
     calls = [
         ToolCall(
-            turn=draw(st.integers(-1, 3)), name=draw(_call_names | st.text(max_size=6)),
-            arguments=draw(st.dictionaries(st.text(max_size=5), json_values | st.integers(0, 300).map(_deep_list), max_size=3)),
+            turn=draw(st.integers(-1, 3)),
+            name=draw(_call_names | st.text(max_size=6)),
+            arguments=draw(
+                st.dictionaries(st.text(max_size=5), json_values | st.integers(0, 300).map(_deep_list), max_size=3)
+            ),
             result=draw(st.none() | st.text(max_size=30) | st.just('{"error": "no such file"}')),
-            error=draw(st.none() | st.text(max_size=10)), rejected=draw(st.none() | st.text(max_size=10)),
+            error=draw(st.none() | st.text(max_size=10)),
+            rejected=draw(st.none() | st.text(max_size=10)),
         )
         for _ in range(draw(st.integers(0, 4)))
     ]

@@ -74,7 +74,9 @@ def test_backends_run_documented_calls_and_report_bad_ones(backend):
         assert "Michael" in mem.context()
         mem.call("archival_memory_add", {"text": "The team meeting is on Tuesday at 10am in room 4."})
         mem.call("archival_memory_add", {"text": "Michael's favourite colour is teal."})
-        found = json.loads(mem.call("archival_memory_retrieve", {"query": "which colour does Michael like?", "top_k": 1}))
+        found = json.loads(
+            mem.call("archival_memory_retrieve", {"query": "which colour does Michael like?", "top_k": 1})
+        )
         assert "teal" in json.dumps(found) and "Tuesday" not in json.dumps(found)
     else:
         assert "error" not in json.loads(mem.call("memory_append", {"text": "Name: Michael."}))
@@ -102,11 +104,16 @@ class _Scripted:
             if last.role == "tool":
                 text = "Noted."
             elif self.answering:
-                text = "From memory: " + conv[0].content.split("from previous interactions:", 1)[1].split("# Tools", 1)[0]
+                text = (
+                    "From memory: " + conv[0].content.split("from previous interactions:", 1)[1].split("# Tools", 1)[0]
+                )
             else:
                 self.n += 1
                 if self.backend == "kv":
-                    call = {"name": "archival_memory_add", "arguments": {"key": f"note_{self.n}", "value": last.content[:1999]}}
+                    call = {
+                        "name": "archival_memory_add",
+                        "arguments": {"key": f"note_{self.n}", "value": last.content[:1999]},
+                    }
                 elif self.backend == "vector":  # core memory holds 7 notes; later adds get an error reply
                     call = {"name": "core_memory_add", "arguments": {"text": last.content[:290]}}
                 else:
@@ -151,7 +158,9 @@ def test_the_vector_backend_plays_an_episode_with_the_bundled_encoder():
     trajs = [ask(engine, t, snap, fmt, sampling, EpisodeLimits(max_steps=3), group="g") for t in tasks]
     for t, task in zip(trajs, tasks):
         answer = t.turn_verdicts[0].checks["answer"]
-        assert answer.startswith("From memory") and t.reward == float(answer_found(answer, task.payload["ground_truth"]))
+        assert answer.startswith("From memory") and t.reward == float(
+            answer_found(answer, task.payload["ground_truth"])
+        )
 
 
 def test_evaluate_and_collect_hooks_fill_memory_once_per_scenario(tmp_path):
@@ -162,8 +171,12 @@ def test_evaluate_and_collect_hooks_fill_memory_once_per_scenario(tmp_path):
     from seal_platform_plugins.bfcl_memory import plugin
 
     config = RunConfig(environment="bfcl_memory", rollout={"max_new_tokens": 64})
-    ctx = RunContext(config=config, run_id="r", run_dir=tmp_path,
-                     settings={"bfcl_memory": MemorySettings(backends=["kv", "rec_sum"], scenarios=["notetaker"], max_steps=3)})
+    ctx = RunContext(
+        config=config,
+        run_id="r",
+        run_dir=tmp_path,
+        settings={"bfcl_memory": MemorySettings(backends=["kv", "rec_sum"], scenarios=["notetaker"], max_steps=3)},
+    )
     env = plugin.register_environments()[0].factory(ctx)
     tasks = env.tasks("all")[:3] + env.tasks("all")[-3:]  # both backends
 

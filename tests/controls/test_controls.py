@@ -40,7 +40,9 @@ def test_fixed_label_labels_every_turn_the_same():
     ctx = _ctx(None, ["smarthome", "fixed_label"])
     labels = plugin.diagnose(ctx=ctx, trajectories=_trajs(3, turns=3), step=0)
     assert len(labels) == 9
-    assert {(lab.label, lab.reference_label, lab.source) for lab in labels} == {("state_mismatch", "state_mismatch", "fixed_label")}
+    assert {(lab.label, lab.reference_label, lab.source) for lab in labels} == {
+        ("state_mismatch", "state_mismatch", "fixed_label")
+    }
 
 
 def test_controls_run_only_when_the_recipe_names_them(tmp_path):
@@ -55,7 +57,9 @@ def test_random_labels_follow_the_seen_distribution_and_are_seeded(tmp_path):
     ctx = _ctx(tmp_path, ["random_labels"], store=store)
     drawn = plugin.diagnose(ctx=ctx, trajectories=_trajs(200), step=1)
     again = plugin.diagnose(ctx=_ctx(tmp_path, ["random_labels"], store=store), trajectories=_trajs(200), step=1)
-    other = plugin.diagnose(ctx=_ctx(tmp_path, ["random_labels"], seed=5, store=store), trajectories=_trajs(200), step=1)
+    other = plugin.diagnose(
+        ctx=_ctx(tmp_path, ["random_labels"], seed=5, store=store), trajectories=_trajs(200), step=1
+    )
     pairs = Counter((lab.label, lab.reference_label) for lab in drawn)
     assert set(pairs) == {(lab.label, lab.reference_label) for lab in real}
     assert 0.6 < pairs[("argument_mismatch", "state_mismatch")] / len(drawn) < 0.9  # 15 of the 20 seen

@@ -76,7 +76,9 @@ def damaged_store_files(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "half.sqlite", tmp_path / "trunc.sqlite"
 
 
-def make_dist(root: Path, name: str, version: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> Path:
+def make_dist(
+    root: Path, name: str, version: str, entry_points: dict[str, str], modules: dict[str, str] | None = None
+) -> Path:
     """Write an installed-looking distribution (dist-info with entry points) plus its modules into ``root``,
     the way pip would lay it out in site-packages, so importlib.metadata finds it on sys.path."""
     root.mkdir(parents=True, exist_ok=True)

@@ -59,7 +59,9 @@ def test_compare_lists_every_benchmark_as_its_own_block(toy_site, toy_recipe):
     for i, run_id in enumerate(ids):
         final = max(r.step for r in store.evaluations(run_id))
         for bench, split in (("toy", "eval"), ("toy-ood", "ood")):
-            stored = {r.category: r.pass_rate for r in store.evaluations(run_id) if r.benchmark == bench and r.step == final}
+            stored = {
+                r.category: r.pass_rate for r in store.evaluations(run_id) if r.benchmark == bench and r.step == final
+            }
             assert stored
             for cat, rate in stored.items():
                 assert rows[(f"{bench}:{split}", cat)][i] == pytest.approx(rate)
@@ -89,7 +91,9 @@ import toy_plugin
 
 @hookimpl
 def register_environments():
-    return [EnvironmentSpec("twice", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings)))]
+    return [EnvironmentSpec(
+        "twice", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings))
+    )]
 
 
 @hookimpl

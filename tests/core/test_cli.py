@@ -53,7 +53,9 @@ def test_config_validate_reports_all_problems_and_exits_1(runner, tmp_path, toy_
     assert result.exit_code == 1
     # The core's three, and (checked with the bad keys left out) the default engine no loaded plugin has.
     assert "4 problem(s)" in result.output and "rollout.engine:" in result.output
-    assert "seed:" in result.output and "training.group_size:" in result.output and "colour: unknown key" in result.output
+    assert (
+        "seed:" in result.output and "training.group_size:" in result.output and "colour: unknown key" in result.output
+    )
     assert "Traceback" not in result.output
 
 
@@ -444,7 +446,9 @@ def test_transcripts_show_every_turn_with_its_verdict_and_labels_as_the_store_ho
     assert f"task {traj.task_id}" in shown and "turn 0" in shown and "label [toy]" in shown
 
 
-def test_settings_lists_every_plugin_key_from_its_model_and_config_show_fills_plugin_sections(runner, toy_recipe, toy_site):
+def test_settings_lists_every_plugin_key_from_its_model_and_config_show_fills_plugin_sections(
+    runner, toy_recipe, toy_site
+):
     data = json.loads(runner.invoke(cli, ["settings", "toy", "--json"]).output)
     from toy_plugin import ToySettings
 

@@ -23,12 +23,18 @@ def runner():
 # --- 1. an argument that looks like an option but is none of `run`'s ------------------------------------
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["run", "--resum", "X"], "no such option: --resum (did you mean --resume?)"),
-    (["run", "smarthome-embedded", "--quite"], "no such option: --quite (did you mean --quiet?)"),
-    (["run", "smarthome-embedded", "training.steps=1", "--no-reprot"], "no such option: --no-reprot (did you mean --no-report?)"),
-    (["run", "--resume", "X", "--take-over"], "no such option: --take-over (did you mean --takeover?)"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--resum", "X"], "no such option: --resum (did you mean --resume?)"),
+        (["run", "smarthome-embedded", "--quite"], "no such option: --quite (did you mean --quiet?)"),
+        (
+            ["run", "smarthome-embedded", "training.steps=1", "--no-reprot"],
+            "no such option: --no-reprot (did you mean --no-report?)",
+        ),
+        (["run", "--resume", "X", "--take-over"], "no such option: --take-over (did you mean --takeover?)"),
+    ],
+)
 def test_run_refuses_a_mistyped_option_with_the_closest_one(runner, argv, message):
     result = runner.invoke(cli, argv)
     assert result.exit_code == 2, result.output
@@ -43,7 +49,9 @@ def test_run_refuses_an_unknown_option_listing_its_options(runner):
     assert "./--zzzzzzzz" in result.output  # how to name a recipe file that starts with '-'
 
 
-@pytest.mark.parametrize("argv", [["run", "--ray-address", "head:6379"], ["run", "seal-ray", "--ray-address=head:6379"]])
+@pytest.mark.parametrize(
+    "argv", [["run", "--ray-address", "head:6379"], ["run", "seal-ray", "--ray-address=head:6379"]]
+)
 def test_run_reports_the_removed_ray_address_option_with_its_replacement(runner, argv):
     # docs/scaling.md, "Migrating recipes": `run --ray-address ADDR` -> the ray plugin's settings.
     result = runner.invoke(cli, argv)
@@ -102,8 +110,12 @@ def test_the_readme_writes_plugin_settings_as_recipe_keys(runner):
     assert ("settings.grpo.overlong_filter", "true") in keys and ("settings.grpo.train_layers", "10") in keys
     shorthand = [key for key, _ in keys if not key.startswith("settings.")]
     assert not shorthand, f"README keys without settings.: {shorthand}"
-    for key, value in [("settings.grpo.overlong_filter", "true"), ("settings.grpo.train_layers", "10"),
-                       ("settings.grpo.logits_chunk_tokens", "1024"), ("settings.grpo.checkpoint_keep_attention", "true")]:
+    for key, value in [
+        ("settings.grpo.overlong_filter", "true"),
+        ("settings.grpo.train_layers", "10"),
+        ("settings.grpo.logits_chunk_tokens", "1024"),
+        ("settings.grpo.checkpoint_keep_attention", "true"),
+    ]:
         assert (key, value) in keys or (key, "") in keys, key
         result = runner.invoke(cli, ["config", "validate", "smarthome-embedded", f"{key}={value}"])
         assert result.exit_code == 0, result.output

@@ -40,7 +40,9 @@ main()
 """
 
 
-def _command(args: list[str], tmp_path: Path, site: Path | None = None) -> tuple[subprocess.CompletedProcess[str], dict]:
+def _command(
+    args: list[str], tmp_path: Path, site: Path | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     """``seal-platform ARGS`` in a fresh process started as the console script starts it (with ``site`` on its
     path), and the modules it had imported when it exited (``modules``, a set)."""
     listing = tmp_path / "probe.json"

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from seal_platform.planning import load_recipe
 from seal_platform.config import RunConfig, apply_overrides, parse_override, resolve_recipe_path
 from seal_platform.errors import ConfigError
-from seal_platform.planning import check_recipe
+from seal_platform.planning import check_recipe, load_recipe
 from seal_platform.plugins import make_plugin_manager
 
 
@@ -21,7 +20,10 @@ def _write(tmp_path, data, name="r.yaml"):
 def test_overrides_are_parsed_as_yaml_values():
     assert parse_override("training.steps=3") == (["training", "steps"], 3)
     assert parse_override("settings.grpo.lr=1e-5") == (["settings", "grpo", "lr"], 1e-5)
-    assert parse_override("diagnosis.diagnosers=[bfcl, llm_judge]") == (["diagnosis", "diagnosers"], ["bfcl", "llm_judge"])
+    assert parse_override("diagnosis.diagnosers=[bfcl, llm_judge]") == (
+        ["diagnosis", "diagnosers"],
+        ["bfcl", "llm_judge"],
+    )
     assert parse_override("stages.reweight=null") == (["stages", "reweight"], None)
     data = apply_overrides({"training": {"steps": 1}}, ["training.steps=4", "settings.bfcl.categories=[a]"])
     assert data == {"training": {"steps": 4}, "settings": {"bfcl": {"categories": ["a"]}}}
@@ -34,7 +36,10 @@ def test_overrides_are_parsed_as_yaml_values():
     problems: list = []
     data = apply_overrides({"seed": 1}, ["seed.x=2", "=3", "training.steps=4"], problems=problems)
     assert data == {"seed": 1, "training": {"steps": 4}}
-    assert [(p.where, p.source) for p in problems] == [("seed.x", "override 'seed.x=2'"), ("(override)", "override '=3'")]
+    assert [(p.where, p.source) for p in problems] == [
+        ("seed.x", "override 'seed.x=2'"),
+        ("(override)", "override '=3'"),
+    ]
     assert "'seed' holds a value, not a section" in str(problems[0]) and "key.sub=value" in str(problems[1])
 
 
@@ -42,7 +47,11 @@ def test_a_bad_override_is_one_of_the_problems_listed_not_the_only_one(tmp_path)
     path = _write(tmp_path, {"environment": "toy", "training": {"steps": 1}})
     config, issues, _ = load_recipe(str(path), ["training.steps.x=1", "seed=abc", "colour=blue"])
     assert config is None
-    assert [i.source for i in issues] == ["override 'training.steps.x=1'", "override 'seed=abc'", "override 'colour=blue'"]
+    assert [i.source for i in issues] == [
+        "override 'training.steps.x=1'",
+        "override 'seed=abc'",
+        "override 'colour=blue'",
+    ]
 
 
 def test_every_core_error_is_reported_with_its_place(tmp_path):
@@ -209,7 +218,10 @@ def test_plugin_setting_typos_get_suggestions_from_the_plugins_model(toy_site, t
     assert "problem(s) in the recipe" in message and "and its command-line overrides" in message
     assert ("override 'settings.toy.n_taskz=3': settings.toy.n_taskz: unknown key (did you mean "
             "'settings.toy.n_tasks'?)") in message
-    assert "override 'settings.toyy.x=1': settings.toyy: no loaded plugin owns this section (did you mean 'settings.toy'?" in message
+    assert (
+        "override 'settings.toyy.x=1': settings.toyy: no loaded plugin owns this section (did you mean 'settings.toy'?"
+        in message
+    )
     # The same key misspelt in the file is blamed on the file, at its line.
     text = toy_recipe.read_text().replace("n_tasks:", "n_taskz:")
     toy_recipe.write_text(text)
@@ -217,7 +229,9 @@ def test_plugin_setting_typos_get_suggestions_from_the_plugins_model(toy_site, t
     with pytest.raises(ConfigError) as caught:
         plan_recipe(str(toy_recipe))
     assert f"{toy_recipe}: 1 problem(s) in the recipe" in str(caught.value)
-    assert f"{toy_recipe}:{line}: settings.toy.n_taskz: unknown key (did you mean 'settings.toy.n_tasks'?)" in str(caught.value)
+    assert f"{toy_recipe}:{line}: settings.toy.n_taskz: unknown key (did you mean 'settings.toy.n_tasks'?)" in str(
+        caught.value
+    )
 
 
 def test_plugin_sections_refuse_unknown_keys_unless_their_model_says_otherwise():

@@ -50,8 +50,16 @@ def test_later_rounds_get_group_names_that_do_not_collide():
 
 
 def test_only_mixed_groups_are_trained_on_and_the_counts_are_stored(toy_site, toy_recipe):
-    runner, store = _runner(toy_recipe, DS + ["training.steps=2", "rollout.dynamic_sampling.tasks_per_round=4",
-                                           "rollout.dynamic_sampling.max_rounds=3", "settings.toy.outcomes=every_third"])
+    runner, store = _runner(
+        toy_recipe,
+        DS
+        + [
+            "training.steps=2",
+            "rollout.dynamic_sampling.tasks_per_round=4",
+            "rollout.dynamic_sampling.max_rounds=3",
+            "settings.toy.outcomes=every_third",
+        ],
+    )
     runner.run()
     plugin = sys.modules["toy_plugin"].plugin
     for step in store.steps(runner.run_id):
@@ -100,7 +108,9 @@ def test_the_pool_running_out_ends_the_rounds(toy_site, toy_recipe):
 
 
 def test_off_by_default_nothing_is_filtered(toy_site, toy_recipe):
-    runner, store = _runner(toy_recipe, ["training.steps=1", "training.checkpoint_every=0", "settings.toy.outcomes=never"])
+    runner, store = _runner(
+        toy_recipe, ["training.steps=1", "training.checkpoint_every=0", "settings.toy.outcomes=never"]
+    )
     runner.run()
     plugin = sys.modules["toy_plugin"].plugin
     assert plugin.calls.count("collect") == 1 and "optimize" in plugin.calls

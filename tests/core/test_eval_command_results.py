@@ -4,6 +4,7 @@ report and `runs --json` list them on their own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from alembic import command
@@ -18,8 +19,8 @@ from seal_platform.store import EVAL_BY_COMMAND, RunStore
 from seal_platform.store.safety import alembic_config
 from seal_platform.types import EvalResult
 
-from .test_resume_reliability import interrupted_then_resumed
 from .test_loop import _runner
+from .test_resume_reliability import interrupted_then_resumed
 
 
 def _rows(store, run_id, origin):
@@ -35,10 +36,8 @@ def test_an_eval_of_the_resumed_checkpoint_survives_the_resume_and_stays_out_of_
     overrides = ["training.steps=5", "training.checkpoint_every=2", "evaluation.every=2",
                  "settings.toy.interrupt_step=3", f"settings.toy.interrupt_file={flag}"]
     runner, store = _runner(toy_recipe, overrides)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         runner.run()
-    except KeyboardInterrupt:
-        pass
     run_id = runner.run_id
     own_before = _rows(store, run_id, "run")
     assert sorted({row[0] for row in own_before}) == [0, 2]

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from seal_platform.cli import cli
 from seal_platform.present.digest import load_digest
 from seal_platform.present.html_report import run_report_html, write_run_report
-from seal_platform.store import RunStore
 from seal_platform.present.transcripts import report_transcripts
+from seal_platform.store import RunStore
 
 REPO = Path(__file__).resolve().parents[2]
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -124,11 +124,15 @@ def test_charts_have_percent_axes_integer_steps_and_legends_outside_the_data(toy
         renderer = fig.canvas.get_renderer()
         for ax in fig.axes:
             legend = ax.get_legend()
-            seen.append({
-                "title": ax.get_title(), "ylim": ax.get_ylim(),
-                "xticks": [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]],
-                "overlap": legend is not None and legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer)),
-            })
+            seen.append(
+                {
+                    "title": ax.get_title(),
+                    "ylim": ax.get_ylim(),
+                    "xticks": [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]],
+                    "overlap": legend is not None
+                    and legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer)),
+                }
+            )
         return save(fig, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", recording_savefig)
@@ -261,7 +265,10 @@ def test_pages_go_where_asked_and_an_unwritable_path_is_one_error(toy_run, tmp_p
         assert "Traceback" not in result.output
     # A file name with another suffix is that file (it became a folder with report.html inside); a name with no
     # suffix, or an existing folder, gets report.html.
-    for out, written in ((tmp_path / "page.htm", tmp_path / "page.htm"), (tmp_path / "pages", tmp_path / "pages" / "report.html"),
-                         (tmp_path, tmp_path / "report.html")):
+    for out, written in (
+        (tmp_path / "page.htm", tmp_path / "page.htm"),
+        (tmp_path / "pages", tmp_path / "pages" / "report.html"),
+        (tmp_path, tmp_path / "report.html"),
+    ):
         result = runner.invoke(cli, ["report", toy_run.id, "--out", str(out), *store])
         assert result.exit_code == 0 and written.is_file() and written.read_text().startswith("<!DOCTYPE html>"), out

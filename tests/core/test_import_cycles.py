@@ -1,7 +1,7 @@
-"""No import cycles: in the core (``seal_platform``), in each library (``seal_platform_libs.<name>``), in each plugin under ``plugins/`` and in each example
-plugin under ``examples/``. The graph is read from the source (:mod:`tests.importgraph`): imports inside
-functions and under ``TYPE_CHECKING`` count, so a cycle cannot hide behind a lazy or type-only import (move
-what both sides need to a module of its own, e.g. ``seal_platform/types.py``)."""
+"""No import cycles: in the core (``seal_platform``), in each library (``seal_platform_libs.<name>``), in each plugin
+under ``plugins/`` and in each example plugin under ``examples/``. The graph is read from the source
+(:mod:`tests.importgraph`): imports inside functions and under ``TYPE_CHECKING`` count, so a cycle cannot hide behind a
+lazy or type-only import (move what both sides need to a module of its own, e.g. ``seal_platform/types.py``)."""
 
 from __future__ import annotations
 

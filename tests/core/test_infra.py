@@ -119,9 +119,12 @@ def test_keys_that_moved_to_plugin_settings_name_their_new_key(toy_site, toy_rec
     assert config is None
     moved = {i.where: i.what for i in issues}
     assert moved == {
-        "ray.enabled": moved["ray.enabled"], "ray.colocate": moved["ray.colocate"],
-        "rollout.replicas": moved["rollout.replicas"], "rollout.max_staleness": moved["rollout.max_staleness"],
-        "rollout.stale_samples": moved["rollout.stale_samples"], "rollout.importance_cap": moved["rollout.importance_cap"],
+        "ray.enabled": moved["ray.enabled"],
+        "ray.colocate": moved["ray.colocate"],
+        "rollout.replicas": moved["rollout.replicas"],
+        "rollout.max_staleness": moved["rollout.max_staleness"],
+        "rollout.stale_samples": moved["rollout.stale_samples"],
+        "rollout.importance_cap": moved["rollout.importance_cap"],
     }
     assert "settings.ray.enabled" in moved["ray.enabled"]
     assert "settings.grpo.placement.colocate" in moved["ray.colocate"]
@@ -168,7 +171,9 @@ def test_the_cluster_a_recipe_enables_reaches_checks_executor_and_context(toy_si
     """A plugin registers a cluster (register_clusters) that its settings enable; the core names no backend: it
     refuses an executor whose cluster is off (with the cluster's own enable hint), passes the cluster to
     check_config and check_machine, and hands it to the run as ctx.cluster."""
-    config, issues, _ = load_recipe(str(toy_recipe), ["rollout.executor=toy-clustered", "settings.toy.needs_cluster=true"])
+    config, issues, _ = load_recipe(
+        str(toy_recipe), ["rollout.executor=toy-clustered", "settings.toy.needs_cluster=true"]
+    )
     assert not issues
     host = make_plugin_manager(allow=config.plugins.allow)
     _, problems = check_recipe(config, host)

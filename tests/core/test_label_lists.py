@@ -56,8 +56,11 @@ def test_no_module_but_seal_platform_labels_spells_out_a_label_list():
     home = str(HOME.relative_to(ROOT))
     # A copy of the excluded labels names both verifier-side labels; a copy of the reference labels names
     # (nearly) all of them. The Table 5 mappings name at most four reference labels and no excluded one.
-    lists = [(f, line) for f, line, strings in _string_literals() if
-             {"gt_error", "checker_error"} <= strings or len(strings & set(REFERENCE_LABELS)) >= len(REFERENCE_LABELS) - 2]
+    lists = [
+        (f, line)
+        for f, line, strings in _string_literals()
+        if {"gt_error", "checker_error"} <= strings or len(strings & set(REFERENCE_LABELS)) >= len(REFERENCE_LABELS) - 2
+    ]
     copies = [(f, line) for f, line in lists if f != home]
     assert copies == [], f"label lists spelled out again (derive them from seal_platform.labels): {copies}"
     assert len(lists) == 2  # the rule finds the two definitions in seal_platform/labels.py
@@ -71,8 +74,11 @@ def test_no_module_but_seal_platform_labels_spells_out_the_finer_labels_refineme
     for file, tree in _sources():
         for node in ast.walk(tree):
             if isinstance(node, ast.Dict):
-                same = [key.value for key, value in zip(node.keys, node.values)
-                        if isinstance(key, ast.Constant) and key.value in REFINES and _strings(value) == REFINES[key.value]]
+                same = [
+                    key.value
+                    for key, value in zip(node.keys, node.values)
+                    if isinstance(key, ast.Constant) and key.value in REFINES and _strings(value) == REFINES[key.value]
+                ]
                 if len(same) >= 2:
                     mappings.append((file, node.lineno))
     copies = [(f, line) for f, line in mappings if f != home]

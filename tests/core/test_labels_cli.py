@@ -60,8 +60,12 @@ def test_a_label_that_maps_to_nothing_is_not_called_a_reference_label():
     narrow = _listed(rows, 45)  # the reference under the meaning
     assert narrow.count("(maps to no") == 2 and narrow.count("(a reference") == 2, narrow
     wide = _listed(rows, 200)
-    lines = {line.split("│")[2].strip(): line.split("│")[3].strip() for line in wide.splitlines() if line.count("│") == 5}
-    assert lines == {"ok": "(none)", "repetition": "(none)", "pass": "(itself)", "slow": "late", "late": "(itself)"}, wide
+    lines = {
+        line.split("│")[2].strip(): line.split("│")[3].strip() for line in wide.splitlines() if line.count("│") == 5
+    }
+    assert lines == {"ok": "(none)", "repetition": "(none)", "pass": "(itself)", "slow": "late", "late": "(itself)"}, (
+        wide
+    )
 
 
 def test_the_reference_labels_are_those_docs_labels_md_lists():

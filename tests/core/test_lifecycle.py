@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -78,34 +79,30 @@ def test_a_body_that_completes_ends_the_plugins_then_closes_engine_and_executor(
 def test_a_body_that_raises_ends_with_its_status_and_keeps_its_error(tmp_path, error, status):
     log: list[str] = []
     host, ctx = _setup(tmp_path, log)
-    with pytest.raises(type(error)):
-        with lifecycle(host, ctx, resumed=False):
-            raise error
+    with pytest.raises(type(error)), lifecycle(host, ctx, resumed=False):
+        raise error
     assert _ends(log) == [f"b.end_run:{status}", f"a.end_run:{status}", "engine.close", "executor.close"]
 
 
 def test_a_failed_start_run_ends_nothing_but_still_closes(tmp_path):
     log: list[str] = []
     host, ctx = _setup(tmp_path, log, a="start_run")
-    with pytest.raises(PluginError, match="plugin 'a' failed in 'start_run'"):
-        with lifecycle(host, ctx, resumed=False):
-            log.append("body")
+    with pytest.raises(PluginError, match="plugin 'a' failed in 'start_run'"), lifecycle(host, ctx, resumed=False):
+        log.append("body")
     assert "body" not in log and _ends(log) == ["engine.close", "executor.close"]
 
 
 def test_a_failing_end_run_never_hides_the_bodys_error(tmp_path):
     log: list[str] = []
     host, ctx = _setup(tmp_path, log, b="end_run")
-    with pytest.raises(ValueError, match="the run's own"):
-        with lifecycle(host, ctx, resumed=False):
-            raise ValueError("the run's own error")
+    with pytest.raises(ValueError, match="the run's own"), lifecycle(host, ctx, resumed=False):
+        raise ValueError("the run's own error")
     assert _ends(log)[-2:] == ["engine.close", "executor.close"]
     # Without a store to record it in, an end_run failure after a completed body is raised.
     log.clear()
     host, ctx = _setup(tmp_path, log, b="end_run")
-    with pytest.raises(PluginError, match="cannot end"):
-        with lifecycle(host, ctx, resumed=False):
-            pass
+    with pytest.raises(PluginError, match="cannot end"), lifecycle(host, ctx, resumed=False):
+        pass
     assert _ends(log)[-2:] == ["engine.close", "executor.close"]
 
 
@@ -161,9 +158,8 @@ def test_a_factory_failing_in_another_plugin_s_code_names_that_plugin(toy_site, 
     config = RunConfig(environment="borrowed", rollout={"engine": "borrowed-engine"})
     ctx = RunContext(config=config, run_id="r", run_dir=tmp_path)
     ctx.executor = Closable("executor", [])  # type: ignore[assignment]
-    with pytest.raises(PluginError) as raised:
-        with lifecycle(host, ctx, resumed=False) as life:
-            getattr(life, what)()
+    with pytest.raises(PluginError) as raised, lifecycle(host, ctx, resumed=False) as life:
+        getattr(life, what)()
     said = str(raised.value)
     doing = {"environment": "setting up the environment", "engine": "building the rollout engine"}[what]
     assert said.startswith(f"{doing} of plugin 'borrow' failed in the code of plugin 'toy' (tasks, "

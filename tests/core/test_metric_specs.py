@@ -106,7 +106,9 @@ def test_show_and_the_summary_count_the_declared_updates_and_tokens(catalog, sto
     Console(file=summary, width=250).print(run_summary(load_digest(store, RUN), catalog=catalog))
     text = summary.getvalue()
     assert "3 policy update(s) in between" in text
-    assert "policy updates: 3, trajectories trained 6, skipped 10 (longer than the context), 200 trained tokens/s" in text
+    assert (
+        "policy updates: 3, trajectories trained 6, skipped 10 (longer than the context), 200 trained tokens/s" in text
+    )
 
 
 def test_the_progress_line_reads_the_declared_throughput_and_no_update_reason(catalog):
@@ -120,7 +122,10 @@ def test_the_progress_line_reads_the_declared_throughput_and_no_update_reason(ca
 def test_the_report_plots_the_declared_headline_metrics_and_groups(catalog, store):
     page = run_report_html(load_digest(store, RUN), catalog=catalog)
     optimizer = page.split("<h2>Optimizer metrics over steps</h2>", 1)[1].split("<h2>", 1)[0]
-    assert "<th>policy loss</th><th>value loss</th>" in optimizer and "<tr><td>0</td><td>0.5</td><td>1.25</td></tr>" in optimizer
+    assert (
+        "<th>policy loss</th><th>value loss</th>" in optimizer
+        and "<tr><td>0</td><td>0.5</td><td>1.25</td></tr>" in optimizer
+    )
     assert "steps without a policy update (nothing to learn or skipped): 1, 2" in optimizer
     group = page.split("<h2>Critic checks per step</h2>", 1)[1].split("<h2>", 1)[0]
     assert "<th>agreement</th><th>misses</th>" in group and "<tr><td>1</td><td>50%</td><td>2</td></tr>" in group

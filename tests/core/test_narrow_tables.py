@@ -192,7 +192,9 @@ def _progress_lines(width: int) -> list[str]:
 def test_the_live_progress_line_is_not_cut_at_80_columns():
     lines = _progress_lines(80)
     text = "\n".join(lines)
-    _assert_whole(text, ["evolve_interface", "300/300", "30/128", "1234", "tok/s", "collect episodes", "(advantages 0)"])
+    _assert_whole(
+        text, ["evolve_interface", "300/300", "30/128", "1234", "tok/s", "collect episodes", "(advantages 0)"]
+    )
     final = [line for line in lines if "done" in line or "300/300" in line]
     assert any("eta" in line and re.search(r"\d+:\d\d:\d\d", line) for line in final), text
     assert "━" in "\n".join(_progress_lines(140))  # a wide terminal keeps its bar

@@ -13,10 +13,10 @@ from seal_platform import infra, rollouts
 from seal_platform.context import RunContext
 from seal_platform.errors import ConfigError
 from seal_platform.planning import plan_recipe
-
-from .conftest import make_dist
 from tests.core.test_loop import _runner
 from tests.core.test_resume_reliability import interrupted_then_resumed
+
+from .conftest import make_dist
 
 # Episodes slow enough (6 of them at 0.15 s) that the next step's collect is still running when optimize starts.
 SLOW = ["training.tasks_per_step=3", "training.group_size=2", "settings.toy.generate_sleep_s=0.15",
@@ -30,7 +30,9 @@ def _versions(store, run_id, step):
 
 
 def test_overlapped_steps_are_one_version_each_and_at_most_one_step_behind(toy_site, toy_recipe):
-    runner, store = _runner(toy_recipe, SLOW + ["rollout.overlap=true", "training.steps=6", "training.checkpoint_every=3"])
+    runner, store = _runner(
+        toy_recipe, SLOW + ["rollout.overlap=true", "training.steps=6", "training.checkpoint_every=3"]
+    )
     runner.run()
     plugin = sys.modules["toy_plugin"].plugin
     # Prefetched: every step but the first and the one after the checkpoint (after step 2).

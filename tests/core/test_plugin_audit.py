@@ -322,7 +322,9 @@ def test_failing_trackers_and_end_run_hooks_are_said_once_a_plugin_and_the_run_s
                                       "--quiet", "--no-report"])
     assert result.exit_code == 0, result.output
     tracker = [line for line in result.output.splitlines() if line.startswith("warning: tracker 'flaky'")]
-    ended = [line for line in result.output.splitlines() if line.startswith("warning: plugin 'flaky' failed in 'end_run'")]
+    ended = [
+        line for line in result.output.splitlines() if line.startswith("warning: plugin 'flaky' failed in 'end_run'")
+    ]
     assert len(tracker) == 1 and len(ended) == 1, result.output
     assert "RuntimeError: tracker down" in tracker[0] and "more failure(s) of it" in tracker[0]
     assert "RuntimeError: cannot flush" in ended[0]

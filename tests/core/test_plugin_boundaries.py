@@ -241,8 +241,9 @@ def _layer_edges(root: Path, top: str, what: str, forbidden: dict[str, str]) -> 
 
 def test_no_plugin_or_example_imports_another_plugin() -> None:
     unexpected = [e for e in plugin_edges(ROOT) if (e.file, e.target) not in PENDING_EDGES]
-    assert not unexpected, "cross-plugin imports (use seal_platform / seal_platform_libs.toolenv instead):\n" + "\n".join(
-        map(str, unexpected)
+    assert not unexpected, (
+        "cross-plugin imports (use seal_platform / seal_platform_libs.toolenv instead):\n"
+        + "\n".join(map(str, unexpected))
     )
 
 
@@ -271,7 +272,8 @@ def test_the_tool_environment_library_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"
         + "".join(f"import seal_platform_libs.toolenv.{m}\n" for m in modules)
-        + "heavy = ('torch', 'vllm', 'ray', 'transformers', 'jsonschema', 'mcp', 'bfcl_eval', 'seal_platform_plugins')\n"
+        + "heavy = ('torch', 'vllm', 'ray', 'transformers', 'jsonschema', 'mcp', 'bfcl_eval', "
+        "'seal_platform_plugins')\n"
         "print(','.join(sorted(m for m in heavy if m in sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

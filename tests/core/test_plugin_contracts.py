@@ -152,7 +152,9 @@ def test_a_plugin_whose_registration_raises_is_skipped_unless_the_recipe_needs_i
     plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,badreg]"])
     assert plan.host is not None and not plan.host.is_loaded("badreg")
     assert _record(plan.host, "badreg").status == "failed"
-    result = CliRunner().invoke(cli, ["run", str(toy_recipe), "training.steps=1", "plugins.allow=[toy,badreg]", "--quiet"])
+    result = CliRunner().invoke(
+        cli, ["run", str(toy_recipe), "training.steps=1", "plugins.allow=[toy,badreg]", "--quiet"]
+    )
     assert result.exit_code == 0, result.output
     assert "warning: plugin 'badreg' (seal-badreg) was not loaded: register_environments raised RuntimeError: " \
         "boom in register_environments" in result.output
@@ -349,8 +351,13 @@ def check_config(config, settings, cluster):
 '''
 
 
-@pytest.mark.parametrize("source, said", [(CHECK_CONFIG_RAISES, "failed in 'check_config': RuntimeError: boom in check_config"),
-                                          (CHECK_CONFIG_STRINGS, "returned ['the cluster is too small'] from 'check_config'")])
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        (CHECK_CONFIG_RAISES, "failed in 'check_config': RuntimeError: boom in check_config"),
+        (CHECK_CONFIG_STRINGS, "returned ['the cluster is too small'] from 'check_config'"),
+    ],
+)
 def test_a_broken_check_config_is_one_recipe_problem_naming_its_plugin(toy_site, toy_recipe, monkeypatch, source, said):
     from seal_platform.cli import cli
 
@@ -388,8 +395,13 @@ def check_machine(config, settings, cluster):
 '''
 
 
-@pytest.mark.parametrize("source, said", [(CHECK_MACHINE_RAISES, "failed in 'check_machine': RuntimeError: boom in check_machine"),
-                                          (CHECK_MACHINE_STRING, "returned 'no GPU' from 'check_machine', not a list of strings")])
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        (CHECK_MACHINE_RAISES, "failed in 'check_machine': RuntimeError: boom in check_machine"),
+        (CHECK_MACHINE_STRING, "returned 'no GPU' from 'check_machine', not a list of strings"),
+    ],
+)
 def test_a_broken_check_machine_stops_the_run_naming_its_plugin(toy_site, toy_recipe, monkeypatch, source, said):
     from seal_platform.cli import cli
 
@@ -410,10 +422,16 @@ def optimize(ctx, engine, trajectories, weights, step):
 '''
 
 
-@pytest.mark.parametrize("result, said", [('"loss=1"', "must return a dict of metric name -> float (or None) from 'optimize', not str"),
-                                          ('{"loss": "abc"}', "returned metrics from 'optimize' that are not a flat dict of name -> float ('loss': str)")])
-def test_an_optimizer_returning_no_flat_dict_of_floats_fails_naming_it(toy_site, toy_recipe, monkeypatch, tmp_path,
-                                                                      result, said):
+@pytest.mark.parametrize(
+    "result, said",
+    [
+        ('"loss=1"', "must return a dict of metric name -> float (or None) from 'optimize', not str"),
+        ('{"loss": "abc"}', "returned metrics from 'optimize' that are not a flat dict of name -> float ('loss': str)"),
+    ],
+)
+def test_an_optimizer_returning_no_flat_dict_of_floats_fails_naming_it(
+    toy_site, toy_recipe, monkeypatch, tmp_path, result, said
+):
     from seal_platform.store import RunStore
 
     _install(toy_site, "badopt", OPTIMIZER.replace("RESULT", result), monkeypatch)
@@ -454,7 +472,9 @@ def evaluate(ctx, environment, engine, tasks, step):
 '''
 
 
-def test_a_pristine_interface_that_is_not_an_interface_fails_naming_the_plugin(toy_site, toy_recipe, monkeypatch, tmp_path):
+def test_a_pristine_interface_that_is_not_an_interface_fails_naming_the_plugin(
+    toy_site, toy_recipe, monkeypatch, tmp_path
+):
     _install(toy_site, "badenv", BAD_ENVIRONMENT, monkeypatch)
     plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,badenv]", "environment=badenv", "training.steps=1"])
     with pytest.raises(PluginError) as info:
@@ -462,17 +482,29 @@ def test_a_pristine_interface_that_is_not_an_interface_fails_naming_the_plugin(t
     assert "plugin 'badenv': its environment's pristine_interface() returned dict, not an Interface" in str(info.value)
 
 
-@pytest.mark.parametrize("result, said", [
-    ('raise RuntimeError("boom in diagnose")', "the 'diagnose' stage failed in plugin 'multi': RuntimeError: boom in diagnose"),
-    ('return "ok"', "plugin 'multi' must return a list of TurnLabel from 'diagnose', not str"),
-    ('return {"labels": []}', "plugin 'multi' must return a list of TurnLabel from 'diagnose', not dict"),
-    ('return None', "plugin 'multi' returned None from 'diagnose' for the "),
-    ('pass', "plugin 'multi' returned None from 'diagnose' for the "),
-    ('return [label(t, source="toy") for t in trajectories]', "whose source is not a diagnoser it registers (multi)"),
-    ('return [label(t, trajectory_id="nope") for t in trajectories]', "for a trajectory that is not one of the step's"),
-    ('return [label(t, turn=99) for t in trajectories]', "for a turn the trajectory does not have"),
-    ('return [label(t, turn=-1) for t in trajectories]', "for a turn the trajectory does not have"),
-])
+@pytest.mark.parametrize(
+    "result, said",
+    [
+        (
+            'raise RuntimeError("boom in diagnose")',
+            "the 'diagnose' stage failed in plugin 'multi': RuntimeError: boom in diagnose",
+        ),
+        ('return "ok"', "plugin 'multi' must return a list of TurnLabel from 'diagnose', not str"),
+        ('return {"labels": []}', "plugin 'multi' must return a list of TurnLabel from 'diagnose', not dict"),
+        ('return None', "plugin 'multi' returned None from 'diagnose' for the "),
+        ('pass', "plugin 'multi' returned None from 'diagnose' for the "),
+        (
+            'return [label(t, source="toy") for t in trajectories]',
+            "whose source is not a diagnoser it registers (multi)",
+        ),
+        (
+            'return [label(t, trajectory_id="nope") for t in trajectories]',
+            "for a trajectory that is not one of the step's",
+        ),
+        ('return [label(t, turn=99) for t in trajectories]', "for a turn the trajectory does not have"),
+        ('return [label(t, turn=-1) for t in trajectories]', "for a turn the trajectory does not have"),
+    ],
+)
 def test_a_diagnoser_is_called_on_its_own_and_its_labels_are_checked(toy_site, toy_recipe, monkeypatch, tmp_path,
                                                                      result, said):
     from seal_platform.store import RunStore
@@ -522,7 +554,9 @@ import toy_plugin
 
 @hookimpl
 def register_environments():
-    return [EnvironmentSpec("counting", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings)))]
+    return [EnvironmentSpec(
+        "counting", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings))
+    )]
 
 
 @hookimpl
@@ -537,7 +571,9 @@ def evaluate(ctx, environment, engine, tasks, step):
 
 
 @pytest.mark.parametrize("extra, count", [("[:-1]", 7), (" * 2", 16)])
-def test_collect_must_return_one_trajectory_per_task_and_sample(toy_site, toy_recipe, monkeypatch, tmp_path, extra, count):
+def test_collect_must_return_one_trajectory_per_task_and_sample(
+    toy_site, toy_recipe, monkeypatch, tmp_path, extra, count
+):
     _install(toy_site, "counting", COUNTING_ENVIRONMENT.replace("SLICE", extra), monkeypatch)
     plan = plan_recipe(toy_recipe, ["plugins.allow=[toy,counting]", "environment=counting", "training.steps=1"])
     with pytest.raises(PluginError) as info:

@@ -45,7 +45,9 @@ def test_broken_plugin_is_reported_and_skipped(site):
 
 
 def test_broken_plugin_named_by_the_recipe_stops_with_its_error(site):
-    with pytest.raises(PluginError, match="depends on plugin 'broken', which failed to load: ImportError: needs libfoo"):
+    with pytest.raises(
+        PluginError, match="depends on plugin 'broken', which failed to load: ImportError: needs libfoo"
+    ):
         make_plugin_manager(allow=["good", "broken"], required=["broken"])
 
 
@@ -90,7 +92,9 @@ def test_a_plugin_left_out_by_an_allow_list_is_explained_in_a_sentence(site, mon
                            "(it lists only nope; no installed plugin is called 'nope'; installed plugins: "), text
     assert "broken, " in text and "good" in text.split("installed plugins:")[1]
     monkeypatch.delenv("SEAL_PLATFORM_PLUGINS")
-    with pytest.raises(PluginError, match=r"plugin 'good', which is not allowed by plugins.allow \(it lists only broken\)\.$"):
+    with pytest.raises(
+        PluginError, match=r"plugin 'good', which is not allowed by plugins.allow \(it lists only broken\)\.$"
+    ):
         make_plugin_manager(allow=["broken"], required=["good"])
     with pytest.raises(PluginError, match=r"plugin 'good', which is blocked by plugins.block\.$"):
         make_plugin_manager(block=["good"], required=["good"])
@@ -312,7 +316,9 @@ def test_the_cli_lists_a_plugin_with_bad_registrations_as_failed(bad_site):
 
     from seal_platform.cli import cli
 
-    result = CliRunner().invoke(cli, ["plugins", "--json"], env={"SEAL_PLATFORM_PLUGINS": "good,garbage,raises,provider"})
+    result = CliRunner().invoke(
+        cli, ["plugins", "--json"], env={"SEAL_PLATFORM_PLUGINS": "good,garbage,raises,provider"}
+    )
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.output)}
     assert rows["garbage"]["status"] == "failed" and "register_diagnosers returned [42]" in rows["garbage"]["error"]
@@ -355,7 +361,9 @@ def test_every_command_still_runs_beside_a_plugin_that_exits_at_import(site):
         assert done.returncode == 0, done.stdout + done.stderr
         assert "plugin called sys.exit" not in done.stdout + done.stderr or args == ["plugins"]
     # `plugins` names it, with what it did (it used to print only the plugin's own text, and exit 1).
-    assert "exits" in done.stdout and "SystemExit('plugin called sys.exit at import') at import" in " ".join((done.stdout + done.stderr).split())
+    assert "exits" in done.stdout and "SystemExit('plugin called sys.exit at import') at import" in " ".join(
+        (done.stdout + done.stderr).split()
+    )
 
 
 class _Exits:

@@ -134,8 +134,10 @@ def splits(settings):
 
 @hookimpl
 def register_environments():
-    return [EnvironmentSpec("taskfile", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings)),
-                            splits=splits)]
+    return [EnvironmentSpec(
+        "taskfile", lambda ctx: toy_plugin.ToyEnvironment(ctx.settings_for("toy", toy_plugin.ToySettings)),
+        splits=splits,
+    )]
 
 
 @hookimpl

@@ -146,7 +146,9 @@ def test_a_missing_variable_is_one_problem_naming_the_setting_and_the_variable(t
                                                                               monkeypatch):
     _install(toy_site, "vault", VAULT, monkeypatch)
     monkeypatch.delenv("NO_SUCH_VAR_H7", raising=False)
-    recipe = _vault_recipe(toy_recipe, tmp_path, {"servers": [{"headers": {"Authorization": "Bearer ${NO_SUCH_VAR_H7}"}}]})
+    recipe = _vault_recipe(
+        toy_recipe, tmp_path, {"servers": [{"headers": {"Authorization": "Bearer ${NO_SUCH_VAR_H7}"}}]}
+    )
     result = CliRunner().invoke(cli, ["config", "validate", str(recipe)])
     assert result.exit_code == 1
     assert "settings.vault.servers.0.headers.Authorization" in result.output and "NO_SUCH_VAR_H7" in result.output

@@ -235,7 +235,12 @@ def test_plugins_of_one_distribution_that_changed_alike_share_a_line():
     def p(name, version, status="loaded", dist="seal-platform"):
         return {"name": name, "distribution": dist, "version": version, "status": status, "error": None}
 
-    before = [p("bfcl", "0.1.0"), p("grpo", "0.1.0"), p("ray_backend", "0.1.0", "blocked"), p("x", "1.0", "failed", "x")]
+    before = [
+        p("bfcl", "0.1.0"),
+        p("grpo", "0.1.0"),
+        p("ray_backend", "0.1.0", "blocked"),
+        p("x", "1.0", "failed", "x"),
+    ]
     after = [p("bfcl", "0.2.0"), p("grpo", "0.2.0"), p("ray_backend", "0.2.0", "blocked"), p("x", "2.0", "failed", "x")]
     assert plugin_differences(before, after) == ["seal-platform 0.1.0 -> 0.2.0 (plugins bfcl, grpo)"]
     assert plugin_differences(before, before) == []

@@ -4,9 +4,11 @@ checkpoint directories left behind."""
 from __future__ import annotations
 
 import sys
+from datetime import UTC
 
 import pytest
 
+from seal_platform.errors import PluginError
 from tests.core.test_loop import _runner
 
 
@@ -76,7 +78,7 @@ def test_resume_of_a_run_killed_before_its_first_interface(toy_site, toy_recipe)
     # Found by benchmarks/kill_anywhere.py: a kill between the run row and the pristine interface row.
     base = ["training.steps=2", "training.checkpoint_every=0"]
     runner, store = _runner(toy_recipe, [*base, "settings.toy.fail_in=start_run"])
-    with pytest.raises(Exception):
+    with pytest.raises(PluginError, match="toy failure in start_run"):
         runner.run()
     assert store.interfaces(runner.run_id) == []
     sys.modules.pop("toy_plugin", None)
@@ -148,7 +150,9 @@ def test_restart_from_step_discards_only_what_it_names(toy_site, toy_recipe, tmp
     assert any("restart from step 0 asked for" in e.message for e in store.events(run_id))
 
 
-def test_complete_checkpoints_the_store_does_not_know_are_kept_aside_partial_ones_removed(toy_site, toy_recipe, tmp_path):
+def test_complete_checkpoints_the_store_does_not_know_are_kept_aside_partial_ones_removed(
+    toy_site, toy_recipe, tmp_path
+):
     from click.testing import CliRunner
 
     from seal_platform.checkpoints import CORE_CHECKPOINT_FILE
@@ -182,7 +186,9 @@ def test_two_resumes_started_together_exactly_one_proceeds(toy_site, toy_recipe,
     url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_site), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "seal_platform", "run", "--resume", run_id, "--store", url, "--quiet"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=180) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes[0] == 0 and codes[1] == 2, outs
@@ -253,9 +259,9 @@ def _as_if_owned_elsewhere(db, run_id, seconds_ago, form="%Y-%m-%d %H:%M:%S.%f")
     """The row as a live (or dead) process on another machine leaves it, its heartbeat in the store's format
     (or in ``form``: another writer's)."""
     import sqlite3
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
-    beat = (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).strftime(form)
+    beat = (datetime.now(UTC) - timedelta(seconds=seconds_ago)).strftime(form)
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE runs SET status = 'running', host = 'other-host', pid = 4242, heartbeat_at = ? "
                      "WHERE id = ?", (beat, run_id))

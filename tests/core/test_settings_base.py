@@ -80,8 +80,13 @@ def _spells_extra_forbid(source: str) -> list[int]:
 
 
 def test_only_the_base_class_spells_extra_forbid() -> None:
-    out = subprocess.run(["git", "ls-files", "-z", "seal_platform", "seal_platform_libs", "plugins", "examples"], cwd=ROOT,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "seal_platform", "seal_platform_libs", "plugins", "examples"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     files = [f for f in out.stdout.split("\0") if f.endswith(".py")]
     assert "seal_platform/config.py" in files
     found = [f"{rel}:{line}" for rel in files for line in _spells_extra_forbid((ROOT / rel).read_text())

@@ -23,7 +23,9 @@ def test_listing_the_tasks_is_not_called_a_stage(toy_site, toy_recipe):
     with pytest.raises(PluginError) as raised:
         runner.run()
     said = str(raised.value)
-    assert said.startswith("listing the tasks of split 'bogus' failed in plugin 'toy': ValueError: unknown split 'bogus'"), said
+    assert said.startswith(
+        "listing the tasks of split 'bogus' failed in plugin 'toy': ValueError: unknown split 'bogus'"
+    ), said
     assert "stage" not in said, said
     assert said in store.get_run(runner.run_id).error  # the run keeps the same words
 

@@ -127,10 +127,20 @@ def test_config_validate_and_eval_refuse_it_too(toy_recipe, tmp_path, split_envs
     # looked at or any plugin starts (the run here has none).
     plan = plan_recipe(toy_recipe, ["environment=declared", *split_envs])
     store = RunStore(f"sqlite:///{tmp_path / 'eval.sqlite'}")
-    store.create_run("20260101-000000-abcdef", name="toy", recipe=str(toy_recipe),
-                     config=plan.config.model_dump(mode="json"), config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
+    store.create_run(
+        "20260101-000000-abcdef",
+        name="toy",
+        recipe=str(toy_recipe),
+        config=plan.config.model_dump(mode="json"),
+        config_hash="h",
+        seed=0,
+        run_dir=str(tmp_path),
+        plugins=[],
+    )
     bad = runner.invoke(cli, ["eval", "20260101-000000-abcdef", "--split", "bogus", "--store", str(store.url)])
     assert bad.exit_code == 2, bad.output
-    assert "evaluation.split: environment 'declared' (plugin 'splitenvs') has no split 'bogus'" in _text(bad), bad.output
+    assert "evaluation.split: environment 'declared' (plugin 'splitenvs') has no split 'bogus'" in _text(bad), (
+        bad.output
+    )
     good = runner.invoke(cli, ["eval", "20260101-000000-abcdef", "--split", "eval", "--store", str(store.url)])
     assert good.exit_code == 2 and "has no durable checkpoint" in _text(good), good.output  # past the plan

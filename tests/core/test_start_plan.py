@@ -7,7 +7,7 @@ import os
 import socket
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +17,7 @@ from seal_platform.store import STALE_AFTER_S
 
 
 def _row(status: str, *, beat_s_ago: float | None = 5.0, host: str = "other-host", pid: int = 4242) -> SimpleNamespace:
-    beat = None if beat_s_ago is None else datetime.now(timezone.utc) - timedelta(seconds=beat_s_ago)
+    beat = None if beat_s_ago is None else datetime.now(UTC) - timedelta(seconds=beat_s_ago)
     return SimpleNamespace(id="r1", status=status, pid=pid, host=host, heartbeat_at=beat)
 
 

@@ -230,7 +230,7 @@ def test_as_interruption_follows_causes_contexts_and_groups():
                 raise inner
             except BaseException as exc:
                 if implicit:
-                    raise outer
+                    raise outer  # noqa: B904 the implicit chain (a __context__, no __cause__) is what is tested
                 raise outer from exc
         except Exception as exc:
             return exc

@@ -38,7 +38,9 @@ def test_old_schema_with_data_is_upgraded_in_place(tmp_path):
             "VALUES ('r1', 'old', '', '{}', 'h', 1, 'completed', '2026-01-01 00:00:00', 'h', '')")
         conn.exec_driver_sql(
             "INSERT INTO trajectories (id, run_id, step, phase, task_id, category, \"group\", sample, reward, "
-            "interface_revision, finish, blob) VALUES ('t1', 'r1', 0, 'train', 'x', 'c', 'g', 0, 1.0, 0, 'completed', x'00')")
+            "interface_revision, finish, blob) "
+            "VALUES ('t1', 'r1', 0, 'train', 'x', 'c', 'g', 0, 1.0, 0, 'completed', x'00')"
+        )
         columns = [r[1] for r in conn.exec_driver_sql("PRAGMA table_info(trajectories)")]
     assert "generated_tokens" not in columns
     reopened = RunStore(_url(tmp_path))  # opening migrates to head
@@ -62,7 +64,7 @@ def test_step_is_one_transaction(tmp_path):
     store.record_step("r", step=0, epoch=0, trajectories=good, labels=[], label_weights={"pass": 1.0},
                       state=CapabilityState(), interface_revision=0, metrics={"loss": 0.5}, timings={})
     dup = [_traj(2, 1.0), good[0]]  # reusing a trajectory id violates the primary key half-way through
-    with pytest.raises(Exception):
+    with pytest.raises(StoreError):
         store.record_step("r", step=1, epoch=0, trajectories=dup, labels=[], label_weights={"pass": 1.2},
                           state=CapabilityState(), interface_revision=0, metrics={}, timings={})
     assert [s.step for s in store.steps("r")] == [0]
@@ -91,7 +93,14 @@ def test_interfaces_store_their_diff(tmp_path):
     store = RunStore(_url(tmp_path))
     store.create_run("r", name="n", recipe="", config={}, config_hash="h", seed=0, run_dir="", plugins=[])
     base = Interface()
-    new = Interface(revision=1, parent=0, step=3, system_text="Do not invent tools.", changes=["note"], driven_by=["invalid_tool_call"])
+    new = Interface(
+        revision=1,
+        parent=0,
+        step=3,
+        system_text="Do not invent tools.",
+        changes=["note"],
+        driven_by=["invalid_tool_call"],
+    )
     store.add_interface("r", base, None)
     store.add_interface("r", new, base)
     rows = store.interfaces("r")
@@ -168,6 +177,16 @@ def test_free_text_of_the_core_types_is_valid_from_construction(tmp_path):
     traj = Trajectory(task_id="t", category="c", group="g", messages=[message])
     store = RunStore(f"sqlite:///{tmp_path / 's.sqlite'}")
     store.create_run("r", name="n", recipe="", config={}, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
-    store.record_step("r", step=0, epoch=0, trajectories=[traj], labels=[label.model_copy(update={"trajectory_id": traj.id})],
-                      label_weights={}, state=CapabilityState(), interface_revision=0, metrics={}, timings={})
+    store.record_step(
+        "r",
+        step=0,
+        epoch=0,
+        trajectories=[traj],
+        labels=[label.model_copy(update={"trajectory_id": traj.id})],
+        label_weights={},
+        state=CapabilityState(),
+        interface_revision=0,
+        metrics={},
+        timings={},
+    )
     assert store.labels("r")[0].rationale == "because \ufffd"

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from alembic import command
 from pydantic import ValidationError
 
 from seal_platform.capability import CapabilityState
-from alembic import command
-
 from seal_platform.store import RunStore, alembic_config
 from seal_platform.types import TurnLabel
 

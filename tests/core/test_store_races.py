@@ -93,7 +93,7 @@ class _PauseBeforeUpdate:
         except BaseException as exc:  # reported by join()
             self.error.append(exc)
 
-    def __enter__(self) -> "_PauseBeforeUpdate":
+    def __enter__(self) -> _PauseBeforeUpdate:
         event.listen(self._store.engine, "before_cursor_execute", self._hook)
         self._thread.start()
         assert self.reached.wait(60), "the thread never wrote the run's row"

@@ -293,8 +293,8 @@ def test_runs_lists_the_newest_n_and_says_how_many_there_are(pristine, tmp_path)
 
 def test_the_newest_runs_are_read_through_the_started_at_index(pristine, tmp_path):
     db = _copy(pristine, tmp_path)
-    from sqlalchemy.dialects import sqlite as sqlite_dialect
     from sqlalchemy import select
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
 
     from seal_platform.store import models as m
 

@@ -9,9 +9,13 @@ from types import SimpleNamespace
 import pytest
 from pydantic import BaseModel
 
-from seal_platform_libs.toolenv.episodes import (evaluation_episodes, load_task_file, scored_without_infra_failures,
-                                            training_episodes)
 from seal_platform.types import Task, Trajectory
+from seal_platform_libs.toolenv.episodes import (
+    evaluation_episodes,
+    load_task_file,
+    scored_without_infra_failures,
+    training_episodes,
+)
 
 
 def _tasks(n: int) -> list[Task]:
@@ -53,7 +57,9 @@ class _Spec(BaseModel):
 
 def test_task_file_lines_are_validated_and_reported_by_number(tmp_path):
     path = tmp_path / "tasks.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in ({"id": "a", "x": 1}, {"id": "b", "x": 2, "split": "eval"})) + "\n\n")
+    path.write_text(
+        "\n".join(json.dumps(r) for r in ({"id": "a", "x": 1}, {"id": "b", "x": 2, "split": "eval"})) + "\n\n"
+    )
     tasks = load_task_file(path, _Spec, "settings.demo.tasks", lambda s: {"x": s.x})
     assert [(t.id, t.split, t.payload) for t in tasks] == [("a", "train", {"x": 1}), ("b", "eval", {"x": 2})]
     path.write_text(json.dumps({"id": "a", "x": 1}) + "\n" + json.dumps({"id": "a", "x": 2}) + "\n")

@@ -13,10 +13,10 @@ import pytest
 
 from seal_platform.config import RunConfig
 from seal_platform.infra import INFRA_FINISH, InfraError
+from seal_platform.types import Generation, Interface, Message, SamplingParams, Task, Trajectory, TurnVerdict
 from seal_platform_libs.toolenv.episodes import evaluation_episodes, training_episodes
 from seal_platform_libs.toolenv.hooks import LockstepHooks
 from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
-from seal_platform.types import Generation, Interface, Message, SamplingParams, Task, Trajectory, TurnVerdict
 
 
 @dataclass
@@ -148,7 +148,10 @@ def test_a_server_failure_loses_that_episode_only_and_closes_it_at_once():
     assert [t.task_id for t in trajs] == ["t0", "t1", "t2", "t3"]
     lost = {t.task_id: t for t in trajs if t.infra_failure}
     assert set(lost) == {"t0", "t2", "t3"}
-    assert lost["t0"].infra_failure == "t0: the server died at 2" and lost["t2"].infra_failure == "t2: the server did not start"
+    assert (
+        lost["t0"].infra_failure == "t0: the server died at 2"
+        and lost["t2"].infra_failure == "t2: the server did not start"
+    )
     assert lost["t3"].infra_failure == "t3: the checker is gone"
     assert all(t.finish == INFRA_FINISH and t.interface_revision == 4 and t.group == f"eval3:{t.task_id}"
                and t.messages == [] for t in lost.values())

@@ -89,7 +89,9 @@ def test_valid_schemas_still_validate():
     assert "is not one of" in validate_arguments(doc, {"a": "z"})
     local_ref = {"name": "t", "input_schema": {"type": "object", "$defs": {"s": {"type": "string"}},
                                                "properties": {"a": {"$ref": "#/$defs/s"}}}}
-    assert validate_arguments(local_ref, {"a": "x"}) is None and "is not of type" in validate_arguments(local_ref, {"a": 1})
+    assert validate_arguments(local_ref, {"a": "x"}) is None and "is not of type" in validate_arguments(
+        local_ref, {"a": 1}
+    )
 
 
 def test_docs_of_any_json_shape_render():

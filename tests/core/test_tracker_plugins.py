@@ -97,7 +97,7 @@ def test_wandb_offline_gets_the_runs_metrics_revisions_and_report_and_no_secret(
     assert not _files_containing(run_dir / "wandb", SECRET)
 
 
-# --- MLflow (a SQLite store, artifacts in a folder) -------------------------------------------------------------------------------------
+# --- MLflow (a SQLite store, artifacts in a folder) -----------------------------------------------------------
 
 
 def test_mlflow_file_store_gets_the_runs_metrics_revisions_report_and_status(toy_site, toy_recipe, tmp_path,

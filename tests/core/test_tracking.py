@@ -50,7 +50,9 @@ def test_trackers_see_what_the_store_records_in_order(toy_site, toy_recipe):
     labels = [e for e in recorder.events if e.kind == "labels"]
     assert all(lab.source == "toy" for e in labels for lab in e.labels) and labels[0].labels
     revisions = [e.interface.revision for e in recorder.events if e.kind == "interface"]
-    assert revisions == sorted(revisions) and revisions[0] == 0 and all(e.run_id == runner.run_id for e in recorder.events)
+    assert (
+        revisions == sorted(revisions) and revisions[0] == 0 and all(e.run_id == runner.run_id for e in recorder.events)
+    )
     final = [e for e in recorder.events if e.kind == "evaluation"][-1].evaluation
     assert final.per_category and final.n_tasks == 6
 
@@ -61,7 +63,9 @@ def test_a_failing_tracker_is_recorded_and_the_others_go_on(toy_site, toy_recipe
     assert runner.store.get_run(runner.run_id).status == "completed"
     assert [e.kind for e in fine.events].count("step") == 2
     failures = [e for e in runner.store.events(runner.run_id) if e.kind == "tracker_failed"]
-    assert len(failures) == 2 and "tracker 'rec0' failed" in failures[0].message and "tracker down" in failures[0].message
+    assert (
+        len(failures) == 2 and "tracker 'rec0' failed" in failures[0].message and "tracker down" in failures[0].message
+    )
 
 
 def test_the_tensorboard_example_switched_on_by_a_recipe(toy_site, toy_recipe, tmp_path):

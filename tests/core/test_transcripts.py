@@ -43,13 +43,33 @@ def test_evaluations_side_by_side_pair_the_same_tasks_with_outcomes_and_differen
     for pair in pairs:
         a, b = pair["a"], pair["b"]
         assert (a["run_id"], b["run_id"], a["step"], b["step"], a["phase"]) == (wrong, right, last, last, "eval")
-        assert a["reward"] == tasks[pair["task_id"]].reward == 0.0 and b["reward"] == theirs[pair["task_id"]].reward == 1.0
+        assert (
+            a["reward"] == tasks[pair["task_id"]].reward == 0.0 and b["reward"] == theirs[pair["task_id"]].reward == 1.0
+        )
         assert a["turns"][0]["messages"][-1]["content"] == tasks[pair["task_id"]].messages[-1].content
         assert pair["outcome_differs"] is True and pair["differing_turns"] == [0]
     # The same as a page: both transcripts of each task in one row per turn, the differing turn shaded.
     page = tmp_path / "pairs.html"
-    assert runner.invoke(cli, ["transcripts", wrong, "--against", right, "--eval", "--json", "--limit", "50", "--html", str(page),
-                               "--store", store_url]).exit_code == 0
+    assert (
+        runner.invoke(
+            cli,
+            [
+                "transcripts",
+                wrong,
+                "--against",
+                right,
+                "--eval",
+                "--json",
+                "--limit",
+                "50",
+                "--html",
+                str(page),
+                "--store",
+                store_url,
+            ],
+        ).exit_code
+        == 0
+    )
     text = page.read_text()
     assert text.count('<table class="pair">') == 6 and text.count('<tr class="differs">') == 6
     one = text.split("<h2>task eval-1 (small) (outcomes differ)</h2>", 1)[1].split("</table>", 1)[0]
@@ -74,8 +94,29 @@ def test_one_run_before_and_after_training_and_training_rollouts_with_labels(two
                                           "--against-step", "2", "--json", "--store", store_url]).output)
     assert same and all(p["a"]["step"] == 0 and p["b"]["step"] == 2 for p in same)
     assert all(not p["outcome_differs"] and p["differing_turns"] == [] for p in same)
-    assert json.loads(runner.invoke(cli, ["transcripts", wrong, "--against", wrong, "--eval", "--step", "0",
-                                          "--against-step", "2", "--differ", "--json", "--store", store_url]).output) == []
+    assert (
+        json.loads(
+            runner.invoke(
+                cli,
+                [
+                    "transcripts",
+                    wrong,
+                    "--against",
+                    wrong,
+                    "--eval",
+                    "--step",
+                    "0",
+                    "--against-step",
+                    "2",
+                    "--differ",
+                    "--json",
+                    "--store",
+                    store_url,
+                ],
+            ).output
+        )
+        == []
+    )
     plain = runner.invoke(cli, ["transcripts", wrong, "--against", wrong, "--eval", "--step", "0", "--against-step",
                                 "2", "--limit", "1", "--plain", "--store", store_url]).output
     assert "--- turn 0 (same)" in plain

@@ -1,5 +1,6 @@
 """No dead code: every top-level function, class and module constant, and every method, defined in production code
-(``seal_platform/``, ``seal_platform_libs/``, ``plugins/``, the packages of ``examples/*/``) is referenced somewhere else in the repository.
+(``seal_platform/``, ``seal_platform_libs/``, ``plugins/``, the packages of ``examples/*/``) is referenced somewhere
+else in the repository.
 
 *Referenced* means the name is used elsewhere in code or configuration tracked by git: in a Python file (the file
 itself included, tests and benchmarks too) as a loaded name, an attribute, an imported name, a keyword argument or
@@ -30,7 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCTION = ("seal_platform/", "seal_platform_libs/", "plugins/", "examples/")  # under examples/, only packages (folders with __init__.py)
+PRODUCTION = (
+    "seal_platform/",
+    "seal_platform_libs/",
+    "plugins/",
+    "examples/",
+)  # under examples/, only packages (folders with __init__.py)
 DOC_SUFFIXES = (".md", ".rst", ".txt")
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -35,14 +35,22 @@ RUN_A, RUN_B = "20260101-000000-aaaaaa", "20260101-000001-bbbbbb"
 
 def _trajectory(run_id: str, phase: str, step: int, k: int) -> Trajectory:
     return Trajectory(
-        id=f"{phase}-{run_id}-{step}-{k}", task_id=f"task-{k}", category=f"cat{ATTACK}", group=f"g{k}", reward=float(k % 2),
+        id=f"{phase}-{run_id}-{step}-{k}",
+        task_id=f"task-{k}",
+        category=f"cat{ATTACK}",
+        group=f"g{k}",
+        reward=float(k % 2),
         finish=f"completed{ATTACK}",
-        messages=[Message(role="system", content=f"system {ATTACK}"),
-                  Message(role="user", content=f"user asks {ATTACK}"),
-                  Message(role="assistant", content=f"model says {ATTACK}\nsecond line", trainable=True),
-                  Message(role="tool", content=f"tool says {ATTACK}")],
-        tool_calls=[ToolCall(turn=0, name=f"fn{ATTACK}", arguments={"x": ATTACK}, result=f"result {ATTACK}"),
-                    ToolCall(turn=0, name="fn2", error=f"error {ATTACK}")],
+        messages=[
+            Message(role="system", content=f"system {ATTACK}"),
+            Message(role="user", content=f"user asks {ATTACK}"),
+            Message(role="assistant", content=f"model says {ATTACK}\nsecond line", trainable=True),
+            Message(role="tool", content=f"tool says {ATTACK}"),
+        ],
+        tool_calls=[
+            ToolCall(turn=0, name=f"fn{ATTACK}", arguments={"x": ATTACK}, result=f"result {ATTACK}"),
+            ToolCall(turn=0, name="fn2", error=f"error {ATTACK}"),
+        ],
         turn_verdicts=[TurnVerdict(turn=0, passed=bool(k % 2), reached=True, checks={"check": ATTACK})],
     )
 
@@ -64,11 +72,18 @@ def hostile_store(tmp_path: Path) -> str:
         pristine = Interface(revision=0, system_text="base")
         store.add_interface(run_id, pristine, None)
         for step in range(2):
-            store.record_step(run_id, step=step, epoch=0, trajectories=[_trajectory(run_id, "train", step, k) for k in range(2)],
-                              labels=[lab for k in range(2) for lab in _labels(run_id, step, k)],
-                              label_weights={LONG_LABEL: 1.5, SHORT_LABEL: 0.5}, state=CapabilityState(),
-                              interface_revision=0, metrics={f"metric{SHORT_LABEL}": 1.0},
-                              timings={f"collect{SHORT_LABEL}": 1.0})
+            store.record_step(
+                run_id,
+                step=step,
+                epoch=0,
+                trajectories=[_trajectory(run_id, "train", step, k) for k in range(2)],
+                labels=[lab for k in range(2) for lab in _labels(run_id, step, k)],
+                label_weights={LONG_LABEL: 1.5, SHORT_LABEL: 0.5},
+                state=CapabilityState(),
+                interface_revision=0,
+                metrics={f"metric{SHORT_LABEL}": 1.0},
+                timings={f"collect{SHORT_LABEL}": 1.0},
+            )
         store.add_interface(run_id, Interface(revision=1, parent=0, step=1, system_text=f"base\nguideline {ATTACK}",
                                               changes=[f"direct: +{ATTACK} (evidence)"], driven_by=[LONG_LABEL]),
                             pristine)

@@ -188,15 +188,22 @@ def test_the_verify_command_exits_1_when_a_line_could_not_be_scored(tmp_path, mo
     from seal_platform import verify as verify_module
 
     plugin = Plugin(Verifier())
-    monkeypatch.setattr(verify_module, "benchmark_host",
-                        lambda benchmark, overrides: make_plugin_manager(entry_points=[], extra=[("judged-plugin", plugin)]))
+    monkeypatch.setattr(
+        verify_module,
+        "benchmark_host",
+        lambda benchmark, overrides: make_plugin_manager(entry_points=[], extra=[("judged-plugin", plugin)]),
+    )
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "in.jsonl"
     data.write_text('{"kind": "ok"}\n{"kind": "exit"}\n{"kind": "nan"}\n')
     result = CliRunner().invoke(cli_module.cli, ["verify", "--benchmark", "judged", str(data)])
     # Every line is written, each a JSON object; the status and stderr say that two could not be scored.
     assert result.exit_code == 1, result.output
-    assert [list(_strict(line)) for line in result.stdout.splitlines()] == [["task_id", "success"], ["error"], ["error"]]
+    assert [list(_strict(line)) for line in result.stdout.splitlines()] == [
+        ["task_id", "success"],
+        ["error"],
+        ["error"],
+    ]
     assert result.stderr.strip() == 'verify: 2 of 3 line(s) could not be scored (each has {"error": ...} in its place)'
     data.write_text('{"kind": "ok"}\n')
     result = CliRunner().invoke(cli_module.cli, ["verify", "--benchmark", "judged", str(data)])

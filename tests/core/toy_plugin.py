@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from seal_platform.config import Issue
 from seal_platform.hookspecs import hookimpl
 from seal_platform.infra import InfraError, failed_trajectory
-from seal_platform.config import Issue
 from seal_platform.registry import ClusterSpec, DiagnoserSpec, EngineSpec, EnvironmentSpec, ExecutorSpec, MetricSpec
 from seal_platform.types import (
     EvalResult,
@@ -394,9 +394,16 @@ class ToyPlugin:
         if ctx.settings_for("toy", ToySettings).fail_in == "save_checkpoint":
             raise OSError(28, "No space left on device")
         engine = ctx.shared["engine"]
-        (Path(directory) / "toy.json").write_text(json.dumps({"skill": engine.skill, "rng": engine.rng.getstate()[1][:5],
-                                                               "version": engine.version,
-                                                               "rng_state": engine.rng.getstate()}))
+        (Path(directory) / "toy.json").write_text(
+            json.dumps(
+                {
+                    "skill": engine.skill,
+                    "rng": engine.rng.getstate()[1][:5],
+                    "version": engine.version,
+                    "rng_state": engine.rng.getstate(),
+                }
+            )
+        )
         return {"toy": "skill"}
 
     @hookimpl

@@ -10,6 +10,8 @@ from seal_platform.store import RunStore
 @pytest.fixture
 def store(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    store.create_run("run-1", name="n", recipe="", config={}, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
+    store.create_run(
+        "run-1", name="n", recipe="", config={}, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[]
+    )
     yield store
     store.close()

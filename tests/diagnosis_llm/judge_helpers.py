@@ -62,13 +62,25 @@ def trajectory(reward: float = 0.0, failing_turns=(1,), n_turns: int = 3, unreac
     for turn in range(n_turns):
         messages += [
             Message(role="user", content=f"request {turn} {tag}"),
-            Message(role="assistant", content=f'<tool_call>{{"name": "cd", "arguments": {{"folder": "f{turn}"}}}}</tool_call>', trainable=True),
+            Message(
+                role="assistant",
+                content=f'<tool_call>{{"name": "cd", "arguments": {{"folder": "f{turn}"}}}}</tool_call>',
+                trainable=True,
+            ),
             Message(role="tool", content=f"result {turn}"),
             Message(role="assistant", content=f"answer {turn}", trainable=True),
         ]
     verdicts = [
-        TurnVerdict(turn=t, passed=t not in failing_turns, reached=t not in unreached,
-                    checks={"gt_calls": [f"cd(folder='g{t}')"], "model_calls": [f"cd(folder='f{t}')"], "state_ok": t not in failing_turns})
+        TurnVerdict(
+            turn=t,
+            passed=t not in failing_turns,
+            reached=t not in unreached,
+            checks={
+                "gt_calls": [f"cd(folder='g{t}')"],
+                "model_calls": [f"cd(folder='f{t}')"],
+                "state_ok": t not in failing_turns,
+            },
+        )
         for t in range(n_turns)
     ]
     return Trajectory(task_id="multi_turn_base_0", category="multi_turn_base", group="0:x", messages=messages,

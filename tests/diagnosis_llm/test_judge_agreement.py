@@ -14,7 +14,9 @@ from seal_platform.types import TurnLabel
 from seal_platform_plugins.diagnosis_llm.agreement import confusion
 
 
-def lab(traj: str, turn: int, label: str, source: str, confidence: float | None = None, reference: str | None = None) -> TurnLabel:
+def lab(
+    traj: str, turn: int, label: str, source: str, confidence: float | None = None, reference: str | None = None
+) -> TurnLabel:
     return TurnLabel(trajectory_id=traj, turn=turn, label=label, source=source, confidence=confidence,
                      reference_label=reference or label)
 
@@ -67,7 +69,9 @@ def test_command_table_and_json(tmp_path):
     data = json.loads(result.output)
     assert data["run_id"] == "20260101-000000-abcdef" and (data["judge"], data["heuristic"]) == ("llm_judge", "bfcl")
     assert data["pairs"] == 4 and data["agreement"] == 0.25 and data["fallbacks"] == 1
-    assert {"heuristic": "state_mismatch", "judge": "argument_mismatch", "count": 2, "mean_confidence": 0.7} in data["cells"]
+    assert {"heuristic": "state_mismatch", "judge": "argument_mismatch", "count": 2, "mean_confidence": 0.7} in data[
+        "cells"
+    ]
     table = runner.invoke(cli, ["diagnose-agreement", "20260101", "--store", url])
     assert table.exit_code == 0, table.output
     assert "2 (0.70)" in table.output and "4 pair(s): same label 1 (25.0%)" in table.output
@@ -77,13 +81,19 @@ def test_command_table_and_json(tmp_path):
     missing = runner.invoke(cli, ["diagnose-agreement", "nope", "--store", url])
     assert missing.exit_code == 2 and "no run 'nope'" in missing.output and "Traceback" not in missing.output
     # --store takes a plain file path as every core command does, not only a URL.
-    by_path = runner.invoke(cli, ["diagnose-agreement", "20260101", "--store", url.removeprefix("sqlite:///"), "--json"])
+    by_path = runner.invoke(
+        cli, ["diagnose-agreement", "20260101", "--store", url.removeprefix("sqlite:///"), "--json"]
+    )
     assert by_path.exit_code == 0 and by_path.output == result.output, by_path.output
 
 
 def test_installed_console_script_has_the_command(tmp_path):
     url = _store_with_run(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "seal_platform", "diagnose-agreement", "20260101", "--store", url, "--json"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "seal_platform", "diagnose-agreement", "20260101", "--store", url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["pairs"] == 4

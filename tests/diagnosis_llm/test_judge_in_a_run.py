@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from openai_server import OpenAIServer, Response
+
 from seal_platform.loop import Runner
 from seal_platform.planning import load_recipe, prepare
 from seal_platform.plugins import make_plugin_manager
@@ -33,16 +33,28 @@ def toy_module():
 
 def recipe(tmp_path: Path, base_url: str, flag: Path) -> Path:
     data = {
-        "name": "toy-judge", "seed": 3, "environment": "toy", "runs_dir": str(tmp_path / "runs"),
+        "name": "toy-judge",
+        "seed": 3,
+        "environment": "toy",
+        "runs_dir": str(tmp_path / "runs"),
         "training": {"steps": 3, "tasks_per_step": 2, "group_size": 3, "checkpoint_every": 1},
         "rollout": {"engine": "toy-engine", "workers": 2},
         "evaluation": {"every": 0, "before_training": False},
         "diagnosis": {"diagnosers": ["toy", "llm_judge"], "primary": "toy"},
         "stages": {"evolve_interface": "toy", "reweight": "toy", "optimize": "toy"},
         "settings": {
-            "toy": {"n_tasks": 4, "start_skill": 0.3, "skill_step": 0.0, "interrupt_file": str(flag), "interrupt_step": 1},
-            "diagnosis_llm": {"backend": "openai", "mode": "refine",
-                              "openai": {"base_url": base_url, "model": "judge", "api_key_env": None}},
+            "toy": {
+                "n_tasks": 4,
+                "start_skill": 0.3,
+                "skill_step": 0.0,
+                "interrupt_file": str(flag),
+                "interrupt_step": 1,
+            },
+            "diagnosis_llm": {
+                "backend": "openai",
+                "mode": "refine",
+                "openai": {"base_url": base_url, "model": "judge", "api_key_env": None},
+            },
         },
     }
     path = tmp_path / "toy-judge.yaml"
@@ -62,7 +74,9 @@ def test_a_judged_run_interrupted_and_resumed(tmp_path):
 
     def respond(body, n):
         prompts.append(json.dumps(body["messages"]))
-        return Response(json.dumps({"label": "response_mismatch", "rationale": "the sum is off by one", "confidence": 0.75}))
+        return Response(
+            json.dumps({"label": "response_mismatch", "rationale": "the sum is off by one", "confidence": 0.75})
+        )
 
     flag = tmp_path / "interrupt"
     flag.touch()

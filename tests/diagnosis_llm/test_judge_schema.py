@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from seal_platform.types import TurnLabel
 from seal_platform_plugins.diagnosis_llm.judge import LABELS, offered_labels
 from seal_platform_plugins.diagnosis_llm.schema import Judgement, answer_schema, read_judgement
-from seal_platform.types import TurnLabel
 
 ALL = list(LABELS)
 
@@ -19,12 +19,22 @@ ALL = list(LABELS)
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ('{"label": "state_mismatch", "rationale": "wrong folder", "confidence": 0.7}', ("state_mismatch", "wrong folder", 0.7)),
-        ('Sure! {"label": "spurious_tool_call", "rationale": "no call needed", "confidence": 1} Hope this helps.',
-         ("spurious_tool_call", "no call needed", 1.0)),
-        ('```json\n{"label": "Recovery Failure", "rationale": "never retried", "confidence": 0}\n```', ("recovery_failure", "never retried", 0.0)),
-        ('{"note": 1} then {"label": "invalid-tool-call", "rationale": "r", "confidence": "0.5", "extra": [1]}',
-         ("invalid_tool_call", "r", 0.5)),
+        (
+            '{"label": "state_mismatch", "rationale": "wrong folder", "confidence": 0.7}',
+            ("state_mismatch", "wrong folder", 0.7),
+        ),
+        (
+            'Sure! {"label": "spurious_tool_call", "rationale": "no call needed", "confidence": 1} Hope this helps.',
+            ("spurious_tool_call", "no call needed", 1.0),
+        ),
+        (
+            '```json\n{"label": "Recovery Failure", "rationale": "never retried", "confidence": 0}\n```',
+            ("recovery_failure", "never retried", 0.0),
+        ),
+        (
+            '{"note": 1} then {"label": "invalid-tool-call", "rationale": "r", "confidence": "0.5", "extra": [1]}',
+            ("invalid_tool_call", "r", 0.5),
+        ),
     ],
 )
 def test_valid_answers(text, expected):
@@ -50,7 +60,10 @@ def test_valid_answers(text, expected):
         ("exec('import os')", "no JSON object"),
         ("[" * 19_000, "no JSON object"),
         ('{"a":' * 3_000 + "1" + "}" * 3_000, "no JSON object"),  # nesting past the parser's recursion limit
-        ('{"x": 1} ' * 1_500 + '{"label": "state_mismatch", "rationale": "late", "confidence": 9}', "less than or equal"),
+        (
+            '{"x": 1} ' * 1_500 + '{"label": "state_mismatch", "rationale": "late", "confidence": 9}',
+            "less than or equal",
+        ),
         ("   ", "empty"),
         ("x" * 30_000, "characters long"),
     ],
@@ -74,7 +87,9 @@ def test_label_is_checked_against_the_labels_offered_for_the_turn():
 
 
 def test_rationale_is_cut_and_extra_fields_dropped():
-    judgement, _ = read_judgement(json.dumps({"label": "state_mismatch", "rationale": "r" * 5000, "confidence": 0.5, "x": 1}), ALL)
+    judgement, _ = read_judgement(
+        json.dumps({"label": "state_mismatch", "rationale": "r" * 5000, "confidence": 0.5, "x": 1}), ALL
+    )
     assert len(judgement.rationale) == 1000 and "x" not in judgement.model_dump()
 
 
@@ -88,7 +103,9 @@ def test_schema_is_strict_and_lists_the_offered_labels():
 
 def test_offered_labels_refine_the_heuristic_label():
     def offered(label, reference=None):
-        return offered_labels(TurnLabel(trajectory_id="t", turn=0, label=label, reference_label=reference, source="bfcl"))
+        return offered_labels(
+            TurnLabel(trajectory_id="t", turn=0, label=label, reference_label=reference, source="bfcl")
+        )
 
     assert offered("response_mismatch") == (
         "response_mismatch", "invalid_tool_call", "argument_mismatch", "missing_tool_call", "recovery_failure")
@@ -102,12 +119,19 @@ def test_offered_labels_refine_the_heuristic_label():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(
-    st.text(max_size=400),
-    st.recursive(st.none() | st.booleans() | st.floats() | st.text(max_size=20),
-                 lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["label", "rationale", "confidence", "x"]), inner, max_size=4),
-                 max_leaves=12).map(lambda v: json.dumps(v, allow_nan=True)),
-))
+@given(
+    st.one_of(
+        st.text(max_size=400),
+        st.recursive(
+            st.none() | st.booleans() | st.floats() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=4)
+                | st.dictionaries(st.sampled_from(["label", "rationale", "confidence", "x"]), inner, max_size=4)
+            ),
+            max_leaves=12,
+        ).map(lambda v: json.dumps(v, allow_nan=True)),
+    )
+)
 def test_reading_any_text_never_raises(text):
     judgement, reason = read_judgement(text, ALL)
     assert (judgement is None) != (reason == "")

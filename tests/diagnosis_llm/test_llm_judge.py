@@ -7,18 +7,17 @@ The judge *model* is scripted (ScriptedJudge, a rollout engine answering fixed t
 from __future__ import annotations
 
 import pytest
-
 from judge_helpers import ScriptedJudge, heuristic_labels, make_ctx, trajectory
+
 from seal_platform.engine import RolloutEngine
 from seal_platform.hookspecs import hookimpl
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.store import RunStore
-from seal_platform.types import TurnLabel
+from seal_platform.types import Message, TurnLabel
 from seal_platform_plugins.diagnosis_llm import plugin
-from seal_platform_plugins.diagnosis_llm.judge import CACHE_NAMESPACE, LABELS, Judge, render_transcript
 from seal_platform_plugins.diagnosis_llm.backends import EngineBackend
+from seal_platform_plugins.diagnosis_llm.judge import CACHE_NAMESPACE, LABELS, Judge, render_transcript
 from seal_platform_plugins.diagnosis_llm.settings import DiagnosisLlmSettings
-from seal_platform.types import Message
 
 
 def answer(label: str, confidence: float = 0.8, rationale: str = "cd got f1, the request said g1.") -> str:
@@ -80,7 +79,11 @@ def test_judge_mode_labels_failing_turns_with_rationale_and_confidence(tmp_path)
     # Both prompts went to the engine in one batch, greedy, with the answer's schema (all labels offered).
     assert judge.batches == [2] and judge.sampling[0].temperature == 0.0
     schema = judge.sampling[0].json_schema
-    assert schema["properties"]["label"]["enum"] == list(LABELS) and schema["required"] == ["label", "rationale", "confidence"]
+    assert schema["properties"]["label"]["enum"] == list(LABELS) and schema["required"] == [
+        "label",
+        "rationale",
+        "confidence",
+    ]
     prompt = judge.prompts[0][1].content
     assert "=== turn 1 (THE TURN TO DIAGNOSE) ===" in prompt and "request 1" in prompt
     assert "request 2" not in prompt  # nothing after the judged turn
@@ -99,7 +102,9 @@ def test_the_labels_never_judged_are_the_cores_excluded_labels():
     # or the episode's end rather than the agent (A-Patch and the interface evolution leave out the same).
     from seal_platform.labels import EXCLUDED_LABELS
 
-    assert DiagnosisLlmSettings().skip_labels == list(EXCLUDED_LABELS) == ["gt_error", "checker_error", "unreached_turn"]
+    assert (
+        DiagnosisLlmSettings().skip_labels == list(EXCLUDED_LABELS) == ["gt_error", "checker_error", "unreached_turn"]
+    )
 
 
 def test_refine_mode_judges_only_heuristic_failures_and_offers_finer_labels(tmp_path):
@@ -111,9 +116,20 @@ def test_refine_mode_judges_only_heuristic_failures_and_offers_finer_labels(tmp_
     results = run_diagnose(ctx, [traj], heuristic)
     assert results[0] == heuristic  # the heuristic's labels are kept as they are: both are recorded
     [label] = judge_labels(results)
-    assert (label.turn, label.label, label.reference_label, label.confidence) == (0, "missing_tool_call", "state_mismatch", 0.6)
+    assert (label.turn, label.label, label.reference_label, label.confidence) == (
+        0,
+        "missing_tool_call",
+        "state_mismatch",
+        0.6,
+    )
     offered = judge.sampling[0].json_schema["properties"]["label"]["enum"]
-    assert offered == ["state_mismatch", "invalid_tool_call", "argument_mismatch", "missing_tool_call", "recovery_failure"]
+    assert offered == [
+        "state_mismatch",
+        "invalid_tool_call",
+        "argument_mismatch",
+        "missing_tool_call",
+        "recovery_failure",
+    ]
     prompt = judge.prompts[0][1].content
     assert "labelled this turn 'state_mismatch'" in prompt and "- instance_mismatch:" not in judge.prompts[0][0].content
 
@@ -136,7 +152,11 @@ def test_an_invalid_answer_is_asked_again_once_with_the_reason(tmp_path):
     [label] = judge_labels(run_diagnose(ctx, [trajectory(failing_turns=(1,))]))
     assert (label.label, label.confidence) == ("recovery_failure", 0.9)
     retry = judge.prompts[1]
-    assert retry[:2] == judge.prompts[0] and retry[2].role == "assistant" and retry[2].content == "I think it was the arguments."
+    assert (
+        retry[:2] == judge.prompts[0]
+        and retry[2].role == "assistant"
+        and retry[2].content == "I think it was the arguments."
+    )
     assert "no JSON object with a 'label' field" in retry[3].content
     assert "diagnosis_llm.fallback" not in events.kinds()
 
@@ -213,7 +233,9 @@ def test_per_step_cap_and_batching(tmp_path):
 def test_the_cache_means_no_turn_is_judged_twice_also_across_resume(tmp_path, store):
     trajs = [trajectory(failing_turns=(0, 1)), trajectory(failing_turns=(2,), tag="b")]
     def answers(prompt):  # turn 0 always gets an invalid answer
-        return "not json" if "=== turn 0 (THE TURN TO DIAGNOSE)" in prompt[1].content else answer("argument_mismatch", 0.7)
+        return (
+            "not json" if "=== turn 0 (THE TURN TO DIAGNOSE)" in prompt[1].content else answer("argument_mismatch", 0.7)
+        )
 
     judge = ScriptedJudge(answers)
     settings = DiagnosisLlmSettings()
@@ -226,14 +248,18 @@ def test_the_cache_means_no_turn_is_judged_twice_also_across_resume(tmp_path, st
     store.close()
     reopened = RunStore(store.url)
     again_events: list = []
-    second = Judge(backend, settings, reopened, "run-1", lambda kind, msg, **d: again_events.append((kind, d))).label(trajs, [], step=1)
+    second = Judge(backend, settings, reopened, "run-1", lambda kind, msg, **d: again_events.append((kind, d))).label(
+        trajs, [], step=1
+    )
     assert len(judge.prompts) == asked  # nothing asked again: valid and invalid answers both come from the cache
     assert [(lab.trajectory_id, lab.turn, lab.label, lab.confidence) for lab in second] == \
         [(lab.trajectory_id, lab.turn, lab.label, lab.confidence) for lab in first]
     summary = [d for kind, d in again_events if kind == "diagnosis_llm.judged"][0]
     assert (summary["judged"], summary["cached"], summary["fallback"]) == (0, 2, 1)
     # The key covers the judge: another judge model is asked afresh.
-    Judge(EngineBackend(judge, settings, "openai:other-model"), settings, reopened, "run-1").label(trajs[:1], [], step=2)
+    Judge(EngineBackend(judge, settings, "openai:other-model"), settings, reopened, "run-1").label(
+        trajs[:1], [], step=2
+    )
     assert len(judge.prompts) > asked
 
 
@@ -306,7 +332,10 @@ def test_the_run_token_budget_is_kept_across_resume(tmp_path, store):
 def test_transcript_is_cut_oldest_first():
     messages = [Message(role="system", content="S")]
     for turn in range(20):
-        messages += [Message(role="user", content=f"request {turn} " + "x" * 300), Message(role="assistant", content="ok")]
+        messages += [
+            Message(role="user", content=f"request {turn} " + "x" * 300),
+            Message(role="assistant", content="ok"),
+        ]
     text = render_transcript(messages, 19, max_chars=1000)
     assert text.startswith("...[earlier turns cut]") and "request 19" in text and "request 0 " not in text
     assert len(text) <= 1000 + len("...[earlier turns cut]\n")

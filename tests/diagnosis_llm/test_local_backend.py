@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from judge_helpers import heuristic_labels, make_ctx, trajectory
+from test_llm_judge import judge_labels, run_diagnose
+
 from seal_platform.errors import ConfigError
 from seal_platform.plugins import make_plugin_manager
 from seal_platform_plugins.diagnosis_llm import plugin
 from seal_platform_plugins.diagnosis_llm.backends import local_context
 from seal_platform_plugins.diagnosis_llm.settings import LocalJudgeSettings
-from test_llm_judge import judge_labels, run_diagnose
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -41,13 +41,22 @@ def run_settings() -> dict:
 
 
 def test_the_judge_gets_its_own_model_and_engine_settings(tmp_path, tiny_judge_dir):
-    local = {"engine": "hf", "settings": {"policy": {"model": str(tiny_judge_dir)}, "engine": {"hf": {"max_batch_size": 2}}}}
+    local = {
+        "engine": "hf",
+        "settings": {"policy": {"model": str(tiny_judge_dir)}, "engine": {"hf": {"max_batch_size": 2}}},
+    }
     ctx, events = make_ctx(tmp_path, None, backend="local", max_new_tokens=16, local=local)
     ctx.settings = {**run_settings(), "diagnosis_llm": ctx.settings["diagnosis_llm"]}
     run_policy = ctx.settings["policy"]
     traj = trajectory(failing_turns=(0, 1, 2))
-    heuristic = heuristic_labels(traj, {0: ("state_mismatch", "state_mismatch"), 1: ("response_mismatch", "response_mismatch"),
-                                        2: ("state_mismatch", "state_mismatch")})
+    heuristic = heuristic_labels(
+        traj,
+        {
+            0: ("state_mismatch", "state_mismatch"),
+            1: ("response_mismatch", "response_mismatch"),
+            2: ("state_mismatch", "state_mismatch"),
+        },
+    )
     try:
         labels = judge_labels(run_diagnose(ctx, [traj], heuristic))
         backend = ctx.shared[plugin.BACKEND_KEY]
@@ -75,7 +84,9 @@ def test_judge_settings_sections_are_validated_by_their_owners(tmp_path):
         local_context(ctx, LocalJudgeSettings(settings={"engine": {"hf": {"max_batch": 2}}}))
     run_kv_cache = ctx.settings["engine"].vllm.cpu_kv_cache_gib
     assert run_kv_cache != 1
-    child = local_context(ctx, LocalJudgeSettings(engine="vllm", settings={"engine": {"vllm": {"cpu_kv_cache_gib": 1}}}))
+    child = local_context(
+        ctx, LocalJudgeSettings(engine="vllm", settings={"engine": {"vllm": {"cpu_kv_cache_gib": 1}}})
+    )
     assert child.config.rollout.engine == "vllm" and child.settings["engine"].vllm.cpu_kv_cache_gib == 1
     # The judge's own engine settings never leak into the run's.
     assert ctx.settings["engine"].vllm.cpu_kv_cache_gib == run_kv_cache and child.shared == {}

@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from pydantic import ValidationError
-
 from judge_helpers import heuristic_labels, make_ctx, trajectory
 from openai_server import OpenAIServer, Response
+from pydantic import ValidationError
+from test_llm_judge import judge_labels, run_diagnose
+
 from seal_platform.capability import CapabilityState
 from seal_platform.errors import ConfigError
 from seal_platform_plugins.diagnosis_llm import plugin
 from seal_platform_plugins.diagnosis_llm.settings import DiagnosisLlmSettings
-from test_llm_judge import judge_labels, run_diagnose
 
 pytest.importorskip("openai")
 
@@ -32,7 +32,9 @@ def openai_ctx(tmp_path, server, store=None, **openai):
     return make_ctx(tmp_path, None, store, backend="openai", openai=options)
 
 
-def test_judging_through_an_endpoint_with_structured_output_and_the_key_from_the_environment(tmp_path, store, monkeypatch):
+def test_judging_through_an_endpoint_with_structured_output_and_the_key_from_the_environment(
+    tmp_path, store, monkeypatch
+):
     monkeypatch.setenv("JUDGE_KEY", KEY)
     traj = trajectory(failing_turns=(0, 2))
     with OpenAIServer(lambda body, n: good()) as server:
@@ -40,7 +42,10 @@ def test_judging_through_an_endpoint_with_structured_output_and_the_key_from_the
         plugin.start_run(ctx=ctx, resumed=False)
         labels = judge_labels(run_diagnose(ctx, [traj]))
         plugin.end_run(ctx=ctx, status="completed")
-    assert [(lab.turn, lab.label, lab.confidence) for lab in labels] == [(0, "argument_mismatch", 0.65), (2, "argument_mismatch", 0.65)]
+    assert [(lab.turn, lab.label, lab.confidence) for lab in labels] == [
+        (0, "argument_mismatch", 0.65),
+        (2, "argument_mismatch", 0.65),
+    ]
     body = server.requests[0]
     assert body["model"] == "judge-model" and body["temperature"] == 0.0 and body["max_tokens"] == 256
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
@@ -53,7 +58,9 @@ def test_judging_through_an_endpoint_with_structured_output_and_the_key_from_the
                       state=CapabilityState(),
                       interface_revision=0, metrics={}, timings={})
     dump = {"settings": {"diagnosis_llm": ctx.settings["diagnosis_llm"].model_dump(mode="json")}}  # the config dump
-    store.create_run("run-2", name="n", recipe="", config=dump, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[])
+    store.create_run(
+        "run-2", name="n", recipe="", config=dump, config_hash="h", seed=0, run_dir=str(tmp_path), plugins=[]
+    )
     for kind, message, data in events.seen:
         store.add_event("run-1", kind, message, data)
     store.close()
@@ -65,7 +72,10 @@ def test_judging_through_an_endpoint_with_structured_output_and_the_key_from_the
 
 def test_transient_errors_are_retried_with_backoff(tmp_path, monkeypatch):
     monkeypatch.setenv("JUDGE_KEY", KEY)
-    script = {1: Response(status=500, error="overloaded"), 2: Response(status=429, error="slow down", headers={"retry-after": "0"})}
+    script = {
+        1: Response(status=500, error="overloaded"),
+        2: Response(status=429, error="slow down", headers={"retry-after": "0"}),
+    }
     with OpenAIServer(lambda body, n: script.get(n, good())) as server:
         ctx, events = openai_ctx(tmp_path, server)
         [label] = judge_labels(run_diagnose(ctx, [trajectory(failing_turns=(1,))]))

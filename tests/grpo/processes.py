@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pickle
 import queue as queue_mod
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 

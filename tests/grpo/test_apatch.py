@@ -15,7 +15,9 @@ def _traj(tid: str, reward: float, group: str = "g") -> Trajectory:
 
 
 def _labels(tid: str, *names: str, ref: str | None = None) -> list[TurnLabel]:
-    return [TurnLabel(trajectory_id=tid, turn=i, label=n, source="test", reference_label=ref) for i, n in enumerate(names)]
+    return [
+        TurnLabel(trajectory_id=tid, turn=i, label=n, source="test", reference_label=ref) for i, n in enumerate(names)
+    ]
 
 
 def _case():

@@ -13,14 +13,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
-from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_libs.policy.testing import (  # noqa: E402
     ARCHITECTURE_SHAPE,
     TINY_ARCHITECTURES,
     UNPACKABLE,
     tiny_causal_lm,
 )
+from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
+from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 from tests.grpo.checks import capture_grads  # noqa: E402
 
@@ -214,8 +214,8 @@ def test_sharded_worker_equals_the_trainer_on_other_architectures(architecture, 
     through the architecture's output head) gives the single-process update on models with soft-capped or
     scaled logits and sliding windows."""
     dist = pytest.importorskip("torch.distributed")
-    from seal_platform_plugins.grpo.distributed import free_port
     from seal_platform_libs.policy.loading import PolicySettings, load_policy
+    from seal_platform_plugins.grpo.distributed import free_port
     from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions
 
     tiny_causal_lm(architecture).save_pretrained(tmp_path)

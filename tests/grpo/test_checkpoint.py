@@ -10,17 +10,17 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
-from seal_platform.engine import TrainableEngine
+from test_trainer import make_trajectories  # noqa: E402
+
 from seal_platform.capability import CapabilityState  # noqa: E402
 from seal_platform.config import RunConfig  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
+from seal_platform.engine import TrainableEngine
 from seal_platform.rollouts import NOTHING_IN_FLIGHT  # noqa: E402
 from seal_platform.types import TurnLabel  # noqa: E402
-from seal_platform_plugins.grpo import plugin  # noqa: E402
 from seal_platform_libs.policy.loading import PolicySettings  # noqa: E402
+from seal_platform_plugins.grpo import plugin  # noqa: E402
 from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings  # noqa: E402
-
-from test_trainer import make_trajectories  # noqa: E402
 
 
 class RecordingEngine(TrainableEngine):

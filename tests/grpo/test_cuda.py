@@ -23,9 +23,9 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 from seal_platform.types import SamplingParams  # noqa: E402
-from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from seal_platform_libs.policy.engines.hf import HFEngine  # noqa: E402
 from seal_platform_libs.policy.engines.settings import HFEngineSettings  # noqa: E402
+from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 from tests.grpo.checks import capture_grads  # noqa: E402

@@ -1,6 +1,6 @@
 """Weight pushes from the sharded trainer ranks straight into the engine replicas (grpo.weight_sync: device,
-seal_platform_libs/policy/device_push.py): which pushes take it, the groups it forms, and on CPU (gloo standing in for NCCL
-and CUDA IPC) a real push from 2 trainer ranks into 2 hf replica processes, cast to the engines' dtype."""
+seal_platform_libs/policy/device_push.py): which pushes take it, the groups it forms, and on CPU (gloo standing in for
+NCCL and CUDA IPC) a real push from 2 trainer ranks into 2 hf replica processes, cast to the engines' dtype."""
 
 from __future__ import annotations
 

@@ -53,7 +53,9 @@ def test_ray_gpus_without_trainer_gpus_and_gpu_actors_on_a_cpu_machine_are_refus
     assert any("settings.grpo.placement.trainer_gpus is 0 with 2 trainer actors" in p for p in found)
     assert any("places Ray actors on GPUs" in p for p in found)  # local Ray on a machine with no usable GPU
     # One trainer in the driver: trainer_gpus does not apply; GPU actors are still impossible here.
-    assert not any("trainer actors" in p for p in problems(config, PolicySettings(device="cpu"), True, _grpo(1, **gpus), _ray()))
+    assert not any(
+        "trainer actors" in p for p in problems(config, PolicySettings(device="cpu"), True, _grpo(1, **gpus), _ray())
+    )
     # Without Ray the placement is not used: nothing placed on GPUs.
     assert problems(config, PolicySettings(device="cpu"), True, _grpo(2, **gpus), None) == []
     # On a cluster (settings.ray.address) the GPUs are the cluster's: nothing to check on this machine.

@@ -10,9 +10,9 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from seal_platform_plugins.grpo.distributed import LocalTrainerGroup, free_port  # noqa: E402
-from seal_platform_libs.policy.packing import PREFIX_KWARG  # noqa: E402
 from seal_platform_libs.policy.loading import PolicySettings, load_policy  # noqa: E402
+from seal_platform_libs.policy.packing import PREFIX_KWARG  # noqa: E402
+from seal_platform_plugins.grpo.distributed import LocalTrainerGroup, free_port  # noqa: E402
 from seal_platform_plugins.grpo.samples import Sample, build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions, balanced_slices  # noqa: E402
@@ -249,13 +249,13 @@ def test_plugin_trains_with_two_workers_and_resumes_across_worker_counts(tmp_pat
 
 # A local Ray (shared by the session) and two FSDP worker actors start: about 20 s on 2 cores.
 def test_group_trainer_on_ray_places_its_ranks_as_actors_and_equals_one_process(tiny_model_dir, tokenizer, local_ray):
-    """The run's cluster is Ray (``settings.ray.enabled``) with ``grpo.train_workers: 2``: the ranks are Ray actors (``RayTrainerGroup``), and the
-    step and the driver's synced weights are the 1-process update's."""
+    """The run's cluster is Ray (``settings.ray.enabled``) with ``grpo.train_workers: 2``: the ranks are Ray actors
+    (``RayTrainerGroup``), and the step and the driver's synced weights are the 1-process update's."""
     pytest.importorskip("ray")
     from test_trainer import make_trajectories
 
-    from seal_platform_plugins.grpo.distributed import GroupTrainer
     from seal_platform_libs.policy.ray_trainers import RayTrainerGroup
+    from seal_platform_plugins.grpo.distributed import GroupTrainer
 
     settings = GRPOSettings(kl_coef=0.01, mini_batch_tasks=1, micro_batch_size=1, lr=1e-3, adam_eps=1e-6,
                             train_workers=2)

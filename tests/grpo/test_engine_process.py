@@ -13,8 +13,8 @@ psutil = pytest.importorskip("psutil")
 
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
-from tests.grpo.checks import trainer_logprobs  # noqa: E402
 from seal_platform_libs.policy.tokens import prompt_ids  # noqa: E402
+from tests.grpo.checks import trainer_logprobs  # noqa: E402
 
 
 def _check(engine, model, tokenizer, task: int) -> None:

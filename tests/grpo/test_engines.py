@@ -280,7 +280,7 @@ def test_a_sleeping_vllm_engine_serves_only_the_weights_pushed_after_the_sleep(l
     try:
         sampling = SamplingParams(temperature=1.0, max_new_tokens=16, seed=11)
         assert_logprobs_match(model, tokenizer, run_dialogue(engine, sampling))
-        for round_ in range(2):
+        for _ in range(2):
             engine.sleep()
             if level == 2:  # nothing to serve and nothing to wake with until the push
                 with pytest.raises(RuntimeError, match="level 2"):
@@ -332,7 +332,9 @@ def test_vllm_logprobs_match_trainer_and_follow_weight_updates(policy, request):
         import weakref
 
         # Every layer of the model vLLM serves (one list per worker).
-        served = [ref for refs in engine.llm.apply_model(lambda m: [weakref.ref(x) for x in m.modules()]) for ref in refs]
+        served = [
+            ref for refs in engine.llm.apply_model(lambda m: [weakref.ref(x) for x in m.modules()]) for ref in refs
+        ]
     finally:
         engine.close()
     # Closing releases vLLM's model (issue 23, item 9: before, a process kept ~800 MB per closed engine

@@ -8,8 +8,8 @@ pytest.importorskip("transformers")
 
 from transformers import LlamaConfig  # noqa: E402
 
-from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
 from seal_platform_libs.policy.engines.kv_budget import kv_bytes_per_token, kv_cache_bytes  # noqa: E402
+from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
 
 
 def smollm2_135m_config() -> LlamaConfig:

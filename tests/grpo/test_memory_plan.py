@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from seal_platform.cli import build_cli
 from seal_platform.config import RunConfig
 from seal_platform_libs.policy.engines.settings import EngineSettings
+from seal_platform_libs.policy.loading import PolicySettings
 from seal_platform_libs.policy.memory_plan import GIB, plan, trainer_parts
 from seal_platform_libs.policy.model_shape import KNOWN, Shape, shape_for
-from seal_platform_libs.policy.loading import PolicySettings
 from seal_platform_plugins.grpo.settings import GRPOSettings
 
 M = "settings.policy.model=Qwen/Qwen2.5-7B-Instruct"
@@ -47,7 +47,9 @@ def test_trainer_parts_are_the_hand_formulas(name):
     assert on_cpu["KL reference (float32)"] == pytest.approx(4 * n / GIB)  # on CPU: the policy's dtype
     assert one["autocast's bf16 copies of the weights"] == pytest.approx(2 * n / GIB)
     assert one[f"activations, {t} tokens, no checkpointing"] == pytest.approx(t * layers * (10 * h + 4 * i) * 2 / GIB)
-    four = {p.what: p.gib for p in trainer_parts(s, GRPOSettings(kl_coef=0.0, gradient_checkpointing=True), "float32", 4)}
+    four = {
+        p.what: p.gib for p in trainer_parts(s, GRPOSettings(kl_coef=0.0, gradient_checkpointing=True), "float32", 4)
+    }
     assert four["gradients (float32)"] == pytest.approx(4 * n / 4 / GIB)
     assert not any(what.startswith("KL reference") for what in four)
     sharded = {p.what: p.gib for p in trainer_parts(s, GRPOSettings(kl_coef=0.001), "float32", 4)}
@@ -69,7 +71,10 @@ def test_shape_from_a_model_folder_and_an_unknown_name(tmp_path):
               "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": True}
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert shape_for(str(tmp_path)) == Shape(64, 128, 2, 4, 2, 1000, True)
-    assert shape_for("/models/Qwen3-8B") == KNOWN["qwen3-8b"] and shape_for("Qwen/Qwen2.5-3B-Instruct") == KNOWN["qwen2.5-3b"]
+    assert (
+        shape_for("/models/Qwen3-8B") == KNOWN["qwen3-8b"]
+        and shape_for("Qwen/Qwen2.5-3B-Instruct") == KNOWN["qwen2.5-3b"]
+    )
     with pytest.raises(ValueError, match="no known shape"):
         shape_for("/models/mystery-13b")
 
@@ -97,7 +102,11 @@ def test_a_model_folder_with_a_model_type_is_counted_on_its_architecture(tmp_pat
 def test_a_placement_needing_more_gpus_than_given_is_refused():
     config = RunConfig(environment="bfcl", stages={"optimize": "grpo"}, rollout={"engine": "vllm"})
     grpo = GRPOSettings(train_workers=4, replicas=4, placement={"trainer_gpus": 1, "engine_gpus": 1})
-    settings = {"grpo": grpo, "policy": PolicySettings(model="Qwen/Qwen2.5-3B", device="cpu"), "engine": EngineSettings()}
+    settings = {
+        "grpo": grpo,
+        "policy": PolicySettings(model="Qwen/Qwen2.5-3B", device="cpu"),
+        "engine": EngineSettings(),
+    }
     result = plan(config, settings, gpus=4, gpu_memory=80, on_ray=True)
     assert result.problems and "needs 8 GPUs" in result.problems[0]
 
@@ -131,7 +140,12 @@ def test_every_phase_of_seal_gpu8_is_the_hand_arithmetic():
     s = KNOWN["qwen2.5-7b"]
     n, v, h, layers, i = s.params(), s.vocab, s.hidden, s.layers, s.intermediate
     fixed = 1 + 2  # CUDA context, the allocator's reserve
-    masters, moments, grads, ref = 4 * n / 4, 8 * n / 4, 4 * n / 4, 2 * n / 4  # float32 masters over 4 ranks, bf16 KL reference
+    masters, moments, grads, ref = (
+        4 * n / 4,
+        8 * n / 4,
+        4 * n / 4,
+        2 * n / 4,
+    )  # float32 masters over 4 ranks, bf16 KL reference
     fsdp = 2 * s.root_params() + 8 * s.block_params() + 4 * s.root_params()
     act = 8192 * (2 * layers * h * 2 + (10 * h + 4 * i) * 2)  # checkpointing, the attention output kept
     logits = 1024 * v * 19  # chunked, 1024 loss tokens at a time
@@ -139,7 +153,9 @@ def test_every_phase_of_seal_gpu8_is_the_hand_arithmetic():
     trainer = data["gpus"][0]["phases"]
     assert trainer["load"] == pytest.approx((masters + ref + 4 * biggest) / GIB + fixed, abs=0.01)
     assert trainer["start-up"] == pytest.approx((masters + ref) / GIB + fixed, abs=0.01)
-    assert trainer["push"] == pytest.approx((masters + moments + ref + 4 * biggest + 2 * biggest) / GIB + fixed, abs=0.01)
+    assert trainer["push"] == pytest.approx(
+        (masters + moments + ref + 4 * biggest + 2 * biggest) / GIB + fixed, abs=0.01
+    )
     assert trainer["rollout"] == pytest.approx((masters + moments + ref) / GIB + fixed, abs=0.01)
     foreach = 4 * n / 4  # AdamW's temporary (FSDP2's DTensors take its foreach path)
     assert trainer["update"] == pytest.approx((masters + moments + grads + ref + fsdp + foreach + act + logits) / GIB
@@ -169,7 +185,9 @@ def test_colocated_engines_start_beside_the_loaded_trainer_and_sleep_through_the
     assert data["vllm_start"][0]["wants_gib"] == pytest.approx(0.45 * 80)
     assert gpu["phases"]["start-up"] == pytest.approx(resident + 1 + 0.45 * 80, abs=0.01)
     assert gpu["phases"]["rollout"] == pytest.approx(resident + 8 * n / 4 / GIB + 1 + 0.45 * 80, abs=0.01)
-    trainer_update = sum(p["gib"] for p in gpu["parts"] if p["holder"].startswith("trainer") and "update" in p["phases"])
+    trainer_update = sum(
+        p["gib"] for p in gpu["parts"] if p["holder"].startswith("trainer") and "update" in p["phases"]
+    )
     assert gpu["phases"]["update"] == pytest.approx(trainer_update + 2, abs=0.02)  # + the sleep residue
     # The memory sequence wakes the weights for the push and the KV cache only after it (and the trainer's offload).
     kv = next(p for p in gpu["parts"] if p["what"].startswith("vLLM KV cache"))
@@ -192,7 +210,9 @@ def test_unchunked_logits_cost_all_loss_tokens_of_a_micro_batch_at_once(loss_tok
     grpo = GRPOSettings(logits_chunk_tokens=None, max_tokens_per_micro_batch=loss_tokens)
     parts = {p.what: p.gib for p in trainer_parts(s, grpo, "float32", 4)}
     assert round(parts[f"logits, unchunked: {loss_tokens} loss tokens at once (vocabulary 152064)"], 2) == gib
-    chunked = {p.what: p.gib for p in trainer_parts(s, GRPOSettings(max_tokens_per_micro_batch=loss_tokens), "float32", 4)}
+    chunked = {
+        p.what: p.gib for p in trainer_parts(s, GRPOSettings(max_tokens_per_micro_batch=loss_tokens), "float32", 4)
+    }
     assert round(chunked["logits, chunked: 1024 loss tokens at a time (vocabulary 152064)"], 2) == 2.76
 
 
@@ -278,7 +298,9 @@ def test_offloaded_reference_and_trainer_state_leave_the_phases_they_are_offload
     s, n = KNOWN["qwen2.5-7b"], KNOWN["qwen2.5-7b"].params()
     grpo = GRPOSettings(kl_coef=0.001).model_copy(update={"ref_offload": True, "trainer_offload": True})
     parts = {p.what.split(" (")[0]: p for p in trainer_parts(s, grpo, "float32", 4, colocated=True)}
-    assert parts["KL reference"].phases == ("load", "update") and parts["KL reference"].gib == pytest.approx(2 * n / 4 / GIB)
+    assert parts["KL reference"].phases == ("load", "update") and parts["KL reference"].gib == pytest.approx(
+        2 * n / 4 / GIB
+    )
     assert "rollout" not in parts["master weights"].phases and "rollout" not in parts["AdamW moments"].phases
     assert "push" in parts["master weights"].phases  # the push comes before the offload
     apart = {p.what.split(" (")[0]: p for p in trainer_parts(s, grpo, "float32", 4, colocated=False)}

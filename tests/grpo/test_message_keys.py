@@ -14,13 +14,13 @@ from pydantic import ValidationError
 
 from seal_platform.config import RunConfig
 from seal_platform_libs.policy import lora
-from seal_platform_plugins.grpo import staleness
 from seal_platform_libs.policy.devices import problems
 from seal_platform_libs.policy.engines.settings import EngineSettings
+from seal_platform_libs.policy.loading import PolicySettings, model_dir
 from seal_platform_libs.policy.memory_plan import plan
 from seal_platform_libs.policy.packing import check_packable
+from seal_platform_plugins.grpo import staleness
 from seal_platform_plugins.grpo.plugin import check_config
-from seal_platform_libs.policy.loading import PolicySettings, model_dir
 from seal_platform_plugins.grpo.settings import GRPOSettings, LoRASettings
 
 # A key of one of grpo's sections (grpo, policy, engine, apatch) not reached through `settings.`.
@@ -63,8 +63,12 @@ def _planning_texts() -> list[str]:
                                         "stages": {"optimize": "grpo"}})
     texts += [str(i) for i in staleness.overlap_issues(overlap, GRPOSettings(placement={"colocate": True}),
                                                        EngineSettings(), ray=False)]
-    texts += [str(i) for i in staleness.overlap_issues(overlap, GRPOSettings(max_staleness=4, placement={"colocate": True}),
-                                                       EngineSettings(), ray=True)]
+    texts += [
+        str(i)
+        for i in staleness.overlap_issues(
+            overlap, GRPOSettings(max_staleness=4, placement={"colocate": True}), EngineSettings(), ray=True
+        )
+    ]
     return texts
 
 

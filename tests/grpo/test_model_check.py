@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from seal_platform.cli import cli
 from seal_platform.config import RunConfig
 from seal_platform.store import RunStore
-from seal_platform_plugins.grpo.plugin import check_machine
 from seal_platform_libs.policy.loading import PolicySettings
+from seal_platform_plugins.grpo.plugin import check_machine
 
 
 def _run(tmp_path: Path, model: str, *more: str):
@@ -66,7 +66,9 @@ def test_the_model_is_checked_only_where_grpo_loads_it(tmp_path):
     assert check_machine(other, {"policy": missing}, None) == []
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU adds the memory plan, which wants a real config")
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="a GPU adds the memory plan, which wants a real config"
+)
 @pytest.mark.parametrize("model", ["embedded", "folder"])
 def test_a_loadable_model_passes(tmp_path, model):
     if model == "embedded":

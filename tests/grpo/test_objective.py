@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from seal_platform_plugins.grpo.objective import (  # noqa: E402
-    grpo_token_loss,
     group_advantages,
+    grpo_token_loss,
     kl_penalty,
     policy_loss,
     token_logprobs,

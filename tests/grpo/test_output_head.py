@@ -12,11 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
 from seal_platform_libs.policy.output_head import output_head  # noqa: E402
+from seal_platform_libs.policy.testing import ARCHITECTURE_SHAPE, tiny_causal_lm  # noqa: E402
+from seal_platform_plugins.grpo.objective import token_logprobs  # noqa: E402
 from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_libs.policy.testing import ARCHITECTURE_SHAPE, tiny_causal_lm  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 from tests.grpo.checks import capture_grads  # noqa: E402
 

@@ -15,16 +15,32 @@ from seal_platform.loop import Runner  # noqa: E402
 from seal_platform.planning import plan_recipe  # noqa: E402
 from seal_platform.store import RunStore  # noqa: E402
 
-SMALL = ["training.steps=3", "training.tasks_per_step=1", "training.group_size=2", "rollout.workers=2",
-         "rollout.max_new_tokens=8", "evaluation.max_new_tokens=8", "evaluation.before_training=false",
-         "evaluation.every=0", "training.checkpoint_every=0", "settings.smarthome.n_eval=2",
-         "rollout.dynamic_sampling.enabled=false",
-         "settings.grpo.train_layers=1", "settings.grpo.zero_advantage=compute", "settings.grpo.kl_coef=0",
-         "rollout.overlap=true", "settings.grpo.max_staleness=1", "rollout.engine=hf", "settings.engine.hf.share_model=false"]
+SMALL = [
+    "training.steps=3",
+    "training.tasks_per_step=1",
+    "training.group_size=2",
+    "rollout.workers=2",
+    "rollout.max_new_tokens=8",
+    "evaluation.max_new_tokens=8",
+    "evaluation.before_training=false",
+    "evaluation.every=0",
+    "training.checkpoint_every=0",
+    "settings.smarthome.n_eval=2",
+    "rollout.dynamic_sampling.enabled=false",
+    "settings.grpo.train_layers=1",
+    "settings.grpo.zero_advantage=compute",
+    "settings.grpo.kl_coef=0",
+    "rollout.overlap=true",
+    "settings.grpo.max_staleness=1",
+    "rollout.engine=hf",
+    "settings.engine.hf.share_model=false",
+]
 
 
 def test_grpo_trains_on_overlapped_rollouts_one_version_behind(tmp_path, tiny_model_dir):
-    plan = plan_recipe("smarthome-random-labels", [*SMALL, f"runs_dir={tmp_path}", f"settings.policy.model={tiny_model_dir}"])
+    plan = plan_recipe(
+        "smarthome-random-labels", [*SMALL, f"runs_dir={tmp_path}", f"settings.policy.model={tiny_model_dir}"]
+    )
     store = RunStore(plan.config.store_url())
     runner = Runner(plan, plan.host, store, recipe=plan.source)
     runner.run()

@@ -91,7 +91,7 @@ def test_packed_logprobs_equal_padded_per_sample(tokenizer, new_tiny_model, shar
         samples = mixed_samples(len(tokenizer))
         seen: list[tuple[int, int]] = []
         hook = model.register_forward_pre_hook(
-            lambda mod, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+            lambda mod, args, kwargs, seen=seen: seen.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
         trainer.fill_logprobs(model, samples, "old_logp")
         hook.remove()
         got[pack], shapes[pack] = samples, seen

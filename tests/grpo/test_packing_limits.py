@@ -18,9 +18,9 @@ from seal_platform_libs.policy.packing import (  # noqa: E402
     attention_implementation,
     packed_sdpa_attention,
 )
+from seal_platform_libs.policy.testing import ARCHITECTURE_SHAPE, tiny_causal_lm  # noqa: E402
 from seal_platform_plugins.grpo.samples import Sample  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_libs.policy.testing import ARCHITECTURE_SHAPE, tiny_causal_lm  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 VOCAB = ARCHITECTURE_SHAPE["vocab_size"]

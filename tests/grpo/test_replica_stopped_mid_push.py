@@ -6,6 +6,7 @@ push forms a group of the live one. Two hf replicas on the CPU, gloo, buckets of
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -63,10 +64,8 @@ def test_a_replica_stopped_between_buckets_is_killed_and_the_push_goes_on_withou
         assert client.sync_stats["buckets"] > 1 and client._pusher.key[0] == (survivor,)  # a new group
         scores_equal_the_trainers(client, model)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)  # stopped still, where the push did not end it
-        except ProcessLookupError:
-            pass
         client.close()
 
 

@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
-from seal_platform_plugins.grpo import plugin  # noqa: E402
-
 from test_checkpoint import make_ctx  # noqa: E402
+
+from seal_platform_plugins.grpo import plugin  # noqa: E402
 
 
 def _draws():

@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_trainer import make_trajectories  # noqa: E402
+
 from seal_platform.engine import TrainableEngine
 from seal_platform.types import Message, SamplingParams  # noqa: E402
 from seal_platform_plugins.grpo import staleness  # noqa: E402
@@ -15,8 +17,6 @@ from seal_platform_plugins.grpo.run import GRPORun  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
-
-from test_trainer import make_trajectories  # noqa: E402
 
 
 def _stamp(trajectories, versions):

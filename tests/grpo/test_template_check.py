@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from seal_platform.cli import cli
 from seal_platform.config import RunConfig
-from seal_platform_plugins.grpo.plugin import check_config
 from seal_platform_libs.policy.loading import PolicySettings
 from seal_platform_libs.policy.tokens import chat_template_problem
+from seal_platform_plugins.grpo.plugin import check_config
 
 # Shouts every message: assistant text is not rendered as it was sampled, so no episode can be exact.
 REFUSED = (

@@ -11,11 +11,11 @@ torch = pytest.importorskip("torch")
 
 from seal_platform.engine import TrainableEngine
 from seal_platform.types import Message, Trajectory  # noqa: E402
+from seal_platform_libs.policy.tokens import encode_episode  # noqa: E402
 from seal_platform_plugins.grpo.objective import group_advantages  # noqa: E402
 from seal_platform_plugins.grpo.run import GRPORun  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
-from seal_platform_libs.policy.tokens import encode_episode  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 from tests.grpo.checks import capture_grads  # noqa: E402
 
@@ -281,7 +281,9 @@ def test_zero_advantage_with_kl_is_skipped_only_while_the_policy_equals_the_refe
     assert after["trained_sequences"] == 6 and after["updates"] == 1
 
 
-def test_train_layers_updates_only_the_top_layers_with_the_full_models_gradients(tokenizer, new_tiny_model, trajectories):
+def test_train_layers_updates_only_the_top_layers_with_the_full_models_gradients(
+    tokenizer, new_tiny_model, trajectories
+):
     from seal_platform_libs.policy.loading import train_top_layers
 
     settings = GRPOSettings(kl_coef=0.0, mini_batch_tasks=2, lr=1e-3, grad_clip=None)  # clipping uses the global norm

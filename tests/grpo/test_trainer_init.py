@@ -13,16 +13,16 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from seal_platform_plugins.grpo.distributed import LocalTrainerGroup, free_port  # noqa: E402
 from seal_platform_libs.policy.engines.hf import HFEngine  # noqa: E402
 from seal_platform_libs.policy.engines.settings import HFEngineSettings  # noqa: E402
-from seal_platform_libs.policy.memory_phases import ROLLOUT_STEPS, TRAINER_STEPS  # noqa: E402
 from seal_platform_libs.policy.loading import PolicySettings, load_policy  # noqa: E402
+from seal_platform_libs.policy.memory_phases import ROLLOUT_STEPS, TRAINER_STEPS  # noqa: E402
+from seal_platform_libs.policy.testing import tiny_llama  # noqa: E402
+from seal_platform_plugins.grpo.distributed import LocalTrainerGroup, free_port  # noqa: E402
 from seal_platform_plugins.grpo.run import GRPORun  # noqa: E402
 from seal_platform_plugins.grpo.samples import build_samples  # noqa: E402
 from seal_platform_plugins.grpo.settings import GRPOSettings  # noqa: E402
 from seal_platform_plugins.grpo.sharded import TrainerWorker, WorkerOptions  # noqa: E402
-from seal_platform_libs.policy.testing import tiny_llama  # noqa: E402
 from seal_platform_plugins.grpo.trainer import GRPOTrainer  # noqa: E402
 
 COMPARED = ("loss", "pg_loss", "kl", "entropy", "grad_norm", "clip_frac", "approx_kl", "ratio_max", "updates",

@@ -17,12 +17,17 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
+from seal_platform_libs.policy.weight_sync import (  # noqa: E402
+    SyncGroup,
+    load_into,
+    plan_buckets,
+    push,
+    receive,
+    sync_tensors,
+)
 from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from tests.grpo.checks import language_model_step  # noqa: E402
 from tests.grpo.processes import collect_rows  # noqa: E402
-from seal_platform_libs.policy.weight_sync import (  # noqa: E402
-    SyncGroup, load_into, plan_buckets, push, receive, sync_tensors,
-)
 
 BUCKET_BYTES = 24 * 1024  # small: the tiny model travels in many buckets
 TIMEOUT_S = 180.0
@@ -163,7 +168,7 @@ def test_a_skipped_sync_or_a_lost_bucket_is_caught_by_the_logprob_comparison():
 def test_lora_pushes_only_the_adapters_and_the_receiver_follows():
     pytest.importorskip("peft")
     rows = run_pair(syncs=3, lora=True)
-    for k, (names, _, want, version, got) in enumerate(rows):
+    for k, (names, _, want, _version, got) in enumerate(rows):
         assert names and all(".lora_A." in n or ".lora_B." in n for n in names), names[:3]
         assert torch.equal(got, want), f"sync {k}: receiver differs by {(got - want).abs().max():.3g}"
 
@@ -174,8 +179,8 @@ def test_group_trainer_collective_sync_equals_the_host_path(tiny_model_dir, toke
     the one the host path (full state dict through the pipe) gives, at start and after a step."""
     from test_trainer import make_trajectories
 
-    from seal_platform_plugins.grpo.distributed import GroupTrainer
     from seal_platform_libs.policy.loading import PolicySettings, load_policy
+    from seal_platform_plugins.grpo.distributed import GroupTrainer
     from seal_platform_plugins.grpo.samples import build_samples
     from seal_platform_plugins.grpo.settings import GRPOSettings
 
@@ -212,11 +217,11 @@ def test_ray_replicas_receive_collective_pushes_and_sample_with_the_trainers_wei
 
     from seal_platform.types import Message, SamplingParams
     from seal_platform_libs.policy.engines.remote import build_engine
-    from seal_platform_libs.policy.engines.spec import PolicySpec
     from seal_platform_libs.policy.engines.replicas import start_replicas
     from seal_platform_libs.policy.engines.settings import EngineSettings
-    from seal_platform_plugins.grpo.objective import token_logprobs
+    from seal_platform_libs.policy.engines.spec import PolicySpec
     from seal_platform_libs.policy.tokens import prompt_ids
+    from seal_platform_plugins.grpo.objective import token_logprobs
 
     model = new_tiny_model()
     settings = EngineSettings()

@@ -1,5 +1,5 @@
-"""Weight sync between processes on one GPU (CUDA IPC, ``seal_platform_libs/policy/ipc_sync.py``) and the choice of a sync
-group's backend from its members' GPUs.
+"""Weight sync between processes on one GPU (CUDA IPC, ``seal_platform_libs/policy/ipc_sync.py``) and the choice of a
+sync group's backend from its members' GPUs.
 
 The backend choice, the ``auto`` rendezvous on the CPU and the error for an invisible GPU run anywhere; the
 CUDA IPC push needs a GPU (skipped without one): a sender process and a receiver process, both on cuda:0,
@@ -19,9 +19,9 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from seal_platform_libs.policy.ipc_sync import IPCSyncError, choose_backend, local_index  # noqa: E402
 from seal_platform_libs.policy.weight_sync import SyncGroup, load_into, push, receive, sync_tensors  # noqa: E402
+from seal_platform_plugins.grpo.distributed import free_port  # noqa: E402
 from tests.grpo.processes import collect_rows  # noqa: E402
 
 BUCKET_BYTES = 24 * 1024  # small: the tiny model travels in many buckets

@@ -54,7 +54,9 @@ def test_table_reports_intervals_paired_differences_and_gains(tmp_path):
     assert f"| +7.5 [{glow:+.1f}, {ghigh:+.1f}] |" in vanilla
     seal = lines[4]
     low, high = ablation.t_interval([20.0, 30.0, 40.0])
-    assert seal.startswith(f"| SEAL | 0,1,2 | 30.0 [{low:.1f}, {high:.1f}] | 20.0 / 30.0 / 40.0 |")  # the last evaluation counts
+    assert seal.startswith(
+        f"| SEAL | 0,1,2 | 30.0 [{low:.1f}, {high:.1f}] | 20.0 / 30.0 / 40.0 |"
+    )  # the last evaluation counts
     # Paired with vanilla on the seeds both have (0 and 1): +10 and +0.
     plow, phigh = ablation.t_interval([10.0, 0.0])
     assert f"+5.0 [{plow:+.1f}, {phigh:+.1f}] p=1.000 (n=2)" in seal  # 2 seeds: p is never below 0.5
@@ -117,11 +119,17 @@ def test_evidence_table_reads_each_recipes_labels_weights_revisions_and_sampling
     revisions = [{"revision": 0, "changes": []},
                  {"revision": 1, "changes": ["named: +required_markers (invalid_tool_call n=12 ...)",
                                              "named: guidelines invalid_tool_call n=12", "direct: guidelines x"]}]
-    seal = [{**_row("smarthome-seal", seed, 50.0, 10), "revisions": revisions,
-             "labels": {"smarthome": {"pass": 3, "invalid_tool_call": 1}},
-             "label_weights": {"pass": 1.0, "invalid_tool_call": w},
-             "dynamic_sampling": {"drawn": d, "kept": 40, "uniform": 10},
-             "train_rewards": [0.0] * 5 + [0.5] * 10 + [r] * 5} for seed, w, d, r in ((0, 2.0, 100, 0.6), (1, 1.0, 120, 0.8))]
+    seal = [
+        {
+            **_row("smarthome-seal", seed, 50.0, 10),
+            "revisions": revisions,
+            "labels": {"smarthome": {"pass": 3, "invalid_tool_call": 1}},
+            "label_weights": {"pass": 1.0, "invalid_tool_call": w},
+            "dynamic_sampling": {"drawn": d, "kept": 40, "uniform": 10},
+            "train_rewards": [0.0] * 5 + [0.5] * 10 + [r] * 5,
+        }
+        for seed, w, d, r in ((0, 2.0, 100, 0.6), (1, 1.0, 120, 0.8))
+    ]
     fixed = {**_row("smarthome-fixed-label", 0, 50.0, 10), "revisions": revisions[:1],
              "labels": {"fixed_label": {"state_mismatch": 8}, "smarthome": {"pass": 2, "argument_mismatch": 6}},
              "label_weights": {"state_mismatch": 1.5}}
@@ -131,8 +139,12 @@ def test_evidence_table_reads_each_recipes_labels_weights_revisions_and_sampling
                                     lambda r: r.removeprefix("smarthome-")).splitlines()
     assert len(lines) == 5  # header, rule, three recipes with rows (no-reweighting has none)
     assert lines[2] == "| vanilla-grpo | 1 | none | none | none | 0.0: none | - | - |"
-    assert lines[3] == ("| seal | 2 | pass 75, invalid_tool_call 25 | pass 75, invalid_tool_call 25 | "
-                        "invalid_tool_call 1.50, pass 1.00 | 1.0: guidelines 2.0, +required_markers 1.0 | 110 / 40 / 10 | "
-                        "0.00 / 0.70 |")
+    assert lines[3] == (
+        "| seal | 2 | pass 75, invalid_tool_call 25 | pass 75, invalid_tool_call 25 | "
+        "invalid_tool_call 1.50, pass 1.00 | 1.0: guidelines 2.0, +required_markers 1.0 | 110 / 40 / 10 | "
+        "0.00 / 0.70 |"
+    )
     # a label control: the labels it trained on and, apart, what the environment's diagnoser saw
-    assert lines[4].startswith("| fixed-label | 1 | state_mismatch 100 | argument_mismatch 75, pass 25 | state_mismatch 1.50 | 0.0: none |")
+    assert lines[4].startswith(
+        "| fixed-label | 1 | state_mismatch 100 | argument_mismatch 75, pass 25 | state_mismatch 1.50 | 0.0: none |"
+    )

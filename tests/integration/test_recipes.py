@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from seal_platform.recipe_keys import RECIPES_DIR
 from seal_platform.planning import check_recipe, load_recipe, plugin_host_for
+from seal_platform.recipe_keys import RECIPES_DIR
 
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
@@ -44,7 +44,9 @@ def test_smarthome_ablations_match_the_stock_ones():
     """The CPU ablation set switches the same stages and settings as the paper's ablations of `seal`."""
     stock, _, _ = load_recipe("smarthome-seal", [])
     for name in ("vanilla-grpo", "no-env-adaptation", "no-reweighting", "static-weights"):
-        paper, _, _ = load_recipe("seal" if name == "seal" else (name if name == "vanilla-grpo" else f"seal-{name}"), [])
+        paper, _, _ = load_recipe(
+            "seal" if name == "seal" else (name if name == "vanilla-grpo" else f"seal-{name}"), []
+        )
         cpu, _, _ = load_recipe(f"smarthome-{name}", [])
         assert (cpu.stages.evolve_interface is None) == (paper.stages.evolve_interface is None)
         assert (cpu.stages.reweight is None) == (paper.stages.reweight is None)

@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def scoring():
-    spec = importlib.util.spec_from_file_location("trl_side_by_side_scoring", ROOT / "benchmarks/trl_side_by_side/scoring.py")
+    spec = importlib.util.spec_from_file_location(
+        "trl_side_by_side_scoring", ROOT / "benchmarks/trl_side_by_side/scoring.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)

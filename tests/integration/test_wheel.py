@@ -12,8 +12,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Source folder -> its name in the wheel (pyproject's [tool.setuptools.package-dir]).
-INSTALLED_AS = {"seal_platform": "seal_platform", "seal_platform_libs": "seal_platform_libs", "plugins": "seal_platform_plugins",
-                "recipes": "seal_platform_recipes"}
+INSTALLED_AS = {
+    "seal_platform": "seal_platform",
+    "seal_platform_libs": "seal_platform_libs",
+    "plugins": "seal_platform_plugins",
+    "recipes": "seal_platform_recipes",
+}
 SHIPPED = ("*.py", "*.json", "*.yaml", "*.ini", "*.mako", "py.typed")  # package-data's patterns, and the modules
 
 

@@ -27,6 +27,7 @@ class ScriptedWithPolicyLogprobs:
 
     def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
         import torch
+
         from seal_platform_libs.policy.tokens import prompt_ids
 
         out = []

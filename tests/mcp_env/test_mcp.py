@@ -11,14 +11,13 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from seal_platform.types import Generation, Interface, Message, SamplingParams
 from seal_platform_libs.toolenv.jsoncalls import clip_text, parse_calls
+from seal_platform_libs.toolenv.schemadocs import render_docs, validate_arguments
 from seal_platform_plugins.mcp.diagnoser import diagnose
 from seal_platform_plugins.mcp.environment import MCPEnvironment
 from seal_platform_plugins.mcp.episode import build_prompt, run_episodes
 from seal_platform_plugins.mcp.settings import MCPSettings
-from seal_platform_libs.toolenv.schemadocs import render_docs, validate_arguments
-
-from seal_platform.types import Generation, Interface, Message, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(ROOT / "examples/mcp-inventory/server.py")
@@ -82,7 +81,10 @@ def test_arguments_are_validated_against_the_schema(env):
 
 
 def test_guarded_parsing_and_clipping():
-    assert parse_calls('<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>') == ([{"name": "a", "arguments": {"x": 1}}], None)
+    assert parse_calls('<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>') == (
+        [{"name": "a", "arguments": {"x": 1}}],
+        None,
+    )
     assert parse_calls("no call") == ([], None)
     assert "nests too deeply" in parse_calls("<tool_call>" + "[" * 50 + "]" * 50 + "</tool_call>")[1]
     assert "Too many" in parse_calls("<tool_call>{}</tool_call>" * 9)[1]
@@ -116,7 +118,9 @@ def test_mistakes_are_labelled_and_rejected_before_the_server(env):
     (traj,) = run_episodes(env, Scripted(reply), [(task, "g", 0)], Interface(), SAMPLING)
     assert traj.reward == 0.0 and traj.tool_calls[0].error and traj.tool_calls[0].result is None
     assert diagnose([traj])[0].label == "recovery_failure"
-    (traj,) = run_episodes(env, Scripted(lambda u, c: "I will not call anything."), [(task, "g", 0)], Interface(), SAMPLING)
+    (traj,) = run_episodes(
+        env, Scripted(lambda u, c: "I will not call anything."), [(task, "g", 0)], Interface(), SAMPLING
+    )
     assert diagnose([traj])[0].label == "empty_turn_model_response"
     (traj,) = run_episodes(env, Scripted(lambda u, c: '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'),
                            [(task, "g", 0)], Interface(), SAMPLING)
@@ -125,7 +129,11 @@ def test_mistakes_are_labelled_and_rejected_before_the_server(env):
 
 @pytest.mark.parametrize("switch", [{"INVENTORY_HANG_ON": "get_item"}, {"INVENTORY_CRASH_ON": "move_item"}])
 def test_a_failing_server_masks_the_episode_and_the_run_goes_on(switch):
-    bad = MCPEnvironment(settings(env=switch, n_eval=3).model_copy(update={"servers": [settings(env=switch).servers[0].model_copy(update={"timeout_s": 1.0})]}))
+    bad = MCPEnvironment(
+        settings(env=switch, n_eval=3).model_copy(
+            update={"servers": [settings(env=switch).servers[0].model_copy(update={"timeout_s": 1.0})]}
+        )
+    )
     tasks = bad.tasks("eval")[:3]
     start = time.monotonic()
     trajs = run_episodes(bad, gt_engine(tasks), [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
@@ -164,9 +172,11 @@ def test_a_request_the_sdk_cancels_is_the_clients_usual_error():
     from seal_platform.infra import InfraError
     from seal_platform_plugins.mcp.client import MCPConnection
 
-    with MCPConnection(settings().servers[0]) as conn:
-        with pytest.raises(InfraError, match="'inventory' failed during call"):
-            conn.call("get_item", {"name": "\ud800"})  # the SDK cannot encode it and cancels the request
+    with (
+        MCPConnection(settings().servers[0]) as conn,
+        pytest.raises(InfraError, match="'inventory' failed during call"),
+    ):
+        conn.call("get_item", {"name": "\ud800"})  # the SDK cannot encode it and cancels the request
 
 
 def test_a_stray_line_on_the_servers_stdout_is_skipped():
@@ -188,9 +198,8 @@ def _labelled_state(label: str, n: int = 12):
 
 
 def test_labels_drive_tool_doc_changes_and_evaluation_stays_pristine(env):
-    from seal_platform_plugins.mcp.evolution import evolve
-
     from seal_platform.capability import CapabilityState
+    from seal_platform_plugins.mcp.evolution import evolve
 
     pristine = env.pristine_interface()
     assert evolve(pristine, CapabilityState(), env.settings.evolution) is None
@@ -297,8 +306,12 @@ def test_a_server_that_dies_mid_evaluation_is_scored_as_an_infrastructure_failur
     dying = MCPEnvironment(settings(env={"INVENTORY_CRASH_ON": "remove_stock"}, n_eval=3))
     tasks = dying.tasks("eval")
     assert [t.payload["turns"][0]["calls"][0]["name"] for t in tasks] == ["set_status", "remove_stock", "move_item"]
-    ctx = RunContext(config=RunConfig(environment="mcp"), run_id="r", run_dir=tmp_path, settings={"mcp": dying.settings})
-    result = evaluate_with(evaluate, ctx=ctx, environment=dying, engine=gt_engine(tasks), tasks=tasks, step=0, plugin="mcp")
+    ctx = RunContext(
+        config=RunConfig(environment="mcp"), run_id="r", run_dir=tmp_path, settings={"mcp": dying.settings}
+    )
+    result = evaluate_with(
+        evaluate, ctx=ctx, environment=dying, engine=gt_engine(tasks), tasks=tasks, step=0, plugin="mcp"
+    )
     assert result.n_tasks == 3 and result.n_infra_failures == 1
     lost = [t for t in result.trajectories if t.infra_failure]
     assert [t.task_id for t in lost] == [tasks[1].id] and "inventory" in lost[0].infra_failure

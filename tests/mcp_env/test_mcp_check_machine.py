@@ -136,7 +136,8 @@ def test_a_task_naming_a_tool_the_server_lacks_is_found_before_the_run(tmp_path,
     from seal_platform.planning import check_machine, plan_recipe
 
     tasks = tmp_path / "tasks.jsonl"
-    good = '{"id": "a", "split": "train", "turns": [{"user": "x", "calls": [{"name": "get_item", "arguments": {"name": "lamp"}}]}]}'
+    good = ('{"id": "a", "split": "train", "turns": [{"user": "x", "calls": [{"name": "get_item", "arguments": '
+            '{"name": "lamp"}}]}]}')
     bad = ('{"id": "b", "split": "eval", "turns": [{"user": "y", "calls": [{"name": "get_item", "arguments": {}}], '
            '"check": [{"name": "nope", "arguments": {}}]}]}')
     tasks.write_text(good + "\n" + bad + "\n")
@@ -161,6 +162,8 @@ def test_config_validate_reads_every_line_of_the_task_file(tmp_path, monkeypatch
     missing = CliRunner().invoke(cli, ["config", "validate", str(_recipe(tmp_path, [SERVER], tasks="nowhere.jsonl"))])
     assert missing.exit_code == 1 and "settings.mcp.tasks" in missing.output and "nowhere.jsonl" in missing.output
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"id": "a", "turns": [{"user": "x"}]}\n{"id": "b", "turns": [{"user": "y", "check": [{"arguments": {}}]}]}\n')
+    tasks.write_text(
+        '{"id": "a", "turns": [{"user": "x"}]}\n{"id": "b", "turns": [{"user": "y", "check": [{"arguments": {}}]}]}\n'
+    )
     bad = CliRunner().invoke(cli, ["config", "validate", str(_recipe(tmp_path, [SERVER], tasks=str(tasks)))])
     assert bad.exit_code == 1 and "tasks.jsonl:2: not a valid task" in " ".join(bad.output.split()), bad.output

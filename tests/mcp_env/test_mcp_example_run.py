@@ -12,13 +12,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("mcp")
 
+from mcp_scripted_engine import ScriptedWithPolicyLogprobs
+
 from seal_platform.hookspecs import hookimpl
 from seal_platform.loop import Runner
 from seal_platform.planning import load_recipe, plan_recipe, plugin_host_for, prepare
 from seal_platform.plugins import make_plugin_manager
 from seal_platform.registry import EngineSpec
 from seal_platform.store import RunStore
-from mcp_scripted_engine import ScriptedWithPolicyLogprobs
 from seal_platform.types import Message
 
 SMALL = ["training.steps=1", "training.tasks_per_step=2", "training.group_size=2", "rollout.max_new_tokens=8",
@@ -110,9 +111,17 @@ class ScriptedCallsPlugin:
 
 def _run_scripted(tmp_path, tiny_model_dir, overrides: list[str]):
     """The example recipe with the tiny policy and the scripted_calls engine, against the real server."""
-    overrides = [*overrides, "evaluation.before_training=false", "settings.mcp.n_eval=2", "settings.grpo.train_layers=1",
-                 "settings.grpo.micro_batch_size=4", "settings.grpo.mini_batch_tasks=1",
-                 "rollout.engine=scripted_calls", f"runs_dir={tmp_path}", f"settings.policy.model={tiny_model_dir}"]
+    overrides = [
+        *overrides,
+        "evaluation.before_training=false",
+        "settings.mcp.n_eval=2",
+        "settings.grpo.train_layers=1",
+        "settings.grpo.micro_batch_size=4",
+        "settings.grpo.mini_batch_tasks=1",
+        "rollout.engine=scripted_calls",
+        f"runs_dir={tmp_path}",
+        f"settings.policy.model={tiny_model_dir}",
+    ]
     config, issues, path = load_recipe(ROOT / "recipes" / "mcp-example.yaml", overrides)
     assert config is not None, issues
     host = make_plugin_manager(allow=config.plugins.allow, block=config.plugins.block,

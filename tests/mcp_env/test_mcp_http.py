@@ -15,12 +15,11 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from seal_platform.types import Generation, Interface, Message, SamplingParams
 from seal_platform_plugins.mcp.diagnoser import diagnose
 from seal_platform_plugins.mcp.environment import MCPEnvironment, MCPUnavailable
 from seal_platform_plugins.mcp.episode import run_episodes
 from seal_platform_plugins.mcp.settings import MCPSettings
-
-from seal_platform.types import Generation, Interface, Message, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(ROOT / "examples/mcp-inventory/server.py")

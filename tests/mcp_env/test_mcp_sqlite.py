@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from mcp_scripted_engine import ScriptedWithPolicyLogprobs
+
 from seal_platform.types import Generation, Interface, Message, SamplingParams
 from seal_platform_plugins.mcp.diagnoser import diagnose
 from seal_platform_plugins.mcp.environment import MCPEnvironment
@@ -148,7 +149,9 @@ def test_setup_and_teardown_calls_and_a_reset_with_arguments(sqlite_command):
     broken = MCPEnvironment(_settings(sqlite_command, server={"setup": [
         {"name": "write_query", "arguments": {"query": "UPDATE nowhere SET x = 1"}}]}))
     (traj,) = run_episodes(broken, Scripted({}), [(task, "g", 0)], Interface(), SAMPLING)
-    assert traj.infra_failure and "setup call write_query" in traj.infra_failure and "no such table" in traj.infra_failure
+    assert (
+        traj.infra_failure and "setup call write_query" in traj.infra_failure and "no such table" in traj.infra_failure
+    )
 
 
 def test_the_reset_tool_is_called_with_the_recipes_arguments(sqlite_command):

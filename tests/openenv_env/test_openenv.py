@@ -48,7 +48,8 @@ class Scripted:
 
 
 def _call(direction: str, degrees: int, name: str = "act") -> str:
-    return f'<tool_call>{json.dumps({"name": name, "arguments": {"direction": direction, "degrees": degrees}})}</tool_call>'
+    call = json.dumps({"name": name, "arguments": {"direction": direction, "degrees": degrees}})
+    return f"<tool_call>{call}</tool_call>"
 
 
 def solver(last: str, conv) -> str:
@@ -122,7 +123,10 @@ def test_a_solver_passes_every_episode_and_sessions_are_isolated(thermostat_url,
     assert [t.reward for t in trajs] == [1.0, 1.0, 1.0]
     assert trajs[0].messages[1:] == trajs[1].messages[1:]  # same seed, same start, same episode
     assert all(v.passed for t in trajs for v in t.turn_verdicts) and trajs[0].metadata["env_done"] is True
-    assert json.loads(trajs[0].metadata["final_state"])["temperature"] == json.loads(trajs[0].metadata["final_state"])["target"]
+    assert (
+        json.loads(trajs[0].metadata["final_state"])["temperature"]
+        == json.loads(trajs[0].metadata["final_state"])["target"]
+    )
     assert {label.label for label in diagnose(trajs)} == {"pass"}
 
 
@@ -218,8 +222,13 @@ def test_a_failing_server_masks_the_episode_and_names_the_url(bad_server, mode, 
 @pytest.mark.parametrize("transport", ["ws", "http"])
 def test_a_server_error_on_a_step_is_a_refused_action(bad_server, transport):
     env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("error"), transport=transport, max_steps=2, n_train=1))
-    (traj,) = run_episodes(env, Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
-                           [(env.tasks("train")[0], "g", 0)], Interface(), SAMPLING)
+    (traj,) = run_episodes(
+        env,
+        Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
+        [(env.tasks("train")[0], "g", 0)],
+        Interface(),
+        SAMPLING,
+    )
     assert traj.infra_failure is None and "move must be 'left' today" in traj.tool_calls[0].error
     assert [lab.label for lab in diagnose([traj])] == ["action_refused", "action_refused"]
 
@@ -227,8 +236,13 @@ def test_a_server_error_on_a_step_is_a_refused_action(bad_server, transport):
 def test_hostile_observations_are_clipped_valid_text(bad_server):
     env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("hostile"), max_observation_chars=300, max_steps=1,
                                              n_train=1))
-    (traj,) = run_episodes(env, Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
-                           [(env.tasks("train")[0], "g", 0)], Interface(), SAMPLING)
+    (traj,) = run_episodes(
+        env,
+        Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
+        [(env.tasks("train")[0], "g", 0)],
+        Interface(),
+        SAMPLING,
+    )
     shown = traj.messages[-1].content
     assert traj.infra_failure is None and len(shown) < 400 and shown.endswith("[... cut at 300 characters]")
     assert "\x1b" not in shown and "\x00" not in shown
@@ -330,10 +344,9 @@ def test_a_recipe_with_neither_url_nor_server_is_refused_before_anything_is_writ
 
 
 def test_labels_drive_action_doc_changes_and_evaluation_stays_pristine(thermostat_url):
-    from seal_platform_plugins.openenv.evolution import evolve
-
     from seal_platform.capability import CapabilityState
     from seal_platform.types import Trajectory, TurnLabel
+    from seal_platform_plugins.openenv.evolution import evolve
 
     def labelled(label: str) -> CapabilityState:
         state = CapabilityState()
@@ -369,7 +382,9 @@ def test_a_server_that_dies_mid_evaluation_is_scored_as_an_infrastructure_failur
                                max_parallel_episodes=1)
     env = OpenEnvEnvironment(settings)
     tasks = env.tasks("eval")
-    ctx = RunContext(config=RunConfig(environment="openenv"), run_id="r", run_dir=tmp_path, settings={"openenv": settings})
+    ctx = RunContext(
+        config=RunConfig(environment="openenv"), run_id="r", run_dir=tmp_path, settings={"openenv": settings}
+    )
     engine = Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}</tool_call>')
     result = evaluate_with(evaluate, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=0, plugin="openenv")
     assert result.n_tasks == 3 and result.n_infra_failures == 2
@@ -387,7 +402,11 @@ def test_episodes_never_open_more_sessions_than_the_server_serves(bad_server):
     engine = Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}</tool_call>')
     trajs = run_episodes(env, engine, [(t, f"g{i}", j) for i, t in enumerate(tasks) for j in range(2)], Interface(),
                          SAMPLING)
-    assert len(trajs) == 8 and not [t.infra_failure for t in trajs if t.infra_failure] and {t.reward for t in trajs} == {1.0}
+    assert (
+        len(trajs) == 8
+        and not [t.infra_failure for t in trajs if t.infra_failure]
+        and {t.reward for t in trajs} == {1.0}
+    )
     told = OpenEnvEnvironment(OpenEnvSettings(url=url, n_train=1, max_parallel_episodes=8, max_sessions=1))
     assert told.parallel_episodes() == 1  # the recipe's limit: no sessions opened to find it out
 
@@ -405,8 +424,13 @@ def test_an_answer_that_trickles_in_is_bounded_by_wall_clock_time(bad_server):
     does not come within timeout_s (before: each episode was held until the last byte, ~35x timeout_s)."""
     env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("trickle"), transport="http", timeout_s=1.5, n_train=1))
     start = time.monotonic()
-    (traj,) = run_episodes(env, Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
-                           [(env.tasks("train")[0], "g", 0)], Interface(), SAMPLING)
+    (traj,) = run_episodes(
+        env,
+        Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
+        [(env.tasks("train")[0], "g", 0)],
+        Interface(),
+        SAMPLING,
+    )
     assert time.monotonic() - start < 8
     assert traj.infra_failure and "did not finish its answer to step within 1.5 s" in traj.infra_failure
 

@@ -7,6 +7,7 @@ A local server (settings.openenv.server) is not probed, but its command must be 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
@@ -41,7 +42,9 @@ def silent_url() -> Iterator[str]:
 def test_a_url_nothing_listens_on_is_one_paragraph_naming_it():
     url = f"http://127.0.0.1:{free_port()}"
     (problem,) = _problems(url=url)
-    assert problem.startswith(f"settings.openenv.url: the OpenEnv server at {url} could not be reached for health "), problem
+    assert problem.startswith(f"settings.openenv.url: the OpenEnv server at {url} could not be reached for health "), (
+        problem
+    )
     assert "start the server" in problem and "settings.openenv.server" in problem and "\n" not in problem
 
 
@@ -154,10 +157,8 @@ def http_server(released) -> Iterator[Callable[[Callable[[BaseHTTPRequestHandler
     def start(answer: Callable[[BaseHTTPRequestHandler], None]) -> str:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                try:
+                with contextlib.suppress(OSError):  # the probe gave up and closed the connection
                     answer(self)
-                except OSError:  # the probe gave up and closed the connection
-                    pass
 
             def log_message(self, *args) -> None:
                 pass

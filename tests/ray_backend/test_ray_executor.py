@@ -12,8 +12,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from seal_platform_plugins.ray_backend.settings import RaySettings  # noqa: E402
 from seal_platform.infra import InfraError  # noqa: E402
+from seal_platform_plugins.ray_backend.settings import RaySettings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,11 @@ def test_results_in_order_and_progress(executor):
 
 def test_infra_errors_are_stood_in_for_and_bugs_raise(executor):
     lost = lambda item, why: ("lost", item, why)  # noqa: E731
-    assert executor.map(picky, [0, 1, 2], on_infra_failure=lost) == [0, 1, ("lost", 2, "InfraError: tool worker host went away")]
+    assert executor.map(picky, [0, 1, 2], on_infra_failure=lost) == [
+        0,
+        1,
+        ("lost", 2, "InfraError: tool worker host went away"),
+    ]
     with pytest.raises(ValueError, match="a bug"):
         executor.map(picky, [0, 3], on_infra_failure=lost)
     with pytest.raises(InfraError):
@@ -80,7 +84,9 @@ def test_a_killed_actor_loses_its_episodes_only_and_is_replaced(executor, tmp_pa
 
     killer = threading.Thread(target=kill_once_running, daemon=True)
     killer.start()
-    out = executor.map(sleepy, [(i, str(tmp_path)) for i in range(8)], on_infra_failure=lambda item, why: f"lost: {why}")
+    out = executor.map(
+        sleepy, [(i, str(tmp_path)) for i in range(8)], on_infra_failure=lambda item, why: f"lost: {why}"
+    )
     killer.join()
     lost = [o for o in out if isinstance(o, str)]
     assert 1 <= len(lost) <= 4 and all("Actor" in o or "Worker" in o for o in lost), out

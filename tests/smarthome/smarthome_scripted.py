@@ -4,7 +4,7 @@ from a function of its last user message, so tests can play the ground truth or 
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from seal_platform.types import Generation, Message, SamplingParams, Task
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from smarthome_scripted import ScriptedEngine, call_text, gt_replies
 
 from seal_platform.capability import CapabilityState
 from seal_platform.types import Interface, SamplingParams, Trajectory, TurnLabel
@@ -15,8 +16,6 @@ from seal_platform_plugins.smarthome.episode import build_prompt, parse_calls, r
 from seal_platform_plugins.smarthome.plugin import evolve_interface
 from seal_platform_plugins.smarthome.settings import SmartHomeSettings
 from seal_platform_plugins.smarthome.tools import ToolError, check_arguments
-
-from smarthome_scripted import ScriptedEngine, call_text, gt_replies
 
 SAMPLING = SamplingParams(temperature=0.0, max_new_tokens=48)
 

@@ -14,13 +14,12 @@ from typing import Any
 
 from pydantic import Field
 
-from seal_platform.config import Section
 from seal_platform import hookimpl
+from seal_platform.config import Section
 from seal_platform.registry import EngineSpec, EnvironmentSpec
+from seal_platform.types import Generation, Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 from seal_platform_libs.toolenv.episodes import TOOL_CALL_STOP, Episode, evaluation_episodes, training_episodes
 from seal_platform_libs.toolenv.jsoncalls import parse_calls
-from seal_platform.types import (Generation, Interface, Message, SamplingParams, Task, ToolCall, Trajectory,
-                                 TurnVerdict)
 
 NAME = "myenv"  # the environment's name (`environment:` in a recipe) and its settings section
 PEOPLE = ["Ada", "Alan", "Grace", "Edsger", "Barbara", "Donald", "Frances", "John", "Margaret", "Ken"]

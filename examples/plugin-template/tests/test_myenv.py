@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("seal_myenv", reason="pip install -e examples/plugin-template")
 
 from click.testing import CliRunner  # noqa: E402
-
 from seal_myenv import plugin  # noqa: E402
+
 from seal_platform.cli import cli  # noqa: E402
-from seal_platform.conformance import check_environment  # noqa: E402
 from seal_platform.config import RunConfig  # noqa: E402
+from seal_platform.conformance import check_environment  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
 from seal_platform.stages import collect_with, evaluate_with  # noqa: E402
 from seal_platform.store import RunStore  # noqa: E402

@@ -45,7 +45,9 @@ class ArithmeticSettings(Section):
     operations: list[Literal["add", "sub", "mul"]] = Field(default_factory=lambda: ["add", "sub", "mul"])
     worked_examples: int = Field(default=2, ge=0, le=len(EXAMPLES))
     answer_turn: bool = Field(default=False, description="After the tool result, the model states the answer.")
-    max_new_tokens: int | None = Field(default=48, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens.")
+    max_new_tokens: int | None = Field(
+        default=48, ge=1, le=1_048_576, description="Per generation; null: rollout.max_new_tokens."
+    )
 
 
 class _Unsafe(ValueError):
@@ -139,7 +141,11 @@ class ArithmeticEnvironment:
         return messages
 
     def run_episodes(
-        self, engine: RolloutEngine, episodes: list[tuple[Task, str, int]], interface: Interface, sampling: SamplingParams
+        self,
+        engine: RolloutEngine,
+        episodes: list[tuple[Task, str, int]],
+        interface: Interface,
+        sampling: SamplingParams,
     ) -> list[Trajectory]:
         """Play ``(task, group, sample)`` episodes, all in lock step so the engine batches each turn."""
         convs = [self.prompt(task, interface) for task, _, _ in episodes]

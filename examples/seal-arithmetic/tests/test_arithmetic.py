@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from seal_arithmetic import plugin
 from seal_arithmetic.env import ArithmeticSettings, calculate, parse_call
+
 from seal_platform.config import RunConfig
 from seal_platform.context import RunContext
 from seal_platform.stages import collect_with, evaluate_with

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import Field
 
@@ -28,8 +29,12 @@ class KVSettings(Section):
     n_train: int = Field(default=24, ge=1, le=1_000_000)
     n_eval: int = Field(default=12, ge=1, le=1_000_000)
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    max_steps_per_turn: int = Field(default=4, ge=1, le=1000, description="Agent messages per user turn before the episode stops.")
-    max_new_tokens: int = Field(default=64, ge=1, le=1_048_576, description="Cap per generation (the core's sampling may ask for less).")
+    max_steps_per_turn: int = Field(
+        default=4, ge=1, le=1000, description="Agent messages per user turn before the episode stops."
+    )
+    max_new_tokens: int = Field(
+        default=64, ge=1, le=1_048_576, description="Cap per generation (the core's sampling may ask for less)."
+    )
     evolution: EvolutionSettings = Field(default_factory=EvolutionSettings)
 
 
@@ -50,7 +55,9 @@ class KVEnvironment:
 
     def own_sampling(self, sampling: SamplingParams) -> SamplingParams:
         """The core's sampling plus what is this environment's: its stop string and token cap."""
-        return sampling.model_copy(update={"stop": [STOP], "max_new_tokens": min(sampling.max_new_tokens, self.settings.max_new_tokens)})
+        return sampling.model_copy(
+            update={"stop": [STOP], "max_new_tokens": min(sampling.max_new_tokens, self.settings.max_new_tokens)}
+        )
 
     def play(self, task: Task, engine: RolloutEngine, interface: Interface, sampling: SamplingParams,
              group: str = "", sample: int = 0) -> Trajectory:

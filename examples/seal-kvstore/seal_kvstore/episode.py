@@ -24,7 +24,11 @@ def parse_call(text: str) -> tuple[Call | None, str | None]:
         data = json.loads(match.group(1))
         call = Call(name=data["name"], arguments={str(k): str(v) for k, v in (data.get("arguments") or {}).items()})
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        return None, f"Error: the call is not valid JSON of the form {{\"name\": ..., \"arguments\": {{...}}}} ({type(exc).__name__})"
+        return (
+            None,
+            'Error: the call is not valid JSON of the form {"name": ..., "arguments": {...}} '
+            f"({type(exc).__name__})",
+        )
     if call.name not in KVStore.TOOLS:
         return None, f"Error: unknown tool {call.name!r}; the tools are {', '.join(KVStore.TOOLS)}"
     return call, None
@@ -50,7 +54,9 @@ def run_episode(task: Task, engine: RolloutEngine, interface: Interface, samplin
                 messages.append(Message(role="tool", content=error or ""))
                 continue
             result = store.execute(call)
-            trajectory.tool_calls.append(ToolCall(turn=turn, name=call.name, arguments=dict(call.arguments), result=result))
+            trajectory.tool_calls.append(
+                ToolCall(turn=turn, name=call.name, arguments=dict(call.arguments), result=result)
+            )
             messages.append(Message(role="tool", content=result))
         else:
             trajectory.finish = "step_limit"

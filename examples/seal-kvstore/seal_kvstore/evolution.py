@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from seal_platform.config import Section
 from seal_platform.capability import CapabilityState
+from seal_platform.config import Section
 from seal_platform.types import Interface
 
 TRIGGERS = {"format_example": "invalid_tool_call", "read_back": "response_mismatch"}
@@ -25,7 +25,9 @@ TEXT = {
 
 class EvolutionSettings(Section):
     enabled: bool = True
-    min_count: int = Field(default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on.")
+    min_count: int = Field(
+        default=4, ge=1, le=1_000_000, description="Labelled turns needed before a label can switch a change on."
+    )
     min_prevalence: float = Field(default=0.2, ge=0.0, le=1.0, description="Share of labelled turns needed.")
 
 
@@ -33,7 +35,9 @@ def system_text(base: str, changes: list[str]) -> str:
     return "\n".join([base, *(TEXT[c] for c in changes)])
 
 
-def evolve(interface: Interface, state: CapabilityState, settings: EvolutionSettings, base_text: str) -> Interface | None:
+def evolve(
+    interface: Interface, state: CapabilityState, settings: EvolutionSettings, base_text: str
+) -> Interface | None:
     if not settings.enabled:
         return None
     window = state.window

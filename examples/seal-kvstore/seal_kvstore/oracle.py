@@ -22,7 +22,10 @@ def plan(question: str) -> list[dict]:
     if question.startswith("Change"):
         return [{"name": "put", "arguments": {"key": q[0], "value": q[1]}}]
     if question.startswith("Also store"):
-        return [{"name": "put", "arguments": {"key": q[1], "value": q[0]}}, {"name": "delete", "arguments": {"key": q[2]}}]
+        return [
+            {"name": "put", "arguments": {"key": q[1], "value": q[0]}},
+            {"name": "delete", "arguments": {"key": q[2]}},
+        ]
     if question.startswith("What is stored"):
         return [{"name": "get", "arguments": {"key": q[0]}}]
     return [{"name": "list_keys", "arguments": {}}]

@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from seal_platform.config import Section
 from seal_platform import hookimpl
+from seal_platform.config import Section
 from seal_platform.registry import DiagnoserSpec, EngineSpec, EnvironmentSpec
 from seal_platform.types import Interface, SamplingParams, Trajectory, TurnLabel
 
@@ -34,7 +34,11 @@ def register_settings() -> dict[str, type[BaseModel]]:
 
 @hookimpl
 def register_environments() -> list[EnvironmentSpec]:
-    return [EnvironmentSpec(NAME, lambda ctx: KVEnvironment(_settings(ctx)), "a multi-turn key-value-store tool environment (example)")]
+    return [
+        EnvironmentSpec(
+            NAME, lambda ctx: KVEnvironment(_settings(ctx)), "a multi-turn key-value-store tool environment (example)"
+        )
+    ]
 
 
 @hookimpl

@@ -65,8 +65,12 @@ def make_tasks(split: str, n: int, seed: int) -> list[Task]:
         if category == "update":
             turns.append((f"Change {k1!r} to {v2!r}.", [Call(name="put", arguments={"key": k1, "value": v2})]))
         if category == "cleanup":
-            turns.append((f"Also store {v2!r} under {k2!r}, then remove {k1!r}.",
-                          [Call(name="put", arguments={"key": k2, "value": v2}), Call(name="delete", arguments={"key": k1})]))
+            turns.append(
+                (
+                    f"Also store {v2!r} under {k2!r}, then remove {k1!r}.",
+                    [Call(name="put", arguments={"key": k2, "value": v2}), Call(name="delete", arguments={"key": k1})],
+                )
+            )
             turns.append(("Which keys are stored now?", [Call(name="list_keys")]))
         else:
             turns.append((f"What is stored under {k1!r}?", [Call(name="get", arguments={"key": k1})]))

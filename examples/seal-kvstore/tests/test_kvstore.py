@@ -14,9 +14,10 @@ from seal_kvstore.env import KVEnvironment, KVSettings  # noqa: E402
 from seal_kvstore.episode import parse_call  # noqa: E402
 from seal_kvstore.evolution import EvolutionSettings, evolve  # noqa: E402
 from seal_kvstore.oracle import OracleEngine  # noqa: E402
+
 from seal_platform.capability import CapabilityState  # noqa: E402
-from seal_platform.conformance import check_environment  # noqa: E402
 from seal_platform.config import RunConfig  # noqa: E402
+from seal_platform.conformance import check_environment  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
 from seal_platform.stages import collect_with, evaluate_with  # noqa: E402
 from seal_platform.types import Generation  # noqa: E402
@@ -99,7 +100,9 @@ def test_verify_record():
     task = env.tasks("eval")[0]
     right = env.verify_record({"task_id": task.id, "turns": task.payload["ground_truth"]})
     assert right["success"] and [t["passed"] for t in right["turns"]] == [True] * len(task.payload["ground_truth"])
-    wrong = env.verify_record({"task_id": task.id, "turns": [[{"name": "put", "arguments": {"key": "x", "value": "y"}}]]})
+    wrong = env.verify_record(
+        {"task_id": task.id, "turns": [[{"name": "put", "arguments": {"key": "x", "value": "y"}}]]}
+    )
     assert not wrong["success"] and wrong["turns"][0]["checks"]["state_ok"] is False
     for bad in ({"task_id": "nope", "turns": []}, {"task_id": task.id, "turns": "x"},
                 {"task_id": task.id, "turns": [[{"arguments": {}}]]}):

@@ -14,8 +14,14 @@ from seal_platform.types import Generation, Interface, Message, SamplingParams, 
 # --- 1. the tools, rendered into the system text -------------------------------------------------------------
 
 TOOLS = {
-    "set_light": {"description": "Switch a room's light.", "parameters": {"room": ["kitchen", "bedroom"], "state": ["on", "off"]}},
-    "lock_door": {"description": "Lock or unlock a door.", "parameters": {"door": ["front", "back"], "locked": ["yes", "no"]}},
+    "set_light": {
+        "description": "Switch a room's light.",
+        "parameters": {"room": ["kitchen", "bedroom"], "state": ["on", "off"]},
+    },
+    "lock_door": {
+        "description": "Lock or unlock a door.",
+        "parameters": {"door": ["front", "back"], "locked": ["yes", "no"]},
+    },
 }
 STOP = "</tool_call>"
 CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
@@ -31,9 +37,13 @@ def system_text(worked_example: bool = True) -> str:
              'Call one tool per message as <tool_call>{"name": "...", "arguments": {...}}</tool_call>.',
              "Answer without a call when the request is done."]
     if worked_example:  # small models copy a worked call far better than they follow a description
-        lines += ["Example:", "User: Please use set_light to turn the kitchen light on.",
-                  'Assistant: <tool_call>{"name": "set_light", "arguments": {"room": "kitchen", "state": "on"}}</tool_call>',
-                  "Tool: ok", "Assistant: The kitchen light is on."]
+        lines += [
+            "Example:",
+            "User: Please use set_light to turn the kitchen light on.",
+            'Assistant: <tool_call>{"name": "set_light", "arguments": {"room": "kitchen", "state": "on"}}</tool_call>',
+            "Tool: ok",
+            "Assistant: The kitchen light is on.",
+        ]
     return "\n".join(lines)
 
 
@@ -65,7 +75,9 @@ def parse_call(text: str) -> tuple[dict | None, str | None]:
 def play(task: Task, engine, interface: Interface, sampling: SamplingParams, attempts_per_turn: int = 1) -> Trajectory:
     sampling = sampling.model_copy(update={"stop": [STOP], "max_new_tokens": 48})  # what is the environment's own
     messages = [Message(role="system", content=interface.system_text)]
-    trajectory = Trajectory(task_id=task.id, category=task.category, group=task.id, interface_revision=interface.revision)
+    trajectory = Trajectory(
+        task_id=task.id, category=task.category, group=task.id, interface_revision=interface.revision
+    )
     for turn, (request, expected) in enumerate(zip(task.payload["requests"], task.payload["expected"])):
         messages.append(Message(role="user", content=request))
         made = []
@@ -80,7 +92,9 @@ def play(task: Task, engine, interface: Interface, sampling: SamplingParams, att
                 messages.append(Message(role="tool", content=error or ""))
                 continue
             made.append(call)
-            trajectory.tool_calls.append(ToolCall(turn=turn, name=call["name"], arguments=call["arguments"], result="ok"))
+            trajectory.tool_calls.append(
+                ToolCall(turn=turn, name=call["name"], arguments=call["arguments"], result="ok")
+            )
             messages.append(Message(role="tool", content="ok"))
         passed = made == [expected]
         trajectory.turn_verdicts.append(TurnVerdict(turn=turn, passed=passed, checks={"calls": len(made)}))
@@ -132,7 +146,9 @@ def test_a_right_episode_passes_every_turn_and_the_engine_saw_only_role_content_
     trajectory = play(TASK, engine, interface, SamplingParams(temperature=0.7), attempts_per_turn=2)
     assert trajectory.reward == 1.0 and [v.passed for v in trajectory.turn_verdicts] == [True, True]
     first = engine.seen[0]
-    assert [m["role"] for m in first] == ["system", "user"] and "lock_door(door: one of front|back" in first[0]["content"]
+    assert [m["role"] for m in first] == ["system", "user"] and "lock_door(door: one of front|back" in first[0][
+        "content"
+    ]
     assert [m.role for m in trajectory.messages].count("tool") == 2
 
 

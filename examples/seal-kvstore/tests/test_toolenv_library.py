@@ -15,10 +15,10 @@ from seal_platform import hookimpl
 from seal_platform.capability import CapabilityState
 from seal_platform.config import RunConfig, Section
 from seal_platform.context import RunContext
+from seal_platform.types import Interface, Trajectory, TurnLabel, TurnVerdict
 from seal_platform_libs.toolenv.evolution import EvolutionSettings, evolve
 from seal_platform_libs.toolenv.formats import get_format
 from seal_platform_libs.toolenv.interface import recovery_hint, render_tools, system_addendum
-from seal_platform.types import Interface, Trajectory, TurnLabel, TurnVerdict
 
 # BFCL-style tool docs: a JSON schema per tool; a closed value set may be stated in the description.
 TOOL_DOCS = [{
@@ -94,7 +94,9 @@ def test_revision_0_is_the_plain_presentation() -> None:
     assert render_tools(TOOL_DOCS, pristine, "booking") is TOOL_DOCS and system_addendum(pristine, "booking") == ""
     assert system_text(pristine, "booking") == FORMAT.system_prompt(TOOL_DOCS)
     reply = '<tool_call>\n{"name": "book_room", "arguments": {"room": "green", "hour": 9}}\n</tool_call>'
-    assert tool_messages(pristine, "booking", reply) == ['<tool_response>\n{"error": "no room named \'green\'"}\n</tool_response>']
+    assert tool_messages(pristine, "booking", reply) == [
+        '<tool_response>\n{"error": "no room named \'green\'"}\n</tool_response>'
+    ]
     assert tool_messages(pristine, "booking", "<tool_call>{oops</tool_call>")[0].startswith(
         "<tool_response>\nError: Could not parse the tool call as JSON")
 
@@ -117,4 +119,6 @@ def test_recovery_failures_turn_on_hints_after_failed_calls(tmp_path) -> None:
     (message,) = tool_messages(revision, "booking", failed)
     assert "no room named" in message and "Hint: the call failed." in message
     booked = '<tool_call>{"name": "book_room", "arguments": {"room": "red", "hour": 9}}</tool_call>'
-    assert tool_messages(revision, "booking", booked) == ['<tool_response>\n{"booked": "red", "hour": 9}\n</tool_response>']
+    assert tool_messages(revision, "booking", booked) == [
+        '<tool_response>\n{"booked": "red", "hour": 9}\n</tool_response>'
+    ]

@@ -37,9 +37,10 @@ def _trajectory(tokenizer, reward: float) -> Trajectory:
 
 @pytest.mark.parametrize("reward,direction", [(0.0, -1), (1.0, 1)])
 def test_a_reply_below_the_baseline_gets_less_likely_and_one_above_more(tokenizer, reward, direction):
-    from seal_platform_libs.policy.testing import tiny_llama
     from seal_reinforce.learner import Reinforce
     from seal_reinforce.settings import ReinforceSettings
+
+    from seal_platform_libs.policy.testing import tiny_llama
 
     model = tiny_llama(tokenizer)
     learner = Reinforce(model, tokenizer, ReinforceSettings(lr=1e-3, baseline_init=0.5))
@@ -55,9 +56,10 @@ def test_a_reply_below_the_baseline_gets_less_likely_and_one_above_more(tokenize
 
 
 def test_a_reply_at_the_baseline_changes_nothing(tokenizer):
-    from seal_platform_libs.policy.testing import tiny_llama
     from seal_reinforce.learner import Reinforce
     from seal_reinforce.settings import ReinforceSettings
+
+    from seal_platform_libs.policy.testing import tiny_llama
 
     learner = Reinforce(tiny_llama(tokenizer), tokenizer, ReinforceSettings(baseline_init=1.0))
     assert learner.step([_trajectory(tokenizer, 1.0)], {})["updates"] == 0.0 and learner.updates == 0
@@ -78,9 +80,9 @@ def test_the_runtime_engines_are_trainable_engines(tokenizer):
 
 def test_the_recipe_trains_the_embedded_model_on_smarthome(tmp_path):
     from seal_platform.loop import Runner
-    from seal_platform_libs.policy.loading import PolicySettings, load_policy
     from seal_platform.planning import plan_recipe
     from seal_platform.store import RunStore
+    from seal_platform_libs.policy.loading import PolicySettings, load_policy
 
     overrides = [f"runs_dir={tmp_path}", "training.steps=1", "training.tasks_per_step=1", "training.group_size=2",
                  "training.checkpoint_every=1", "rollout.workers=2", "rollout.max_new_tokens=16",

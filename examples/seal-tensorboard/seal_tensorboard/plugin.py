@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from seal_platform.config import Section
 from seal_platform import hookimpl
+from seal_platform.config import Section
 from seal_platform.tracking import describe_interface, scalars
 
 SECTION = "tensorboard"
@@ -32,7 +32,9 @@ SHARED_KEY = "tensorboard.writer"
 
 class TensorBoardSettings(Section):
     enabled: bool = Field(default=False, description="Write TensorBoard event files for this run.")
-    log_dir: str | None = Field(default=None, description="Parent folder of the runs' event folders; null: RUN_DIR/tensorboard.")
+    log_dir: str | None = Field(
+        default=None, description="Parent folder of the runs' event folders; null: RUN_DIR/tensorboard."
+    )
 
 
 @hookimpl

@@ -6,14 +6,14 @@ import pytest
 
 pytest.importorskip("seal_tensorboard", reason="pip install -e examples/seal-tensorboard")
 
+from seal_tensorboard import plugin  # noqa: E402
+from seal_tensorboard.plugin import TensorBoardSettings  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seal_platform.config import RunConfig
 from seal_platform.context import RunContext
 from seal_platform.tracking import TrackEvent
 from seal_platform.types import EvalResult, Interface, TurnLabel
-from seal_tensorboard import plugin  # noqa: E402
-from seal_tensorboard.plugin import TensorBoardSettings  # noqa: E402
 
 
 def _ctx(tmp_path, **settings):
@@ -24,7 +24,10 @@ def _ctx(tmp_path, **settings):
 def test_every_kind_of_event_is_written(tmp_path):
     ctx = _ctx(tmp_path, enabled=True, log_dir=str(tmp_path / "tb"))
     revision = Interface(revision=1, parent=0, changes=["recovery hints"], driven_by=["recovery_failure"])
-    labels = [TurnLabel(trajectory_id="t", turn=i, label=lab, source="bfcl") for i, lab in enumerate(["pass", "pass", "recovery_failure"])]
+    labels = [
+        TurnLabel(trajectory_id="t", turn=i, label=lab, source="bfcl")
+        for i, lab in enumerate(["pass", "pass", "recovery_failure"])
+    ]
     for event in (
         TrackEvent(kind="interface", run_id="r1", step=0, interface=revision),
         TrackEvent(kind="labels", run_id="r1", step=0, labels=labels),

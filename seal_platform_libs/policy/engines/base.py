@@ -20,9 +20,10 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from seal_platform.engine import TrainableEngine
 from seal_platform.types import Generation, Message, SamplingParams

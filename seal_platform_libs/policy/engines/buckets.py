@@ -12,6 +12,7 @@ core runs in its own process (:mod:`.vllm_worker`). Only torch, lazily.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -41,10 +42,8 @@ class Bucket:
 
     def remove(self) -> None:
         """Delete the file (readers that still map it keep their mapping until they drop it)."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
 
 def _folder(nbytes: int) -> str:

@@ -130,8 +130,13 @@ class HFEngine(QueuedEngine):
 
     def _generate(self, requests: list[Request]) -> None:
         import torch
-        from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria
-        from transformers import StoppingCriteriaList
+        from transformers import (
+            GenerationConfig,
+            LogitsProcessor,
+            LogitsProcessorList,
+            StoppingCriteria,
+            StoppingCriteriaList,
+        )
 
         engine = self
         sampling = requests[0].sampling

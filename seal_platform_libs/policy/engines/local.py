@@ -11,10 +11,10 @@ replica), and its result goes back when done.
 
 The returned :class:`LocalEngineClient` is the same :class:`.routing.ReplicaClient` the Ray replicas use:
 sticky group routing, retry of a dead replica's requests on another one (same prompt and seed), sleep / wake,
-and weight pushes of the changed tensors (vLLM: all). With ``grpo.weight_sync: collective`` (or ``auto``, the default, for a model on a GPU) a
-push goes from the trainer's model straight to the live replicas over one sync group (driver rank 0, replicas
-1..K; gloo when the model is on the CPU, else ``auto``: CUDA IPC / NCCL / gloo from the members' GPUs): each
-replica's ``receive_weights`` call joins the group and receives into its engine on the engine's worker thread,
+and weight pushes of the changed tensors (vLLM: all). With ``grpo.weight_sync: collective`` (or ``auto``, the default,
+for a model on a GPU) a push goes from the trainer's model straight to the live replicas over one sync group (driver
+rank 0, replicas 1..K; gloo when the model is on the CPU, else ``auto``: CUDA IPC / NCCL / gloo from the members' GPUs):
+each replica's ``receive_weights`` call joins the group and receives into its engine on the engine's worker thread,
 between batches (:mod:`.collective`, the same code as the Ray replicas'), and returns once the push is in. The
 shared-memory file carries every push with ``grpo.weight_sync: host`` (``auto`` from a model in host memory)
 and a push whose collective attempt failed. A LoRA policy's replicas are plain models of its base and receive
@@ -25,6 +25,7 @@ collective push re-forms the group with the live replicas. One stopped (SIGSTOP)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -33,8 +34,9 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 from seal_platform.types import Message
 
@@ -77,10 +79,8 @@ def _pin(device: str | None, threads: int, cpus: list[int] | None) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = "" if device is None else device
     if cpus:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cpus)
-        try:
+        with contextlib.suppress(AttributeError, OSError):  # not Linux
             os.sched_setaffinity(0, set(cpus))
-        except (AttributeError, OSError):  # pragma: no cover - not Linux
-            pass
     import torch
 
     torch.set_num_threads(max(1, threads))
@@ -92,11 +92,8 @@ def _replica_main(index: int, spec: dict[str, Any], conn: Any) -> None:
     send_lock = threading.Lock()
 
     def send(message: tuple[Any, ...]) -> None:
-        with send_lock:
-            try:
-                conn.send(message)
-            except (OSError, EOFError):  # the driver is gone
-                pass
+        with send_lock, contextlib.suppress(OSError, EOFError):  # the driver is gone
+            conn.send(message)
 
     try:
         import torch
@@ -238,19 +235,15 @@ class _Replica:
     def stop(self, timeout_s: float) -> None:
         """Close politely, then kill; wait for the process and the reader."""
         if self.alive:
-            try:
+            with contextlib.suppress(Exception):  # dead, stuck or closed with an error: killed below
                 self.call("close", "close").result(timeout=timeout_s)
-            except Exception:  # dead, stuck or closed with an error: killed below
-                pass
         self.process.join(timeout=timeout_s)
         if self.process.is_alive():
             self.process.kill()
             self.process.join(timeout=10)
         self._reader.join(timeout=10)  # it sees the pipe close once the process is gone
-        try:
+        with contextlib.suppress(OSError):
             self.conn.close()
-        except OSError:
-            pass
 
 
 class LocalEngineClient(ReplicaClient):
@@ -361,8 +354,16 @@ def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, d
     try:
         for index, device in enumerate(cuda):
             cpus = shares[on_cpu.index(index)] if device is None else None
-            spec = {"kind": kind, "settings": settings, "policy": policy, "tokenizer": tokenizer, "seed": seed, "device": device, "cpus": cpus,
-                    "threads": len(cpus) if cpus else 1}
+            spec = {
+                "kind": kind,
+                "settings": settings,
+                "policy": policy,
+                "tokenizer": tokenizer,
+                "seed": seed,
+                "device": device,
+                "cpus": cpus,
+                "threads": len(cpus) if cpus else 1,
+            }
             parent, child = context.Pipe()
             process = context.Process(target=_replica_main, args=(index, spec, child), daemon=True,
                                       name=f"seal-engine-replica-{index}")

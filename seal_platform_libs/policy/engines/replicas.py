@@ -7,19 +7,19 @@ pushes them: :mod:`.remote`). The returned :class:`RayEngineClient` satisfies th
 pickles (actor handles and a tokenizer-bound prompt function), so episodes running in Ray actors use it too.
 
 Routing: a conversation's key is its opening (everything before the first message an engine sampled: the
-system prompt, any few-shot examples and the task), which every sample of a GRPO group and every turn of a dialogue share. A small router actor assigns
-each new key to the live replica with the fewest keys and remembers it, so a group's prompt prefix is
-prefilled (and, with vLLM, prefix-cached) on one replica only, and the groups spread evenly. Routing, retries
-and the push bookkeeping are :class:`.routing.ReplicaClient`'s, shared with the replicas that run as local
+system prompt, any few-shot examples and the task), which every sample of a GRPO group and every turn of a dialogue
+share. A small router actor assigns each new key to the live replica with the fewest keys and remembers it, so a group's
+prompt prefix is prefilled (and, with vLLM, prefix-cached) on one replica only, and the groups spread evenly. Routing,
+retries and the push bookkeeping are :class:`.routing.ReplicaClient`'s, shared with the replicas that run as local
 processes without Ray (:mod:`.local`); this module is the Ray transport.
 
 Weight sync (``update_weights``): the tensors that changed since the last push (torch's in-place version
 counters tell; a full fine-tune changes all, a frozen part is never re-sent) are put into the object store
 once and every live replica loads them, between its batches, with the new policy version; every Generation
 carries the version it was sampled with. On one node the object store is shared memory; across nodes each
-replica pulls one copy. With ``grpo.weight_sync: collective`` (or ``auto``, the default, for a model on a GPU) the same tensors go instead from
-the driver's model straight to the replicas over a torch.distributed group (driver rank 0, replicas 1..K;
-on GPUs: CUDA IPC when colocated on the model's GPU, NCCL on distinct GPUs; else gloo; see
+replica pulls one copy. With ``grpo.weight_sync: collective`` (or ``auto``, the default, for a model on a GPU) the same
+tensors go instead from the driver's model straight to the replicas over a torch.distributed group (driver rank 0,
+replicas 1..K; on GPUs: CUDA IPC when colocated on the model's GPU, NCCL on distinct GPUs; else gloo; see
 :mod:`.collective`) in size-bounded buckets (:mod:`..weight_sync`), each
 replica receiving into its engine between batches; a failed collective push falls back to the object store
 (the collective push is :class:`.routing.ReplicaClient`'s, shared with the local replicas).
@@ -31,12 +31,14 @@ retried on another replica (same prompt, same seed); with none left, ``generate`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ray
 
@@ -173,17 +175,13 @@ class RayEngineClient(ReplicaClient):
         if self._pusher is not None:
             self._pusher.close()
         for replica in self.replicas:
-            try:
+            with contextlib.suppress(Exception):  # dead or stuck: killed below
                 ray.get(replica.close.remote(), timeout=30)
-            except Exception:  # dead or stuck: killed below
-                pass
             ray.kill(replica, no_restart=True)
         ray.kill(self.router, no_restart=True)
         if self._group is not None:
-            try:
+            with contextlib.suppress(Exception):
                 ray.util.remove_placement_group(self._group)
-            except Exception:
-                pass
         on_ray.release(self.config)
 
 
@@ -200,7 +198,9 @@ def start_replicas(kind: str, config: on_ray.OnRay, n: int, builder: Callable[[]
             strategies, group = on_ray.colocated(config, n), None
         else:
             bundles = [{"CPU": place.engine_cpus, "GPU": place.engine_gpus}] * n
-            strategies, group = on_ray.placement(config, bundles, name=f"seal-engines-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            strategies, group = on_ray.placement(
+                config, bundles, name=f"seal-engines-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            )
         replicas: list[Any] = [  # actor handles
             RemoteEngineReplica.options(
                 num_cpus=place.engine_cpus, num_gpus=place.engine_gpus, max_concurrency=256,

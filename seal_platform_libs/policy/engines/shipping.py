@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 def pack(named: dict[str, Any]) -> dict[str, tuple[str, Any]]:
     """Tensors as (dtype, numpy array) pairs: numpy arrays travel through the object store without copies."""
     import torch

@@ -56,7 +56,8 @@ def start_folder(model: Any, tokenizer: Any, config: Any, lora: Any) -> tuple[Pa
     folder to remove later (None: the checkpoint's own). The checkpoint folder when this process sees it; else,
     for a spec, a folder holding only ``config`` (transformers') and the tokenizer, which vLLM loads with
     ``load_format="dummy"`` (random weights: vLLM's documented start for an engine whose weights come later,
-    as in its RL examples); for a model, a saved copy of it (``lora``: its base, a :class:`.vllm_lora.VLLMLoRAState`)."""
+    as in its RL examples); for a model, a saved copy of it (``lora``: its base, a
+    :class:`.vllm_lora.VLLMLoRAState`)."""
     import tempfile
 
     spec = model if isinstance(model, PolicySpec) else PolicySpec.of(model)

@@ -33,26 +33,27 @@ import itertools
 import logging
 import os
 import shutil
+from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Collection, Iterable, Iterator
+from typing import Any
 
 from .base import QueuedEngine, Request
+from .settings import engine_dtype, engine_section, vllm_available
+from .spec import PolicySpec, start_folder
 from .vllm_classes import PolicyClasses
 from .vllm_lora import VLLMLoRAState
 from .vllm_release import forget_reload_info
 from .vllm_sleep import VLLMSleep
-from .spec import PolicySpec, start_folder
-from .settings import engine_dtype, engine_section, vllm_available
 
 log = logging.getLogger(__name__)
 
 
 class VLLMEngine(VLLMSleep, QueuedEngine):
-    """Rollout engine over a ``vllm.LLM``. Thread-safe; see :mod:`.base`. ``model`` is the trainer's
-    transformers model: vLLM loads the architecture and initial weights from ``model.name_or_path`` when that
-    is a model directory, else from a temporary copy saved from ``model``. Later weights: :meth:`update_weights`.
-    A replica passes a :class:`.spec.PolicySpec` instead, and pushes weights before serving (:func:`.spec.start_folder`).
+    """Rollout engine over a ``vllm.LLM``. Thread-safe; see :mod:`.base`. ``model`` is the trainer's transformers model:
+    vLLM loads the architecture and initial weights from ``model.name_or_path`` when that is a model directory, else
+    from a temporary copy saved from ``model``. Later weights: :meth:`update_weights`. A replica passes a
+    :class:`.spec.PolicySpec` instead, and pushes weights before serving (:func:`.spec.start_folder`).
     """
 
     name = "vllm"
@@ -325,10 +326,8 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
                 outputs = engine.step()
             except Exception as exc:
                 log.exception("vllm step failed")
-                try:
+                with contextlib.suppress(Exception):  # the engine may be unusable; the requests fail either way
                     engine.abort_request(list(active), internal=True)
-                except Exception:  # the engine may be unusable; the requests fail either way
-                    pass
                 for request in active.values():
                     if not request.future.done():
                         request.future.set_exception(exc)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ class PolicyClasses:
                     setattr(cls, name, value)
             if changed and not self._warned:
                 self._warned = True
-                log.info("vLLM's Transformers backend decorated %s (the policy's own classes) for torch.compile in "
-                         "this process; put back, so the policy keeps working. This engine runs them uncompiled "
-                         "(settings.engine.vllm.in_process: false compiles them in the engine's own process)", sorted(changed))
+                log.info(
+                    "vLLM's Transformers backend decorated %s (the policy's own classes) for torch.compile in "
+                    "this process; put back, so the policy keeps working. This engine runs them uncompiled "
+                    "(settings.engine.vllm.in_process: false compiles them in the engine's own process)",
+                    sorted(changed),
+                )

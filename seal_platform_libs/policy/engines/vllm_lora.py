@@ -7,7 +7,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
 # vLLM's allowed values of max_lora_rank (vllm.config.lora.MaxLoRARanks).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -48,7 +47,9 @@ class VLLMLoRAState:
     def engine_kwargs(self) -> dict[str, Any]:
         fits = [r for r in VLLM_LORA_RANKS if r >= self.rank]
         if not fits:
-            raise ValueError(f"settings.grpo.lora.rank {self.rank} exceeds vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
+            raise ValueError(
+                f"settings.grpo.lora.rank {self.rank} exceeds vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}"
+            )
         return {"enable_lora": True, "max_lora_rank": fits[0], "max_loras": 1, "max_cpu_loras": 1}
 
     def write(self, model: Any) -> Any:

@@ -9,10 +9,10 @@ Revision ID: 0006
 Revises: 0005
 """
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0006"
 down_revision = "0005"
@@ -26,7 +26,7 @@ def _aware(value: datetime | str | None) -> datetime | None:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     if value is not None and value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return value
 
 

@@ -17,10 +17,10 @@ Revision ID: 0007
 Revises: 0006
 """
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0007"
 down_revision = "0006"
@@ -94,7 +94,7 @@ def upgrade() -> None:
     evaluations = _drop(conn, "evaluations", stale_evaluations)
     events = sa.table("events", sa.column("run_id", sa.String), sa.column("at", sa.DateTime(timezone=True)),
                       sa.column("kind", sa.String), sa.column("message", sa.Text), sa.column("data", sa.JSON))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     notes = []
     for run_id in sorted(set(checkpoints) | set(evaluations)):
         said = [f"{n} duplicate {what} row(s)" for what, n in (("checkpoint", checkpoints.get(run_id, 0)),
