@@ -81,7 +81,7 @@ test: $(STAMP) bytecode lint
 
 # Lint and type checks (part of `make test`, hence of CI): ruff's rules and mypy's scope are in pyproject.toml.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check seal_platform plugins examples tests benchmarks
+	$(VENV)/bin/ruff check seal_platform seal_platform_libs plugins examples tests benchmarks
 	$(VENV)/bin/mypy
 
 test-slow: $(STAMP) bytecode
