@@ -287,8 +287,8 @@ def test_the_plugins_table_is_readable_at_80_columns():
             assert item.split(":", 1)[1] in words, item
         assert set(row) == {"name", "distribution", "version", "status", "error", "hooks", "provides", "clashes"}
     # One plugin in full: every hook, the registration ones too.
-    proc = subprocess.run([sys.executable, "-m", "seal_platform", "plugins", "grpo"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "seal_platform", "plugins", "policy_engines"], capture_output=True,
+                          text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert all(len(line) <= 80 for line in proc.stdout.splitlines())
     assert "register_rollout_engines" in proc.stdout and "entry point" in proc.stdout
