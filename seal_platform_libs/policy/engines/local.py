@@ -388,12 +388,7 @@ def start_local_replicas(kind: str, model: Any, tokenizer: Any, settings: Any, d
     infos = [r.started.result() for r in replicas]
     client.max_model_len = min(int(i["max_model_len"]) for i in infos)
     client.set_engine_dtype([i["dtype"] for i in infos])
-    try:
-        client.update_weights(model, version=0)  # the replicas' first weights: policy version 0
-    except BaseException:
-        client.close()
-        raise
-    return client
+    return client.first_push(model)  # the replicas' first weights: policy version 0
 
 
 __all__ = ["LocalEngineClient", "ReplicaError", "ReplicaLost", "start_local_replicas"]

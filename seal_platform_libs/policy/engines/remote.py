@@ -56,9 +56,4 @@ def start_replicated(kind: str, on: OnRay, replicas: int, seed: int, model: Any,
                                 weight_sync=weight_sync, bucket_bytes=bucket_bytes)
     finally:
         on_ray.release(on)
-    try:
-        client.update_weights(model, version=0)  # the replicas' first weights: policy version 0
-    except BaseException:
-        client.close()
-        raise
-    return client
+    return client.first_push(model)  # the replicas' first weights: policy version 0

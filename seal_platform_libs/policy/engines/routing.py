@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from seal_platform.engine import TrainableEngine
 from seal_platform.infra import InfraError
@@ -119,6 +119,10 @@ class ReplicaClient(TrainableEngine):
             self._pusher = ReplicaPusher(bucket_bytes)
 
     # --- the transport (subclasses) ------------------------------------------------------------------------
+
+    def close(self) -> None:  # pragma: no cover - abstract
+        """Stop every replica and release what the client holds."""
+        raise NotImplementedError
 
     def _submit(self, index: int, method: str, *args: Any) -> Any:  # pragma: no cover - abstract
         """Start ``method(*args)`` on replica ``index``; a handle for :meth:`_result`."""
@@ -269,6 +273,16 @@ class ReplicaClient(TrainableEngine):
         changed = self._tracker.changed(named, everything=self._whole_state)
         changed.update((n, named[n]) for n in always if n not in changed)
         return changed
+
+    def first_push(self, model: Any) -> Self:
+        """Give freshly started replicas their first weights (policy version 0); a push that raises closes the
+        replicas before the error goes on. Returns this client, ready."""
+        try:
+            self.update_weights(model, version=0)
+        except BaseException:
+            self.close()
+            raise
+        return self
 
     def update_weights(self, model: Any, version: int | None = None) -> None:
         """Push the tensors of ``model`` that changed since the last push (vLLM: all; a LoRA policy: its base
