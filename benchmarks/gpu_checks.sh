@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of one lent GPU machine (torch + transformers there, no vLLM or Ray, no seal-platform install,
 # no model files): run from the repository root, with the wheels of the missing pure-Python dependencies in
-# .whl/ and the SmolLM2 tokenizer's files in .gpu/tokenizer/ (see docs/scaling.md, "What has run on a GPU").
+# .whl/ and the SmolLM2 tokenizer's files in .gpu/tokenizer/ (see docs/scaling.md, "Which GPU paths have run, and where").
 # Each part has its own time limit so that one slow part cannot take the others' time.
 set -u
 export PYTHONUNBUFFERED=1
