@@ -19,6 +19,10 @@ from seal_platform_plugins.bfcl.verifier import verify
 PER_TASK = 3
 SEED = 20260323
 
+# The official verdicts of the 3,200 cases take ~25 s to compute: one worker computes them once for the module
+# (`make test` distributes by group) instead of every worker that draws one of these tests computing its own.
+pytestmark = pytest.mark.xdist_group("bfcl_agreement")
+
 
 @pytest.fixture(scope="module")
 def cases(all_tasks):

@@ -45,11 +45,11 @@ def _start(args: list[str]) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"the test server {args} did not start")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -74,8 +74,8 @@ def bad_server() -> Iterator[Callable[[str], str]]:
         return url
 
     yield start
-    for proc in procs:
-        _stop(proc)
+    for proc in procs:  # a hanging server's uvicorn waits for its open request: no grace worth waiting for
+        _stop(proc, grace_s=1.0)
 
 
 _spec = importlib.util.spec_from_file_location("_grpo_conftest_openenv", ROOT / "tests" / "grpo" / "conftest.py")
