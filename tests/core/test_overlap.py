@@ -85,6 +85,9 @@ def _history(store, run_id):
     return out, evaluations, interfaces
 
 
+# Three runs of six overlapped steps (~30 s): `make test` keeps overlap's step semantics (above) and exact resume
+# (test_ablation_resume.py, test_resume_reliability.py); the two together run in `make test-slow`.
+@pytest.mark.slow
 def test_a_killed_and_resumed_overlapped_run_stores_the_uninterrupted_history(toy_site, toy_recipe, tmp_path):
     common = SLOW + ["rollout.overlap=true", "training.steps=6", "training.checkpoint_every=2",
                      "rollout.dynamic_sampling.enabled=true", "rollout.dynamic_sampling.max_rounds=2",

@@ -147,7 +147,9 @@ def test_two_workers_equal_one_process_and_resume_into_one_worker(tiny_model_dir
     assert not dist.is_initialized()
 
 
-# Two worker processes start: about 40 s on 2 idle cores.
+# Two worker processes start: about 30 s on 2 idle cores. `make test` keeps a 2-worker equality (the reference
+# test below) and the sharded code path in one process; this one runs in `make test-slow`.
+@pytest.mark.slow
 def test_two_workers_equal_one_process_over_many_mini_batches_and_epochs(tiny_model_dir, tokenizer):
     """One partition of each mini-batch serves its old-log-prob pass and its training in every epoch: with five
     mini-batches (where a partition of all later samples and one per mini-batch differ) and two epochs, the
@@ -247,7 +249,9 @@ def test_plugin_trains_with_two_workers_and_resumes_across_worker_counts(tmp_pat
     plugin.end_run(ctx=again, status="completed")
 
 
-# A local Ray (shared by the session) and two FSDP worker actors start: about 20 s on 2 cores.
+# A local Ray (shared by the session) and two FSDP worker actors start: about 30 s on 2 cores. `make test` keeps
+# Ray's rank group (tests/ray_backend/test_ray_trainers.py) and the 2-worker equality; this runs in `make test-slow`.
+@pytest.mark.slow
 def test_group_trainer_on_ray_places_its_ranks_as_actors_and_equals_one_process(tiny_model_dir, tokenizer, local_ray):
     """The run's cluster is Ray (``settings.ray.enabled``) with ``grpo.train_workers: 2``: the ranks are Ray actors
     (``RayTrainerGroup``), and the step and the driver's synced weights are the 1-process update's."""

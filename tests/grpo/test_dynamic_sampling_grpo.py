@@ -31,7 +31,8 @@ def _run(recipe: str, overrides: list[str]):
     return runner.run_id, store
 
 
-@pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.vllm)])
+# The vLLM cases (~20 s each: an engine start per run) run in `make test-slow`; the hf ones in `make test`.
+@pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=[pytest.mark.vllm, pytest.mark.slow])])
 @pytest.mark.parametrize("recipe", ["smarthome-random-labels", "smarthome-fixed-label"])
 def test_uniform_groups_exhaust_the_draw_limit_and_train_nothing(tmp_path, tiny_model_dir, engine, recipe):
     if engine == "vllm":

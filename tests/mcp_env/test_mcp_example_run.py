@@ -135,6 +135,9 @@ def _run_scripted(tmp_path, tiny_model_dir, overrides: list[str]):
     return runner.run_id, store
 
 
+# ~20 s: `make test` keeps the updates on the real server's groups (the dynamic-sampling test below); this one
+# runs in `make test-slow`.
+@pytest.mark.slow
 def test_a_short_run_on_the_example_makes_a_policy_update(tmp_path, tiny_model_dir, monkeypatch):
     """The example's first train task (a set_status call), 8 samples: some pass the verifier against the real
     server and some fail it, so the group has an advantage and the grpo stage updates the tiny policy."""
