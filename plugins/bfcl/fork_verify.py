@@ -20,7 +20,6 @@ which the parent reads with ``select``; multiprocessing starts, kills and reaps 
 
 from __future__ import annotations
 
-import gc
 import json
 import multiprocessing
 import os
@@ -82,7 +81,6 @@ def _child_main(items: Sequence[Any], read_fd: int, write_fd: int, score: Callab
 def _child(items: Sequence[Any], write_fd: int, score: Callable[[Any], dict[str, Any]],
            memory_bytes: int | None, ticks: _Ticks | None = None, slot: int = 0) -> None:
     _limit_resources(memory_bytes)
-    _quiet_gc()
     if ticks is not None:  # each tool call marks the lane's progress, for the per-call time limit
         _backend.CALL_DONE = ticks.marker(slot)
     with os.fdopen(write_fd, "wb", buffering=1 << 16) as out:
@@ -109,20 +107,6 @@ def _die_with(parent: int) -> None:
         return
     if os.getppid() != parent:  # the parent died before the call above
         raise SystemExit(1)
-
-
-# The cyclic garbage collector in a child: it runs after this many new container objects (CPython's default
-# is 700). Each verification allocates tens of thousands of short-lived dicts and lists that reference
-# counting frees, so at the default the collector runs dozens of times per transcript for almost nothing;
-# the cycles a verification does leave (a file system's directories point to their parents) are still
-# collected, every GC_THRESHOLD allocations.
-GC_THRESHOLD = 50_000
-
-
-def _quiet_gc() -> None:
-    """In a child: collect its own cycles less often (:data:`GC_THRESHOLD`)."""
-    _, second, third = gc.get_threshold()
-    gc.set_threshold(GC_THRESHOLD, second, third)
 
 
 # With a per-call limit, the least time a lane's first call of an item gets (it includes building the task's

@@ -113,20 +113,20 @@ def _splits(settings: dict[str, Any]) -> tuple[str, ...]:
     return SPLITS
 
 
+# The core calls collect and evaluate on the environment's owner only (host.call_owned): ``environment`` is
+# always this plugin's MemoryEnvironment.
+
+
 @hookimpl
 def collect(
-    ctx: Any, environment: Any, engine: Any, tasks: list, interface: Any, group_size: int, step: int
-) -> list | None:
-    if not isinstance(environment, MemoryEnvironment):
-        return None
+    ctx: Any, environment: MemoryEnvironment, engine: Any, tasks: list, interface: Any, group_size: int, step: int
+) -> list:
     sampling = sampling_for(ctx.config, evaluation=False, max_new_tokens=environment.settings.max_new_tokens)
     return _play(ctx, environment, engine, tasks, sampling, group_size, lambda t: training_group(step, t.id))
 
 
 @hookimpl
-def evaluate(ctx: Any, environment: Any, engine: Any, tasks: list, step: int) -> list | None:
+def evaluate(ctx: Any, environment: MemoryEnvironment, engine: Any, tasks: list, step: int) -> list:
     """Greedy answers to every question, verified; the core scores them per category."""
-    if not isinstance(environment, MemoryEnvironment):
-        return None
     sampling = sampling_for(ctx.config, evaluation=True, max_new_tokens=environment.settings.max_new_tokens)
     return _play(ctx, environment, engine, tasks, sampling, 1, lambda t: evaluation_group(step, t.id))

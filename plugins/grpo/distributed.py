@@ -19,20 +19,18 @@ import socket
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from seal_platform_libs.policy.loading import PolicySettings
 from seal_platform_libs.policy.on_ray import OnRay
+from seal_platform_libs.policy.trainer_group import TrainerGroup
 
 from .samples import Sample
 from .settings import GRPOSettings
 from .sharded import TrainerWorker, WorkerOptions, save_single_process
 from .trainer import build_optimizer
-
-if TYPE_CHECKING:
-    from .ray_trainers import RayTrainerGroup
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -73,10 +71,11 @@ class WorkerError(RuntimeError):
     """A worker process raised or died; the message holds its traceback."""
 
 
-class LocalTrainerGroup:
-    """N :class:`TrainerWorker` processes on this machine, driven from the calling process.
+class LocalTrainerGroup(TrainerGroup):
+    """N :class:`TrainerWorker` processes on this machine, driven from the calling process over pipes.
 
-    Methods mirror :class:`TrainerWorker` 's and return rank 0's result. Use as a context manager or call
+    Methods mirror :class:`TrainerWorker` 's and return rank 0's result
+    (:class:`~seal_platform_libs.policy.trainer_group.TrainerGroup`). Use as a context manager or call
     :meth:`close`.
     """
 
@@ -128,45 +127,9 @@ class LocalTrainerGroup:
             conn.send((method, args))
         return self._gather()[0]
 
-    def step(self, samples: Sequence[Sample]) -> dict[str, float]:
-        """See :meth:`TrainerWorker.step`."""
-        return self._call("step", list(samples))
-
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """See :meth:`TrainerWorker.full_state_dict` (rank 0's)."""
-        return self._call("full_state_dict")
-
-    def push_weights(self, *args: Any) -> dict[str, float] | None:
-        """See :meth:`TrainerWorker.push_weights` (rank 0's statistics)."""
-        return self._call("push_weights", *args)
-
-    def empty_cache(self) -> None:
-        """See :meth:`TrainerWorker.empty_cache` (on every rank)."""
-        self._call("empty_cache")
-
-    def device_type(self) -> str:
-        """See :meth:`TrainerWorker.device_type` (rank 0's)."""
-        return self._call("device_type")
-
-    def offload(self) -> int:
-        """See :meth:`TrainerWorker.offload` (rank 0's bytes)."""
-        return self._call("offload")
-
-    def onload(self) -> int:
-        """See :meth:`TrainerWorker.onload` (rank 0's bytes)."""
-        return self._call("onload")
-
-    def save(self, directory: str | os.PathLike) -> None:
-        """See :meth:`TrainerWorker.save`."""
-        self._call("save", str(directory))
-
-    def load(self, directory: str | os.PathLike) -> dict[str, Any]:
-        """See :meth:`TrainerWorker.load`."""
-        return self._call("load", str(directory))
-
     @property
     def updates(self) -> int:
-        return self._call("__getattribute__", "updates")
+        return int(self._call("__getattribute__", "updates"))  # an attribute of the worker, read in its process
 
     def close(self) -> None:
         """Stop the worker processes (politely, then by force after 30 s)."""
@@ -193,12 +156,6 @@ class LocalTrainerGroup:
             conn.close()
         self._conns, self._procs = [], []
 
-    def __enter__(self) -> LocalTrainerGroup:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
 
 # --- what the grpo plugin holds -------------------------------------------------------------------------------
 
@@ -221,7 +178,7 @@ class GroupTrainer:
         self.updates = 0
         options = WorkerOptions(grpo=settings, policy=policy or PolicySettings(), temperature=temperature,
                                 pad_id=pad_id, seed=seed)
-        self.group: RayTrainerGroup | LocalTrainerGroup
+        self.group: TrainerGroup
         if ray is not None:
             from seal_platform_libs.policy.ray_trainers import RayTrainerGroup
 

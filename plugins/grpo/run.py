@@ -49,8 +49,8 @@ class GRPORun:
             )
         # What holds the trainer's memory, for the hybrid-engine memory sequence (.memory_phases); the
         # sequence's steps are appended to phase_trace when it is a list (tests, debugging).
-        self.memory = (self.trainer if self.trainer is None or hasattr(self.trainer, "offload")
-                       else memory_phases.LocalTrainerMemory(self.trainer))
+        self.memory = (memory_phases.LocalTrainerMemory(self.trainer) if isinstance(self.trainer, GRPOTrainer)
+                       else self.trainer)
         self.phase_trace: list[str] | None = None
         # What to tell the user when a CPU update runs on glibc's malloc (see .allocator); None: nothing.
         self.allocator_advice = (
@@ -111,8 +111,7 @@ class GRPORun:
         trainer = self.trainer  # not None (checked above), for the closure
 
         def push() -> None:  # from the trainer ranks' GPUs where they can (device_push), else the driver's copy
-            to_engine = getattr(trainer, "push_to_engine", None)
-            if not (callable(to_engine) and to_engine(engine, trainer.updates)):
+            if not trainer.push_to_engine(engine, trainer.updates):
                 staleness.push_weights(engine, self.model, trainer.updates)
 
         # Unchanged weights (no update this step) need no push, unless the engines slept for the update: the

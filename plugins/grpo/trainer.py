@@ -389,6 +389,10 @@ class GRPOTrainer(LogprobPasses):
         self.optimizer.load_state_dict(state["optimizer"])
         self.restored_updates(int(state.get("updates", 0)))
 
+    def push_to_engine(self, engine: Any, version: int) -> bool:
+        """False: this trainer's model is the driver's copy, which the caller pushes (GroupTrainer's contract)."""
+        return False
+
     def restored_updates(self, updates: int) -> None:
         """Set the update counter restored from a checkpoint; after any update the policy no longer equals
         its reference (the KL term and the zero-advantage skip rule must not assume it does)."""

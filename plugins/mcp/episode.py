@@ -30,7 +30,7 @@ from seal_platform.types import (
     TurnVerdict,
 )
 from seal_platform_libs.toolenv.jsoncalls import clip_text, parse_calls
-from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
+from seal_platform_libs.toolenv.lockstep import ScriptedEpisode, play_lockstep
 from seal_platform_libs.toolenv.schemadocs import recovery_hint, render_docs, unknown_arguments, validate_arguments
 
 from .client import MCPConnection, ToolResult
@@ -134,29 +134,19 @@ def build_prompt(env: Any, task: Task, interface: Interface) -> list[Message]:
 
 
 @dataclass
-class _Episode(LockstepEpisode):
+class _Episode(ScriptedEpisode):
     env: Any = None
     conns: list[MCPConnection] = field(default_factory=list)
-    turn: int = 0
-    attempts: int = 0
     checks: list[list[str]] = field(default_factory=list)
     answers: dict[int, str] = field(default_factory=dict)  # turn -> the agent's final message (without a call)
 
     def begin(self) -> None:
         self.conns = open_servers(self.env, self.conns)
-        self._start_turn()
+        super().begin()
 
-    def _start_turn(self) -> None:
-        self.messages.append(Message(role="user", content=self.task.payload["turns"][self.turn]["user"]))
-        self.attempts = 0
-
-    def _end_turn(self) -> None:
+    def turn_ended(self) -> None:
+        """The turn's check calls, on the episode's servers (the agent does not see them)."""
         self.checks.append(run_checks(self.env, self.conns, self.task.payload["turns"][self.turn]))
-        self.turn += 1
-        if self.turn >= len(self.task.payload["turns"]):
-            self.done = True
-        else:
-            self._start_turn()
 
     def react(self, text: str) -> None:
         env, s = self.env, self.env.settings
@@ -170,7 +160,7 @@ class _Episode(LockstepEpisode):
             observations, failed = [f"Error: {error}"], True
         elif not calls:
             self.answers[self.turn] = text
-            self._end_turn()
+            self.end_turn()
             return
         else:
             observations, failed = [], False
@@ -205,9 +195,9 @@ class _Episode(LockstepEpisode):
         if wants_answer(self.task.payload["turns"][self.turn]):
             # The turn goes on until the agent answers without a call: its calls, and one message for the answer.
             if self.attempts >= s.attempts_per_turn + 1:
-                self._end_turn()
+                self.end_turn()
         elif not failed or self.attempts >= s.attempts_per_turn:
-            self._end_turn()
+            self.end_turn()
 
     def close(self) -> None:
         close_servers(self.conns)

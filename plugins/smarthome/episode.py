@@ -25,7 +25,7 @@ from seal_platform.engine import RolloutEngine
 from seal_platform.types import Interface, Message, SamplingParams, Task, ToolCall, Trajectory, TurnVerdict
 from seal_platform_libs.toolenv.interface import recovery_hint, render_tools, system_addendum
 from seal_platform_libs.toolenv.jsoncalls import parse_calls  # JSON only, within limits on size, nesting and calls
-from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
+from seal_platform_libs.toolenv.lockstep import ScriptedEpisode, play_lockstep
 
 from .cues import CUES
 from .tools import TOOL_DOCS, ToolError, execute, render_docs, run_calls
@@ -65,26 +65,10 @@ def build_prompt(task: Task, interface: Interface, worked_examples: int, example
 
 
 @dataclass
-class _Episode(LockstepEpisode):
+class _Episode(ScriptedEpisode):
     state: dict[str, Any] = field(default_factory=dict)
     attempts_per_turn: int = 1
-    turn: int = 0
-    attempts: int = 0
     executed: dict[int, int] = field(default_factory=dict)  # turn -> successful calls
-
-    def begin(self) -> None:
-        self._start_turn()
-
-    def _start_turn(self) -> None:
-        self.messages.append(Message(role="user", content=self.task.payload["turns"][self.turn]["user"]))
-        self.attempts = 0
-
-    def _end_turn(self) -> None:
-        self.turn += 1
-        if self.turn >= len(self.task.payload["turns"]):
-            self.done = True
-        else:
-            self._start_turn()
 
     def react(self, text: str) -> None:
         """Apply one generation to the episode: execute its calls, answer, and advance the turn when due."""
@@ -95,7 +79,7 @@ class _Episode(LockstepEpisode):
             observations = [f"Error: {error}"]
             failed = True
         elif not calls:
-            self._end_turn()
+            self.end_turn()
             return
         else:
             observations, failed = [], False
@@ -121,7 +105,7 @@ class _Episode(LockstepEpisode):
                 content = f"{content}\n{hint}"
         self.messages.append(Message(role="tool", content=content))
         if not failed or self.attempts >= self.attempts_per_turn:
-            self._end_turn()
+            self.end_turn()
 
     def score(self) -> None:
         self.traj.turn_verdicts = verify(self.task, self.traj)

@@ -2,12 +2,12 @@
 
 :class:`RayTrainerGroup` drives N ranks of a worker class (grpo's FSDP2 ``TrainerWorker``: constructed as
 ``worker_cls(rank, world_size, address, port, options)``, every method collective) exactly as the local
-process group does, with the same methods (``step``, ``full_state_dict``, ``save``, ``load``, ``updates``,
-``close``), so the trainer that holds it need not know where the ranks run. The ranks go into one placement
-group of ``grpo.placement.trainer_cpus`` / ``trainer_gpus`` bundles (``grpo.placement.strategy``) on the run's
-Ray cluster; rank 0's node and a free port on it are the rendezvous. With ``grpo.placement.colocate`` the group
-is the one the engine replicas share (:func:`.on_ray.colocated`), bundle by bundle, and the engines sleep
-during the update.
+process group does: both are a :class:`.trainer_group.TrainerGroup` (the forwarding methods), this one with
+Ray as the transport, so the trainer that holds it need not know where the ranks run. The ranks go into one
+placement group of ``grpo.placement.trainer_cpus`` / ``trainer_gpus`` bundles (``grpo.placement.strategy``) on
+the run's Ray cluster; rank 0's node and a free port on it are the rendezvous. With ``grpo.placement.colocate``
+the group is the one the engine replicas share (:func:`.on_ray.colocated`), bundle by bundle, and the engines
+sleep during the update.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from . import on_ray
+from .trainer_group import TrainerGroup
 
 
 @ray.remote(num_cpus=0)
@@ -45,8 +46,9 @@ def _actor_class(worker_cls: type) -> Any:
     return ray.remote(max_restarts=0)(RayTrainerWorker)
 
 
-class RayTrainerGroup:
-    """N training ranks as Ray actors; methods mirror the worker's and return rank 0's result."""
+class RayTrainerGroup(TrainerGroup):
+    """N training ranks as Ray actors; the methods (:class:`.trainer_group.TrainerGroup`'s) mirror the worker's
+    and return rank 0's result."""
 
     def __init__(self, worker_cls: type, world_size: int, options: Any, config: on_ray.OnRay,
                  timeout_s: float = 900.0):
@@ -93,34 +95,6 @@ class RayTrainerGroup:
         box = ray.put(list(samples))  # one copy in the object store, read by every rank
         return self._call("step", box)
 
-    def full_state_dict(self) -> dict[str, Any]:
-        return self._call("full_state_dict")
-
-    def push_weights(self, *args: Any) -> dict[str, float] | None:
-        return self._call("push_weights", *args)
-
-    def empty_cache(self) -> None:
-        self._call("empty_cache")
-
-    def device_type(self) -> str:
-        return self._call("device_type")
-
-    def offload(self) -> int:
-        return self._call("offload")
-
-    def onload(self) -> int:
-        return self._call("onload")
-
-    def save(self, directory: Any) -> None:
-        self._call("save", str(directory))
-
-    def load(self, directory: Any) -> dict[str, Any]:
-        return self._call("load", str(directory))
-
-    @property
-    def updates(self) -> int:
-        return self._call("get_updates")
-
     def close(self) -> None:
         actors, self.actors = self.actors, []
         if actors:
@@ -135,9 +109,3 @@ class RayTrainerGroup:
         if self.config is not None:
             config, self.config = self.config, None
             on_ray.release(config)
-
-    def __enter__(self) -> RayTrainerGroup:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

@@ -3,7 +3,8 @@ round, and each round's messages are generated in one engine call (which is what
 
 An environment subclasses :class:`LockstepEpisode` with what happens in one of its episodes (how it begins,
 how it reacts to an agent message, how it is scored, what it closes) and calls :func:`play_lockstep` with a
-factory of its episodes; the loop is written here once::
+factory of its episodes; an environment whose user turns are scripted in the task subclasses
+:class:`ScriptedEpisode`, which keeps the turn bookkeeping. The loop is written here once::
 
     for each chunk of the episodes (all of them when ``chunk`` is None):
         make every episode of the chunk (the factory: prompt, and what starts at once, e.g. server processes)
@@ -70,6 +71,36 @@ class LockstepEpisode:
     def score(self) -> None:
         """Fill ``traj``'s verdicts and reward (``traj.messages`` is set already)."""
         raise NotImplementedError
+
+
+@dataclass
+class ScriptedEpisode(LockstepEpisode):
+    """An episode whose user turns are scripted in its task (``task.payload["turns"][i]["user"]``): the first
+    one is added at :meth:`begin`; a subclass calls :meth:`end_turn` when the agent is done with a turn, which
+    adds the next one or ends the episode after the last. ``attempts`` counts the agent's messages in the
+    current turn (the subclass increments it in :meth:`react`). :meth:`turn_ended` is the hook for what runs
+    between two turns (e.g. the turn's checks)."""
+
+    turn: int = 0
+    attempts: int = 0
+
+    def begin(self) -> None:
+        self.start_turn()
+
+    def start_turn(self) -> None:
+        self.messages.append(Message(role="user", content=self.task.payload["turns"][self.turn]["user"]))
+        self.attempts = 0
+
+    def end_turn(self) -> None:
+        self.turn_ended()
+        self.turn += 1
+        if self.turn >= len(self.task.payload["turns"]):
+            self.done = True
+        else:
+            self.start_turn()
+
+    def turn_ended(self) -> None:
+        """After the agent's last message of turn ``turn``, before the next turn begins."""
 
 
 E = TypeVar("E", bound=LockstepEpisode)

@@ -16,7 +16,7 @@ from seal_platform.infra import INFRA_FINISH, InfraError
 from seal_platform.types import Generation, Interface, Message, SamplingParams, Task, Trajectory, TurnVerdict
 from seal_platform_libs.toolenv.episodes import evaluation_episodes, training_episodes
 from seal_platform_libs.toolenv.hooks import LockstepHooks
-from seal_platform_libs.toolenv.lockstep import LockstepEpisode, play_lockstep
+from seal_platform_libs.toolenv.lockstep import LockstepEpisode, ScriptedEpisode, play_lockstep
 
 
 @dataclass
@@ -188,6 +188,60 @@ def test_no_episodes_make_nothing_and_call_no_engine():
     engine = Counter()
     assert play_lockstep(engine, [], Interface(), SamplingParams(), lambda task, traj: pytest.fail("made")) == []
     assert engine.batches == []
+
+
+@dataclass
+class Echo(ScriptedEpisode):
+    """Scripted turns: the agent must repeat the user's words, in at most two messages per turn."""
+
+    ended: list[tuple[int, int]] = field(default_factory=list)  # (turn, attempts) at each turn_ended
+
+    def react(self, text: str) -> None:
+        self.attempts += 1
+        right = text == self.task.payload["turns"][self.turn]["user"]
+        self.messages.append(Message(role="tool", content="ok" if right else "Error: repeat it"))
+        if right or self.attempts >= 2:
+            self.end_turn()
+
+    def turn_ended(self) -> None:
+        self.ended.append((self.turn, self.attempts))
+
+    def score(self) -> None:
+        self.traj.reward = float(len(self.ended))
+
+
+class Parrot:
+    """Repeats the last user message, except for the n-th message of a task listed in ``wrong``."""
+
+    def __init__(self, wrong: set[tuple[str, int]]):
+        self.wrong = wrong
+
+    def generate(self, conversations: list[list[Message]], sampling: SamplingParams) -> list[Generation]:
+        out = []
+        for conv in conversations:
+            n = sum(m.role == "assistant" for m in conv)
+            said = "?" if (conv[0].content, n) in self.wrong else [m for m in conv if m.role == "user"][-1].content
+            out.append(Generation(text=said, token_ids=[7], logprobs=[-0.5]))
+        return out
+
+
+def test_scripted_episodes_add_each_user_turn_after_the_last_and_end_after_the_final_one():
+    turns = {"t0": ["a", "b", "c"], "t1": ["x", "y"]}
+    tasks = [Task(id=i, category="echo", split="eval", payload={"turns": [{"user": u} for u in us]})
+             for i, us in turns.items()]
+    eps: list[Echo] = []
+
+    def make(task: Task, traj: Trajectory) -> Echo:
+        eps.append(Echo(task, traj, [Message(role="system", content=task.id)], Interface()))
+        return eps[-1]
+
+    # t1 gets turn "y" wrong twice: the turn ends after its two attempts, and so does the episode.
+    trajs = play_lockstep(Parrot({("t1", 1), ("t1", 2)}), evaluation_episodes(tasks, 0), Interface(),
+                          SamplingParams(), make)
+    assert [ep.ended for ep in eps] == [[(0, 1), (1, 1), (2, 1)], [(0, 1), (1, 2)]]
+    assert [[m.content for m in ep.messages if m.role == "user"] for ep in eps] == [turns["t0"], turns["t1"]]
+    assert all(ep.done and ep.turn == len(turns[ep.task.id]) for ep in eps)
+    assert [t.reward for t in trajs] == [3.0, 2.0]
 
 
 # --- the standard hooks ------------------------------------------------------------------------------------------

@@ -134,6 +134,22 @@ def test_colocated_engines_sleep_during_the_update_and_get_the_new_version(tiny_
     assert calls == []
 
 
+def test_a_single_process_trainer_leaves_the_push_to_the_driver(tiny_policy):
+    # Every trainer the run holds answers push_to_engine; the single-process one pushes nothing itself (its
+    # model is the driver's copy), so the run pushes that model, with the new version.
+    model, tokenizer = tiny_policy
+    got = []
+
+    class Engine(TrainableEngine):
+        def update_weights(self, model, version=None):
+            got.append((model, version))
+
+    run = GRPORun(model, tokenizer, GRPOSettings(kl_coef=0.0, lr=1e-4), apatch=None)
+    assert run.trainer.push_to_engine(Engine(), 7) is False and got == []
+    run.optimize(Engine(), make_trajectories(tokenizer), {})
+    assert got == [(model, run.trainer.updates)] and run.trainer.updates >= 1
+
+
 def test_overlapped_rollouts_end_before_the_engine_gets_new_weights(tiny_policy):
     """With rollouts in flight the update overlaps them; the push waits for them (one version per
     trajectory), and an engine that generates with the trainer's own model waits before the update."""
