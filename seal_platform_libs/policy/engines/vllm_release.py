@@ -63,3 +63,17 @@ class StartEnvironment:
                 os.environ[key] = before[key]
             else:
                 os.environ.pop(key, None)
+
+
+def set_start_environment(settings: Any) -> None:
+    """What vLLM reads from the environment at its start, from ``settings`` (the ``engine.vllm`` section)."""
+    from .settings import default_threads_bind
+
+    # Process-wide, so set either way: an earlier in-process engine in this process must not decide.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if settings.in_process else "1"
+    if settings.cpu_threads_bind is not None:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = settings.cpu_threads_bind
+    else:
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", default_threads_bind())
+    # The legacy variable (whole GiB) would override kv_cache_memory_bytes: the setting decides.
+    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
