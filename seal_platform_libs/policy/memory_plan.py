@@ -5,7 +5,8 @@ the grpo plugin's ``register_commands``); ``run`` performs the same check before
 (grpo's ``check_machine`` calls :func:`plan` with this machine's GPUs: one implementation for both). Figures in
 GiB (2^30 bytes), for decoder-only transformers of the Llama/Qwen family (N and the block and root sizes are
 counted on the architecture itself when the model's ``config.json`` is on disk: :func:`.model_shape.counted_params`;
-the activation formulas stay those of a dense model). ``docs/scaling-internals.md`` ("Memory formulas") has the worked figures.
+the activation formulas stay those of a dense model). ``docs/scaling-internals.md`` ("Memory formulas") has the
+worked figures.
 
 Phases (a GPU needs the largest of its phases; every part says in which phases it is held)
     load: the trainer ranks build the model on the meta device; rank 0 reads the checkpoint into host memory
