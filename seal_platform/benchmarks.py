@@ -15,7 +15,7 @@ from typing import Any
 from .config import Issue, RunConfig
 from .context import RunContext
 from .errors import PluginError
-from .stages import check_ids_unused, evaluate_sampling, score_evaluation, wrap
+from .stages import call_stage, check_ids_unused, evaluate_sampling, score_evaluation, wrap
 from .types import EvalResult
 
 _PREPARED = "seal_platform.benchmarks"  # ctx.shared key: the benchmarks built at set-up
@@ -69,10 +69,8 @@ def evaluate_benchmarks(host: Any, ctx: RunContext, engine: Any, step: int) -> d
     results: dict[str, EvalResult] = {}
     for bench in ctx.config.evaluation.benchmarks:
         owner, env, tasks = prepared[bench.key]
-        raw = wrap("evaluate", owner, lambda: host.call_owned(
-            "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step, interface=None,  # noqa: B023 wrap calls it before the loop moves on
-            sampling=evaluate_sampling(ctx.config),
-        ), host)
+        raw = call_stage(host, "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
+                         interface=None, sampling=evaluate_sampling(ctx.config))
         result = score_evaluation(raw, bench.split, owner, tasks)  # one per task (or its count), ids, rewards
         check_ids_unused(ctx.store, result.trajectories, "evaluate", owner)  # before the write
         if ctx.store is not None:

@@ -64,6 +64,7 @@ from .resume import (
 )
 from .stages import (
     adopt_interface,
+    call_stage,
     check_collected,
     check_ids_unused,
     checked_labels,
@@ -361,11 +362,11 @@ class Runner:
     def _collect(self, env: Environment, engine: Any, tasks: list[Task], step: int,
                  interface: Interface | None = None) -> list[Trajectory]:
         cfg, owner = self.config, self.plan.env_owner
-        trajs = wrap("collect", owner, lambda: self.host.call_owned(
-            "collect", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks,
+        trajs = call_stage(
+            self.host, "collect", owner, ctx=self.ctx, environment=env, engine=engine, tasks=tasks,
             interface=self.interface if interface is None else interface, group_size=cfg.training.group_size, step=step,
             sampling=collect_sampling(cfg),
-        ), self.host)
+        )
         return check_collected(trajs, tasks, cfg.training.group_size, owner)  # count, ids, rewards
 
     def _step(self, env: Environment, engine: Any, step: int, epoch: int, batch: list[Task],
@@ -496,20 +497,8 @@ class Runner:
         if reweighter:
             self.progress.stage(step, "reweight")
             with timer("reweight"):
-                result = wrap(
-                    "reweight",
-                    reweighter,
-                    lambda: self.host.call_owned(
-                        "reweight",
-                        reweighter,
-                        ctx=self.ctx,
-                        trajectories=trainable,
-                        labels=primary,
-                        state=self.state,
-                        step=step,
-                    ),
-                    self.host,
-                )
+                result = call_stage(self.host, "reweight", reweighter, ctx=self.ctx, trajectories=trainable,
+                                    labels=primary, state=self.state, step=step)
                 if not isinstance(result, ReweightResult):
                     raise PluginError(
                         f"plugin {reweighter!r} must return a ReweightResult from 'reweight', not "
@@ -526,21 +515,8 @@ class Runner:
             self.progress.stage(step, "optimize")
             with timer("optimize"):
                 metrics = _optimizer_metrics(
-                    wrap(
-                        "optimize",
-                        optimizer,
-                        lambda: self.host.call_owned(
-                            "optimize",
-                            optimizer,
-                            ctx=self.ctx,
-                            engine=engine,
-                            trajectories=trainable,
-                            weights=weights,
-                            step=step,
-                            rollouts=in_flight,
-                        ),
-                        self.host,
-                    ),
+                    call_stage(self.host, "optimize", optimizer, ctx=self.ctx, engine=engine,
+                               trajectories=trainable, weights=weights, step=step, rollouts=in_flight),
                     optimizer,
                 )
         return metrics, label_weights
@@ -548,10 +524,8 @@ class Runner:
     def _evolve(self, env: Environment, step: int) -> None:
         evolver = self.config.stages.evolve_interface
         assert evolver is not None
-        new = wrap("evolve_interface", evolver, lambda: self.host.call_owned(
-            "evolve_interface", evolver, ctx=self.ctx, environment=env, interface=self.interface,
-            state=self.state, step=step,
-        ), self.host)
+        new = call_stage(self.host, "evolve_interface", evolver, ctx=self.ctx, environment=env,
+                         interface=self.interface, state=self.state, step=step)
         if new is not None:
             self._adopt_interface(new, evolver, step)
 
@@ -650,10 +624,8 @@ def _call_evaluate(
     host: PluginHost, owner: str, ctx: RunContext, env: Environment, engine: Any, tasks: list[Task], step: int,
     interface: Interface | None = None,
 ) -> EvalResult:
-    result = wrap("evaluate", owner, lambda: host.call_owned(
-        "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
-        sampling=evaluate_sampling(ctx.config), interface=interface,
-    ), host)
+    result = call_stage(host, "evaluate", owner, ctx=ctx, environment=env, engine=engine, tasks=tasks, step=step,
+                        sampling=evaluate_sampling(ctx.config), interface=interface)
     return score_evaluation(result, ctx.config.evaluation.split, owner, tasks)  # one per task, finite rewards
 
 

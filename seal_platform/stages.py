@@ -57,6 +57,11 @@ def wrap(stage: str, plugin: str, fn: Callable[[], Any], host: Any = None, *, sp
         raise PluginError(stage_failure(stage, plugin, exc, host, split=split)) from exc
 
 
+def call_stage(host: Any, hook: str, owner: str, **kwargs: Any) -> Any:
+    """The stage hook ``hook`` of its ``owner`` plugin only (``host.call_owned``), under :func:`wrap`."""
+    return wrap(hook, owner, lambda: host.call_owned(hook, owner, **kwargs), host)
+
+
 # Calls :func:`wrap` guards that are not stages: what the message says instead of "the 'X' stage".
 SETUP_STEPS = {
     "tasks": "listing the tasks",
