@@ -47,6 +47,16 @@ class Scripted:
                 for conv in conversations]
 
 
+# An agent that answers every turn with the same move (the bad servers' action schema).
+MOVE_LEFT = Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}')
+
+
+def _first_training_episode(env: OpenEnvEnvironment, agent: Scripted, interface: Interface | None = None):
+    """The trajectory of ``agent`` on the environment's first training task."""
+    (traj,) = run_episodes(env, agent, [(env.tasks("train")[0], "g", 0)], interface or Interface(), SAMPLING)
+    return traj
+
+
 def _call(direction: str, degrees: int, name: str = "act") -> str:
     call = json.dumps({"name": name, "arguments": {"direction": direction, "degrees": degrees}})
     return f"<tool_call>{call}</tool_call>"
@@ -157,8 +167,7 @@ def test_an_action_the_server_refuses_is_shown_and_labelled(thermostat_url, tran
     loose = {"type": "object", "properties": {"direction": {"type": "string"}, "degrees": {"type": "integer"}},
              "required": ["direction", "degrees"]}
     env = env_for(thermostat_url, transport=transport, action_schema=loose, max_steps=1)
-    (traj,) = run_episodes(env, Scripted(lambda last, conv: _call("up", 9)), [(env.tasks("train")[0], "g", 0)],
-                           Interface(), SAMPLING)
+    traj = _first_training_episode(env, Scripted(lambda last, conv: _call("up", 9)))
     assert traj.infra_failure is None and traj.finish == "step_limit"
     assert traj.tool_calls[0].error.startswith("Error: the environment refused the action:")
     assert "less than or equal to 5" in traj.tool_calls[0].error
@@ -211,8 +220,7 @@ def test_a_failing_server_masks_the_episode_and_names_the_url(bad_server, mode, 
     env = OpenEnvEnvironment(OpenEnvSettings(url=url, transport=transport, timeout_s=1, n_train=2, n_eval=1))
     tasks = env.tasks("train")
     start = time.monotonic()
-    trajs = run_episodes(env, Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
-                         [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
+    trajs = run_episodes(env, MOVE_LEFT, [(t, f"g{i}", 0) for i, t in enumerate(tasks)], Interface(), SAMPLING)
     assert time.monotonic() - start < 60
     assert len(trajs) == 2 and all(t.finish == "infra_failure" for t in trajs)
     assert url in trajs[0].infra_failure and words in trajs[0].infra_failure, trajs[0].infra_failure
@@ -222,13 +230,7 @@ def test_a_failing_server_masks_the_episode_and_names_the_url(bad_server, mode, 
 @pytest.mark.parametrize("transport", ["ws", "http"])
 def test_a_server_error_on_a_step_is_a_refused_action(bad_server, transport):
     env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("error"), transport=transport, max_steps=2, n_train=1))
-    (traj,) = run_episodes(
-        env,
-        Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
-        [(env.tasks("train")[0], "g", 0)],
-        Interface(),
-        SAMPLING,
-    )
+    traj = _first_training_episode(env, MOVE_LEFT)
     assert traj.infra_failure is None and "move must be 'left' today" in traj.tool_calls[0].error
     assert [lab.label for lab in diagnose([traj])] == ["action_refused", "action_refused"]
 
@@ -236,13 +238,7 @@ def test_a_server_error_on_a_step_is_a_refused_action(bad_server, transport):
 def test_hostile_observations_are_clipped_valid_text(bad_server):
     env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("hostile"), max_observation_chars=300, max_steps=1,
                                              n_train=1))
-    (traj,) = run_episodes(
-        env,
-        Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
-        [(env.tasks("train")[0], "g", 0)],
-        Interface(),
-        SAMPLING,
-    )
+    traj = _first_training_episode(env, MOVE_LEFT)
     shown = traj.messages[-1].content
     assert traj.infra_failure is None and len(shown) < 400 and shown.endswith("[... cut at 300 characters]")
     assert "\x1b" not in shown and "\x00" not in shown
@@ -363,8 +359,7 @@ def test_labels_drive_action_doc_changes_and_evaluation_stays_pristine(thermosta
     assert new.driven_by == ["invalid_arguments"]
     assert 'Allowed values: "up", "down".' in build_prompt(env, new)[0].content
     assert "Allowed values" not in build_prompt(env, pristine)[0].content
-    (traj,) = run_episodes(env, Scripted(lambda last, conv: _call("sideways", 1)), [(env.tasks("train")[0], "g", 0)],
-                           new, SAMPLING)
+    traj = _first_training_episode(env, Scripted(lambda last, conv: _call("sideways", 1)), new)
     assert 'Hint: act requires direction, degrees; direction must be one of "up", "down". Try again.' in \
         traj.messages[-1].content
 
@@ -424,13 +419,7 @@ def test_an_answer_that_trickles_in_is_bounded_by_wall_clock_time(bad_server):
     does not come within timeout_s (before: each episode was held until the last byte, ~35x timeout_s)."""
     env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("trickle"), transport="http", timeout_s=1.5, n_train=1))
     start = time.monotonic()
-    (traj,) = run_episodes(
-        env,
-        Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
-        [(env.tasks("train")[0], "g", 0)],
-        Interface(),
-        SAMPLING,
-    )
+    traj = _first_training_episode(env, MOVE_LEFT)
     assert time.monotonic() - start < 8
     assert traj.infra_failure and "did not finish its answer to step within 1.5 s" in traj.infra_failure
 
@@ -439,8 +428,8 @@ def test_an_answer_that_trickles_in_is_bounded_by_wall_clock_time(bad_server):
 def test_finite_step_rewards_whose_sum_overflows_mask_the_episode(bad_server, transport):
     env = OpenEnvEnvironment(OpenEnvSettings(url=bad_server("hugereward"), transport=transport, reward_mode="per_step",
                                              binary_reward=False, max_steps=3, n_train=2))
-    trajs = run_episodes(env, Scripted(lambda last, conv: '<tool_call>{"name": "act", "arguments": {"move": "left"}}'),
-                         [(t, f"g{i}", 0) for i, t in enumerate(env.tasks("train"))], Interface(), SAMPLING)
+    trajs = run_episodes(env, MOVE_LEFT, [(t, f"g{i}", 0) for i, t in enumerate(env.tasks("train"))], Interface(),
+                         SAMPLING)
     assert all(t.infra_failure and "not a finite number" in t.infra_failure for t in trajs)
     json.dumps([t.model_dump() for t in trajs], allow_nan=False)  # storable
 
