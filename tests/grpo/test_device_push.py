@@ -50,6 +50,11 @@ def test_topology_pairs_colocated_ranks_and_replicas_else_rank0_sends_to_all():
     assert topology(2, [], colocated=False) == []
 
 
+# Two gloo trainer ranks and two replica processes start (~21 s of a worker): `make test-slow` runs it. What
+# `make test` keeps of the path: the choice and topology of the device push (above), the cast push into bf16
+# replicas (tests/grpo/test_replica_start.py) and two trainer ranks stepping as one process
+# (tests/grpo/test_distributed.py).
+@pytest.mark.slow
 def test_two_trainer_ranks_push_bf16_into_two_replicas_split_and_colocated(tokenizer, tiny_model_dir):
     """A real step on 2 gloo trainer ranks, then GRPORun's push: the ranks send (the driver's copy is not on the
     way) to 2 hf replica processes, each bucket cast to the engines' dtype (bf16: the bytes on the wire are

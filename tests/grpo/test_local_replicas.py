@@ -279,6 +279,10 @@ def test_the_memory_plan_puts_a_local_vllm_replica_on_every_gpu():
         ["trainer"], [], ["vLLM replica 0"], ["vLLM replica 1"]]
 
 
+# A whole run with two replica processes (~16 s of a worker): `make test-slow` runs it. What `make test` keeps:
+# the replicas from the engine factory serving, syncing, failing over and closing (the tests above), and whole
+# runs on one hf engine (tests/grpo/test_overlap_grpo.py, tests/openenv_env/test_openenv_example_run.py).
+@pytest.mark.slow
 def test_a_run_with_two_local_replicas_completes_and_leaves_no_process(tmp_path, tiny_model_dir):
     psutil = pytest.importorskip("psutil")
     from seal_platform.loop import Runner

@@ -65,7 +65,10 @@ def test_an_hf_replica_is_built_with_empty_parameters_in_the_engines_dtype(token
         engine.close()
 
 
-@pytest.mark.parametrize("mode", ["collective", "host"])
+# Each case starts two replica processes; the collective one (~10 s of a worker) runs in `make test-slow`. What
+# `make test` keeps of the collective path: the sync group sending the cast buckets (below) and collective
+# pushes into replicas (tests/grpo/test_local_replicas.py, tests/grpo/test_weight_sync.py).
+@pytest.mark.parametrize("mode", [pytest.param("collective", marks=pytest.mark.slow), "host"])
 def test_a_push_of_float32_weights_into_bf16_replicas_arrives_as_the_cast(tokenizer, mode):
     from seal_platform_libs.policy.engines.local import start_local_replicas
 
@@ -119,7 +122,9 @@ def test_the_sync_group_sends_the_cast_buckets_and_the_receiver_gets_them_in_tha
     assert stats["bytes"] == (15 + 7) * 2 + 4 * 8
 
 
-@pytest.mark.parametrize("mode", ["collective", "host"])
+# As above: the collective case (~6 s of a worker) runs in `make test-slow`; the merged weights are the same
+# tensors either way.
+@pytest.mark.parametrize("mode", [pytest.param("collective", marks=pytest.mark.slow), "host"])
 def test_hf_replicas_of_a_lora_policy_receive_merged_weights_and_give_the_trainers_logprobs(tokenizer, mode):
     from seal_platform_libs.policy.engines.local import start_local_replicas
 

@@ -31,6 +31,10 @@ def _update(model, seed: int) -> None:
             p.add_(torch.randn(p.shape, generator=generator) * 0.05)
 
 
+# Two replica processes start and one is stopped mid-push (~11 s of a worker): `make test-slow` runs it. What
+# `make test` keeps: a replica killed as the group forms and between buckets, the push going on without it
+# (tests/grpo/test_replica_killed_mid_push.py), and a push given up halfway (tests/grpo/test_half_loaded_weights.py).
+@pytest.mark.slow
 def test_a_replica_stopped_between_buckets_is_killed_and_the_push_goes_on_without_it(tokenizer, monkeypatch):
     model = tiny_llama(tokenizer, hidden_size=64, intermediate_size=128, max_position_embeddings=256)
     client = start_local_replicas("hf", model, tokenizer, EngineSettings(), [None, None], seed=0,

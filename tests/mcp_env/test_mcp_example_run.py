@@ -39,6 +39,11 @@ def _run(overrides: list[str]):
     return runner.run_id, store
 
 
+# The hf engine sampling from the tiny random policy for the whole run (~16 s of a worker): `make test-slow`
+# runs it. What `make test` keeps: the same recipe against the same server with a scripted sampler (the two
+# tests at the end), and hf sampling in whole runs (tests/grpo/test_overlap_grpo.py,
+# tests/openenv_env/test_openenv_example_run.py).
+@pytest.mark.slow
 def test_the_example_recipe_runs_against_the_real_server(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.chdir(ROOT)  # the recipe's server and task paths are relative to the repository root
     run_id, store = _run([*SMALL, f"runs_dir={tmp_path}", f"settings.policy.model={tiny_model_dir}"])
