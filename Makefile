@@ -89,9 +89,16 @@ run: $(STAMP) bytecode
 
 # The suite on TEST_WORKERS pytest-xdist processes (auto: one per core; 0: in this process alone). Tests that
 # share a machine-wide thing run on one worker (tests/conftest.py names the groups). -rs lists every skip's reason.
+# The lint runs beside the suite, its output shown after the suite's: the workers leave part of the cores idle
+# (tests waiting on a time limit or a process), and mypy's half-minute on a fresh clone fits in there. `make test`
+# fails when either does.
 TEST_WORKERS ?= auto
-test: $(STAMP) bytecode lint
-	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup
+test: $(STAMP) bytecode
+	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
+	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup; tests=$$?; \
+	wait $$lint; linted=$$?; echo "--- make lint"; cat $(VENV)/lint.log; \
+	if [ $$linted -ne 0 ]; then echo "make test: the lint failed (above)"; fi; \
+	exit $$(( tests || linted ))
 
 # Lint and type checks (part of `make test`, hence of CI): ruff's rules and mypy's scope are in pyproject.toml.
 lint: $(STAMP)
