@@ -260,10 +260,15 @@ def test_identical_and_bad_records_of_one_task_each_get_their_own_line():
     assert out[70:] == alone[1:] and "error" in out[70] and out[71]["success"] is False
 
 
-def test_one_runaway_call_costs_its_line_the_per_call_limit_as_in_training():
+def test_one_runaway_call_costs_its_line_the_per_call_limit_as_in_training(monkeypatch):
     """Issue 52: one `verify` line could still take 40 s (four call limits for a one-call line, more for longer
     ones): the line's whole limit was spent on one runaway call. Each call is now held to call_timeout_s from the
     call before it, as training's worker pool holds it, and the line says which limit it ran into."""
+    from seal_platform_plugins.bfcl import fork_verify
+
+    # The first call's window (5 s by default), within which the quick calls before the runaway one all end, is
+    # where the lane is first looked at: 1 s, so that the line fails about one call limit past its last call.
+    monkeypatch.setattr(fork_verify, "FIRST_CALL_S", 1.0)
     good = "multi_turn_base_15"
     gt = ground_truth(get_task(good))
     runaway = [list(turn) for turn in gt]
