@@ -209,7 +209,9 @@ def test_a_server_slower_than_the_probe_is_refused_with_the_setting_that_lets_it
     # the run's own timeout_s limits the probe too (a run would not wait longer): that is the one to raise then
     (problem,) = _problems(url=url, probe_timeout_s=5, timeout_s=0.5)
     assert "did not answer health within 0.5 s" in problem, problem
-    assert "raise settings.openenv.timeout_s (now 0.5 s; the check waits no longer than a run would)" in problem, problem
+    assert "raise settings.openenv.timeout_s (now 0.5 s; the check waits no longer than a run would)" in problem, (
+        problem
+    )
 
 
 @pytest.mark.parametrize("value", [0, -1, float("inf"), float("nan"), "soon"])
