@@ -102,7 +102,11 @@ TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     # Decoder layers that do not pass a packed row's boundaries on to the attention: packing refused.
     "nemotron": ("NemotronForCausalLM", "NemotronConfig", {}),
     # Layers with a state (linear attention, short convolutions): packing refused, prompts not shared by a cache.
-    "qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5TextConfig", dict(head_dim=16)),
+    # Its linear attention at tiny sizes too (transformers' defaults, 32 value heads of 128, made its step the
+    # slowest here by far); sequences still span more than one of its 64-token chunks.
+    "qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5TextConfig",
+                dict(head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                     linear_value_head_dim=16)),
     "lfm2": ("Lfm2ForCausalLM", "Lfm2Config", dict(full_attn_idxs=[1, 3], block_ff_dim=128)),
 }
 # Those whose attention bypasses transformers' attention interface (no packed rows).

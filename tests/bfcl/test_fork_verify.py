@@ -35,11 +35,12 @@ def test_forked_verification_matches_the_worker_pool_and_survives_a_runaway_call
         {"task_id": good, "turns": [[] for _ in gt]},
     ]
     started = time.monotonic()
-    forked = verify_records(records, executor=lambda: None, timeout_s=3.0)
+    # A transcript takes milliseconds in a forked child: 1.5 s is ample, and the runaway's cost.
+    forked = verify_records(records, executor=lambda: None, timeout_s=1.5)
     assert time.monotonic() - started < 30
     assert forked[0] == {"task_id": good, "success": True, "labels": ["pass"] * len(gt)}
     assert forked[1]["task_id"] == good and forked[1]["success"] is False  # timed out: a checker error, said so
-    assert forked[1]["checker_error"] == "verification took longer than 3 s"
+    assert forked[1]["checker_error"] == "verification took longer than 1.5 s"
     assert all("checker_error" not in forked[i] for i in (0, 2, 3, 4))
     assert set(forked[2]) == {"error"} and "no_such_task" in forked[2]["error"]
     assert forked[3]["success"] is True and forked[4]["success"] is False
@@ -259,10 +260,15 @@ def test_identical_and_bad_records_of_one_task_each_get_their_own_line():
     assert out[70:] == alone[1:] and "error" in out[70] and out[71]["success"] is False
 
 
-def test_one_runaway_call_costs_its_line_the_per_call_limit_as_in_training():
+def test_one_runaway_call_costs_its_line_the_per_call_limit_as_in_training(monkeypatch):
     """Issue 52: one `verify` line could still take 40 s (four call limits for a one-call line, more for longer
     ones): the line's whole limit was spent on one runaway call. Each call is now held to call_timeout_s from the
     call before it, as training's worker pool holds it, and the line says which limit it ran into."""
+    from seal_platform_plugins.bfcl import fork_verify
+
+    # The first call's window (5 s by default), within which the quick calls before the runaway one all end, is
+    # where the lane is first looked at: 1 s, so that the line fails about one call limit past its last call.
+    monkeypatch.setattr(fork_verify, "FIRST_CALL_S", 1.0)
     good = "multi_turn_base_15"
     gt = ground_truth(get_task(good))
     runaway = [list(turn) for turn in gt]
@@ -279,13 +285,17 @@ def test_one_runaway_call_costs_its_line_the_per_call_limit_as_in_training():
     assert took < whole_line - 4, took  # about one call limit past the last call, not the line's limit
 
 
-def test_the_per_call_limit_leaves_long_lines_of_quick_calls_alone():
-    from seal_platform_plugins.bfcl.fork_verify import FIRST_CALL_S, verify_forked
+def test_the_per_call_limit_leaves_long_lines_of_quick_calls_alone(monkeypatch):
+    from seal_platform_plugins.bfcl import fork_verify
+    from seal_platform_plugins.bfcl.fork_verify import verify_forked
+
+    # The first call's window (5 s by default) shortened, so that lines longer than it take seconds, not ten.
+    monkeypatch.setattr(fork_verify, "FIRST_CALL_S", 1.0)
 
     def slow_item(item):  # many quick calls, together longer than one call's limit and the first call's window
         from seal_platform_plugins.bfcl import backend
 
-        for _ in range(int(FIRST_CALL_S / 0.2) + 5):
+        for _ in range(int(fork_verify.FIRST_CALL_S / 0.2) + 5):
             time.sleep(0.2)
             backend.CALL_DONE()
         if item == 1:

@@ -23,7 +23,8 @@ SCRIPT = ROOT / "benchmarks" / "ablation.py"
 STEPS = 8
 
 
-def _recipe(tmp_path: Path) -> Path:
+def _recipe(tmp_path: Path, optimize_sleep_s: float = 0.3) -> Path:
+    """The toy recipe; its steps sleep ``optimize_sleep_s`` (time to kill the run between two checkpoints)."""
     recipe = {
         "name": "toy-ablation", "seed": 0, "environment": "toy", "plugins": {"allow": ["toy"]},
         "training": {"steps": STEPS, "tasks_per_step": 4, "group_size": 2, "checkpoint_every": 0},
@@ -31,8 +32,9 @@ def _recipe(tmp_path: Path) -> Path:
         "evaluation": {"every": 2, "max_tasks": 6},
         "stages": {"evolve_interface": "toy", "reweight": "toy", "optimize": "toy"},
         # restore_rng: the toy engine's checkpoint holds its random state, as grpo's holds the generators'.
-        "settings": {"toy": {"n_tasks": 10, "restore_rng": True, "optimize_sleep_s": 0.3}},
+        "settings": {"toy": {"n_tasks": 10, "restore_rng": True, "optimize_sleep_s": optimize_sleep_s}},
     }
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "toy-ablation.yaml"
     path.write_text(yaml.safe_dump(recipe))
     return path
@@ -100,7 +102,9 @@ def test_a_killed_run_is_resumed_from_its_checkpoint_and_ends_as_an_uninterrupte
     assert sorted(row["evaluations"], key=int) == ["2", "4", "6", "8"]  # those before the kill included
 
     clean = tmp_path / "uninterrupted"
-    out = _finish(_harness(toy_site, recipe, clean))
+    # The same recipe but for the sleep, which only gave the first run time to be killed: what the row holds is
+    # computed, not timed.
+    out = _finish(_harness(toy_site, _recipe(tmp_path / "clean", optimize_sleep_s=0.0), clean))
     [reference] = _rows(clean)
     assert "resuming" not in out and "resumed_from_step" not in reference
     assert len({e["average"] for e in reference["evaluations"].values()}) > 1  # a learning curve, not a constant

@@ -181,8 +181,10 @@ def test_two_resumes_started_together_exactly_one_proceeds(toy_site, toy_recipe,
 
     from seal_platform.store import RunStore
 
-    # Slow steps, so that the two resumes overlap.
-    run_id = _interrupted_cli_run(CliRunner(), toy_recipe, tmp_path, "settings.toy.optimize_sleep_s=1.0")
+    # A slow last step (3 s; the run before the resumes, cut at step 3, does not get there), so that the two
+    # resumes overlap.
+    run_id = _interrupted_cli_run(CliRunner(), toy_recipe, tmp_path, "settings.toy.optimize_sleep_s=3.0",
+                                  "settings.toy.optimize_sleep_from_step=4")
     url = f"sqlite:///{tmp_path / 'runs' / 'store.sqlite'}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_site), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "seal_platform", "run", "--resume", run_id, "--store", url, "--quiet"]

@@ -57,16 +57,25 @@ def test_a_remote_ref_is_never_fetched():
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    server.settimeout(5)
-    connected: list[bool] = []
+    server.listen(4)
+    server.settimeout(30)
+    connected: list[bytes] = []  # the first bytes of every connection but the test's own "done"
 
     def accept() -> None:
-        try:
-            server.accept()[0].close()
-            connected.append(True)
-        except OSError:
-            pass
+        while True:
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    first = conn.recv(4)
+                except OSError:
+                    first = b"?"
+            if first == b"done":  # the test's own connection, made after validation: nothing came before it
+                return
+            connected.append(first)
 
     listener = threading.Thread(target=accept, daemon=True)
     listener.start()
@@ -74,6 +83,11 @@ def test_a_remote_ref_is_never_fetched():
         url = f"http://127.0.0.1:{server.getsockname()[1]}/x.json"
         problem = validate_arguments(_doc({"$ref": url}), {"a": 1})
         assert problem is not None and problem.startswith("the tool's input schema ") and url in problem
+        # Connections are accepted in order: a fetch during validation would be recorded before this one.
+        with socket.create_connection(server.getsockname(), timeout=5) as done:
+            done.sendall(b"done")
+        listener.join(10)
+        assert not listener.is_alive()
     finally:
         server.close()
         listener.join(10)

@@ -50,8 +50,10 @@ class ToySettings(BaseModel):
     # Training outcomes independent of the engine: "every_third" passes sample 0 of the tasks whose index is a
     # multiple of 3 and fails the rest (so exactly those groups are mixed); "never" fails every episode.
     outcomes: str = "engine"
-    # Seconds each `optimize` sleeps (a run that lasts long enough to be signalled).
+    # Seconds each `optimize` sleeps (a run that lasts long enough to be signalled), from step
+    # `optimize_sleep_from_step` on (earlier steps do not sleep).
     optimize_sleep_s: float = 0.0
+    optimize_sleep_from_step: int = 0
     # A problem `check_machine` reports (as a plugin would report a GPU this machine lacks).
     refuse_machine: str | None = None
     # Enables the `toy-cluster` (register_clusters) at this address; `needs_cluster`: check_config refuses a
@@ -362,7 +364,7 @@ class ToyPlugin:
         # The trajectories' policy versions as the update saw them (the staleness a real optimizer screens).
         self.seen_versions[step] = (engine.version, sorted({t.policy_version for t in trajectories}, key=str))
         self.in_flight_at_update[step] = rollouts.pending
-        if settings.optimize_sleep_s:
+        if settings.optimize_sleep_s and step >= settings.optimize_sleep_from_step:
             import time
 
             time.sleep(settings.optimize_sleep_s)

@@ -90,7 +90,8 @@ class OpenAIServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # serve_forever looks for shutdown() every poll_interval (0.5 s by default: half a second per test)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     def __enter__(self) -> OpenAIServer:
         self._thread.start()

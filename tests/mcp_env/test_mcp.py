@@ -128,7 +128,12 @@ def test_mistakes_are_labelled_and_rejected_before_the_server(env):
 
 
 @pytest.mark.parametrize("switch", [{"INVENTORY_HANG_ON": "get_item"}, {"INVENTORY_CRASH_ON": "move_item"}])
-def test_a_failing_server_masks_the_episode_and_the_run_goes_on(switch):
+def test_a_failing_server_masks_the_episode_and_the_run_goes_on(switch, monkeypatch):
+    import mcp.client.stdio
+
+    # The SDK's grace for a server to exit once its stdin is closed (2 s; a hung one then gets SIGTERM): short,
+    # so that each hung episode costs its call's time limit and not the grace as well.
+    monkeypatch.setattr(mcp.client.stdio, "PROCESS_TERMINATION_TIMEOUT", 0.2)
     bad = MCPEnvironment(
         settings(env=switch, n_eval=3).model_copy(
             update={"servers": [settings(env=switch).servers[0].model_copy(update={"timeout_s": 1.0})]}

@@ -75,7 +75,7 @@ def bad_server() -> Iterator[Callable[[str], str]]:
 
     yield start
     for proc in procs:  # a hanging server's uvicorn waits for its open request: no grace worth waiting for
-        _stop(proc, grace_s=1.0)
+        _stop(proc, grace_s=0.2)
 
 
 _spec = importlib.util.spec_from_file_location("_grpo_conftest_openenv", ROOT / "tests" / "grpo" / "conftest.py")
