@@ -14,6 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+# The tests share one pair of replica processes (local_pair, below) and run in file order, the shutdown last: one
+# xdist worker takes the whole file, and the pair starts once, not once per worker (~7 s each).
+pytestmark = pytest.mark.xdist_group("local_replicas")
+
 from seal_platform.config import RunConfig  # noqa: E402
 from seal_platform.context import RunContext  # noqa: E402
 from seal_platform.errors import ConfigError  # noqa: E402

@@ -16,6 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+# The tests share three replica processes (trio, below) and run in file order, each killing one: one xdist worker
+# takes the whole file, and the three start once, not once per worker.
+pytestmark = pytest.mark.xdist_group("replica_killed_mid_push")
+
 from seal_platform_libs.policy.engines.local import start_local_replicas  # noqa: E402
 from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
 from seal_platform_libs.policy.testing import tiny_llama  # noqa: E402
