@@ -16,9 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-# The tests share three replica processes (trio, below) and run in file order, each killing one: one xdist worker
-# takes the whole file, and the three start once, not once per worker.
-pytestmark = pytest.mark.xdist_group("replica_killed_mid_push")
+# Not one xdist group (though the tests share the replicas of ``trio``, below): xdist hands groups out before
+# single tests, and the rendezvous this file's first test abandons (its thread ends at the group's timeout, see
+# SyncGroup) would then be running when bfcl's fork tests come to the same worker; they need a process with no
+# other thread (tests/bfcl/test_fork_verify.py names the thread it finds). Spread test by test, in collection
+# order, these run after them.
 
 from seal_platform_libs.policy.engines.local import start_local_replicas  # noqa: E402
 from seal_platform_libs.policy.engines.settings import EngineSettings  # noqa: E402
